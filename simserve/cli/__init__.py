@@ -1,0 +1,52 @@
+"""The `simserve` command line. Each command group lives in its own module of this package."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from simserve.errors import SimserveError
+
+app = typer.Typer(
+    name="simserve",
+    help="Simulate LLM inference serving and tune the token budget.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _options(
+    catalog: list[str] = typer.Option(
+        [], "--catalog", help="YAML/TOML file adding models, GPUs, nodes or networks (repeatable; also $SIMSERVE_CATALOG)."
+    ),
+) -> None:
+    from simserve.catalog.table import load_catalog_file, load_env_catalogs
+
+    load_env_catalogs()
+    for path in catalog:
+        load_catalog_file(path)
+
+
+def _register() -> None:
+    # NOTE: imported here so `simserve --help` works even while one command's optional deps are missing.
+    import importlib
+    import pkgutil
+
+    import simserve.cli as package
+
+    for mod in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"simserve.cli.{mod.name}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    _register()
+    try:
+        # standalone mode: click reports its own usage errors (exit 2) and turns return into sys.exit
+        app(args=argv, prog_name="simserve")
+    except SimserveError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,8 @@
+"""The one error type a user sees: a single line naming the problem and the fix (exit code 2)."""
+
+
+class SimserveError(Exception):
+    """Bad input or an impossible request. The CLI prints `error: <message>` and exits with code 2.
+
+    Messages are one line: what is wrong, and what to do about it.
+    """

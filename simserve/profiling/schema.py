@@ -1,0 +1,133 @@
+"""The profile directory format: what every backend writes and the predictor reads.
+
+profiles/<gpu>/<model>/
+    linear.csv        op, tp, num_tokens, time_ms                         (qkv_proj, o_proj, up_proj, down_proj)
+    elementwise.csv   op, tp, num_tokens, time_ms                         (attn_norm, mlp_norm, rotary, act, residual_add)
+    attention.csv     phase, tp, batch_size, chunk, kv_len, time_ms
+    collectives.csv   op, link, num_workers, size_bytes, time_ms          (all_reduce, send_recv)
+    provenance.json   backend, device, versions, date, command, ...
+
+Times are milliseconds for ONE layer on ONE GPU (one call of the op). Attention rows: `prefill` is one request's
+chunk of `chunk` new tokens attending to `kv_len` tokens already cached before it (batch_size 1; kv_len 0 is a
+full prefill); `decode` is `batch_size` requests each attending to `kv_len` cached tokens (chunk 1).
+Collective rows: `link` is the node (e.g. a100-pairwise-nvlink) or network (ethernet-100g) the bytes cross.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simserve.errors import SimserveError
+from simserve.io import atomic_path
+
+TABLES: dict[str, list[str]] = {
+    "linear": ["op", "tp", "num_tokens", "time_ms"],
+    "elementwise": ["op", "tp", "num_tokens", "time_ms"],
+    "attention": ["phase", "tp", "batch_size", "chunk", "kv_len", "time_ms"],
+    "collectives": ["op", "link", "num_workers", "size_bytes", "time_ms"],
+}
+PROVENANCE = "provenance.json"
+
+
+def slug(name: str) -> str:
+    return name.strip().lower().replace("/", "-").replace(" ", "-").replace("_", "-")
+
+
+def profile_dir(root: str | Path, gpu: str, model: str) -> Path:
+    """profiles/<gpu>/<model>, with catalog names made into lower-case directory names."""
+    return Path(root) / slug(gpu) / slug(model)
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: Path
+    linear: pd.DataFrame
+    elementwise: pd.DataFrame
+    attention: pd.DataFrame
+    collectives: pd.DataFrame
+    provenance: dict
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.path)
+
+
+def content_hash(path: str | Path) -> str:
+    """sha256 over the profile's files (name and bytes), so a fitted predictor can be cached by it."""
+    h = hashlib.sha256()
+    for name in [*(f"{t}.csv" for t in TABLES), PROVENANCE]:
+        f = Path(path) / name
+        if f.exists():
+            h.update(name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
+    """Check columns and values: a missing column, a non-number, NaN or a negative time is an error."""
+    missing = [c for c in TABLES[table] if c not in df.columns]
+    if missing:
+        raise SimserveError(f"{where}: missing column(s) {', '.join(missing)}; expected {', '.join(TABLES[table])}")
+    if df.empty:
+        raise SimserveError(f"{where}: no rows; re-run `simserve profile` to regenerate it")
+    numeric = [c for c in TABLES[table] if c not in ("op", "phase", "link")]
+    for col in numeric:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() | (values < 0) | ~values.map(lambda v: math.isfinite(v) if v == v else False)
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise SimserveError(
+                f"{where}: row {row + 1} has {col}={df[col].iloc[row]!r} (NaN, negative or not a number); "
+                f"fix or drop that row, or re-run the profiler"
+            )
+        df[col] = values
+    return df
+
+
+def read_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    if not path.is_dir():
+        raise SimserveError(
+            f"profile directory {path} does not exist; create it with `simserve profile --gpu GPU --model MODEL`"
+        )
+    tables = {}
+    for table in TABLES:
+        f = path / f"{table}.csv"
+        if not f.exists():
+            raise SimserveError(f"profile {path} is missing {f.name}; re-run `simserve profile` for it")
+        try:
+            df = pd.read_csv(f)
+        except Exception as exc:
+            raise SimserveError(f"{f} is not a readable CSV ({str(exc).splitlines()[0]}); re-run `simserve profile`") from None
+        tables[table] = validate_table(df, table, str(f))
+    prov_file = path / PROVENANCE
+    try:
+        provenance = json.loads(prov_file.read_text())
+    except FileNotFoundError:
+        raise SimserveError(f"profile {path} is missing {PROVENANCE}; re-run `simserve profile` for it") from None
+    except json.JSONDecodeError as exc:
+        raise SimserveError(f"{prov_file} is not valid JSON ({exc}); re-run `simserve profile`") from None
+    return Profile(path, provenance=provenance, **tables)
+
+
+def write_profile(path: str | Path, tables: dict[str, pd.DataFrame], provenance: dict) -> Path:
+    """Write all tables and the provenance into `path` atomically (all files appear together, or none)."""
+    path = Path(path)
+    for table in TABLES:
+        if table not in tables:
+            raise ValueError(f"write_profile needs a {table!r} table")
+        validate_table(tables[table].copy(), table, f"{path}/{table}.csv")
+    with atomic_path(path) as tmp:
+        tmp.mkdir()
+        for table, columns in TABLES.items():
+            df = tables[table]
+            extra = [c for c in df.columns if c not in columns]
+            df[columns + extra].to_csv(tmp / f"{table}.csv", index=False, float_format="%.6g")
+        (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    return path
