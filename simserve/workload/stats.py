@@ -1,0 +1,91 @@
+"""Summary statistics of a trace, as the Sarathi-Serve paper reports them (Table 2).
+
+Median and P90 use numpy's default linear interpolation; std is the population std (ddof=0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simserve.io import atomic_path
+from simserve.workload.trace import Trace
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    median: float
+    p90: float
+    std: float
+    mean: float
+    max: int
+
+    @classmethod
+    def of(cls, tokens: np.ndarray) -> TokenStats:
+        return cls(
+            median=float(np.median(tokens)),
+            p90=float(np.percentile(tokens, 90)),
+            std=float(np.std(tokens)),
+            mean=float(np.mean(tokens)),
+            max=int(np.max(tokens)),
+        )
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    count: int
+    prompt: TokenStats
+    output: TokenStats
+
+    @classmethod
+    def of(cls, trace: Trace) -> TraceStats:
+        return cls(len(trace), TokenStats.of(trace.prompt_tokens), TokenStats.of(trace.output_tokens))
+
+    def as_dict(self) -> dict:
+        """Rounded for provenance files (one decimal is below any meaningful difference)."""
+        rounded = {
+            k: {f: round(v, 1) for f, v in asdict(getattr(self, k)).items()} for k in ("prompt", "output")
+        }
+        return {"count": self.count} | rounded
+
+
+def stats_table(trace: Trace, stats: TraceStats):
+    """A rich Table: one row per quantity (prompt, output), one column per statistic."""
+    from rich.table import Table
+
+    title = f"{trace.name}: {stats.count:,} requests"
+    table = Table(
+        title=title, title_justify="left", min_width=len(title)
+    )  # NOTE: a wrapped title reads badly
+    for col in ("tokens", "median", "P90", "std", "mean", "max"):
+        table.add_column(col, justify="left" if col == "tokens" else "right")
+    for label, s in (("prompt", stats.prompt), ("output", stats.output)):
+        table.add_row(label, f"{s.median:g}", f"{s.p90:.1f}", f"{s.std:.1f}", f"{s.mean:.1f}", f"{s.max}")
+    return table
+
+
+def save_histogram(trace: Trace, png: str | Path, bins: int = 60) -> Path:
+    """Prompt and output token histograms side by side, with median and P90 marked; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # NOTE: headless: never needs a display, also under CI
+    import matplotlib.pyplot as plt
+
+    png = Path(png)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+    for ax, label, tokens in zip(
+        axes, ("prompt", "output"), (trace.prompt_tokens, trace.output_tokens), strict=True
+    ):
+        ax.hist(tokens, bins=bins, color="#4C72B0")
+        for q, style in ((50, "-"), (90, "--")):
+            value = np.percentile(tokens, q)
+            ax.axvline(value, color="#C44E52", linestyle=style, label=f"P{q} = {value:.0f}")
+        ax.set(xlabel=f"{label} tokens", ylabel="requests")
+        ax.legend()
+    fig.suptitle(f"{trace.name}: {len(trace):,} requests")
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return png
