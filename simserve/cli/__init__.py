@@ -50,3 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     except SimserveError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except SystemExit as exc:
+        # click ends every run with sys.exit; let a successful one return, so main() is callable from Python
+        if exc.code not in (0, None):
+            raise
