@@ -1,0 +1,23 @@
+"""`simserve fit PROFILE_DIR`: fit the execution-time predictor on a profile and print its held-out error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from simserve.cli import app
+
+
+@app.command("fit")
+def fit_command(
+    profile_dir: Path = typer.Argument(..., help="A profile directory, e.g. profiles/a100-80gb/mistral-7b."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the tree ensembles."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Refit even when a cached fit exists."),
+) -> None:
+    """Fit the per-op models (cached by the profile's content hash) and print held-out MAPE per family and op."""
+    from simserve.predictor import fit, print_report
+
+    predictor = fit(profile_dir, seed=seed, use_cache=not no_cache)
+    print_report(predictor, Console(width=120))

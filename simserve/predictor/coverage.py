@@ -1,0 +1,92 @@
+"""Does a profile cover a deployment? Which TP degree and which links' collectives it must have, and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from simserve.deployment import Deployment
+from simserve.errors import SimserveError
+from simserve.ops import ELEMENTWISE_OPS, LINEAR_OPS
+from simserve.predictor.fit import ModelKey
+from simserve.profiling.schema import Profile, slug
+
+
+def profile_keys(profile: Profile) -> set[ModelKey]:
+    """The model keys a profile's rows would produce (without fitting anything)."""
+    keys: set[ModelKey] = set()
+    for family, df in (("linear", profile.linear), ("elementwise", profile.elementwise)):
+        keys |= {
+            ModelKey(family, str(op), int(tp))
+            for op, tp in df[["op", "tp"]].drop_duplicates().itertuples(index=False)
+        }
+    att = profile.attention[["phase", "tp"]].drop_duplicates()
+    keys |= {ModelKey(f"attention_{ph}", str(ph), int(tp)) for ph, tp in att.itertuples(index=False)}
+    col = profile.collectives[["op", "link", "num_workers"]].drop_duplicates()
+    keys |= {
+        ModelKey("collective", str(op), 0, str(link), int(w)) for op, link, w in col.itertuples(index=False)
+    }
+    return keys
+
+
+def node_link(dep: Deployment) -> str:
+    if dep.node is None:
+        raise SimserveError(
+            f"deployment of {dep.model.name} on {dep.gpu.name} names no node, so its collectives have no link; "
+            f"pass --node"
+        )
+    return dep.node.name
+
+
+def stage_link(dep: Deployment, stage: int) -> str:
+    """The link the activations of `stage` cross to reach stage + 1: the network when they leave the node."""
+    if dep.crosses_nodes(stage):
+        if dep.network is None:
+            raise SimserveError(f"{dep.describe()} spans nodes but names no network; pass --network")
+        return dep.network.name
+    return node_link(dep)
+
+
+def find_collective(keys: Iterable[ModelKey], op: str, link: str, num_workers: int | None) -> ModelKey | None:
+    """The collective model for `op` over `link`; num_workers None takes the smallest group (send/recv is a pair)."""
+    matches = [k for k in keys if k.family == "collective" and k.op == op and slug(k.link) == slug(link)]
+    if num_workers is not None:
+        matches = [k for k in matches if k.num_workers == num_workers]
+    return min(matches, key=lambda k: k.num_workers) if matches else None
+
+
+def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
+    """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes it."""
+    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {slug(dep.model.name)} --tp {dep.tp}"
+    tps = {
+        k.tp for k in keys if k.family in ("linear", "elementwise", "attention_prefill", "attention_decode")
+    }
+    if dep.tp not in tps:
+        have = ", ".join(str(t) for t in sorted(tps)) or "none"
+        raise SimserveError(f"profile {where} has no TP {dep.tp} rows (it has TP {have}); run `{cmd}`")
+    needed = [ModelKey("linear", op, dep.tp) for op in LINEAR_OPS]
+    needed += [ModelKey("elementwise", op, dep.tp) for op in ELEMENTWISE_OPS]
+    needed += [
+        ModelKey("attention_prefill", "prefill", dep.tp),
+        ModelKey("attention_decode", "decode", dep.tp),
+    ]
+    for k in needed:
+        if k not in keys:
+            raise SimserveError(
+                f"profile {where} has no TP {dep.tp} rows for {k.op} ({k.family}); run `{cmd}`"
+            )
+    if dep.tp > 1 and find_collective(keys, "all_reduce", node_link(dep), dep.tp) is None:
+        raise SimserveError(
+            f"profile {where} has no all_reduce rows for {dep.tp} workers over {node_link(dep)}; "
+            f"run `{cmd} --node {node_link(dep)}`"
+        )
+    pp_cmd = f"{cmd} --pp {dep.pp} --node {node_link(dep)}" if dep.pp > 1 else cmd
+    if dep.network is not None and dep.num_nodes > 1:
+        pp_cmd += f" --network {dep.network.name}"
+    for stage in range(dep.pp - 1):
+        link = stage_link(dep, stage)
+        if find_collective(keys, "send_recv", link, None) is None:
+            raise SimserveError(
+                f"profile {where} has no send_recv rows over {link} (needed between pipeline stages "
+                f"{stage} and {stage + 1}); run `{pp_cmd}`"
+            )

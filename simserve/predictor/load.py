@@ -1,0 +1,39 @@
+"""Find, fit (cached) and compile the predictor for a deployment in one call."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import simserve
+from simserve.deployment import Deployment
+from simserve.predictor.coverage import profile_keys, require
+from simserve.predictor.fit import fit
+from simserve.predictor.overhead import CpuOverhead
+from simserve.predictor.timer import BatchTimer
+from simserve.profiling.schema import profile_dir, read_profile
+
+
+def default_profiles_root() -> Path:
+    """$SIMSERVE_PROFILES, else the repository's profiles/ folder."""
+    env = os.environ.get("SIMSERVE_PROFILES")
+    return Path(env) if env else Path(simserve.__file__).resolve().parents[1] / "profiles"
+
+
+def load_timer(
+    dep: Deployment,
+    profiles_root: str | Path | None = None,
+    cache: bool = True,
+    overhead: CpuOverhead | None = None,
+    seed: int = 0,
+) -> BatchTimer:
+    """The BatchTimer for `dep` from profiles/<gpu>/<model>/.
+
+    Raises SimserveError when the profile is missing, unreadable, or lacks the deployment's TP degree or links
+    (checked before fitting, so the error comes at once).
+    """
+    root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
+    path = profile_dir(root, dep.gpu.name, dep.model.name)
+    profile = read_profile(path)
+    require(profile_keys(profile), dep, path)
+    return fit(profile, seed=seed, use_cache=cache).compile(dep, overhead)

@@ -1,0 +1,160 @@
+"""Evaluate fitted models once onto lookup tables for one deployment (what `Predictor.compile` builds).
+
+Tables hold seconds for a whole pipeline stage (per-layer times × layers per stage) so the BatchTimer only
+indexes and adds. Ranges reach at least the sizes a serving policy forms (16k tokens per batch, batch 256,
+16k context) even when the profile stops earlier: inside that range the fitted model extrapolates along its
+physics baseline (regressor.py); beyond the tables, times grow linearly with the last slope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simserve.deployment import Deployment
+from simserve.ops import (
+    ELEMENTWISE_OPS,
+    LINEAR_OPS,
+    all_reduce_bytes,
+    all_reduces_per_layer,
+    elementwise_ops,
+    send_recv_bytes,
+)
+from simserve.predictor.coverage import find_collective, node_link, stage_link
+from simserve.predictor.fit import Fitted, ModelKey, Predictor
+
+TOKENS_TABLE = (16384, 32768)  # dense per-token table: at least, at most
+DECODE_BATCH_TABLE = 256
+CONTEXT_TABLE = 16384
+KV_STEP = 16  # decode context grid step (the KV block size)
+CHUNK_STEP = 16
+PREFIX_STEP = 256  # prefill attention is linear in the prefix: a coarse grid loses nothing
+COLLECTIVE_POINTS_PER_OCTAVE = 8
+MS = 1e-3
+
+
+@dataclass(frozen=True)
+class CollectiveCurve:
+    """Time (s) by message size, log-log interpolated between model evaluations; linear in size beyond them."""
+
+    log_sizes: np.ndarray
+    log_times: np.ndarray
+    max_size: float
+    max_time: float
+    slope: float  # s per byte beyond max_size (secant over the last octave: the bandwidth regime)
+
+    @classmethod
+    def build(cls, fitted: Fitted) -> CollectiveCurve:
+        sizes = fitted.points["size_bytes"]
+        lo, hi = max(float(sizes.min()), 1.0), max(float(sizes.max()), 2.0)
+        n = max(int(np.log2(hi / lo) * COLLECTIVE_POINTS_PER_OCTAVE) + 1, 2)
+        grid = np.geomspace(lo, hi, n)
+        t = np.maximum(fitted.model.predict(grid), 1e-9) * MS
+        half = np.maximum(fitted.model.predict(np.array([hi / 2])), 1e-9)[0] * MS
+        slope = max((t[-1] - half) / (hi / 2), 0.0)
+        return cls(np.log(grid), np.log(t), hi, float(t[-1]), float(slope))
+
+    def __call__(self, size_bytes: np.ndarray) -> np.ndarray:
+        s = np.maximum(np.asarray(size_bytes, dtype=float), 1.0)
+        # np.interp clamps below the smallest size: latency-bound messages cost the same.
+        inside = np.exp(np.interp(np.log(s), self.log_sizes, self.log_times))
+        return np.where(s > self.max_size, self.max_time + (s - self.max_size) * self.slope, inside)
+
+
+def _model(predictor: Predictor, key: ModelKey) -> Fitted:
+    return predictor.models[key]
+
+
+@dataclass(frozen=True)
+class TokenTables:
+    """Per-stage time of everything that depends only on the batch's token count T, for T = 0..end."""
+
+    end: int
+    linear: np.ndarray
+    elementwise: np.ndarray
+    all_reduce: np.ndarray
+    send_recv: list[np.ndarray]  # per stage; zeros on the last stage
+    slopes: dict[str, float]  # seconds per token beyond `end`, per component
+    send_recv_slopes: list[float]
+
+
+def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
+    tp, layers = dep.tp, dep.layers_per_stage
+    fits = [_model(predictor, ModelKey("linear", op, tp)) for op in LINEAR_OPS]
+    counts = {op.name: op.count for op in elementwise_ops(dep)}
+    ew_fits = [(_model(predictor, ModelKey("elementwise", op, tp)), counts[op]) for op in ELEMENTWISE_OPS]
+    profiled = max(int(f.points["num_tokens"].max()) for f in [*fits, *(f for f, _ in ew_fits)])
+    end = int(np.clip(profiled, *TOKENS_TABLE))
+    far = max(profiled, 2 * end)
+    t = np.arange(end + 1, dtype=float)
+    t[0] = 1.0  # evaluated at 1 token, then zeroed: an empty batch takes no time
+    probe = np.array([end, far], dtype=float)
+
+    def total(parts: list[tuple[Fitted, int]], x: np.ndarray) -> np.ndarray:
+        return layers * MS * sum(c * np.maximum(f.model.predict(x), 0.0) for f, c in parts)
+
+    lin_parts = [(f, 1) for f in fits]
+    lin, ew = total(lin_parts, t), total(ew_fits, t)
+    lin_probe, ew_probe = total(lin_parts, probe), total(ew_fits, probe)
+    tokens = np.array([0.0, float(end), float(far)])
+    ar = np.zeros(end + 1)
+    ar_slope = 0.0
+    if (n_ar := all_reduces_per_layer(dep)) > 0:
+        curve = CollectiveCurve.build(
+            _model(predictor, find_collective(predictor.models, "all_reduce", node_link(dep), tp))
+        )
+        per_token = all_reduce_bytes(dep, 1)  # bytes are linear in T
+        ar = layers * n_ar * curve(t * per_token)
+        ends = layers * n_ar * curve(tokens[1:] * per_token)
+        ar_slope = (ends[1] - ends[0]) / (far - end)
+    sr, sr_slopes = [], []
+    hidden_bytes = send_recv_bytes(dep, 1)
+    for stage in range(dep.pp):
+        if stage == dep.pp - 1:
+            sr.append(np.zeros(end + 1))
+            sr_slopes.append(0.0)
+            continue
+        key = find_collective(predictor.models, "send_recv", stage_link(dep, stage), None)
+        curve = CollectiveCurve.build(_model(predictor, key))
+        sr.append(curve(t * hidden_bytes))
+        ends = curve(tokens[1:] * hidden_bytes)
+        sr_slopes.append(float((ends[1] - ends[0]) / (far - end)))
+    for arr in (lin, ew, ar, *sr):
+        arr[0] = 0.0
+    slopes = {
+        "linear": float((lin_probe[1] - lin_probe[0]) / (far - end)),
+        "elementwise": float((ew_probe[1] - ew_probe[0]) / (far - end)),
+        "all_reduce": float(ar_slope),
+    }
+    return TokenTables(end, lin, ew, ar, sr, slopes, sr_slopes)
+
+
+def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float]:
+    """Stage seconds of decode attention for b = 0..B requests (rows) at mean context j·step (columns)."""
+    fitted = _model(predictor, ModelKey("attention_decode", "decode", dep.tp))
+    bmax = max(int(fitted.points["batch_size"].max()), DECODE_BATCH_TABLE)
+    lmax = max(float(fitted.points["kv_len"].max()), CONTEXT_TABLE)
+    step = KV_STEP * max(1, int(np.ceil(lmax / 1024 / KV_STEP)))  # at most ~1k columns
+    cols = int(np.ceil(lmax / step)) + 1
+    b, kv = np.meshgrid(
+        np.arange(1, bmax + 1, dtype=float), np.arange(cols, dtype=float) * step, indexing="ij"
+    )
+    ms = np.maximum(fitted.model.predict(b.ravel(), kv.ravel()), 0.0).reshape(b.shape)
+    table = np.vstack([np.zeros((1, cols)), ms * MS * dep.layers_per_stage])
+    return table, float(step)
+
+
+def prefill_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float, float]:
+    """Stage seconds of one prefill chunk's attention: rows chunk i·CHUNK_STEP, columns prefix k·PREFIX_STEP."""
+    fitted = _model(predictor, ModelKey("attention_prefill", "prefill", dep.tp))
+    cmax = max(float(fitted.points["chunk"].max()), CONTEXT_TABLE)
+    pmax = max(float(fitted.points["kv_len"].max()), CONTEXT_TABLE)
+    rows = int(np.ceil(cmax / CHUNK_STEP)) + 1
+    cols = int(np.ceil(pmax / PREFIX_STEP)) + 1
+    c, p = np.meshgrid(
+        np.arange(rows, dtype=float) * CHUNK_STEP, np.arange(cols, dtype=float) * PREFIX_STEP, indexing="ij"
+    )
+    c[0, :] = 1.0  # the chunk-0 row holds the 1-token chunk, so chunks 1..15 interpolate from it
+    ms = np.maximum(fitted.model.predict(c.ravel(), p.ravel()), 0.0).reshape(c.shape)
+    return ms * MS * dep.layers_per_stage, float(CHUNK_STEP), float(PREFIX_STEP)

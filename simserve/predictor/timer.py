@@ -1,0 +1,189 @@
+"""The compiled BatchTimer: iteration time of a batch on a pipeline stage from precomputed tables.
+
+Stage time = Σ over the stage's layers [linear + elementwise ops on T + prefill attention per chunk + decode
+attention + TP all-reduces of T·hidden·2 bytes] + the send of T·hidden·2 bytes to the next stage + the CPU
+overhead charged to the stage, with T = Σ prefill chunks + number of decodes. Everything that depends only on T
+is one table per stage; attention comes from two small grids. The hot path is plain Python arithmetic on lists
+(indexing a list is several times faster than indexing a numpy array element by element).
+
+Decode attention is looked up at the batch's mean context length: decode kernels split the work over requests,
+heads and KV blocks, so their time follows the total bytes read (b · mean L) much more than the spread of L.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from simserve.deployment import Deployment
+from simserve.predictor.coverage import require
+from simserve.predictor.fit import Predictor
+from simserve.predictor.overhead import CpuOverhead
+from simserve.predictor.tables import decode_table, prefill_table, token_tables
+
+_add_reduce = np.add.reduce  # a bound ufunc method: less call overhead than ndarray.sum on small arrays
+
+COMPONENTS = (
+    "linear", "elementwise", "attention_prefill", "attention_decode", "all_reduce", "send_recv", "cpu_overhead",
+)  # fmt: skip
+
+
+class BatchTimer:
+    """Seconds per iteration of a batch on one pipeline stage. Built by `Predictor.compile(dep)`."""
+
+    num_stages: int
+
+    def __init__(self, dep: Deployment, predictor: Predictor, overhead: CpuOverhead) -> None:
+        self.deployment = dep
+        self.num_stages = dep.pp
+        self.overhead = overhead
+        tok = token_tables(predictor, dep)
+        self._tokens = tok
+        self._tend = tok.end
+        per_stage = [tok.linear + tok.elementwise + tok.all_reduce + tok.send_recv[s] for s in range(dep.pp)]
+        self._tok = [arr.tolist() for arr in per_stage]
+        common = tok.slopes["linear"] + tok.slopes["elementwise"] + tok.slopes["all_reduce"]
+        self._tslope = [common + tok.send_recv_slopes[s] for s in range(dep.pp)]
+
+        dec, self._dl = decode_table(predictor, dep)
+        self._dec_np = dec
+        self._dec = dec.tolist()
+        self._bmax = dec.shape[0] - 1
+        self._bhalf = max(self._bmax // 2, 1)
+        self._jlast = dec.shape[1] - 2  # last interpolation cell; beyond it the cell's slope extrapolates
+
+        pre, self._dc, self._dp = prefill_table(predictor, dep)
+        self._pre = pre.tolist()
+        self._ilast = pre.shape[0] - 2
+        self._klast = pre.shape[1] - 2
+
+        coeffs = [overhead.stage_coefficients(s, dep.pp) for s in range(dep.pp)]
+        self._cpu_a = [a for a, _ in coeffs]
+        self._cpu_b = [b for _, b in coeffs]
+
+    # -- lookups ------------------------------------------------------------------------------------------
+
+    def _decode_row(self, b: int, mean_kv: float) -> float:
+        row = self._dec[b]
+        x = mean_kv / self._dl
+        j = int(x)
+        if j > self._jlast:
+            j = self._jlast
+        return row[j] + (x - j) * (row[j + 1] - row[j])
+
+    def _decode(self, nd: int, kv_sum: float) -> float:
+        mean_kv = kv_sum / nd
+        if nd <= self._bmax:
+            return self._decode_row(nd, mean_kv)
+        hi, lo = self._decode_row(self._bmax, mean_kv), self._decode_row(self._bhalf, mean_kv)
+        return hi + (nd - self._bmax) * (hi - lo) / (self._bmax - self._bhalf)
+
+    def _prefill(self, chunk: int, prefix: int) -> float:
+        x, y = chunk / self._dc, prefix / self._dp
+        i, k = int(x), int(y)
+        if i > self._ilast:
+            i = self._ilast
+        if k > self._klast:
+            k = self._klast
+        r0, r1 = self._pre[i], self._pre[i + 1]
+        fy = y - k
+        a = r0[k] + fy * (r0[k + 1] - r0[k])
+        b = r1[k] + fy * (r1[k + 1] - r1[k])
+        return a + (x - i) * (b - a)
+
+    def _token_time(self, t: int, stage: int) -> float:
+        if t <= self._tend:
+            return self._tok[stage][t]
+        return self._tok[stage][self._tend] + (t - self._tend) * self._tslope[stage]
+
+    def _check_stage(self, stage: int) -> None:
+        if not 0 <= stage < self.num_stages:
+            raise ValueError(f"stage {stage} out of range for a {self.num_stages}-stage pipeline")
+
+    # -- the simulator's API ------------------------------------------------------------------------------
+
+    def __call__(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+    ) -> float:
+        """Seconds for one iteration of this batch on pipeline stage `stage`.
+
+        prefills: (chunk_tokens, prefix_tokens) per prefill request (prefix = tokens already in KV);
+        decode_kv: per decode request, the context length its attention reads.
+        """
+        if not 0 <= stage < self.num_stages:
+            self._check_stage(stage)
+        nd = len(decode_kv)
+        t = nd
+        attn = 0.0
+        for chunk, prefix in prefills:
+            t += chunk
+            attn += self._prefill(chunk, prefix)
+        if nd:
+            kv_sum = float(_add_reduce(decode_kv)) if isinstance(decode_kv, np.ndarray) else sum(decode_kv)
+            attn += self._decode(nd, kv_sum)
+        elif t == 0:
+            return 0.0
+        tok = self._tok[stage][t] if t <= self._tend else self._token_time(t, stage)
+        return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * (len(prefills) + nd)
+
+    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
+        """Vectorised decode-only iterations: `num_decodes` requests with summed context kv_sums[i] each step.
+
+        The same arithmetic as __call__ on the same batch, element by element.
+        """
+        self._check_stage(stage)
+        kv_sums = np.asarray(kv_sums, dtype=float)
+        if num_decodes <= 0:
+            return np.zeros_like(kv_sums)
+        mean_kv = kv_sums / num_decodes
+        if num_decodes <= self._bmax:
+            attn = self._decode_rows(num_decodes, mean_kv)
+        else:
+            hi, lo = self._decode_rows(self._bmax, mean_kv), self._decode_rows(self._bhalf, mean_kv)
+            attn = hi + (num_decodes - self._bmax) * (hi - lo) / (self._bmax - self._bhalf)
+        tok = self._token_time(num_decodes, stage)
+        return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * num_decodes
+
+    def _decode_rows(self, b: int, mean_kv: np.ndarray) -> np.ndarray:
+        row = self._dec_np[b]
+        x = mean_kv / self._dl
+        j = np.minimum(x.astype(np.int64), self._jlast)
+        return row[j] + (x - j) * (row[j + 1] - row[j])
+
+    def breakdown(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+    ) -> dict[str, float]:
+        """Seconds per component of __call__'s total (they sum to it)."""
+        self._check_stage(stage)
+        nd = len(decode_kv)
+        t = nd + sum(c for c, _ in prefills)
+        out = dict.fromkeys(COMPONENTS, 0.0)
+        if t == 0:
+            return out
+        tok = self._tokens
+        for name, arr in (
+            ("linear", tok.linear),
+            ("elementwise", tok.elementwise),
+            ("all_reduce", tok.all_reduce),
+        ):
+            out[name] = float(arr[min(t, tok.end)]) + max(t - tok.end, 0) * tok.slopes[name]
+        out["send_recv"] = (
+            float(tok.send_recv[stage][min(t, tok.end)]) + max(t - tok.end, 0) * tok.send_recv_slopes[stage]
+        )
+        out["attention_prefill"] = float(sum(self._prefill(c, p) for c, p in prefills))
+        if nd:
+            kv_sum = float(np.sum(decode_kv))
+            out["attention_decode"] = self._decode(nd, kv_sum)
+        n = len(prefills) + nd
+        out["cpu_overhead"] = self._cpu_a[stage] + self._cpu_b[stage] * n
+        return out
+
+    def __repr__(self) -> str:
+        return f"BatchTimer({self.deployment.describe()})"
+
+
+def compile_timer(predictor: Predictor, dep: Deployment, overhead: CpuOverhead | None = None) -> BatchTimer:
+    """Check the predictor covers `dep` (TP degree, links), then evaluate its models onto tables."""
+    require(set(predictor.models), dep, predictor.profile_path)
+    return BatchTimer(dep, predictor, overhead or CpuOverhead())
