@@ -1,0 +1,194 @@
+"""The cluster: arrivals → router → replicas, plus the overload watchdog. `simulate` runs one experiment.
+
+Processes: `arrivals` routes each request when it arrives (replicas also route whatever is due before they
+schedule, so a batch formed at time t sees every arrival at or before t, whatever SimPy's event order);
+`watchdog` evaluates the overload rule every `check_period_s`; each replica runs its scheduler loop and
+pipeline stages (replica.py).
+
+Overload (the run stops early and reports `overloaded`), either of:
+  - more than half of the requests are certain to miss the scheduling-delay SLO (scheduled later than
+    `sched_delay_slo_s` after arrival, or still waiting past it): the median scheduling delay, the capacity
+    criterion, has failed whatever happens next;
+  - the oldest request never yet scheduled has waited `overload_wait_s` (default 60 s = 30× the 2 s SLO).
+    In a fluid model a queue that grows at rate ε·λ while the median delay stays ≤ 2 s leaves the last
+    request waiting about twice the median, so a 60 s wait means the backlog is not transient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simserve.errors import SimserveError
+from simserve.sim.config import SimConfig
+from simserve.sim.histogram import LogHistogram
+from simserve.sim.iterations import IterationLog
+from simserve.sim.policies import POLICIES
+from simserve.sim.replica import BatchTimer, Replica
+from simserve.sim.request import IGNORED, Requests
+from simserve.sim.state import ReplicaState
+
+
+@dataclass
+class RawRun:
+    """Everything a finished simulation leaves behind; metrics.build_result turns it into tables."""
+
+    cfg: SimConfig
+    reqs: Requests
+    request_ids: np.ndarray  # original trace positions, in the order of `reqs`
+    log: IterationLog
+    tbt: LogHistogram
+    replicas: list[Replica]
+    num_blocks: int
+    overloaded: bool
+    end_time: float
+
+
+class Cluster:
+    def __init__(
+        self, env: simpy.Environment, reqs: Requests, cfg: SimConfig, timer: BatchTimer, num_blocks: int
+    ):
+        self.env, self.reqs, self.cfg = env, reqs, cfg
+        self.n = reqs.n
+        self.next = 0  # next request to arrive
+        self.num_done = 0  # finished or ignored
+        self.num_ignored = 0
+        self.finished = env.event()
+        self.overloaded = False
+        self.next_check = cfg.check_period_s
+        self._late = 0  # requests certain to miss the scheduling-delay SLO
+        self._late_ptr = 0
+        self._oldest = 0  # lowest id that may still be waiting, never scheduled
+        self.tbt = LogHistogram()
+        self.log = IterationLog()
+        self.prompt_limit = cfg.prompt_limit()
+        policy = POLICIES[cfg.policy]
+        pp = timer.num_stages
+        self.replicas = [
+            Replica(
+                env,
+                ReplicaState(i, reqs, cfg, num_blocks, pp, self.tbt, self._on_done),
+                policy,
+                timer,
+                self.log,
+                self.route_due,
+                self.stretch_until,
+                cfg.stretch,
+            )
+            for i in range(cfg.num_replicas)
+        ]
+        self._rr = 0
+        env.process(self.arrivals())
+        env.process(self.watchdog())
+
+    # -- arrivals and routing ----------------------------------------------------------------------
+    def arrivals(self):
+        env, arrived = self.env, self.reqs.arrived
+        while self.next < self.n:
+            t = arrived[self.next]
+            while t > env.now:
+                yield env.timeout(t - env.now)
+            self.route_due(env.now)
+
+    def route_due(self, now: float) -> None:
+        r = self.reqs
+        while self.next < self.n and r.arrived[self.next] <= now:
+            rid = self.next
+            self.next += 1
+            if r.prompt[rid] > self.prompt_limit:
+                r.status[rid] = IGNORED  # longer than the deployment accepts (Sarathi-Serve ignores it)
+                self._on_done(-1, rid)
+                continue
+            rep = self._pick()
+            r.replica[rid] = rep.index
+            rep.state.enqueue(rid)
+            rep.notify()
+
+    def _pick(self) -> Replica:
+        if self.cfg.router == "rr":
+            rep = self.replicas[self._rr % len(self.replicas)]
+            self._rr += 1
+            return rep
+        return min(self.replicas, key=lambda rep: rep.state.outstanding)  # ties: the lowest index
+
+    def stretch_until(self, now: float) -> float:
+        """The next time something outside a replica happens: an arrival or an overload check."""
+        nxt = self.reqs.arrived[self.next] if self.next < self.n else np.inf
+        return min(float(nxt), self.next_check)
+
+    def _on_done(self, replica: int, rid: int) -> None:
+        self.num_done += 1
+        if self.reqs.status[rid] == IGNORED:
+            self.num_ignored += 1
+        if self.num_done == self.n and not self.finished.triggered:
+            self.finished.succeed()
+
+    # -- overload ------------------------------------------------------------------------------------
+    def watchdog(self):
+        env, period = self.env, self.cfg.check_period_s
+        while True:
+            self.next_check = env.now + period
+            yield env.timeout(period)
+            if self._overloaded(env.now):
+                self.overloaded = True
+                if not self.finished.triggered:
+                    self.finished.succeed()
+                return
+            if self.next >= self.n and all(
+                rep.in_flight == 0 and not rep.state.waiting and not rep.state.num_running
+                for rep in self.replicas
+            ):
+                raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
+
+    def _overloaded(self, now: float) -> bool:
+        r, cfg = self.reqs, self.cfg
+        slo = cfg.sched_delay_slo_s
+        while self._late_ptr < self.next and r.arrived[self._late_ptr] < now - slo:
+            i = self._late_ptr
+            self._late_ptr += 1
+            s = r.scheduled[i]
+            if r.status[i] != IGNORED and (s != s or s - r.arrived[i] > slo):
+                self._late += 1
+        if 2 * self._late > self.n - self.num_ignored:
+            return True
+        while self._oldest < self.next and (
+            r.status[self._oldest] == IGNORED or r.scheduled[self._oldest] == r.scheduled[self._oldest]
+        ):
+            self._oldest += 1
+        return self._oldest < self.next and now - r.arrived[self._oldest] > cfg.overload_wait_s
+
+
+def simulate(
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    arrived_at: np.ndarray,
+    timer: BatchTimer,
+    num_blocks: int,
+    cfg: SimConfig,
+) -> RawRun:
+    """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica."""
+    cfg.validate()
+    prompt = np.asarray(prompt_tokens, dtype=np.int64)
+    output = np.asarray(output_tokens, dtype=np.int64)
+    arrived = np.asarray(arrived_at, dtype=np.float64)
+    if len(prompt) == 0:
+        raise SimserveError("the trace has no requests; pick a trace with at least one request")
+    if not len(prompt) == len(output) == len(arrived):
+        raise SimserveError("prompt, output and arrival arrays differ in length")
+    if (prompt < 1).any() or (output < 1).any():
+        raise SimserveError("every request needs at least one prompt and one output token")
+    if not np.isfinite(arrived).all() or (arrived < 0).any():
+        raise SimserveError("arrival times must be finite and non-negative")
+    order = np.argsort(arrived, kind="stable")  # ids in arrival order: FCFS is id order
+    prompt, output, arrived = prompt[order], output[order], arrived[order]
+    # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
+    output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
+    reqs = Requests(prompt, output, arrived)
+    env = simpy.Environment()
+    cluster = Cluster(env, reqs, cfg, timer, num_blocks)
+    env.run(until=cluster.finished)
+    return RawRun(
+        cfg, reqs, order, cluster.log, cluster.tbt, cluster.replicas, num_blocks, cluster.overloaded, env.now
+    )

@@ -1,0 +1,187 @@
+"""Tables and summary of a finished run: per request, per iteration, percentiles, throughput, MFU/MBU.
+
+Latency metrics cover completed requests (ignored ones are excluded, as in Sarathi-Serve). TBT is every
+gap between a request's consecutive output tokens, stalls, bubbles and preemptions included; the first
+token contributes no gap (Sarathi-Serve records a 0 there, one per request: leaving it out raises P99 TBT
+by well under 1%, and it is not a real gap). TBT percentiles come from a 0.1%-accurate log histogram.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from simserve.sim.cluster import RawRun
+from simserve.sim.histogram import LogHistogram
+from simserve.sim.request import DONE, IGNORED
+
+QUANTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Summary:
+    num_requests: int
+    completed: int
+    ignored: int
+    overloaded: bool
+    duration_s: float  # first arrival to last completion (or to the stop, when overloaded)
+    throughput_rps: float
+    throughput_tps: float  # output tokens per second
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p99_s: float
+    tbt_p50_s: float
+    tbt_p90_s: float
+    tbt_p99_s: float
+    tbt_mean_s: float
+    scheduling_delay_p50_s: float
+    scheduling_delay_p90_s: float
+    scheduling_delay_p99_s: float
+    e2e_p50_s: float
+    e2e_p90_s: float
+    e2e_p99_s: float
+    normalized_latency_p50_s: float  # end-to-end latency per output token
+    normalized_latency_p90_s: float
+    normalized_latency_p99_s: float
+    preemptions: int
+    num_iterations: int
+    kv_blocks_per_replica: int
+    mfu: float  # estimate: see estimate_utilization
+    mbu: float
+    stage_busy: tuple[float, ...]  # per (replica, stage), replica-major
+    stage_bubble: tuple[float, ...]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    requests: pd.DataFrame
+    iterations: pd.DataFrame
+    summary: Summary
+    tbt: LogHistogram
+
+    @property
+    def overloaded(self) -> bool:
+        return self.summary.overloaded
+
+
+def _pct(x: np.ndarray) -> list[float]:
+    if not len(x):
+        return [math.nan] * len(QUANTILES)
+    return [float(v) for v in np.percentile(x, QUANTILES)]
+
+
+def request_table(run: RawRun) -> pd.DataFrame:
+    r = run.reqs
+    gaps = np.maximum(r.generated - 1, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt_mean = np.where(gaps > 0, (r.last_token - r.first_token) / np.maximum(gaps, 1), np.nan)
+    df = pd.DataFrame(
+        {
+            "request_id": run.request_ids,
+            "replica": r.replica,
+            "arrived_at_s": r.arrived,
+            "scheduled_at_s": r.scheduled,
+            "first_token_at_s": r.first_token,
+            "completed_at_s": r.completed,
+            "prompt_tokens": r.prompt,
+            "output_tokens": r.output,
+            "preemptions": r.preemptions,
+            "tbt_mean_s": tbt_mean,
+            "tbt_max_s": np.where(gaps > 0, r.tbt_max, np.nan),
+            "status": pd.Categorical.from_codes(r.status, ["unfinished", "running", "completed", "ignored"]),
+        }
+    )
+    df.loc[df.status != "completed", "tbt_max_s"] = np.nan
+    df.loc[df.status != "completed", "tbt_mean_s"] = np.nan
+    return df
+
+
+def build_result(run: RawRun, dep=None) -> SimResult:
+    """Tables and summary; `dep` (a simserve Deployment) adds the MFU/MBU estimate."""
+    r = run.reqs
+    done = r.status == DONE
+    a, s, f, c = r.arrived[done], r.scheduled[done], r.first_token[done], r.completed[done]
+    out = r.output[done]
+    start = float(r.arrived[0])
+    duration = max(float(run.end_time) - start, 1e-12)
+    ttft, sched, e2e = _pct(f - a), _pct(s - a), _pct(c - a)
+    norm = _pct((c - a) / out)
+    iters = run.log.to_frame()
+    stage0 = iters[iters.stage == 0]
+    # Busy time from the table, clipped at the end: an overloaded run stops in the middle of iterations.
+    end = float(run.end_time)
+    clipped = np.minimum(iters.end_s.to_numpy(), end) - np.minimum(iters.start_s.to_numpy(), end)
+    per_stage = pd.Series(clipped).groupby([iters.replica.to_numpy(), iters.stage.to_numpy()]).sum()
+    busy = tuple(
+        min(1.0, float(per_stage.get((rep.index, s), 0.0)) / duration)
+        for rep in run.replicas
+        for s in range(rep.pp)
+    )
+    bubble = tuple(b / duration for rep in run.replicas for b in rep.bubble)
+    mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
+    bubble = tuple(float(x) for x in bubble)
+    summary = Summary(
+        num_requests=r.n,
+        completed=int(done.sum()),
+        ignored=int((r.status == IGNORED).sum()),
+        overloaded=run.overloaded,
+        duration_s=duration,
+        throughput_rps=float(done.sum()) / duration,
+        throughput_tps=float(out.sum()) / duration,
+        ttft_p50_s=ttft[0],
+        ttft_p90_s=ttft[1],
+        ttft_p99_s=ttft[2],
+        tbt_p50_s=run.tbt.quantile(0.5),
+        tbt_p90_s=run.tbt.quantile(0.9),
+        tbt_p99_s=run.tbt.quantile(0.99),
+        tbt_mean_s=run.tbt.mean(),
+        scheduling_delay_p50_s=sched[0],
+        scheduling_delay_p90_s=sched[1],
+        scheduling_delay_p99_s=sched[2],
+        e2e_p50_s=e2e[0],
+        e2e_p90_s=e2e[1],
+        e2e_p99_s=e2e[2],
+        normalized_latency_p50_s=norm[0],
+        normalized_latency_p90_s=norm[1],
+        normalized_latency_p99_s=norm[2],
+        preemptions=int(r.preemptions.sum()),
+        num_iterations=int(stage0.num_iterations.sum()),
+        kv_blocks_per_replica=run.num_blocks,
+        mfu=mfu,
+        mbu=mbu,
+        stage_busy=busy,
+        stage_bubble=bubble,
+    )
+    return SimResult(request_table(run), iters, summary, run.tbt)
+
+
+def estimate_utilization(run: RawRun, dep, duration: float) -> tuple[float, float]:
+    """MFU and MBU over the run, an estimate from simserve.ops: the four linear ops and attention for
+    FLOPs; weights, activations of the linear ops and KV reads for bytes. Elementwise ops, the embedding
+    and the LM head are left out, so both figures are slight underestimates."""
+    from simserve.ops import attention_shape, linear_ops
+
+    m = dep.model
+    ops = linear_ops(dep)
+    tokens = sum(rep.work.tokens for rep in run.replicas)
+    pairs = sum(rep.work.prefill_pairs + rep.work.decode_kv for rep in run.replicas)
+    kv_read = sum(rep.work.prefill_kv + rep.work.decode_kv for rep in run.replicas)
+    mbs = sum(rep.work.micro_batches for rep in run.replicas)
+    att = attention_shape(dep)
+    per_gpu_layers = dep.tp * m.num_layers  # every GPU of every stage runs its shard of its layers
+    flops = per_gpu_layers * (
+        sum(op.flops(1) for op in ops) * tokens + 4.0 * att.q_heads * att.head_dim * pairs
+    )
+    weights = sum(op.bytes(0, m.dtype_bytes) for op in ops)
+    act = sum(op.bytes(1, m.dtype_bytes) for op in ops) - weights
+    kv_token = 2 * m.dtype_bytes * att.kv_heads * att.head_dim
+    nbytes = per_gpu_layers * (weights * mbs + act * tokens + kv_token * kv_read)
+    gpus = dep.num_gpus * len(run.replicas)
+    mfu = flops / (duration * gpus * dep.gpu.peak_tflops * 1e12)
+    return float(mfu), float(nbytes / (duration * gpus * dep.gpu.hbm_gbps * 1e9))

@@ -1,0 +1,47 @@
+"""Per-request state, vLLM-v1 style: tokens computed versus tokens wanted.
+
+There is no prefill or decode phase flag. A request holds `num_tokens` (prompt plus the outputs sampled so
+far) and `computed` (tokens whose KV is in the cache). While `computed < target` it still needs prompt work
+(`target` is the request's length when it was last admitted: the prompt, or prompt plus outputs after a
+recompute preemption); once `computed == target` each step computes one token and samples the next one.
+The step that computes the last prompt token samples the first output token, so an output of D tokens takes
+the prefill step(s) plus D - 1 decode steps (Sarathi-Serve's accounting).
+
+State lives in numpy arrays indexed by request id (ids are in arrival order), so the hot decode path is a
+few vector operations per iteration and a million requests cost a few dozen bytes each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WAITING, RUNNING, DONE, IGNORED = 0, 1, 2, 3
+
+
+class Requests:
+    """Parallel arrays, one entry per request; the simulator's whole per-request memory."""
+
+    def __init__(self, prompt: np.ndarray, output: np.ndarray, arrived: np.ndarray):
+        n = len(prompt)
+        self.n = n
+        self.prompt = np.asarray(prompt, dtype=np.int64)
+        self.output = np.asarray(output, dtype=np.int64)
+        self.arrived = np.asarray(arrived, dtype=np.float64)
+        nan = np.full(n, np.nan)
+        self.scheduled = nan.copy()  # first time in a batch (a restart does not change it)
+        self.first_token = nan.copy()  # first output token (the user saw it; a re-prefill does not move it)
+        self.completed = nan.copy()
+        self.last_token = nan.copy()  # the gaps sum to last_token − first_token: no running sum kept
+        self.tbt_max = np.zeros(n)
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.target = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.blocks = np.zeros(n, dtype=np.int64)  # KV blocks held
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.epoch = np.zeros(n, dtype=np.int64)  # bumped by a preemption: stale in-flight work is dropped
+        self.inflight = np.zeros(n, dtype=bool)  # in a micro-batch that has not left the last stage
+        self.status = np.full(n, WAITING, dtype=np.int8)
+        self.replica = np.full(n, -1, dtype=np.int64)
+
+    def num_tokens(self, rid: int) -> int:
+        return int(self.prompt[rid] + self.generated[rid])

@@ -1,0 +1,133 @@
+"""Everything one simulation needs, by name, and `run_scenario(scenario, qps)`: the seam the CLI and the
+capacity search use. A Scenario is a picklable frozen dataclass; loading the trace, the predictor and the
+memory plan is cached per process, so a search that calls `run_scenario` many times pays for them once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from simserve.deployment import Deployment
+from simserve.errors import SimserveError
+from simserve.sim.cluster import simulate
+from simserve.sim.config import SimConfig
+from simserve.sim.metrics import SimResult, build_result
+from simserve.sim.replica import BatchTimer
+
+# The paper's max_seq_len per trace (Sarathi-Serve capacity_search config); other traces get 8192.
+MAX_MODEL_LEN = {"sharegpt": 8192, "chat": 8192, "arxiv": 16384, "arxiv_summarization": 16384}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model: str = "mistral-7b"
+    gpu: str = "a100"
+    tp: int = 1
+    pp: int = 1
+    node: str | None = None
+    network: str | None = None
+    trace: str = "sharegpt"  # a shipped trace name or a trace file path
+    num_requests: int = 2048
+    arrival: str = "poisson"  # poisson | poisson-clipped | gamma | replay
+    cv: float = 1.0  # gamma arrivals' coefficient of variation
+    policy: str = "sarathi"
+    budget: int | None = None
+    max_batch: int | None = None
+    num_replicas: int = 1
+    router: str = "rr"
+    seed: int = 0
+    max_model_len: int | None = None  # None: 8192 for sharegpt, 16384 for arxiv
+    memory_utilization: float = 0.85
+    profiles_root: str | None = None
+    time_scale: float = 1.0  # replay arrivals: multiply recorded times by this
+    stretch: bool = True
+
+    @property
+    def max_len(self) -> int:
+        return self.max_model_len or MAX_MODEL_LEN.get(self.trace, 8192)
+
+    def sim_config(self) -> SimConfig:
+        return SimConfig(
+            policy=self.policy,
+            budget=self.budget,
+            max_batch=self.max_batch,
+            max_model_len=self.max_len,
+            num_replicas=self.num_replicas,
+            router=self.router,
+            stretch=self.stretch,
+        ).validate()
+
+    def deployment(self) -> Deployment:
+        return _deployment(
+            self.model,
+            self.gpu,
+            self.tp,
+            self.pp,
+            self.node,
+            self.network,
+            self.memory_utilization,
+            self.max_len,
+        )
+
+
+def check_scenario(s: Scenario) -> int:
+    """Validate a scenario without simulating; returns its KV blocks per replica (SimserveError if it
+    does not fit, names an unknown policy/model/GPU, or has no requests)."""
+    cfg = s.sim_config()
+    if s.num_requests < 1:
+        raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
+    dep = s.deployment()
+    return _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
+
+
+def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None) -> SimResult:
+    """Simulate `s` at `qps` requests per second; `timer` overrides the profiled predictor."""
+    if not np.isfinite(qps) or qps <= 0:
+        raise SimserveError(f"--qps must be a positive request rate, got {qps}")
+    num_blocks = check_scenario(s)
+    cfg, dep = s.sim_config(), s.deployment()
+    if timer is None:
+        timer = _timer(dep, s.profiles_root)
+    if timer.num_stages != dep.pp:
+        raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
+    prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
+    from simserve.workload import arrival_times
+
+    arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
+    return build_result(simulate(prompt, output, arrived, timer, num_blocks, cfg), dep)
+
+
+@lru_cache(maxsize=16)
+def _deployment(model, gpu, tp, pp, node, network, util, max_len) -> Deployment:
+    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len)
+
+
+@lru_cache(maxsize=64)
+def _num_blocks(dep: Deployment, policy: str, budget: int | None, max_batch: int) -> int:
+    from simserve.memory import plan_memory, profile_tokens
+
+    return plan_memory(dep, profile_tokens(policy, dep.max_model_len, budget, max_batch)).num_blocks
+
+
+@lru_cache(maxsize=8)
+def _timer(dep: Deployment, profiles_root: str | None) -> BatchTimer:
+    from simserve.predictor import load_timer
+
+    return load_timer(dep, profiles_root)
+
+
+@lru_cache(maxsize=16)
+def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
+    """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests."""
+    from simserve.workload import load_trace
+
+    t = load_trace(trace, max_total_tokens=max_len)
+    if not len(t):
+        raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
+    t = t.head(n) if replay else t.sample(n, seed)
+    for a in (t.prompt_tokens, t.output_tokens) + ((t.arrived_at,) if t.arrived_at is not None else ()):
+        a.setflags(write=False)  # cached: shared by every later call in this process
+    return t.prompt_tokens, t.output_tokens, t.arrived_at

@@ -1,0 +1,222 @@
+"""The scheduling state of one replica and the bookkeeping every policy shares (no SimPy in here).
+
+`waiting` is FIFO (preempted requests go back to the front); `prefilling` and `decoding` together are
+Sarathi-Serve's `running`, each kept in FCFS order (request ids are in arrival order). A request moves
+waiting → prefilling (admitted: KV allocated) → decoding (prompt computed) → done, and back to the front of
+waiting when preempted (recompute: its KV is dropped and prompt plus outputs so far are prefilled again;
+it still emits exactly its output tokens in total).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from simserve.sim.config import SimConfig
+from simserve.sim.histogram import LogHistogram
+from simserve.sim.kvcache import BlockManager
+from simserve.sim.request import DONE, IGNORED, RUNNING, Requests
+
+
+class ReplicaState:
+    def __init__(
+        self,
+        index: int,
+        reqs: Requests,
+        cfg: SimConfig,
+        num_blocks: int,
+        pp: int,
+        tbt: LogHistogram,
+        on_done: Callable[[int, int], None],
+    ):
+        self.index = index
+        self.reqs = reqs
+        self.cfg = cfg
+        self.pp = pp
+        self.tbt = tbt
+        self.on_done = on_done  # (replica, request) when a request finishes or is ignored
+        self.dynamic = not cfg.reserves_max_len
+        self.kv = BlockManager(num_blocks, cfg.watermark if self.dynamic else 0.0)
+        self.block_size = cfg.block_size
+        self.reserve = -(-cfg.max_model_len // cfg.block_size)  # orca/fcfs: max length up front
+        self.budget = cfg.token_budget()
+        self.max_batch = cfg.batch_limit(pp)
+        self.prompt_limit = cfg.prompt_limit()
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[int] = []
+        self.decoding: list[int] = []
+        self._decoding_array: np.ndarray | None = None
+        self.turn_prefill = True  # chunked: whose turn it is (SimpleChunking alternates)
+        self.preemptions = 0  # total, on this replica
+        self.outstanding = 0  # routed here and not yet finished (the lor router's load)
+
+    # -- queries -----------------------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    def num_tokens(self, rid: int) -> int:
+        return int(self.reqs.prompt[rid] + self.reqs.generated[rid])
+
+    def admission_blocks(self, rid: int) -> int:
+        if not self.dynamic:
+            return self.reserve
+        return -(-self.num_tokens(rid) // self.block_size)
+
+    def paused_decodes(self) -> np.ndarray:
+        """Decoding requests not in a micro-batch in flight, in FCFS order."""
+        if self._decoding_array is None:
+            self._decoding_array = np.array(self.decoding, dtype=np.int64)
+        dec = self._decoding_array
+        if self.pp > 1 and len(dec):
+            dec = dec[~self.reqs.inflight[dec]]
+        return dec
+
+    # -- transitions -------------------------------------------------------------------------------
+    def enqueue(self, rid: int) -> None:
+        self.waiting.append(rid)
+        self.outstanding += 1
+
+    def drop_too_long(self) -> None:
+        """Ignore head requests longer than the prompt limit (Sarathi-Serve's FINISHED_IGNORED)."""
+        while self.waiting and self.num_tokens(self.waiting[0]) > self.prompt_limit:
+            rid = self.waiting.popleft()
+            self.reqs.status[rid] = IGNORED
+            self.outstanding -= 1
+            self.on_done(self.index, rid)
+
+    def drop_unfittable(self) -> None:
+        """Nothing is resident and the head still cannot be admitted: it never will be (its KV exceeds
+        the pool less the watermark). Ignore it rather than stall the replica forever."""
+        rid = self.waiting.popleft()
+        self.reqs.status[rid] = IGNORED
+        self.outstanding -= 1
+        self.on_done(self.index, rid)
+
+    def admit_head(self, now: float) -> int:
+        """Move the head of waiting into the running set with its KV blocks; returns its id."""
+        r = self.reqs
+        rid = self.waiting.popleft()
+        blocks = self.admission_blocks(rid)
+        self.kv.allocate(blocks)
+        r.blocks[rid] = blocks
+        r.computed[rid] = 0
+        r.target[rid] = self.num_tokens(rid)
+        r.status[rid] = RUNNING
+        if r.scheduled[rid] != r.scheduled[rid]:  # NaN: first admission
+            r.scheduled[rid] = now
+        bisect.insort(self.prefilling, rid)
+        return rid
+
+    def preempt(self, rid: int) -> None:
+        """Recompute preemption: drop the KV, go to the front of waiting."""
+        r = self.reqs
+        self.kv.release(int(r.blocks[rid]))
+        r.blocks[rid] = 0
+        r.computed[rid] = 0
+        r.preemptions[rid] += 1
+        # A micro-batch in flight that holds it will not count its work; until that micro-batch leaves the
+        # pipeline the request stays marked in flight and cannot be admitted again (see policies.py).
+        r.epoch[rid] += 1
+        self._remove(rid)
+        self.waiting.appendleft(rid)
+        self.preemptions += 1
+
+    def _remove(self, rid: int) -> None:
+        i = bisect.bisect_left(self.decoding, rid)
+        if i < len(self.decoding) and self.decoding[i] == rid:
+            del self.decoding[i]
+            self._decoding_array = None
+        else:
+            self.prefilling.remove(rid)
+
+    def finish(self, rid: int, now: float) -> None:
+        r = self.reqs
+        r.completed[rid] = now
+        r.status[rid] = DONE
+        self.kv.release(int(r.blocks[rid]))
+        r.blocks[rid] = 0
+        self.outstanding -= 1
+        self.on_done(self.index, rid)
+
+    # -- the decode part of a batch: KV growth and preemption ----------------------------------------
+    def schedule_decodes(self) -> np.ndarray:
+        """All paused decodes, each with room for one more token; preempts the youngest when out of blocks."""
+        dec = self.paused_decodes()
+        if not self.dynamic or not len(dec):
+            return dec
+        r = self.reqs
+        need = r.computed[dec] % self.block_size == 0  # the next token starts a new block
+        n_need = int(np.count_nonzero(need))
+        if self.kv.free - n_need >= 1:  # every can_append_slot check in the loop below would pass
+            self.kv.allocate(n_need)
+            r.blocks[dec[need]] += 1
+            return dec
+        return self._schedule_decodes_preempting()
+
+    def _schedule_decodes_preempting(self) -> np.ndarray:
+        """Sarathi-Serve's loop: visit running in FCFS order; while no free block, preempt the youngest
+        request not yet visited (in flight or not), or the request itself when none is left."""
+        r = self.reqs
+        todo = deque(sorted(self.prefilling + self.decoding))
+        out: list[int] = []
+        while todo:
+            rid = todo.popleft()
+            if r.inflight[rid] or r.computed[rid] < r.target[rid]:
+                continue  # in flight: carried over; partial prefill: deferred to the prefill phase
+            while not self.kv.can_append_slot():
+                victim = todo.pop() if todo else rid
+                self.preempt(victim)
+                if victim == rid:
+                    break
+            else:
+                if r.computed[rid] % self.block_size == 0:
+                    self.kv.allocate(1)
+                    r.blocks[rid] += 1
+                out.append(rid)
+        return np.array(out, dtype=np.int64)
+
+    # -- results of a finished micro-batch ----------------------------------------------------------
+    def complete_chunk(self, rid: int, chunk: int, now: float) -> None:
+        """A prefill chunk left the last stage; the last one samples a token."""
+        r = self.reqs
+        r.computed[rid] += chunk
+        if r.computed[rid] < r.target[rid]:
+            return
+        r.generated[rid] += 1
+        last = r.last_token[rid]
+        if last == last:  # a re-prefill after preemption: the whole wait is one gap
+            gap = now - last
+            r.tbt_max[rid] = max(r.tbt_max[rid], gap)
+            self.tbt.add(gap)
+        else:
+            r.first_token[rid] = now
+        r.last_token[rid] = now
+        self.prefilling.remove(rid)
+        if r.generated[rid] >= r.output[rid]:
+            self.finish(rid, now)
+        else:
+            bisect.insort(self.decoding, rid)
+            self._decoding_array = None
+
+    def complete_decodes(self, dec: np.ndarray, now: float) -> None:
+        """Each request in `dec` computed one token and sampled the next."""
+        r = self.reqs
+        r.computed[dec] += 1
+        gen = r.generated[dec] + 1
+        r.generated[dec] = gen
+        gaps = now - r.last_token[dec]
+        r.last_token[dec] = now
+        worst = r.tbt_max[dec]
+        if (gaps > worst).any():
+            r.tbt_max[dec] = np.maximum(worst, gaps)
+        self.tbt.add_many(gaps)
+        done = gen >= r.output[dec]
+        if done.any():
+            for rid in dec[done].tolist():
+                self.decoding.remove(rid)
+                self.finish(rid, now)
+            self._decoding_array = None

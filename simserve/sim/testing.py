@@ -1,0 +1,54 @@
+"""Small batch timers with the predictor's interface, for tests and hand-checkable examples.
+
+A timer answers "how long does this batch take on this pipeline stage". The real one is
+`simserve.predictor.load_timer`; these two are simple enough to check a simulation by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class ConstantTimer:
+    """Every iteration on every stage takes `seconds`, whatever the batch."""
+
+    def __init__(self, seconds: float, num_stages: int = 1):
+        if seconds <= 0:
+            raise ValueError(f"seconds must be positive, got {seconds}")
+        self.seconds = float(seconds)
+        self.num_stages = num_stages
+
+    def __call__(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+    ) -> float:
+        return self.seconds
+
+    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
+        return np.full(len(kv_sums), self.seconds)
+
+
+class LinearTimer:
+    """seconds = a + b·tokens + c·kv, where tokens = prefill chunk tokens + decodes and kv = KV tokens read.
+
+    A prefill chunk of c tokens over a prefix of p reads p + c KV tokens; a decode reads its context.
+    `decode_stretch` uses the same formula, so the fast and the step-by-step paths agree to the last bit.
+    """
+
+    def __init__(self, a: float, b: float, c: float, num_stages: int = 1):
+        self.a, self.b, self.c = float(a), float(b), float(c)
+        self.num_stages = num_stages
+
+    def __call__(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+    ) -> float:
+        tokens = len(decode_kv)
+        kv = int(np.sum(decode_kv)) if len(decode_kv) else 0
+        for chunk, prefix in prefills:
+            tokens += chunk
+            kv += prefix + chunk
+        return self.a + self.b * tokens + self.c * kv
+
+    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
+        return self.a + self.b * num_decodes + self.c * np.asarray(kv_sums, dtype=np.float64)
