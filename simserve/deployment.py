@@ -68,7 +68,9 @@ class Deployment:
                 f"tensor parallelism across nodes is not modeled: lower --tp and raise --pp"
             )
         if dep.num_nodes > 1 and network is None:
-            dep = cls(model, gpu, tp, pp, node, NETWORKS.get("ethernet-100g"), memory_utilization, max_model_len)
+            dep = cls(
+                model, gpu, tp, pp, node, NETWORKS.get("ethernet-100g"), memory_utilization, max_model_len
+            )
         return dep
 
     @property

@@ -13,7 +13,9 @@ def test_model_aliases_resolve_case_insensitively(alias, name):
     assert ModelSpec.from_name(alias).name == name
 
 
-@pytest.mark.parametrize("alias,name", [("a100", "A100-80GB"), ("A40", "A40-48GB"), ("h100", "H100-SXM"), ("h200", "H200")])
+@pytest.mark.parametrize(
+    "alias,name", [("a100", "A100-80GB"), ("A40", "A40-48GB"), ("h100", "H100-SXM"), ("h200", "H200")]
+)
 def test_gpu_aliases(alias, name):
     assert GPUSpec.from_name(alias).name == name
 
@@ -36,7 +38,12 @@ def test_parameter_counts_match_published_sizes(name, billions):
 
 def test_falcon_is_gelu_layernorm_parallel():
     falcon = ModelSpec.from_name("falcon-180b")
-    assert (falcon.activation, falcon.norm, falcon.parallel_attn_mlp, falcon.head_dim) == ("gelu", "layernorm", True, 64)
+    assert (falcon.activation, falcon.norm, falcon.parallel_attn_mlp, falcon.head_dim) == (
+        "gelu",
+        "layernorm",
+        True,
+        64,
+    )
 
 
 def test_user_catalog_file_adds_model_and_gpu(tmp_path):

@@ -33,7 +33,9 @@ def test_weights_split_by_tp_and_pp():
 
 def test_kv_pool_by_policy_orders_as_activation_peaks():
     dep = Deployment.create("mistral-7b", "a100")
-    blocks = {p: plan_memory(dep, profile_tokens(p, 8192, 512, 16)).num_blocks for p in ("sarathi", "vllm", "orca")}
+    blocks = {
+        p: plan_memory(dep, profile_tokens(p, 8192, 512, 16)).num_blocks for p in ("sarathi", "vllm", "orca")
+    }
     assert blocks["sarathi"] > blocks["vllm"] > blocks["orca"]
     # usable 85% of 79.15 GiB minus 13.5 GiB of weights leaves ~53 GiB of 2 MiB blocks
     assert 26_000 < blocks["sarathi"] < 28_000
@@ -47,7 +49,9 @@ def test_does_not_fit_names_the_numbers():
     assert "does not fit" in msg and "weights 334.4 GiB" in msg and "--tp" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("tp,pp,problem", [(3, 1, "does not divide"), (1, 3, "does not divide"), (0, 1, "at least 1")])
+@pytest.mark.parametrize(
+    "tp,pp,problem", [(3, 1, "does not divide"), (1, 3, "does not divide"), (0, 1, "at least 1")]
+)
 def test_bad_parallelism(tp, pp, problem):
     with pytest.raises(SimserveError, match=problem):
         Deployment.create("mistral-7b", "a100", tp=tp, pp=pp)

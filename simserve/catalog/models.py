@@ -34,7 +34,9 @@ class ModelSpec:
         if self.hidden % self.num_heads:
             raise ValueError(f"hidden {self.hidden} is not a multiple of num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+            raise ValueError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
+            )
 
     @classmethod
     def from_name(cls, name: str) -> ModelSpec:

@@ -62,7 +62,9 @@ def _read_mapping(path: Path) -> dict[str, Any]:
 
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise SimserveError(f"catalog file {path} does not exist; pass an existing .yaml or .toml file") from None
+        raise SimserveError(
+            f"catalog file {path} does not exist; pass an existing .yaml or .toml file"
+        ) from None
     except Exception as exc:  # yaml/toml syntax errors carry useful positions
         raise SimserveError(f"catalog file {path} could not be parsed: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
@@ -108,7 +110,9 @@ def load_catalog_file(path: str | os.PathLike) -> list[str]:
     }
     unknown = sorted(set(data) - set(kinds))
     if unknown:
-        raise SimserveError(f"catalog file {path}: unknown section(s) {', '.join(unknown)}; use {', '.join(kinds)}")
+        raise SimserveError(
+            f"catalog file {path}: unknown section(s) {', '.join(unknown)}; use {', '.join(kinds)}"
+        )
     added = []
     for section, entries in data.items():
         table, cls = kinds[section]

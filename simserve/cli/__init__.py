@@ -20,7 +20,9 @@ app = typer.Typer(
 @app.callback()
 def _options(
     catalog: list[str] = typer.Option(
-        [], "--catalog", help="YAML/TOML file adding models, GPUs, nodes or networks (repeatable; also $SIMSERVE_CATALOG)."
+        [],
+        "--catalog",
+        help="YAML/TOML file adding models, GPUs, nodes or networks (repeatable; also $SIMSERVE_CATALOG).",
     ),
 ) -> None:
     from simserve.catalog.table import load_catalog_file, load_env_catalogs

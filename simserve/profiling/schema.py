@@ -73,7 +73,9 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
     """Check columns and values: a missing column, a non-number, NaN or a negative time is an error."""
     missing = [c for c in TABLES[table] if c not in df.columns]
     if missing:
-        raise SimserveError(f"{where}: missing column(s) {', '.join(missing)}; expected {', '.join(TABLES[table])}")
+        raise SimserveError(
+            f"{where}: missing column(s) {', '.join(missing)}; expected {', '.join(TABLES[table])}"
+        )
     if df.empty:
         raise SimserveError(f"{where}: no rows; re-run `simserve profile` to regenerate it")
     numeric = [c for c in TABLES[table] if c not in ("op", "phase", "link")]
@@ -104,13 +106,17 @@ def read_profile(path: str | Path) -> Profile:
         try:
             df = pd.read_csv(f)
         except Exception as exc:
-            raise SimserveError(f"{f} is not a readable CSV ({str(exc).splitlines()[0]}); re-run `simserve profile`") from None
+            raise SimserveError(
+                f"{f} is not a readable CSV ({str(exc).splitlines()[0]}); re-run `simserve profile`"
+            ) from None
         tables[table] = validate_table(df, table, str(f))
     prov_file = path / PROVENANCE
     try:
         provenance = json.loads(prov_file.read_text())
     except FileNotFoundError:
-        raise SimserveError(f"profile {path} is missing {PROVENANCE}; re-run `simserve profile` for it") from None
+        raise SimserveError(
+            f"profile {path} is missing {PROVENANCE}; re-run `simserve profile` for it"
+        ) from None
     except json.JSONDecodeError as exc:
         raise SimserveError(f"{prov_file} is not valid JSON ({exc}); re-run `simserve profile`") from None
     return Profile(path, provenance=provenance, **tables)
