@@ -1,0 +1,91 @@
+"""Wall time of the default sweep and of one capacity search (docs/tuning.md records the output).
+
+    python benchmarks/bench_sweep.py                 # default sweep (cold cache, then warm), one search
+    python benchmarks/bench_sweep.py --requests 2048 # also the paper's 2048-request trials
+
+Cold runs use a fresh cache directory, so every probe is simulated; "warm" reruns the same sweep on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def one_search(requests: int) -> tuple[float, int, float]:
+    """(wall seconds, probes, capacity) of one Sarathi-512 search, in this process, no cache."""
+    from simserve.sim.scenario import Scenario
+    from simserve.tune.capacity import SLO
+    from simserve.tune.jobs import CapacityTask, solve
+
+    task = CapacityTask(
+        Scenario(
+            model="mistral-7b",
+            gpu="a100",
+            trace="sharegpt",
+            num_requests=requests,
+            policy="sarathi",
+            budget=512,
+            max_batch=128,
+        ),
+        SLO(0.1),
+    )
+    t0 = time.perf_counter()
+    result = solve(task)
+    return time.perf_counter() - t0, len(result.probes), result.capacity_qps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, nargs="*", default=[], help="extra request counts to time")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    env = dict(os.environ)
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"python {platform.python_version()}; workers={args.workers}"
+    )
+    print("| what | command | wall time (s) |\n|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for requests in [None, *args.requests]:
+            cache, out = Path(tmp) / f"cache-{requests}", Path(tmp) / f"out-{requests}"
+            cmd = [
+                "simserve",
+                "sweep",
+                "--slo",
+                "0.1",
+                "--workers",
+                str(args.workers),
+                "--cache",
+                str(cache),
+                "--out",
+                str(out),
+            ]
+            if requests is not None:
+                cmd += ["--requests", str(requests)]
+            shown = "simserve sweep --slo 0.1" + (f" --requests {requests}" if requests else "")
+            cold = timed(cmd, env)
+            warm = timed(cmd, env)
+            print(f"| default sweep, cold cache | `{shown} --workers {args.workers}` | {cold:.1f} |")
+            print(f"| same sweep, warm cache | (rerun) | {warm:.1f} |")
+    for requests in [1024, *args.requests]:
+        wall, probes, cap = one_search(requests)
+        print(
+            f"| one capacity search (sarathi-512, {requests} requests; {probes} probes, "
+            f"capacity {cap:.3g} qps) | `solve(CapacityTask(...))` | {wall:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

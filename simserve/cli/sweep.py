@@ -1,0 +1,210 @@
+"""`simserve sweep` (capacity per policy and token budget) and `simserve regress` (capacity regression check)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from simserve.cli import app
+from simserve.errors import SimserveError
+
+# Requests per simulation in the default sweep. The paper used 2048; 1024 keeps the default sweep within its
+# one-minute target on 2 cores at the price of a noisier P99 (docs/tuning.md measures the difference).
+DEFAULT_REQUESTS = 1024
+# Beside the predictor cache: $SIMSERVE_CACHE/probes (default ~/.cache/simserve/probes).
+DEFAULT_CACHE = Path(os.environ.get("SIMSERVE_CACHE") or Path.home() / ".cache" / "simserve") / "probes"
+
+
+def _numbers(text: str, kind: type, option: str) -> tuple:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = tuple(kind(p) for p in parts)
+    except ValueError:
+        raise SimserveError(f"{option} takes a comma-separated list of numbers, got {text!r}") from None
+    if not values:
+        raise SimserveError(f"{option} is empty; give at least one value, e.g. {option} 512")
+    return values
+
+
+def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) -> object:
+    """The sweep's base scenario: simulator defaults, overridden by the options the user gave."""
+    given = {k: v for k, v in given.items() if v is not None}
+    if toy:
+        from simserve.tune.toy import ToyScenario
+
+        return ToyScenario(num_requests=int(given.get("num_requests", 256)))
+    try:
+        from simserve.sim.scenario import Scenario
+    except ImportError:
+        raise SimserveError(
+            "the simulator (simserve.sim.scenario) is not installed in this checkout"
+        ) from None
+    fields = {f.name for f in dataclasses.fields(Scenario)}
+    if "sched_delay_slo_s" in fields:
+        given["sched_delay_slo_s"] = delay_slo_s
+    elif delay_slo_s > 2.0:
+        # NOTE: the simulator's overload rule stops a run once its median scheduling delay must exceed 2 s.
+        print(
+            "note: the simulator stops runs whose median scheduling delay must exceed 2 s, and such runs count "
+            f"as failures: with --delay-slo {delay_slo_s:g} capacities may be underestimated",
+            file=sys.stderr,
+        )
+    return Scenario(**given)
+
+
+@app.command()
+def sweep(
+    slo: float = typer.Option(0.1, "--slo", help="P99 time-between-tokens SLO in seconds."),
+    slo_grid: str | None = typer.Option(
+        None,
+        "--slo-grid",
+        help="Several TBT SLOs (e.g. 0.05,0.1,0.2,0.5,1.0): the latency–throughput tradeoff.",
+    ),
+    tbt_quantile: float = typer.Option(0.99, "--tbt-quantile", help="Which TBT quantile the SLO bounds."),
+    delay_slo: float = typer.Option(2.0, "--delay-slo", help="Scheduling-delay SLO in seconds."),
+    delay_quantile: float = typer.Option(0.5, "--delay-quantile", help="Which scheduling-delay quantile."),
+    ttft_slo: float | None = typer.Option(None, "--ttft-slo", help="Also bound TTFT (seconds)."),
+    ttft_quantile: float = typer.Option(
+        0.99, "--ttft-quantile", help="Which TTFT quantile --ttft-slo bounds."
+    ),
+    model: str = typer.Option("mistral-7b", "--model"),
+    gpu: str = typer.Option("a100", "--gpu"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    node: str | None = typer.Option(None, "--node", help="The GPU box (default: the GPU's paper testbed)."),
+    network: str | None = typer.Option(
+        None, "--network", help="Between nodes, when a replica spans several."
+    ),
+    trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
+    requests: int = typer.Option(DEFAULT_REQUESTS, "--requests", help="Requests per simulation."),
+    policies: str = typer.Option("fcfs,orca,vllm,sarathi", "--policies"),
+    budgets: str = typer.Option(
+        "256,257,512,513,1024,2048",
+        "--budgets",
+        help="Token budgets for sarathi/chunked; 'tiles' = 128…2049 with +1 neighbours.",
+    ),
+    max_batch: str = typer.Option(
+        "128", "--max-batch", help="Max batch for sarathi/chunked/hybrid (a list)."
+    ),
+    vllm_max_batch: str | None = typer.Option(
+        None,
+        "--vllm-max-batch",
+        help="Max batch for vllm (a list; default --max-batch, or 32,64,128 with --slo-grid).",
+    ),
+    orca_max_batch: int | None = typer.Option(
+        None,
+        "--orca-max-batch",
+        help="Max batch for orca and fcfs (default: the paper's 16, or 8 with --pp > 1).",
+    ),
+    seeds: int = typer.Option(1, "--seeds", help="Seeds per point (capacity reported as mean ± spread)."),
+    seed: int = typer.Option(0, "--seed", help="The first seed."),
+    tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
+    start_qps: float = typer.Option(1.0, "--start-qps", help="The search's first probe."),
+    out: Path = typer.Option(Path("sweep-out"), "--out", help="Output directory (replaced atomically)."),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
+    cache: Path = typer.Option(
+        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
+    no_plots: bool = typer.Option(False, "--no-plots"),
+    toy: bool = typer.Option(
+        False, "--toy", hidden=True, help="Closed-form test model instead of the simulator."
+    ),
+) -> None:
+    """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
+    from simserve.tune.capacity import SLO
+    from simserve.tune.report import summary_table, write_outputs
+    from simserve.tune.sweep import TILE_BUDGETS, SweepSpec, run_sweep
+
+    if requests < 1:
+        raise SimserveError(f"--requests must be at least 1, got {requests}")
+    if seeds < 1:
+        raise SimserveError(f"--seeds must be at least 1, got {seeds}")
+    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid else (slo,)
+    # The first SLO is the primary one (the table's order, the latency CDFs): --slo when the grid has it.
+    slos_s = tuple(sorted(set(slos_s), key=lambda s: (s != slo, s)))
+    slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile) for s in slos_s)
+    budget_list = (
+        TILE_BUDGETS
+        if budgets.strip() == "tiles"
+        else (_numbers(budgets, int, "--budgets") if budgets.strip() else ())
+    )
+    batches = _numbers(max_batch, int, "--max-batch")
+    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch else None
+    if slo_grid and vllm_batches is None:
+        vllm_batches = (32, 64, 128)
+    base = base_scenario(
+        toy,
+        delay_slo,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        pp=pp,
+        node=node,
+        network=network,
+        trace=trace,
+        num_requests=requests,
+    )
+    spec = SweepSpec(
+        base,
+        policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
+        budgets=budget_list,
+        max_batches=batches,
+        reserving_max_batch=orca_max_batch or (8 if pp > 1 else 16),
+        vllm_max_batches=vllm_batches,
+        seeds=tuple(range(seed, seed + seeds)),
+        slos=slos,
+        tolerance=tolerance,
+        start_qps=start_qps,
+    )
+    result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)
+    written = write_outputs(result, out, plots=not no_plots)
+    console = Console(soft_wrap=True)
+    console.print(summary_table(result))
+    s = result.stats
+    console.print(
+        f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "
+        f"in {s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/"
+    )
+    for msg in sorted(set(result.rows["message"]) - {""}):
+        console.print(f"[yellow]note:[/yellow] {msg}")
+
+
+@app.command()
+def regress(
+    baseline: Path = typer.Option(
+        Path("regress/baseline.json"), "--baseline", help="The committed baseline."
+    ),
+    update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
+    executor: str = typer.Option("local", "--executor"),
+    workers: int | None = typer.Option(None, "--workers"),
+    cache: Path = typer.Option(DEFAULT_CACHE, "--cache"),
+    no_cache: bool = typer.Option(False, "--no-cache"),
+) -> None:
+    """Recompute the capacities of a few fixed configurations and compare them with the baseline."""
+    from simserve.tune.regress import check, write_baseline
+
+    cache_dir = None if no_cache else cache
+    console = Console(soft_wrap=True)
+    if update:
+        doc = write_baseline(baseline, executor, workers, cache_dir)
+        for name, case in doc["cases"].items():
+            console.print(f"{name}: {case['capacity_qps']:.4g} qps")
+        console.print(f"wrote {baseline}")
+        return
+    report = check(baseline, executor, workers, cache_dir)
+    for line in report.lines:
+        console.print(line, highlight=False)
+    if report.failed:
+        console.print(
+            f"[red]capacity moved beyond tolerance in {len(report.failed)} case(s)[/red]; if intended, "
+            f"run `simserve regress --update` and commit {baseline}"
+        )
+        raise typer.Exit(1)

@@ -1,0 +1,216 @@
+"""Capacity search: the highest request rate a configuration serves within its latency SLOs.
+
+The search sees the simulator only as a `simulate(qps) -> metrics` callable (a flat mapping of floats), so it
+runs against the real simulator, a cached replay of earlier runs, or a closed-form test model alike.
+
+Algorithm (docs/tuning.md): probe `start_qps`; if it passes, double until a probe fails, otherwise halve until
+one passes (or the rate falls below `start_qps / 2**max_halvings`: then no load meets the SLO and capacity is
+0); then bisect the bracket [passing, failing] until its width is at most `tolerance` × the passing rate. The
+capacity is the highest passing rate probed. An overloaded run (the simulator gave up on it) is a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from simserve.errors import SimserveError
+
+Metrics = Mapping[str, float]
+Simulate = Callable[[float], Metrics]
+
+
+def quantile_key(metric: str, q: float) -> str:
+    """The metrics key of a quantile: ("tbt", 0.99) → "tbt_p99_s", ("ttft", 0.999) → "ttft_p99.9_s"."""
+    return f"{metric}_p{100 * q:.10g}_s"
+
+
+_LABEL = {"tbt": "TBT", "scheduling_delay": "scheduling delay", "ttft": "TTFT"}
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency objectives a load must meet; the paper's capacity is P99 TBT ≤ SLO and median delay ≤ 2 s."""
+
+    tbt_s: float | None = 0.1
+    tbt_quantile: float = 0.99
+    scheduling_delay_s: float | None = 2.0
+    scheduling_delay_quantile: float = 0.5
+    ttft_s: float | None = None
+    ttft_quantile: float = 0.99
+
+    def __post_init__(self) -> None:
+        for name in ("tbt", "scheduling_delay", "ttft"):
+            limit, q = getattr(self, f"{name}_s"), getattr(self, f"{name}_quantile")
+            if limit is not None and not (limit > 0 and math.isfinite(limit)):
+                raise SimserveError(
+                    f"the {_LABEL[name]} SLO must be a positive number of seconds, got {limit}"
+                )
+            if not 0 < q < 1:
+                raise SimserveError(f"the {_LABEL[name]} quantile must be in (0, 1), e.g. 0.99; got {q}")
+        if self.tbt_s is None and self.ttft_s is None:
+            raise SimserveError("give at least one latency SLO: --slo (P99 TBT) or --ttft-slo")
+
+    def limits(self) -> list[tuple[str, str, float]]:
+        """(metrics key, human label, limit in seconds) for every objective that is set."""
+        out = []
+        for name in ("tbt", "scheduling_delay", "ttft"):
+            limit, q = getattr(self, f"{name}_s"), getattr(self, f"{name}_quantile")
+            if limit is not None:
+                out.append((quantile_key(name, q), f"P{100 * q:.10g} {_LABEL[name]}", limit))
+        return out
+
+    def check(self, metrics: Metrics) -> tuple[bool, str]:
+        """(passed, reason): the reason names the first objective missed and by how much."""
+        if metrics.get("overloaded"):
+            return False, "overloaded (the run was stopped: requests queue without bound)"
+        for key, label, limit in self.limits():
+            value = metrics.get(key)
+            if value is None:
+                raise KeyError(f"the simulation did not report {key!r}, which the SLO {label} needs")
+            value = float(value)
+            # NaN: no request reached that point (e.g. none completed), so the objective is not met.
+            if math.isnan(value) or value > limit:
+                return False, f"{label} {value:.4g} s > {limit:.4g} s"
+        return True, ""
+
+    def describe(self) -> str:
+        return " and ".join(f"{label} ≤ {limit:g} s" for _, label, limit in self.limits())
+
+
+@dataclass(frozen=True)
+class Probe:
+    qps: float
+    passed: bool
+    reason: str  # "" when passed
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    capacity_qps: float
+    probes: tuple[Probe, ...]
+    slo: SLO
+    tolerance: float
+    message: str = ""  # why the capacity is 0, or why the search stopped early
+
+    @property
+    def metrics_at_capacity(self) -> dict[str, float]:
+        """The metrics of the highest passing probe (empty when nothing passed)."""
+        passing = [p for p in self.probes if p.passed and p.qps == self.capacity_qps]
+        return dict(passing[-1].metrics) if passing else {}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CapacityResult:
+        probes = tuple(Probe(**p) for p in d["probes"])
+        return cls(d["capacity_qps"], probes, SLO(**d["slo"]), d["tolerance"], d.get("message", ""))
+
+
+def _round_qps(qps: float) -> float:
+    # Six significant digits: probe rates (and so cache keys) are the same on every machine.
+    return float(f"{qps:.6g}")
+
+
+def find_capacity(
+    simulate: Simulate,
+    slo: SLO,
+    start_qps: float = 1.0,
+    tolerance: float = 0.025,
+    max_probes: int = 30,
+    max_halvings: int = 10,
+) -> CapacityResult:
+    """The highest QPS meeting `slo`, by bracketing and bisection to a relative `tolerance`.
+
+    Assumes pass/fail is monotone in load (true of a fixed-seed replay up to simulation noise). Terminates in
+    at most `max_probes` probes; an SLO that fails even at `start_qps / 2**max_halvings` gives capacity 0.
+    """
+    if not start_qps > 0:
+        raise SimserveError(f"the starting rate must be positive, got {start_qps} qps")
+    if not 0 < tolerance < 1:
+        raise SimserveError(f"the search tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
+    probes: list[Probe] = []
+
+    def probe(qps: float) -> Probe:
+        metrics = {k: float(v) for k, v in simulate(qps).items()}
+        passed, reason = slo.check(metrics)
+        p = Probe(qps, passed, reason, metrics)
+        probes.append(p)
+        return p
+
+    def result(capacity: float, message: str = "") -> CapacityResult:
+        return CapacityResult(capacity, tuple(probes), slo, tolerance, message)
+
+    qps = _round_qps(start_qps)
+    first = probe(qps)
+    if first.passed:
+        lo = qps
+        while True:  # bracket upwards
+            qps = _round_qps(lo * 2)
+            if len(probes) >= max_probes:
+                return result(lo, f"still meeting the SLO at {lo:g} qps after {max_probes} probes")
+            if probe(qps).passed:
+                lo = qps
+            else:
+                hi = qps
+                break
+    else:
+        hi = qps
+        halvings = 0
+        while True:  # bracket downwards
+            qps = _round_qps(hi / 2)
+            halvings += 1
+            if halvings > max_halvings:
+                lowest = probes[-1]
+                return result(
+                    0.0,
+                    f"no load meets {slo.describe()}: even at {lowest.qps:.3g} qps {lowest.reason}; "
+                    f"the SLO is below what one request alone gets (e.g. one decode iteration)",
+                )
+            if probe(qps).passed:
+                lo = qps
+                break
+            hi = qps
+    while hi - lo > tolerance * lo and len(probes) < max_probes:
+        qps = _round_qps((lo + hi) / 2)
+        if qps in (lo, hi):  # rounding has met the bracket: it is as narrow as rates get
+            break
+        if probe(qps).passed:
+            lo = qps
+        else:
+            hi = qps
+    return result(lo)
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """Capacity over simulation seeds: its mean and how far single seeds fall from it."""
+
+    capacities: tuple[float, ...]
+    mean: float = field(init=False)
+    std: float = field(init=False)
+    min: float = field(init=False)
+    max: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.capacities
+        if not c:
+            raise ValueError("SeedSpread needs at least one capacity")
+        object.__setattr__(self, "mean", statistics.fmean(c))
+        object.__setattr__(self, "std", statistics.stdev(c) if len(c) > 1 else 0.0)
+        object.__setattr__(self, "min", min(c))
+        object.__setattr__(self, "max", max(c))
+
+
+def capacity_over_seeds(
+    simulate_for_seed: Callable[[int], Simulate], seeds: Sequence[int], slo: SLO, **search: float
+) -> tuple[SeedSpread, list[CapacityResult]]:
+    """One search per seed (each its own arrival and request sample); the spread says how much to trust one."""
+    if not seeds:
+        raise SimserveError("give at least one seed")
+    results = [find_capacity(simulate_for_seed(s), slo, **search) for s in seeds]  # type: ignore[arg-type]
+    return SeedSpread(tuple(r.capacity_qps for r in results)), results

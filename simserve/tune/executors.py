@@ -1,0 +1,134 @@
+"""Where independent jobs run: in this process, in local worker processes, or as Ray tasks on a cluster.
+
+`Runner.map(fn, jobs)` submits every job at once and yields (index, result) as each finishes, so the caller
+can show progress and write results as they arrive. `fn` must be a module-level function (picklable by
+reference) and the job arguments plain picklable data.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import Any
+
+from simserve.errors import SimserveError
+
+EXECUTORS = ("local", "ray", "serial")
+RAY_CONNECT_TIMEOUT_S = 3.0  # a cluster head on a reachable network answers a TCP connect well within this
+
+
+def check_ray_address(address: str) -> None:
+    """Fail in seconds, with one line, when nothing listens at a Ray address (ray.init would wait much longer)."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SimserveError(
+            f"--address {address!r} is not HOST:PORT; use e.g. 10.0.0.5:6379, ray://10.0.0.5:10001 or auto"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise SimserveError(
+            f"no Ray cluster answers at {address} ({why}); start one with `ray start --head` or fix --address"
+        ) from None
+
+
+class Runner:
+    """A context manager owning the worker pool or the Ray connection for the length of a sweep."""
+
+    def __init__(self, kind: str = "local", workers: int | None = None, address: str | None = None):
+        if kind not in EXECUTORS:
+            raise SimserveError(f"unknown executor {kind!r}; use one of {', '.join(EXECUTORS)}")
+        if workers is not None and workers < 1:
+            raise SimserveError(f"--workers must be at least 1, got {workers}")
+        if address is not None and kind != "ray":
+            raise SimserveError("--address is for --executor ray; add --executor ray or drop --address")
+        self.kind = kind
+        self.workers = workers or os.cpu_count() or 1
+        self.address = address
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray_started = False
+
+    @property
+    def shares_filesystem(self) -> bool:
+        """Whether workers see this machine's files (then they write the probe cache themselves)."""
+        return self.kind != "ray" or self.address is None
+
+    def __enter__(self) -> Runner:
+        if self.kind == "ray":
+            self._connect_ray()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            # NOTE: cancel what has not started, so an error or Ctrl-C does not wait for the whole queue.
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._ray_started:
+            import ray
+
+            ray.shutdown()
+            self._ray_started = False
+
+    def _connect_ray(self) -> None:
+        import ray
+
+        if ray.is_initialized():  # a caller (a notebook, a test) already connected: use its session
+            return
+        if self.address is not None:
+            check_ray_address(self.address)
+        try:
+            if self.address is None:  # a private local instance with `workers` CPUs
+                ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=self.address, log_to_driver=False)
+        except ConnectionError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SimserveError(
+                f"cannot connect to Ray at {self.address} ({first}); check --address"
+            ) from None
+        self._ray_started = True
+
+    def map(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
+        """Submit all jobs now; yield (job index, result) in completion order. A job's error is raised here."""
+        if not jobs:
+            return iter(())
+        if self.kind == "serial" or (self.kind == "local" and (self.workers == 1 or len(jobs) == 1)):
+            return ((i, fn(*args)) for i, args in enumerate(jobs))
+        if self.kind == "local":
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            futures: dict[Future, int] = {self._pool.submit(fn, *args): i for i, args in enumerate(jobs)}
+            return ((futures[f], f.result()) for f in as_completed(futures))
+        return self._ray_map(fn, jobs)
+
+    def _ray_map(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
+        import ray
+
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        pending = {remote.remote(*args): i for i, args in enumerate(jobs)}
+
+        def results() -> Iterator[tuple[int, Any]]:
+            try:
+                while pending:
+                    done, _ = ray.wait(list(pending), num_returns=1)
+                    ref = done[0]
+                    i = pending.pop(ref)
+                    try:
+                        yield i, ray.get(ref)
+                    except ray.exceptions.RayTaskError as exc:
+                        # Re-raise the task's own error (e.g. a SimserveError) rather than Ray's wrapper.
+                        cause = getattr(exc, "cause", None)
+                        if isinstance(cause, Exception):
+                            raise cause from None
+                        raise
+            finally:
+                for ref in pending:
+                    ray.cancel(ref)
+
+        return results()

@@ -1,0 +1,201 @@
+"""One probe = one simulation of a scenario at one request rate, reduced to metrics and CDF curves, cached on disk.
+
+A probe's result depends only on the scenario and the rate, never on the SLO or the search tolerance (those
+only turn metrics into pass/fail), so the cache is keyed per (scenario, qps): a sweep over several SLOs, a
+rerun, or a search interrupted half-way all replay the simulations already done. The key also covers the
+simserve version, a digest of simserve's own source, and the content of the profile and trace files the
+scenario reads, so an edit to any of them is a cache miss rather than a stale answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import simserve
+from simserve.io import write_text_atomic
+from simserve.tune.capacity import SLO, Simulate
+
+# Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
+STANDARD_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
+# Quantile levels of the stored CDF curves (for the TBT/TTFT CDF plots): fine in the tail where SLOs live.
+CDF_GRID = tuple(np.round(np.concatenate([np.linspace(0, 0.9, 46), np.linspace(0.905, 1.0, 20)]), 4))
+CACHE_FORMAT = 1
+_RECORD_SOURCES = ("tune/probe.py", "tune/simadapter.py", "tune/toy.py")
+
+
+class CacheMiss(Exception):
+    """Raised by an offline replay when a probe has not been simulated yet."""
+
+
+def quantiles_for(slo: SLO | None) -> tuple[float, ...]:
+    extra = () if slo is None else (slo.tbt_quantile, slo.scheduling_delay_quantile, slo.ttft_quantile)
+    return tuple(sorted(set(STANDARD_QUANTILES) | set(extra)))
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """sha256 over the simserve source a probe's result depends on: any model, predictor or policy edit
+    changes it. The CLI and the tuner's own search, sweep and plotting code are left out (they do not change
+    what one simulation returns), except the modules that turn a simulation into a probe record."""
+    root = Path(simserve.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        if rel.startswith("cli/") or (rel.startswith("tune/") and rel not in _RECORD_SOURCES):
+            continue
+        h.update(rel.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def input_digests(scenario: Any) -> dict[str, str]:
+    """Content hashes of the files a scenario reads: its profile directory and its trace file."""
+    out: dict[str, str] = {}
+    fields = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
+    if "gpu" in fields and "model" in fields:
+        from simserve.profiling.schema import content_hash, profile_dir
+
+        root = fields.get("profiles_root") or Path(simserve.__file__).resolve().parents[1] / "profiles"
+        path = profile_dir(
+            root, _catalog_name("GPU", fields["gpu"]), _catalog_name("MODELS", fields["model"])
+        )
+        if path.is_dir():
+            out["profile"] = content_hash(path)
+    trace = fields.get("trace")
+    if isinstance(trace, str | Path):
+        path = _trace_file(str(trace))
+        if path is not None:
+            st = path.stat()
+            out["trace"] = _file_digest(str(path), st.st_mtime_ns, st.st_size)
+    return out
+
+
+def _catalog_name(table: str, name: Any) -> str:
+    """The catalog's spelling of a name ("a100" → "A100-80GB"), which is what profile directories use."""
+    from simserve import catalog
+    from simserve.errors import SimserveError
+
+    try:
+        return getattr(catalog, table).get(str(name)).name
+    except SimserveError:
+        return str(name)
+
+
+def _trace_file(name: str) -> Path | None:
+    try:
+        from simserve.workload import trace as tr
+    except ImportError:
+        return None
+    shipped = tr.SHIPPED.get(tr.ALIASES.get(name, name))
+    path = tr.TRACES_DIR / shipped if shipped else Path(name)
+    return path if path.is_file() else None
+
+
+def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
+    payload = {
+        "format": CACHE_FORMAT,
+        "kind": f"{type(scenario).__module__}.{type(scenario).__qualname__}",
+        "scenario": _jsonable(dataclasses.asdict(scenario)),
+        "qps": f"{qps:.6g}",
+        "quantiles": list(quantiles),
+        "simserve": simserve.__version__,
+        "source": source_digest(),
+        "inputs": input_digests(scenario),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _jsonable(d: Mapping) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
+
+
+class ProbeCache:
+    """One JSON file per probe under root/<2 hex>/<key>.json, each written atomically."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        try:
+            return json.loads(self.path(key).read_text())
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            # A missing or unreadable entry is simply simulated again (atomic writes make the latter rare).
+            return None
+
+    def put(self, key: str, record: dict) -> None:
+        write_text_atomic(self.path(key), json.dumps(record, sort_keys=True) + "\n")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.root.glob("*/*.json")) if self.root.is_dir() else 0
+
+
+def simulate_record(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> dict:
+    """Run one simulation and reduce it to {"metrics": {...}, "cdf": {...}} (the cached record)."""
+    if hasattr(scenario, "record"):  # the closed-form test model
+        return scenario.record(qps, quantiles, CDF_GRID)
+    from simserve.tune.simadapter import record_from_scenario
+
+    return record_from_scenario(scenario, qps, quantiles, CDF_GRID)
+
+
+def probe(
+    scenario: Any,
+    qps: float,
+    quantiles: tuple[float, ...],
+    cache: ProbeCache | None = None,
+    offline: bool = False,
+) -> dict:
+    """The record of (scenario, qps): from the cache when there, else simulated (and cached)."""
+    key = probe_key(scenario, qps, quantiles)
+    record = cache.get(key) if cache is not None else None
+    if record is None:
+        if offline:
+            raise CacheMiss(key)
+        record = simulate_record(scenario, qps, quantiles)
+        record["qps"] = qps
+        if cache is not None:
+            cache.put(key, record)
+    return record
+
+
+def simulator(
+    scenario: Any, quantiles: tuple[float, ...], cache: ProbeCache | None = None, offline: bool = False
+) -> Simulate:
+    """The `simulate(qps) -> metrics` callable the capacity search needs, backed by the cache."""
+
+    def simulate(qps: float) -> dict[str, float]:
+        return probe(scenario, qps, quantiles, cache, offline)["metrics"]
+
+    return simulate
+
+
+class MemoryCache(ProbeCache):
+    """A cache held in memory: a worker that cannot see the driver's disk returns its entries instead."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict] = {}
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, record: dict) -> None:
+        self.entries[key] = record
+
+    def __len__(self) -> int:
+        return len(self.entries)

@@ -1,0 +1,283 @@
+"""The token-budget sweep: capacity for every (policy, budget, max batch, SLO) point of a grid, over seeds.
+
+Each (point, seed) is one capacity search, run as one job on an executor (executors.py). Before anything is
+dispatched the driver replays every search from the probe cache (probe.py); only searches that need a new
+simulation go to workers, so a rerun is instant and an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simserve.errors import SimserveError
+from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
+from simserve.tune.executors import Runner
+from simserve.tune.jobs import CapacityTask, probe_job, progress_bar, run_tasks
+from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, probe_key, quantiles_for
+from simserve.tune.toy import TOY_POLICIES
+
+BUDGETED = ("sarathi", "chunked")  # policies whose token budget is swept
+RESERVING = ("fcfs", "orca")  # reserve max_model_len per request: the paper ran them with a small batch
+# Tile-aligned budgets and their +1 neighbours: a budget one past a GEMM tile pays for a whole extra tile.
+TILE_BUDGETS = (128, 129, 256, 257, 384, 512, 513, 768, 1024, 1025, 1536, 2048, 2049)
+DEFAULT_BUDGETS = (256, 257, 512, 513, 1024, 2048)
+DEFAULT_POLICIES = ("fcfs", "orca", "vllm", "sarathi")
+
+
+def known_policies() -> tuple[str, ...]:
+    """Policy names as the simulator defines them (the expected set until simserve.sim exists)."""
+    try:
+        from simserve.sim import policies
+    except ImportError:
+        return TOY_POLICIES
+    names = getattr(policies, "POLICIES", None)
+    return tuple(names) if names else TOY_POLICIES
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The grid. `base` carries the deployment, trace and request count; the sweep varies the rest."""
+
+    base: Any
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    budgets: tuple[int, ...] = DEFAULT_BUDGETS
+    max_batches: tuple[int, ...] = (128,)  # Sarathi, chunked and hybrid (and vLLM unless vllm_max_batches)
+    reserving_max_batch: int = 16  # Orca and request-level FCFS (the paper's Orca batch for 7B/34B)
+    vllm_max_batches: tuple[int, ...] | None = None  # the paper's Figure 12 compares vLLM at 32/64/128
+    seeds: tuple[int, ...] = (0,)
+    slos: tuple[SLO, ...] = (SLO(),)
+    tolerance: float = 0.025
+    start_qps: float = 1.0
+
+    def __post_init__(self) -> None:
+        known = known_policies() if not hasattr(self.base, "record") else TOY_POLICIES
+        unknown = [p for p in self.policies if p not in known]
+        if unknown:
+            raise SimserveError(f"unknown policy {unknown[0]!r}; known policies: {', '.join(known)}")
+        if not self.policies:
+            raise SimserveError("--policies is empty; name at least one, e.g. --policies vllm,sarathi")
+        if any(p in BUDGETED for p in self.policies) and not self.budgets:
+            raise SimserveError("--budgets is empty; give token budgets, e.g. --budgets 256,512,1024")
+        if any(b < 1 for b in self.budgets):
+            raise SimserveError(f"token budgets must be positive integers, got {list(self.budgets)}")
+        batches = (*self.max_batches, *(self.vllm_max_batches or ()), self.reserving_max_batch)
+        if not self.max_batches or self.vllm_max_batches == () or any(m < 1 for m in batches):
+            raise SimserveError("max batch sizes must be positive integers, e.g. --max-batch 128")
+        if not self.seeds:
+            raise SimserveError("give at least one seed")
+        if not self.slos:
+            raise SimserveError("give at least one SLO")
+
+    def configs(self) -> list[tuple[str, int | None, int]]:
+        """(policy, budget, max batch) points; budget None means the policy has no budget (or max length)."""
+        out: list[tuple[str, int | None, int]] = []
+        for policy in self.policies:
+            if policy in RESERVING:
+                out.append((policy, None, self.reserving_max_batch))
+                continue
+            budgets: Sequence[int | None] = self.budgets if policy in BUDGETED else (None,)
+            batches = (
+                self.vllm_max_batches if policy == "vllm" and self.vllm_max_batches else self.max_batches
+            )
+            out += [(policy, b, m) for b in budgets for m in batches]
+        return out
+
+    def scenario(self, policy: str, budget: int | None, max_batch: int, seed: int) -> Any:
+        return replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
+
+    def tasks(self) -> list[tuple[tuple[str, int | None, int, SLO], int, CapacityTask]]:
+        return [
+            (
+                (policy, budget, mb, slo),
+                seed,
+                CapacityTask(self.scenario(policy, budget, mb, seed), slo, self.tolerance, self.start_qps),
+            )
+            for slo in self.slos
+            for policy, budget, mb in self.configs()
+            for seed in self.seeds
+        ]
+
+
+def label(policy: str, budget: int | None, max_batch: int) -> str:
+    if policy in BUDGETED:
+        return f"{policy}-{budget}" + ("" if max_batch == 128 else f"-bs{max_batch}")
+    return policy if policy == "hybrid" and max_batch == 128 else f"{policy}-bs{max_batch}"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    spec: SweepSpec
+    rows: pd.DataFrame  # one row per (policy, budget, max batch, SLO): the content of sweep.csv
+    results: dict[tuple, list[CapacityResult]]  # (policy, budget, max batch, SLO) → one result per seed
+    cdfs: dict[str, dict[str, list[float]]]  # config label → metric → quantile values on probe.CDF_GRID
+    cdf_qps: float  # the load the CDFs were taken at
+    cdf_reference: str  # whose capacity that load is
+    stats: dict[str, float]
+
+
+def _rows(spec: SweepSpec, results: dict[tuple, list[CapacityResult]]) -> pd.DataFrame:
+    rows = []
+    for (policy, budget, mb, slo), per_seed in results.items():
+        spread = SeedSpread(tuple(r.capacity_qps for r in per_seed))
+        at = per_seed[0].metrics_at_capacity
+        rows.append(
+            {
+                "policy": policy,
+                "budget": budget,
+                "max_batch": mb,
+                "label": label(policy, budget, mb),
+                "slo_s": slo.tbt_s,
+                "tbt_quantile": slo.tbt_quantile,
+                "scheduling_delay_slo_s": slo.scheduling_delay_s,
+                "ttft_slo_s": slo.ttft_s,
+                "capacity_qps": spread.mean,
+                "capacity_std": spread.std,
+                "capacity_min": spread.min,
+                "capacity_max": spread.max,
+                "seeds": len(per_seed),
+                "probes": sum(len(r.probes) for r in per_seed),
+                **{
+                    k: at.get(k, math.nan)
+                    for k in (
+                        "tbt_p99_s",
+                        "scheduling_delay_p50_s",
+                        "ttft_p50_s",
+                        "ttft_p99_s",
+                        "throughput_rps",
+                    )
+                },
+                "message": "; ".join(sorted({r.message for r in per_seed if r.message})),
+            }
+        )
+    df = pd.DataFrame(rows)
+    df["budget"] = df["budget"].astype("Int64")
+    return df
+
+
+def best_per_policy(rows: pd.DataFrame, slo_s: float | None = None) -> pd.DataFrame:
+    """Each policy's best configuration (highest capacity; ties go to the smaller budget, then the larger
+    batch: the smaller budget has the lower TBT, and 128 is the paper's default batch)."""
+    df = rows if slo_s is None else rows[rows["slo_s"] == slo_s]
+    df = df.sort_values(
+        ["capacity_qps", "budget", "max_batch"], ascending=[False, True, False], na_position="first"
+    )
+    return df.groupby(["slo_s", "policy"], sort=False, dropna=False).head(1).sort_values(["slo_s", "policy"])
+
+
+def cdf_load(rows: pd.DataFrame, slo_s: float | None) -> tuple[float, str]:
+    """The load for the latency CDFs: vLLM's capacity when there is one (where vLLM just meets the SLO),
+    else the smallest positive capacity in the sweep, so every policy is compared at a load it can carry."""
+    best = best_per_policy(rows, slo_s)
+    vllm = best[best["policy"] == "vllm"]
+    if len(vllm) and vllm["capacity_qps"].iloc[0] > 0:
+        return float(vllm["capacity_qps"].iloc[0]), f"{vllm['label'].iloc[0]} capacity"
+    positive = best[best["capacity_qps"] > 0]
+    if positive.empty:
+        return 0.0, "no configuration has a positive capacity"
+    low = positive.sort_values("capacity_qps").iloc[0]
+    return float(low["capacity_qps"]), f"{low['label']} capacity"
+
+
+def run_sweep(
+    spec: SweepSpec,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> SweepResult:
+    t0 = time.perf_counter()
+    check_fits(spec)
+    cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
+    keyed = spec.tasks()
+    stats: dict = {}
+    with Runner(executor, workers, address) as runner:
+        solved = run_tasks([t for _, _, t in keyed], runner, cache, runner.shares_filesystem, progress, stats)
+        results: dict[tuple, dict[int, CapacityResult]] = {}
+        for (key, seed, _), result in zip(keyed, solved, strict=True):
+            results.setdefault(key, {})[seed] = result
+        ordered = {key: [per[s] for s in sorted(per)] for key, per in results.items()}
+        rows = _rows(spec, ordered)
+        primary = spec.slos[0].tbt_s
+        qps, reference = cdf_load(rows, primary)
+        shared = str(cache.root) if cache_dir is not None and runner.shares_filesystem else None
+        cdfs = _cdfs(spec, rows, primary, qps, runner, cache, shared, progress) if qps > 0 else {}
+    stats["elapsed_s"] = time.perf_counter() - t0
+    return SweepResult(spec, rows, ordered, cdfs, qps, reference, stats)
+
+
+def check_fits(spec: SweepSpec) -> None:
+    """Fail before any simulation when a configuration cannot hold one max-length request in memory."""
+    if hasattr(spec.base, "record"):  # the closed-form test model has no memory
+        return
+    from simserve.tune.simadapter import check_fits as fits
+
+    for policy, budget, mb in spec.configs():
+        fits(spec.scenario(policy, budget, mb, spec.seeds[0]))
+
+
+def _cdfs(
+    spec: SweepSpec,
+    rows: pd.DataFrame,
+    slo_s: float | None,
+    qps: float,
+    runner: Runner,
+    cache: ProbeCache,
+    shared: str | None,
+    progress: bool,
+) -> dict[str, dict[str, list[float]]]:
+    """TBT / TTFT / scheduling-delay quantile curves of each policy's best configuration at one load."""
+    best = best_per_policy(rows, slo_s)
+    quantiles = quantiles_for(spec.slos[0])
+    jobs, labels, out = [], [], {}
+    for _, row in best.iterrows():
+        budget = None if pd.isna(row["budget"]) else int(row["budget"])
+        scenario = spec.scenario(row["policy"], budget, int(row["max_batch"]), spec.seeds[0])
+        try:
+            out[row["label"]] = probe(scenario, qps, quantiles, cache, offline=True)
+        except CacheMiss:
+            jobs.append((scenario, qps, quantiles, shared))
+            labels.append(row["label"])
+    with progress_bar(progress and bool(jobs)) as bar:
+        tid = bar.add_task(f"latency CDFs at {qps:.3g} qps", total=len(jobs))
+        for i, record in runner.map(probe_job, jobs):
+            if shared is None:  # the worker could not write the driver's cache: do it here
+                cache.put(probe_key(*jobs[i][:3]), record)
+            out[labels[i]] = record
+            bar.advance(tid)
+    # An overloaded configuration's curves cover only the requests that completed before the run stopped.
+    return {
+        lab + (" (overloaded)" if out[lab]["metrics"].get("overloaded") else ""): out[lab]["cdf"]
+        for lab in best["label"]
+        if lab in out
+    }
+
+
+def scenario_fields(scenario: Any) -> dict[str, Any]:
+    return {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
+
+
+def iter_probes(result: SweepResult) -> Iterator[dict[str, Any]]:
+    """Every probe of every search, flat (for probes.csv and for checking the search by hand)."""
+    for (policy, budget, mb, slo), per_seed in result.results.items():
+        for seed, r in zip(result.spec.seeds, per_seed, strict=True):
+            for p in r.probes:
+                yield {
+                    "policy": policy,
+                    "budget": budget,
+                    "max_batch": mb,
+                    "slo_s": slo.tbt_s,
+                    "seed": seed,
+                    "qps": p.qps,
+                    "passed": p.passed,
+                    "reason": p.reason,
+                    **p.metrics,
+                }
