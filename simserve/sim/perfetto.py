@@ -13,6 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from simserve.sim.iterations import COLUMNS
+
 MAX_EVENTS = 200_000  # about 30 MB of JSON: still loads in the Perfetto UI
 
 
@@ -37,20 +39,7 @@ def chrome_trace(iterations: pd.DataFrame, max_events: int = MAX_EVENTS) -> dict
                     "args": {"name": f"stage {stage}"},
                 }
             )
-    cols = [
-        rows[c].to_numpy()
-        for c in (
-            "replica",
-            "stage",
-            "start_s",
-            "end_s",
-            "num_prefill_tokens",
-            "num_decode_tokens",
-            "num_requests",
-            "kv_blocks_used",
-            "num_iterations",
-        )
-    ]
+    cols = [rows[c].to_numpy() for c in COLUMNS]  # positions as in iterations.COLUMNS
     start_us = np.round(cols[2] * 1e6, 3)
     dur_us = np.round((cols[3] - cols[2]) * 1e6, 3)
     for i in range(len(rows)):
