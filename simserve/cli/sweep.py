@@ -120,7 +120,7 @@ def sweep(
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.tune.capacity import SLO
-    from simserve.tune.report import summary_table, write_outputs
+    from simserve.tune.report import budget_story, summary_table, write_outputs
     from simserve.tune.sweep import TILE_BUDGETS, SweepSpec, run_sweep
 
     if requests < 1:
@@ -168,6 +168,8 @@ def sweep(
     written = write_outputs(result, out, plots=not no_plots)
     console = Console(soft_wrap=True)
     console.print(summary_table(result))
+    for line in budget_story(result):
+        console.print(line)
     s = result.stats
     console.print(
         f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "

@@ -65,7 +65,7 @@ class SLO:
     def check(self, metrics: Metrics) -> tuple[bool, str]:
         """(passed, reason): the reason names the first objective missed and by how much."""
         if metrics.get("overloaded"):
-            return False, "overloaded (the run was stopped: requests queue without bound)"
+            return False, "overloaded: requests queue without bound"
         for key, label, limit in self.limits():
             value = metrics.get(key)
             if value is None:
@@ -101,6 +101,12 @@ class CapacityResult:
         """The metrics of the highest passing probe (empty when nothing passed)."""
         passing = [p for p in self.probes if p.passed and p.qps == self.capacity_qps]
         return dict(passing[-1].metrics) if passing else {}
+
+    @property
+    def limited_by(self) -> str:
+        """What stopped the load from rising: the objective missed by the lowest failing probe above capacity."""
+        above = [p for p in self.probes if not p.passed and p.qps > self.capacity_qps]
+        return min(above, key=lambda p: p.qps).reason if above else ""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -82,7 +82,13 @@ def summary_table(result: SweepResult) -> Table:
     table = Table(title="Capacity (max QPS within the SLOs)")
     if multi:
         table.add_column("P99 TBT SLO")
-    for col in ("policy", "best configuration", "capacity (qps)", "vs vLLM"):
+    for col in (
+        "policy",
+        "best configuration",
+        "capacity (qps)",
+        "vs vLLM",
+        "limited by",
+    ):
         table.add_column(col, justify="right" if col != "policy" else "left")
     for slo in result.spec.slos:
         best = best_per_policy(result.rows, slo.tbt_s)
@@ -94,8 +100,46 @@ def summary_table(result: SweepResult) -> Table:
             if seeds:
                 cap += f" ± {row['capacity_std']:.2g} [{row['capacity_min']:.3g}, {row['capacity_max']:.3g}]"
             gain = f"{row['capacity_qps'] / ref:.2f}×" if ref > 0 else "-"
-            table.add_row(*([f"{slo.tbt_s:g} s"] if multi else []), row["policy"], row["label"], cap, gain)
+            why = row.get("limited_by", "")
+            why = "" if not isinstance(why, str) else why
+            table.add_row(
+                *([f"{slo.tbt_s:g} s"] if multi else []), row["policy"], row["label"], cap, gain, why
+            )
     return table
+
+
+def _limit_kind(reason: str) -> str:
+    if "TBT" in reason:
+        return "P99 TBT (longer hybrid iterations)"
+    if "TTFT" in reason:
+        return "TTFT"
+    if reason:
+        return "queueing (too little prefill per iteration)"
+    return "nothing (search cap)"
+
+
+def budget_story(result: SweepResult) -> list[str]:
+    """Why Sarathi's best budget wins: which objective gives out first just above each budget's capacity.
+
+    Budgets that are too large miss the TBT SLO (every hybrid iteration carries that many prefill tokens);
+    budgets that are too small starve prefills, so requests queue and the scheduling delay gives out; one
+    token past a GEMM tile boundary pays for a whole extra tile and loses capacity.
+    """
+    lines = []
+    for slo in result.spec.slos:
+        rows = result.rows[(result.rows["policy"] == "sarathi") & (result.rows["slo_s"] == slo.tbt_s)]
+        if len(rows) < 2:
+            continue
+        rows = rows.sort_values("budget")
+        best = rows.loc[rows["capacity_qps"].idxmax()]
+        groups: dict[str, list[str]] = {}
+        for _, r in rows.iterrows():
+            groups.setdefault(_limit_kind(r["limited_by"] or ""), []).append(
+                f"{int(r['budget'])} ({r['capacity_qps']:.3g})"
+            )
+        parts = [f"{', '.join(budgets)} stop at {kind}" for kind, budgets in groups.items()]
+        lines.append(f"why sarathi-{int(best['budget'])} at P99 TBT ≤ {slo.tbt_s:g} s: " + "; ".join(parts))
+    return lines
 
 
 def write_outputs(result: SweepResult, out: str | Path, plots: bool = True) -> list[Path]:

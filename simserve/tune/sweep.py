@@ -154,6 +154,7 @@ def _rows(spec: SweepSpec, results: dict[tuple, list[CapacityResult]]) -> pd.Dat
                         "throughput_rps",
                     )
                 },
+                "limited_by": per_seed[0].limited_by,
                 "message": "; ".join(sorted({r.message for r in per_seed if r.message})),
             }
         )
