@@ -4,10 +4,10 @@
 
 Cases: Mistral-7B on one A100 (chat trace, Sarathi B=512) and LLaMA2-70B on 8×A40 (TP4-PP2, Sarathi B=512),
 2048 requests at a rate just below each one's capacity (the printed scheduling delay and P99 TBT show
-where each run sits against the paper's SLOs). Each case runs once to warm the per-process caches (trace,
-predictor, memory plan), then `--repeats` times; the fastest CPU time (time.process_time) is reported, for
-the default fast path and for --exact (one event per iteration). When a profile is missing the case falls
-back to a LinearTimer and says so.
+where each run sits against the paper's SLOs), and the LLaMA2-70B case again at half that rate. Each case
+runs once to warm the per-process caches (trace, predictor, memory plan), then `--repeats` times; the
+fastest CPU time (time.process_time) is reported, for the default fast path and for --exact (one event per
+iteration). When a profile is missing the case falls back to a LinearTimer and says so.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ CASES = [
         "LLaMA2-70B / A40, TP4-PP2",
         Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, budget=512, num_requests=2048),
         1.0,
+    ),
+    (  # half the load: longer decode-only stretches, twice the simulated time
+        "LLaMA2-70B / A40, TP4-PP2",
+        Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, budget=512, num_requests=2048),
+        0.5,
     ),
 ]
 

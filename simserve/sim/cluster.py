@@ -30,6 +30,8 @@ from simserve.sim.replica import BatchTimer, Replica
 from simserve.sim.request import IGNORED, Requests
 from simserve.sim.state import ReplicaState
 
+MAX_CHECKS_AHEAD = 64  # overload checks a stretch may look past (bounds the look-ahead's cost)
+
 
 @dataclass
 class RawRun:
@@ -113,10 +115,22 @@ class Cluster:
             return rep
         return min(self.replicas, key=lambda rep: rep.state.outstanding)  # ties: the lowest index
 
-    def stretch_until(self, now: float) -> float:
-        """The next time something outside a replica happens: an arrival or an overload check."""
-        nxt = self.reqs.arrived[self.next] if self.next < self.n else np.inf
-        return min(float(nxt), self.next_check)
+    def stretch_until(self, now: float, through_checks: bool = False) -> float:
+        """The next time something outside a replica happens: an arrival or an overload check.
+
+        With `through_checks` and a single replica, only a check that will stop the run counts: while that
+        replica is in a steady stretch nobody is admitted, routed or dropped, so each check's answer is
+        known in advance. (A stretch that runs through checks must give the same table rows, so only the
+        PP = 2 fast path, which keeps a row per micro-batch, asks for it.)
+        """
+        nxt = float(self.reqs.arrived[self.next]) if self.next < self.n else np.inf
+        t = self.next_check
+        if through_checks and len(self.replicas) == 1:
+            for _ in range(MAX_CHECKS_AHEAD):
+                if not t < nxt or self._overload_rule(t)[0]:
+                    break
+                t = t + self.cfg.check_period_s  # the watchdog's own float operation
+        return min(nxt, t)
 
     def _on_done(self, replica: int, rid: int) -> None:
         self.num_done += 1
@@ -143,21 +157,26 @@ class Cluster:
                 raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
 
     def _overloaded(self, now: float) -> bool:
+        overloaded, self._late, self._late_ptr, self._oldest = self._overload_rule(now)
+        return overloaded
+
+    def _overload_rule(self, now: float) -> tuple[bool, int, int, int]:
+        """The overload rule at `now`, and the watchdog's scan positions after evaluating it (unsaved)."""
         r, cfg = self.reqs, self.cfg
         slo = cfg.sched_delay_slo_s
-        while self._late_ptr < self.next and r.arrived[self._late_ptr] < now - slo:
-            i = self._late_ptr
-            self._late_ptr += 1
-            s = r.scheduled[i]
-            if r.status[i] != IGNORED and (s != s or s - r.arrived[i] > slo):
-                self._late += 1
-        if 2 * self._late > self.n - self.num_ignored:
-            return True
-        while self._oldest < self.next and (
-            r.status[self._oldest] == IGNORED or r.scheduled[self._oldest] == r.scheduled[self._oldest]
+        late, ptr, oldest = self._late, self._late_ptr, self._oldest
+        while ptr < self.next and r.arrived[ptr] < now - slo:
+            s = r.scheduled[ptr]
+            if r.status[ptr] != IGNORED and (s != s or s - r.arrived[ptr] > slo):
+                late += 1
+            ptr += 1
+        if 2 * late > self.n - self.num_ignored:
+            return True, late, ptr, oldest
+        while oldest < self.next and (
+            r.status[oldest] == IGNORED or r.scheduled[oldest] == r.scheduled[oldest]
         ):
-            self._oldest += 1
-        return self._oldest < self.next and now - r.arrived[self._oldest] > cfg.overload_wait_s
+            oldest += 1
+        return oldest < self.next and now - r.arrived[oldest] > cfg.overload_wait_s, late, ptr, oldest
 
 
 def simulate(

@@ -25,10 +25,17 @@ COLUMNS = (
 )
 
 
+INT_COLUMNS = tuple(c for c in COLUMNS if not c.endswith("_s"))
+FLOAT_COLUMNS = ("start_s", "end_s")
+
+
 class IterationLog:
+    # NOTE: rows are interleaved in one int and one float array (row-major), so adding a row is two
+    # `extend` calls instead of nine `append`s: this is on the simulator's hot path (once per stage per
+    # micro-batch).
     def __init__(self) -> None:
-        self._ints = {c: array("q") for c in COLUMNS if not c.endswith("_s")}
-        self._floats = {c: array("d") for c in ("start_s", "end_s")}
+        self._ints = array("q")
+        self._floats = array("d")
 
     def add(
         self,
@@ -42,23 +49,19 @@ class IterationLog:
         kv_blocks_used: int,
         num_iterations: int = 1,
     ) -> None:
-        i, f = self._ints, self._floats
-        i["replica"].append(replica)
-        i["stage"].append(stage)
-        f["start_s"].append(start)
-        f["end_s"].append(end)
-        i["num_prefill_tokens"].append(prefill_tokens)
-        i["num_decode_tokens"].append(decode_tokens)
-        i["num_requests"].append(num_requests)
-        i["kv_blocks_used"].append(kv_blocks_used)
-        i["num_iterations"].append(num_iterations)
+        self._ints.extend(
+            (replica, stage, prefill_tokens, decode_tokens, num_requests, kv_blocks_used, num_iterations)
+        )
+        self._floats.extend((start, end))
 
     def __len__(self) -> int:
-        return len(self._floats["start_s"])
+        return len(self._floats) // 2
 
     def to_frame(self) -> pd.DataFrame:
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
+        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(FLOAT_COLUMNS))
         cols = {}
         for c in COLUMNS:
-            src = self._floats[c] if c.endswith("_s") else self._ints[c]
-            cols[c] = np.frombuffer(src, dtype=np.float64 if c.endswith("_s") else np.int64).copy()
+            src, j = (floats, FLOAT_COLUMNS.index(c)) if c in FLOAT_COLUMNS else (ints, INT_COLUMNS.index(c))
+            cols[c] = src[:, j].copy()
         return pd.DataFrame(cols)

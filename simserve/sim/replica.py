@@ -5,10 +5,11 @@ runs it on stage 0, and hands it to stage 1; each later stage takes micro-batche
 one applies the results (tokens, completions, freed KV) and wakes the scheduler. A stage that waits for
 the previous stage while the replica has work in flight is in a pipeline bubble.
 
-The fast path (PP = 1): when a batch holds only decodes, holds every resident request, and nothing can
-change until some point (an arrival, the first completion, a KV shortage, an overload check), the k
-identical iterations before that point are advanced in one step with the timer's vectorised
-`decode_stretch`. It changes no result beyond float rounding; `SimConfig(stretch=False)` turns it off.
+The fast paths (fastpath.py, pipeline_stretch.py): when the policy would form the same decode-only batches again and again until
+something happens (an arrival, a completion, a KV shortage, an overload check), the iterations before that
+point are advanced in one SimPy timeout: at PP = 1 with the timer's vectorised `decode_stretch`, at PP = 2
+by emulating the two alternating groups of decodes tick by tick, with the same results (docs/simulator.md);
+`SimConfig(stretch=False)` turns them off.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
+from simserve.sim import fastpath, pipeline_stretch
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import Batch
 from simserve.sim.state import ReplicaState
 
-MAX_STRETCH = 4096  # iterations per compressed step: bounds the arrays one step allocates
+_add_reduce = np.add.reduce  # a bound ufunc method: less call overhead than ndarray.sum on small arrays
+
 MIN_GAIN = 3.0  # try a stretch only when the next outside event is this many iterations away
 
 
@@ -50,15 +53,28 @@ class Work:
 
 
 class MicroBatch:
-    __slots__ = ("prefills", "decodes", "epochs", "durations", "num_prefill", "kv_used")
+    __slots__ = (
+        "prefills",
+        "decodes",
+        "durations",
+        "num_prefill",
+        "num_requests",
+        "kv_used",
+        "claimed",
+        "logged",
+    )
 
-    def __init__(self, prefills, decodes, epochs, durations, num_prefill, kv_used):
+    def __init__(self, prefills, decodes, durations, num_prefill, kv_used):
         self.prefills = prefills
         self.decodes = decodes
-        self.epochs = epochs
         self.durations = durations
         self.num_prefill = num_prefill
+        self.num_requests = len(prefills) + len(decodes)
         self.kv_used = kv_used
+        # Set by a pipeline stretch (pipeline_stretch.py): it applies this micro-batch's results (claimed),
+        # or has already logged its stage-1 row (logged).
+        self.claimed = False
+        self.logged = False
 
 
 class Replica:
@@ -70,7 +86,7 @@ class Replica:
         timer: BatchTimer,
         log: IterationLog,
         route_due: Callable[[float], None],
-        stretch_until: Callable[[float], float],
+        stretch_until: Callable[[float, bool], float],
         stretch: bool,
     ):
         self.env = env
@@ -81,12 +97,14 @@ class Replica:
         self.route_due = route_due  # route every arrival due by now before scheduling
         self.stretch_until = stretch_until  # the next time anything outside this replica can happen
         self.pp = state.pp
-        self.stretch = stretch and self.pp == 1
+        self.stretch = stretch and self.pp <= 2  # no fast path for PP > 2
         self.index = state.index
         self.in_flight = 0
         self.wake: simpy.Event | None = None
         self.queues: list[deque[MicroBatch]] = [deque() for _ in range(self.pp)]
         self.stage_wake: list[simpy.Event | None] = [None] * self.pp
+        self.current: list[MicroBatch | None] = [None] * self.pp  # on each stage s ≥ 1 now, and until when
+        self.stage_end = [0.0] * self.pp
         self.bubble = [0.0] * self.pp
         self.idle_mark = [0.0] * self.pp  # in-flight time when each stage last went idle
         self.busy_since = 0.0
@@ -120,32 +138,25 @@ class Replica:
                 self.wake = env.event()
                 yield self.wake
                 continue
-            if self.stretch and self._steady(batch, st.preemptions != before):
-                cap = self.stretch_until(now)
-                # NOTE: a speed heuristic only (both paths give the same results): planning a stretch
-                # costs about three plain iterations, so try only when it can be longer than that.
-                if cap - now > MIN_GAIN * self.last_duration:
-                    yield from self._stretch(batch.decodes, now, cap)
-                    continue
-            prefills = [(chunk, int(r.computed[rid])) for rid, chunk in batch.prefills]
+            steady = self.stretch and not batch.prefills and st.preemptions == before
+            if steady and (yield from self._stretch(batch, now)):
+                continue
+            computed = r.computed
+            prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
             dec = batch.decodes
-            kv = r.computed[dec] + 1
-            durations = [self.timer(prefills, kv, s) for s in range(self.pp)]
-            num_prefill = sum(c for c, _ in prefills)
-            self._count_work(prefills, kv, num_prefill)
+            kv = computed[dec] + 1
+            timer = self.timer
+            durations = [timer(prefills, kv, s) for s in range(self.pp)]
+            num_prefill = self._count_work(prefills, kv)
             self.bubble[0] += self._inflight_time(now) - self.idle_mark[0]
-            epochs = None
             if self.pp > 1:
                 r.inflight[dec] = True
                 for rid, _ in batch.prefills:
                     r.inflight[rid] = True
-                epochs = (r.epoch[dec].copy(), [int(r.epoch[rid]) for rid, _ in batch.prefills])
-            mb = MicroBatch(batch.prefills, dec, epochs, durations, num_prefill, st.kv.used)
+            mb = MicroBatch(batch.prefills, dec, durations, num_prefill, st.kv.used)
             self._start_flight(now)
             d = self.last_duration = durations[0]
-            self.log.add(
-                self.index, 0, now, now + d, num_prefill, len(dec), len(prefills) + len(dec), mb.kv_used
-            )
+            self.log.add(self.index, 0, now, now + d, num_prefill, len(dec), mb.num_requests, mb.kv_used)
             yield env.timeout(d)
             if self.pp == 1:
                 self._complete(mb)
@@ -156,16 +167,22 @@ class Replica:
     def stage(self, s: int) -> Generator[simpy.Event, Any, None]:
         env, q = self.env, self.queues[s]
         while True:
-            if not q:
+            while not q:  # NOTE: a pipeline stretch may take the micro-batch it was woken for
                 self.stage_wake[s] = env.event()
                 yield self.stage_wake[s]
             mb = q.popleft()
             now = env.now
-            self.bubble[s] += self._inflight_time(now) - self.idle_mark[s]
             d = mb.durations[s]
-            n = len(mb.prefills) + len(mb.decodes)
-            self.log.add(self.index, s, now, now + d, mb.num_prefill, len(mb.decodes), n, mb.kv_used)
+            if not mb.logged:
+                self.bubble[s] += self._inflight_time(now) - self.idle_mark[s]
+                self.log.add(
+                    self.index, s, now, now + d, mb.num_prefill, len(mb.decodes), mb.num_requests, mb.kv_used
+                )
+            self.current[s], self.stage_end[s] = mb, now + d
             yield env.timeout(d)
+            self.current[s] = None
+            if mb.claimed:
+                continue
             if s + 1 < self.pp:
                 self._hand_over(s + 1, mb)
             else:
@@ -199,87 +216,64 @@ class Replica:
         st, r, now = self.state, self.state.reqs, self.env.now
         self._end_flight(now)
         dec, prefills = mb.decodes, mb.prefills
-        if mb.epochs is not None:  # PP: drop the work of requests preempted while in flight
+        if self.pp > 1:
             r.inflight[dec] = False
-            dec = dec[r.epoch[dec] == mb.epochs[0]]
-            kept = []
-            for (rid, chunk), epoch in zip(prefills, mb.epochs[1], strict=True):
+            for rid, _ in prefills:
                 r.inflight[rid] = False
-                if r.epoch[rid] == epoch:
-                    kept.append((rid, chunk))
-            prefills = kept
+            if st.stale:  # drop the work of requests preempted while this micro-batch was in flight
+                stale = st.stale
+                ids = dec.tolist() + [rid for rid, _ in prefills]
+                dropped = stale.intersection(ids)
+                if dropped:
+                    stale -= dropped
+                    dec = np.array([rid for rid in dec.tolist() if rid not in dropped], dtype=np.int64)
+                    prefills = [(rid, chunk) for rid, chunk in prefills if rid not in dropped]
         for rid, chunk in prefills:
             st.complete_chunk(rid, chunk, now)
         if len(dec):
             st.complete_decodes(dec, now)
 
-    def _count_work(self, prefills: list[tuple[int, int]], kv: np.ndarray, num_prefill: int) -> None:
+    def _count_work(self, prefills: list[tuple[int, int]], kv: np.ndarray) -> int:
+        """Add one micro-batch's work; returns its prefill tokens."""
         w = self.work
-        w.tokens += num_prefill + len(kv)
-        w.decode_kv += int(kv.sum())
+        num_prefill = 0
         for c, p in prefills:
+            num_prefill += c
             w.prefill_pairs += c * p + c * (c + 1) // 2
             w.prefill_kv += p + c
+        w.tokens += num_prefill + len(kv)
+        if len(kv):
+            w.decode_kv += int(_add_reduce(kv))
         w.micro_batches += 1
+        return num_prefill
 
-    # -- the fast path ----------------------------------------------------------------------------
-    def _steady(self, batch: Batch, preempted: bool) -> bool:
-        """Would the policy form this same decode-only batch again and again, until something happens?
+    # -- the fast paths (fastpath.py, pipeline_stretch.py) -------------------------------------------
+    def _stretch(self, batch: Batch, now: float) -> Generator[simpy.Event, Any, bool]:
+        """Advance a steady decode-only stretch in one timeout if there is one; False when there is not."""
+        cap = self.stretch_until(now, self.pp == 2)
+        # NOTE: a speed heuristic only (both paths give the same results): planning a stretch costs about
+        # as much as a few plain iterations, so try only when it can be longer than that.
+        if cap - now <= MIN_GAIN * self.last_duration:
+            return False
+        if self.pp == 1:
+            if not self._steady(batch):
+                return False
+            yield from fastpath.decode_stretch(self, batch.decodes, now, cap)
+            return True
+        plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, cap)
+        if plan is None:
+            return False
+        yield from pipeline_stretch.pipeline_stretch(self, plan)
+        return True
+
+    def _steady(self, batch: Batch) -> bool:
+        """PP = 1: would the policy form this same decode-only batch again and again, until something happens?
 
         With no prefill work and every resident request decoding, a waiting request stays blocked (free
         blocks only shrink, residents stay the same), so only an outside event or a completion changes it.
         """
         st = self.state
-        if batch.prefills or preempted or len(batch.decodes) != st.num_running:
+        if len(batch.decodes) != st.num_running:
             return False
         # SimpleChunking may not have looked at the queue this turn.
         return not (st.waiting and st.cfg.policy == "chunked")
-
-    def _stretch(self, dec: np.ndarray, now: float, cap: float) -> Generator[simpy.Event, Any, None]:
-        st, r, bs = self.state, self.state.reqs, self.state.block_size
-        n = len(dec)
-        c = r.computed[dec]  # step j computes token c + j and reads c + j + 1 KV entries
-        s0 = int(c.sum()) + n
-        kmax = min(int((r.output[dec] - r.generated[dec]).min()), MAX_STRETCH)
-        d0 = float(self.timer.decode_stretch(n, np.array([s0]))[0])
-        if d0 > 0 and cap < np.inf:
-            kmax = min(kmax, int((cap - now) / d0) + 2)
-        if st.dynamic and kmax > 1:  # step 0's blocks are allocated; step j ≥ 1 needs one where c + j ≡ 0
-            per_residue = np.bincount((-c) % bs, minlength=bs)
-            cum = np.cumsum(per_residue[np.arange(1, kmax) % bs])
-            kmax = 1 + int(np.searchsorted(cum, st.kv.free - 1, side="right"))
-        durations = self.timer.decode_stretch(n, s0 + n * np.arange(kmax))
-        ends = np.cumsum(np.concatenate(([now], durations)))[1:]
-        k = 1 + int(np.searchsorted(ends[:-1], cap, side="left"))  # iterations that start before cap
-        ends = ends[:k]
-        end = float(ends[-1])
-        if st.dynamic:
-            blocks = -(-(c + k) // bs)
-            st.kv.allocate(int((blocks - r.blocks[dec]).sum()))
-            r.blocks[dec] = blocks
-        w = self.work
-        w.tokens += n * k
-        w.decode_kv += s0 * k + n * k * (k - 1) // 2
-        w.micro_batches += k
-        self.bubble[0] += self._inflight_time(now) - self.idle_mark[0]
-        self.log.add(self.index, 0, now, end, 0, n * k, n, st.kv.used, k)
-        self.last_duration = float(durations[k - 1])
-        self._start_flight(now)
-        yield self.env.timeout(end - now)
-        self._end_flight(self.env.now)
-        self.idle_mark[0] = self._inflight_time(self.env.now)
-        r.computed[dec] += k
-        gen = r.generated[dec] + k
-        r.generated[dec] = gen
-        first = ends[0] - r.last_token[dec]
-        gaps = np.diff(ends)
-        r.tbt_max[dec] = np.maximum(np.maximum(r.tbt_max[dec], first), gaps.max() if k > 1 else 0.0)
-        r.last_token[dec] = end
-        st.tbt.add_many(first)
-        st.tbt.add_many(gaps, weight=n)
-        done = gen >= r.output[dec]
-        if done.any():
-            for rid in dec[done].tolist():
-                st.decoding.remove(rid)
-                st.finish(rid, end)
-            st._decoding_array = None

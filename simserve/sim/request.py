@@ -38,7 +38,6 @@ class Requests:
         self.generated = np.zeros(n, dtype=np.int64)
         self.blocks = np.zeros(n, dtype=np.int64)  # KV blocks held
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.epoch = np.zeros(n, dtype=np.int64)  # bumped by a preemption: stale in-flight work is dropped
         self.inflight = np.zeros(n, dtype=bool)  # in a micro-batch that has not left the last stage
         self.status = np.full(n, WAITING, dtype=np.int8)
         self.replica = np.full(n, -1, dtype=np.int64)

@@ -20,6 +20,8 @@ from simserve.sim.histogram import LogHistogram
 from simserve.sim.kvcache import BlockManager
 from simserve.sim.request import DONE, IGNORED, RUNNING, Requests
 
+_count = np.count_nonzero  # NOTE: much cheaper than ndarray.any() on the small masks of one batch
+
 
 class ReplicaState:
     def __init__(
@@ -51,6 +53,7 @@ class ReplicaState:
         self._decoding_array: np.ndarray | None = None
         self.turn_prefill = True  # chunked: whose turn it is (SimpleChunking alternates)
         self.preemptions = 0  # total, on this replica
+        self.stale: set[int] = set()  # preempted while in a micro-batch in flight: its work there is dropped
         self.outstanding = 0  # routed here and not yet finished (the lor router's load)
 
     # -- queries -----------------------------------------------------------------------------------
@@ -120,7 +123,8 @@ class ReplicaState:
         r.preemptions[rid] += 1
         # A micro-batch in flight that holds it will not count its work; until that micro-batch leaves the
         # pipeline the request stays marked in flight and cannot be admitted again (see policies.py).
-        r.epoch[rid] += 1
+        if r.inflight[rid]:
+            self.stale.add(rid)
         self._remove(rid)
         self.waiting.appendleft(rid)
         self.preemptions += 1
@@ -208,14 +212,22 @@ class ReplicaState:
         r.computed[dec] += 1
         gen = r.generated[dec] + 1
         r.generated[dec] = gen
-        gaps = now - r.last_token[dec]
+        last = r.last_token[dec]
         r.last_token[dec] = now
         worst = r.tbt_max[dec]
-        if (gaps > worst).any():
-            r.tbt_max[dec] = np.maximum(worst, gaps)
-        self.tbt.add_many(gaps)
+        t0 = last[0]
+        if _count(last != t0):
+            gaps = now - last
+            if _count(gaps > worst):
+                r.tbt_max[dec] = np.maximum(worst, gaps)
+            self.tbt.add_many(gaps)
+        else:  # the common case: all got their last token at once, so they waited the same gap
+            gap = now - t0
+            if _count(worst < gap):
+                r.tbt_max[dec] = np.maximum(worst, gap)
+            self.tbt.add(float(gap), float(len(dec)))
         done = gen >= r.output[dec]
-        if done.any():
+        if _count(done):
             for rid in dec[done].tolist():
                 self.decoding.remove(rid)
                 self.finish(rid, now)

@@ -1,0 +1,106 @@
+"""The fast path at PP = 1, and what both fast paths share (the PP = 2 one is in pipeline_stretch.py).
+
+A stretch is a run of decode-only iterations the policy would form identically until something happens
+(an arrival, an overload check, a completion, a KV shortage); it is advanced in one SimPy timeout. Both
+fast paths compute every iteration's time with the same float operations as the step-by-step simulation,
+so request times, TBT gaps and bubbles come out equal (tests/test_sim_properties.py and
+tests/test_sim_pipeline_stretch.py compare the two). At PP = 1 the k iterations of the batch that holds
+every resident request are timed with the timer's vectorised `decode_stretch` (the same arithmetic as its
+`__call__`, element by element) and logged as one row of the iteration table with `num_iterations = k`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+if TYPE_CHECKING:
+    from simserve.sim.replica import Replica
+
+MAX_STRETCH = 4096  # iterations per compressed step: bounds the arrays one step allocates
+
+
+def admission_blocked(rep: Replica) -> bool:
+    """Would every later policy call, until a completion or an arrival, admit nothing?
+
+    True when nothing waits, or the head cannot be admitted for a reason that only gets worse while the
+    residents decode (free KV blocks only shrink, the resident count stays). Not for SimpleChunking with a
+    queue: its turns alternate, so one call does not show what the next will do.
+    """
+    st = rep.state
+    if not st.waiting:
+        return True
+    if st.cfg.policy == "chunked":
+        return False
+    if st.cfg.policy == "fcfs":
+        return st.num_running > 0
+    head = st.waiting[0]
+    if rep.pp > 1 and st.reqs.inflight[head]:
+        return False
+    return st.num_running >= st.max_batch or not st.kv.can_allocate(st.admission_blocks(head))
+
+
+def decode_stretch(
+    rep: Replica, dec: np.ndarray, now: float, cap: float
+) -> Generator[simpy.Event, Any, None]:
+    """PP = 1: up to the first completion, KV shortage or `cap`, in one timeout and one table row."""
+    st, r, bs = rep.state, rep.state.reqs, rep.state.block_size
+    n = len(dec)
+    c = r.computed[dec]  # step j computes token c + j and reads c + j + 1 KV entries
+    s0 = int(c.sum()) + n
+    kmax = min(int((r.output[dec] - r.generated[dec]).min()), MAX_STRETCH)
+    d0 = float(rep.timer.decode_stretch(n, np.array([s0]))[0])
+    if d0 > 0 and cap < np.inf:
+        kmax = min(kmax, int((cap - now) / d0) + 2)
+    if st.dynamic and kmax > 1:  # step 0's blocks are allocated; step j ≥ 1 needs one where c + j ≡ 0
+        per_residue = np.bincount((-c) % bs, minlength=bs)
+        cum = np.cumsum(per_residue[np.arange(1, kmax) % bs])
+        kmax = 1 + int(np.searchsorted(cum, st.kv.free - 1, side="right"))
+    durations = rep.timer.decode_stretch(n, s0 + n * np.arange(kmax))
+    ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+    k = 1 + int(np.searchsorted(ends[:-1], cap, side="left"))  # iterations that start before cap
+    ends = ends[:k]
+    end = float(ends[-1])
+    if st.dynamic:
+        blocks = -(-(c + k) // bs)
+        st.kv.allocate(int((blocks - r.blocks[dec]).sum()))
+        r.blocks[dec] = blocks
+    w = rep.work
+    w.tokens += n * k
+    w.decode_kv += s0 * k + n * k * (k - 1) // 2
+    w.micro_batches += k
+    rep.bubble[0] += rep._inflight_time(now) - rep.idle_mark[0]
+    rep.log.add(rep.index, 0, now, end, 0, n * k, n, st.kv.used, k)
+    rep.last_duration = float(durations[k - 1])
+    rep._start_flight(now)
+    yield rep.env.timeout(end - now)
+    rep._end_flight(rep.env.now)
+    rep.idle_mark[0] = rep._inflight_time(rep.env.now)
+    apply_tokens(rep, dec, ends)
+    gen = r.generated[dec]
+    done = gen >= r.output[dec]
+    if done.any():
+        for rid in dec[done].tolist():
+            st.decoding.remove(rid)
+            st.finish(rid, end)
+        st._decoding_array = None
+
+
+def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray) -> None:
+    """The requests in `dec` each got one token at every time in `ends` (ascending)."""
+    st, r, k, n = rep.state, rep.state.reqs, len(ends), len(dec)
+    r.computed[dec] += k
+    r.generated[dec] += k
+    first = ends[0] - r.last_token[dec]
+    gaps = np.diff(ends)
+    r.tbt_max[dec] = np.maximum(np.maximum(r.tbt_max[dec], first), gaps.max() if k > 1 else 0.0)
+    r.last_token[dec] = ends[-1]
+    st.tbt.add_many(first)
+    if len(gaps) > 64:
+        st.tbt.add_many(gaps, weight=n)
+    else:  # NOTE: cheaper for a few gaps, and the same call complete_decodes makes for each (equal) gap
+        for gap in gaps.tolist():
+            st.tbt.add(gap, n)
