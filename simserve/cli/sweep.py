@@ -13,9 +13,9 @@ from rich.console import Console
 from simserve.cli import app
 from simserve.errors import SimserveError
 
-# Requests per simulation in the default sweep. The paper used 2048; 1024 keeps the default sweep within its
-# one-minute target on 2 cores at the price of a noisier P99 (docs/tuning.md measures the difference).
-DEFAULT_REQUESTS = 1024
+# Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
+# noisier (docs/tuning.md measures it); --requests 1024 halves the time with the same mean capacities.
+DEFAULT_REQUESTS = 2048
 # Beside the predictor cache: $SIMSERVE_CACHE/probes (default ~/.cache/simserve/probes).
 DEFAULT_CACHE = Path(os.environ.get("SIMSERVE_CACHE") or Path.home() / ".cache" / "simserve") / "probes"
 
