@@ -89,7 +89,7 @@ def test_load_timer_errors_before_fitting(small_profile, counted_fits):
     root = small_profile.parents[1]
     with pytest.raises(SimserveError, match=r"has no TP 2 rows \(it has TP 1\); run `simserve profile"):
         load_timer(Deployment.create("mistral-7b", "a100", tp=2), profiles_root=root)
-    with pytest.raises(SimserveError, match="does not exist"):
+    with pytest.raises(SimserveError, match=r"no profile for Yi-34B on A100-80GB .*simserve profile --gpu a100-80gb --model yi-34b --tp 2"):
         load_timer(Deployment.create("yi-34b", "a100", tp=2), profiles_root=root)
     assert counted_fits == []
 

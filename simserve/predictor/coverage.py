@@ -55,9 +55,21 @@ def find_collective(keys: Iterable[ModelKey], op: str, link: str, num_workers: i
     return min(matches, key=lambda k: k.num_workers) if matches else None
 
 
+def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
+    """The `simserve profile` command that writes a profile covering `dep`."""
+    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {slug(dep.model.name)} --tp {dep.tp}"
+    if dep.pp > 1:
+        cmd += f" --pp {dep.pp}"
+    if dep.node is not None:
+        cmd += f" --node {dep.node.name}"
+    if dep.num_nodes > 1 and dep.network is not None:
+        cmd += f" --network {dep.network.name}"
+    return cmd + (f" --out {root}" if root is not None else "")
+
+
 def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
     """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes it."""
-    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {slug(dep.model.name)} --tp {dep.tp}"
+    cmd = profile_command(dep)
     tps = {
         k.tp for k in keys if k.family in ("linear", "elementwise", "attention_prefill", "attention_decode")
     }

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import simserve
 from simserve.deployment import Deployment
-from simserve.predictor.coverage import profile_keys, require
+from simserve.errors import SimserveError
+from simserve.predictor.coverage import profile_command, profile_keys, require
 from simserve.predictor.fit import fit
 from simserve.predictor.overhead import CpuOverhead
 from simserve.predictor.timer import BatchTimer
@@ -34,6 +35,11 @@ def load_timer(
     """
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
     path = profile_dir(root, dep.gpu.name, dep.model.name)
+    if not path.exists():
+        raise SimserveError(
+            f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with "
+            f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
+        )
     profile = read_profile(path)
     require(profile_keys(profile), dep, path)
     return fit(profile, seed=seed, use_cache=cache).compile(dep, overhead)
