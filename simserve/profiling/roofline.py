@@ -18,10 +18,10 @@ import pandas as pd
 
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
-from simserve.errors import SimserveError
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
 from simserve.profiling import grid
 from simserve.profiling.collectives import CollectiveConstants, collectives_table
+from simserve.profiling.schema import profiled_deployments
 
 BACKEND = "roofline (analytic)"
 
@@ -181,12 +181,6 @@ def constants_dict(kernels: KernelConstants = KERNELS, coll: CollectiveConstants
     return out
 
 
-def _deployments(
-    model: ModelSpec, gpu: GPUSpec, tps: list[int], node, network, max_model_len: int
-) -> list[Deployment]:
-    return [Deployment.create(model, gpu, tp, 1, node, network, max_model_len=max_model_len) for tp in tps]
-
-
 def _token_grid(max_tokens: int, quick: bool) -> np.ndarray:
     tokens = grid.token_counts(max_tokens)
     if quick:  # keep the tile neighbours (multiples of 64 and their +1) so the steps stay visible
@@ -251,12 +245,8 @@ def profile(
     quick: bool = False,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """Return the four tables of simserve/profiling/schema.py (ms per layer per GPU) and backend provenance fields."""
-    if not tps:
-        raise SimserveError("no TP degrees to profile; pass --tp, e.g. --tp 1,2,4")
-    deps = _deployments(dep_model, gpu, sorted(set(tps)), node, network, max_model_len)
+    deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len)
     node = deps[0].node
-    if node is None:
-        raise SimserveError(f"GPU {gpu.name} has no default node for its collectives; pass --node NAME")
     tokens = _token_grid(max_tokens, quick)
     coll = CollectiveConstants()
     tables = {

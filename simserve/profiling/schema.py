@@ -137,3 +137,23 @@ def write_profile(path: str | Path, tables: dict[str, pd.DataFrame], provenance:
             df[columns + extra].to_csv(tmp / f"{table}.csv", index=False, float_format="%.6g")
         (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def profiled_deployments(model, gpu, tps: list[int], node, network, max_model_len: int) -> list:
+    """The deployments one profile run covers (one per TP degree), checked the same way for every backend.
+
+    Collectives need a node to say which links they cross, so a GPU with no default node needs --node.
+    """
+    from simserve.deployment import Deployment
+
+    if not tps:
+        raise SimserveError("no TP degrees to profile; pass --tp, e.g. --tp 1,2,4")
+    deps = [
+        Deployment.create(model, gpu, tp, 1, node, network, max_model_len=max_model_len)
+        for tp in sorted(set(tps))
+    ]
+    if deps[0].node is None:
+        raise SimserveError(
+            f"GPU {deps[0].gpu.name} has no default node for its collectives; pass --node NAME"
+        )
+    return deps

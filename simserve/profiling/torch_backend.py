@@ -18,9 +18,8 @@ from __future__ import annotations
 import pandas as pd
 
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
-from simserve.deployment import Deployment
-from simserve.errors import SimserveError
 from simserve.profiling import grid
+from simserve.profiling.schema import profiled_deployments
 from simserve.profiling.torch_collectives import collective_rows, measure_collectives
 from simserve.profiling.torch_device import (
     check_device,
@@ -82,13 +81,9 @@ def profile(
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """Return the four tables of simserve/profiling/schema.py (ms per layer per GPU) and provenance fields."""
     torch = import_torch()
-    if not tps:
-        raise SimserveError("no TP degrees to profile; pass --tp, e.g. --tp 1,2,4")
-    tps = sorted(set(tps))
-    deps = [Deployment.create(model, gpu, tp, 1, node, network, max_model_len=max_model_len) for tp in tps]
+    deps = profiled_deployments(model, gpu, tps, node, network, max_model_len)
+    tps = [d.tp for d in deps]
     node = deps[0].node
-    if node is None:
-        raise SimserveError(f"GPU {gpu.name} has no default node for its collectives; pass --node NAME")
     device, dtype, label = select_device(torch, gpu, quick)
     warmup, repeats = (QUICK_WARMUP, QUICK_REPEATS) if quick else (WARMUP, REPEATS)
     threads = torch.get_num_threads()
