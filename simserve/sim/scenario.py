@@ -44,6 +44,9 @@ class Scenario:
     profiles_root: str | None = None
     time_scale: float = 1.0  # replay arrivals: multiply recorded times by this
     stretch: bool = True
+    sched_delay_slo_s: float = (
+        2.0  # the overload rule stops a run once its median scheduling delay must exceed this
+    )
 
     @property
     def max_len(self) -> int:
@@ -58,6 +61,7 @@ class Scenario:
             num_replicas=self.num_replicas,
             router=self.router,
             stretch=self.stretch,
+            sched_delay_slo_s=self.sched_delay_slo_s,
         ).validate()
 
     def deployment(self) -> Deployment:
