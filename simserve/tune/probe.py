@@ -95,13 +95,13 @@ def _catalog_name(table: str, name: Any) -> str:
 
 
 def _trace_file(name: str) -> Path | None:
+    from simserve.errors import SimserveError
+    from simserve.workload.trace import resolve_trace
+
     try:
-        from simserve.workload import trace as tr
-    except ImportError:
+        return resolve_trace(name)[0]
+    except SimserveError:  # not a file: the scenario check reports it
         return None
-    shipped = tr.SHIPPED.get(tr.ALIASES.get(name, name))
-    path = tr.TRACES_DIR / shipped if shipped else Path(name)
-    return path if path.is_file() else None
 
 
 def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:

@@ -84,12 +84,8 @@ CASES: tuple[Case, ...] = (
 
 
 def real_scenario(**fields: Any) -> Any:
-    try:
-        from simserve.sim.scenario import Scenario
-    except ImportError:
-        raise SimserveError(
-            "the simulator (simserve.sim.scenario) is not installed in this checkout"
-        ) from None
+    from simserve.sim.scenario import Scenario
+
     return Scenario(**fields)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from simserve.errors import SimserveError
+from simserve.sim.config import POLICY_NAMES
 from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
 from simserve.tune.executors import Runner
 from simserve.tune.jobs import CapacityTask, probe_job, progress_bar, run_tasks
@@ -30,16 +31,6 @@ RESERVING = ("fcfs", "orca")  # reserve max_model_len per request: the paper ran
 TILE_BUDGETS = (128, 129, 256, 257, 384, 512, 513, 768, 1024, 1025, 1536, 2048, 2049)
 DEFAULT_BUDGETS = (256, 257, 512, 513, 1024, 2048)
 DEFAULT_POLICIES = ("fcfs", "orca", "vllm", "sarathi")
-
-
-def known_policies() -> tuple[str, ...]:
-    """Policy names as the simulator defines them (the expected set until simserve.sim exists)."""
-    try:
-        from simserve.sim import policies
-    except ImportError:
-        return TOY_POLICIES
-    names = getattr(policies, "POLICIES", None)
-    return tuple(names) if names else TOY_POLICIES
 
 
 @dataclass(frozen=True)
@@ -58,7 +49,7 @@ class SweepSpec:
     start_qps: float = 1.0
 
     def __post_init__(self) -> None:
-        known = known_policies() if not hasattr(self.base, "record") else TOY_POLICIES
+        known = POLICY_NAMES if not hasattr(self.base, "record") else TOY_POLICIES
         unknown = [p for p in self.policies if p not in known]
         if unknown:
             raise SimserveError(f"unknown policy {unknown[0]!r}; known policies: {', '.join(known)}")
