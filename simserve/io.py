@@ -37,3 +37,70 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+# Every output directory simserve writes holds this file, listing the files it wrote there. It is how a later
+# run knows the directory is simserve's own (so writing into it again is safe) and which stale outputs it may
+# remove; files it does not list are never touched.
+MARKER = ".simserve-output"
+
+
+def _listed(path: Path) -> set[str]:
+    try:
+        lines = (path / MARKER).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    # A damaged marker must never reach outside the directory.
+    return {line for line in lines if line and not Path(line).is_absolute() and ".." not in Path(line).parts}
+
+
+def check_out_dir(path: str | os.PathLike, force: bool = False, option: str = "--out") -> Path:
+    """Refuse, before any work starts, an output directory simserve could not or should not write into.
+
+    A new path is fine when its nearest existing parent is a writable directory; an existing one must be a
+    writable directory that is empty or holds simserve's marker — or the user passed --force, and then
+    simserve writes beside the files already there (it never deletes a file it did not write).
+    """
+    from simserve.errors import SimserveError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise SimserveError(f"{option} {path} is a file; give a directory path")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SimserveError(f"{option} {path}: {probe} is a file, not a directory; choose another {option}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise SimserveError(f"{option} {path}: {probe} is not writable; choose a directory you can write")
+    if probe == path and not force and not (path / MARKER).exists() and any(path.iterdir()):
+        raise SimserveError(
+            f"{option} {path} holds files simserve did not write; choose a new or empty directory, "
+            f"or pass --force to write beside them (nothing is deleted)"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def output_dir(path: str | os.PathLike, force: bool = False, option: str = "--out") -> Iterator[Path]:
+    """Yield an empty staging directory; on success move what was written there into `path`.
+
+    Each file lands by an atomic rename, so a reader never sees a half-written file; on failure or Ctrl-C
+    nothing is moved. Files a previous simserve run listed in the marker and this run did not rewrite are
+    removed as stale; every other file in `path` stays.
+    """
+    path = check_out_dir(path, force, option)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path))
+    try:
+        yield tmp
+        written = sorted(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file())
+        for rel in written:
+            (path / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / rel, path / rel)
+        for rel in _listed(path) - set(written):
+            with contextlib.suppress(OSError):
+                (path / rel).unlink()
+        write_text_atomic(path / MARKER, "".join(f"{rel}\n" for rel in written))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

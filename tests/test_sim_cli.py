@@ -67,7 +67,7 @@ def test_same_inputs_and_seed_give_byte_identical_outputs(capsys, tmp_path):
         code, out, err = cli_ok(capsys, *args, "--out", str(tmp_path / name))
         assert "completed" in out
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert files == ["iterations.csv", "requests.csv", "summary.json", "trace.json"]
+    assert files == [".simserve-output", "iterations.csv", "requests.csv", "summary.json", "trace.json"]
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     req = pd.read_csv(tmp_path / "a" / "requests.csv")

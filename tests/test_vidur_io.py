@@ -186,7 +186,7 @@ def test_export_refuses_to_replace_a_folder_it_did_not_write(tmp_path, capsys):
     keep.mkdir()
     (keep / "notes.txt").write_text("mine")
     assert run_cli("vidur", "export", str(prof_dir), "--out", str(keep)) == 2
-    assert "not an earlier simserve export" in capsys.readouterr().err
+    assert "holds files simserve did not write" in capsys.readouterr().err
     assert [p.name for p in keep.iterdir()] == ["notes.txt"]
     assert run_cli("vidur", "export", str(prof_dir), "--out", str(tmp_path / "vidur")) == 0
     assert (

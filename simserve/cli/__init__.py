@@ -52,6 +52,15 @@ def main(argv: list[str] | None = None) -> None:
     except SimserveError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        # Outputs land only when complete (simserve.io), so an interrupt leaves nothing partial behind.
+        print("interrupted; no output was written (results already cached are kept)", file=sys.stderr)
+        sys.exit(130)
+    except OSError as exc:
+        # A full disk, a permission or a missing file deep in a write: the file system's own words, one line.
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; check the path and free space, then rerun", file=sys.stderr)
+        sys.exit(2)
     except SystemExit as exc:
         # click ends every run with sys.exit; let a successful one return, so main() is callable from Python
         if exc.code not in (0, None):

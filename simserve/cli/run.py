@@ -64,7 +64,12 @@ def run_command(
     ),
     memory_utilization: float = typer.Option(0.85, "--memory-utilization"),
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
-    out: Path | None = typer.Option(None, "--out", help="Output directory (replaced atomically)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory (default runs/<scenario>/); each file lands whole."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
+    ),
     fmt: str = typer.Option("csv", "--format", help="csv | parquet (needs pyarrow) for the two tables."),
     exact: bool = typer.Option(
         False, "--exact", help="One event per iteration: no compressed decode stretches."
@@ -74,7 +79,7 @@ def run_command(
     from rich.console import Console
     from rich.table import Table
 
-    from simserve.io import atomic_path
+    from simserve.io import check_out_dir, output_dir
     from simserve.sim.perfetto import write_chrome_trace
     from simserve.sim.scenario import Scenario, run_scenario
 
@@ -109,11 +114,10 @@ def run_command(
         profiles_root=profiles,
         stretch=not exact,
     )
+    out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     result = run_scenario(scenario, qps)
-    out = out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed)
     summary = result.summary.as_dict()
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
+    with output_dir(out, force) as tmp:
         for name, df in (("requests", result.requests), ("iterations", result.iterations)):
             if fmt == "csv":
                 df.to_csv(tmp / f"{name}.csv", index=False)

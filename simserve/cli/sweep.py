@@ -91,7 +91,10 @@ def sweep(
     seed: int = typer.Option(0, "--seed", help="The first seed."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(1.0, "--start-qps", help="The search's first probe."),
-    out: Path = typer.Option(Path("sweep-out"), "--out", help="Output directory (replaced atomically)."),
+    out: Path = typer.Option(Path("sweep-out"), "--out", help="Output directory; each file lands whole."),
+    force: bool = typer.Option(
+        False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
+    ),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
@@ -105,12 +108,14 @@ def sweep(
     ),
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
+    from simserve.io import check_out_dir
     from simserve.tune.capacity import SLO
     from simserve.tune.report import budget_story, summary_table, write_outputs
     from simserve.tune.sweep import TILE_BUDGETS, SweepSpec, run_sweep
 
     if requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {requests}")
+    check_out_dir(out, force)
     if seeds < 1:
         raise SimserveError(f"--seeds must be at least 1, got {seeds}")
     slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid else (slo,)
@@ -151,7 +156,7 @@ def sweep(
         start_qps=start_qps,
     )
     result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)
-    written = write_outputs(result, out, plots=not no_plots)
+    written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(summary_table(result))
     for line in budget_story(result):

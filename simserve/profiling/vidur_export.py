@@ -10,7 +10,7 @@ import pandas as pd
 
 from simserve.catalog import NODES, GPUSpec, ModelSpec, NodeSpec
 from simserve.errors import SimserveError
-from simserve.io import atomic_path
+from simserve.io import check_out_dir, output_dir
 from simserve.profiling.schema import Profile
 from simserve.profiling.vidur_format import (
     EXPORT_MARKER,
@@ -163,10 +163,8 @@ def export_vidur(
             f"Vidur would simulate other layers: pick a model with the same layer shapes"
         )
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / EXPORT_MARKER).exists():
-        raise SimserveError(
-            f"{out} exists and is not an earlier simserve export; pass an empty or new --out folder"
-        )
+    if not (out / EXPORT_MARKER).exists():  # an earlier export (its marker predates io.MARKER) is ours
+        check_out_dir(out)
     network_name = network_name or vidur_node(node)
     compute = Path("data", "profiling", "compute", vidur_device(gpu), *vidur_model.hf_id.split("/"))
     net = Path("data", "profiling", "network", network_name)
@@ -187,7 +185,8 @@ def export_vidur(
         "estimated": "mlp.csv emb = attn_norm time (Vidur never reads emb); attention reshape times = 0; "
         "min/max/mean = median and std = 0 where the profile holds only medians",
     }
-    with atomic_path(out) as tmp:
+    # NOTE: Vidur runs from this folder and writes its own outputs there: replace only the exported files.
+    with output_dir(out, force=True) as tmp:
         for rel, frame in frames.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             frame.to_csv(

@@ -12,7 +12,7 @@ import pandas as pd
 from rich.table import Table
 
 import simserve
-from simserve.io import atomic_path
+from simserve.io import MARKER, output_dir
 from simserve.tune.probe import CDF_GRID
 from simserve.tune.sweep import SweepResult, best_per_policy, iter_probes, scenario_fields
 
@@ -142,15 +142,10 @@ def budget_story(result: SweepResult) -> list[str]:
     return lines
 
 
-def write_outputs(result: SweepResult, out: str | Path, plots: bool = True) -> list[Path]:
-    """sweep.csv, probes.csv, summary.json and the plots, into `out` as one atomic directory write."""
+def write_outputs(result: SweepResult, out: str | Path, plots: bool = True, force: bool = False) -> list[Path]:
+    """sweep.csv, probes.csv, summary.json and the plots into `out`; each file lands whole (io.output_dir)."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        from simserve.errors import SimserveError
-
-        raise SimserveError(f"--out {out} is a file; give a directory path")
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
+    with output_dir(out, force) as tmp:
         result.rows.to_csv(tmp / "sweep.csv", index=False, float_format="%.6g")
         pd.DataFrame(list(iter_probes(result))).to_csv(tmp / "probes.csv", index=False, float_format="%.6g")
         (tmp / "summary.json").write_text(json.dumps(summarize(result), indent=2, allow_nan=False) + "\n")
@@ -170,7 +165,7 @@ def write_outputs(result: SweepResult, out: str | Path, plots: bool = True) -> l
             from simserve.tune.plots import save_all
 
             save_all(result, tmp)
-    return sorted(out.iterdir())
+    return sorted(out / rel for rel in (out / MARKER).read_text().split())
 
 
 def read_outputs(out: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
