@@ -74,6 +74,19 @@ def run_command(
     exact: bool = typer.Option(
         False, "--exact", help="One event per iteration: no compressed decode stretches."
     ),
+    stop_when_overloaded: bool = typer.Option(
+        False,
+        "--stop-when-overloaded",
+        help="Stop at the first sign of unbounded queueing, as capacity probes do (default: serve every request).",
+    ),
+    cpu_overhead: bool = typer.Option(
+        True,
+        "--cpu-overhead/--no-cpu-overhead",
+        help="Charge the engine's per-iteration CPU work (schedule, inputs, sampling, outputs).",
+    ),
+    ray_comm: bool = typer.Option(
+        False, "--ray-comm", help="Also charge the driver → worker Ray round trip of a Ray-actor engine."
+    ),
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
     from rich.console import Console
@@ -81,7 +94,7 @@ def run_command(
 
     from simserve.io import check_out_dir, output_dir
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, run_scenario
+    from simserve.sim.scenario import Scenario, run_scenario, workload_notes
 
     if fmt not in ("csv", "parquet"):
         raise SimserveError(f"unknown --format {fmt!r}; choose csv or parquet")
@@ -113,10 +126,14 @@ def run_command(
         memory_utilization=memory_utilization,
         profiles_root=profiles,
         stretch=not exact,
+        stop_when_overloaded=stop_when_overloaded,
+        cpu_overhead=cpu_overhead,
+        ray_comm=ray_comm,
     )
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     result = run_scenario(scenario, qps)
     summary = result.summary.as_dict()
+    notes = workload_notes(scenario)
     with output_dir(out, force) as tmp:
         for name, df in (("requests", result.requests), ("iterations", result.iterations)):
             if fmt == "csv":
@@ -124,12 +141,12 @@ def run_command(
             else:
                 df.to_parquet(tmp / f"{name}.parquet", index=False)
         write_chrome_trace(tmp / "trace.json", result.iterations)
-        doc = {"scenario": scenario.__dict__, "qps": qps, "summary": summary}
+        doc = {"scenario": scenario.__dict__, "qps": qps, "summary": summary, "notes": notes}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, qps, summary, out)
+    _print_summary(Console(), Table, scenario, qps, summary, out, notes)
 
 
-def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path) -> None:
+def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, notes: list[str]) -> None:
     table = Table(
         title=f"{scenario.policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
         f"{scenario.trace} at {qps:g} QPS"
@@ -147,7 +164,12 @@ def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path) -> 
     console.print(table)
     busy = ", ".join(f"{b:.0%}" for b in s["stage_busy"])
     bubble = ", ".join(f"{b:.0%}" for b in s["stage_bubble"])
-    status = "[red]OVERLOADED (stopped early)[/red] " if s["overloaded"] else ""
+    if not s["overloaded"]:
+        status = ""
+    elif scenario.stop_when_overloaded:
+        status = "[red]OVERLOADED (stopped early)[/red] "
+    else:
+        status = "[red]OVERLOADED (the queue grew without bound; latencies include the backlog)[/red] "
     console.print(
         f"{status}{s['completed']}/{s['num_requests']} completed, {s['ignored']} ignored (too long), "
         f"{s['preemptions']} preemptions; {s['throughput_rps']:.3g} req/s, {s['throughput_tps']:.4g} tokens/s "
@@ -155,3 +177,5 @@ def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path) -> 
         f"MFU ≈ {s['mfu']:.1%}, MBU ≈ {s['mbu']:.1%} (estimates); {s['num_iterations']} iterations, "
         f"{s['kv_blocks_per_replica']} KV blocks per replica\nwrote {out}/"
     )
+    for note in notes:
+        console.print(f"[yellow]note:[/yellow] {note}")

@@ -126,8 +126,9 @@ class Cluster:
         nxt = float(self.reqs.arrived[self.next]) if self.next < self.n else np.inf
         t = self.next_check
         if through_checks and len(self.replicas) == 1:
+            stops = self.cfg.stop_when_overloaded  # else a check only notes an overload; none ends the run
             for _ in range(MAX_CHECKS_AHEAD):
-                if not t < nxt or self._overload_rule(t)[0]:
+                if not t < nxt or (stops and self._overload_rule(t)[0]):
                     break
                 t = t + self.cfg.check_period_s  # the watchdog's own float operation
         return min(nxt, t)
@@ -145,11 +146,12 @@ class Cluster:
         while True:
             self.next_check = env.now + period
             yield env.timeout(period)
-            if self._overloaded(env.now):
+            if not self.overloaded and self._overloaded(env.now):
                 self.overloaded = True
-                if not self.finished.triggered:
-                    self.finished.succeed()
-                return
+                if self.cfg.stop_when_overloaded:
+                    if not self.finished.triggered:
+                        self.finished.succeed()
+                    return
             if self.next >= self.n and all(
                 rep.in_flight == 0 and not rep.state.waiting and not rep.state.num_running
                 for rep in self.replicas

@@ -33,6 +33,7 @@ class SimConfig:
     sched_delay_slo_s: float = 2.0  # the capacity criterion's median scheduling delay bound
     overload_wait_s: float = 60.0  # stop when the oldest waiting request has waited this long
     check_period_s: float = 1.0  # how often (simulated seconds) the overload rule is evaluated
+    stop_when_overloaded: bool = True  # False: note the overload, but serve every request to the end
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:

@@ -47,9 +47,18 @@ class Scenario:
     sched_delay_slo_s: float = (
         2.0  # the overload rule stops a run once its median scheduling delay must exceed this
     )
+    # A capacity probe stops at the first sign of overload; a user's `simserve run` runs to the end.
+    stop_when_overloaded: bool = True
+    cpu_overhead: bool = True  # the engine's per-iteration CPU work (schedule, inputs, sampler, outputs)
+    ray_comm: bool = False  # plus the driver → worker Ray round trip of a Ray-actor engine
 
     @property
     def max_len(self) -> int:
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise SimserveError(
+                f"--max-model-len must be a positive number of tokens, got {self.max_model_len}; "
+                f"leave it out for the trace's default"
+            )
         return self.max_model_len or MAX_MODEL_LEN.get(self.trace, 8192)
 
     def sim_config(self) -> SimConfig:
@@ -62,6 +71,7 @@ class Scenario:
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
+            stop_when_overloaded=self.stop_when_overloaded,
         ).validate()
 
     def deployment(self) -> Deployment:
@@ -93,8 +103,10 @@ def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None) -> Si
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     num_blocks = check_scenario(s)
     cfg, dep = s.sim_config(), s.deployment()
+    if s.ray_comm and not s.cpu_overhead:
+        raise SimserveError("--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it")
     if timer is None:
-        timer = _timer(dep, s.profiles_root)
+        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm)
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
     prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
@@ -117,21 +129,47 @@ def _num_blocks(dep: Deployment, policy: str, budget: int | None, max_batch: int
 
 
 @lru_cache(maxsize=8)
-def _timer(dep: Deployment, profiles_root: str | None) -> BatchTimer:
-    from simserve.predictor import load_timer
+def _timer(dep: Deployment, profiles_root: str | None, cpu_overhead: bool, ray_comm: bool) -> BatchTimer:
+    from simserve.predictor import CpuOverhead, load_timer
 
-    return load_timer(dep, profiles_root)
+    overhead = CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0)
+    return load_timer(dep, profiles_root, overhead=overhead)
+
+
+@lru_cache(maxsize=4)
+def _usable(trace: str, max_len: int):
+    """The trace's requests that fit in max_len tokens (read once per process)."""
+    from simserve.workload import load_trace
+
+    return load_trace(trace, max_total_tokens=max_len)
 
 
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
     """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests."""
-    from simserve.workload import load_trace
-
-    t = load_trace(trace, max_total_tokens=max_len)
+    t = _usable(trace, max_len)
     if not len(t):
         raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
     t = t.head(n) if replay else t.sample(n, seed)
     for a in (t.prompt_tokens, t.output_tokens) + ((t.arrived_at,) if t.arrived_at is not None else ()):
         a.setflags(write=False)  # cached: shared by every later call in this process
     return t.prompt_tokens, t.output_tokens, t.arrived_at
+
+
+def workload_notes(s: Scenario) -> list[str]:
+    """What the workload did to the trace that a user should know: rows dropped, requests repeated."""
+    t = _usable(s.trace, s.max_len)
+    notes = []
+    if t.too_long:
+        notes.append(
+            f"{t.too_long} trace rows dropped: prompt + output exceeds the max model length {s.max_len} "
+            f"(raise --max-model-len to keep them)"
+        )
+    if s.arrival != "replay" and s.num_requests > len(t):
+        notes.append(
+            f"the trace has {len(t)} usable requests, so {s.num_requests - len(t)} of the {s.num_requests} "
+            f"are repeats (fresh shuffles of the same rows)"
+        )
+    if s.arrival == "replay" and s.num_requests > len(t):
+        notes.append(f"replay: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
+    return notes

@@ -7,6 +7,7 @@ one of the formats of `formats.py`. Every row is validated, and a bad row is rep
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ class Trace:
     prompt_tokens: np.ndarray  # int64, > 0
     output_tokens: np.ndarray  # int64, > 0
     arrived_at: np.ndarray | None = None  # float64 seconds from trace start, non-decreasing, or None
+    too_long: int = 0  # rows load_trace dropped for exceeding its max_total_tokens (reported, not silent)
 
     def __post_init__(self) -> None:
         # NOTE: loaders validate row by row with file context; this only guards traces built in code.
@@ -96,13 +98,13 @@ def load_trace(name_or_path: str, max_total_tokens: int | None = None) -> Trace:
     if max_total_tokens is None:
         return trace
     if max_total_tokens <= 0:
-        raise SimserveError(f"max_total_tokens must be positive, got {max_total_tokens}")
+        raise SimserveError(f"--max-model-len must be a positive number of tokens, got {max_total_tokens}")
     keep = trace.prompt_tokens + trace.output_tokens <= max_total_tokens
     if not keep.any():
         raise SimserveError(
-            f"{path}: no request has prompt + output <= {max_total_tokens} tokens; raise max_total_tokens"
+            f"{path}: no request has prompt + output <= {max_total_tokens} tokens; raise --max-model-len"
         )
-    return trace.select(keep)
+    return dataclasses.replace(trace.select(keep), too_long=int((~keep).sum()))
 
 
 def resolve_trace(name_or_path: str) -> tuple[Path, str]:
