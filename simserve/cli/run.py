@@ -34,10 +34,10 @@ def _jsonable(x):
 
 @app.command("run")
 def run_command(
-    model: str = typer.Option("mistral-7b", "--model"),
-    gpu: str = typer.Option("a100", "--gpu"),
-    tp: int = typer.Option(1, "--tp"),
-    pp: int = typer.Option(1, "--pp"),
+    model: str = typer.Option("mistral-7b", "--model", help="Model name (see `simserve list models`)."),
+    gpu: str = typer.Option("a100", "--gpu", help="GPU name (see `simserve list gpus`)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per pipeline stage)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (stages per replica)."),
     node: str | None = typer.Option(None, "--node", help="The GPU box (default: the GPU's paper testbed)."),
     network: str | None = typer.Option(
         None, "--network", help="Between nodes, when a replica spans several."
@@ -53,16 +53,18 @@ def run_command(
     ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
-    requests: int = typer.Option(2048, "--requests"),
+    requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
     seed: int = typer.Option(0, "--seed", help="Seeds the request sample and the arrivals."),
-    replicas: int = typer.Option(1, "--replicas"),
+    replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | poisson-clipped | gamma | replay."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma arrivals."),
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Default 8192 (sharegpt), 16384 (arxiv)."
     ),
-    memory_utilization: float = typer.Option(0.85, "--memory-utilization"),
+    memory_utilization: float = typer.Option(
+        0.85, "--memory-utilization", help="Fraction of GPU memory the engine may use (weights + KV cache)."
+    ),
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
     out: Path | None = typer.Option(
         None, "--out", help="Output directory (default runs/<scenario>/); each file lands whole."

@@ -58,17 +58,21 @@ def sweep(
     ttft_quantile: float = typer.Option(
         0.99, "--ttft-quantile", help="Which TTFT quantile --ttft-slo bounds."
     ),
-    model: str = typer.Option("mistral-7b", "--model"),
-    gpu: str = typer.Option("a100", "--gpu"),
-    tp: int = typer.Option(1, "--tp"),
-    pp: int = typer.Option(1, "--pp"),
+    model: str = typer.Option("mistral-7b", "--model", help="Model name (see `simserve list models`)."),
+    gpu: str = typer.Option("a100", "--gpu", help="GPU name (see `simserve list gpus`)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per pipeline stage)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (stages per replica)."),
     node: str | None = typer.Option(None, "--node", help="The GPU box (default: the GPU's paper testbed)."),
     network: str | None = typer.Option(
         None, "--network", help="Between nodes, when a replica spans several."
     ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     requests: int = typer.Option(DEFAULT_REQUESTS, "--requests", help="Requests per simulation."),
-    policies: str = typer.Option("fcfs,orca,vllm,sarathi", "--policies"),
+    policies: str = typer.Option(
+        "fcfs,orca,vllm,sarathi",
+        "--policies",
+        help="Policies to compare: fcfs, orca, vllm, sarathi, chunked, hybrid.",
+    ),
     budgets: str = typer.Option(
         "256,257,512,513,1024,2048",
         "--budgets",
@@ -102,7 +106,9 @@ def sweep(
         DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
     ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
-    no_plots: bool = typer.Option(False, "--no-plots"),
+    no_plots: bool = typer.Option(
+        False, "--no-plots", help="Skip the PNG plots (faster; tables and summary only)."
+    ),
     toy: bool = typer.Option(
         False, "--toy", hidden=True, help="Closed-form test model instead of the simulator."
     ),
@@ -176,10 +182,12 @@ def regress(
         Path("regress/baseline.json"), "--baseline", help="The committed baseline."
     ),
     update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
-    executor: str = typer.Option("local", "--executor"),
-    workers: int | None = typer.Option(None, "--workers"),
-    cache: Path = typer.Option(DEFAULT_CACHE, "--cache"),
-    no_cache: bool = typer.Option(False, "--no-cache"),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
+    cache: Path = typer.Option(
+        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
 ) -> None:
     """Recompute the capacities of a few fixed configurations and compare them with the baseline."""
     from simserve.tune.regress import check, write_baseline
