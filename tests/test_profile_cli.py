@@ -97,7 +97,7 @@ def test_missing_torch_backend_is_a_clear_error(tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_interrupted_write_leaves_no_partial_profile(tmp_path, monkeypatch):
+def test_interrupted_write_leaves_no_partial_profile(tmp_path, monkeypatch, capsys):
     out = tmp_path / "profiles"
     run("--gpu", "a100", "--model", "mistral-7b", "--tp", "1", "--quick", "--out", str(out))
     target = out / "a100-80gb" / "mistral-7b"
@@ -112,8 +112,10 @@ def test_interrupted_write_leaves_no_partial_profile(tmp_path, monkeypatch):
         return real_to_csv(self, *args, **kwargs)
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", to_csv)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(SystemExit) as exit_:
         run("--gpu", "a100", "--model", "mistral-7b", "--tp", "1,2", "--quick", "--out", str(out))
+    err = capsys.readouterr().err  # one line, the file system's words, no traceback
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "disk full" in err
     # The old profile is intact, and no temporary directory is left beside it.
     assert {f.name: f.read_bytes() for f in target.iterdir()} == before
     assert [p.name for p in target.parent.iterdir()] == ["mistral-7b"]

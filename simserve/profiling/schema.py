@@ -89,6 +89,9 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
                 f"fix or drop that row, or re-run the profiler"
             )
         df[col] = values
+    if not (df["time_ms"] > 0).any():
+        # A predictor fitted on zeros would simulate infinitely fast serving: a broken profiler run, not data.
+        raise SimserveError(f"{where}: every time_ms is 0; re-run the profiler (`simserve profile`) for this table")
     return df
 
 

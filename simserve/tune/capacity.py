@@ -136,9 +136,9 @@ def find_capacity(
     at most `max_probes` probes; an SLO that fails even at `start_qps / 2**max_halvings` gives capacity 0.
     """
     if not start_qps > 0:
-        raise SimserveError(f"the starting rate must be positive, got {start_qps} qps")
+        raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
     if not 0 < tolerance < 1:
-        raise SimserveError(f"the search tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
+        raise SimserveError(f"--tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
     probes: list[Probe] = []
 
     def probe(qps: float) -> Probe:
