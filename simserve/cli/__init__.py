@@ -53,9 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        # Outputs land only when complete (simserve.io), so an interrupt leaves nothing partial behind.
-        print("interrupted; no output was written (results already cached are kept)", file=sys.stderr)
-        sys.exit(130)
+        _interrupted()
     except OSError as exc:
         # A full disk, a permission or a missing file deep in a write: the file system's own words, one line.
         where = f": {exc.filename}" if exc.filename else ""
@@ -63,5 +61,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except SystemExit as exc:
         # click ends every run with sys.exit; let a successful one return, so main() is callable from Python
+        if exc.code == 130:  # typer turns Ctrl-C into a silent exit 130
+            _interrupted()
         if exc.code not in (0, None):
             raise
+
+
+def _interrupted() -> None:
+    # Outputs land only when complete (simserve.io), so an interrupt leaves nothing partial behind.
+    print("interrupted; no output was written (results already cached are kept)", file=sys.stderr)
+    sys.exit(130)

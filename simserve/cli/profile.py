@@ -16,7 +16,8 @@ from simserve.catalog import GPU, MODELS, NETWORKS, NODES
 from simserve.cli import app
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.profiling.schema import TABLES, profile_dir, write_profile
+from simserve.profiling.merge import merge_profile
+from simserve.profiling.schema import SHIPPED_PROFILES, TABLES, profile_dir, read_profile, write_profile
 
 BACKENDS = ("roofline", "torch")
 
@@ -80,6 +81,9 @@ def profile_command(
         16384, "--max-tokens", help="Largest batch token count the linear grid covers."
     ),
     quick: bool = typer.Option(False, "--quick", help="A coarser grid: for tests and quick looks."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace an existing profile (a shipped one included) instead of merging into it."
+    ),
 ) -> None:
     """Profile every op of one transformer layer on one GPU for each TP degree and write a profile directory."""
     model_spec, gpu_spec = MODELS.get(model), GPU.get(gpu)
@@ -88,6 +92,12 @@ def profile_command(
     tps = parse_tps(tp)
     if max_tokens < 1:
         raise SimserveError(f"--max-tokens must be at least 1, got {max_tokens}")
+    target = profile_dir(out, gpu_spec.name, model_spec.name)
+    if target.exists() and not force and target.resolve().is_relative_to(SHIPPED_PROFILES):
+        raise SimserveError(
+            f"{target} is a shipped profile; write yours with --out my-profiles and use it with "
+            f"--profiles my-profiles, or pass --force to change the shipped one"
+        )
     run = load_backend(backend)
     # The deployments the profile serves: their checks (heads divisible by TP, layers by PP, a node big enough)
     # fail here with the fix, before any work; a replica spanning nodes brings its network's send/recv rows.
@@ -132,7 +142,9 @@ def profile_command(
         **fields,
     }
     provenance["versions"] = {**_versions(), **fields.get("versions", {})}
-    target = write_profile(profile_dir(out, gpu_spec.name, model_spec.name), tables, provenance)
+    if (target / "provenance.json").exists() and not force:
+        tables, provenance = merge_profile(read_profile(target), tables, provenance)
+    write_profile(target, tables, provenance)
     _print_summary(target, tables, provenance)
 
 

@@ -9,7 +9,7 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.ops import ELEMENTWISE_OPS, LINEAR_OPS
 from simserve.predictor.fit import ModelKey
-from simserve.profiling.schema import Profile, slug
+from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
 
 
 def profile_keys(profile: Profile) -> set[ModelKey]:
@@ -56,7 +56,11 @@ def find_collective(keys: Iterable[ModelKey], op: str, link: str, num_workers: i
 
 
 def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
-    """The `simserve profile` command that writes a profile covering `dep`."""
+    """The `simserve profile` command that writes a profile covering `dep` into `root`.
+
+    It adds TP degrees to an existing profile (profile merges them), so the hint never loses data. A shipped
+    profile is never changed by a hint: for one, the command writes beside it, into a folder of the user's.
+    """
     cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {slug(dep.model.name)} --tp {dep.tp}"
     if dep.pp > 1:
         cmd += f" --pp {dep.pp}"
@@ -64,12 +68,17 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
         cmd += f" --node {dep.node.name}"
     if dep.num_nodes > 1 and dep.network is not None:
         cmd += f" --network {dep.network.name}"
+    if root is not None and Path(root).resolve() == SHIPPED_PROFILES:
+        target = Path(root) / slug(dep.gpu.name) / slug(dep.model.name)
+        if target.exists():
+            return f"{cmd} --out my-profiles` and rerun with `--profiles my-profiles"
+        root = None  # a new profile may join the shipped ones, which is where `run` looks by default
     return cmd + (f" --out {root}" if root is not None else "")
 
 
 def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
     """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes it."""
-    cmd = profile_command(dep)
+    cmd = profile_command(dep, Path(where).parents[1])
     tps = {
         k.tp for k in keys if k.family in ("linear", "elementwise", "attention_prefill", "attention_decode")
     }
@@ -90,15 +99,12 @@ def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
     if dep.tp > 1 and find_collective(keys, "all_reduce", node_link(dep), dep.tp) is None:
         raise SimserveError(
             f"profile {where} has no all_reduce rows for {dep.tp} workers over {node_link(dep)}; "
-            f"run `{cmd} --node {node_link(dep)}`"
+            f"run `{cmd}`"
         )
-    pp_cmd = f"{cmd} --pp {dep.pp} --node {node_link(dep)}" if dep.pp > 1 else cmd
-    if dep.network is not None and dep.num_nodes > 1:
-        pp_cmd += f" --network {dep.network.name}"
     for stage in range(dep.pp - 1):
         link = stage_link(dep, stage)
         if find_collective(keys, "send_recv", link, None) is None:
             raise SimserveError(
                 f"profile {where} has no send_recv rows over {link} (needed between pipeline stages "
-                f"{stage} and {stage + 1}); run `{pp_cmd}`"
+                f"{stage} and {stage + 1}); run `{cmd}`"
             )

@@ -5,20 +5,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import simserve
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.predictor.coverage import profile_command, profile_keys, require
 from simserve.predictor.fit import fit
 from simserve.predictor.overhead import CpuOverhead
 from simserve.predictor.timer import BatchTimer
-from simserve.profiling.schema import profile_dir, read_profile
+from simserve.profiling.schema import SHIPPED_PROFILES, profile_dir, read_profile
 
 
 def default_profiles_root() -> Path:
     """$SIMSERVE_PROFILES, else the repository's profiles/ folder."""
     env = os.environ.get("SIMSERVE_PROFILES")
-    return Path(env) if env else Path(simserve.__file__).resolve().parents[1] / "profiles"
+    return Path(env) if env else SHIPPED_PROFILES
 
 
 def load_timer(

@@ -33,6 +33,7 @@ TABLES: dict[str, list[str]] = {
     "collectives": ["op", "link", "num_workers", "size_bytes", "time_ms"],
 }
 PROVENANCE = "provenance.json"
+SHIPPED_PROFILES = Path(__file__).resolve().parents[2] / "profiles"  # the repository's profiles/
 
 
 def slug(name: str) -> str:

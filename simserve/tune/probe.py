@@ -21,6 +21,7 @@ import numpy as np
 
 import simserve
 from simserve.io import write_text_atomic
+from simserve.profiling.schema import SHIPPED_PROFILES
 from simserve.tune.capacity import SLO, Simulate
 
 # Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
@@ -68,7 +69,7 @@ def input_digests(scenario: Any) -> dict[str, str]:
     if "gpu" in fields and "model" in fields:
         from simserve.profiling.schema import content_hash, profile_dir
 
-        root = fields.get("profiles_root") or Path(simserve.__file__).resolve().parents[1] / "profiles"
+        root = fields.get("profiles_root") or SHIPPED_PROFILES
         path = profile_dir(
             root, _catalog_name("GPU", fields["gpu"]), _catalog_name("MODELS", fields["model"])
         )

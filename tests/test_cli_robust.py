@@ -1,0 +1,135 @@
+"""The CLI under the faults a daily user hits: an --out that holds other files, interrupts, burst loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simserve.cli import main
+from simserve.io import MARKER
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(
+    not (REPO / "profiles" / "a100-80gb" / "mistral-7b").is_dir(), reason="shipped Mistral-7B profile absent"
+)
+SMALL = ["--requests", "16", "--qps", "4"]
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_out_that_is_a_file_is_refused_before_any_work(capsys, tmp_path):
+    f = tmp_path / "results"
+    f.write_text("mine")
+    code, _, err = cli(capsys, "run", *SMALL, "--out", str(f))
+    assert code == 2 and err.count("\n") == 1 and "is a file" in err
+    assert f.read_text() == "mine"
+
+
+def test_out_holding_foreign_files_is_refused_and_force_writes_beside_them(capsys, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    code, _, err = cli(capsys, "run", *SMALL, "--out", str(out))
+    assert code == 2 and "did not write" in err and "--force" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    code, _, _ = cli(capsys, "run", *SMALL, "--out", str(out), "--force")
+    assert code == 0 and (out / "notes.txt").read_text() == "keep me" and (out / "summary.json").exists()
+
+
+def test_rewriting_own_output_replaces_stale_files_only(capsys, tmp_path):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "run"
+    assert cli(capsys, "run", *SMALL, "--out", str(out), "--format", "parquet")[0] == 0
+    (out / "analysis.ipynb").write_text("{}")  # the user's own file, added after the first run
+    assert cli(capsys, "run", *SMALL, "--out", str(out))[0] == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [MARKER, "analysis.ipynb", "iterations.csv", "requests.csv", "summary.json", "trace.json"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories, so this cannot fail as root")
+def test_unwritable_out_is_refused(capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code, _, err = cli(capsys, "run", *SMALL, "--out", str(locked / "run"))
+    assert code == 2 and "not writable" in err
+
+
+def _burst(tmp_path: Path) -> Path:
+    trace = tmp_path / "burst.csv"
+    trace.write_text("prompt_tokens,output_tokens,arrived_at\n" + "4000,50,0\n" * 32)
+    return trace
+
+
+def test_a_burst_runs_to_completion_by_default(capsys, tmp_path):
+    args = ["run", "--trace", str(_burst(tmp_path)), "--arrival", "replay", "--requests", "32"]
+    assert cli(capsys, *args, "--out", str(tmp_path / "a"))[0] == 0
+    full = json.loads((tmp_path / "a" / "summary.json").read_text())["summary"]
+    assert full["completed"] == 32
+    assert cli(capsys, *args, "--out", str(tmp_path / "b"), "--stop-when-overloaded")[0] == 0
+    stopped = json.loads((tmp_path / "b" / "summary.json").read_text())["summary"]
+    assert stopped["overloaded"] and stopped["completed"] < 32
+
+
+def test_cpu_overhead_and_ray_round_trip_switches(capsys, tmp_path):
+    ttft = {}
+    for name, extra in (("none", ["--no-cpu-overhead"]), ("default", []), ("ray", ["--ray-comm"])):
+        assert cli(capsys, "run", *SMALL, "--seed", "3", *extra, "--out", str(tmp_path / name))[0] == 0
+        ttft[name] = json.loads((tmp_path / name / "summary.json").read_text())["summary"]["ttft_p50_s"]
+    assert ttft["none"] < ttft["default"] < ttft["ray"]
+    code, _, err = cli(capsys, "run", *SMALL, "--no-cpu-overhead", "--ray-comm", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--no-cpu-overhead" in err
+
+
+def test_dropped_and_repeated_rows_are_reported(capsys, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_tokens,output_tokens\n100,10\n200,20\n9000,10\n")
+    code, out, _ = cli(capsys, "run", "--trace", str(trace), "--requests", "5", "--out", str(tmp_path / "r"))
+    notes = json.loads((tmp_path / "r" / "summary.json").read_text())["notes"]
+    assert code == 0 and len(notes) == 2
+    assert notes[0].startswith("1 trace rows dropped") and "--max-model-len" in notes[0]
+    assert "3 of the 5 are repeats" in notes[1] and "repeats" in out
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["run", "--max-model-len", "0"], "--max-model-len"),
+        (["run", "--trace", "sharegpt", "--max-model-len", "1"], "--max-model-len"),
+        (["sweep", "--tolerance", "2"], "--tolerance"),
+        (["sweep", "--start-qps", "0", "--policies", "sarathi"], "--start-qps"),
+        (["list", "colours"], "models, gpus"),
+    ],
+)
+def test_bad_input_names_the_option_in_one_line(capsys, tmp_path, args, words):
+    code, _, err = cli(capsys, *args, "--out", str(tmp_path / "o")) if args[0] != "list" else cli(capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and words in err
+    assert "np." not in err and "max_total_tokens" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_ctrl_c_exits_130_in_one_line_leaving_no_output(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "SIMSERVE_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-c", "from simserve.cli import main; main()", "run", "--requests", "200000",
+           "--qps", "2", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(4)  # past start-up, into the simulation
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.count("\n") == 1 and "interrupted" in err
+    assert not out.exists()
