@@ -48,7 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     try:
         # standalone mode: click reports its own usage errors (exit 2) and turns return into sys.exit
-        app(args=argv, prog_name="simserve")
+        try:
+            app(args=argv, prog_name="simserve")
+        finally:
+            from simserve.cachedir import trim_to_env_limit
+
+            trim_to_env_limit()
     except SimserveError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from simserve.cachedir import cache_root
 from simserve.cli import app
 from simserve.errors import SimserveError
 
@@ -15,7 +15,7 @@ from simserve.errors import SimserveError
 # noisier (docs/tuning.md measures it); --requests 1024 halves the time with the same mean capacities.
 DEFAULT_REQUESTS = 2048
 # Beside the predictor cache: $SIMSERVE_CACHE/probes (default ~/.cache/simserve/probes).
-DEFAULT_CACHE = Path(os.environ.get("SIMSERVE_CACHE") or Path.home() / ".cache" / "simserve") / "probes"
+DEFAULT_CACHE = cache_root() / "probes"
 
 
 def _numbers(text: str, kind: type, option: str) -> tuple:

@@ -8,7 +8,6 @@ the caller refits and overwrites it.
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,10 @@ from typing import Any
 import numpy as np
 import sklearn
 
+from simserve.cachedir import cache_root
 from simserve.io import atomic_path
 
 FORMAT = 2  # bump when the fitted models change shape or meaning
-
-
-def cache_root() -> Path:
-    env = os.environ.get("SIMSERVE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "simserve"
 
 
 def key(content_hash: str, seed: int) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 import simserve
 from simserve.io import write_text_atomic
 from simserve.profiling.schema import SHIPPED_PROFILES
-from simserve.tune.capacity import SLO, Simulate
+from simserve.tune.capacity import SLO, Simulate, quantile_key
 
 # Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
 STANDARD_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
@@ -165,6 +165,8 @@ def probe(
     """The record of (scenario, qps): from the cache when there, else simulated (and cached)."""
     key = probe_key(scenario, qps, quantiles)
     record = cache.get(key) if cache is not None else None
+    if record is not None and not well_formed(record, quantiles):
+        record = None  # valid JSON of the wrong shape (hand-edited, another tool's file): simulate again
     if record is None:
         if offline:
             raise CacheMiss(key)
@@ -173,6 +175,19 @@ def probe(
         if cache is not None:
             cache.put(key, record)
     return record
+
+
+def well_formed(record: object, quantiles: tuple[float, ...]) -> bool:
+    """A probe record has numeric metrics with every quantile the SLOs may ask for, and its CDF curves."""
+    if not isinstance(record, dict) or not isinstance(record.get("cdf"), dict):
+        return False
+    metrics = record.get("metrics")
+    if not isinstance(metrics, dict) or not all(
+        v is None or isinstance(v, int | float) for v in metrics.values()
+    ):
+        return False
+    needed = {quantile_key(f, q) for f in ("tbt", "ttft", "scheduling_delay") for q in quantiles}
+    return needed <= metrics.keys() and "qps" in metrics
 
 
 def simulator(

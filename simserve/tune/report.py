@@ -72,7 +72,8 @@ def summarize(result: SweepResult) -> dict[str, Any]:
         },
         "results": per_slo,
         "latency_cdfs": {"qps": result.cdf_qps, "reference": result.cdf_reference},
-        "stats": {k: _num(v) for k, v in result.stats.items()},
+        # NOTE: no timings or cache-hit counts here: the file's bytes must not depend on the cache or the clock.
+        "searches": _num(result.stats.get("tasks")),
     }
 
 
@@ -160,7 +161,8 @@ def write_outputs(result: SweepResult, out: str | Path, plots: bool = True, forc
                 "quantiles": list(CDF_GRID),
                 "curves": curves,
             }
-            (tmp / "latency_cdfs.json").write_text(json.dumps(doc, allow_nan=False) + "\n")
+            # sorted keys: a cached record comes back with sorted keys, and the bytes must not tell
+            (tmp / "latency_cdfs.json").write_text(json.dumps(doc, allow_nan=False, sort_keys=True) + "\n")
         if plots:
             from simserve.tune.plots import save_all
 

@@ -271,5 +271,5 @@ def iter_probes(result: SweepResult) -> Iterator[dict[str, Any]]:
                     "qps": p.qps,
                     "passed": p.passed,
                     "reason": p.reason,
-                    **p.metrics,
+                    **dict(sorted(p.metrics.items())),  # a cached record's keys come back sorted
                 }

@@ -1,0 +1,117 @@
+"""simserve's cache directory: what is in it, how big it is, and keeping it bounded.
+
+Everything under it can be recomputed: fitted predictors (`predictor/`), capacity probes (`probes/`) and
+whatever else a stage caches in a folder of its own. Location: $SIMSERVE_CACHE, default ~/.cache/simserve.
+With $SIMSERVE_CACHE_MAX_MB set, each command ends by deleting the least recently written entries until the
+cache fits (an entry is re-made on its next miss, so a small bound costs time, never results).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from simserve.errors import SimserveError
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SIMSERVE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "simserve"
+
+
+@dataclass(frozen=True)
+class KindUsage:
+    kind: str
+    files: int
+    bytes: int
+    oldest: float | None  # mtime, seconds since the epoch
+    newest: float | None
+
+
+def kinds(root: Path | None = None) -> list[str]:
+    """The cache's kinds are its top-level folders: a stage that caches something new needs no registration."""
+    root = root or cache_root()
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def _files(root: Path, kind: str | None = None) -> list[tuple[Path, os.stat_result]]:
+    dirs = [root / kind] if kind else [root / k for k in kinds(root)]
+    out = []
+    for d in dirs:
+        for f in d.rglob("*"):
+            try:
+                st = f.stat()
+            except OSError:  # removed meanwhile by another process
+                continue
+            if f.is_file():
+                out.append((f, st))
+    return out
+
+
+def usage(root: Path | None = None) -> list[KindUsage]:
+    root = root or cache_root()
+    rows = []
+    for kind in kinds(root):
+        stats = [st for _, st in _files(root, kind)]
+        times = [st.st_mtime for st in stats]
+        rows.append(
+            KindUsage(
+                kind,
+                len(stats),
+                sum(st.st_size for st in stats),
+                min(times, default=None),
+                max(times, default=None),
+            )
+        )
+    return rows
+
+
+def clear(
+    kind: str | None = None, older_than_days: float | None = None, root: Path | None = None
+) -> tuple[int, int]:
+    """Delete entries (of one kind, older than some days); returns (files, bytes) removed."""
+    root = root or cache_root()
+    if kind is not None and kind not in kinds(root):
+        known = ", ".join(kinds(root)) or "none yet"
+        raise SimserveError(f"no cache kind {kind!r} in {root}; kinds there: {known}")
+    if older_than_days is not None and older_than_days < 0:
+        raise SimserveError(f"--older-than must be a number of days >= 0, got {older_than_days}")
+    cutoff = time.time() - 86400 * older_than_days if older_than_days is not None else None
+    return _remove([(f, st) for f, st in _files(root, kind) if cutoff is None or st.st_mtime < cutoff])
+
+
+def trim(max_bytes: int, root: Path | None = None) -> tuple[int, int]:
+    """Delete the least recently written entries until the cache holds at most max_bytes."""
+    entries = sorted(_files(root or cache_root()), key=lambda e: (e[1].st_mtime, str(e[0])))
+    excess = sum(st.st_size for _, st in entries) - max_bytes
+    doomed = []
+    for f, st in entries:
+        if excess <= 0:
+            break
+        doomed.append((f, st))
+        excess -= st.st_size
+    return _remove(doomed)
+
+
+def trim_to_env_limit() -> None:
+    """Apply $SIMSERVE_CACHE_MAX_MB, if set (ignored when it is not a number: the cache is only a cache)."""
+    limit = os.environ.get("SIMSERVE_CACHE_MAX_MB")
+    try:
+        max_mb = float(limit) if limit else None
+    except ValueError:
+        return
+    if max_mb is not None and max_mb >= 0:
+        trim(int(max_mb * 2**20))
+
+
+def _remove(entries: list[tuple[Path, os.stat_result]]) -> tuple[int, int]:
+    files = size = 0
+    for f, st in entries:
+        try:
+            f.unlink()
+        except OSError:
+            continue
+        files, size = files + 1, size + st.st_size
+    return files, size
