@@ -133,3 +133,13 @@ def test_ctrl_c_exits_130_in_one_line_leaving_no_output(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.count("\n") == 1 and "interrupted" in err
     assert not out.exists()
+
+
+def test_progress_reports_monotone_counts_and_changes_nothing():
+    from simserve.sim.scenario import Scenario, run_scenario
+
+    seen: list[int] = []
+    s = Scenario(num_requests=200)
+    with_bar = run_scenario(s, 3.0, progress=lambda done, total: seen.append(done))
+    assert seen == sorted(seen) and 0 < seen[-1] <= 200
+    assert with_bar.summary == run_scenario(s, 3.0).summary

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sys
 from pathlib import Path
 
 import typer
@@ -133,7 +135,8 @@ def run_command(
         ray_comm=ray_comm,
     )
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
-    result = run_scenario(scenario, qps)
+    with _progress_bar(requests) as progress:
+        result = run_scenario(scenario, qps, progress=progress)
     summary = result.summary.as_dict()
     notes = workload_notes(scenario)
     with output_dir(out, force) as tmp:
@@ -146,6 +149,20 @@ def run_command(
         doc = {"scenario": scenario.__dict__, "qps": qps, "summary": summary, "notes": notes}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, qps, summary, out, notes)
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int):
+    """A rich progress bar on a terminal for runs long enough to want one; nothing otherwise."""
+    if total < 20_000 or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("requests", total=total)
+        yield lambda done, _: bar.update(task, completed=done)
 
 
 def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, notes: list[str]) -> None:

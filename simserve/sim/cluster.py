@@ -16,6 +16,7 @@ Overload (the run stops early and reports `overloaded`), either of:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,7 @@ class Cluster:
         self.num_done = 0  # finished or ignored
         self.num_ignored = 0
         self.finished = env.event()
+        self.progress: Callable[[int, int], None] | None = None
         self.overloaded = False
         self.next_check = cfg.check_period_s
         self._late = 0  # requests certain to miss the scheduling-delay SLO
@@ -146,6 +148,8 @@ class Cluster:
         while True:
             self.next_check = env.now + period
             yield env.timeout(period)
+            if self.progress is not None:
+                self.progress(self.num_done, self.n)
             if not self.overloaded and self._overloaded(env.now):
                 self.overloaded = True
                 if self.cfg.stop_when_overloaded:
@@ -188,8 +192,12 @@ def simulate(
     timer: BatchTimer,
     num_blocks: int,
     cfg: SimConfig,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RawRun:
-    """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica."""
+    """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
+
+    `progress(done, total)` is called once per overload check (each simulated second), for a progress bar.
+    """
     cfg.validate()
     prompt = np.asarray(prompt_tokens, dtype=np.int64)
     output = np.asarray(output_tokens, dtype=np.int64)
@@ -209,6 +217,7 @@ def simulate(
     reqs = Requests(prompt, output, arrived)
     env = simpy.Environment()
     cluster = Cluster(env, reqs, cfg, timer, num_blocks)
+    cluster.progress = progress
     env.run(until=cluster.finished)
     return RawRun(
         cfg, reqs, order, cluster.log, cluster.tbt, cluster.replicas, num_blocks, cluster.overloaded, env.now

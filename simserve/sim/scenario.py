@@ -97,8 +97,11 @@ def check_scenario(s: Scenario) -> int:
     return _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
 
 
-def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None) -> SimResult:
-    """Simulate `s` at `qps` requests per second; `timer` overrides the profiled predictor."""
+def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None, progress=None) -> SimResult:
+    """Simulate `s` at `qps` requests per second; `timer` overrides the profiled predictor.
+
+    `progress(done, total)`, if given, is called every simulated second (see cluster.simulate).
+    """
     if not np.isfinite(qps) or qps <= 0:
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     num_blocks = check_scenario(s)
@@ -113,7 +116,7 @@ def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None) -> Si
     from simserve.workload import arrival_times
 
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return build_result(simulate(prompt, output, arrived, timer, num_blocks, cfg), dep)
+    return build_result(simulate(prompt, output, arrived, timer, num_blocks, cfg, progress), dep)
 
 
 @lru_cache(maxsize=16)
