@@ -75,10 +75,12 @@ class Runner:
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
         if self._pool is not None:
-            if exc_type is not None and issubclass(exc_type, BaseException):
+            killed = exc_type is not None
+            if killed:
                 self._kill_workers()
-            # NOTE: cancel what has not started, so an error does not wait for the whole queue.
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            # NOTE: cancel what has not started, so an error does not wait for the whole queue; after a kill
+            # there is nothing left to wait for.
+            self._pool.shutdown(wait=not killed, cancel_futures=True)
             self._pool = None
         if self._ray_started:
             import ray

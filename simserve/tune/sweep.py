@@ -185,12 +185,15 @@ def run_sweep(
     address: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool = False,
+    stats: dict | None = None,
 ) -> SweepResult:
+    """Every search of the grid, then the latency CDFs. `stats` (probes simulated so far, ...) is filled as
+    the sweep goes, so a caller interrupted half-way can say what the cache holds."""
     t0 = time.perf_counter()
     check_fits(spec)
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     keyed = spec.tasks()
-    stats: dict = {}
+    stats = {} if stats is None else stats
     with Runner(executor, workers, address) as runner:
         solved = run_tasks([t for _, _, t in keyed], runner, cache, runner.shares_filesystem, progress, stats)
         results: dict[tuple, dict[int, CapacityResult]] = {}
