@@ -7,6 +7,7 @@ one line on stderr saying what was saved and how to resume, no traceback, and no
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, set[int]]:
         "--budgets",
         "256,512,1024",
         "--requests",
-        "512",
+        "1024",
         "--workers",
         "2",
         "--cache",
@@ -98,6 +99,7 @@ def finish(proc: subprocess.Popen) -> tuple[int, str]:
 )
 def test_signal_stops_sweep_and_its_workers(tmp_path: Path, signals: list, code: int, word: str) -> None:
     proc, cache, workers = start_sweep(tmp_path)
+    before = len(list(cache.glob("*/*.json")))
     for sig in signals:
         proc.send_signal(sig)
         time.sleep(0.05)
@@ -108,6 +110,12 @@ def test_signal_stops_sweep_and_its_workers(tmp_path: Path, signals: list, code:
     assert lines[-1].startswith(f"{word}: the "), err
     assert f"saved in {cache}; rerun the same command to resume" in lines[-1]
     assert not (tmp_path / "out").exists()  # nothing partial written
+    # The workers were stopped mid-probe, not left to finish: at most one probe (whose write raced the
+    # signal) was added after it; both workers were busy, so finishing their probes would add two.
+    saved = len(list(cache.glob("*/*.json")))
+    assert saved - before <= 1
+    reported = int(re.search(r"the (\d+) probe", lines[-1]).group(1))
+    assert reported <= saved <= reported + 1  # the line counts what the cache holds
     deadline = time.monotonic() + 10  # the workers were terminated; give the kernel a moment to reap them
     while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
