@@ -194,6 +194,10 @@ def run_sweep(
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     keyed = spec.tasks()
     stats = {} if stats is None else stats
+    if executor == "local" and not hasattr(spec.base, "record"):
+        from simserve.tune.simadapter import preload
+
+        preload([spec.scenario("vllm", None, 128, seed) for seed in spec.seeds])
     with Runner(executor, workers, address) as runner:
         solved = run_tasks([t for _, _, t in keyed], runner, cache, runner.shares_filesystem, progress, stats)
         results: dict[tuple, dict[int, CapacityResult]] = {}
