@@ -47,6 +47,7 @@ class Scenario:
     sched_delay_slo_s: float = (
         2.0  # the overload rule stops a run once its median scheduling delay must exceed this
     )
+    stop_tbt: tuple[float, float] | None = None  # SimConfig.stop_tbt: capacity probes stop a sure TBT miss
 
     @property
     def max_len(self) -> int:
@@ -62,6 +63,7 @@ class Scenario:
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
+            stop_tbt=None if self.stop_tbt is None else (float(self.stop_tbt[0]), float(self.stop_tbt[1])),
         ).validate()
 
     def deployment(self) -> Deployment:

@@ -51,6 +51,8 @@ def record_from_result(
     summary = summary if isinstance(summary, Mapping) else summary.as_dict()
     metrics: dict[str, float] = {k: float(summary[k]) for k in SUMMARY_FIELDS if summary.get(k) is not None}
     metrics["qps"] = qps
+    if summary.get("stopped_early"):  # only then, so records of runs to the end keep their fields
+        metrics["stopped_early"] = 1.0
     latencies = _request_latencies(result)
     for family, values in latencies.items():
         for q, v in zip(quantiles, _quantiles(values, quantiles), strict=True):
