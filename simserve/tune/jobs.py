@@ -1,7 +1,7 @@
-"""Capacity searches as jobs: one search (or one probe) per job, replayed from the cache where possible.
+"""Capacity searches as jobs: one probe per job (or one whole search, `solve_job`), replayed from the cache.
 
-`run_tasks` first replays every search from the probe cache in this process (a search whose probes are all
-cached costs milliseconds), then sends the rest to a Runner (executors.py) and caches what comes back.
+`run_tasks` replays every search from the probe cache in this process (a search whose probes are all cached
+costs milliseconds) and drives the rest probe by probe on a Runner (scheduler.py), caching what comes back.
 """
 
 from __future__ import annotations

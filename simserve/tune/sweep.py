@@ -1,8 +1,8 @@
 """The token-budget sweep: capacity for every (policy, budget, max batch, SLO) point of a grid, over seeds.
 
-Each (point, seed) is one capacity search, run as one job on an executor (executors.py). Before anything is
-dispatched the driver replays every search from the probe cache (probe.py); only searches that need a new
-simulation go to workers, so a rerun is instant and an interrupted sweep resumes where it stopped.
+Each (point, seed) is one capacity search, driven probe by probe on an executor (scheduler.py, executors.py).
+The driver replays every search from the probe cache (probe.py); only probes not simulated yet go to
+workers, so a rerun is instant and an interrupted sweep resumes where it stopped.
 """
 
 from __future__ import annotations
