@@ -116,7 +116,7 @@ class Runner:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Start one job; returns a handle for `wait_any`. Serial runners run it here and now."""
-        if self.parallel == 1 and self.kind != "ray":
+        if self.kind == "serial" or (self.kind == "local" and self.workers == 1):
             done: Future = Future()
             done.set_result(fn(*args))
             return done
