@@ -46,9 +46,16 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
         return probe(task.scenario, qps, quantiles, records, offline=True)["metrics"]
 
     try:
-        return find_capacity(simulate, task.slo, task.start_qps, task.tolerance, task.max_probes)
+        return find_capacity(
+            simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, **_halvings(task)
+        )
     except CacheMiss as miss:
         return Need(str(miss), task.scenario, asked[-1], quantiles)
+
+
+def _halvings(task: Any) -> dict[str, int]:
+    # NOTE: a CapacityTask that bounds its downward bracket passes that on, exactly as jobs.solve does.
+    return {"max_halvings": task.max_halvings} if hasattr(task, "max_halvings") else {}
 
 
 def next_rates(task: Any, records: ProbeCache, pending: float) -> list[Need]:
