@@ -3,7 +3,9 @@
     python benchmarks/bench_sweep.py                 # default sweep (cold cache, then warm), one search
     python benchmarks/bench_sweep.py --requests 2048 # also the paper's 2048-request trials
 
-Cold runs use a fresh cache directory, so every probe is simulated; "warm" reruns the same sweep on it.
+Cold runs use a fresh probe cache directory, so every probe is simulated; "warm" reruns the same sweep on it.
+(The predictor cache, $SIMSERVE_CACHE/predictor, is left as it is; point SIMSERVE_CACHE at an empty
+directory to include fitting the predictor.) CPU time counts the driver and its worker processes.
 """
 
 from __future__ import annotations
@@ -11,16 +13,22 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and every worker process it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def one_search(requests: int) -> tuple[float, int, float]:
@@ -56,12 +64,18 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"python {platform.python_version()}; workers={args.workers}"
     )
-    print("| what | command | wall time (s) |\n|---|---|---|")
+    load = os.getloadavg()[0]
+    print(
+        f"load average before: {load:.1f} (above {os.cpu_count()}: other jobs ran, wall times are inflated)"
+    )
+    print("| what | command | wall time (s) | CPU time (s) |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for requests in [None, *args.requests]:
             cache, out = Path(tmp) / f"cache-{requests}", Path(tmp) / f"out-{requests}"
             cmd = [
-                "simserve",
+                sys.executable,
+                "-c",
+                "from simserve.cli import main; main()",
                 "sweep",
                 "--slo",
                 "0.1",
@@ -77,13 +91,15 @@ def main() -> None:
             shown = "simserve sweep --slo 0.1" + (f" --requests {requests}" if requests else "")
             cold = timed(cmd, env)
             warm = timed(cmd, env)
-            print(f"| default sweep, cold cache | `{shown} --workers {args.workers}` | {cold:.1f} |")
-            print(f"| same sweep, warm cache | (rerun) | {warm:.1f} |")
+            print(
+                f"| default sweep, cold cache | `{shown} --workers {args.workers}` | {cold[0]:.1f} | {cold[1]:.1f} |"
+            )
+            print(f"| same sweep, warm cache | (rerun) | {warm[0]:.1f} | {warm[1]:.1f} |")
     for requests in [1024, *args.requests]:
         wall, probes, cap = one_search(requests)
         print(
             f"| one capacity search (sarathi-512, {requests} requests; {probes} probes, "
-            f"capacity {cap:.3g} qps) | `solve(CapacityTask(...))` | {wall:.1f} |"
+            f"capacity {cap:.3g} qps) | `solve(CapacityTask(...))` | {wall:.1f} | |"
         )
 
 

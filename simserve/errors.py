@@ -6,3 +6,7 @@ class SimserveError(Exception):
 
     Messages are one line: what is wrong, and what to do about it.
     """
+
+
+class Reported(SystemExit):
+    """An exit whose one-line explanation has already been printed (e.g. a sweep's interrupt line)."""

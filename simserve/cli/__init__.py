@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from simserve.errors import SimserveError
+from simserve.errors import Reported, SimserveError
 
 app = typer.Typer(
     name="simserve",
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except SystemExit as exc:
         # click ends every run with sys.exit; let a successful one return, so main() is callable from Python
-        if exc.code == 130:  # typer turns Ctrl-C into a silent exit 130
+        if exc.code == 130 and not isinstance(exc, Reported):  # typer turns Ctrl-C into a silent exit 130
             _interrupted()
         if exc.code not in (0, None):
             raise

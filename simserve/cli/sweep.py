@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -9,7 +13,7 @@ from rich.console import Console
 
 from simserve.cachedir import cache_root
 from simserve.cli import app
-from simserve.errors import SimserveError
+from simserve.errors import Reported, SimserveError
 
 # Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
 # noisier (docs/tuning.md measures it); --requests 1024 halves the time with the same mean capacities.
@@ -41,6 +45,38 @@ def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) 
     # The simulator stops a run once its median scheduling delay must exceed this bound: keep it the user's.
     given["sched_delay_slo_s"] = delay_slo_s
     return Scenario(**given)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so the same clean-up runs (workers stopped)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextmanager
+def interruptible(stats: dict, cache: Path | None) -> Iterator[None]:
+    """Ctrl-C or SIGTERM: the Runner has stopped the workers by the time this sees it; print one line (what
+    the cache kept, how to resume) and exit 130 (SIGINT) or 143 (SIGTERM)."""
+    old = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while this line prints changes nothing
+        n = stats.get("probes_simulated", 0)
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        if cache is None:
+            line = f"{what}: nothing was saved (--no-cache); rerun to start again"
+        else:
+            line = (
+                f"{what}: the {n} probe(s) simulated so far are saved in {cache}; rerun the same command "
+                "to resume (cached probes are reused)"
+            )
+        print(line, file=sys.stderr, flush=True)
+        raise Reported(143 if isinstance(exc, Terminated) else 130) from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @app.command()
@@ -161,7 +197,9 @@ def sweep(
         tolerance=tolerance,
         start_qps=start_qps,
     )
-    result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)
+    stats: dict = {}
+    with interruptible(stats, None if no_cache else cache):
+        result = run_sweep(spec, executor, workers, address, None if no_cache else cache, True, stats)
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(summary_table(result))

@@ -16,6 +16,7 @@ Overload (the run stops early and reports `overloaded`), either of:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ class RawRun:
     num_blocks: int
     overloaded: bool
     end_time: float
+    stopped_early: bool = False  # cfg.stop_tbt: the TBT quantile had surely missed its limit
 
 
 class Cluster:
@@ -66,6 +68,8 @@ class Cluster:
         self._late_ptr = 0
         self._oldest = 0  # lowest id that may still be waiting, never scheduled
         self.tbt = LogHistogram()
+        self.stopped_early = False
+        self._tbt_stop = self._tbt_stop_rule(cfg.stop_tbt)
         self.log = IterationLog()
         self.prompt_limit = cfg.prompt_limit()
         policy = POLICIES[cfg.policy]
@@ -156,11 +160,34 @@ class Cluster:
                     if not self.finished.triggered:
                         self.finished.succeed()
                     return
+            if self._tbt_missed():
+                self.stopped_early = True
+                if not self.finished.triggered:
+                    self.finished.succeed()
+                return
             if self.next >= self.n and all(
                 rep.in_flight == 0 and not rep.state.waiting and not rep.state.num_running
                 for rep in self.replicas
             ):
                 raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
+
+    def _tbt_stop_rule(self, stop: tuple[float, float] | None) -> tuple[int, float] | None:
+        """(first bucket above the limit, gaps there that make the quantile exceed it whatever follows).
+
+        Every token after a request's first adds one gap, so the run ends with T ≤ T_max = Σ(output − 1)
+        gaps. The quantile is the gap at rank ⌊q(T − 1)⌋, so it exceeds the limit once A ≥ T − ⌊q(T − 1)⌋
+        gaps lie above it; that bound never decreases in T, so A ≥ T_max − ⌊q(T_max − 1)⌋ settles it for any
+        T the run may end with (and for the run so far)."""
+        if stop is None:
+            return None
+        limit, q = stop
+        t_max = int(np.maximum(self.reqs.output - 1, 0).sum())
+        if t_max < 1:
+            return None
+        return self.tbt.first_bucket_above(limit), float(t_max - math.floor(q * (t_max - 1)))
+
+    def _tbt_missed(self) -> bool:
+        return self._tbt_stop is not None and self.tbt.count_from(self._tbt_stop[0]) >= self._tbt_stop[1]
 
     def _overloaded(self, now: float) -> bool:
         overloaded, self._late, self._late_ptr, self._oldest = self._overload_rule(now)
@@ -220,5 +247,14 @@ def simulate(
     cluster.progress = progress
     env.run(until=cluster.finished)
     return RawRun(
-        cfg, reqs, order, cluster.log, cluster.tbt, cluster.replicas, num_blocks, cluster.overloaded, env.now
+        cfg,
+        reqs,
+        order,
+        cluster.log,
+        cluster.tbt,
+        cluster.replicas,
+        num_blocks,
+        cluster.overloaded,
+        env.now,
+        cluster.stopped_early,
     )

@@ -34,6 +34,9 @@ class SimConfig:
     overload_wait_s: float = 60.0  # stop when the oldest waiting request has waited this long
     check_period_s: float = 1.0  # how often (simulated seconds) the overload rule is evaluated
     stop_when_overloaded: bool = True  # False: note the overload, but serve every request to the end
+    # (limit s, quantile): stop once that TBT quantile must exceed the limit however the run goes on (for
+    # capacity probes: a probe that surely fails its TBT SLO need not run to the end). None: never.
+    stop_tbt: tuple[float, float] | None = None
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:
@@ -49,9 +52,15 @@ class SimConfig:
         if self.max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {self.max_model_len}")
         if not self.sched_delay_slo_s > 0:
-            raise SimserveError(f"the scheduling-delay SLO must be positive seconds, got {self.sched_delay_slo_s}")
+            raise SimserveError(
+                f"the scheduling-delay SLO must be positive seconds, got {self.sched_delay_slo_s}"
+            )
         if not self.overload_wait_s > 0 or not self.check_period_s > 0:
             raise SimserveError("the overload wait and check period must be positive")
+        if self.stop_tbt is not None and not (self.stop_tbt[0] > 0 and 0 < self.stop_tbt[1] < 1):
+            raise SimserveError(
+                f"stop_tbt needs a positive limit and a quantile in (0, 1), got {self.stop_tbt}"
+            )
         return self
 
     def token_budget(self) -> int:

@@ -72,6 +72,17 @@ class LogHistogram:
         i = min(i, _NUM - 1)
         return 2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0)
 
+    def first_bucket_above(self, limit: float) -> int:
+        """The lowest bucket whose reported value exceeds `limit`: quantile() > limit iff its rank falls at or
+        past this bucket."""
+        i = max(math.ceil(math.log(limit) / _LOG_GAMMA) - _OFFSET - 1, 0)
+        while i < _NUM and 2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0) <= limit:
+            i += 1
+        return i
+
+    def count_from(self, bucket: int) -> float:
+        return float(self.counts[bucket:].sum())
+
     def mean(self) -> float:
         total = self.total
         if total <= 0:

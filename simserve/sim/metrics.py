@@ -53,6 +53,7 @@ class Summary:
     mbu: float
     stage_busy: tuple[float, ...]  # per (replica, stage), replica-major
     stage_bubble: tuple[float, ...]
+    stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -131,6 +132,7 @@ def build_result(run: RawRun, dep=None) -> SimResult:
         completed=int(done.sum()),
         ignored=int((r.status == IGNORED).sum()),
         overloaded=run.overloaded,
+        stopped_early=run.stopped_early,
         duration_s=duration,
         throughput_rps=float(done.sum()) / duration,
         throughput_tps=float(out.sum()) / duration,

@@ -51,6 +51,7 @@ class Scenario:
     stop_when_overloaded: bool = True
     cpu_overhead: bool = True  # the engine's per-iteration CPU work (schedule, inputs, sampler, outputs)
     ray_comm: bool = False  # plus the driver → worker Ray round trip of a Ray-actor engine
+    stop_tbt: tuple[float, float] | None = None  # SimConfig.stop_tbt: capacity probes stop a sure TBT miss
 
     @property
     def max_len(self) -> int:
@@ -72,6 +73,7 @@ class Scenario:
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
             stop_when_overloaded=self.stop_when_overloaded,
+            stop_tbt=None if self.stop_tbt is None else (float(self.stop_tbt[0]), float(self.stop_tbt[1])),
         ).validate()
 
     def deployment(self) -> Deployment:

@@ -73,7 +73,9 @@ class SLO:
             value = float(value)
             # NaN: no request reached that point (e.g. none completed), so the objective is not met.
             if math.isnan(value) or value > limit:
-                return False, f"{label} {value:.4g} s > {limit:.4g} s"
+                # A probe stopped at a sure miss measured only part of the run: say so beside its value.
+                early = " (stopped early)" if metrics.get("stopped_early") else ""
+                return False, f"{label} {value:.4g} s > {limit:.4g} s{early}"
         return True, ""
 
     def describe(self) -> str:

@@ -8,9 +8,10 @@ reference) and the job arguments plain picklable data.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from typing import Any
 
 from simserve.errors import SimserveError
@@ -36,6 +37,14 @@ def check_ray_address(address: str) -> None:
         raise SimserveError(
             f"no Ray cluster answers at {address} ({why}); start one with `ray start --head` or fix --address"
         ) from None
+
+
+def _worker_signals() -> None:
+    """Worker start-up: Ctrl-C reaches the whole process group, but only the driver acts on it (it stops the
+    workers itself, so no worker prints a traceback); SIGTERM kills a worker outright, whatever the driver
+    had installed when it forked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Runner:
@@ -64,16 +73,68 @@ class Runner:
             self._connect_ray()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
         if self._pool is not None:
-            # NOTE: cancel what has not started, so an error or Ctrl-C does not wait for the whole queue.
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            killed = exc_type is not None
+            if killed:
+                self._kill_workers()
+            # NOTE: cancel what has not started, so an error does not wait for the whole queue; after a kill
+            # there is nothing left to wait for.
+            self._pool.shutdown(wait=not killed, cancel_futures=True)
             self._pool = None
         if self._ray_started:
             import ray
 
             ray.shutdown()
             self._ray_started = False
+
+    def _kill_workers(self) -> None:
+        """On an error or an interrupt, stop the workers now rather than wait for their running probes; a
+        second Ctrl-C while this runs is ignored, so it cannot leave half the workers alive."""
+        assert self._pool is not None
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            procs = list((getattr(self._pool, "_processes", None) or {}).values())
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.join(timeout=2)
+                if p.is_alive():
+                    p.kill()
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    def _local_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_signals)
+        return self._pool
+
+    @property
+    def parallel(self) -> int:
+        """How many jobs run at once."""
+        return 1 if self.kind == "serial" or (self.kind == "local" and self.workers == 1) else self.workers
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Start one job; returns a handle for `wait_any`. Serial runners run it here and now."""
+        if self.kind == "serial" or (self.kind == "local" and self.workers == 1):
+            done: Future = Future()
+            done.set_result(fn(*args))
+            return done
+        if self.kind == "local":
+            return self._local_pool().submit(fn, *args)
+        import ray
+
+        return ray.remote(num_cpus=1, max_retries=0)(fn).remote(*args)
+
+    def wait_any(self, handles: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """Block until at least one of `handles` finishes; (handle, result) of every finished one."""
+        if isinstance(handles[0], Future):
+            done, _ = wait(handles, return_when=FIRST_COMPLETED)
+            return [(h, h.result()) for h in handles if h in done]
+        import ray
+
+        ready, _ = ray.wait(list(handles), num_returns=1)
+        return [(ref, _ray_get(ref)) for ref in ready]
 
     def _connect_ray(self) -> None:
         import ray
@@ -101,9 +162,8 @@ class Runner:
         if self.kind == "serial" or (self.kind == "local" and (self.workers == 1 or len(jobs) == 1)):
             return ((i, fn(*args)) for i, args in enumerate(jobs))
         if self.kind == "local":
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=self.workers)
-            futures: dict[Future, int] = {self._pool.submit(fn, *args): i for i, args in enumerate(jobs)}
+            pool = self._local_pool()
+            futures: dict[Future, int] = {pool.submit(fn, *args): i for i, args in enumerate(jobs)}
             return ((futures[f], f.result()) for f in as_completed(futures))
         return self._ray_map(fn, jobs)
 
@@ -119,16 +179,22 @@ class Runner:
                     done, _ = ray.wait(list(pending), num_returns=1)
                     ref = done[0]
                     i = pending.pop(ref)
-                    try:
-                        yield i, ray.get(ref)
-                    except ray.exceptions.RayTaskError as exc:
-                        # Re-raise the task's own error (e.g. a SimserveError) rather than Ray's wrapper.
-                        cause = getattr(exc, "cause", None)
-                        if isinstance(cause, Exception):
-                            raise cause from None
-                        raise
+                    yield i, _ray_get(ref)
             finally:
                 for ref in pending:
                     ray.cancel(ref)
 
         return results()
+
+
+def _ray_get(ref: Any) -> Any:
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        # Re-raise the task's own error (e.g. a SimserveError) rather than Ray's wrapper.
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise

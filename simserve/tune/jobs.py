@@ -1,7 +1,7 @@
-"""Capacity searches as jobs: one search (or one probe) per job, replayed from the cache where possible.
+"""Capacity searches as jobs: one probe per job (or one whole search, `solve_job`), replayed from the cache.
 
-`run_tasks` first replays every search from the probe cache in this process (a search whose probes are all
-cached costs milliseconds), then sends the rest to a Runner (executors.py) and caches what comes back.
+`run_tasks` replays every search from the probe cache in this process (a search whose probes are all cached
+costs milliseconds) and drives the rest probe by probe on a Runner (scheduler.py), caching what comes back.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from simserve.tune.capacity import SLO, CapacityResult, find_capacity
 from simserve.tune.executors import Runner
-from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, quantiles_for, simulator
+from simserve.tune.probe import MemoryCache, ProbeCache, probe, quantiles_for, simulator
 
 
 @dataclass(frozen=True)
@@ -67,28 +67,32 @@ def run_tasks(
     progress: bool = False,
     stats: dict | None = None,
 ) -> list[CapacityResult]:
-    """Solve every task: replayed from `cache` where it can be, on `runner` otherwise (in completion order,
-    each worker's probes cached as they arrive). `shared`: the workers can write `cache` themselves."""
-    results: list[CapacityResult | None] = [None] * len(tasks)
-    pending = []
-    for i, task in enumerate(tasks):
-        try:
-            results[i] = solve(task, cache, offline=True)
-        except CacheMiss:
-            pending.append(i)
+    """Solve every task: replayed from `cache` where it can be, the rest probe by probe on `runner`
+    (scheduler.py), each probe cached as it arrives. `shared`: the workers can write `cache` themselves.
+    `stats` is filled as the run goes, so a caller that is interrupted still knows what was saved."""
+    from simserve.tune.scheduler import Progress, drive
+
     stats = {} if stats is None else stats
-    stats.update(tasks=len(tasks), from_cache=len(tasks) - len(pending), probes_simulated=0)
+    state = Progress()
+    stats.update(tasks=len(tasks), from_cache=0, probes_simulated=0, probes_speculative=0)
     root = str(cache.root) if shared and not isinstance(cache, MemoryCache) else None
-    jobs = runner.map(solve_job, [(tasks[i], root) for i in pending])
     with progress_bar(progress) as bar:
-        tid = bar.add_task("capacity searches", total=len(tasks), completed=stats["from_cache"])
-        for j, (result, entries, simulated) in jobs:
-            for k, record in entries.items():
-                cache.put(k, record)
-            results[pending[j]] = result
-            stats["probes_simulated"] += simulated
-            bar.advance(tid)
-    return results  # type: ignore[return-value]
+        tid = bar.add_task("capacity searches", total=len(tasks))
+
+        def on_probe(p: Progress) -> None:
+            stats.update(probes_simulated=p.simulated, probes_speculative=p.speculative)
+            bar.update(
+                tid, completed=p.done, description=f"capacity searches, {p.simulated} probes simulated"
+            )
+
+        results = drive(tasks, runner, cache, probe_job, root, on_probe, state)
+    stats.update(
+        from_cache=state.from_cache,
+        probes_simulated=state.simulated,
+        probes_speculative=state.speculative,
+        probes_wasted=state.wasted,
+    )
+    return results
 
 
 class _NoProgress:
@@ -96,6 +100,9 @@ class _NoProgress:
         return 0
 
     def advance(self, *args: Any) -> None:
+        pass
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
         pass
 
 

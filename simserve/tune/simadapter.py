@@ -51,6 +51,8 @@ def record_from_result(
     summary = summary if isinstance(summary, Mapping) else summary.as_dict()
     metrics: dict[str, float] = {k: float(summary[k]) for k in SUMMARY_FIELDS if summary.get(k) is not None}
     metrics["qps"] = qps
+    if summary.get("stopped_early"):  # only then, so records of runs to the end keep their fields
+        metrics["stopped_early"] = 1.0
     latencies = _request_latencies(result)
     for family, values in latencies.items():
         for q, v in zip(quantiles, _quantiles(values, quantiles), strict=True):
@@ -75,3 +77,13 @@ def check_fits(scenario: Any) -> None:
     from simserve.sim.scenario import check_scenario
 
     check_scenario(scenario)
+
+
+def preload(scenarios: list[Any]) -> None:
+    """Load each deployment's timer and each workload in this process before workers fork from it, so they
+    inherit them: a cold predictor cache is fit once, not once per worker, and no worker reloads the trace."""
+    from simserve.sim.scenario import _timer, _workload
+
+    for s in scenarios:
+        _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm)
+        _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")

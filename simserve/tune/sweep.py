@@ -1,8 +1,8 @@
 """The token-budget sweep: capacity for every (policy, budget, max batch, SLO) point of a grid, over seeds.
 
-Each (point, seed) is one capacity search, run as one job on an executor (executors.py). Before anything is
-dispatched the driver replays every search from the probe cache (probe.py); only searches that need a new
-simulation go to workers, so a rerun is instant and an interrupted sweep resumes where it stopped.
+Each (point, seed) is one capacity search, driven probe by probe on an executor (scheduler.py, executors.py).
+The driver replays every search from the probe cache (probe.py); only probes not simulated yet go to
+workers, so a rerun is instant and an interrupted sweep resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import pandas as pd
 from simserve.errors import SimserveError
 from simserve.sim.config import POLICY_NAMES
 from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
+from simserve.tune.cdfs import latency_cdfs
 from simserve.tune.executors import Runner
-from simserve.tune.jobs import CapacityTask, probe_job, progress_bar, run_tasks
-from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, probe_key, quantiles_for
+from simserve.tune.jobs import CapacityTask, run_tasks
+from simserve.tune.probe import MemoryCache, ProbeCache
 from simserve.tune.toy import TOY_POLICIES
 
 BUDGETED = ("sarathi", "chunked")  # policies whose token budget is swept
@@ -66,6 +67,10 @@ class SweepSpec:
             raise SimserveError("give at least one seed")
         if not self.slos:
             raise SimserveError("give at least one SLO")
+        if not self.start_qps > 0:  # find_capacity checks these too; here they fail before any work starts
+            raise SimserveError(f"--start-qps must be a positive rate, got {self.start_qps}")
+        if not 0 < self.tolerance < 1:
+            raise SimserveError(f"--tolerance must be in (0, 1), e.g. 0.025; got {self.tolerance}")
 
     def configs(self) -> list[tuple[str, int | None, int]]:
         """(policy, budget, max batch) points; budget None means the policy has no budget (or max length)."""
@@ -84,12 +89,23 @@ class SweepSpec:
     def scenario(self, policy: str, budget: int | None, max_batch: int, seed: int) -> Any:
         return replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
 
+    def search_scenario(self, policy: str, budget: int | None, max_batch: int, seed: int, slo: SLO) -> Any:
+        """The scenario a search probes: with one SLO, a probe stops as soon as it surely misses the TBT
+        objective (SimConfig.stop_tbt); a pass/fail is the same as a run to the end, and a failure's reason
+        says "(stopped early)". With several SLOs the probes run to the end, so every SLO reuses them."""
+        s = self.scenario(policy, budget, max_batch, seed)
+        if len(self.slos) == 1 and slo.tbt_s is not None and hasattr(s, "stop_tbt"):
+            s = replace(s, stop_tbt=(slo.tbt_s, slo.tbt_quantile))
+        return s
+
     def tasks(self) -> list[tuple[tuple[str, int | None, int, SLO], int, CapacityTask]]:
         return [
             (
                 (policy, budget, mb, slo),
                 seed,
-                CapacityTask(self.scenario(policy, budget, mb, seed), slo, self.tolerance, self.start_qps),
+                CapacityTask(
+                    self.search_scenario(policy, budget, mb, seed, slo), slo, self.tolerance, self.start_qps
+                ),
             )
             for slo in self.slos
             for policy, budget, mb in self.configs()
@@ -185,12 +201,19 @@ def run_sweep(
     address: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool = False,
+    stats: dict | None = None,
 ) -> SweepResult:
+    """Every search of the grid, then the latency CDFs. `stats` (probes simulated so far, ...) is filled as
+    the sweep goes, so a caller interrupted half-way can say what the cache holds."""
     t0 = time.perf_counter()
     check_fits(spec)
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     keyed = spec.tasks()
-    stats: dict = {}
+    stats = {} if stats is None else stats
+    if executor == "local" and not hasattr(spec.base, "record"):
+        from simserve.tune.simadapter import preload
+
+        preload([spec.scenario("vllm", None, 128, seed) for seed in spec.seeds])
     with Runner(executor, workers, address) as runner:
         solved = run_tasks([t for _, _, t in keyed], runner, cache, runner.shares_filesystem, progress, stats)
         results: dict[tuple, dict[int, CapacityResult]] = {}
@@ -201,7 +224,7 @@ def run_sweep(
         primary = spec.slos[0].tbt_s
         qps, reference = cdf_load(rows, primary)
         shared = str(cache.root) if cache_dir is not None and runner.shares_filesystem else None
-        cdfs = _cdfs(spec, rows, primary, qps, runner, cache, shared, progress) if qps > 0 else {}
+        cdfs = latency_cdfs(spec, rows, primary, qps, runner, cache, shared, progress) if qps > 0 else {}
     stats["elapsed_s"] = time.perf_counter() - t0
     return SweepResult(spec, rows, ordered, cdfs, qps, reference, stats)
 
@@ -214,43 +237,6 @@ def check_fits(spec: SweepSpec) -> None:
 
     for policy, budget, mb in spec.configs():
         fits(spec.scenario(policy, budget, mb, spec.seeds[0]))
-
-
-def _cdfs(
-    spec: SweepSpec,
-    rows: pd.DataFrame,
-    slo_s: float | None,
-    qps: float,
-    runner: Runner,
-    cache: ProbeCache,
-    shared: str | None,
-    progress: bool,
-) -> dict[str, dict[str, list[float]]]:
-    """TBT / TTFT / scheduling-delay quantile curves of each policy's best configuration at one load."""
-    best = best_per_policy(rows, slo_s)
-    quantiles = quantiles_for(spec.slos[0])
-    jobs, labels, out = [], [], {}
-    for _, row in best.iterrows():
-        budget = None if pd.isna(row["budget"]) else int(row["budget"])
-        scenario = spec.scenario(row["policy"], budget, int(row["max_batch"]), spec.seeds[0])
-        try:
-            out[row["label"]] = probe(scenario, qps, quantiles, cache, offline=True)
-        except CacheMiss:
-            jobs.append((scenario, qps, quantiles, shared))
-            labels.append(row["label"])
-    with progress_bar(progress and bool(jobs)) as bar:
-        tid = bar.add_task(f"latency CDFs at {qps:.3g} qps", total=len(jobs))
-        for i, record in runner.map(probe_job, jobs):
-            if shared is None:  # the worker could not write the driver's cache: do it here
-                cache.put(probe_key(*jobs[i][:3]), record)
-            out[labels[i]] = record
-            bar.advance(tid)
-    # An overloaded configuration's curves cover only the requests that completed before the run stopped.
-    return {
-        lab + (" (overloaded)" if out[lab]["metrics"].get("overloaded") else ""): out[lab]["cdf"]
-        for lab in best["label"]
-        if lab in out
-    }
 
 
 def scenario_fields(scenario: Any) -> dict[str, Any]:
