@@ -7,10 +7,21 @@
 or in one step: `load_timer(dep)`. See docs/predictor.md.
 """
 
-from simserve.predictor.fit import ModelKey, Predictor, fit, print_report
-from simserve.predictor.load import default_profiles_root, load_timer
-from simserve.predictor.overhead import CpuOverhead
-from simserve.predictor.timer import COMPONENTS, BatchTimer
+from importlib import import_module
+
+# Names resolve on first use (PEP 562): `simserve run` with a warm cache needs only load_timer, and importing
+# fit here would pull in scikit-learn, pandas and scipy (about 3 s) for a timer read from a cache file.
+_HOME = {
+    "COMPONENTS": "timer",
+    "BatchTimer": "timer",
+    "CpuOverhead": "overhead",
+    "ModelKey": "fit",
+    "Predictor": "fit",
+    "default_profiles_root": "load",
+    "fit": "fit",
+    "load_timer": "load",
+    "print_report": "fit",
+}
 
 __all__ = [
     "COMPONENTS",
@@ -23,3 +34,9 @@ __all__ = [
     "load_timer",
     "print_report",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'simserve.predictor' has no attribute {name!r}")
+    return getattr(import_module(f"simserve.predictor.{_HOME[name]}"), name)

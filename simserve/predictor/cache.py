@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sklearn
 
 from simserve.io import atomic_path
 
@@ -27,6 +26,8 @@ def cache_root() -> Path:
 
 
 def key(content_hash: str, seed: int) -> str:
+    import sklearn  # only when fitting or reading a fit: the compiled-timer cache path must not load it
+
     return f"{content_hash}-seed{seed}-v{FORMAT}-np{np.__version__}-sk{sklearn.__version__}"
 
 

@@ -20,8 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simserve.errors import SimserveError
 from simserve.io import atomic_path
@@ -33,6 +32,9 @@ TABLES: dict[str, list[str]] = {
     "collectives": ["op", "link", "num_workers", "size_bytes", "time_ms"],
 }
 PROVENANCE = "provenance.json"
+
+if TYPE_CHECKING:  # pandas is imported where a table is read: hashing a profile (the warm run path) needs none
+    import pandas as pd
 
 
 def slug(name: str) -> str:
@@ -80,6 +82,8 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
         raise SimserveError(f"{where}: no rows; re-run `simserve profile` to regenerate it")
     numeric = [c for c in TABLES[table] if c not in ("op", "phase", "link")]
     for col in numeric:
+        import pandas as pd
+
         values = pd.to_numeric(df[col], errors="coerce")
         bad = values.isna() | (values < 0) | ~values.map(lambda v: math.isfinite(v) if v == v else False)
         if bad.any():
@@ -93,6 +97,8 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
 
 
 def read_profile(path: str | Path) -> Profile:
+    import pandas as pd
+
     path = Path(path)
     if not path.is_dir():
         raise SimserveError(

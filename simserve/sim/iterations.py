@@ -8,9 +8,12 @@ iterations, and its token counts are the totals over them.
 from __future__ import annotations
 
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas only when the table is turned into a frame
+    import pandas as pd
 
 COLUMNS = (
     "replica",
@@ -58,6 +61,8 @@ class IterationLog:
         return len(self._floats) // 2
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
         floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(FLOAT_COLUMNS))
         cols = {}
