@@ -69,5 +69,7 @@ def chrome_trace(iterations: pd.DataFrame, max_events: int = MAX_EVENTS) -> dict
 
 
 def write_chrome_trace(path, iterations: pd.DataFrame, max_events: int = MAX_EVENTS) -> None:
+    # json.dumps, not json.dump: only the one-shot encoder uses the C accelerator (same text, ~10x less CPU)
+    text = json.dumps(chrome_trace(iterations, max_events), separators=(",", ":"))
     with open(path, "w") as f:
-        json.dump(chrome_trace(iterations, max_events), f, separators=(",", ":"))
+        f.write(text)
