@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from simserve.cli import app
-from simserve.errors import SimserveError
 
 
 def _default_out(
@@ -66,6 +65,9 @@ def run_command(
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
     out: Path | None = typer.Option(None, "--out", help="Output directory (replaced atomically)."),
     fmt: str = typer.Option("csv", "--format", help="csv | parquet (needs pyarrow) for the two tables."),
+    iterations: str = typer.Option(
+        "all", "--iterations", help="all | sampled (at most 200,000 evenly spaced rows) | none: the iterations table."
+    ),
     exact: bool = typer.Option(
         False, "--exact", help="One event per iteration: no compressed decode stretches."
     ),
@@ -75,18 +77,12 @@ def run_command(
     from rich.table import Table
 
     from simserve.io import atomic_path
+    from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, run_scenario
+    from simserve.sim.scenario import Scenario, simulate_scenario
+    from simserve.sim.writers import check_options, write_tables
 
-    if fmt not in ("csv", "parquet"):
-        raise SimserveError(f"unknown --format {fmt!r}; choose csv or parquet")
-    if fmt == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise SimserveError(
-                "--format parquet needs pyarrow: pip install pyarrow, or use --format csv"
-            ) from None
+    check_options(fmt, iterations)
     scenario = Scenario(
         model=model,
         gpu=gpu,
@@ -109,17 +105,13 @@ def run_command(
         profiles_root=profiles,
         stretch=not exact,
     )
-    result = run_scenario(scenario, qps)
+    raw, dep = simulate_scenario(scenario, qps)
     out = out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed)
-    summary = result.summary.as_dict()
+    summary = summarize(raw, dep).as_dict()
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        for name, df in (("requests", result.requests), ("iterations", result.iterations)):
-            if fmt == "csv":
-                df.to_csv(tmp / f"{name}.csv", index=False)
-            else:
-                df.to_parquet(tmp / f"{name}.parquet", index=False)
-        write_chrome_trace(tmp / "trace.json", result.iterations)
+        write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
+        write_chrome_trace(tmp / "trace.json", raw.log)
         doc = {"scenario": scenario.__dict__, "qps": qps, "summary": summary}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, qps, summary, out)
