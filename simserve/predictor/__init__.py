@@ -7,7 +7,9 @@
 or in one step: `load_timer(dep)`. See docs/predictor.md.
 """
 
+import sys
 from importlib import import_module
+from types import ModuleType
 
 # Names resolve on first use (PEP 562): `simserve run` with a warm cache needs only load_timer, and importing
 # fit here would pull in scikit-learn, pandas and scipy (about 3 s) for a timer read from a cache file.
@@ -34,6 +36,18 @@ __all__ = [
     "load_timer",
     "print_report",
 ]
+
+
+class _Package(ModuleType):
+    # Importing the submodule simserve.predictor.fit binds the package attribute `fit` to that module; the
+    # package's `fit` has always been the function (as when __init__ imported it eagerly), so keep it so.
+    def __setattr__(self, name: str, value) -> None:
+        if name == "fit" and isinstance(value, ModuleType):
+            value = value.fit
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):
