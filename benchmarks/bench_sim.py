@@ -8,6 +8,12 @@ where each run sits against the paper's SLOs), and the LLaMA2-70B case again at 
 runs once to warm the per-process caches (trace, predictor, memory plan), then `--repeats` times; the
 fastest CPU time (time.process_time) is reported, for the default fast path and for --exact (one event per
 iteration). When a profile is missing the case falls back to a LinearTimer and says so.
+
+Then, when `.venv-vidur/` exists (created once by `python benchmarks/vs_vidur.py --quick`), the same run also
+times Vidur beside simserve on identical inputs (benchmarks/vs_vidur.py's setup: Llama-2-7B on one A100, 2,000
+arXiv requests replayed with the same arrivals, Sarathi 512, KV blocks from simserve's plan) and records the
+wall-time ratios, whole run and simulation only. Without the venv it prints one line saying why it skipped.
+`--no-vidur` skips it.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--update-docs", action="store_true", help=f"write the table into {DOC.name}")
+    ap.add_argument("--no-vidur", action="store_true", help="skip the side-by-side run with Vidur")
+    ap.add_argument("--vidur-requests", type=int, default=2000)
+    ap.add_argument("--vidur-qps", type=float, default=1.0)
     args = ap.parse_args()
     lines = [
         "| case | QPS | path | CPU s | requests / CPU s | iterations / CPU s | table rows for iterations | sched. delay P50 | TBT P99 |",
@@ -87,6 +96,10 @@ def main() -> None:
             *([""] + [f"Note: {n}" for n in notes] if notes else []),
         ]
     )
+    vidur_lines = [] if args.no_vidur else vs_vidur_lines(args.vidur_requests, args.vidur_qps)
+    print("\n".join(vidur_lines))
+    if vidur_lines:
+        block += "\n\n" + "\n".join(vidur_lines)
     if args.update_docs:
         text = DOC.read_text()
         pattern = re.compile(r"(<!-- bench_sim:begin -->\n).*?(\n<!-- bench_sim:end -->)", re.S)
@@ -94,6 +107,42 @@ def main() -> None:
             sys.exit(f"{DOC} has no bench_sim markers")
         DOC.write_text(pattern.sub(lambda m: m.group(1) + block + m.group(2), text))
         print(f"updated {DOC}")
+
+
+def vs_vidur_lines(num_requests: int, qps: float) -> list[str]:
+    """Markdown lines: simserve and Vidur on identical inputs, one after the other, or one line saying why not."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tempfile
+
+    import vidur_runner as vr
+    import vs_vidur as vv
+
+    python = vr.VENV / "bin" / "python"
+    if not (vr.VENV / ".simserve-vidur").exists() or not python.exists():
+        return [
+            f"Vidur side by side: skipped ({vr.VENV.name}/ absent; create it once with "
+            "`python benchmarks/vs_vidur.py --quick`, which installs Vidur from the package index)"
+        ]
+    b = replace(vv.Bench(), num_requests=num_requests, policies=("sarathi",), qps=(qps,))
+    work = vv.workload(b, qps)
+    dep, cfg = vv.dep_for(b), vv.sim_config(b, "sarathi")
+    vv.run_simserve(dep, cfg, work)  # warm-up: fits or loads the predictor, like Vidur's cached predictor
+    ours = vv.run_simserve(dep, cfg, work)
+    with tempfile.TemporaryDirectory() as tmp:
+        export = vv.export_profile(b, Path(tmp) / "profile")
+        out = Path(tmp) / "run"
+        out.mkdir()
+        theirs, _ = vv.run_vidur(python, export, vv.vidur_setup(b, "sarathi", ours.num_blocks), work, out)
+    return [
+        f"Vidur side by side ({num_requests} arXiv requests, Llama-2-7B/A100, Sarathi 512, QPS {qps:g}, "
+        "reduced RF grid, warm caches on both sides):",
+        "",
+        "| simulator | wall s | of which simulation s |",
+        "|---|---|---|",
+        f"| simserve | {ours.wall_s:.2f} | {ours.sim_s:.2f} |",
+        f"| Vidur | {theirs.wall_s:.2f} | {theirs.sim_s:.2f} |",
+        f"| ratio Vidur / simserve | {theirs.wall_s / ours.wall_s:.1f}x | {theirs.sim_s / ours.sim_s:.1f}x |",
+    ]
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from pathlib import Path
 import typer
 
 from simserve.cli import app
-from simserve.errors import SimserveError
 
 
 def _default_out(
@@ -75,6 +74,9 @@ def run_command(
         False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
     ),
     fmt: str = typer.Option("csv", "--format", help="csv | parquet (needs pyarrow) for the two tables."),
+    iterations: str = typer.Option(
+        "all", "--iterations", help="all | sampled (at most 200,000 evenly spaced rows) | none: the iterations table."
+    ),
     exact: bool = typer.Option(
         False, "--exact", help="One event per iteration: no compressed decode stretches."
     ),
@@ -97,18 +99,12 @@ def run_command(
     from rich.table import Table
 
     from simserve.io import check_out_dir, output_dir
+    from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, run_scenario, workload_notes
+    from simserve.sim.scenario import Scenario, simulate_scenario, workload_notes
+    from simserve.sim.writers import check_options, write_tables
 
-    if fmt not in ("csv", "parquet"):
-        raise SimserveError(f"unknown --format {fmt!r}; choose csv or parquet")
-    if fmt == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise SimserveError(
-                "--format parquet needs pyarrow: pip install pyarrow, or use --format csv"
-            ) from None
+    check_options(fmt, iterations)
     scenario = Scenario(
         model=model,
         gpu=gpu,
@@ -136,16 +132,12 @@ def run_command(
     )
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     with _progress_bar(requests) as progress:
-        result = run_scenario(scenario, qps, progress=progress)
-    summary = result.summary.as_dict()
+        raw, dep = simulate_scenario(scenario, qps, progress=progress)
+    summary = summarize(raw, dep).as_dict()
     notes = workload_notes(scenario)
     with output_dir(out, force) as tmp:
-        for name, df in (("requests", result.requests), ("iterations", result.iterations)):
-            if fmt == "csv":
-                df.to_csv(tmp / f"{name}.csv", index=False)
-            else:
-                df.to_parquet(tmp / f"{name}.parquet", index=False)
-        write_chrome_trace(tmp / "trace.json", result.iterations)
+        write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
+        write_chrome_trace(tmp / "trace.json", raw.log)
         doc = {"scenario": scenario.__dict__, "qps": qps, "summary": summary, "notes": notes}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, qps, summary, out, notes)

@@ -7,10 +7,23 @@
 or in one step: `load_timer(dep)`. See docs/predictor.md.
 """
 
-from simserve.predictor.fit import ModelKey, Predictor, fit, print_report
-from simserve.predictor.load import default_profiles_root, load_timer
-from simserve.predictor.overhead import CpuOverhead
-from simserve.predictor.timer import COMPONENTS, BatchTimer
+import sys
+from importlib import import_module
+from types import ModuleType
+
+# Names resolve on first use (PEP 562): `simserve run` with a warm cache needs only load_timer, and importing
+# fit here would pull in scikit-learn, pandas and scipy (about 3 s) for a timer read from a cache file.
+_HOME = {
+    "COMPONENTS": "timer",
+    "BatchTimer": "timer",
+    "CpuOverhead": "overhead",
+    "ModelKey": "fit",
+    "Predictor": "fit",
+    "default_profiles_root": "load",
+    "fit": "fit",
+    "load_timer": "load",
+    "print_report": "fit",
+}
 
 __all__ = [
     "COMPONENTS",
@@ -23,3 +36,21 @@ __all__ = [
     "load_timer",
     "print_report",
 ]
+
+
+class _Package(ModuleType):
+    # Importing the submodule simserve.predictor.fit binds the package attribute `fit` to that module; the
+    # package's `fit` has always been the function (as when __init__ imported it eagerly), so keep it so.
+    def __setattr__(self, name: str, value) -> None:
+        if name == "fit" and isinstance(value, ModuleType):
+            value = value.fit
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'simserve.predictor' has no attribute {name!r}")
+    return getattr(import_module(f"simserve.predictor.{_HOME[name]}"), name)

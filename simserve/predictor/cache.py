@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sklearn
 
 from simserve.cachedir import cache_root
 from simserve.io import atomic_path
@@ -22,6 +21,8 @@ FORMAT = 2  # bump when the fitted models change shape or meaning
 
 
 def key(content_hash: str, seed: int) -> str:
+    import sklearn  # only when fitting or reading a fit: the compiled-timer cache path must not load it
+
     return f"{content_hash}-seed{seed}-v{FORMAT}-np{np.__version__}-sk{sklearn.__version__}"
 
 

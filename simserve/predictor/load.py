@@ -7,11 +7,10 @@ from pathlib import Path
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.predictor.coverage import profile_command, profile_keys, require
-from simserve.predictor.fit import fit
+from simserve.predictor import timer_cache
 from simserve.predictor.overhead import CpuOverhead
 from simserve.predictor.timer import BatchTimer
-from simserve.profiling.schema import SHIPPED_PROFILES, profile_dir, read_profile
+from simserve.profiling.schema import SHIPPED_PROFILES, content_hash, profile_dir
 
 
 def default_profiles_root() -> Path:
@@ -30,15 +29,33 @@ def load_timer(
     """The BatchTimer for `dep` from profiles/<gpu>/<model>/.
 
     Raises SimserveError when the profile is missing, unreadable, or lacks the deployment's TP degree or links
-    (checked before fitting, so the error comes at once).
+    (checked before fitting, so the error comes at once). With `cache`, the compiled timer is read from
+    $SIMSERVE_CACHE/timer/ when this profile (by content hash) was compiled for this deployment before; only a
+    miss imports the fitting code (scikit-learn, pandas).
     """
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
     path = profile_dir(root, dep.gpu.name, dep.model.name)
     if not path.exists():
+        from simserve.predictor.coverage import profile_command
+
         raise SimserveError(
             f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with "
             f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
         )
+    overhead = overhead or CpuOverhead()
+    tkey = None
+    if cache and (path / "linear.csv").exists():
+        tkey = timer_cache.key(content_hash(path), dep, overhead, seed)
+        hit = timer_cache.load(tkey)
+        if isinstance(hit, BatchTimer):
+            return hit
+    from simserve.predictor.coverage import profile_command, profile_keys, require
+    from simserve.predictor.fit import fit
+    from simserve.profiling.schema import read_profile
+
     profile = read_profile(path)
     require(profile_keys(profile), dep, path)
-    return fit(profile, seed=seed, use_cache=cache).compile(dep, overhead)
+    timer = fit(profile, seed=seed, use_cache=cache).compile(dep, overhead)
+    if tkey is not None:
+        timer_cache.store(tkey, timer)
+    return timer

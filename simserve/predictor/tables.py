@@ -9,6 +9,7 @@ physics baseline (regressor.py); beyond the tables, times grow linearly with the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,8 +22,9 @@ from simserve.ops import (
     elementwise_ops,
     send_recv_bytes,
 )
-from simserve.predictor.coverage import find_collective, node_link, stage_link
-from simserve.predictor.fit import Fitted, ModelKey, Predictor
+
+if TYPE_CHECKING:  # fit imports scikit-learn; a compiled timer unpickled from the cache refers to TokenTables only
+    from simserve.predictor.fit import Fitted, ModelKey, Predictor
 
 TOKENS_TABLE = (16384, 32768)  # dense per-token table: at least, at most
 DECODE_BATCH_TABLE = 256
@@ -80,6 +82,9 @@ class TokenTables:
 
 
 def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
+    from simserve.predictor.coverage import find_collective, node_link, stage_link
+    from simserve.predictor.fit import ModelKey
+
     tp, layers = dep.tp, dep.layers_per_stage
     fits = [_model(predictor, ModelKey("linear", op, tp)) for op in LINEAR_OPS]
     counts = {op.name: op.count for op in elementwise_ops(dep)}
@@ -132,6 +137,8 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
 
 def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float]:
     """Stage seconds of decode attention for b = 0..B requests (rows) at mean context j·step (columns)."""
+    from simserve.predictor.fit import ModelKey
+
     fitted = _model(predictor, ModelKey("attention_decode", "decode", dep.tp))
     bmax = max(int(fitted.points["batch_size"].max()), DECODE_BATCH_TABLE)
     lmax = max(float(fitted.points["kv_len"].max()), CONTEXT_TABLE)
@@ -147,6 +154,8 @@ def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, flo
 
 def prefill_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float, float]:
     """Stage seconds of one prefill chunk's attention: rows chunk i·CHUNK_STEP, columns prefix k·PREFIX_STEP."""
+    from simserve.predictor.fit import ModelKey
+
     fitted = _model(predictor, ModelKey("attention_prefill", "prefill", dep.tp))
     cmax = max(float(fitted.points["chunk"].max()), CONTEXT_TABLE)
     pmax = max(float(fitted.points["kv_len"].max()), CONTEXT_TABLE)

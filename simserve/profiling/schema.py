@@ -20,8 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simserve.errors import SimserveError
 from simserve.io import atomic_path
@@ -34,6 +33,9 @@ TABLES: dict[str, list[str]] = {
 }
 PROVENANCE = "provenance.json"
 SHIPPED_PROFILES = Path(__file__).resolve().parents[2] / "profiles"  # the repository's profiles/
+
+if TYPE_CHECKING:  # pandas is imported where a table is read: hashing a profile (the warm run path) needs none
+    import pandas as pd
 
 
 def slug(name: str) -> str:
@@ -81,6 +83,8 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
         raise SimserveError(f"{where}: no rows; re-run `simserve profile` to regenerate it")
     numeric = [c for c in TABLES[table] if c not in ("op", "phase", "link")]
     for col in numeric:
+        import pandas as pd
+
         values = pd.to_numeric(df[col], errors="coerce")
         bad = values.isna() | (values < 0) | ~values.map(lambda v: math.isfinite(v) if v == v else False)
         if bad.any():
@@ -97,6 +101,8 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
 
 
 def read_profile(path: str | Path) -> Profile:
+    import pandas as pd
+
     path = Path(path)
     if not path.is_dir():
         raise SimserveError(

@@ -8,9 +8,12 @@ iterations, and its token counts are the totals over them.
 from __future__ import annotations
 
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas only when the table is turned into a frame
+    import pandas as pd
 
 COLUMNS = (
     "replica",
@@ -58,10 +61,21 @@ class IterationLog:
         return len(self._floats) // 2
 
     def to_frame(self) -> pd.DataFrame:
-        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
-        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(FLOAT_COLUMNS))
-        cols = {}
-        for c in COLUMNS:
-            src, j = (floats, FLOAT_COLUMNS.index(c)) if c in FLOAT_COLUMNS else (ints, INT_COLUMNS.index(c))
-            cols[c] = src[:, j].copy()
-        return pd.DataFrame(cols)
+        return self.frame(0, len(self))
+
+    def column(self, name: str) -> np.ndarray:
+        """One column over all rows: a strided view of the log's buffer (no copy; do not add rows meanwhile)."""
+        if name in FLOAT_COLUMNS:
+            return self._matrix(self._floats, FLOAT_COLUMNS)[:, FLOAT_COLUMNS.index(name)]
+        return self._matrix(self._ints, INT_COLUMNS)[:, INT_COLUMNS.index(name)]
+
+    def frame(self, lo: int, hi: int, step: int = 1) -> pd.DataFrame:
+        """Rows lo, lo+step, ... < hi as a DataFrame: the writers stream the table a chunk at a time."""
+        import pandas as pd
+
+        return pd.DataFrame({c: self.column(c)[lo:hi:step].copy() for c in COLUMNS})
+
+    @staticmethod
+    def _matrix(buf: array, names: tuple[str, ...]) -> np.ndarray:
+        dtype = np.float64 if buf.typecode == "d" else np.int64
+        return np.frombuffer(buf, dtype=dtype).reshape(-1, len(names))

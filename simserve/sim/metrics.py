@@ -77,25 +77,28 @@ def _pct(x: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(x, QUANTILES)]
 
 
-def request_table(run: RawRun) -> pd.DataFrame:
+def request_table(run: RawRun, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
+    """Rows lo..hi (default all) of the per-request table; writers.py streams it in such chunks."""
     r = run.reqs
-    gaps = np.maximum(r.generated - 1, 0)
+    part = slice(lo, r.n if hi is None else hi)
+    generated, first, last = r.generated[part], r.first_token[part], r.last_token[part]
+    gaps = np.maximum(generated - 1, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tbt_mean = np.where(gaps > 0, (r.last_token - r.first_token) / np.maximum(gaps, 1), np.nan)
+        tbt_mean = np.where(gaps > 0, (last - first) / np.maximum(gaps, 1), np.nan)
     df = pd.DataFrame(
         {
-            "request_id": run.request_ids,
-            "replica": r.replica,
-            "arrived_at_s": r.arrived,
-            "scheduled_at_s": r.scheduled,
-            "first_token_at_s": r.first_token,
-            "completed_at_s": r.completed,
-            "prompt_tokens": r.prompt,
-            "output_tokens": r.output,
-            "preemptions": r.preemptions,
+            "request_id": run.request_ids[part],
+            "replica": r.replica[part],
+            "arrived_at_s": r.arrived[part],
+            "scheduled_at_s": r.scheduled[part],
+            "first_token_at_s": first,
+            "completed_at_s": r.completed[part],
+            "prompt_tokens": r.prompt[part],
+            "output_tokens": r.output[part],
+            "preemptions": r.preemptions[part],
             "tbt_mean_s": tbt_mean,
-            "tbt_max_s": np.where(gaps > 0, r.tbt_max, np.nan),
-            "status": pd.Categorical.from_codes(r.status, ["unfinished", "running", "completed", "ignored"]),
+            "tbt_max_s": np.where(gaps > 0, r.tbt_max[part], np.nan),
+            "status": pd.Categorical.from_codes(r.status[part], ["unfinished", "running", "completed", "ignored"]),
         }
     )
     df.loc[df.status != "completed", "tbt_max_s"] = np.nan
@@ -105,6 +108,11 @@ def request_table(run: RawRun) -> pd.DataFrame:
 
 def build_result(run: RawRun, dep=None) -> SimResult:
     """Tables and summary; `dep` (a simserve Deployment) adds the MFU/MBU estimate."""
+    return SimResult(request_table(run), run.log.to_frame(), summarize(run, dep), run.tbt)
+
+
+def summarize(run: RawRun, dep=None) -> Summary:
+    """The summary alone, without building the tables (what `simserve run` needs before streaming them)."""
     r = run.reqs
     done = r.status == DONE
     a, s, f, c = r.arrived[done], r.scheduled[done], r.first_token[done], r.completed[done]
@@ -113,12 +121,12 @@ def build_result(run: RawRun, dep=None) -> SimResult:
     duration = max(float(run.end_time) - start, 1e-12)
     ttft, sched, e2e = _pct(f - a), _pct(s - a), _pct(c - a)
     norm = _pct((c - a) / out)
-    iters = run.log.to_frame()
-    stage0 = iters[iters.stage == 0]
+    log = run.log
+    stage = log.column("stage")
     # Busy time from the table, clipped at the end: an overloaded run stops in the middle of iterations.
     end = float(run.end_time)
-    clipped = np.minimum(iters.end_s.to_numpy(), end) - np.minimum(iters.start_s.to_numpy(), end)
-    per_stage = pd.Series(clipped).groupby([iters.replica.to_numpy(), iters.stage.to_numpy()]).sum()
+    clipped = np.minimum(log.column("end_s"), end) - np.minimum(log.column("start_s"), end)
+    per_stage = pd.Series(clipped).groupby([log.column("replica"), stage]).sum()
     busy = tuple(
         min(1.0, float(per_stage.get((rep.index, s), 0.0)) / duration)
         for rep in run.replicas
@@ -153,14 +161,14 @@ def build_result(run: RawRun, dep=None) -> SimResult:
         normalized_latency_p90_s=norm[1],
         normalized_latency_p99_s=norm[2],
         preemptions=int(r.preemptions.sum()),
-        num_iterations=int(stage0.num_iterations.sum()),
+        num_iterations=int(log.column("num_iterations")[stage == 0].sum()),
         kv_blocks_per_replica=run.num_blocks,
         mfu=mfu,
         mbu=mbu,
         stage_busy=busy,
         stage_bubble=bubble,
     )
-    return SimResult(request_table(run), iters, summary, run.tbt)
+    return summary
 
 
 def estimate_utilization(run: RawRun, dep, duration: float) -> tuple[float, float]:

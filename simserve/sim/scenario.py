@@ -12,7 +12,7 @@ import numpy as np
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.sim.cluster import simulate
+from simserve.sim.cluster import RawRun, simulate
 from simserve.sim.config import SimConfig
 from simserve.sim.metrics import SimResult, build_result
 from simserve.sim.replica import BatchTimer
@@ -104,6 +104,13 @@ def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None, progr
 
     `progress(done, total)`, if given, is called every simulated second (see cluster.simulate).
     """
+    return build_result(*simulate_scenario(s, qps, timer, progress))
+
+
+def simulate_scenario(
+    s: Scenario, qps: float, timer: BatchTimer | None = None, progress=None
+) -> tuple[RawRun, Deployment]:
+    """The raw run (no tables built yet) and its deployment: `simserve run` streams the tables from it."""
     if not np.isfinite(qps) or qps <= 0:
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     num_blocks = check_scenario(s)
@@ -118,7 +125,7 @@ def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None, progr
     from simserve.workload import arrival_times
 
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return build_result(simulate(prompt, output, arrived, timer, num_blocks, cfg, progress), dep)
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress), dep
 
 
 @lru_cache(maxsize=16)

@@ -1,0 +1,80 @@
+"""Whole-command cost of `simserve run`: start-up, simulation and writing, as a user pays it.
+
+    python benchmarks/bench_run.py                       # 2,000 chat requests, default deployment, cold + warm cache
+    python benchmarks/bench_run.py --memory 1000000 --qps 3   # peak RSS of one run of that many requests
+
+Each run is a fresh child interpreter (`python -c "... main(['run', ...])"`), so imports are paid as a user pays
+them. Reported per run: wall seconds from interpreter start to exit, wall and CPU seconds inside the child
+after the interpreter has started (imports + run + writing; CPU = user + system of the child), and the child's
+peak RSS (resource.getrusage(RUSAGE_CHILDREN).ru_maxrss). "cold" uses an empty $SIMSERVE_CACHE (fits the
+predictor); "warm" reuses it. Wall figures depend on machine load: compare CPU seconds across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = """
+import json, sys, time, resource
+t0, c0 = time.perf_counter(), time.process_time()
+from simserve.cli import main
+main(sys.argv[1:])
+print("BENCH=" + json.dumps({"wall_after_start_s": time.perf_counter() - t0,
+                             "cpu_after_start_s": time.process_time() - c0}))
+"""
+
+
+def run_child(args: list[str], cache: Path) -> dict:
+    env = {**os.environ, "SIMSERVE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        sys.exit(f"error: simserve run failed: {proc.stderr.strip().splitlines()[-1:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("BENCH=")][-1]
+    out = json.loads(line[len("BENCH="):])
+    out["wall_total_s"] = wall
+    out["cpu_total_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["peak_rss_mb"] = after.ru_maxrss / 1024  # Linux: KiB; max over children so far, so one child per call
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--qps", type=float, default=1.0)
+    ap.add_argument("--memory", type=int, metavar="N", help="one warm run of N requests; report its peak RSS")
+    ap.add_argument("--cache", type=Path, help="reuse this $SIMSERVE_CACHE (default: a fresh temporary one)")
+    ap.add_argument("extra", nargs="*", help="more `simserve run` options, after --")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = a.cache or Path(tmp) / "cache"
+        n = a.memory or a.requests
+        args = ["run", "--requests", str(n), "--qps", f"{a.qps:g}", *a.extra]
+        print(f"simserve {' '.join(args)}  (python {sys.version.split()[0]}, load {os.getloadavg()[0]:.1f})")
+        phases = ["warm"] if a.memory else ["cold", "warm", "warm"]
+        if a.memory:  # warm the timer cache with a tiny run, so the figure is the big run's own
+            run_child(["run", "--requests", "10", "--out", str(Path(tmp) / "w")], cache)
+        for i, phase in enumerate(phases):
+            r = run_child([*args, "--out", str(Path(tmp) / f"out{i}")], cache)
+            print(
+                f"{phase:5s} wall {r['wall_total_s']:6.2f} s total, {r['wall_after_start_s']:6.2f} s after "
+                f"interpreter start; CPU {r['cpu_total_s']:6.2f} s total, {r['cpu_after_start_s']:6.2f} s after "
+                f"start; peak RSS {r['peak_rss_mb']:.0f} MB"
+            )
+
+
+if __name__ == "__main__":
+    main()

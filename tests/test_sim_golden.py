@@ -1,0 +1,70 @@
+"""Output files of small `simserve run`s, pinned by hash.
+
+The hashes were computed from the code before the tables were streamed to disk (issue 11, item 3) and before the
+start-up path stopped importing pandas/scikit-learn (item 1): any change to the bytes a run writes (a column, a
+float format, a row order, a different fitted timer) fails here. If a change is intended, say why in the commit
+and regenerate with `python tests/test_sim_golden.py`. (summary.json was re-pinned once when it gained the
+`notes` list and the scenario's overload/CPU-overhead/Ray switches; the tables and trace kept their hashes.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HAS_PROFILE = (REPO / "profiles" / "a100-80gb" / "mistral-7b").is_dir()
+
+CASES = {
+    "sarathi": ["--requests", "200", "--qps", "2"],
+    "vllm-exact-2rep": ["--requests", "150", "--qps", "3", "--policy", "vllm", "--exact", "--replicas", "2",
+                        "--router", "lor", "--seed", "5"],
+    "orca-arxiv": ["--requests", "60", "--qps", "0.5", "--policy", "orca", "--trace", "arxiv", "--seed", "1"],
+}
+FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
+
+GOLDEN = {
+    "orca-arxiv": {"requests.csv": "796e47b0a6edc19d", "iterations.csv": "7f74fccaf932b3d1",
+                   "summary.json": "5876f8b0757bd767", "trace.json": "02dfd889692cf109"},
+    "sarathi": {"requests.csv": "dfea97f11146c8f2", "iterations.csv": "c282b14da211d68f",
+                "summary.json": "c8d94cb404c74eab", "trace.json": "7a40a824dadec789"},
+    "vllm-exact-2rep": {"requests.csv": "3bb60f00b2c44af0", "iterations.csv": "6f929a08790f728a",
+                        "summary.json": "88697ed69622d26e", "trace.json": "fe58436f4382799e"},
+}
+
+
+def _hashes(out: Path) -> dict[str, str]:
+    return {f: hashlib.sha256((out / f).read_bytes()).hexdigest()[:16] for f in FILES}
+
+
+def _run(args: list[str], out: Path) -> dict[str, str]:
+    from simserve.cli import main
+
+    main(["run", *args, "--out", str(out)])
+    return _hashes(out)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    # one cache for the module: the first case fits the timer (cold), later ones load it (warm)
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.skipif(not HAS_PROFILE, reason="needs the shipped mistral-7b/a100 profile")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_run_outputs_are_byte_identical_to_the_pinned_ones(case, tmp_path, monkeypatch, capsys, cache_dir):
+    monkeypatch.setenv("SIMSERVE_CACHE", str(cache_dir))
+    assert _run(CASES[case], tmp_path / "out") == GOLDEN[case]
+    # a warm cache (compiled timer, parsed trace) must give the same bytes as the cold one
+    assert _run(CASES[case], tmp_path / "out2") == GOLDEN[case]
+
+
+if __name__ == "__main__":  # regenerate: prints the GOLDEN dict
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    with tempfile.TemporaryDirectory() as d:
+        print({c: _run(a, Path(d) / c) for c, a in sorted(CASES.items())})

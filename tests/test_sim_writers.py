@@ -1,0 +1,79 @@
+"""Streaming the run's tables to disk (simserve/sim/writers.py): chunked output equals whole-table output."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from simserve.cli import main
+from simserve.sim import writers
+from simserve.sim.metrics import build_result
+from simserve.sim.perfetto import chrome_trace, chrome_trace_from_log
+from simserve.sim.scenario import Scenario, simulate_scenario
+from simserve.sim.testing import LinearTimer
+
+TIMER = LinearTimer(0.01, 4e-5, 5e-8)
+
+
+@pytest.fixture(scope="module")
+def raw():
+    run, dep = simulate_scenario(Scenario(num_requests=300, seed=2), 3.0, TIMER)
+    return run, dep
+
+
+def test_chunked_csv_is_byte_identical_to_the_whole_table(raw, tmp_path, monkeypatch):
+    run, dep = raw
+    whole = build_result(run, dep)
+    whole.requests.to_csv(tmp_path / "r.csv", index=False)
+    whole.iterations.to_csv(tmp_path / "i.csv", index=False)
+    monkeypatch.setattr(writers, "CHUNK_ROWS", 7)  # many chunks, the last one partial
+    out = tmp_path / "out"
+    out.mkdir()
+    writers.write_tables(run, out)
+    assert (out / "requests.csv").read_bytes() == (tmp_path / "r.csv").read_bytes()
+    assert (out / "iterations.csv").read_bytes() == (tmp_path / "i.csv").read_bytes()
+
+
+def test_sampled_keeps_every_kth_row_and_none_writes_no_table(raw, tmp_path, monkeypatch):
+    run, dep = raw
+    rows = len(run.log)
+    monkeypatch.setattr(writers, "MAX_SAMPLED_ROWS", 50)
+    monkeypatch.setattr(writers, "CHUNK_ROWS", 6)
+    out = tmp_path / "s"
+    out.mkdir()
+    writers.write_tables(run, out, iterations="sampled")
+    step = math.ceil(rows / 50)
+    expected = build_result(run, dep).iterations.iloc[::step].reset_index(drop=True)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "iterations.csv"), expected)
+    none = tmp_path / "n"
+    none.mkdir()
+    writers.write_tables(run, none, iterations="none")
+    assert sorted(p.name for p in none.iterdir()) == ["requests.csv"]
+
+
+def test_parquet_chunks_read_back_as_the_whole_table(raw, tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow", reason="parquet output needs pyarrow")
+    run, dep = raw
+    monkeypatch.setattr(writers, "CHUNK_ROWS", 64)
+    writers.write_tables(run, tmp_path, fmt="parquet")
+    whole = build_result(run, dep)
+    got = pd.read_parquet(tmp_path / "requests.parquet")
+    pd.testing.assert_frame_equal(got, whole.requests, check_categorical=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "iterations.parquet"), whole.iterations)
+
+
+def test_trace_from_the_log_equals_the_trace_from_the_table(raw):
+    run, _ = raw
+    table = run.log.to_frame()
+    for cap in (10, 10**6):
+        assert chrome_trace_from_log(run.log, cap) == chrome_trace(table, cap)
+
+
+def test_bad_iterations_option_is_one_line_and_exit_2(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--iterations", "some", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("error: ") and "--iterations" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
