@@ -1,0 +1,105 @@
+"""Golden outputs: the simulator's tables and summary, hashed to the last bit, for runs that cover every
+policy, pipeline parallelism, light and heavy load, preemption, several replicas and an overload stop.
+
+The digests were recorded with the simulator as it was before the event-loop speed work (issue 11, item 2),
+so any optimisation of the hot path must leave every request time, iteration row and histogram count
+unchanged. To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
+tests/test_sim_golden.py -s` prints the new digests (and say in the commit why results moved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simserve.sim.cluster import simulate
+from simserve.sim.config import SimConfig
+from simserve.sim.metrics import build_result
+from simserve.sim.scenario import Scenario, run_scenario
+from simserve.sim.testing import LinearTimer
+
+
+def digest(res) -> str:
+    h = hashlib.sha256()
+    for df in (res.requests, res.iterations):
+        for name in df.columns:
+            col = df[name]
+            h.update(name.encode())
+            if isinstance(col.dtype, pd.CategoricalDtype):
+                h.update(np.ascontiguousarray(col.cat.codes.to_numpy()).tobytes())
+            else:
+                h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
+    h.update(repr(sorted(res.summary.as_dict().items())).encode())
+    h.update(res.tbt.counts.tobytes())
+    h.update(repr(res.tbt.zeros).encode())
+    return h.hexdigest()[:16]
+
+
+MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=300)
+LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200)
+
+SCENARIOS = {
+    "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "f83a44d2c77b0474"),
+    "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "cf6179bccf4748a6"),
+    "sarathi-light-exact": (Scenario(**MISTRAL, budget=512, stretch=False), 0.75, "f689e4fc61754eff"),
+    "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "112e5597b12158f8"),
+    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "e710c215d4c494e7"),
+    "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "77c4738a91600349"),
+    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "6bc8cbfc4b3fc15e"),
+    "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "be8fcfa418eef178"),
+    "sarathi-2rep-lor": (Scenario(**MISTRAL, budget=512, num_replicas=2, router="lor"), 4.0, "3679b9902b5788ca"),
+    "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "a42e8d18a598463f"),
+    "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "8610e5284c1502d0"),
+    "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "587c60cf66fa0cbe"),
+}
+
+
+def _preemption_run(policy: str, stretch: bool, pp: int):
+    """A KV pool far too small for the load: sarathi/vllm preempt (recompute) again and again."""
+    rng = np.random.default_rng(7)
+    n = 150
+    prompt = rng.integers(20, 400, n)
+    output = rng.integers(5, 300, n)
+    arrived = np.cumsum(rng.exponential(0.05, n))
+    cfg = SimConfig(policy=policy, budget=256, max_model_len=1024, stretch=stretch)
+    timer = LinearTimer(0.004, 2e-5, 3e-8, num_stages=pp)
+    return build_result(simulate(prompt, output, arrived, timer, 90, cfg))
+
+
+PREEMPTION = {
+    "preempt-sarathi": (("sarathi", True, 1), "f777b248fd0005a2"),
+    "preempt-sarathi-exact": (("sarathi", False, 1), "1be05b5f421b4e0f"),
+    "preempt-vllm": (("vllm", True, 1), "686640894718d73c"),
+    "preempt-sarathi-pp2": (("sarathi", True, 2), "4aa1a52cb6f9f6c8"),
+}
+
+PRINT = bool(os.environ.get("SIMSERVE_GOLDEN_PRINT"))
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_scenario_outputs_are_unchanged(name):
+    s, qps, want = SCENARIOS[name]
+    got = digest(run_scenario(s, qps))
+    if PRINT:
+        print(f"\n{name}: {got}")
+    assert got == want
+
+
+@pytest.mark.parametrize("name", list(PREEMPTION))
+def test_preemption_outputs_are_unchanged(name):
+    args, want = PREEMPTION[name]
+    res = _preemption_run(*args)
+    assert res.summary.preemptions > 0  # the case is only useful if it preempts
+    got = digest(res)
+    if PRINT:
+        print(f"\n{name}: {got}")
+    assert got == want
+
+
+def test_the_overload_case_stops_early():
+    s, qps, _ = SCENARIOS["sarathi-overloaded"]
+    assert run_scenario(s, qps).overloaded
