@@ -103,3 +103,16 @@ def test_preemption_outputs_are_unchanged(name):
 def test_the_overload_case_stops_early():
     s, qps, _ = SCENARIOS["sarathi-overloaded"]
     assert run_scenario(s, qps).overloaded
+
+
+def test_add_each_fills_the_buckets_add_does():
+    from simserve.sim.histogram import LogHistogram
+
+    values = [0.0, 1e-3, 1e-3, 0.0251, 0.02510001, 3.0, 1e7]
+    one, each = LogHistogram(), LogHistogram()
+    for v in values:
+        one.add(v, 5)
+    each.add_each(values, 5)
+    assert np.array_equal(one.counts, each.counts) and one.zeros == each.zeros == 5
+    each.add_each([0.02, 0.02], 3)
+    assert each.counts.sum() == one.counts.sum() + 6

@@ -101,6 +101,5 @@ def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray) -> None:
     st.tbt.add_many(first)
     if len(gaps) > 64:
         st.tbt.add_many(gaps, weight=n)
-    else:  # NOTE: cheaper for a few gaps, and the same call complete_decodes makes for each (equal) gap
-        for gap in gaps.tolist():
-            st.tbt.add(gap, n)
+    else:  # NOTE: the buckets complete_decodes' add(gap, n) gives each (equal) gap, at a fraction of the cost
+        st.tbt.add_each(gaps.tolist(), n)

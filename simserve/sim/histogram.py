@@ -9,6 +9,7 @@ per iteration at once). Exact zeros are counted apart.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -58,6 +59,23 @@ class LogHistogram:
             counts = self.counts
             for i in idx.tolist():
                 counts[i] += weight
+
+    def add_each(self, values: list[float], weight: float = 1.0) -> None:
+        """The same as `add(v, weight)` for each v (same math.log buckets), at a fraction of the calls.
+
+        NOTE: counts only ever receive integer weights, so summing a bucket's weights first gives the
+        same float as adding them one by one (integer sums below 2**53 are exact in any order).
+        """
+        if not values:
+            return
+        if min(values) <= 0.0:
+            for v in values:
+                self.add(v, weight)
+            return
+        log, lg, off, top = math.log, _LOG_GAMMA, _OFFSET, _NUM - 1
+        counts = self.counts
+        for i, c in Counter([math.ceil(log(v) / lg) - off for v in values]).items():
+            counts[min(max(i, 0), top)] += weight * c
 
     def quantile(self, q: float) -> float:
         """The value at rank q·(count − 1), within 0.1% (NaN when empty)."""
