@@ -63,9 +63,13 @@ def decode_stretch(
     allocated = True  # step 0's blocks: the policy allocated them for the first segment
     while True:
         # quiet_stretch plans the segments up to the next thing that may change the batch at once
-        quiet = rep.quiet_window is not None and (yield from quiet_segments(rep, dec, now, allocated))
+        quiet = 0 if rep.quiet_window is None else (yield from quiet_segments(rep, dec, now, allocated))
+        if quiet == 2:
+            return  # a request finished
         if not quiet:
-            if not allocated and st.dynamic:  # the policy's schedule_decodes: a block per decode that needs one
+            if (
+                not allocated and st.dynamic
+            ):  # the policy's schedule_decodes: a block per decode that needs one
                 need = r.computed[dec] % bs == 0
                 n_need = int(np.count_nonzero(need))
                 if st.kv.free - n_need < 1:

@@ -32,39 +32,40 @@ MAX_QUIET = 1 << 16  # iterations one quiet run may plan (bounds the arrays it a
 
 def quiet_segments(
     rep: Replica, dec: np.ndarray, now: float, allocated: bool
-) -> Generator[simpy.Event, Any, bool]:
-    """Run the segments that follow `now` while nothing outside can change the batch; False if none.
+) -> Generator[simpy.Event, Any, int]:
+    """Run the segments that follow `now` while nothing outside can change the batch: 0 if none, 1 if
+    some, 2 if the last of them finished a request.
 
     Called where the step-by-step path would call the policy again with the same residents, none of
     them finishing and nothing routed since (`allocated`: it did, and allocated step 0's blocks); stops
-    after the segment that reaches the next arrival, and before one that would finish a request, need a
-    preemption, or pass a check that stops the run (those go the usual way).
+    after the segment that reaches the next arrival or finishes a request, and before one that would need
+    a preemption or pass a check that may stop the run (those go the usual way).
     """
     from simserve.sim.replica import MIN_GAIN
 
     window = rep.quiet_window(now)
     if window is None:
-        return False
+        return 0
     arrival, check, period, far = window
     st, r, bs = rep.state, rep.state.reqs, rep.state.block_size
     n = len(dec)
     c0 = r.computed[dec]
     last_token = r.last_token[dec]
     if not (last_token == last_token[0]).all():
-        return False  # the plan assumes every resident got its last token at the same time
+        return 0  # the plan assumes every resident got its last token at the same time
     if st.dynamic and not (r.blocks[dec] == -(-(c0 + allocated) // bs)).all():
-        return False  # ... and holds exactly the blocks its computed tokens fill
+        return 0  # ... and holds exactly the blocks its computed tokens fill
     rem = int((r.output[dec] - r.generated[dec]).min())  # the segment reaching this many steps finishes one
     s0 = int(c0.sum()) + n  # KV read by step 0; step g reads s0 + n·g
     d_first = float(rep.timer.decode_stretch(n, np.array([s0]))[0])
     if not d_first > 0:
-        return False
+        return 0
     total = min(rem, MAX_QUIET, int((far - now) / d_first) + 2)
-    if total < 2:
-        return False
+    if total < 1:
+        return 0
     dur = rep.timer.decode_stretch(n, s0 + n * np.arange(total))
     if not (dur > 0).all():  # the plan below relies on increasing segment ends
-        return False
+        return 0
     D = dur.tolist()
     if st.dynamic:  # blocks newly needed by the step g: one per request with c0 + g ≡ 0 (mod bs)
         per_residue = np.bincount((-c0) % bs, minlength=bs)
@@ -93,8 +94,6 @@ def quiet_segments(
         elif free - n_need < 1 and st.dynamic:
             break
         if cap - t <= MIN_GAIN * last_dur:  # Replica._stretch declines: one plain iteration
-            if g + 1 >= rem:
-                break
             k, d = 1, D[g]
             end = t + d
             t_next = end
@@ -119,12 +118,11 @@ def quiet_segments(
                 if j >= kmax or e >= cap:
                     break
             k, end = j, e
-            if g + k >= rem:
-                break
             t_next = t + (end - t)
             seg_free = free - (need_cum[g + k] - need_cum[g]) if st.dynamic else free
             first = ends[0] - last
             inner = [ends[i + 1] - ends[i] for i in range(k - 1)]
+        finishing = g + k >= rem  # a request gets its last token: the last segment
         if cap == arrival:  # the segment that reaches the next arrival is the last: no check inside it
             if t_next >= check:
                 break
@@ -151,10 +149,10 @@ def quiet_segments(
         last = end
         g += k
         t = t_next
-        if cap == arrival:
+        if cap == arrival or finishing:
             break
     if not rows:
-        return False
+        return 0
     # Apply everything at once: nothing else reads these until the replica wakes at t.
     log, index = rep.log, rep.index
     for start, stop, tokens, kv_used, k in rows:
@@ -180,4 +178,11 @@ def quiet_segments(
     yield rep.env.timeout(t - now)
     rep.in_flight = 0
     rep.inflight_acc, rep.idle_mark[0] = acc, idle
-    return True
+    done = r.generated[dec] >= r.output[dec]
+    if not done.any():
+        return 1
+    for rid in dec[done].tolist():  # as fastpath's stretch or State.complete_decodes finish them
+        st.decoding.remove(rid)
+        st.finish(rid, last)
+    st._decoding_array = None
+    return 2
