@@ -51,7 +51,11 @@ SCENARIOS = {
     "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "77c4738a91600349"),
     "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "6bc8cbfc4b3fc15e"),
     "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "be8fcfa418eef178"),
-    "sarathi-2rep-lor": (Scenario(**MISTRAL, budget=512, num_replicas=2, router="lor"), 4.0, "3679b9902b5788ca"),
+    "sarathi-2rep-lor": (
+        Scenario(**MISTRAL, budget=512, num_replicas=2, router="lor"),
+        4.0,
+        "3679b9902b5788ca",
+    ),
     "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "a42e8d18a598463f"),
     "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "8610e5284c1502d0"),
     "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "587c60cf66fa0cbe"),
@@ -116,3 +120,18 @@ def test_add_each_fills_the_buckets_add_does():
     assert np.array_equal(one.counts, each.counts) and one.zeros == each.zeros == 5
     each.add_each([0.02, 0.02], 3)
     assert each.counts.sum() == one.counts.sum() + 6
+
+
+def test_add_each_matches_add_at_bucket_edges():
+    """Values on (or one rounding off) a bucket boundary take math.log's bucket, as `add` does."""
+    import math
+
+    from simserve.sim.histogram import _LOG_GAMMA, LogHistogram
+
+    edges = [math.exp(i * _LOG_GAMMA) for i in range(-2300, -1500, 37)]
+    values = np.array([v * f for v in edges for f in (1 - 2**-52, 1.0, 1 + 2**-52)] + [0.0123, 0.0456])
+    one, each = LogHistogram(), LogHistogram()
+    for v in values.tolist():
+        one.add(v, 7)
+    each.add_each(values, 7)
+    assert np.array_equal(one.counts, each.counts)

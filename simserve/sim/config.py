@@ -48,7 +48,9 @@ class SimConfig:
         if self.max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {self.max_model_len}")
         if not self.sched_delay_slo_s > 0:
-            raise SimserveError(f"the scheduling-delay SLO must be positive seconds, got {self.sched_delay_slo_s}")
+            raise SimserveError(
+                f"the scheduling-delay SLO must be positive seconds, got {self.sched_delay_slo_s}"
+            )
         if not self.overload_wait_s > 0 or not self.check_period_s > 0:
             raise SimserveError("the overload wait and check period must be positive")
         return self

@@ -171,4 +171,4 @@ def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray) -> None:
     if len(gaps) > 64:
         st.tbt.add_many(gaps, weight=n)
     else:  # NOTE: the buckets complete_decodes' add(gap, n) gives each (equal) gap, at a fraction of the cost
-        st.tbt.add_each(gaps.tolist(), n)
+        st.tbt.add_each(gaps, n)

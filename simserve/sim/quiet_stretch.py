@@ -66,7 +66,7 @@ def quiet_segments(
     dur = rep.timer.decode_stretch(n, s0 + n * np.arange(total))
     if not (dur > 0).all():  # the plan below relies on increasing segment ends
         return 0
-    D = dur.tolist()
+    D = dur.tolist()  # single iterations and d0 read these as Python floats
     if st.dynamic:  # blocks newly needed by the step g: one per request with c0 + g ≡ 0 (mod bs)
         per_residue = np.bincount((-c0) % bs, minlength=bs)
         need = per_residue[np.arange(total) % bs]
@@ -75,7 +75,8 @@ def quiet_segments(
     kv_total = st.kv.num_blocks
     rows: list[tuple] = []
     unit_gaps: list[float] = []  # gaps the step-by-step path adds with LogHistogram.add (weight n)
-    long_gaps: list[list[float]] = []  # a stretch's inner gaps when it has more than 64 (add_many)
+    short_gaps: list[np.ndarray] = []  # a stretch's inner gaps when it has at most 64 (add, as above)
+    long_gaps: list[np.ndarray] = []  # ... when it has more (apply_tokens calls add_many)
     worst = 0.0
     acc, idle, bubble = rep.inflight_acc, rep.idle_mark[0], rep.bubble[0]
     last_dur, last = rep.last_duration, float(last_token[0])
@@ -109,19 +110,13 @@ def quiet_segments(
             if st.dynamic and kmax > 1:  # fastpath's KV limit: steps 1..j fit in the blocks left after step 0
                 room = need_cum[g + 1] + free - n_need - 1
                 kmax = 1 + bisect.bisect_right(need_cum, room, g + 2, g + kmax + 1) - (g + 2)
-            e, j = t, 0
-            ends = []
-            while True:
-                e += D[g + j]
-                ends.append(e)
-                j += 1
-                if j >= kmax or e >= cap:
-                    break
-            k, end = j, e
+            ends = np.cumsum(np.concatenate(([t], dur[g : g + kmax])))[1:]  # fastpath's own operations
+            k = 1 + int(np.searchsorted(ends[:-1], cap, side="left"))
+            end = float(ends[k - 1])
             t_next = t + (end - t)
             seg_free = free - (need_cum[g + k] - need_cum[g]) if st.dynamic else free
-            first = ends[0] - last
-            inner = [ends[i + 1] - ends[i] for i in range(k - 1)]
+            first = float(ends[0]) - last
+            inner = np.diff(ends[:k]) if k > 1 else None
         finishing = g + k >= rem  # a request gets its last token: the last segment
         if cap == arrival:  # the segment that reaches the next arrival is the last: no check inside it
             if t_next >= check:
@@ -139,12 +134,9 @@ def quiet_segments(
         idle = acc
         unit_gaps.append(first)
         worst = max(worst, first)
-        if inner:
-            if len(inner) > 64:
-                long_gaps.append(inner)
-            else:
-                unit_gaps.extend(inner)
-            worst = max(worst, max(inner))
+        if inner is not None:
+            (long_gaps if len(inner) > 64 else short_gaps).append(inner)
+            worst = max(worst, float(inner.max()))
         last_dur = D[g + k - 1]
         last = end
         g += k
@@ -169,9 +161,9 @@ def quiet_segments(
     r.tbt_max[dec] = np.maximum(r.tbt_max[dec], worst)
     r.last_token[dec] = last
     tbt = st.tbt
-    tbt.add_each(unit_gaps, n)
+    tbt.add_each(np.concatenate([np.array(unit_gaps), *short_gaps]), n)
     for inner in long_gaps:
-        tbt.add_many(np.array(inner), weight=n)
+        tbt.add_many(inner, weight=n)
     rep.bubble[0] = bubble
     rep.last_duration = last_dur
     rep.in_flight = 1  # asleep through the segments, as the step-by-step path is during each
