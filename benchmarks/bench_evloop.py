@@ -38,7 +38,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--exact", action="store_true", help="one event per iteration (SimConfig stretch=False)")
     args = ap.parse_args()
-    s = Scenario(model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests, stretch=not args.exact)
+    s = Scenario(
+        model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests, stretch=not args.exact
+    )
     print("| QPS | CPU s | requests / CPU s | iterations | table rows |")
     print("|---|---|---|---|---|")
     for qps in LOADS:
