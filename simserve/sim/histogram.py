@@ -80,8 +80,9 @@ class LogHistogram:
         for p in near.tolist():
             idx[p] = math.ceil(math.log(float(v[p])) / _LOG_GAMMA)
         idx = np.minimum(np.maximum(idx.astype(np.int64) - _OFFSET, 0), _NUM - 1)
-        buckets, counts = np.unique(idx, return_counts=True)
-        self.counts[buckets] += weight * counts
+        lo = int(_amin(idx))
+        per_bucket = np.bincount(idx - lo)  # a stretch's gaps span a few neighbouring buckets
+        self.counts[lo : lo + len(per_bucket)] += weight * per_bucket
 
     def quantile(self, q: float) -> float:
         """The value at rank q·(count − 1), within 0.1% (NaN when empty)."""
