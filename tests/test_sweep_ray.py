@@ -29,5 +29,7 @@ def test_ray_sweep_matches_the_serial_sweep_and_shuts_down(tmp_path: Path) -> No
             ray.shutdown()
     serial = run_sweep(SPEC, executor="serial")
     pd.testing.assert_frame_equal(on_ray.rows, serial.rows)
-    assert on_ray.stats["probes_simulated"] == int(serial.rows["probes"].sum())
+    # every probe a search used was simulated once; idle workers may add look-ahead probes nobody used
+    s = on_ray.stats
+    assert s["probes_simulated"] - s["probes_wasted"] == int(serial.rows["probes"].sum())
     assert list(tmp_path.glob("*/*.json"))  # local Ray workers share this disk: they wrote the cache

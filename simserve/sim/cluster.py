@@ -87,6 +87,8 @@ class Cluster:
             )
             for i in range(cfg.num_replicas)
         ]
+        if len(self.replicas) == 1 and cfg.stretch:
+            self.replicas[0].quiet_window = self.quiet_window
         self._rr = 0
         env.process(self.arrivals())
         env.process(self.watchdog())
@@ -138,6 +140,12 @@ class Cluster:
                     break
                 t = t + self.cfg.check_period_s  # the watchdog's own float operation
         return min(nxt, t)
+
+    def quiet_window(self, now: float) -> tuple[float, float, float, float]:
+        """For the one replica's quiet_stretch: the next arrival, the next overload check, the check
+        period, and the first time something outside it can happen (an arrival or a stopping check)."""
+        nxt = float(self.reqs.arrived[self.next]) if self.next < self.n else np.inf
+        return nxt, self.next_check, self.cfg.check_period_s, self.stretch_until(now, True)
 
     def _on_done(self, replica: int, rid: int) -> None:
         self.num_done += 1

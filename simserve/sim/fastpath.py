@@ -46,7 +46,74 @@ def admission_blocked(rep: Replica) -> bool:
 def decode_stretch(
     rep: Replica, dec: np.ndarray, now: float, cap: float
 ) -> Generator[simpy.Event, Any, None]:
-    """PP = 1: up to the first completion, KV shortage or `cap`, in one timeout and one table row."""
+    """PP = 1: steady decoding of `dec` from `now`, segment by segment, until something changes the batch.
+
+    The first segment runs up to the first completion, KV shortage or `cap` (the next arrival or overload
+    check). If it ends at an overload check with nothing else changed, the scheduler loop would only form
+    the same batch again, so the next segment follows here at once: the same step-0 block allocation the
+    policy would make, then one plain iteration when the next check or arrival is near (the loop's
+    MIN_GAIN rule) or another stretch. One SimPy timeout per segment, as before, so event order and times
+    are unchanged; what this saves is the scheduler loop's routing, policy call and planning per segment.
+    """
+    from simserve.sim.quiet_stretch import quiet_segments
+    from simserve.sim.replica import MIN_GAIN
+
+    st, r, bs = rep.state, rep.state.reqs, rep.state.block_size
+    routed = st.outstanding  # grows when the arrivals process routes a request here
+    allocated = True  # step 0's blocks: the policy allocated them for the first segment
+    while True:
+        # quiet_stretch plans the segments up to the next thing that may change the batch at once
+        quiet = 0 if rep.quiet_window is None else (yield from quiet_segments(rep, dec, now, allocated))
+        if quiet == 2:
+            return  # a request finished
+        if not quiet:
+            if (
+                not allocated and st.dynamic
+            ):  # the policy's schedule_decodes: a block per decode that needs one
+                need = r.computed[dec] % bs == 0
+                n_need = int(np.count_nonzero(need))
+                if st.kv.free - n_need < 1:
+                    return  # it would preempt: leave that to the loop
+                st.kv.allocate(n_need)
+                r.blocks[dec[need]] += 1
+            if cap - now <= MIN_GAIN * rep.last_duration:  # Replica._stretch's rule (never for the first)
+                done = yield from _one_iteration(rep, dec, now)
+            else:
+                done = yield from _stretch_segment(rep, dec, now, cap)
+            if done:
+                return
+        now = rep.env.now
+        cap = rep.stretch_until(now, False)
+        if cap <= now or st.outstanding != routed:
+            return  # an arrival is due or was routed here: the loop calls the policy
+        allocated = False
+
+
+def _one_iteration(rep: Replica, dec: np.ndarray, now: float) -> Generator[simpy.Event, Any, bool]:
+    """One decode-only iteration exactly as Replica.schedule runs it (PP = 1); True if a request finished."""
+    st = rep.state
+    kv = st.reqs.computed[dec] + 1
+    d = rep.timer([], kv, 0)
+    rep._count_work([], kv)
+    rep.bubble[0] += rep._inflight_time(now) - rep.idle_mark[0]
+    rep._start_flight(now)
+    rep.last_duration = d
+    n = len(dec)
+    rep.log.add(rep.index, 0, now, now + d, 0, n, n, st.kv.used)
+    yield rep.env.timeout(d)
+    t = rep.env.now
+    rep._end_flight(t)
+    before = len(st.decoding)
+    st.complete_decodes(dec, t)
+    rep.idle_mark[0] = rep._inflight_time(t)
+    return len(st.decoding) != before
+
+
+def _stretch_segment(
+    rep: Replica, dec: np.ndarray, now: float, cap: float
+) -> Generator[simpy.Event, Any, bool]:
+    """Up to the first completion, KV shortage or `cap`, in one timeout and one table row; True if a
+    request finished."""
     st, r, bs = rep.state, rep.state.reqs, rep.state.block_size
     n = len(dec)
     c = r.computed[dec]  # step j computes token c + j and reads c + j + 1 KV entries
@@ -87,6 +154,8 @@ def decode_stretch(
             st.decoding.remove(rid)
             st.finish(rid, end)
         st._decoding_array = None
+        return True
+    return False
 
 
 def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray) -> None:
@@ -101,6 +170,5 @@ def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray) -> None:
     st.tbt.add_many(first)
     if len(gaps) > 64:
         st.tbt.add_many(gaps, weight=n)
-    else:  # NOTE: cheaper for a few gaps, and the same call complete_decodes makes for each (equal) gap
-        for gap in gaps.tolist():
-            st.tbt.add(gap, n)
+    else:  # NOTE: the buckets complete_decodes' add(gap, n) gives each (equal) gap, at a fraction of the cost
+        st.tbt.add_each(gaps, n)

@@ -59,6 +59,31 @@ class LogHistogram:
             for i in idx.tolist():
                 counts[i] += weight
 
+    def add_each(self, values, weight: float = 1.0) -> None:
+        """The same as `add(v, weight)` for each v (math.log's buckets), vectorised.
+
+        numpy's log may differ from math.log in the last bit, which can only move a value whose bucket
+        coordinate log(v)/log(γ) lies within rounding of an integer; those few are redone with math.log.
+        NOTE: counts only ever receive integer weights, so adding a bucket's weights at once gives the
+        same float as adding them one by one (integer sums below 2**53 are exact in any order).
+        """
+        v = np.asarray(values, dtype=np.float64)
+        if not len(v):
+            return
+        if _amin(v) <= 0.0:
+            for x in v.tolist():
+                self.add(x, weight)
+            return
+        x = np.log(v) / _LOG_GAMMA
+        idx = np.ceil(x)
+        near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-6)
+        for p in near.tolist():
+            idx[p] = math.ceil(math.log(float(v[p])) / _LOG_GAMMA)
+        idx = np.minimum(np.maximum(idx.astype(np.int64) - _OFFSET, 0), _NUM - 1)
+        lo = int(_amin(idx))
+        per_bucket = np.bincount(idx - lo)  # a stretch's gaps span a few neighbouring buckets
+        self.counts[lo : lo + len(per_bucket)] += weight * per_bucket
+
     def quantile(self, q: float) -> float:
         """The value at rank q·(count − 1), within 0.1% (NaN when empty)."""
         total = self.total

@@ -111,6 +111,9 @@ class Replica:
         self.inflight_acc = 0.0
         self.last_duration = 0.0
         self.work = Work()
+        # (next arrival, next overload check, check period, first time the run may change from outside)
+        # when this replica is alone, so quiet_stretch.py may plan past checks; set by the cluster.
+        self.quiet_window: Callable[[float], tuple[float, float, float, float] | None] | None = None
         env.process(self.schedule())
         for s in range(1, self.pp):
             env.process(self.stage(s))

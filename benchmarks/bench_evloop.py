@@ -1,0 +1,68 @@
+"""Event-loop speed: simulated requests per CPU-second of `simulate` alone (issue 11, item 2).
+
+    python benchmarks/bench_evloop.py [--repeats 3] [--requests 2048] [--profile]
+
+Mistral-7B on one A100 (TP1), chat trace (sharegpt), Sarathi B=512, at light load (0.5 and 1 QPS: few
+residents, many small decode iterations) and near capacity (3.5 QPS). Start-up (imports, trace, predictor,
+memory plan) and building the output tables are excluded: the trace, timer and KV pool are prepared once,
+then only `simulate(...)` is timed with time.process_time (best of --repeats). `--profile` prints the
+cProfile top functions of one run per case instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+from simserve.sim.cluster import simulate
+from simserve.sim.scenario import Scenario, _num_blocks, _timer, _workload
+from simserve.workload import arrival_times
+
+LOADS = (0.5, 1.0, 3.5)
+
+
+def prepare(s: Scenario, qps: float):
+    cfg, dep = s.sim_config(), s.deployment()
+    num_blocks = _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
+    prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, False)
+    arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
+    return prompt, output, arrived, _timer(dep, s.profiles_root), num_blocks, cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=2048)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--exact", action="store_true", help="one event per iteration (SimConfig stretch=False)")
+    args = ap.parse_args()
+    s = Scenario(
+        model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests, stretch=not args.exact
+    )
+    print("| QPS | CPU s | requests / CPU s | iterations | table rows |")
+    print("|---|---|---|---|---|")
+    for qps in LOADS:
+        inputs = prepare(s, qps)
+        run = simulate(*inputs)  # warm-up
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            simulate(*inputs)
+            prof.disable()
+            print(f"--- {qps} QPS")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+            continue
+        best = float("inf")
+        for _ in range(args.repeats):
+            t = time.process_time()
+            run = simulate(*inputs)
+            best = min(best, time.process_time() - t)
+        done = int((run.reqs.status == 2).sum())
+        iters = int(run.log.to_frame().query("stage == 0").num_iterations.sum())
+        print(f"| {qps:g} | {best:.3f} | {done / best:,.0f} | {iters:,} | {len(run.log):,} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Golden outputs: the simulator's tables and summary, hashed to the last bit, for runs that cover every
+policy, pipeline parallelism, light and heavy load, preemption, several replicas and an overload stop.
+
+The digests were recorded with the simulator as it was before the event-loop speed work (issue 11, item 2),
+so any optimisation of the hot path must leave every request time, iteration row and histogram count
+unchanged. (Re-pinned once when the summary gained `stopped_early`; the tables and
+histograms kept their digests, checked by hashing them without the summary.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
+tests/test_sim_digests.py -s` prints the new digests (and say in the commit why results moved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simserve.sim.cluster import simulate
+from simserve.sim.config import SimConfig
+from simserve.sim.metrics import build_result
+from simserve.sim.scenario import Scenario, run_scenario
+from simserve.sim.testing import LinearTimer
+
+
+def digest(res) -> str:
+    h = hashlib.sha256()
+    for df in (res.requests, res.iterations):
+        for name in df.columns:
+            col = df[name]
+            h.update(name.encode())
+            if isinstance(col.dtype, pd.CategoricalDtype):
+                h.update(np.ascontiguousarray(col.cat.codes.to_numpy()).tobytes())
+            else:
+                h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
+    h.update(repr(sorted(res.summary.as_dict().items())).encode())
+    h.update(res.tbt.counts.tobytes())
+    h.update(repr(res.tbt.zeros).encode())
+    return h.hexdigest()[:16]
+
+
+MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=300)
+LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200)
+
+SCENARIOS = {
+    "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "dad6cffa77d5e55b"),
+    "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "995d7116320db0fc"),
+    "sarathi-light-exact": (Scenario(**MISTRAL, budget=512, stretch=False), 0.75, "676af8c2e8465ba1"),
+    "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "7a59b32f2b7de184"),
+    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "33a420a7619b4f46"),
+    "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "41a133bd349c668f"),
+    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "eee53d61957c806d"),
+    "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "7f50742973a58468"),
+    "sarathi-2rep-lor": (
+        Scenario(**MISTRAL, budget=512, num_replicas=2, router="lor"),
+        4.0,
+        "b2b3fcaa8f610614",
+    ),
+    "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "7201f534892068d4"),
+    "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "88aa2d25246b20f2"),
+    "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "7cc11277de3dfff8"),
+}
+
+
+def _preemption_run(policy: str, stretch: bool, pp: int):
+    """A KV pool far too small for the load: sarathi/vllm preempt (recompute) again and again."""
+    rng = np.random.default_rng(7)
+    n = 150
+    prompt = rng.integers(20, 400, n)
+    output = rng.integers(5, 300, n)
+    arrived = np.cumsum(rng.exponential(0.05, n))
+    cfg = SimConfig(policy=policy, budget=256, max_model_len=1024, stretch=stretch)
+    timer = LinearTimer(0.004, 2e-5, 3e-8, num_stages=pp)
+    return build_result(simulate(prompt, output, arrived, timer, 90, cfg))
+
+
+PREEMPTION = {
+    "preempt-sarathi": (("sarathi", True, 1), "0c71c08c58a672de"),
+    "preempt-sarathi-exact": (("sarathi", False, 1), "494aa7d54a7eca09"),
+    "preempt-vllm": (("vllm", True, 1), "6971e0ba97798b8d"),
+    "preempt-sarathi-pp2": (("sarathi", True, 2), "0b00a24c361c231e"),
+}
+
+PRINT = bool(os.environ.get("SIMSERVE_GOLDEN_PRINT"))
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_scenario_outputs_are_unchanged(name):
+    s, qps, want = SCENARIOS[name]
+    got = digest(run_scenario(s, qps))
+    if PRINT:
+        print(f"\n{name}: {got}")
+    assert got == want
+
+
+@pytest.mark.parametrize("name", list(PREEMPTION))
+def test_preemption_outputs_are_unchanged(name):
+    args, want = PREEMPTION[name]
+    res = _preemption_run(*args)
+    assert res.summary.preemptions > 0  # the case is only useful if it preempts
+    got = digest(res)
+    if PRINT:
+        print(f"\n{name}: {got}")
+    assert got == want
+
+
+def test_the_overload_case_stops_early():
+    s, qps, _ = SCENARIOS["sarathi-overloaded"]
+    assert run_scenario(s, qps).overloaded
+
+
+def test_add_each_fills_the_buckets_add_does():
+    from simserve.sim.histogram import LogHistogram
+
+    values = [0.0, 1e-3, 1e-3, 0.0251, 0.02510001, 3.0, 1e7]
+    one, each = LogHistogram(), LogHistogram()
+    for v in values:
+        one.add(v, 5)
+    each.add_each(values, 5)
+    assert np.array_equal(one.counts, each.counts) and one.zeros == each.zeros == 5
+    each.add_each([0.02, 0.02], 3)
+    assert each.counts.sum() == one.counts.sum() + 6
+
+
+def test_add_each_matches_add_at_bucket_edges():
+    """Values on (or one rounding off) a bucket boundary take math.log's bucket, as `add` does."""
+    import math
+
+    from simserve.sim.histogram import _LOG_GAMMA, LogHistogram
+
+    edges = [math.exp(i * _LOG_GAMMA) for i in range(-2300, -1500, 37)]
+    values = np.array([v * f for v in edges for f in (1 - 2**-52, 1.0, 1 + 2**-52)] + [0.0123, 0.0456])
+    one, each = LogHistogram(), LogHistogram()
+    for v in values.tolist():
+        one.add(v, 7)
+    each.add_each(values, 7)
+    assert np.array_equal(one.counts, each.counts)
