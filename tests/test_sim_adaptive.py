@@ -36,7 +36,9 @@ def test_largest_fitting_is_a_bisection_on_a_monotone_predicate():
 
 def test_slo_aware_takes_the_largest_chunk_under_the_tbt_target():
     # 0.01 s + 0.1 ms per token ≤ 0.05005 s  ⇔  tokens ≤ 400: a 1000-token prompt runs as 400, 400, 200.
-    res = run([1000], [2], [0.0], "slo-aware", LinearTimer(0.01, 1e-4, 0.0), tbt_target_s=0.05005, stretch=False)
+    res = run(
+        [1000], [2], [0.0], "slo-aware", LinearTimer(0.01, 1e-4, 0.0), tbt_target_s=0.05005, stretch=False
+    )
     assert prefill_chunks(res) == [400, 400, 200]
 
 
@@ -95,7 +97,9 @@ def test_vllm_v1_long_prefill_threshold_and_partial_prefill_limits():
     assert prefill_chunks(res) == [100, 100, 100, 50]
     two = ([300, 300], [2, 2], [0.0, 0.0])
     assert prefill_chunks(run(*two, "vllm-v1", budget=1000, stretch=False))[0] == 300  # one partial prefill
-    assert prefill_chunks(run(*two, "vllm-v1", budget=1000, max_num_partial_prefills=2, stretch=False))[0] == 600
+    assert (
+        prefill_chunks(run(*two, "vllm-v1", budget=1000, max_num_partial_prefills=2, stretch=False))[0] == 600
+    )
     long = dict(budget=1000, long_prefill_token_threshold=100, max_num_partial_prefills=2, stretch=False)
     assert prefill_chunks(run(*two, "vllm-v1", **long))[0] == 100  # both long: one at a time
     assert prefill_chunks(run(*two, "vllm-v1", max_long_partial_prefills=2, **long))[0] == 200

@@ -158,7 +158,9 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             budget -= 1
             continue
         long = thr > 0 and int(r.target[rid]) > thr
-        if len(prefills) >= cfg.max_num_partial_prefills or (long and n_long >= cfg.max_long_partial_prefills):
+        if len(prefills) >= cfg.max_num_partial_prefills or (
+            long and n_long >= cfg.max_long_partial_prefills
+        ):
             continue
         n = min(int(r.target[rid] - r.computed[rid]), thr or budget, budget)
         prefills.append((rid, n))
@@ -166,7 +168,9 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         budget -= n
     dec, gone = _grow_decodes(rep, decodes)
     if gone:
-        return [(rid, n) for rid, n in prefills if rid not in gone], dec  # vLLM admits nothing in a step that preempted
+        return [
+            (rid, n) for rid, n in prefills if rid not in gone
+        ], dec  # vLLM admits nothing in a step that preempted
     rep.drop_too_long()
     while rep.waiting and budget > 0 and len(prefills) < cfg.max_num_partial_prefills:
         rid = rep.waiting[0]

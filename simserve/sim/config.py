@@ -63,7 +63,9 @@ class SimConfig:
         if self.max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {self.max_model_len}")
         if not self.sched_delay_slo_s > 0:
-            raise SimserveError(f"the scheduling-delay SLO must be positive seconds, got {self.sched_delay_slo_s}")
+            raise SimserveError(
+                f"the scheduling-delay SLO must be positive seconds, got {self.sched_delay_slo_s}"
+            )
         if not self.overload_wait_s > 0 or not self.check_period_s > 0:
             raise SimserveError("the overload wait and check period must be positive")
         if not self.tbt_target_s > 0:
@@ -75,7 +77,9 @@ class SimConfig:
                 f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
             )
         if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
-            raise SimserveError("--max-num-partial-prefills and --max-long-partial-prefills must be at least 1")
+            raise SimserveError(
+                "--max-num-partial-prefills and --max-long-partial-prefills must be at least 1"
+            )
         return self
 
     def token_budget(self) -> int:

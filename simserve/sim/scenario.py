@@ -47,6 +47,12 @@ class Scenario:
     sched_delay_slo_s: float = (
         2.0  # the overload rule stops a run once its median scheduling delay must exceed this
     )
+    # the adaptive policies and vllm-v1 (SimConfig documents them)
+    tbt_target_s: float = 0.1
+    min_budget: int | None = None
+    long_prefill_token_threshold: int = 0
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
 
     @property
     def max_len(self) -> int:
@@ -62,6 +68,11 @@ class Scenario:
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
+            tbt_target_s=self.tbt_target_s,
+            min_budget=self.min_budget,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            max_num_partial_prefills=self.max_num_partial_prefills,
+            max_long_partial_prefills=self.max_long_partial_prefills,
         ).validate()
 
     def deployment(self) -> Deployment:

@@ -18,14 +18,14 @@ from typing import Any
 import pandas as pd
 
 from simserve.errors import SimserveError
-from simserve.sim.config import POLICY_NAMES
+from simserve.sim.config import ADAPTIVE_POLICIES, POLICY_NAMES
 from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
 from simserve.tune.executors import Runner
 from simserve.tune.jobs import CapacityTask, probe_job, progress_bar, run_tasks
 from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, probe_key, quantiles_for
 from simserve.tune.toy import TOY_POLICIES
 
-BUDGETED = ("sarathi", "chunked")  # policies whose token budget is swept
+BUDGETED = ("sarathi", "chunked", "vllm-v1")  # policies whose token budget is swept (vllm-v1: batched tokens)
 RESERVING = ("fcfs", "orca")  # reserve max_model_len per request: the paper ran them with a small batch
 # Tile-aligned budgets and their +1 neighbours: a budget one past a GEMM tile pays for a whole extra tile.
 TILE_BUDGETS = (128, 129, 256, 257, 384, 512, 513, 768, 1024, 1025, 1536, 2048, 2049)
@@ -81,15 +81,24 @@ class SweepSpec:
             out += [(policy, b, m) for b in budgets for m in batches]
         return out
 
-    def scenario(self, policy: str, budget: int | None, max_batch: int, seed: int) -> Any:
-        return replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
+    def scenario(
+        self, policy: str, budget: int | None, max_batch: int, seed: int, slo: SLO | None = None
+    ) -> Any:
+        s = replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
+        if (
+            policy in ADAPTIVE_POLICIES
+        ):  # their TBT target is the SLO searched for (the primary one by default)
+            s = replace(s, tbt_target_s=(slo or self.slos[0]).tbt_s)
+        return s
 
     def tasks(self) -> list[tuple[tuple[str, int | None, int, SLO], int, CapacityTask]]:
         return [
             (
                 (policy, budget, mb, slo),
                 seed,
-                CapacityTask(self.scenario(policy, budget, mb, seed), slo, self.tolerance, self.start_qps),
+                CapacityTask(
+                    self.scenario(policy, budget, mb, seed, slo), slo, self.tolerance, self.start_qps
+                ),
             )
             for slo in self.slos
             for policy, budget, mb in self.configs()
@@ -100,7 +109,8 @@ class SweepSpec:
 def label(policy: str, budget: int | None, max_batch: int) -> str:
     if policy in BUDGETED:
         return f"{policy}-{budget}" + ("" if max_batch == 128 else f"-bs{max_batch}")
-    return policy if policy == "hybrid" and max_batch == 128 else f"{policy}-bs{max_batch}"
+    plain = policy in ("hybrid", *ADAPTIVE_POLICIES) and max_batch == 128
+    return policy if plain else f"{policy}-bs{max_batch}"
 
 
 @dataclass(frozen=True)
