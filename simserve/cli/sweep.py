@@ -68,7 +68,11 @@ def sweep(
     ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     requests: int = typer.Option(DEFAULT_REQUESTS, "--requests", help="Requests per simulation."),
-    policies: str = typer.Option("fcfs,orca,vllm,sarathi", "--policies"),
+    policies: str = typer.Option(
+        "fcfs,orca,vllm,sarathi",
+        "--policies",
+        help="Any of fcfs, orca, vllm, sarathi, chunked, hybrid, slo-aware, pressure, equal-cost, vllm-v1.",
+    ),
     budgets: str = typer.Option(
         "256,257,512,513,1024,2048",
         "--budgets",

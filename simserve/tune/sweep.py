@@ -25,7 +25,8 @@ from simserve.tune.jobs import CapacityTask, probe_job, progress_bar, run_tasks
 from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, probe_key, quantiles_for
 from simserve.tune.toy import TOY_POLICIES
 
-BUDGETED = ("sarathi", "chunked", "vllm-v1")  # policies whose token budget is swept (vllm-v1: batched tokens)
+# policies whose token budget is swept (equal-cost: its first chunk; vllm-v1: --max-num-batched-tokens)
+BUDGETED = ("sarathi", "chunked", "equal-cost", "vllm-v1")
 RESERVING = ("fcfs", "orca")  # reserve max_model_len per request: the paper ran them with a small batch
 # Tile-aligned budgets and their +1 neighbours: a budget one past a GEMM tile pays for a whole extra tile.
 TILE_BUDGETS = (128, 129, 256, 257, 384, 512, 513, 768, 1024, 1025, 1536, 2048, 2049)
