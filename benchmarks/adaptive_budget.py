@@ -8,6 +8,10 @@ it runs the capacity search for sarathi at four static budgets and for the slo-a
 cell compares equal-cost chunks with sarathi on arxiv at TP1 × PP2. Trials are 256 requests (the paper's
 2048 would take 8× as long): capacities are optimistic and noisier than the sweep's defaults, the same way
 for every policy. Probes are cached ($SIMSERVE_CACHE/probes), so a rerun only redraws the page.
+
+    PYTHONPATH=. python benchmarks/adaptive_budget.py --check    # also re-checks the largest gap (~4 min more)
+
+re-runs the cell with the largest adaptive/static ratio with 1024-request trials and two seeds.
 """
 
 from __future__ import annotations
@@ -66,16 +70,31 @@ def main() -> None:
             print(f"{trace} {arrival} cv{cv:g}: done", file=sys.stderr)
     pp_base = Scenario(trace="arxiv", pp=2, num_requests=REQUESTS)
     pp = sweep(pp_base, ("sarathi", "equal-cost"), PP_BUDGETS, (0.2,))
+    check = recheck(results) if "--check" in sys.argv[1:] else None
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - c0 + children
-    write_page(results, pp, time.perf_counter() - t0, cpu)
+    write_page(results, pp, time.perf_counter() - t0, cpu, check)
+
+
+def recheck(results: dict) -> tuple[tuple, str, object]:
+    """The cell where an adaptive policy gains most, again with 4× the requests and two seeds."""
+    key, policy = max(
+        ((k, p) for k in results for p in ADAPTIVE),
+        key=lambda kp: results[kp[0]][kp[1]] / results[kp[0]]["static"],
+    )
+    trace, arrival, cv, slo = key
+    base = Scenario(trace=trace, arrival=arrival, cv=cv, num_requests=4 * REQUESTS)
+    spec = SweepSpec(
+        base, policies=("sarathi", *ADAPTIVE), budgets=(512, 1024), slos=(SLO(slo),), seeds=(0, 1)
+    )
+    return key, policy, run_sweep(spec, "local", 2, None, CACHE).rows
 
 
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}×" if b > 0 else "–"
 
 
-def write_page(results: dict, pp, wall: float, cpu: float) -> None:
+def write_page(results: dict, pp, wall: float, cpu: float, check=None) -> None:
     plot(results, ROOT / "docs" / "adaptive-budget.png")
     lines = [
         "# Adaptive token budgets vs the best static budget",
@@ -132,6 +151,7 @@ def write_page(results: dict, pp, wall: float, cpu: float) -> None:
         "",
         f"equal-cost loses to sarathi by more than the tolerance at {pp_losses(pp)} of {len(PP_BUDGETS)} budgets.",
         "",
+        *check_lines(check),
         f"Measured while other jobs ran on a 2-core machine: {wall:.0f} s wall, {cpu:.0f} CPU seconds"
         " (this process and its workers; 0 when every probe came from the cache).",
         "",
@@ -145,6 +165,42 @@ def pp_pairs(rows) -> list[tuple[int, float, float]]:
         return float(at.capacity_qps.iloc[0])
 
     return [(b, cap("sarathi", b), cap("equal-cost", b)) for b in PP_BUDGETS]
+
+
+def check_lines(check) -> list[str]:
+    if check is None:
+        return []
+    (trace, arrival, cv, slo), policy, rows = check
+    arr = "Poisson" if arrival == "poisson" else f"gamma cv {cv:g}"
+    out = [
+        "## The largest gain, re-checked",
+        "",
+        f"{policy} on {trace}, {arr}, SLO {slo:g} s, with {4 * REQUESTS}-request trials and seeds 0 and 1",
+        "(`--check`; sarathi at 512 and 1024, the static budgets that win at this SLO):",
+        "",
+        "| configuration | capacity (mean) | min | max | P99 TBT at capacity (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for _, r in rows.iterrows():
+        out.append(
+            f"| {r.label} | {r.capacity_qps:.3g} | {r.capacity_min:.3g} | {r.capacity_max:.3g} | {r.tbt_p99_s:.3g} |"
+        )
+    static = rows[rows.policy == "sarathi"].capacity_qps.max()
+    gain = float(rows[rows.policy == policy].capacity_qps.iloc[0]) / static if static > 0 else float("nan")
+    verdict = (
+        f"The gap holds ({gain:.2f}×) with longer trials and a second seed: not an artifact of 256-request trials."
+        if gain > 1.025
+        else f"With longer trials and a second seed the gap shrinks to {gain:.2f}×: treat the 256-request figure"
+        " as trial noise."
+    )
+    out += [
+        "",
+        verdict,
+        "Not broken down further: pressure never shrinks below its floor, so unlike slo-aware it lets a",
+        "floor-sized chunk exceed the TBT target; how much of the difference that explains is not measured.",
+        "",
+    ]
+    return out
 
 
 def pp_losses(rows) -> int:
