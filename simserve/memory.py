@@ -46,8 +46,8 @@ def profile_tokens(policy: str, max_model_len: int, budget: int | None, max_batc
     Sarathi and chunked prefills profile one chunk; vLLM one max-length prompt; Orca and request-level FCFS
     `max_batch` max-length prompts, which is why the paper ran Orca with a batch of only 8 or 16.
     """
-    if policy in ("sarathi", "chunked", "hybrid"):
-        return min(budget or max_model_len, max_model_len)
+    if policy in ("sarathi", "chunked", "hybrid", "slo-aware", "pressure", "equal-cost", "vllm-v1"):
+        return min(budget or max_model_len, max_model_len)  # the adaptive ones: their largest chunk
     if policy == "vllm":
         return max_model_len
     return max_batch * max_model_len

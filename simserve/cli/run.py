@@ -44,13 +44,35 @@ def run_command(
         None, "--network", help="Between nodes, when a replica spans several."
     ),
     policy: str = typer.Option(
-        "sarathi", "--policy", help="fcfs | orca | vllm | sarathi | chunked | hybrid."
+        "sarathi",
+        "--policy",
+        help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1.",
     ),
     budget: int | None = typer.Option(
-        None, "--budget", help="Token budget: sarathi/chunked chunk (512); vllm prefill tokens (max length)."
+        None,
+        "--budget",
+        help="Token budget: sarathi/chunked chunk (512); vllm prefill tokens (max length); adaptive policies: "
+        "largest chunk (2048); vllm-v1: --max-num-batched-tokens (2048).",
     ),
     max_batch: int | None = typer.Option(
-        None, "--max-batch", help="Resident requests (128; orca/fcfs 16, 8 with PP)."
+        None,
+        "--max-batch",
+        help="Resident requests (128; orca/fcfs 16, 8 with PP; vllm-v1 256 = --max-num-seqs).",
+    ),
+    tbt_target: float = typer.Option(
+        0.1, "--tbt-target", help="slo-aware/pressure: predicted iteration time to stay under (seconds)."
+    ),
+    min_budget: int | None = typer.Option(
+        None, "--min-budget", help="pressure: the budget with no queue (default a quarter of --budget)."
+    ),
+    long_prefill_token_threshold: int = typer.Option(
+        0, "--long-prefill-token-threshold", help="vllm-v1: cap on one request's chunk (0: off)."
+    ),
+    max_num_partial_prefills: int = typer.Option(
+        1, "--max-num-partial-prefills", help="vllm-v1: prefills in one batch."
+    ),
+    max_long_partial_prefills: int = typer.Option(
+        1, "--max-long-partial-prefills", help="vllm-v1: prefills longer than the threshold in one batch."
     ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
@@ -129,6 +151,11 @@ def run_command(
         stop_when_overloaded=stop_when_overloaded,
         cpu_overhead=cpu_overhead,
         ray_comm=ray_comm,
+        tbt_target_s=tbt_target,
+        min_budget=min_budget,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        max_num_partial_prefills=max_num_partial_prefills,
+        max_long_partial_prefills=max_long_partial_prefills,
     )
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     with _progress_bar(requests) as progress:

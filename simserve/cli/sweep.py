@@ -107,7 +107,7 @@ def sweep(
     policies: str = typer.Option(
         "fcfs,orca,vllm,sarathi",
         "--policies",
-        help="Policies to compare: fcfs, orca, vllm, sarathi, chunked, hybrid.",
+        help="Any of fcfs, orca, vllm, sarathi, chunked, hybrid, slo-aware, pressure, equal-cost, vllm-v1.",
     ),
     budgets: str = typer.Option(
         "256,257,512,513,1024,2048",
@@ -148,6 +148,16 @@ def sweep(
     toy: bool = typer.Option(
         False, "--toy", hidden=True, help="Closed-form test model instead of the simulator."
     ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="Search a real engine's flags instead of --policies (vllm): engine.csv + the command.",
+    ),
+    engine_grid: str | None = typer.Option(
+        None,
+        "--engine-grid",
+        help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256'.",
+    ),
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.io import check_out_dir
@@ -185,6 +195,13 @@ def sweep(
         trace=trace,
         num_requests=requests,
     )
+    if engine is not None or engine_grid is not None:
+        from simserve.cli.engine import engine_sweep
+
+        return engine_sweep(
+            engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
+            lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),
+        )  # fmt: skip
     spec = SweepSpec(
         base,
         policies=tuple(p.strip() for p in policies.split(",") if p.strip()),

@@ -77,7 +77,7 @@ class Cluster:
         self.replicas = [
             Replica(
                 env,
-                ReplicaState(i, reqs, cfg, num_blocks, pp, self.tbt, self._on_done),
+                ReplicaState(i, reqs, cfg, num_blocks, pp, self.tbt, self._on_done, timer),
                 policy,
                 timer,
                 self.log,

@@ -10,10 +10,17 @@ from dataclasses import dataclass
 
 from simserve.errors import SimserveError
 
-POLICY_NAMES = ("fcfs", "orca", "vllm", "sarathi", "chunked", "hybrid")
+ADAPTIVE_POLICIES = ("slo-aware", "pressure", "equal-cost")  # the prefill budget changes per iteration
+POLICY_NAMES = ("fcfs", "orca", "vllm", "sarathi", "chunked", "hybrid", *ADAPTIVE_POLICIES, "vllm-v1")
+CHUNKING_POLICIES = ("sarathi", "chunked", *ADAPTIVE_POLICIES, "vllm-v1")  # `budget` caps prefill chunks
 ROUTER_NAMES = ("rr", "lor")
 RESERVING_POLICIES = ("fcfs", "orca")  # reserve max_model_len of KV at admission; never preempt
 DEFAULT_CHUNK = 512  # Sarathi-Serve's default chunk_size
+# The adaptive policies' largest chunk when --budget is not given: they pick smaller ones per iteration.
+DEFAULT_ADAPTIVE_CAP = 2048
+# vLLM v1's defaults for `vllm serve` on an A100-class GPU: --max-num-batched-tokens 2048, --max-num-seqs 256.
+VLLM_V1_TOKENS = 2048
+VLLM_V1_SEQS = 256
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,14 @@ class SimConfig:
     # (limit s, quantile): stop once that TBT quantile must exceed the limit however the run goes on (for
     # capacity probes: a probe that surely fails its TBT SLO need not run to the end). None: never.
     stop_tbt: tuple[float, float] | None = None
+    # slo-aware / pressure: the predicted iteration time (summed over pipeline stages) to stay under
+    tbt_target_s: float = 0.1
+    # pressure: the smallest budget it shrinks to (default: a quarter of its cap)
+    min_budget: int | None = None
+    # vllm-v1 (vLLM's flags of the same names; 0 means off, as in vLLM)
+    long_prefill_token_threshold: int = 0
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:
@@ -61,12 +76,28 @@ class SimConfig:
             raise SimserveError(
                 f"stop_tbt needs a positive limit and a quantile in (0, 1), got {self.stop_tbt}"
             )
+        if not self.tbt_target_s > 0:
+            raise SimserveError(f"--tbt-target must be positive seconds, got {self.tbt_target_s}")
+        if self.min_budget is not None and self.min_budget < 1:
+            raise SimserveError(f"--min-budget must be at least 1 token, got {self.min_budget}")
+        if self.long_prefill_token_threshold < 0:
+            raise SimserveError(
+                f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
+            )
+        if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
+            raise SimserveError(
+                "--max-num-partial-prefills and --max-long-partial-prefills must be at least 1"
+            )
         return self
 
     def token_budget(self) -> int:
         """Prefill tokens one iteration may carry (vLLM: the sum of whole prompts in a prefill batch)."""
         if self.policy in ("sarathi", "chunked"):
             return self.budget or DEFAULT_CHUNK
+        if self.policy in ADAPTIVE_POLICIES:
+            return self.budget or DEFAULT_ADAPTIVE_CAP
+        if self.policy == "vllm-v1":  # --max-num-batched-tokens: decodes and prefill chunks together
+            return self.budget or VLLM_V1_TOKENS
         if self.policy == "vllm":
             return min(self.budget or self.max_model_len, self.max_model_len)
         if self.policy == "hybrid":
@@ -79,7 +110,7 @@ class SimConfig:
         if self.policy in RESERVING_POLICIES:
             # The paper's Orca setting: its max-length activation profile leaves no room for more.
             return 8 if pp > 1 else 16
-        return 128
+        return VLLM_V1_SEQS if self.policy == "vllm-v1" else 128
 
     def prompt_limit(self) -> int:
         """Longer requests are ignored (Sarathi-Serve: max_model_len; its vLLM: max tokens per batch)."""
@@ -92,4 +123,8 @@ class SimConfig:
     @property
     def memory_budget(self) -> int | None:
         """The budget `simserve.memory.profile_tokens` sizes the activation peak with."""
-        return self.token_budget() if self.policy in ("sarathi", "chunked", "hybrid") else self.budget
+        return self.token_budget() if self.policy in (*CHUNKING_POLICIES, "hybrid") else self.budget
+
+    def pressure_floor(self) -> int:
+        """pressure: the budget with no queue and the smallest it shrinks to."""
+        return min(self.min_budget or max(self.token_budget() // 4, 1), self.token_budget())

@@ -14,6 +14,10 @@ prompt is in), and a policy hands out tokens under its limits:
   chunked  ablation "chunked prefills only": Sarathi's chunking but prefill-only and decode-only batches
            alternate (Sarathi-Serve's SimpleChunking).
   hybrid   ablation "hybrid batching only": sarathi with budget = max_model_len.
+  slo-aware, pressure, equal-cost
+           sarathi's batch with the prefill chunks sized each iteration from the BatchTimer's prediction
+           (budgets.py): under a TBT target, by queue pressure, or at equal cost per chunk (for PP).
+  vllm-v1  vLLM's v1 scheduler: one token budget shared by decodes and prefill chunks (budgets.py).
 
 A policy mutates the state the way the real scheduler does (admits, allocates KV, preempts) and returns
 `Batch(prefills=[(request, chunk tokens)], decodes=array of requests)`. Admission is strict FIFO: the
@@ -30,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from simserve.sim import budgets
 from simserve.sim.state import ReplicaState
 
 _NO_DECODES = np.zeros(0, dtype=np.int64)
@@ -89,6 +94,26 @@ def chunked(rep: ReplicaState, now: float) -> Batch:
     return Batch(prefills, _NO_DECODES)
 
 
+def slo_aware(rep: ReplicaState, now: float) -> Batch:
+    decodes = rep.schedule_decodes()
+    return Batch(budgets.fill_chunks(rep, now, len(decodes), budgets.slo_aware_size(rep, decodes)), decodes)
+
+
+def pressure(rep: ReplicaState, now: float) -> Batch:
+    decodes = rep.schedule_decodes()
+    size = budgets.pressure_size(rep, decodes, now)
+    return Batch(budgets.fill_chunks(rep, now, len(decodes), size), decodes)
+
+
+def equal_cost(rep: ReplicaState, now: float) -> Batch:
+    decodes = rep.schedule_decodes()
+    return Batch(budgets.fill_chunks(rep, now, len(decodes), budgets.equal_cost_size(rep)), decodes)
+
+
+def vllm_v1(rep: ReplicaState, now: float) -> Batch:
+    return Batch(*budgets.vllm_v1_batch(rep, now))
+
+
 POLICIES: dict[str, Callable[[ReplicaState, float], Batch]] = {
     "fcfs": fcfs,
     "orca": orca,
@@ -96,6 +121,10 @@ POLICIES: dict[str, Callable[[ReplicaState, float], Batch]] = {
     "sarathi": sarathi,
     "chunked": chunked,
     "hybrid": sarathi,  # the budget (max_model_len) makes the difference: SimConfig.token_budget
+    "slo-aware": slo_aware,
+    "pressure": pressure,
+    "equal-cost": equal_cost,
+    "vllm-v1": vllm_v1,
 }
 
 

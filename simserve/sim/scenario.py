@@ -52,6 +52,12 @@ class Scenario:
     cpu_overhead: bool = True  # the engine's per-iteration CPU work (schedule, inputs, sampler, outputs)
     ray_comm: bool = False  # plus the driver → worker Ray round trip of a Ray-actor engine
     stop_tbt: tuple[float, float] | None = None  # SimConfig.stop_tbt: capacity probes stop a sure TBT miss
+    # the adaptive policies and vllm-v1 (SimConfig documents them)
+    tbt_target_s: float = 0.1
+    min_budget: int | None = None
+    long_prefill_token_threshold: int = 0
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
 
     @property
     def max_len(self) -> int:
@@ -74,6 +80,11 @@ class Scenario:
             sched_delay_slo_s=self.sched_delay_slo_s,
             stop_when_overloaded=self.stop_when_overloaded,
             stop_tbt=None if self.stop_tbt is None else (float(self.stop_tbt[0]), float(self.stop_tbt[1])),
+            tbt_target_s=self.tbt_target_s,
+            min_budget=self.min_budget,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            max_num_partial_prefills=self.max_num_partial_prefills,
+            max_long_partial_prefills=self.max_long_partial_prefills,
         ).validate()
 
     def deployment(self) -> Deployment:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ class ReplicaState:
         pp: int,
         tbt: LogHistogram,
         on_done: Callable[[int, int], None],
+        timer: Any = None,
     ):
         self.index = index
         self.reqs = reqs
@@ -40,6 +42,7 @@ class ReplicaState:
         self.pp = pp
         self.tbt = tbt
         self.on_done = on_done  # (replica, request) when a request finishes or is ignored
+        self.timer = timer  # the BatchTimer: adaptive policies predict an iteration's time with it
         self.dynamic = not cfg.reserves_max_len
         self.kv = BlockManager(num_blocks, cfg.watermark if self.dynamic else 0.0)
         self.block_size = cfg.block_size

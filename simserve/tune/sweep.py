@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from simserve.errors import SimserveError
-from simserve.sim.config import POLICY_NAMES
+from simserve.sim.config import ADAPTIVE_POLICIES, POLICY_NAMES
 from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
 from simserve.tune.cdfs import latency_cdfs
 from simserve.tune.executors import Runner
@@ -26,7 +26,8 @@ from simserve.tune.jobs import CapacityTask, run_tasks
 from simserve.tune.probe import MemoryCache, ProbeCache
 from simserve.tune.toy import TOY_POLICIES
 
-BUDGETED = ("sarathi", "chunked")  # policies whose token budget is swept
+# policies whose token budget is swept (equal-cost: its first chunk; vllm-v1: --max-num-batched-tokens)
+BUDGETED = ("sarathi", "chunked", "equal-cost", "vllm-v1")
 RESERVING = ("fcfs", "orca")  # reserve max_model_len per request: the paper ran them with a small batch
 # Tile-aligned budgets and their +1 neighbours: a budget one past a GEMM tile pays for a whole extra tile.
 TILE_BUDGETS = (128, 129, 256, 257, 384, 512, 513, 768, 1024, 1025, 1536, 2048, 2049)
@@ -86,14 +87,19 @@ class SweepSpec:
             out += [(policy, b, m) for b in budgets for m in batches]
         return out
 
-    def scenario(self, policy: str, budget: int | None, max_batch: int, seed: int) -> Any:
-        return replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
+    def scenario(
+        self, policy: str, budget: int | None, max_batch: int, seed: int, slo: SLO | None = None
+    ) -> Any:
+        s = replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
+        if policy in ADAPTIVE_POLICIES:  # their TBT target is the SLO searched for (the primary one by default)
+            s = replace(s, tbt_target_s=(slo or self.slos[0]).tbt_s)
+        return s
 
     def search_scenario(self, policy: str, budget: int | None, max_batch: int, seed: int, slo: SLO) -> Any:
         """The scenario a search probes: with one SLO, a probe stops as soon as it surely misses the TBT
         objective (SimConfig.stop_tbt); a pass/fail is the same as a run to the end, and a failure's reason
         says "(stopped early)". With several SLOs the probes run to the end, so every SLO reuses them."""
-        s = self.scenario(policy, budget, max_batch, seed)
+        s = self.scenario(policy, budget, max_batch, seed, slo)
         if len(self.slos) == 1 and slo.tbt_s is not None and hasattr(s, "stop_tbt"):
             s = replace(s, stop_tbt=(slo.tbt_s, slo.tbt_quantile))
         return s
@@ -116,7 +122,8 @@ class SweepSpec:
 def label(policy: str, budget: int | None, max_batch: int) -> str:
     if policy in BUDGETED:
         return f"{policy}-{budget}" + ("" if max_batch == 128 else f"-bs{max_batch}")
-    return policy if policy == "hybrid" and max_batch == 128 else f"{policy}-bs{max_batch}"
+    plain = policy in ("hybrid", *ADAPTIVE_POLICIES) and max_batch == 128
+    return policy if plain else f"{policy}-bs{max_batch}"
 
 
 @dataclass(frozen=True)

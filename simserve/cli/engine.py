@@ -1,0 +1,70 @@
+"""`simserve sweep --engine vllm`: the flag search's printed table and recommended command line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simserve.errors import SimserveError
+
+HEADERS = {  # the flags' names are too long for a table's columns
+    "max-num-batched-tokens": "batched tokens",
+    "max-num-seqs": "seqs",
+    "long-prefill-token-threshold": "long threshold",
+    "max-num-partial-prefills": "partial",
+    "max-long-partial-prefills": "long partial",
+    "capacity_qps": "capacity",
+    "capacity_std": "± std",
+}
+
+
+def engine_sweep(
+    engine: str,
+    grid_text: str | None,
+    base: Any,
+    slos: tuple,
+    seed: int,
+    seeds: int,
+    tolerance: float,
+    start_qps: float,
+    out: Path,
+    run: Callable[[Any], Any],
+) -> None:
+    from simserve.tune.engine import parse_grid, run_engine_sweep, write_engine_outputs
+    from simserve.tune.sweep import SweepSpec, scenario_fields
+
+    grid = parse_grid(engine, grid_text)  # bad flags fail here, before anything runs
+    if hasattr(base, "record"):
+        raise SimserveError("--engine needs the simulator; drop --toy")
+
+    def make_spec(overrides: dict, budgets: tuple[int, ...], max_batches: tuple[int, ...]) -> SweepSpec:
+        if any(b < 1 for b in (*budgets, *max_batches)):
+            raise SimserveError("--max-num-batched-tokens and --max-num-seqs values must be at least 1")
+        return SweepSpec(
+            replace(base, **overrides),
+            policies=("vllm-v1",),
+            budgets=budgets,
+            max_batches=max_batches,
+            seeds=tuple(range(seed, seed + seeds)),
+            slos=slos,
+            tolerance=tolerance,
+            start_qps=start_qps,
+        )
+
+    result = run_engine_sweep(engine, grid, make_spec, run)
+    written = write_engine_outputs(result, out, scenario_fields(base))
+    console = Console(soft_wrap=True)
+    table = Table(title=f"{engine} flags: capacity (QPS) within the SLO")
+    for col in result.rows.columns:
+        table.add_column(HEADERS.get(col, col), justify="left" if col == "message" else "right")
+    for _, row in result.rows.iterrows():
+        table.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
+    console.print(table)
+    console.print(f"best: {result.capacity_qps:.3g} QPS at the {slos[0].tbt_s:g} s SLO with")
+    console.print(result.command, highlight=False)
+    console.print(f"wrote {', '.join(p.name for p in written)} to {out}/")

@@ -1,0 +1,223 @@
+"""Per-iteration prefill budgets for the adaptive policies, and vLLM v1's shared token budget.
+
+The adaptive policies keep Sarathi's batch shape (every decode, then chunks of partial prefills, then chunks
+of new requests in FIFO order) but size each chunk per iteration with the replica's BatchTimer
+(`ReplicaState.timer`) instead of a fixed budget:
+
+  slo-aware   the largest chunk whose predicted iteration time (summed over pipeline stages: a token's gap
+              spans every stage) stays under `tbt_target_s`.
+  pressure    a budget that grows with the queue (floor × (1 + waiting requests), the cap once the oldest
+              waiting request has waited half the scheduling-delay SLO) and halves while the predicted
+              iteration time exceeds the TBT target, never below the floor.
+  equal-cost  for pipeline parallelism: each chunk's own predicted cost (stage 0) is at most that of a
+              cap-sized chunk with no prefix, so chunks shrink as the prefix grows and stages stay balanced.
+
+vllm-v1 (vLLM's v1 scheduler): one `max_num_batched_tokens` budget shared by everything: running requests in
+admission order each take one decode token or their next prefill chunk (capped by
+`long_prefill_token_threshold`), then waiting requests are admitted while budget and `max_num_seqs` last and
+no request was preempted this step. `max_num_partial_prefills` / `max_long_partial_prefills` bound the
+prefills (all / longer than the threshold) in one batch, as vLLM's V0 scheduler did with those flags.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import numpy as np
+
+from simserve.sim.state import ReplicaState
+
+# (prefills so far, tokens so far, prefix of this request, tokens it wants) -> chunk tokens (≤ want)
+ChunkSize = Callable[[list[tuple[int, int]], int, int, int], int]
+
+# slo-aware: a batch that would be empty still gets this many prompt tokens, so an unreachable TBT target
+# cannot stall the replica forever (one KV block's worth).
+PROGRESS_FLOOR = 16
+
+
+def predicted_time(rep: ReplicaState, prefills: list[tuple[int, int]], kv: np.ndarray) -> float:
+    """Seconds the batch takes through every pipeline stage (a decode token waits for all of them)."""
+    t = rep.timer
+    return sum(t(prefills, kv, s) for s in range(rep.pp))
+
+
+def largest_fitting(fits: Callable[[int], bool], hi: int) -> int:
+    """The largest n in [0, hi] with fits(n), assuming fits is monotone (true up to some n); 0 if none."""
+    if hi <= 0 or fits(hi):
+        return max(hi, 0)
+    lo = 0  # NOTE: fits(0) is not asked; a zero chunk is simply no chunk
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def fill_chunks(rep: ReplicaState, now: float, tokens: int, size: ChunkSize) -> list[tuple[int, int]]:
+    """Sarathi's prefill part with chunk sizes from `size`: partial prefills first, then new requests."""
+    r = rep.reqs
+    out: list[tuple[int, int]] = []  # (request, chunk)
+    timed: list[tuple[int, int]] = []  # (chunk, prefix): the timer's view of the same prefills
+    for rid in rep.prefilling:
+        if rep.pp > 1 and r.inflight[rid]:
+            continue
+        prefix = int(r.computed[rid])
+        n = size(timed, tokens, prefix, int(r.target[rid]) - prefix)
+        if n > 0:
+            out.append((rid, n))
+            timed.append((n, prefix))
+            tokens += n
+    rep.drop_too_long()
+    while rep.waiting:
+        rid = rep.waiting[0]
+        if not rep.kv.can_allocate(rep.admission_blocks(rid)) or rep.num_running >= rep.max_batch:
+            break
+        if rep.pp > 1 and r.inflight[rid]:
+            break  # preempted while in flight (see policies.py)
+        n = size(timed, tokens, 0, rep.num_tokens(rid))
+        if n <= 0:
+            break
+        rep.admit_head(now)
+        out.append((rid, n))
+        timed.append((n, 0))
+        tokens += n
+        rep.drop_too_long()
+    return out
+
+
+def slo_aware_size(rep: ReplicaState, decodes: np.ndarray) -> ChunkSize:
+    kv = rep.reqs.computed[decodes] + 1
+    target = rep.cfg.tbt_target_s
+
+    def size(timed, tokens, prefix, want):
+        hi = min(want, rep.budget - tokens)
+        n = largest_fitting(lambda c: predicted_time(rep, [*timed, (c, prefix)], kv) <= target, hi)
+        if n == 0 and not timed and not len(decodes):
+            n = min(want, PROGRESS_FLOOR)
+        return n
+
+    return size
+
+
+def pressure_budget(rep: ReplicaState, now: float) -> int:
+    """The queue's budget before the TBT check: grows with waiting requests and with their wait."""
+    floor, cap = rep.cfg.pressure_floor(), rep.budget
+    if not rep.waiting:
+        return floor
+    if now - rep.reqs.arrived[rep.waiting[0]] > rep.cfg.sched_delay_slo_s / 2:
+        return cap
+    return min(cap, floor * (1 + len(rep.waiting)))
+
+
+def pressure_size(rep: ReplicaState, decodes: np.ndarray, now: float) -> ChunkSize:
+    kv = rep.reqs.computed[decodes] + 1
+    target, floor = rep.cfg.tbt_target_s, rep.cfg.pressure_floor()
+    budget = pressure_budget(rep, now)
+
+    def size(timed, tokens, prefix, want):
+        n = min(want, budget - tokens)
+        # Out of TBT slack: halve, but keep at least the floor's share (the queue must still drain).
+        while n > 0 and tokens + n > floor and predicted_time(rep, [*timed, (n, prefix)], kv) > target:
+            n = max(n // 2, floor - tokens)
+        return n
+
+    return size
+
+
+def equal_cost_size(rep: ReplicaState) -> ChunkSize:
+    t = rep.timer
+    none = np.zeros(0, dtype=np.int64)
+    limit = t([(rep.budget, 0)], none, 0)
+
+    def size(timed, tokens, prefix, want):
+        hi = min(want, rep.budget - tokens)
+        return largest_fitting(lambda c: t([(c, prefix)], none, 0) <= limit, hi)
+
+    return size
+
+
+# -- vllm-v1 ------------------------------------------------------------------------------------------
+def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], np.ndarray]:
+    cfg, r = rep.cfg, rep.reqs
+    budget = rep.budget
+    thr = cfg.long_prefill_token_threshold
+    partial = [rid for rid in rep.prefilling if not (rep.pp > 1 and r.inflight[rid])]
+    prefills: list[tuple[int, int]] = []
+    decodes: list[int] = []
+    n_long = 0
+    # Running requests in admission order (ids are in arrival order): decodes and partial prefills mixed.
+    for rid, is_prefill in heapq.merge(((d, False) for d in rep.paused_decodes().tolist()),
+                                       ((p, True) for p in partial)):  # fmt: skip
+        if budget <= 0:
+            break  # NOTE: the shared budget is what makes decodes stall behind long chunks
+        if not is_prefill:
+            decodes.append(rid)
+            budget -= 1
+            continue
+        long = thr > 0 and int(r.target[rid]) > thr
+        if len(prefills) >= cfg.max_num_partial_prefills or (
+            long and n_long >= cfg.max_long_partial_prefills
+        ):
+            continue
+        n = min(int(r.target[rid] - r.computed[rid]), thr or budget, budget)
+        prefills.append((rid, n))
+        n_long += long
+        budget -= n
+    dec, gone = _grow_decodes(rep, decodes)
+    if gone:
+        return [
+            (rid, n) for rid, n in prefills if rid not in gone
+        ], dec  # vLLM admits nothing in a step that preempted
+    rep.drop_too_long()
+    while rep.waiting and budget > 0 and len(prefills) < cfg.max_num_partial_prefills:
+        rid = rep.waiting[0]
+        if rep.num_running >= rep.max_batch or not rep.kv.can_allocate(rep.admission_blocks(rid)):
+            break
+        if rep.pp > 1 and r.inflight[rid]:
+            break
+        want = rep.num_tokens(rid)
+        long = thr > 0 and want > thr
+        if long and n_long >= cfg.max_long_partial_prefills:
+            break  # NOTE: strict FIFO; vLLM V0 let a shorter prompt overtake a blocked long one
+        n = min(want, thr or budget, budget)
+        rep.admit_head(now)
+        prefills.append((rid, n))
+        n_long += long
+        budget -= n
+        rep.drop_too_long()
+    return prefills, dec
+
+
+def _grow_decodes(rep: ReplicaState, decodes: list[int]) -> tuple[np.ndarray, set[int]]:
+    """A KV slot for each chosen decode; out of blocks, preempt the youngest resident (vLLM: the last of
+    `running`), or the request itself when it is the youngest. Returns the decodes left and the preempted."""
+    r, bs = rep.reqs, rep.block_size
+    dec = np.array(decodes, dtype=np.int64)
+    need = r.computed[dec] % bs == 0
+    n_need = int(np.count_nonzero(need))
+    if rep.kv.free - n_need >= 1 or not n_need:
+        rep.kv.allocate(n_need)
+        r.blocks[dec[need]] += 1
+        return dec, set()
+    out: list[int] = []
+    gone: set[int] = set()
+    for rid in decodes:
+        if rid in gone:
+            continue
+        if r.computed[rid] % bs == 0:
+            while rep.kv.free < 1:
+                victim = max(rep.prefilling[-1:] + rep.decoding[-1:])
+                rep.preempt(victim)
+                gone.add(victim)
+                if victim == rid:
+                    break
+            if rid in gone:
+                continue
+            rep.kv.allocate(1)
+            r.blocks[rid] += 1
+        out.append(rid)
+    out = [rid for rid in out if rid not in gone]
+    return np.array(out, dtype=np.int64), gone
