@@ -185,3 +185,21 @@ def test_cli_small_plan_writes_outputs_and_replays_from_cache(tmp_path, capsys, 
     run(*args)
     assert "(1 from cache, 0 simulations)" in capsys.readouterr().out
     assert pd.read_csv(tmp_path / "o/plan.csv")["replicas"].tolist() == [1]
+
+
+def test_notebook_section_shows_a_saved_plan(tmp_path: Path, monkeypatch) -> None:
+    """The notebook's "Which deployment to buy" cells, run alone on a saved plan directory."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    tiny = PlanSpec("mistral-7b", ("a100",), max_gpus=2, slo=SLO(0.1), budgets=(512,), num_requests=32)
+    write_outputs(run_plan(tiny, executor="serial"), tmp_path / "plan", plots=False)
+    nb = nbformat.read(Path(__file__).parents[1] / "notebooks/capacity_plots.ipynb", as_version=4)
+    start = next(i for i, c in enumerate(nb.cells) if c.source.startswith("# Which deployment to buy"))
+    nb.cells = nb.cells[start:]
+    monkeypatch.setenv("SIMSERVE_PLAN_DIR", str(tmp_path / "plan"))
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1
+    assert any("A100-80GB" in o.get("data", {}).get("text/plain", "") for o in outputs)
