@@ -24,6 +24,9 @@ def plan(
     qps: float | None = typer.Option(
         None, "--qps", help="Target load: give each deployment the fewest replicas that carry it."
     ),
+    min_qps: float = typer.Option(
+        0.125, "--min-qps", help="Stop searching a deployment below this capacity per replica."
+    ),
     budgets: str = typer.Option(
         "256,512,1024,2048", "--budgets", help="Sarathi token budgets tried per deployment."
     ),
@@ -67,6 +70,7 @@ def plan(
         tolerance=tolerance,
         start_qps=start_qps,
         target_qps=qps,
+        min_qps=min_qps,
     )
     result = run_plan(spec, executor, workers, address, None if no_cache else cache, progress=True)
     written = write_outputs(result, out, plots=not no_plots)
@@ -87,6 +91,13 @@ def plan(
     )
     for gpu, p in result.prices.items():
         console.print(f"price {gpu}: ${p.usd_per_gpu_hour:g}/GPU-h ({p.source}, {p.date})", highlight=False)
+    low = result.searches[result.searches["capacity_qps"] == 0]
+    if len(low):
+        names = sorted({f"{r.gpu} TP{r.tp} PP{r.pp}" for r in low.itertuples()})
+        console.print(
+            f"note: {len(low)} searches stayed below --min-qps {min_qps:g} per replica and are left out "
+            f"({', '.join(names)}; see searches.csv)"
+        )
     s = result.stats
     console.print(
         f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "

@@ -43,6 +43,10 @@ class PlanSpec:
     tolerance: float = 0.025
     start_qps: float = 1.0
     target_qps: float | None = None  # when set: each deployment gets the fewest replicas that carry it
+    # Deployments below this capacity per replica are not searched further: a search at a tiny rate simulates
+    # hours of traffic (a deployment at 0.03 qps costs ~80 CPU-s per search, one at 3 qps ~1 s), and a
+    # deployment that slow is not one to buy.
+    min_qps: float = 0.125
     memory_utilization: float = 0.85
 
     def __post_init__(self) -> None:
@@ -58,8 +62,22 @@ class PlanSpec:
             raise SimserveError(f"--max-batch must be at least 1, got {self.max_batch}")
         if self.num_requests < 1:
             raise SimserveError(f"--requests must be at least 1, got {self.num_requests}")
+        if not (self.min_qps > 0 and self.min_qps <= self.start_qps):
+            raise SimserveError(
+                f"--min-qps must be positive and at most --start-qps ({self.start_qps:g}), got {self.min_qps}"
+            )
         if self.target_qps is not None and not (self.target_qps > 0 and math.isfinite(self.target_qps)):
             raise SimserveError(f"--qps must be a positive request rate, got {self.target_qps}")
+
+    @property
+    def max_halvings(self) -> int:
+        """Halvings from start_qps that reach min_qps: the search's lowest probe is at or below min_qps."""
+        return max(0, math.ceil(math.log2(self.start_qps / self.min_qps) - 1e-9))
+
+    def task(self, scenario: Scenario) -> CapacityTask:
+        return CapacityTask(
+            scenario, self.slo, self.tolerance, self.start_qps, max_halvings=self.max_halvings
+        )
 
     @property
     def max_len(self) -> int:
@@ -118,30 +136,33 @@ def run_plan(
     cands, rejected, prices = prepare(spec)
     profiles = resolve_profiles([c.deployment for c in cands])
     keyed = [(c, b) for c in cands for b in c.budgets]
-    tasks = [
-        CapacityTask(spec.scenario(c, b, profiles[c.deployment]), spec.slo, spec.tolerance, spec.start_qps)
-        for c, b in keyed
-    ]
+    tasks = [spec.task(spec.scenario(c, b, profiles[c.deployment])) for c, b in keyed]
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     stats: dict = {}
     with Runner(executor, workers, address) as runner:
         results = run_tasks(tasks, runner, cache, runner.shares_filesystem, progress, stats)
     out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
-    searches = _search_rows(keyed, results, profiles)
+    searches = _search_rows(keyed, results, profiles, spec)
     rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
     stats["elapsed_s"] = time.perf_counter() - t0
     return PlanResult(spec, searches, rows, prices, rejected, out_tokens, stats)
 
 
-def _search_rows(keyed, results: list[CapacityResult], profiles) -> pd.DataFrame:
+def _search_rows(keyed, results: list[CapacityResult], profiles, spec: PlanSpec) -> pd.DataFrame:
     rows = []
     for (c, b), r in zip(keyed, results, strict=True):
         dep = c.deployment
+        message = r.message
+        if r.capacity_qps == 0 and r.probes:
+            lowest = min(p.qps for p in r.probes)
+            message = (
+                f"below the plan's floor: fails at {lowest:.3g} qps per replica (--min-qps {spec.min_qps:g})"
+            )
         rows.append(
             {
                 "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "gpus_per_replica": dep.num_gpus,
                 "nodes_per_replica": dep.num_nodes, "budget": b, "capacity_qps": r.capacity_qps,
-                "probes": len(r.probes), "limited_by": r.limited_by, "message": r.message,
+                "probes": len(r.probes), "limited_by": r.limited_by, "message": message,
                 "kv_blocks": c.kv_blocks, "profile": profiles[dep].label,
             }
         )  # fmt: skip
