@@ -96,9 +96,10 @@ def build_spec(cls: type[T], entry: dict[str, Any], where: str) -> T:
 
 
 def load_catalog_file(path: str | os.PathLike) -> list[str]:
-    """Add the models, gpus, nodes and networks of a YAML/TOML file to the tables; return the names added."""
+    """Add the models, gpus, nodes, networks and prices of a YAML/TOML file to the tables; return the names added."""
     from simserve.catalog.hardware import GPU, NETWORKS, NODES, GPUSpec, NetworkSpec, NodeSpec
     from simserve.catalog.models import MODELS, ModelSpec
+    from simserve.catalog.prices import PRICES, PriceSpec, add_price
 
     path = Path(path)
     data = _read_mapping(path)
@@ -107,6 +108,7 @@ def load_catalog_file(path: str | os.PathLike) -> list[str]:
         "gpus": (GPU, GPUSpec),
         "nodes": (NODES, NodeSpec),
         "networks": (NETWORKS, NetworkSpec),
+        "prices": (PRICES, PriceSpec),  # after gpus: a price may name a GPU the same file adds
     }
     unknown = sorted(set(data) - set(kinds))
     if unknown:
@@ -114,13 +116,21 @@ def load_catalog_file(path: str | os.PathLike) -> list[str]:
             f"catalog file {path}: unknown section(s) {', '.join(unknown)}; use {', '.join(kinds)}"
         )
     added = []
-    for section, entries in data.items():
+    for section in [k for k in kinds if k in data]:
+        entries = data[section]
         table, cls = kinds[section]
         if not isinstance(entries, list):
             raise SimserveError(f"catalog file {path}: '{section}' must be a list of entries")
         for i, entry in enumerate(entries):
-            spec = build_spec(cls, entry, f"catalog file {path}, {section}[{i}]")
-            table.add(spec)
+            where = f"catalog file {path}, {section}[{i}]"
+            spec = build_spec(cls, entry, where)
+            if section == "prices":
+                try:
+                    spec = add_price(spec)
+                except SimserveError as exc:
+                    raise SimserveError(f"{where}: {exc}") from None
+            else:
+                table.add(spec)
             added.append(spec.name)
     return added
 

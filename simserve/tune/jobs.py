@@ -23,12 +23,15 @@ class CapacityTask:
     tolerance: float = 0.025
     start_qps: float = 1.0
     max_probes: int = 30
+    max_halvings: int = 10  # the search gives up (capacity 0) below start_qps / 2**max_halvings
 
 
 def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = False) -> CapacityResult:
     """One capacity search; `offline` replays it from the cache and raises CacheMiss at the first gap."""
     simulate = simulator(task.scenario, quantiles_for(task.slo), cache, offline)
-    return find_capacity(simulate, task.slo, task.start_qps, task.tolerance, task.max_probes)
+    return find_capacity(
+        simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, task.max_halvings
+    )
 
 
 class _CountingCache(ProbeCache):

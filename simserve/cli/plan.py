@@ -1,0 +1,120 @@
+"""`simserve plan`: which GPU, TP×PP and number of replicas serve a workload within an SLO at the lowest cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simserve.cli import app
+from simserve.cli.sweep import DEFAULT_CACHE, _numbers
+from simserve.errors import SimserveError
+
+
+@app.command()
+def plan(
+    model: str = typer.Option("llama-2-70b", "--model"),
+    trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
+    slo: float = typer.Option(0.2, "--slo", help="P99 time-between-tokens SLO in seconds."),
+    delay_slo: float = typer.Option(2.0, "--delay-slo", help="Median scheduling-delay SLO in seconds."),
+    gpus: str = typer.Option("a100,h100,h200", "--gpus", help="GPUs to compare (catalog names)."),
+    max_gpus: int = typer.Option(8, "--max-gpus", help="The most GPUs a deployment may use, all replicas."),
+    qps: float | None = typer.Option(
+        None, "--qps", help="Target load: give each deployment the fewest replicas that carry it."
+    ),
+    min_qps: float = typer.Option(
+        0.125, "--min-qps", help="Stop searching a deployment below this capacity per replica."
+    ),
+    budgets: str = typer.Option(
+        "256,512,1024,2048", "--budgets", help="Sarathi token budgets tried per deployment."
+    ),
+    max_batch: int = typer.Option(128, "--max-batch", help="Resident requests per replica."),
+    requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
+    seed: int = typer.Option(0, "--seed"),
+    tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
+    start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
+    out: Path = typer.Option(Path("plan-out"), "--out", help="Output directory (replaced atomically)."),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
+    cache: Path = typer.Option(
+        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
+    no_plots: bool = typer.Option(False, "--no-plots"),
+    all_rows: bool = typer.Option(False, "--all", help="Print every deployment, not only the Pareto ones."),
+) -> None:
+    """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
+    from simserve.plan.report import (
+        APPROXIMATION,
+        deployment_label,
+        recommendation,
+        table_rows,
+        write_outputs,
+    )
+    from simserve.plan.search import PlanSpec, run_plan
+    from simserve.tune.capacity import SLO
+
+    spec = PlanSpec(
+        model=model,
+        gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()),
+        max_gpus=max_gpus,
+        trace=trace,
+        slo=SLO(slo, scheduling_delay_s=delay_slo),
+        budgets=_numbers(budgets, int, "--budgets"),
+        max_batch=max_batch,
+        num_requests=requests,
+        seed=seed,
+        tolerance=tolerance,
+        start_qps=start_qps,
+        target_qps=qps,
+        min_qps=min_qps,
+    )
+    result = run_plan(spec, executor, workers, address, None if no_cache else cache, progress=True)
+    written = write_outputs(result, out, plots=not no_plots)
+    console = Console(soft_wrap=True)
+    console.print(_table(table_rows(result, all_rows), all_rows))
+    best = recommendation(result)
+    if best is None:
+        need = f" {qps:g} qps" if qps else " any load"
+        raise SimserveError(
+            f"no deployment within {max_gpus} GPUs carries{need} at {spec.slo.describe()}; "
+            f"raise --max-gpus or --slo, or lower --qps"
+        )
+    why = f"cheapest per hour carrying {qps:g} qps" if qps else "cheapest per million output tokens"
+    console.print(
+        f"buy: {deployment_label(best)} at budget {int(best['budget'])}: {best['capacity_qps']:.3g} qps, "
+        f"${best['usd_per_hour']:.2f}/h, ${best['usd_per_million_output_tokens']:.3f} per million output "
+        f"tokens ({why}; {best['profile']} profile)"
+    )
+    for gpu, p in result.prices.items():
+        console.print(f"price {gpu}: ${p.usd_per_gpu_hour:g}/GPU-h ({p.source}, {p.date})", highlight=False)
+    low = result.searches[result.searches["capacity_qps"] == 0]
+    if len(low):
+        names = sorted({f"{r.gpu} TP{r.tp} PP{r.pp}" for r in low.itertuples()})
+        console.print(
+            f"note: {len(low)} searches stayed below --min-qps {min_qps:g} per replica and are left out "
+            f"({', '.join(names)}; see searches.csv)"
+        )
+    s = result.stats
+    console.print(
+        f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "
+        f"in {s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/\nnote: {APPROXIMATION}"
+    )
+
+
+def _table(df, all_rows: bool) -> Table:
+    from simserve.plan.report import deployment_label
+
+    t = Table(title="all deployments" if all_rows else "Pareto-optimal deployments (cost vs capacity)")
+    for col in ("deployment", "GPUs", "budget", "qps", "qps/GPU", "$/h", "$/M out tok", "profile"):
+        t.add_column(col, justify="left" if col in ("deployment", "profile") else "right")
+    for _, r in df.iterrows():
+        t.add_row(
+            deployment_label(r), str(int(r["gpus"])), str(int(r["budget"])), f"{r['capacity_qps']:.3g}",
+            f"{r['capacity_per_gpu_qps']:.3g}", f"{r['usd_per_hour']:.2f}",
+            f"{r['usd_per_million_output_tokens']:.3f}", r["profile"],
+        )  # fmt: skip
+    return t

@@ -1,0 +1,78 @@
+"""Which deployments a plan considers: every GPU × TP × PP within the GPU budget whose weights, activations and
+one max-length request fit in memory (simserve/memory.py), each with the token budgets that fit beside it.
+
+TP runs over powers of two that divide the model's heads and fit one node (TP across nodes is not modeled);
+PP over the divisors of the layer count. Each GPU sits in its default box (the catalog's DEFAULT_NODE), so a
+replica larger than the box spans nodes over the default network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simserve.catalog import GPUSpec, ModelSpec
+from simserve.deployment import Deployment
+from simserve.errors import SimserveError
+from simserve.memory import GIB, plan_memory, profile_tokens
+
+
+@dataclass(frozen=True)
+class Candidate:
+    deployment: Deployment
+    budgets: tuple[int, ...]  # the token budgets whose activation peak still leaves room for one request
+    kv_blocks: int  # KV blocks per GPU at the smallest budget
+
+    @property
+    def num_gpus(self) -> int:
+        return self.deployment.num_gpus
+
+
+def parallelisms(model: ModelSpec, max_gpus: int) -> list[tuple[int, int]]:
+    """(TP, PP) pairs with TP·PP ≤ max_gpus: TP a power of two dividing the heads, PP dividing the layers."""
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= max_gpus and model.num_heads % t == 0]
+    pps = [p for p in range(1, max_gpus + 1) if model.num_layers % p == 0]
+    return [(t, p) for t in tps for p in pps if t * p <= max_gpus]
+
+
+def enumerate_candidates(
+    model: ModelSpec,
+    gpus: list[GPUSpec],
+    max_gpus: int,
+    budgets: tuple[int, ...],
+    max_batch: int,
+    max_model_len: int,
+    memory_utilization: float = 0.85,
+) -> tuple[list[Candidate], list[str]]:
+    """The deployments that fit, and one line per (GPU, TP, PP) that does not (why)."""
+    fits, rejected = [], []
+    for gpu in gpus:
+        for tp, pp in parallelisms(model, max_gpus):
+            try:
+                dep = Deployment.create(model, gpu, tp, pp, None, None, memory_utilization, max_model_len)
+            except SimserveError as exc:  # e.g. TP larger than the GPU's box
+                rejected.append(f"{gpu.name} TP{tp} PP{pp}: {exc}")
+                continue
+            ok, blocks = [], None
+            for b in sorted(budgets):
+                try:
+                    plan = plan_memory(dep, profile_tokens("sarathi", max_model_len, b, max_batch))
+                except SimserveError as exc:
+                    why = str(exc)
+                    continue
+                ok.append(b)
+                blocks = plan.num_blocks if blocks is None else blocks
+            if ok:
+                fits.append(Candidate(dep, tuple(ok), blocks or 0))
+            else:
+                rejected.append(f"{gpu.name} TP{tp} PP{pp}: {why}")
+    return fits, rejected
+
+
+def nothing_fits_message(model: ModelSpec, gpus: list[GPUSpec], max_gpus: int) -> str:
+    biggest = max(gpus, key=lambda g: g.memory_gib)
+    weights = model.num_params * model.dtype_bytes / GIB
+    return (
+        f"no deployment of {model.name} ({weights:.0f} GiB of weights) fits in memory on at most {max_gpus} of "
+        f"{', '.join(g.name for g in gpus)} (largest: {biggest.memory_gib:.0f} GiB each); "
+        f"raise --max-gpus or add a GPU with more memory to --gpus"
+    )

@@ -1,0 +1,112 @@
+"""A plan's outputs: the printed table and recommendation, plan.csv, searches.csv, plan.json and pareto.png.
+
+The plot is drawn from plan.csv's columns alone, so the notebook redraws it from a saved plan.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from simserve.errors import SimserveError
+from simserve.io import atomic_path
+from simserve.plan.search import PlanResult
+
+GPU_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
+APPROXIMATION = (
+    "capacity of R replicas = R × one replica's simulated capacity (an approximation; docs/planner.md gives "
+    "its measured error against simulating the whole cluster)"
+)
+
+
+def deployment_label(row: pd.Series) -> str:
+    return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])} PP{int(row['pp'])})"
+
+
+def pareto_plot(rows: pd.DataFrame, title: str = "") -> Figure:
+    """Dollars per hour against capacity, one colour per GPU; the Pareto frontier joined and labelled."""
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
+    for i, (gpu, df) in enumerate(rows.groupby("gpu", sort=True)):
+        ax.scatter(df["capacity_qps"], df["usd_per_hour"], s=18, alpha=0.45,
+                   color=GPU_COLORS[i % len(GPU_COLORS)], label=gpu)  # fmt: skip
+    front = rows[rows["pareto"]].sort_values("capacity_qps")
+    if len(front):
+        ax.plot(front["capacity_qps"], front["usd_per_hour"], "k-", lw=1, label="Pareto frontier")
+        ax.scatter(front["capacity_qps"], front["usd_per_hour"], s=36, facecolors="none", edgecolors="k")
+        for _, r in front.iterrows():
+            ax.annotate(deployment_label(r), (r["capacity_qps"], r["usd_per_hour"]), fontsize=7,
+                        xytext=(4, -9), textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("capacity (requests/s within the SLO)")
+    ax.set_ylabel("cost ($ per hour)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def recommendation(result: PlanResult) -> pd.Series | None:
+    """The row to buy: cheapest per hour that carries --qps, else cheapest per million output tokens
+    (ties go to fewer GPUs)."""
+    rows = result.rows
+    if rows.empty:
+        return None
+    keys = ["usd_per_hour"] if result.spec.target_qps else ["usd_per_million_output_tokens"]
+    return rows.sort_values([*keys, "gpus"], kind="stable").iloc[0]
+
+
+def title(result: PlanResult) -> str:
+    s = result.spec
+    return f"{s.model}, {s.trace}, {s.slo.describe()}, ≤ {s.max_gpus} GPUs"
+
+
+def summarize(result: PlanResult) -> dict:
+    best = recommendation(result)
+    return {
+        "model": result.spec.model,
+        "trace": result.spec.trace,
+        "slo": result.spec.slo.describe(),
+        "max_gpus": result.spec.max_gpus,
+        "requests_per_search": result.spec.num_requests,
+        "target_qps": result.spec.target_qps,
+        "mean_output_tokens": result.mean_output_tokens,
+        "prices": {
+            g: {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.source, "date": p.date}
+            for g, p in result.prices.items()
+        },  # fmt: skip
+        "profiles": sorted(set(result.searches["profile"])),
+        "recommendation": None if best is None else {k: _plain(v) for k, v in best.items()},
+        "approximation": APPROXIMATION,
+        "rejected": result.rejected,
+        "stats": {k: _plain(v) for k, v in result.stats.items()},
+    }
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def write_outputs(result: PlanResult, out: str | Path, plots: bool = True) -> list[Path]:
+    """All outputs into `out` as one atomic directory write (an interrupted plan leaves no partial folder)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SimserveError(f"--out {out} is a file; give a directory path")
+    names = ["plan.csv", "searches.csv", "plan.json"] + (["pareto.png"] if plots else [])
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        result.rows.to_csv(tmp / "plan.csv", index=False, float_format="%.6g")
+        result.searches.to_csv(tmp / "searches.csv", index=False, float_format="%.6g")
+        (tmp / "plan.json").write_text(json.dumps(summarize(result), indent=2) + "\n")
+        if plots:
+            pareto_plot(result.rows, title(result)).savefig(tmp / "pareto.png", dpi=110)
+    return [out / n for n in names]
+
+
+def table_rows(result: PlanResult, all_rows: bool = False) -> pd.DataFrame:
+    """What the CLI prints: the Pareto rows (or all), cheapest first."""
+    df = result.rows if all_rows else result.rows[result.rows["pareto"]]
+    return df.sort_values(["usd_per_hour", "capacity_qps"], ascending=[True, False], kind="stable")

@@ -1,0 +1,205 @@
+"""The deployment planner: candidates, prices, the cost arithmetic, the Pareto set, profiles, CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simserve.catalog import GPU, MODELS
+from simserve.catalog.prices import PRICES, PriceSpec, price_of
+from simserve.catalog.table import load_catalog_file
+from simserve.cli import main
+from simserve.errors import SimserveError
+from simserve.plan.candidates import enumerate_candidates, parallelisms
+from simserve.plan.report import pareto_plot, recommendation, write_outputs
+from simserve.plan.search import PlanSpec, best_budgets, pareto_mask, plan_rows, prepare, run_plan
+from simserve.tune.capacity import SLO
+
+LLAMA70 = MODELS.get("llama-2-70b")
+PRICE = {g: PriceSpec(g, p, "test", "2026-01-01") for g, p in (("A100-80GB", 2.0), ("H100-SXM", 4.0))}
+
+
+def run(*args: str) -> None:
+    try:
+        main(["plan", *args])
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+
+
+def failing(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        run(*args)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_parallelisms_are_power_of_two_tp_and_pp_dividing_the_layers() -> None:
+    # LLaMA2-70B: 64 heads, 80 layers. Within 8 GPUs: TP 1,2,4,8 and PP 1,2,4,5,8 with TP·PP ≤ 8.
+    pairs = parallelisms(LLAMA70, 8)
+    assert (1, 5) in pairs and (2, 4) in pairs and (8, 1) in pairs
+    assert (1, 3) not in pairs and (2, 5) not in pairs and (16, 1) not in pairs
+    assert len(pairs) == 11
+
+
+def test_only_deployments_that_fit_in_memory_are_candidates() -> None:
+    # 128 GiB of weights: one H200 (119 GiB usable at 0.85) cannot hold them, two can; an A100 needs ≥ 2.
+    gpus = [GPU.get("h200"), GPU.get("a100")]
+    cands, rejected = enumerate_candidates(LLAMA70, gpus, 8, (512, 2048), 128, 8192)
+    have = {(c.deployment.gpu.name, c.deployment.tp, c.deployment.pp) for c in cands}
+    assert ("H200", 1, 1) not in have and ("H200", 2, 1) in have and ("H200", 1, 2) in have
+    assert ("A100-80GB", 1, 1) not in have and ("A100-80GB", 4, 1) in have
+    assert ("A100-80GB", 8, 1) not in have  # TP 8 spans more than the 4-GPU A100 box
+    assert any("A100-80GB TP8 PP1" in r and "spans more GPUs" in r for r in rejected)
+    # two A100s hold the weights with little room left: fewer KV blocks than two H200s, but one request's worth
+    blocks = {(c.deployment.gpu.name, c.deployment.tp, c.deployment.pp): c.kv_blocks for c in cands}
+    assert 8192 // 16 <= blocks[("A100-80GB", 2, 1)] < blocks[("H200", 2, 1)]
+
+
+def test_cost_per_million_output_tokens_by_hand() -> None:
+    searches = pd.DataFrame(
+        [
+            # A100 TP2: 1 qps per replica at budget 512 (the 1024 run is worse); H100 TP1: 3 qps
+            {"gpu": "A100-80GB", "tp": 2, "pp": 1, "gpus_per_replica": 2, "budget": 512, "capacity_qps": 1.0, "profile": "p"},
+            {"gpu": "A100-80GB", "tp": 2, "pp": 1, "gpus_per_replica": 2, "budget": 1024, "capacity_qps": 0.5, "profile": "p"},
+            {"gpu": "H100-SXM", "tp": 1, "pp": 1, "gpus_per_replica": 1, "budget": 1024, "capacity_qps": 3.0, "profile": "p"},
+            {"gpu": "H100-SXM", "tp": 1, "pp": 1, "gpus_per_replica": 1, "budget": 2048, "capacity_qps": 3.0, "profile": "p"},
+        ]
+    )  # fmt: skip
+    best = best_budgets(searches)
+    assert sorted(zip(best["gpu"], best["budget"], strict=True)) == [("A100-80GB", 512), ("H100-SXM", 1024)]
+    rows = plan_rows(searches, PRICE, max_gpus=4, out_tokens=100.0)
+    # A100 TP2 × 1, 2 replicas; H100 × 1..4
+    assert len(rows) == 2 + 4
+    a = rows[(rows["gpu"] == "A100-80GB") & (rows["replicas"] == 2)].iloc[0]
+    # 2 replicas × 1 qps = 2 qps on 4 GPUs at $2 = $8/h; 2 qps × 100 tokens × 3600 s = 720,000 tokens/h
+    assert a["capacity_qps"] == 2.0 and a["capacity_per_gpu_qps"] == 0.5 and a["usd_per_hour"] == 8.0
+    assert a["usd_per_million_output_tokens"] == pytest.approx(8.0 / 0.72)
+    h = rows[(rows["gpu"] == "H100-SXM") & (rows["replicas"] == 1)].iloc[0]
+    assert h["usd_per_million_output_tokens"] == pytest.approx(4.0 / 1.08)
+    # every H100 row beats every A100 row (more qps for less money), so only H100 rows are Pareto-optimal
+    assert set(rows[rows["pareto"]]["gpu"]) == {"H100-SXM"} and rows["pareto"].sum() == 4
+    # with a target load: the fewest replicas that carry it, or none within the GPU budget
+    target = plan_rows(searches, PRICE, max_gpus=4, out_tokens=100.0, target_qps=5.0)
+    assert list(zip(target["gpu"], target["replicas"], strict=True)) == [("H100-SXM", 2)]
+
+
+def test_pareto_mask_keeps_ties_and_drops_dominated() -> None:
+    df = pd.DataFrame({"capacity_qps": [1.0, 2.0, 2.0, 1.5, 3.0], "usd_per_hour": [1.0, 2.0, 3.0, 2.0, 2.5]})
+    # row 2 (same qps as row 1, dearer) and row 3 (less qps than row 1 at the same price) are dominated
+    assert pareto_mask(df) == [True, True, False, False, True]
+
+
+def test_price_table_without_a_needed_gpu_fails_before_simulating() -> None:
+    with pytest.raises(SimserveError, match=r"no price for A40-48GB .* --catalog file"):
+        price_of(GPU.get("a40"))
+    with pytest.raises(SimserveError, match="no price for A40-48GB"):
+        prepare(PlanSpec("mistral-7b", ("a100", "a40")))
+
+
+def test_catalog_file_overrides_a_price_by_gpu_alias(tmp_path: Path) -> None:
+    before = PRICES.get("H100-SXM")
+    f = tmp_path / "prices.yaml"
+    f.write_text("prices:\n  - {name: h100, usd_per_gpu_hour: 9.5, source: my quote, date: 2026-02-01}\n")
+    try:
+        load_catalog_file(f)
+        p = price_of(GPU.get("h100-sxm5"))
+        assert (p.name, p.usd_per_gpu_hour, p.date) == ("H100-SXM", 9.5, "2026-02-01")
+    finally:
+        PRICES.add(before)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prices:\n  - {name: tpu-v9, usd_per_gpu_hour: 1, source: x, date: 2026-01-01}\n")
+    with pytest.raises(SimserveError, match=r"prices\[0\]: unknown GPU 'tpu-v9'"):
+        load_catalog_file(bad)
+    undated = tmp_path / "undated.yaml"
+    undated.write_text("prices:\n  - {name: a100, usd_per_gpu_hour: 1, source: x}\n")
+    with pytest.raises(SimserveError, match="missing field.*date"):
+        load_catalog_file(undated)
+
+
+def test_the_shipped_aws_example_loads() -> None:
+    before = {g: PRICES.get(g) for g in PRICES.names()}
+    try:
+        added = load_catalog_file(Path(__file__).parents[1] / "docs/examples/prices-aws.yaml")
+        assert added and all(price_of(GPU.get(g)).source.startswith("AWS") for g in added)
+    finally:
+        for spec in before.values():
+            PRICES.add(spec)
+
+
+SMALL = PlanSpec("mistral-7b", ("a100", "h100"), max_gpus=2, slo=SLO(0.1), budgets=(512,), num_requests=32)
+
+
+def test_small_plan_end_to_end_is_deterministic_and_labels_generated_profiles(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    first = run_plan(SMALL, executor="serial")
+    # Mistral-7B on A100 has a shipped profile; on H100 the planner writes a roofline one into the cache
+    labels = dict(zip(first.searches["gpu"], first.searches["profile"], strict=False))
+    assert labels["A100-80GB"].startswith("shipped") and labels["H100-SXM"] == "generated roofline (analytic)"
+    assert (tmp_path / "cache/plan-profiles/h100-sxm/mistral-7b/linear.csv").is_file()
+    # TP×PP within 2 GPUs: (1,1), (2,1), (1,2) on each GPU, all fit
+    assert len(first.searches) == 6 and (first.searches["capacity_qps"] > 0).all()
+    second = run_plan(SMALL, executor="serial")
+    pd.testing.assert_frame_equal(first.rows, second.rows)
+    best = recommendation(first)
+    assert (
+        best is not None
+        and best["usd_per_million_output_tokens"] == first.rows["usd_per_million_output_tokens"].min()
+    )
+    out = write_outputs(first, tmp_path / "out")
+    doc = json.loads((tmp_path / "out/plan.json").read_text())
+    assert doc["prices"]["H100-SXM"]["date"] and "approximation" in doc
+    assert {p.name for p in out} == {"plan.csv", "searches.csv", "plan.json", "pareto.png"}
+    assert pareto_plot(first.rows).axes
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "a100,b9000"], "unknown GPU 'b9000'"),
+        (["--gpus", "a40"], "no price for A40-48GB"),
+        (["--gpus", "a100", "--max-gpus", "1"], "no deployment of LLaMA2-70B (128 GiB of weights) fits"),
+        (["--budgets", "512,x"], "--budgets takes a comma-separated list"),
+        (["--max-gpus", "0"], "--max-gpus must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message) -> None:
+    out = tmp_path / "out"
+    err = failing(capsys, "--model", "llama-2-70b", *args, "--out", str(out), "--no-cache")
+    assert message in err
+    assert not out.exists()
+
+
+def test_cli_small_plan_writes_outputs_and_replays_from_cache(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    args = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--slo", "0.1", "--budgets", "512",
+            "--requests", "32", "--executor", "serial", "--cache", str(tmp_path / "probes"), "--out", str(tmp_path / "o")]  # fmt: skip
+    run(*args)
+    first = capsys.readouterr().out
+    assert "buy: 1×(A100-80GB TP1 PP1) at budget 512" in first and "(0 from cache" in first
+    run(*args)
+    assert "(1 from cache, 0 simulations)" in capsys.readouterr().out
+    assert pd.read_csv(tmp_path / "o/plan.csv")["replicas"].tolist() == [1]
+
+
+def test_notebook_section_shows_a_saved_plan(tmp_path: Path, monkeypatch) -> None:
+    """The notebook's "Which deployment to buy" cells, run alone on a saved plan directory."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    tiny = PlanSpec("mistral-7b", ("a100",), max_gpus=2, slo=SLO(0.1), budgets=(512,), num_requests=32)
+    write_outputs(run_plan(tiny, executor="serial"), tmp_path / "plan", plots=False)
+    nb = nbformat.read(Path(__file__).parents[1] / "notebooks/capacity_plots.ipynb", as_version=4)
+    start = next(i for i, c in enumerate(nb.cells) if c.source.startswith("# Which deployment to buy"))
+    nb.cells = nb.cells[start:]
+    monkeypatch.setenv("SIMSERVE_PLAN_DIR", str(tmp_path / "plan"))
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1
+    assert any("A100-80GB" in o.get("data", {}).get("text/plain", "") for o in outputs)
