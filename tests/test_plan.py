@@ -175,6 +175,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args,
     assert not out.exists()
 
 
+def test_out_holding_other_files_is_refused_before_work_and_kept(tmp_path, capsys) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    err = failing(capsys, "--model", "mistral-7b", "--gpus", "a100", "--out", str(out), "--no-cache")
+    assert "holds files simserve did not write" in err and "--force" in err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
 def test_cli_small_plan_writes_outputs_and_replays_from_cache(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
     args = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--slo", "0.1", "--budgets", "512",

@@ -15,7 +15,7 @@ from simserve.errors import SimserveError
 
 @app.command()
 def plan(
-    model: str = typer.Option("llama-2-70b", "--model"),
+    model: str = typer.Option("llama-2-70b", "--model", help="Model to serve (catalog name; see `simserve list models`)."),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     slo: float = typer.Option(0.2, "--slo", help="P99 time-between-tokens SLO in seconds."),
     delay_slo: float = typer.Option(2.0, "--delay-slo", help="Median scheduling-delay SLO in seconds."),
@@ -32,10 +32,10 @@ def plan(
     ),
     max_batch: int = typer.Option(128, "--max-batch", help="Resident requests per replica."),
     requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the trace sample and arrivals (same seed, same plan)."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
-    out: Path = typer.Option(Path("plan-out"), "--out", help="Output directory (replaced atomically)."),
+    out: Path = typer.Option(Path("plan-out"), "--out", help="Output directory; each file lands whole, files simserve did not write are kept."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
@@ -43,10 +43,14 @@ def plan(
         DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
     ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
-    no_plots: bool = typer.Option(False, "--no-plots"),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip pareto.png."),
+    force: bool = typer.Option(
+        False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
+    ),
     all_rows: bool = typer.Option(False, "--all", help="Print every deployment, not only the Pareto ones."),
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
+    from simserve.io import check_out_dir
     from simserve.plan.report import (
         APPROXIMATION,
         deployment_label,
@@ -56,6 +60,8 @@ def plan(
     )
     from simserve.plan.search import PlanSpec, run_plan
     from simserve.tune.capacity import SLO
+
+    check_out_dir(out, force)  # before minutes of work, not after
 
     spec = PlanSpec(
         model=model,
@@ -73,7 +79,7 @@ def plan(
         min_qps=min_qps,
     )
     result = run_plan(spec, executor, workers, address, None if no_cache else cache, progress=True)
-    written = write_outputs(result, out, plots=not no_plots)
+    written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(_table(table_rows(result, all_rows), all_rows))
     best = recommendation(result)

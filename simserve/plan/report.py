@@ -11,8 +11,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simserve.errors import SimserveError
-from simserve.io import atomic_path
+from simserve.io import MARKER, output_dir
 from simserve.plan.search import PlanResult
 
 GPU_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
@@ -90,20 +89,16 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def write_outputs(result: PlanResult, out: str | Path, plots: bool = True) -> list[Path]:
-    """All outputs into `out` as one atomic directory write (an interrupted plan leaves no partial folder)."""
+def write_outputs(result: PlanResult, out: str | Path, plots: bool = True, force: bool = False) -> list[Path]:
+    """plan.csv, searches.csv, plan.json and pareto.png into `out`; each file lands whole (io.output_dir)."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SimserveError(f"--out {out} is a file; give a directory path")
-    names = ["plan.csv", "searches.csv", "plan.json"] + (["pareto.png"] if plots else [])
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
+    with output_dir(out, force) as tmp:
         result.rows.to_csv(tmp / "plan.csv", index=False, float_format="%.6g")
         result.searches.to_csv(tmp / "searches.csv", index=False, float_format="%.6g")
         (tmp / "plan.json").write_text(json.dumps(summarize(result), indent=2) + "\n")
         if plots:
             pareto_plot(result.rows, title(result)).savefig(tmp / "pareto.png", dpi=110)
-    return [out / n for n in names]
+    return sorted(out / rel for rel in (out / MARKER).read_text().split())
 
 
 def table_rows(result: PlanResult, all_rows: bool = False) -> pd.DataFrame:
