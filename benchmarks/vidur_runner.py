@@ -292,13 +292,24 @@ json.dump({"setup_s": t1 - t0, "sim_s": t2 - t1, "write_s": t3 - t2, "num_blocks
 
 
 def run_vidur(
-    python: Path, setup: VidurSetup, staged: StagedProfile, trace_csv: Path, out_dir: Path
+    python: Path,
+    setup: VidurSetup,
+    staged: StagedProfile,
+    trace_csv: Path,
+    out_dir: Path,
+    prelude: str = "",
+    epilogue: str = "",
 ) -> VidurResult:
-    """Run one simulation in Vidur's venv; its outputs land in a timestamped folder under out_dir."""
+    """Run one simulation in Vidur's venv; its outputs land in a timestamped folder under out_dir.
+
+    `prelude` runs in Vidur's interpreter before the simulator is built (to patch or instrument it),
+    `epilogue` after its outputs are written (it sees `sim`, `config` and `out`, the run's output folder).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     env.pop("PYTHONPATH", None)  # keep simserve's site-packages out of Vidur's interpreter
-    cmd = [str(python), "-c", _DRIVER, *vidur_args(setup, staged, trace_csv, out_dir)]
+    driver = "\n".join((prelude, _DRIVER, epilogue))
+    cmd = [str(python), "-c", driver, *vidur_args(setup, staged, trace_csv, out_dir)]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir)
     wall = time.perf_counter() - t0
