@@ -38,8 +38,17 @@ import vs_vidur as vs  # noqa: E402
 from simserve.predictor.load import load_timer  # noqa: E402
 from simserve.predictor.overhead import CpuOverhead  # noqa: E402
 
+LINEAR = ("qkv_proj", "o_proj", "up_proj", "down_proj")
 KINDS = ("decode-only", "mixed", "prefill-heavy")
-SHOWN = ("ttft_p50", "ttft_p99", "scheduling_delay_p50", "scheduling_delay_p99", "tbt_p50", "e2e_p50", "makespan")
+SHOWN = (
+    "ttft_p50",
+    "ttft_p99",
+    "scheduling_delay_p50",
+    "scheduling_delay_p99",
+    "tbt_p50",
+    "e2e_p50",
+    "makespan",
+)
 
 # Runs in Vidur's interpreter before the simulator is built. SIMSERVE_PREFIX_KEY=1 replaces 0.0.26's
 # _get_batch_prefill_attention_params, which keys prefill attention at num_kv_tokens = prefix + chunk, by the
@@ -95,14 +104,18 @@ class VidurTimer:
     TOKEN_OPS = ("attn_pre_proj", "attn_post_proj", "attn_rope", "mlp_up_proj", "mlp_down_proj", "mlp_act",
                  "input_layernorm", "post_attention_layernorm", "add")  # fmt: skip
 
-    def __init__(self, predictions: dict, layers: int, prefix_key: bool, parts=("token", "attention"), other=None):
+    def __init__(
+        self, predictions: dict, layers: int, prefix_key: bool, parts=("token", "attention"), other=None
+    ):
         self.num_stages = 1
         self.layers, self.prefix_key, self.parts, self.other = layers, prefix_key, set(parts), other
         if self.parts != {"token", "attention"} and other is None:
             raise ValueError("a partial VidurTimer needs simserve's timer for the other parts")
         tables = {op: {tuple(row[:-1]): row[-1] for row in rows} for op, rows in predictions.items()}
         tmax = max(k[0] for k in tables["mlp_up_proj"])
-        self.token_ms = np.array([sum(tables[op].get((t,), math.nan) for op in self.TOKEN_OPS) for t in range(tmax + 1)])
+        self.token_ms = np.array(
+            [sum(tables[op].get((t,), math.nan) for op in self.TOKEN_OPS) for t in range(tmax + 1)]
+        )
         self.decode = tables["attn_decode"]
         self.prefill = tables["attn_prefill"]
 
@@ -112,8 +125,10 @@ class VidurTimer:
 
     def split(self, prefills, decode_kv) -> tuple[float, float]:
         """(token-count ops, attention) in seconds, Vidur's way."""
-        nd = len(decode_kv)
-        kv_sum = float(np.sum(decode_kv)) + nd if nd else 0.0
+        return self._split(prefills, len(decode_kv), float(np.sum(decode_kv)) if len(decode_kv) else 0.0)
+
+    def _split(self, prefills, nd: int, context_sum: float) -> tuple[float, float]:
+        kv_sum = context_sum + nd
         att = 0.0
         t = nd
         for chunk, prefix in prefills:
@@ -138,17 +153,11 @@ class VidurTimer:
         return (tok if "token" in self.parts else s_tok) + (att if "attention" in self.parts else s_att)
 
     def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
-        # kv_sums[i] is the summed context of step i; the scalar path per step keeps the arithmetic identical
-        return np.array([self(_no_prefill, _spread(num_decodes, s)) for s in np.asarray(kv_sums)])
-
-
-_no_prefill: list = []
-
-
-def _spread(n: int, kv_sum: float) -> np.ndarray:
-    """n decode contexts with the given sum (only their count and sum matter to both predictors)."""
-    out = np.full(n, kv_sum / n)
-    return out
+        # kv_sums[i] is the summed context of step i; only the decodes' count and summed context matter
+        kv_sums = np.asarray(kv_sums, dtype=float)
+        if self.parts == {"token", "attention"}:
+            return np.array([sum(self._split([], num_decodes, s)) for s in kv_sums])
+        return np.array([self([], np.full(num_decodes, s / num_decodes)) for s in kv_sums])
 
 
 class ScaledTimer:
@@ -193,7 +202,7 @@ def run_vidur_recorded(python, export, setup, work, out: Path, prefix_key: bool)
                    res.setup_s, res.sim_s, res.num_blocks)  # fmt: skip
     batches = json.loads((res.out_dir / "batches.json").read_text())
     predictions = json.loads((res.out_dir / "predictions.json").read_text())
-    return side, batches, predictions
+    return side, batches, predictions, res.requests
 
 
 def per_batch(batches: list, simserve_timer, vidur_timer: VidurTimer) -> pd.DataFrame:
@@ -255,8 +264,8 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
             (out / name).mkdir(parents=True)
             runs[name] = run_vidur_recorded(python, export, setup, work, out / name, prefix_key=fix)
             print(f"[vidur {name}] sim {runs[name][0].sim_s:.1f} s, {len(runs[name][1])} batches", flush=True)
-    v_ship, _, _ = runs["as-shipped"]
-    v_fix, batches, predictions = runs["prefix-key"]
+    v_ship = runs["as-shipped"][0]
+    v_fix, batches, predictions, v_requests = runs["prefix-key"]
     layers = dep.layers_per_stage
 
     # (a) the same batches, timed by both predictors
@@ -265,23 +274,37 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
     rebuild_err = float(np.max(np.abs(df.vidur_rebuilt_s / df.vidur_s - 1)))
     kinds = kind_table(df)
     ratios = dict(zip(kinds.kind, kinds.ratio_time_weighted, strict=True))
-    print(f"\n## (a) Vidur's {len(df)} batches timed by both (rebuilt Vidur time max rel. error {rebuild_err:.2e})")
+    print(
+        f"\n## (a) Vidur's {len(df)} batches timed by both (rebuilt Vidur time max rel. error {rebuild_err:.2e})"
+    )
     print(vs.md_table(kinds), flush=True)
-    overall = df.vidur_s.sum() / df.simserve_s.sum()
+    overall = float(df.vidur_s.sum() / df.simserve_s.sum())
 
     # (b) and (c): simserve re-run with other batch times
     alt = {
         "simserve, scaled per kind": ScaledTimer(bare_timer, ratios),
+        "simserve, scaled uniformly": ScaledTimer(bare_timer, dict.fromkeys(KINDS, overall)),
         "simserve, Vidur's batch times": vt,
-        "simserve, Vidur's token-count ops only": VidurTimer(predictions, layers, True, ("token",), bare_timer),
+        "simserve, Vidur's token-count ops only": VidurTimer(
+            predictions, layers, True, ("token",), bare_timer
+        ),
         "simserve, Vidur's attention only": VidurTimer(predictions, layers, True, ("attention",), bare_timer),
     }
     sides = {"Vidur as shipped": v_ship, "simserve as shipped": shipped, "Vidur, prefix key": v_fix,
              "simserve, no CPU overhead": bare}  # fmt: skip
+    same_requests = {}
     for name, timer in alt.items():
         t0 = time.perf_counter()
-        sides[name] = run_with_timer(dep, cfg, work, timer)
+        sides[name], reqs = run_with_timer(dep, cfg, work, timer)
         print(f"[{name}] {time.perf_counter() - t0:.1f} s", flush=True)
+        if name == "simserve, Vidur's batch times":  # request by request: scheduling identical?
+            same_requests = {
+                col: float(np.max(np.abs(reqs[col].to_numpy() - v_requests[col].to_numpy())))
+                for col in ("scheduled_at_s", "first_token_at_s", "completed_at_s")
+            }
+            print(
+                f"simserve with Vidur's batch times vs Vidur, max |difference| per request (s): {same_requests}"
+            )
     table = pd.DataFrame([stats_row(n, s, v_fix) for n, s in sides.items()])
     table.loc[0, [c for c in table.columns if c.endswith("_diff_pct")]] = [
         100 * (v_ship.stats[k] - v_fix.stats[k]) / v_fix.stats[k] for k in SHOWN
@@ -291,15 +314,58 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
     print(f"\n## (b, c) {policy}, QPS {qps:g}: every run vs Vidur with the prefix key (diff %)")
     print(vs.md_table(table[["run"] + [f"{k}_diff_pct" for k in SHOWN]]))
     print(vs.md_table(table[["run", *SHOWN]]))
-    print("share of the TTFT p50 gap closed: " + ", ".join(f"{n}: {100 * c:.0f} %" for n, c in closed.items()))
+    print(
+        "share of the TTFT p50 gap closed: " + ", ".join(f"{n}: {100 * c:.0f} %" for n, c in closed.items())
+    )
     report |= {
         "batches": len(df), "rebuild_max_rel_err": rebuild_err, "overall_ratio": overall,
         "kinds": kinds.to_dict("records"), "runs": table.to_dict("records"), "ttft_p50_gap_closed": closed,
-        "token_bins": token_bins(df).to_dict("records"),
+        "token_bins": token_bins(df).to_dict("records"), "same_requests_max_abs_s": same_requests,
+        "busy_fraction_vidur": float(df.vidur_s.sum() / v_fix.stats["makespan"]),
     }  # fmt: skip
+    print(
+        f"overall busy-time ratio Vidur/simserve {overall:.4f}; Vidur busy {report['busy_fraction_vidur']:.3f}"
+        " of the makespan"
+    )
+    ops = token_ops_at(dep, predictions, (16, 32, 256, 512))
+    print("\n## token-count ops per layer (ms): the profile, simserve, Vidur's random forest")
+    print(vs.md_table(ops))
+    report["token_ops"] = ops.to_dict("records")
     print("\n## busy-time ratio by batch size (tokens in the batch)")
     print(vs.md_table(token_bins(df)))
     return report
+
+
+def token_ops_at(dep, predictions: dict, tokens) -> pd.DataFrame:
+    """Per op at the given token counts (grid points of the profile): profile median, simserve, Vidur."""
+    from simserve.ops import elementwise_ops
+    from simserve.predictor.fit import ModelKey, fit
+    from simserve.profiling.schema import profile_dir, read_profile
+    from simserve.profiling.vidur_format import OP_MAP
+
+    prof = read_profile(profile_dir(Path(vr.ROOT, "profiles"), dep.gpu.name, dep.model.name))
+    ops = pd.concat([prof.linear, prof.elementwise])
+    ops = ops[ops.tp == dep.tp].groupby(["op", "num_tokens"]).time_ms.median()
+    ours = fit(prof, seed=0)
+    tables = {op: {tuple(r[:-1]): r[-1] for r in rows} for op, rows in predictions.items()}
+    counts = {op.name: op.count for op in elementwise_ops(dep)}
+    rows = []
+    for t in tokens:
+        tot = {"profile": 0.0, "simserve": 0.0, "vidur": 0.0}
+        for vop, sop in OP_MAP.items():
+            truth, v = float(ops.loc[(sop, t)]), tables[vop][(-(-t // 8) * 8,)]
+            family = "linear" if sop in LINEAR else "elementwise"
+            s_ms = float(ours.predict_ms(ModelKey(family, sop, dep.tp), np.array([t]))[0])
+            n = counts.get(sop, 1)
+            tot["profile"] += n * truth
+            tot["simserve"] += n * s_ms
+            tot["vidur"] += v  # Vidur's block time adds each op once (one residual add)
+            rows.append({"tokens": t, "op": sop, "profile_ms": truth, "simserve_err_pct": 100 * (s_ms / truth - 1),
+                         "vidur_ms": v, "vidur_err_pct": 100 * (v / truth - 1)})  # fmt: skip
+        rows.append({"tokens": t, "op": "layer total", "profile_ms": tot["profile"],
+                     "simserve_err_pct": 100 * (tot["simserve"] / tot["profile"] - 1), "vidur_ms": tot["vidur"],
+                     "vidur_err_pct": 100 * (tot["vidur"] / tot["profile"] - 1)})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def token_bins(df: pd.DataFrame) -> pd.DataFrame:
@@ -313,18 +379,21 @@ def token_bins(df: pd.DataFrame) -> pd.DataFrame:
     })  # fmt: skip
 
 
-def run_with_timer(dep, cfg, work, timer) -> vs.Side:
+def run_with_timer(dep, cfg, work, timer) -> tuple[vs.Side, pd.DataFrame]:
     from simserve.memory import plan_memory, profile_tokens
     from simserve.sim.cluster import simulate
     from simserve.sim.metrics import build_result
 
     prompt, output, arrived = work
-    blocks = plan_memory(dep, profile_tokens(cfg.policy, cfg.max_model_len, cfg.memory_budget, cfg.batch_limit(dep.pp)))
+    blocks = plan_memory(
+        dep, profile_tokens(cfg.policy, cfg.max_model_len, cfg.memory_budget, cfg.batch_limit(dep.pp))
+    )
     t0 = time.perf_counter()
     res = build_result(simulate(prompt, output, arrived, timer, blocks.num_blocks, cfg), dep)
     done = res.requests[res.requests.status == "completed"]
-    return vs.Side(vs.latency_stats(done, res.summary.tbt_p50_s, res.summary.tbt_p99_s), 0.0, 0.0,
+    side = vs.Side(vs.latency_stats(done, res.summary.tbt_p50_s, res.summary.tbt_p99_s), 0.0, 0.0,
                    time.perf_counter() - t0, blocks.num_blocks)  # fmt: skip
+    return side, done.sort_values("request_id").reset_index(drop=True)
 
 
 # -- Vidur 0.0.26 and preemption ---------------------------------------------------------------------------------
@@ -353,11 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000, help="requests per run")
     ap.add_argument("--qps", type=float, default=2.0, help="request rate (2 is near Sarathi 512's capacity)")
-    ap.add_argument("--preemption-crash", action="store_true", help="run Vidur on a KV pool that forces preemption")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the request sample and arrivals")
+    ap.add_argument(
+        "--preemption-crash", action="store_true", help="run Vidur on a KV pool that forces preemption"
+    )
     ap.add_argument("--blocks", type=int, default=600, help="KV blocks for --preemption-crash")
     ap.add_argument("--out", type=Path, default=vr.CACHE / "results", help="where tables and logs go")
     args = ap.parse_args(argv)
-    b = replace(vs.Bench(), num_requests=args.requests, qps=(args.qps,), policies=("sarathi",))
+    b = replace(
+        vs.Bench(), num_requests=args.requests, qps=(args.qps,), policies=("sarathi",), seed=args.seed
+    )
     out = args.out / ("residual-" + time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"[setup] vidur {vr.VIDUR_VERSION}; RF grid: {b.grid.describe()}; output in {out}", flush=True)
