@@ -398,6 +398,22 @@ def run_with_timer(dep, cfg, work, timer) -> tuple[vs.Side, pd.DataFrame]:
 
 # -- Vidur 0.0.26 and preemption ---------------------------------------------------------------------------------
 
+# Prints the state of the request whose stage-end bookkeeping fails, then lets the error through unchanged.
+_CRASH_PRELUDE = r"""
+from vidur.entities.request import Request as _Request
+_stage_end = _Request.on_batch_stage_end
+def _checked(self, *args, **kwargs):
+    try:
+        return _stage_end(self, *args, **kwargs)
+    except AssertionError:
+        print(f"[simserve] failing request {self.id}: num_restarts={self.num_restarts} "
+              f"num_prefill_tokens={self.num_prefill_tokens} num_processed_tokens={self.num_processed_tokens} "
+              f"num_stage_processed_tokens={self.num_stage_processed_tokens} total_tokens={self.total_tokens} "
+              f"is_prefill_stage_complete={self.is_prefill_stage_complete}", flush=True)
+        raise
+_Request.on_batch_stage_end = _checked
+"""
+
 
 def preemption_crash(b: vs.Bench, python: Path, out: Path, num_blocks: int) -> dict:
     """Run Vidur with a KV pool a few requests fill, so that Sarathi must preempt; return how it ended."""
@@ -408,14 +424,15 @@ def preemption_crash(b: vs.Bench, python: Path, out: Path, num_blocks: int) -> d
         staged = vr.stage_profile(export, setup)
         trace_csv = vr.write_replay_trace(out / "requests.csv", work[2], work[0], work[1])
         try:
-            vr.run_vidur(python, setup, staged, trace_csv, out / "vidur")
+            vr.run_vidur(python, setup, staged, trace_csv, out / "vidur", _CRASH_PRELUDE)
             return {"crashed": False}
         except vr.SimserveError as exc:
             log = (out / "vidur" / "vidur.log").read_text().splitlines()
             start = max(i for i, ln in enumerate(log) if ln.startswith("Traceback"))
+            state = [ln for ln in log if ln.startswith("[simserve] failing request")]
             tb = log[start:]
-            print("\n".join(tb))
-            return {"crashed": True, "error": str(exc), "traceback": tb}
+            print("\n".join(state + tb))
+            return {"crashed": True, "error": str(exc), "request_state": state, "traceback": tb}
 
 
 def main(argv: list[str] | None = None) -> int:
