@@ -120,28 +120,30 @@ GPU: Table[GPUSpec] = Table(
 _NCCL_TESTS = ("published nccl-tests all_reduce busbw at large sizes: 8×A100 SXM4 NVLink 230–250 GB/s, 8×H100 SXM5 "
                "460–480 (with NVLS), 8×H100 PCIe Gen5 without NVSwitch 35–45 (docs.alayanew.com/en/docs/tech-blog/"
                "2026-05-06-nccl-tests)")
-_NCCL_CAP = "NCCL's tuner caps Ampere bus bandwidth at 235 GB/s (src/graph/tuning.cc)"
-_PCIE4 = ("PCIe Gen4 x16 (32 GB/s per direction); a ring through the host reaches 20 GB/s busbw: half the "
-          "Gen5 nccl-tests figure of 35–45, as Gen4 has half Gen5's line rate")
+_NVLINK3 = ("an NVLink 3 link carries 25 GB/s per direction, ~20 of it as payload of the SMs' 128-byte stores, and "
+            "A100 reaches ~230 GB/s of the 240 this gives 12 links (NCCL developer, github.com/NVIDIA/nccl-tests/"
+            "issues/149); NCCL's tuner caps Ampere at 235 (src/graph/tuning.cc)")
+_PAIRS = ("nccl-tests on an A100 box with NV12 pairs: 208 GB/s busbw inside a pair, 20 GB/s once the ring "
+          "crosses PCIe to the next pair (github.com/NVIDIA/nccl-tests/issues/178)")
+_PCIE4 = f"PCIe Gen4 x16 (32 GB/s per direction); a ring through the host reaches 20 GB/s busbw ({_PAIRS})"
 
 NODES: Table[NodeSpec] = Table(
     "node",
     [
         NodeSpec(
             name="a100-pairwise-nvlink", gpu="A100-80GB", gpus_per_node=4, kind="nvlink-pairs",
-            nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=230.0, pcie_bus_gbps=20.0,
+            nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=208.0, pcie_bus_gbps=20.0,
             aliases=("a100_pairwise_nvlink", "nc96ads-a100-v4", "a100-nvlink-pairs"),
-            source="Azure NC96ads A100 v4 (the Sarathi-Serve testbed): 4×A100 80GB, NVLink 3 bridge between "
-                   f"pairs (600 GB/s bidirectional); NVLink busbw 230 as on NVLink 3 in a DGX ({_NCCL_TESTS}; "
-                   f"{_NCCL_CAP}); {_PCIE4}",
+            source="Azure NC96ads A100 v4 (the Sarathi-Serve testbed): 4×A100 80GB, NVLink 3 bridges (NV12) "
+                   f"between pairs (600 GB/s bidirectional), PCIe Gen4 x16 (32 GB/s per direction) otherwise; {_PAIRS}",
         ),
         NodeSpec(
             name="a40-pairwise-nvlink", gpu="A40-48GB", gpus_per_node=8, kind="nvlink-pairs",
             nvlink_gbps=56.25, pcie_gbps=32.0, nvlink_bus_gbps=43.0, pcie_bus_gbps=20.0,
             aliases=("a40_pairwise_nvlink", "a40-nvlink-pairs"),
             source="8×A40 box with NVLink bridges between pairs (A40 datasheet: 112.5 GB/s bidirectional); "
-                   "NVLink busbw 43 = 56.25 × 230/300, the fraction NCCL reaches on A100's NVLink 3 "
-                   f"({_NCCL_TESTS}); {_PCIE4}",
+                   "NVLink busbw 43 = 56.25 × 230/300, the fraction of the line rate NCCL reaches on A100's NVLink 3 "
+                   f"({_NVLINK3}); {_PCIE4}",
         ),
         NodeSpec(
             name="a40-pcie", gpu="A40-48GB", gpus_per_node=8, kind="pcie",
@@ -154,7 +156,7 @@ NODES: Table[NodeSpec] = Table(
             nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=230.0, pcie_bus_gbps=20.0,
             aliases=("a100_dgx", "dgx", "a100-nvswitch", "nvswitch"),
             source="NVIDIA DGX A100: 8×A100 on NVSwitch, NVLink 3 at 600 GB/s bidirectional per GPU; "
-                   f"busbw 230 ({_NCCL_TESTS}; {_NCCL_CAP})",
+                   f"busbw 230 ({_NVLINK3}; {_NCCL_TESTS})",
         ),
         NodeSpec(
             name="dgx-h100", gpu="H100-SXM", gpus_per_node=8, kind="nvswitch",
