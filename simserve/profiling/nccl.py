@@ -12,12 +12,13 @@ NCCL picks, for every call, the (algorithm, protocol) pair its tuner predicts to
   **Simple** (full bandwidth, the highest latency);
 * per-step latencies depend on what a step crosses: NVLink, PCIe (through the host) or the network.
 
-The latencies and protocol factors follow NCCL's tuner (src/graph/tuning.cc, NCCL 2.8–2.9, the releases of the
-measured reference data); the bus bandwidths come from the catalog (spec sheets and published nccl-tests
-figures, cited there). One more cost is not NCCL's: the host-side launch of a collective as the profiler times
+The latencies and protocol factors follow NCCL's tuner (src/graph/tuning.cc in NVIDIA/nccl, the tables of the
+2.7–2.9 releases; later releases retune them per GPU generation); the bus bandwidths come from the catalog (spec
+sheets and published nccl-tests figures, cited there). One more cost is not NCCL's: the host-side launch of a collective as the profiler times
 it (torch.distributed dispatch and the kernel launch). It is the only constant measured here — on the
 calibration box (a100_dgx), see docs/collectives.md — and the other box is validation.
-Send/recv is one step of a ring over two ranks across the link the pipeline hop really crosses (`stage_hop`).
+Send/recv, which NCCL does not tune, is one step (LL up to 16 KiB, Simple above) across the link the pipeline hop
+really crosses (`stage_hop`); docs/collectives.md has the whole model and its measured errors.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from simserve.catalog import NetworkSpec, NodeSpec
 
 ALGORITHMS = ("ring", "tree")
 PROTOCOLS = ("LL", "LL128", "Simple")
-MEDIA = ("nvlink", "pcie", "net")
 
 # NCCL tuning.cc `baseLat` (µs): the fixed cost of an algorithm/protocol pair.
 BASE_LATENCY_US = {
@@ -100,7 +100,7 @@ def _bus_gbps(collective: str, algorithm: str, protocol: str, f: Fabric) -> floa
     bus = f.bus_gbps if f.nodes == 1 else min(f.bus_gbps, f.net_gbps)
     ranks_per_node = f.ranks / f.nodes
     if algorithm == "ring":
-        if protocol == "LL":  # half of each 8-byte store is a flag; all-reduce also reads it back
+        if protocol == "LL":  # half of each 8-byte store is a flag; NCCL's tuner takes ¼ for reductions, ⅓ else
             return bus / (4.0 if (f.nodes > 1 or collective == "all_reduce") else 3.0)
         if protocol == "LL128":  # 120 of 128 bytes are data; one GPU per node shares a NIC both ways
             return bus * (0.7 if ranks_per_node < 2 else 0.92)
@@ -119,7 +119,8 @@ def _latency_us(collective: str, algorithm: str, protocol: str, f: Fabric) -> fl
     inter = STEP_LATENCY_US["net"][key] + f.net_latency_us
     if algorithm == "tree":
         per_node = f.ranks // f.nodes
-        return BASE_LATENCY_US[key] + 2 * ((per_node - 1) * intra + math.log2(f.nodes) * inter)
+        levels = int(math.log2(f.nodes))  # whole levels of the binary tree between nodes, as NCCL counts them
+        return BASE_LATENCY_US[key] + 2 * ((per_node - 1) * intra + levels * inter)
     steps = _steps(collective, f.ranks)
     inter_steps = _steps(collective, f.nodes) if f.nodes > 1 else 0
     # Point-to-point is not tuned by NCCL and has no ring to fill: its fixed cost is the smallest kernel's (ring LL)
