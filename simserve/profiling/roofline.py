@@ -110,11 +110,12 @@ def _hbm(gpu: GPUSpec) -> float:
 
 
 def gemm_ms(
-    gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int = 2, c: KernelConstants = KERNELS
-) -> np.ndarray:
-    """(m × k) @ (k × n) in ms; m may be an array of token counts."""
+    gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int = 2, c: KernelConstants = KERNELS,
+    tiles: gemm_tiles.ArchTiles | None = None,
+) -> np.ndarray:  # fmt: skip
+    """(m × k) @ (k × n) in ms; m may be an array of token counts. `tiles` defaults to the GPU architecture's."""
     m = np.asarray(m, dtype=float)
-    tiles = gemm_tiles.arch_tiles(gpu)
+    tiles = tiles or gemm_tiles.arch_tiles(gpu)
     busy = gemm_tiles.wave_utilisation(tiles, m, n, gpu.num_sms)
     tc = gemm_tiles.padded_flops(tiles, m, k, n) / (c.gemm_compute_eff * _peak(gpu) * busy)
     tm = dtype_bytes * (m * k + k * n + m * n) / (c.gemm_memory_eff * _hbm(gpu))
