@@ -38,8 +38,8 @@ ARCH_TILES: dict[str, ArchTiles] = {
         # Ampere (sm80/sm86): cuBLAS picks per problem among many tile shapes (64x64 ... 256x128, the
         # `ampere_*_s16816gemm_*_128x128_*` / `*_256x128_*` kernels, plus split-K), non-persistent. The measured
         # A100 GEMMs show the token-dimension steps of 64-row tiles below 256 tokens and 128-row tiles from 256
-        # (+24% at 128 -> 136, +31% at 256 -> 264), and no wave steps: the per-problem choice of tile width
-        # smooths them out (docs/kernel-validation.md). These are the A100 calibration's tiles, unchanged.
+        # (+24% at 128 -> 136, +31% at 256 -> 264), and no wave steps: a wave term on 108 SMs raises the linear-op
+        # median error from 4.7% to 7.2% (docs/kernel-validation.md). These are the A100 calibration's tiles.
         ArchTiles("ampere", small_rows=64, rows=128, large_from=256, cols=128, persistent=False,
                   source="CUTLASS 2.x sm80 threadblock tiles 128x128/128x256/64x64 (CUTLASS profiler defaults); "
                          "steps checked on the measured A100 GEMMs (Vidur profiles)"),
