@@ -128,3 +128,22 @@ def test_user_gpu_with_an_unknown_arch_fails_listing_the_known_ones(tmp_path, ca
                  "arch: volta, source: s}\n")  # fmt: skip
     code, err = run_cli(capsys, "--catalog", str(f), "list", "gpus")
     assert code == 2 and err.count("\n") == 1 and "'volta'" in err and "hopper" in err
+
+
+def test_plan_regenerates_a_cached_roofline_profile_written_with_other_tiles(tmp_path, monkeypatch):
+    import json
+
+    from simserve.deployment import Deployment
+    from simserve.plan.profiles import generated_root, resolve_profiles
+
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
+    dep = Deployment.create("mistral-7b", "h100", 1, 1)
+    resolve_profiles([dep])
+    prov_file = generated_root() / "h100-sxm" / "mistral-7b" / "provenance.json"
+    prov = json.loads(prov_file.read_text())
+    assert prov["gemm_tiles"]["arch"] == "hopper"
+    # As written before Hopper had its own tiles: the cached profile no longer matches the model.
+    prov["gemm_tiles"] = dataclasses.asdict(gt.ARCH_TILES["ampere"])
+    prov_file.write_text(json.dumps(prov))
+    resolve_profiles([dep])
+    assert json.loads(prov_file.read_text())["gemm_tiles"]["arch"] == "hopper"

@@ -232,6 +232,22 @@ def attention_table(
     return pd.concat(frames, ignore_index=True)
 
 
+def model_fields(gpu: GPUSpec, coll: CollectiveConstants | None = None) -> dict:
+    """The provenance fields that fix the model's numbers for `gpu`: a profile whose fields differ is stale."""
+    return {
+        "gpu_spec": {
+            "peak_tflops": gpu.peak_tflops,
+            "hbm_gbps": gpu.hbm_gbps,
+            "num_sms": gpu.num_sms,
+            "arch": gpu.arch,
+            "source": gpu.source,
+        },  # fmt: skip
+        "constants": constants_dict(KERNELS, coll),
+        "gemm_tiles": dataclasses.asdict(gemm_tiles.arch_tiles(gpu)),
+        "elementwise_bw_scale": ELEMENTWISE_BW_SCALE[gpu.arch],
+    }
+
+
 def profile(
     dep_model: ModelSpec,
     gpu: GPUSpec,
@@ -256,16 +272,7 @@ def profile(
     provenance = {
         "backend": BACKEND,
         "device": f"{gpu.name} (no GPU used: spec-sheet peaks with efficiencies calibrated on measured A100 data)",
-        "gpu_spec": {
-            "peak_tflops": gpu.peak_tflops,
-            "hbm_gbps": gpu.hbm_gbps,
-            "num_sms": gpu.num_sms,
-            "arch": gpu.arch,
-            "source": gpu.source,
-        },  # fmt: skip
-        "constants": constants_dict(KERNELS, coll),
-        "gemm_tiles": dataclasses.asdict(gemm_tiles.arch_tiles(gpu)),
-        "elementwise_bw_scale": ELEMENTWISE_BW_SCALE[gpu.arch],
+        **model_fields(gpu, coll),
         "note": "analytic model, not a measurement; errors against measured A100 kernels in docs/execution-model.md",
     }
     return tables, provenance
