@@ -47,13 +47,16 @@ ARCH_TILES: dict[str, ArchTiles] = {
         # same tile shapes, on fewer, faster-clocked SMs with GDDR memory.
         ArchTiles("ada", small_rows=64, rows=128, large_from=256, cols=128, persistent=False,
                   source="CUTLASS: sm89 runs the sm80 tensor-op kernels (no wgmma/TMA on Ada); same tiles as Ampere"),
-        # Hopper (sm90): warp-specialized persistent kernels (TMA + wgmma) with 128x256 tiles (cuBLAS
-        # `sm90_xmma_gemm_*_tilesize128x256x64_*`, CUTLASS 3 128x256x64) and 2x1 thread-block clusters, so a
-        # cluster covers 256 token rows; small GEMMs use 64-row (one warpgroup) tiles. The grid is the SM count,
-        # so waves are quantised by it.
+        # Hopper (sm90): warp-specialized persistent kernels (TMA + wgmma). H100 traces of LLM serving show cuBLAS 12
+        # running `sm90_xmma_gemm_*_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off` (128 features ×
+        # 256 tokens, data-parallel: segment-K off) and `tilesize256x128x64`, and `tilesize64x128x64_..._segment_k_on`
+        # (split-K) for small problems; CUTLASS 3 pairs 128-row CTAs in 2x1 clusters. So tokens come in 256-row
+        # steps from 256 on, 64-row below, and the grid is the SM count: waves are quantised by it. (128-row tiles
+        # cannot give the measured H100 step of +39% at 256 -> 264: they give +23%, docs/kernel-validation.md.)
         ArchTiles("hopper", small_rows=64, rows=256, large_from=256, cols=128, persistent=True,
-                  source="CUTLASS 3 sm90 KernelTmaWarpSpecialized{Cooperative,Pingpong} 128x256x64 tiles, cluster "
-                         "2x1x1 (CUTLASS profiler default cluster 2x1x1); cuBLAS sm90_xmma tilesize128x256x64"),
+                  source="cuBLAS 12 sm90_xmma_gemm tilesize128x256x64 / 256x128x64 (segment_k_off) and 64x128x64 "
+                         "(segment_k_on) kernels in H100 traces; CUTLASS 3 sm90 KernelTmaWarpSpecialized* "
+                         "128x256x64 tiles, cluster 2x1x1 (CUTLASS profiler default cluster)"),
     )
 }  # fmt: skip
 
