@@ -51,7 +51,8 @@ def test_user_catalog_file_adds_model_and_gpu(tmp_path):
     f.write_text(
         '[[models]]\nname = "Tiny-1B"\nhf_id = "me/tiny"\nnum_layers = 4\nhidden = 256\nnum_heads = 4\n'
         'num_kv_heads = 2\nffn = 512\nvocab = 1000\nmax_position = 2048\nsource = "mine"\naliases = ["tiny"]\n'
-        '[[gpus]]\nname = "Toy-GPU"\nmemory_gib = 8\npeak_tflops = 10\nhbm_gbps = 100\nnum_sms = 4\nsource = "x"\n'
+        '[[gpus]]\nname = "Toy-GPU"\nmemory_gib = 8\npeak_tflops = 10\nhbm_gbps = 100\nnum_sms = 4\narch = "ampere"\n'
+        'source = "x"\n'
     )
     try:
         assert load_catalog_file(f) == ["Tiny-1B", "Toy-GPU"]

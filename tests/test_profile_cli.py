@@ -37,7 +37,7 @@ def test_writes_a_readable_profile_with_provenance(tmp_path, capsys):
     assert p["deployment"]["node"] == "a100-pairwise-nvlink" and p["deployment"]["pp"] == 1
     assert {"simserve", "numpy", "pandas", "python"} <= set(p["versions"])
     assert p["date"].endswith("+00:00")
-    assert p["constants"]["gemm_tile_rows"] == 128
+    assert p["gemm_tiles"]["arch"] == "ampere" and p["gemm_tiles"]["rows"] == 128
     assert "linear.csv" in capsys.readouterr().out
 
 

@@ -7,6 +7,9 @@ from typing import ClassVar
 
 from simserve.catalog.table import Table
 
+# GPU architectures the kernel model knows: Ampere (sm80/sm86), Ada Lovelace (sm89), Hopper (sm90).
+ARCHS = ("ampere", "ada", "hopper")
+
 
 @dataclass(frozen=True)
 class GPUSpec:
@@ -14,9 +17,14 @@ class GPUSpec:
     memory_gib: float  # total memory as torch.cuda reports it: what vLLM/Sarathi multiply by the utilization
     peak_tflops: float  # dense FP16/BF16 tensor-core peak
     hbm_gbps: float  # memory bandwidth, GB/s
-    num_sms: int
+    num_sms: int  # streaming multiprocessors: GEMM tiles run in waves of this many
+    arch: str  # one of ARCHS: picks the GEMM tile shapes (simserve/profiling/gemm_tiles.py)
     source: str
     aliases: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch {self.arch!r} is not known; use one of {', '.join(ARCHS)}")
 
     @classmethod
     def from_name(cls, name: str) -> GPUSpec:
@@ -82,7 +90,6 @@ class NetworkSpec:
     aliases: tuple[str, ...] = ()
     MISSING_HINT: ClassVar[str] = "; the collective model needs them (fields and sources: docs/collectives.md)"
 
-
     @classmethod
     def from_name(cls, name: str) -> NetworkSpec:
         return NETWORKS.get(name)
@@ -92,26 +99,30 @@ GPU: Table[GPUSpec] = Table(
     "GPU",
     [
         GPUSpec(
-            name="A100-80GB", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=2039.0, num_sms=108,
+            name="A100-80GB", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=2039.0, num_sms=108, arch="ampere",
             aliases=("a100", "a100-80g", "a100-sxm4-80gb", "a100-80gb-sxm"),
             source="NVIDIA A100 datasheet (SXM4 80GB: 312 TF/s dense BF16, 2,039 GB/s HBM2e); "
-                   "79.15 GiB is torch.cuda's total for the 80 GB part",
+                   "79.15 GiB is torch.cuda's total for the 80 GB part; 108 SMs (NVIDIA A100 Tensor Core GPU "
+                   "Architecture whitepaper)",
         ),
         GPUSpec(
-            name="A40-48GB", memory_gib=44.35, peak_tflops=149.7, hbm_gbps=696.0, num_sms=84,
+            name="A40-48GB", memory_gib=44.35, peak_tflops=149.7, hbm_gbps=696.0, num_sms=84, arch="ampere",
             aliases=("a40", "a40-48g"),
             source="NVIDIA A40 datasheet (149.7 TF/s dense FP16 tensor, 696 GB/s GDDR6); "
-                   "44.35 GiB is torch.cuda's total with ECC on",
+                   "44.35 GiB is torch.cuda's total with ECC on; 84 SMs (GA102, sm86: the datasheet's "
+                   "10,752 CUDA cores / 128 per SM)",
         ),
         GPUSpec(
-            name="H100-SXM", memory_gib=79.11, peak_tflops=989.4, hbm_gbps=3350.0, num_sms=132,
+            name="H100-SXM", memory_gib=79.11, peak_tflops=989.4, hbm_gbps=3350.0, num_sms=132, arch="hopper",
             aliases=("h100", "h100-80gb", "h100-sxm5", "h100-sxm5-80gb"),
-            source="NVIDIA H100 datasheet (SXM5: 989.4 TF/s dense BF16, 3.35 TB/s HBM3)",
+            source="NVIDIA H100 datasheet (SXM5: 989.4 TF/s dense BF16, 3.35 TB/s HBM3); 132 SMs "
+                   "(NVIDIA H100 Tensor Core GPU Architecture whitepaper, SXM5)",
         ),
         GPUSpec(
-            name="H200", memory_gib=139.8, peak_tflops=989.4, hbm_gbps=4800.0, num_sms=132,
+            name="H200", memory_gib=139.8, peak_tflops=989.4, hbm_gbps=4800.0, num_sms=132, arch="hopper",
             aliases=("h200", "h200-sxm", "h200-141gb"),
-            source="NVIDIA H200 datasheet (SXM: 989.4 TF/s dense BF16, 4.8 TB/s HBM3e, 141 GB)",
+            source="NVIDIA H200 datasheet (SXM: 989.4 TF/s dense BF16, 4.8 TB/s HBM3e, 141 GB); the GH100 die "
+                   "of the H100 SXM5, 132 SMs",
         ),
     ],
 )  # fmt: skip

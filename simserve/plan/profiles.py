@@ -8,6 +8,7 @@ uses it, so nobody mistakes an analytic number for a measured one.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,11 @@ def generated_root() -> Path:
     return cache_root() / "plan-profiles"
 
 
-def _covers(root: Path, dep: Deployment) -> str | None:
-    """The profile's backend when the profile under `root` covers `dep`, else None."""
+def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
+    """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
+    roofline backend would now write differently (its tiles, constants or GPU spec changed) covers nothing."""
+    from simserve.profiling.roofline import model_fields
+
     path = profile_dir(root, dep.gpu.name, dep.model.name)
     if not path.is_dir():
         return None
@@ -43,6 +47,10 @@ def _covers(root: Path, dep: Deployment) -> str | None:
         require(profile_keys(profile), dep, path)
     except SimserveError:
         return None
+    if current:
+        now = json.loads(json.dumps(model_fields(dep.gpu)))
+        if any(profile.provenance.get(k) != v for k, v in now.items()):
+            return None
     return str(profile.provenance.get("backend", "unknown backend"))
 
 
@@ -98,7 +106,7 @@ def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
     root = generated_root()
     for group in missing.values():
         first = group[0]
-        if any(_covers(root, d) is None for d in group):
+        if any(_covers(root, d, current=True) is None for d in group):
             # One box per GPU in a plan (the GPU's default node), so one profile serves every candidate.
             generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)))
         for dep in group:

@@ -4,7 +4,8 @@ Every kernel costs a minimum duration plus the smooth maximum sqrt(Tc² + Tm²) 
 memory time Tm (compute and HBM traffic overlap, but not perfectly near the ridge point). Peaks come from
 `simserve/catalog/hardware.py`; the achieved fractions of peak and the minimum durations were calibrated once on
 the measured A100 profiles (Vidur, MIT) and are used unchanged for every GPU: A40/H100/H200 numbers follow from
-their spec sheets and these A100 efficiencies, never from their own measurements. docs/execution-model.md gives
+their spec sheets, these A100 efficiencies and their architecture's GEMM tiles (gemm_tiles.py) and streaming
+bandwidth fraction (ELEMENTWISE_BW_SCALE), never from their own measurements. docs/execution-model.md gives
 every constant's source and the measured errors; `python benchmarks/validate_kernels.py --calibrate` refits them.
 """
 
@@ -19,7 +20,7 @@ import pandas as pd
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
-from simserve.profiling import grid
+from simserve.profiling import gemm_tiles, grid
 from simserve.profiling.collectives import CollectiveConstants, collectives_table
 from simserve.profiling.schema import profiled_deployments
 
@@ -30,19 +31,15 @@ BACKEND = "roofline (analytic)"
 GEMM_MIN_US = 5.6  # minimum GEMM kernel duration on the GPU (not CPU launch): the 1-token times are ~6 µs
 GEMM_COMPUTE_EFF = 0.75  # achieved fraction of dense tensor-core peak in large GEMMs
 GEMM_MEMORY_EFF = 0.85  # achieved fraction of HBM bandwidth streaming weights in skinny (decode) GEMMs
-# GEMM kernels tile the token dimension: a partly filled tile costs a full one. From 256 tokens on, cuBLAS/CUTLASS
-# Ampere+ kernels use 128-row threadblock tiles (CUTLASS 128×128/128×256), so 257 tokens cost 384 rows of
-# tensor-core work: the ~30% step the Sarathi-Serve paper measures at 256 → 257. Below 256 tokens the library picks
-# 64-row tiles (more CTAs for a short M): the measured step at 128 → 136 is +24%, not the +50% that 128-row tiles
-# would give (docs/kernel-validation.md). No GEMM runs fewer than 64 rows of work.
-GEMM_TILE_ROWS = 128
-GEMM_SMALL_TILE_ROWS = 64
-GEMM_LARGE_TILE_FROM = 256
+# GEMM kernels tile the token dimension: a partly filled tile costs a full one, and on Hopper a partly filled wave of
+# tiles costs a full wave. The tile shapes per architecture (Ampere 64/128-row tiles, Hopper 256-row clusters) and
+# the wave count on the GPU's SMs are in simserve/profiling/gemm_tiles.py.
 
 # --- Elementwise ops: t = t0 + bytes / (e · HBM) with a per-kernel achieved bandwidth fraction --------------------
 # Calibrated on the measured A100 Vidur profiles (Llama-2-7B + Llama-2-70B): one shared efficiency is 8-116% off,
 # because the kernels differ (a fused RMSNorm reduces over the hidden dimension; an add streams perfectly).
 # (minimum duration µs, achieved fraction of HBM bandwidth); norms cover RMSNorm and LayerNorm alike.
+# These are Ampere fractions; other architectures scale them by ELEMENTWISE_BW_SCALE.
 ELEMENTWISE_COST = {
     "attn_norm": (2.4, 0.37),
     "mlp_norm": (2.4, 0.37),
@@ -50,6 +47,14 @@ ELEMENTWISE_COST = {
     "act": (2.2, 0.50),
     "residual_add": (1.2, 0.98),
 }
+# How much of its spec-sheet bandwidth an architecture's streaming kernel reaches, relative to Ampere: the same
+# microbenchmark (gpu-benches gpu-stream "scale", A[i] = B[i]·c, at full occupancy; te42kyfo/gpu-benches) reaches
+# 88.8% of spec on an A100-40GB (1381 of 1555 GB/s), 93.7% on an A40 (652 of 696), 89.1% on an L40 (Ada, 770 of
+# 864) and 65.9% on an H200 (Hopper, 3165 of 4800): Hopper's far higher bandwidth needs more bytes in flight than
+# an SM keeps. Hopper 0.659 / 0.888 = 0.74; Ada ≈ Ampere. (The older cuda-stream build reaches 83.6% on an H100
+# PCIe vs 84.9% on an A100-80GB, ratio 0.98: for a 2 TB/s Hopper the loss is small, so this is an estimate with
+# about ±15% spread, not a measurement of these kernels; no Hopper/Ada elementwise kernels are in the reference.)
+ELEMENTWISE_BW_SCALE = {"ampere": 1.0, "ada": 1.0, "hopper": 0.74}
 
 # --- Decode attention (FlashAttention / paged attention over a KV cache) -----------------------------------------
 # Memory-bound: reads b·2·Hkv·d·L·2 bytes of KV. Few work units leave SMs idle: the kernel splits each (sequence,
@@ -80,9 +85,6 @@ class KernelConstants:
     gemm_min_us: float = GEMM_MIN_US
     gemm_compute_eff: float = GEMM_COMPUTE_EFF
     gemm_memory_eff: float = GEMM_MEMORY_EFF
-    gemm_tile_rows: int = GEMM_TILE_ROWS
-    gemm_small_tile_rows: int = GEMM_SMALL_TILE_ROWS
-    gemm_large_tile_from: int = GEMM_LARGE_TILE_FROM
     elementwise_cost: tuple[tuple[str, float, float], ...] = tuple(
         (k, *v) for k, v in ELEMENTWISE_COST.items()
     )
@@ -107,20 +109,15 @@ def _hbm(gpu: GPUSpec) -> float:
     return gpu.hbm_gbps * 1e9
 
 
-def padded_rows(m, c: KernelConstants = KERNELS) -> np.ndarray:
-    """Token rows of tensor-core work: m rounded up to the tile the GEMM library uses at that size."""
-    m = np.asarray(m, dtype=float)
-    tile = np.where(m >= c.gemm_large_tile_from, c.gemm_tile_rows, c.gemm_small_tile_rows)
-    return np.ceil(np.maximum(m, 1) / tile) * tile
-
-
 def gemm_ms(
-    gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int = 2, c: KernelConstants = KERNELS
-) -> np.ndarray:
-    """(m × k) @ (k × n) in ms; m may be an array of token counts."""
+    gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int = 2, c: KernelConstants = KERNELS,
+    tiles: gemm_tiles.ArchTiles | None = None,
+) -> np.ndarray:  # fmt: skip
+    """(m × k) @ (k × n) in ms; m may be an array of token counts. `tiles` defaults to the GPU architecture's."""
     m = np.asarray(m, dtype=float)
-    mq = padded_rows(m, c)
-    tc = 2.0 * mq * k * n / (c.gemm_compute_eff * _peak(gpu))
+    tiles = tiles or gemm_tiles.arch_tiles(gpu)
+    busy = gemm_tiles.wave_utilisation(tiles, m, n, gpu.num_sms)
+    tc = gemm_tiles.padded_flops(tiles, m, k, n) / (c.gemm_compute_eff * _peak(gpu) * busy)
     tm = dtype_bytes * (m * k + k * n + m * n) / (c.gemm_memory_eff * _hbm(gpu))
     return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
 
@@ -131,6 +128,7 @@ def elementwise_ms(gpu: GPUSpec, op: str, nbytes, c: KernelConstants = KERNELS) 
     if op not in costs:
         raise ValueError(f"no elementwise cost for op {op!r}; known: {', '.join(costs)}")
     t0, eff = costs[op]
+    eff = min(1.0, eff * ELEMENTWISE_BW_SCALE[gpu.arch])
     return (t0 * 1e-6 + np.asarray(nbytes, dtype=float) / (eff * _hbm(gpu))) * 1e3
 
 
@@ -234,6 +232,22 @@ def attention_table(
     return pd.concat(frames, ignore_index=True)
 
 
+def model_fields(gpu: GPUSpec, coll: CollectiveConstants | None = None) -> dict:
+    """The provenance fields that fix the model's numbers for `gpu`: a profile whose fields differ is stale."""
+    return {
+        "gpu_spec": {
+            "peak_tflops": gpu.peak_tflops,
+            "hbm_gbps": gpu.hbm_gbps,
+            "num_sms": gpu.num_sms,
+            "arch": gpu.arch,
+            "source": gpu.source,
+        },  # fmt: skip
+        "constants": constants_dict(KERNELS, coll),
+        "gemm_tiles": dataclasses.asdict(gemm_tiles.arch_tiles(gpu)),
+        "elementwise_bw_scale": ELEMENTWISE_BW_SCALE[gpu.arch],
+    }
+
+
 def profile(
     dep_model: ModelSpec,
     gpu: GPUSpec,
@@ -258,13 +272,7 @@ def profile(
     provenance = {
         "backend": BACKEND,
         "device": f"{gpu.name} (no GPU used: spec-sheet peaks with efficiencies calibrated on measured A100 data)",
-        "gpu_spec": {
-            "peak_tflops": gpu.peak_tflops,
-            "hbm_gbps": gpu.hbm_gbps,
-            "num_sms": gpu.num_sms,
-            "source": gpu.source,
-        },  # fmt: skip
-        "constants": constants_dict(KERNELS, coll),
+        **model_fields(gpu, coll),
         "note": "analytic model, not a measurement; errors against measured A100 kernels in docs/execution-model.md",
     }
     return tables, provenance

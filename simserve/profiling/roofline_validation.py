@@ -82,12 +82,13 @@ def load_mlp(root: Path, models: tuple[str, ...] = tuple(VIDUR_MODELS)) -> pd.Da
     return pd.concat(frames, ignore_index=True)
 
 
-def predict_mlp(df: pd.DataFrame, c: rl.KernelConstants = rl.KERNELS) -> np.ndarray:
+def predict_mlp(df: pd.DataFrame, c: rl.KernelConstants = rl.KERNELS, tiles=None) -> np.ndarray:
+    """Predicted times of the measured rows; `tiles` (a gemm_tiles.ArchTiles) replaces A100's for an ablation."""
     out = np.empty(len(df))
     for (kind, op, k, n), idx in df.groupby(["kind", "op", "k", "n"]).groups.items():
         rows = df.loc[idx]
         if kind == "linear":
-            out[df.index.get_indexer(idx)] = rl.gemm_ms(A100, rows["num_tokens"], k, n, 2, c)
+            out[df.index.get_indexer(idx)] = rl.gemm_ms(A100, rows["num_tokens"], k, n, 2, c, tiles)
         else:
             out[df.index.get_indexer(idx)] = rl.elementwise_ms(A100, op, rows["nbytes"], c)
     return out

@@ -1,0 +1,149 @@
+"""GEMM tiles per architecture: wave counts on the GPU's SMs, per-GPU tile steps, A100 unchanged, catalog checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simserve.catalog import GPU, GPUSpec
+from simserve.catalog.hardware import ARCHS
+from simserve.cli import main
+from simserve.profiling import gemm_tiles as gt
+from simserve.profiling import roofline as rl
+
+A100, A40, H100, H200 = (GPU.get(n) for n in ("a100", "a40", "h100", "h200"))
+HOPPER = gt.ARCH_TILES["hopper"]
+
+
+def step_pct(gpu: GPUSpec, a: int, b: int, k: int, n: int) -> float:
+    t = rl.gemm_ms(gpu, [a, b], k, n)
+    return float(100 * (t[1] / t[0] - 1))
+
+
+def test_every_catalog_arch_has_tiles_and_a_bandwidth_scale():
+    assert set(gt.ARCH_TILES) == set(ARCHS) == set(rl.ELEMENTWISE_BW_SCALE)
+    assert {g.arch for g in (A100, A40, H100, H200)} == {"ampere", "hopper"}
+
+
+def test_wave_count_follows_the_sm_count():
+    # 512 tokens of Llama-2-7B's QKV (n = 12288): 2 row tiles of 256 × 96 column tiles of 128 = 192 tiles.
+    assert float(gt.tile_count(HOPPER, 512, 12288)) == 192
+    assert float(gt.waves(HOPPER, 512, 12288, 132)) == 2  # 132 SMs (H100 SXM): 192 = 132 + 60
+    assert float(gt.waves(HOPPER, 512, 12288, 96)) == 2
+    assert float(gt.waves(HOPPER, 512, 12288, 200)) == 1  # one wave on a GPU with more SMs than tiles
+    # Fewer tiles than SMs: split along k to fill the SMs, one wave, nearly all SMs busy.
+    assert float(gt.waves(HOPPER, 8, 4096, 132)) == 1
+    assert float(gt.wave_utilisation(HOPPER, 8, 4096, 132)) == pytest.approx(128 / 132)
+    # ... and the predicted time moves with the SM count at the same peak.
+    fewer = dataclasses.replace(H100, num_sms=100)
+    assert rl.gemm_ms(fewer, 264, 4096, 12288) != pytest.approx(rl.gemm_ms(H100, 264, 4096, 12288))
+
+
+def test_ampere_has_no_wave_term():
+    ampere = gt.ARCH_TILES["ampere"]
+    assert float(gt.wave_utilisation(ampere, 264, 12288, 108)) == 1.0
+    assert rl.gemm_ms(dataclasses.replace(A100, num_sms=50), 264, 4096, 12288) == pytest.approx(
+        rl.gemm_ms(A100, 264, 4096, 12288)
+    )
+
+
+@pytest.mark.parametrize("k,n", [(4096, 12288), (4096, 4096), (4096, 28672), (14336, 4096)])
+def test_hopper_step_at_256_is_larger_than_ampere(k, n):
+    # Hopper's 2x1 clusters cover 256 token rows: 264 tokens run 512 rows of work, Ampere's 128-row tiles 384.
+    assert step_pct(H100, 256, 264, k, n) > step_pct(A100, 256, 264, k, n) + 5
+    assert step_pct(H200, 256, 264, k, n) > step_pct(A100, 256, 264, k, n) + 5
+
+
+# Pinned from the code before per-architecture tiles (commit 84ddd51: `roofline.gemm_ms` / `elementwise_ms` with
+# the A100-calibrated 64/128-row tiles), printed with 9 decimals. A100 and A40 (both Ampere) must not move: the
+# A100 errors in docs/kernel-validation.md and the shipped A100/A40 profiles were computed with these numbers.
+PIN_TOKENS = [1, 8, 64, 65, 128, 136, 255, 256, 257, 264, 512, 520, 1024, 1032, 4096]
+PINNED_GEMM = {
+    ("a100", 4096, 12288): [0.0698932, 0.070012823, 0.07097157, 0.086530164, 0.087407094, 0.108073104, 0.132425618,
+                            0.132434996, 0.1823754, 0.182422564, 0.236042493, 0.289170708, 0.452864771, 0.507210787,
+                            1.772841867],
+    ("a100", 14336, 4096): [0.080608022, 0.080742596, 0.081821107, 0.099981005, 0.10096706, 0.125088572, 0.153463691,
+                            0.153474219, 0.211765968, 0.211818899, 0.274331249, 0.336334626, 0.527269831, 0.590687377,
+                            2.067137244],
+    ("a100", 8192, 3584): [0.04310668, 0.043192665, 0.043882095, 0.052931358, 0.053563676, 0.065582727, 0.079907579,
+                           0.07991441, 0.108955086, 0.108989521, 0.140416066, 0.171340131, 0.266971141, 0.298626634,
+                           1.037348268],
+    ("a40", 4096, 12288): [0.185221612, 0.18558906, 0.188531657, 0.213832973, 0.216753448, 0.25299835, 0.2999464,
+                           0.29998108, 0.396153722, 0.396336923, 0.505732554, 0.612923237, 0.951311978, 1.063176345,
+                           3.69938275],
+}  # fmt: skip
+PINNED_ELEMENTWISE = {  # op -> ms at 1, 256, 4096 tokens of 16 KiB each
+    ("a100", "attn_norm"): [0.002421717, 0.007959567, 0.091353069],
+    ("a100", "rotary"): [0.002317096, 0.00667668, 0.072326884],
+    ("a100", "act"): [0.002216071, 0.006314079, 0.068025271],
+    ("a100", "residual_add"): [0.001208199, 0.00329902, 0.034784322],
+    ("a40", "attn_norm"): [0.002463622, 0.018687294, 0.262996707],
+}
+
+
+@pytest.mark.parametrize("key", list(PINNED_GEMM))
+def test_ampere_gemm_times_are_unchanged(key):
+    gpu, k, n = key
+    assert np.round(rl.gemm_ms(GPU.get(gpu), PIN_TOKENS, k, n), 9).tolist() == PINNED_GEMM[key]
+
+
+@pytest.mark.parametrize("key", list(PINNED_ELEMENTWISE))
+def test_ampere_elementwise_times_are_unchanged(key):
+    gpu, op = key
+    nbytes = np.array([1, 256, 4096]) * 8192 * 2
+    assert np.round(rl.elementwise_ms(GPU.get(gpu), op, nbytes), 9).tolist() == PINNED_ELEMENTWISE[key]
+
+
+def test_hopper_elementwise_reaches_a_smaller_fraction_of_its_bandwidth():
+    nbytes = 1e9
+    ampere_frac = nbytes / (rl.elementwise_ms(A100, "act", nbytes) * 1e-3) / (A100.hbm_gbps * 1e9)
+    hopper_frac = nbytes / (rl.elementwise_ms(H100, "act", nbytes) * 1e-3) / (H100.hbm_gbps * 1e9)
+    assert hopper_frac == pytest.approx(ampere_frac * rl.ELEMENTWISE_BW_SCALE["hopper"], rel=1e-3)
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_user_gpu_without_arch_fails_naming_the_field(tmp_path, capsys):
+    f = tmp_path / "gpus.yaml"
+    f.write_text("gpus:\n  - {name: Old-GPU, memory_gib: 16, peak_tflops: 100, hbm_gbps: 900, num_sms: 80, "
+                 "source: s}\n")  # fmt: skip
+    code, err = run_cli(capsys, "--catalog", str(f), "list", "gpus")
+    assert code == 2 and err.count("\n") == 1 and "missing field(s) arch" in err and "gpus[0]" in err
+    assert "Traceback" not in err
+    assert "Old-GPU" not in GPU
+
+
+def test_user_gpu_with_an_unknown_arch_fails_listing_the_known_ones(tmp_path, capsys):
+    f = tmp_path / "gpus.yaml"
+    f.write_text("gpus:\n  - {name: Old-GPU, memory_gib: 16, peak_tflops: 100, hbm_gbps: 900, num_sms: 80, "
+                 "arch: volta, source: s}\n")  # fmt: skip
+    code, err = run_cli(capsys, "--catalog", str(f), "list", "gpus")
+    assert code == 2 and err.count("\n") == 1 and "'volta'" in err and "hopper" in err
+
+
+def test_plan_regenerates_a_cached_roofline_profile_written_with_other_tiles(tmp_path, monkeypatch):
+    import json
+
+    from simserve.deployment import Deployment
+    from simserve.plan.profiles import generated_root, resolve_profiles
+
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
+    dep = Deployment.create("mistral-7b", "h100", 1, 1)
+    resolve_profiles([dep])
+    prov_file = generated_root() / "h100-sxm" / "mistral-7b" / "provenance.json"
+    prov = json.loads(prov_file.read_text())
+    assert prov["gemm_tiles"]["arch"] == "hopper"
+    # As written before Hopper had its own tiles: the cached profile no longer matches the model.
+    prov["gemm_tiles"] = dataclasses.asdict(gt.ARCH_TILES["ampere"])
+    prov_file.write_text(json.dumps(prov))
+    resolve_profiles([dep])
+    assert json.loads(prov_file.read_text())["gemm_tiles"]["arch"] == "hopper"
