@@ -6,7 +6,8 @@ so any optimisation of the hot path must leave every request time, iteration row
 unchanged. (Re-pinned once when the summary gained `stopped_early`; the tables and
 histograms kept their digests, checked by hashing them without the summary. Re-pinned again for the pp2
 scenarios when collectives came from NCCL's model over the box's topology: their TP-4 all-reduce and the
-stage 0 -> 1 hop, which on the A40 NVLink-pair box goes through the host over PCIe.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
+stage 0 -> 1 hop both go through the host over PCIe on the A40 NVLink-pair box — as before, but now at the
+published 20 GB/s with NCCL's latencies instead of the fitted 23.7 GB/s and alpha.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
 tests/test_sim_digests.py -s` prints the new digests (and say in the commit why results moved).
 """
 
