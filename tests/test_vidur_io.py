@@ -161,6 +161,9 @@ def test_round_trip_through_vidur_format(tmp_path):
     back = read_profile(write_profile(tmp_path / "back", back_tables, {"backend": "vidur-import"}))
     for name in ("linear", "elementwise", "attention", "collectives"):
         a, b = getattr(prof, name), getattr(back, name)
+        if name == "collectives":  # Vidur's format has no hop between NVLink pairs (vidur_export.collective_frame)
+            assert (a["link"] == f"{NODE.name}:pcie").any()
+            a = a[a["link"] != f"{NODE.name}:pcie"]
         keys = [c for c in a.columns if c in b.columns and c != "time_ms"]
         a, b = a.sort_values(keys, kind="stable"), b.sort_values(keys, kind="stable")
         assert len(a) == len(b) and (a[keys].to_numpy() == b[keys].to_numpy()).all(), name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from simserve.catalog.table import Table
 
@@ -34,19 +35,43 @@ class GPUSpec:
         return self.memory_gib * 2**30
 
 
+NODE_KINDS = ("nvswitch", "nvlink-pairs", "pcie")
+
+
 @dataclass(frozen=True)
 class NodeSpec:
-    """A box of GPUs. Collectives inside an NVLink group run over NVLink; across groups over PCIe."""
+    """A box of GPUs and how they reach each other: its `kind` decides which link each collective crosses.
+
+    nvswitch: every GPU reaches every other over NVLink. nvlink-pairs: NVLink bridges join GPU pairs (0-1, 2-3, …);
+    anything between pairs goes over PCIe through the host. pcie: no working NVLink at all. The `*_bus_gbps` fields
+    are the bus bandwidth NCCL reaches on that link (nccl-tests `busbw`, per GPU and direction); the model in
+    simserve/profiling/nccl.py derives every collective from them.
+    """
 
     name: str
     gpu: str  # the GPU this box holds (a name in the GPU table)
     gpus_per_node: int
-    nvlink_group: int  # GPUs that reach each other over NVLink: 2 for bridged pairs, 8 for NVSwitch
-    nvlink_gbps: float  # per GPU, per direction
-    pcie_gbps: float  # per GPU, per direction, for traffic that leaves an NVLink group
-    latency_us: float  # fixed cost of one collective (launch, sync, protocol), the alpha in alpha-beta
+    kind: str  # nvswitch | nvlink-pairs | pcie
+    nvlink_gbps: float  # spec sheet, per GPU, per direction (0 without NVLink)
+    pcie_gbps: float  # spec sheet, per GPU, per direction
+    nvlink_bus_gbps: float  # NCCL bus bandwidth over NVLink (0 without NVLink)
+    pcie_bus_gbps: float  # NCCL bus bandwidth of a ring through PCIe and the host
     source: str
     aliases: tuple[str, ...] = ()
+    MISSING_HINT: ClassVar[str] = "; the collective model needs them (fields and sources: docs/collectives.md)"
+
+    def __post_init__(self):
+        if self.kind not in NODE_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(NODE_KINDS)}, not {self.kind!r}")
+        if self.kind != "pcie" and not self.nvlink_bus_gbps > 0:
+            raise ValueError(f"a {self.kind} node needs nvlink_bus_gbps > 0")
+        if not self.pcie_bus_gbps > 0:
+            raise ValueError("pcie_bus_gbps must be > 0")
+
+    @property
+    def nvlink_group(self) -> int:
+        """GPUs that reach each other over NVLink."""
+        return {"nvswitch": self.gpus_per_node, "nvlink-pairs": 2, "pcie": 1}[self.kind]
 
     @classmethod
     def from_name(cls, name: str) -> NodeSpec:
@@ -58,10 +83,13 @@ class NetworkSpec:
     """The network between nodes: pipeline stages on different nodes send activations over it."""
 
     name: str
-    gbps: float  # per node, per direction
-    latency_us: float
+    gbps: float  # line rate, per node, per direction
+    bus_gbps: float  # what NCCL reaches across it (nccl-tests busbw between two nodes), per node and direction
+    latency_us: float  # one-way fabric latency, added to NCCL's per-step network latency
     source: str
     aliases: tuple[str, ...] = ()
+    MISSING_HINT: ClassVar[str] = "; the collective model needs them (fields and sources: docs/collectives.md)"
+
 
     @classmethod
     def from_name(cls, name: str) -> NetworkSpec:
@@ -100,56 +128,93 @@ GPU: Table[GPUSpec] = Table(
     ],
 )  # fmt: skip
 
+# Where the NCCL bus bandwidths come from (cited in every entry below):
+_NCCL_TESTS = ("published nccl-tests all_reduce busbw at large sizes: 8×A100 SXM4 NVLink 230–250 GB/s, 8×H100 SXM5 "
+               "460–480 (with NVLS), 8×H100 PCIe Gen5 without NVSwitch 35–45 (docs.alayanew.com/en/docs/tech-blog/"
+               "2026-05-06-nccl-tests)")
+_NVLINK3 = ("an NVLink 3 link carries 25 GB/s per direction, ~20 of it as payload of the SMs' 128-byte stores, and "
+            "A100 reaches ~230 GB/s of the 240 this gives 12 links (NCCL developer, github.com/NVIDIA/nccl-tests/"
+            "issues/149); NCCL's tuner caps Ampere at 235 (src/graph/tuning.cc)")
+_PAIRS = ("nccl-tests on an A100 box with NV12 pairs: 208 GB/s busbw inside a pair, 20 GB/s once the ring "
+          "crosses PCIe to the next pair (github.com/NVIDIA/nccl-tests/issues/178)")
+_PCIE4 = f"PCIe Gen4 x16 (32 GB/s per direction); a ring through the host reaches 20 GB/s busbw ({_PAIRS})"
+
 NODES: Table[NodeSpec] = Table(
     "node",
     [
         NodeSpec(
-            name="a100-pairwise-nvlink", gpu="A100-80GB", gpus_per_node=4, nvlink_group=2,
-            nvlink_gbps=300.0, pcie_gbps=32.0, latency_us=10.0,
+            name="a100-pairwise-nvlink", gpu="A100-80GB", gpus_per_node=4, kind="nvlink-pairs",
+            nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=208.0, pcie_bus_gbps=20.0,
             aliases=("a100_pairwise_nvlink", "nc96ads-a100-v4", "a100-nvlink-pairs"),
-            source="Azure NC96ads A100 v4 (the Sarathi-Serve testbed): 4×A100 80GB, NVLink bridge between "
-                   "pairs (600 GB/s bidirectional), PCIe Gen4 x16 (32 GB/s per direction) otherwise",
+            source="Azure NC96ads A100 v4 (the Sarathi-Serve testbed): 4×A100 80GB, NVLink 3 bridges (NV12) "
+                   f"between pairs (600 GB/s bidirectional), PCIe Gen4 x16 (32 GB/s per direction) otherwise; {_PAIRS}",
         ),
         NodeSpec(
-            name="a40-pairwise-nvlink", gpu="A40-48GB", gpus_per_node=8, nvlink_group=2,
-            nvlink_gbps=56.25, pcie_gbps=32.0, latency_us=10.0,
+            name="a40-pairwise-nvlink", gpu="A40-48GB", gpus_per_node=8, kind="nvlink-pairs",
+            nvlink_gbps=56.25, pcie_gbps=32.0, nvlink_bus_gbps=43.0, pcie_bus_gbps=20.0,
             aliases=("a40_pairwise_nvlink", "a40-nvlink-pairs"),
-            source="8×A40 box with NVLink bridges between pairs (A40 datasheet: 112.5 GB/s bidirectional), "
-                   "PCIe Gen4 x16 (32 GB/s per direction) otherwise",
+            source="8×A40 box with NVLink bridges between pairs (A40 datasheet: 112.5 GB/s bidirectional); "
+                   "NVLink busbw 43 = 56.25 × 230/300, the fraction of the line rate NCCL reaches on A100's NVLink 3 "
+                   f"({_NVLINK3}); {_PCIE4}",
         ),
         NodeSpec(
-            name="dgx-a100", gpu="A100-80GB", gpus_per_node=8, nvlink_group=8,
-            nvlink_gbps=300.0, pcie_gbps=32.0, latency_us=10.0,
+            name="a40-pcie", gpu="A40-48GB", gpus_per_node=8, kind="pcie",
+            nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=20.0,
+            aliases=("a40_pcie", "a40-no-nvlink"),
+            source=f"8×A40 without (working) NVLink bridges: every collective goes through the host; {_PCIE4}",
+        ),
+        NodeSpec(
+            name="dgx-a100", gpu="A100-80GB", gpus_per_node=8, kind="nvswitch",
+            nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=230.0, pcie_bus_gbps=20.0,
             aliases=("a100_dgx", "dgx", "a100-nvswitch", "nvswitch"),
-            source="NVIDIA DGX A100: 8×A100 on NVSwitch, NVLink 3 at 600 GB/s bidirectional per GPU",
+            source="NVIDIA DGX A100: 8×A100 on NVSwitch, NVLink 3 at 600 GB/s bidirectional per GPU; "
+                   f"busbw 230 ({_NVLINK3}; {_NCCL_TESTS})",
         ),
         NodeSpec(
-            name="dgx-h100", gpu="H100-SXM", gpus_per_node=8, nvlink_group=8,
-            nvlink_gbps=450.0, pcie_gbps=64.0, latency_us=10.0,
+            name="dgx-h100", gpu="H100-SXM", gpus_per_node=8, kind="nvswitch",
+            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0,
             aliases=("h100_dgx", "h100-nvswitch", "hgx-h100"),
-            source="NVIDIA DGX H100: 8×H100 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU",
+            source="NVIDIA DGX H100: 8×H100 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw 350 for "
+                   "ring/tree (no NVLS in this model: 450 × 230/300 as on NVLink 3; with NVLS nccl-tests reach "
+                   f"460–480); PCIe Gen5 busbw 40 ({_NCCL_TESTS}). Not validated against measurements",
         ),
         NodeSpec(
-            name="hgx-h200", gpu="H200", gpus_per_node=8, nvlink_group=8,
-            nvlink_gbps=450.0, pcie_gbps=64.0, latency_us=10.0,
+            name="hgx-h200", gpu="H200", gpus_per_node=8, kind="nvswitch",
+            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0,
             aliases=("h200_dgx", "h200-nvswitch", "dgx-h200"),
-            source="NVIDIA HGX H200: 8×H200 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU",
+            source="NVIDIA HGX H200: 8×H200 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw as "
+                   "dgx-h100 (same NVLink 4 / NVSwitch fabric). Not validated against measurements",
         ),
     ],
 )  # fmt: skip
+
+_IB = ("an InfiniBand 4x link's 64b/66b coding and packet headers leave ~92% of the line rate to NCCL's payload; "
+       "one-way latency ~1 µs (HCA + one switch)")
 
 NETWORKS: Table[NetworkSpec] = Table(
     "network",
     [
         NetworkSpec(
-            name="ethernet-100g", gbps=12.5, latency_us=30.0,
+            name="ethernet-100g", gbps=12.5, bus_gbps=10.0, latency_us=30.0,
             aliases=("100g", "ethernet", "eth-100g", "100gbe"),
-            source="100 Gb/s Ethernet between nodes (the Sarathi-Serve Falcon-180B testbed): 12.5 GB/s per direction",
+            source="100 Gb/s Ethernet between nodes (the Sarathi-Serve Falcon-180B testbed): 12.5 GB/s per "
+                   "direction; NCCL's socket transport over TCP reaches ~80% of it and adds the kernel TCP stack's "
+                   "tens of µs per message. Not validated against measurements",
         ),
         NetworkSpec(
-            name="infiniband-400g", gbps=50.0, latency_us=5.0,
+            name="infiniband-100g", gbps=12.5, bus_gbps=11.5, latency_us=1.0,
+            aliases=("ib-100g", "edr"),
+            source=f"100 Gb/s EDR InfiniBand, one HCA per node: 12.5 GB/s per direction; {_IB}",
+        ),
+        NetworkSpec(
+            name="infiniband-200g", gbps=25.0, bus_gbps=23.0, latency_us=1.0,
+            aliases=("ib-200g", "hdr"),
+            source=f"200 Gb/s HDR InfiniBand, one HCA per node: 25 GB/s per direction; {_IB}",
+        ),
+        NetworkSpec(
+            name="infiniband-400g", gbps=50.0, bus_gbps=46.0, latency_us=1.0,
             aliases=("ib-400g", "ndr", "infiniband"),
-            source="400 Gb/s NDR InfiniBand per node: 50 GB/s per direction",
+            source=f"400 Gb/s NDR InfiniBand, one HCA per node: 50 GB/s per direction; {_IB}",
         ),
     ],
 )  # fmt: skip

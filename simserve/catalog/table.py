@@ -85,7 +85,8 @@ def build_spec(cls: type[T], entry: dict[str, Any], where: str) -> T:
     ]
     missing = [n for n in required if n not in entry]
     if missing:
-        raise SimserveError(f"{where}: missing field(s) {', '.join(missing)}")
+        hint = getattr(cls, "MISSING_HINT", "")  # what needs the fields, and where they are explained
+        raise SimserveError(f"{where}: missing field(s) {', '.join(missing)}{hint}")
     values = dict(entry)
     if "aliases" in values:
         values["aliases"] = tuple(values["aliases"])

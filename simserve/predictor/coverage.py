@@ -9,6 +9,7 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.ops import ELEMENTWISE_OPS, LINEAR_OPS
 from simserve.predictor.fit import ModelKey
+from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
 
 
@@ -39,12 +40,12 @@ def node_link(dep: Deployment) -> str:
 
 
 def stage_link(dep: Deployment, stage: int) -> str:
-    """The link the activations of `stage` cross to reach stage + 1: the network when they leave the node."""
-    if dep.crosses_nodes(stage):
-        if dep.network is None:
-            raise SimserveError(f"{dep.describe()} spans nodes but names no network; pass --network")
-        return dep.network.name
-    return node_link(dep)
+    """The profile link the activations of `stage` cross to reach stage + 1 (`nccl.stage_hop`, which the profile
+    writer uses too): the network when they leave the node, else NVLink or PCIe as the box's topology decides."""
+    if dep.crosses_nodes(stage) and dep.network is None:
+        raise SimserveError(f"{dep.describe()} spans nodes but names no network; pass --network")
+    node_link(dep)  # a clear error when there is no node
+    return stage_hop(dep.node, dep.network, dep.tp, stage).link
 
 
 def find_collective(keys: Iterable[ModelKey], op: str, link: str, num_workers: int | None) -> ModelKey | None:

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from simserve.catalog import NODES
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
 from simserve.profiling import grid
+from simserve.profiling.nccl import node_hops
 from simserve.profiling.schema import profile_dir, write_profile
 
 PEAK = 200e12  # FLOP/s
@@ -59,11 +61,16 @@ def _rows(dep: Deployment, max_tokens: int, max_len: int) -> dict[str, list[dict
 
 def _collectives(node: str, network: str | None, tps: Iterable[int]) -> list[dict]:
     rows = []
-    links = [(node, "node")] + ([(network, "network")] if network else [])
+    # A box with NVLink pairs has a second kind of hop (`<node>:pcie`, see nccl.stage_hop); this closed-form
+    # profile gives it the node's numbers, as it models no hardware.
+    hops = [h.link for h in node_hops(NODES.get(node))] if node in NODES else [node]
+    links = [(link, "node") for link in hops] + ([(network, "network")] if network else [])
     for link, kind in links:
         for s in grid.collective_sizes(2**30):
             rows.append({"op": "send_recv", "link": link, "num_workers": 2, "size_bytes": s,
                          "time_ms": LINK_ALPHA_MS[kind] + 1e3 * s / LINK_GBPS[kind]})  # fmt: skip
+            if link not in (node, network):
+                continue  # all-reduces are keyed by the node
             for n in sorted({t for t in tps if t > 1}):
                 ms = LINK_ALPHA_MS[kind] + 1e3 * 2 * (n - 1) / n * s / LINK_GBPS[kind]
                 rows.append(

@@ -18,6 +18,7 @@ from simserve.catalog import GPU, NODES, ModelSpec
 from simserve.deployment import Deployment
 from simserve.ops import elementwise_ops, linear_ops
 from simserve.profiling import collectives as coll
+from simserve.profiling import nccl, nccl_validation
 from simserve.profiling import roofline as rl
 
 # label -> directory under compute/a100 (Vidur's Hugging Face ids). phi-2 (TP1 only, GELU) is left out.
@@ -114,30 +115,6 @@ def predict_attention(df: pd.DataFrame, c: rl.KernelConstants = rl.KERNELS) -> n
     return out
 
 
-def load_collectives(root: Path) -> pd.DataFrame:
-    """system, op, num_workers, size_bytes, measured_ms: collectives inside one box (devices_per_node = workers)."""
-    frames = []
-    for system, node in (("a100_pairwise_nvlink", "a100-pairwise-nvlink"), ("a100_dgx", "dgx-a100")):
-        for op in ("all_reduce", "send_recv"):
-            df = pd.read_csv(root / "network" / system / f"{op}.csv")
-            df = df[df["devices_per_node"] == df["num_workers"]]
-            frames.append(pd.DataFrame({"system": system, "node": node, "op": op, "num_workers": df["num_workers"],
-                                        "size_bytes": df["size"], "measured_ms": df[f"time_stats.{op}.median"]}))  # fmt: skip
-    return pd.concat(frames, ignore_index=True)
-
-
-def predict_collectives(df: pd.DataFrame, c: coll.CollectiveConstants = coll.COLLECTIVES) -> np.ndarray:
-    out = np.empty(len(df))
-    for (node, op, n), idx in df.groupby(["node", "op", "num_workers"]).groups.items():
-        spec, sizes = NODES.get(node), df.loc[idx, "size_bytes"]
-        pos = df.index.get_indexer(idx)
-        if op == "all_reduce":
-            out[pos] = coll.all_reduce_ms(spec, int(n), sizes, c)
-        else:  # two GPUs of one NVLink pair/switch: the measured pair talks over NVLink
-            out[pos] = coll.send_recv_ms(spec.nvlink_gbps, c.nvlink_eff, sizes, 0.0, c)
-    return out
-
-
 def with_errors(df: pd.DataFrame, predicted: np.ndarray) -> pd.DataFrame:
     out = df.assign(predicted_ms=predicted)
     out["ape"] = (out["predicted_ms"] / out["measured_ms"] - 1).abs() * 100
@@ -172,7 +149,7 @@ def calibrate(root: Path) -> dict[str, object]:
     """Refit the kernel and collective constants: mean |log(predicted/measured)| per family, Nelder-Mead.
 
     GEMM and elementwise constants on CALIBRATION_MODELS only; attention on the one legacy shape (in-sample);
-    collectives on the a100_pairwise_nvlink box (the a100_dgx box is held out).
+    the collectives' one launch constant on the a100_dgx box (simserve/profiling/nccl_validation.py).
     """
     mlp = load_mlp(root, CALIBRATION_MODELS)
     lin = mlp[(mlp["kind"] == "linear") & (mlp["measured_ms"] > 0)].reset_index(drop=True)
@@ -209,17 +186,7 @@ def calibrate(root: Path) -> dict[str, object]:
              [5.0, 0.5, 500.0])  # fmt: skip
     out.update(zip(names, x, strict=True))
 
-    col = load_collectives(root)
-    ar = col[(col["system"] == "a100_pairwise_nvlink") & (col["op"] == "all_reduce")].reset_index(drop=True)
-    cl = _log_loss(ar["measured_ms"].to_numpy())
-    names = ["nccl_allreduce_base_us", "nccl_ring_step_us", "nvlink_eff", "pcie_eff"]
-    x = _fit(lambda x: cl(predict_collectives(ar, dataclasses.replace(coll.COLLECTIVES, **dict(zip(names, x, strict=True))))),
-             [30.0, 5.0, 0.6, 0.7])  # fmt: skip
-    out.update(zip(names, x, strict=True))
-    sr = col[
-        (col["system"] == "a100_pairwise_nvlink") & (col["op"] == "send_recv") & (col["size_bytes"] <= 65536)
-    ]
-    out["nccl_p2p_min_us"] = float(sr["measured_ms"].median() * 1e3)
+    out["launch_us"] = nccl_validation.calibrate_launch_us(nccl_validation.load(root))
     return out
 
 
@@ -252,13 +219,8 @@ def decode_iteration_ms(dep: Deployment, batch: int = 32, context: int = 4096) -
         )
     hops = 0.0
     for stage in range(dep.pp - 1):
-        size = send_recv_bytes(dep, batch)
-        crosses = dep.crosses_nodes(stage) and dep.network is not None
-        hops += float(
-            coll.network_send_recv_ms(dep.network, size)
-            if crosses
-            else coll.node_send_recv_ms(dep.node, size)
-        )
+        hop = nccl.stage_hop(dep.node, dep.network, dep.tp, stage)
+        hops += float(nccl.hop_ms(dep.node, dep.network, hop, send_recv_bytes(dep, batch)))
     layers = m.num_layers  # (num_layers / pp per stage) × pp stages
     parts = {"linear": linear, "elementwise": elementwise, "attention": attention, "all_reduce": reduce}
     out = {k: v * layers for k, v in parts.items()}

@@ -9,7 +9,7 @@ reference measurements), and each call starts with L2 flushed, as weights are in
 
 Without a GPU it runs the same code on the CPU with `time.perf_counter`, only in quick mode and labelled as the CPU:
 its numbers exercise the code path and never stand in for the GPU asked for. Collectives are measured over NCCL
-when several GPUs are visible; what cannot be measured here comes from the alpha-beta model of `collectives.py`,
+when several GPUs are visible; what cannot be measured here comes from the NCCL model of `collectives.py`,
 marked `method=analytic` row by row and in the provenance.
 """
 

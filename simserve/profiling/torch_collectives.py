@@ -1,6 +1,6 @@
 """Collectives for the torch backend: all_reduce and send/recv timed in spawned processes (NCCL, or gloo on the CPU).
 
-What this machine cannot measure (more GPUs than visible, other nodes) comes from the alpha-beta model of
+What this machine cannot measure (more GPUs than visible, other nodes) comes from the NCCL model of
 `collectives.py`, marked `method=analytic` row by row.
 """
 
@@ -95,12 +95,12 @@ def collective_rows(
     torch: Any, device: Any, gpu: GPUSpec, node: NodeSpec, network: NetworkSpec | None, tps: list[int], quick: bool,
     warmup: int, repeats: int,
 ) -> tuple[pd.DataFrame, str]:  # fmt: skip
-    """Measured NCCL rows where this machine can measure them; the alpha-beta model's rows, marked, elsewhere."""
+    """Measured NCCL rows where this machine can measure them; the NCCL model's rows (nccl.py), marked, elsewhere."""
     analytic = collectives_table(node, network, tps, quick).assign(method="analytic")
     count = torch.cuda.device_count() if device.type == "cuda" else 0
     if count < 2:
         return analytic, (
-            f"not measured ({count} visible GPU(s)): every row is the alpha-beta model of "
+            f"not measured ({count} visible GPU(s)): every row is the NCCL model of "
             f"simserve/profiling/collectives.py (method=analytic)"
         )
     for i in range(count):

@@ -11,6 +11,7 @@ import pandas as pd
 from simserve.catalog import NODES, GPUSpec, ModelSpec, NodeSpec
 from simserve.errors import SimserveError
 from simserve.io import check_out_dir, output_dir
+from simserve.profiling.nccl import pcie_link
 from simserve.profiling.schema import Profile
 from simserve.profiling.vidur_format import (
     EXPORT_MARKER,
@@ -105,9 +106,11 @@ def collective_frame(profile: Profile, op: str, node: NodeSpec) -> pd.DataFrame:
     """Rows inside `node` and across the network from it, with Vidur's devices_per_node convention.
 
     Vidur reads all-reduce rows with devices_per_node == num_workers (one node) and send/recv rows with
-    devices_per_node 2 (same node) or 1 (next node).
+    devices_per_node 2 (same node) or 1 (next node). Vidur knows one hop inside a node (GPU 0 -> 1): the rows of
+    a hop between NVLink pairs (`<node>:pcie`, see nccl.stage_hop) have no place in its format and are left out.
     """
-    rows = profile.collectives[profile.collectives["op"] == op].reset_index(drop=True)
+    rows = profile.collectives[profile.collectives["op"] == op]
+    rows = rows[rows["link"] != pcie_link(node.name)].reset_index(drop=True)
     inside = rows["link"] == node.name
     derived = np.where(inside, rows["num_workers"] if op == "all_reduce" else 2,
                        1 if op == "send_recv" else node.gpus_per_node)  # fmt: skip

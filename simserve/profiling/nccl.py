@@ -1,0 +1,259 @@
+"""NCCL's own cost model for the collectives of LLM serving, driven by the box's topology.
+
+NCCL picks, for every call, the (algorithm, protocol) pair its tuner predicts to be fastest:
+
+    time = base latency + steps × per-step latency of the link + bytes / algorithm bandwidth
+
+* algorithms: **ring** (all-reduce in 2(n−1) steps, all-gather and reduce-scatter in n−1, algorithm bandwidth
+  n/steps × bus bandwidth) and **tree** (all-reduce only: a chain inside a node, a binary tree of log2(nodes)
+  steps between nodes, algorithm bandwidth half the bus bandwidth);
+* protocols: **LL** (8-byte stores with a 4-byte flag: lowest latency, a quarter to a third of the bandwidth),
+  **LL128** (128-byte lines with an 8-byte flag: ~92% of the bandwidth, used by NCCL on NVLink only) and
+  **Simple** (full bandwidth, the highest latency);
+* per-step latencies depend on what a step crosses: NVLink, PCIe (through the host) or the network.
+
+The latencies and protocol factors follow NCCL's tuner (src/graph/tuning.cc in NVIDIA/nccl, the tables of the
+2.7–2.9 releases; later releases retune them per GPU generation); the bus bandwidths come from the catalog (spec
+sheets and published nccl-tests figures, cited there). One more cost is not NCCL's: the host-side launch of a collective as the profiler times
+it (torch.distributed dispatch and the kernel launch). It is the only constant measured here — on the
+calibration box (a100_dgx), see docs/collectives.md — and the other box is validation.
+Send/recv, which NCCL does not tune, is one step (LL up to 16 KiB, Simple above) across the link the pipeline hop
+really crosses (`stage_hop`); docs/collectives.md has the whole model and its measured errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simserve.catalog import NetworkSpec, NodeSpec
+
+ALGORITHMS = ("ring", "tree")
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# NCCL tuning.cc `baseLat` (µs): the fixed cost of an algorithm/protocol pair.
+BASE_LATENCY_US = {
+    ("tree", "LL"): 4.4, ("tree", "LL128"): 4.4, ("tree", "Simple"): 0.0,
+    ("ring", "LL"): 3.6, ("ring", "LL128"): 10.0, ("ring", "Simple"): 8.4,
+}  # fmt: skip
+# NCCL tuning.cc `hwLat` (µs): latency of one step over NVLink, PCIe or the network. Tree/Simple is high
+# because a tree step forwards whole 256 KiB chunks.
+STEP_LATENCY_US = {
+    "nvlink": {("tree", "LL"): 0.52, ("tree", "LL128"): 1.2, ("tree", "Simple"): 28.0,
+               ("ring", "LL"): 0.47, ("ring", "LL128"): 1.9, ("ring", "Simple"): 3.4},
+    "pcie": {("tree", "LL"): 1.0, ("tree", "LL128"): 1.9, ("tree", "Simple"): 28.0,
+             ("ring", "LL"): 1.0, ("ring", "LL128"): 2.5, ("ring", "Simple"): 5.7},
+    "net": {("tree", "LL"): 5.0, ("tree", "LL128"): 8.5, ("tree", "Simple"): 50.0,
+            ("ring", "LL"): 2.7, ("ring", "LL128"): 4.0, ("ring", "Simple"): 9.6},
+}  # fmt: skip
+# NCCL's default NCCL_P2P_LL_THRESHOLD (bytes): point-to-point sends at most this size use LL, larger ones Simple.
+P2P_LL_THRESHOLD = 16384
+# Bus-bandwidth ceilings of the tree algorithm in tuning.cc (GB/s): ≤ 2 nodes, more nodes.
+TREE_MAX_GBPS = (110.0, 80.0)
+
+# Host-side cost of one collective call as a profiler times it (torch.distributed dispatch + kernel launch):
+# the median residual of the calibration box's small send/recv messages (a100_dgx, ≤ 64 KiB), see
+# simserve/profiling/nccl_validation.py `calibrate_launch_us`.
+LAUNCH_US = 6.4
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """What one communicator runs over: its ranks, the link between ranks of a node, and the network between nodes.
+
+    `bus_gbps` is the bus bandwidth NCCL's Simple protocol reaches on the slowest intra-node link (per GPU and
+    direction); `net_gbps` the network's, per node and direction; `net_latency_us` the fabric's one-way latency
+    added to NCCL's per-step network latency.
+    """
+
+    ranks: int
+    nodes: int
+    medium: str  # "nvlink" or "pcie": what a step between two GPUs of one node crosses
+    bus_gbps: float
+    net_gbps: float = 0.0
+    net_latency_us: float = 0.0
+
+    def __post_init__(self):
+        if self.medium not in ("nvlink", "pcie"):
+            raise ValueError(f"intra-node medium must be nvlink or pcie, not {self.medium!r}")
+        if self.ranks < 1 or self.nodes < 1 or self.ranks % self.nodes:
+            raise ValueError(f"{self.ranks} ranks do not spread evenly over {self.nodes} nodes")
+
+
+def _steps(collective: str, n: int) -> int:
+    return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "send_recv": 1}[collective]
+
+
+def _enabled(collective: str, algorithm: str, protocol: str, f: Fabric) -> bool:
+    if algorithm == "tree" and collective != "all_reduce":
+        return False  # NCCL runs trees for all-reduce only
+    if collective == "send_recv":
+        return protocol != "LL128"  # point-to-point runs LL or Simple, by size (see options_us)
+    # NCCL enables LL128 by default only when every hop is NVLink (silent corruption is possible elsewhere).
+    return protocol != "LL128" or (f.medium == "nvlink" and f.nodes == 1)
+
+
+def _bus_gbps(collective: str, algorithm: str, protocol: str, f: Fabric) -> float:
+    """Bus bandwidth of an algorithm/protocol pair: the link's, cut by the protocol's payload fraction."""
+    bus = f.bus_gbps if f.nodes == 1 else min(f.bus_gbps, f.net_gbps)
+    ranks_per_node = f.ranks / f.nodes
+    if algorithm == "ring":
+        if protocol == "LL":  # half of each 8-byte store is a flag; NCCL's tuner takes ¼ for reductions, ⅓ else
+            return bus / (4.0 if (f.nodes > 1 or collective == "all_reduce") else 3.0)
+        if protocol == "LL128":  # 120 of 128 bytes are data; one GPU per node shares a NIC both ways
+            return bus * (0.7 if ranks_per_node < 2 else 0.92)
+        return bus
+    bus = min(bus * 0.9, TREE_MAX_GBPS[f.nodes > 2])
+    if protocol == "LL":
+        return bus / 3.8
+    if protocol == "LL128":
+        return bus * (7.0 / 9.0 if f.nodes == 1 else 0.915)
+    return bus
+
+
+def _latency_us(collective: str, algorithm: str, protocol: str, f: Fabric) -> float:
+    key = (algorithm, protocol)
+    intra = STEP_LATENCY_US[f.medium][key] * (1.8 if f.nodes > 1 and protocol == "LL" else 1.0)
+    inter = STEP_LATENCY_US["net"][key] + f.net_latency_us
+    if algorithm == "tree":
+        per_node = f.ranks // f.nodes
+        levels = int(math.log2(f.nodes))  # whole levels of the binary tree between nodes, as NCCL counts them
+        return BASE_LATENCY_US[key] + 2 * ((per_node - 1) * intra + levels * inter)
+    steps = _steps(collective, f.ranks)
+    inter_steps = _steps(collective, f.nodes) if f.nodes > 1 else 0
+    # Point-to-point is not tuned by NCCL and has no ring to fill: its fixed cost is the smallest kernel's (ring LL)
+    base = BASE_LATENCY_US[("ring", "LL")] if collective == "send_recv" else BASE_LATENCY_US[key]
+    return base + (steps - inter_steps) * intra + inter_steps * inter
+
+
+def options_us(collective: str, f: Fabric, size_bytes) -> dict[tuple[str, str], np.ndarray]:
+    """Predicted µs (NCCL's kernel time, no launch) of every enabled algorithm/protocol pair."""
+    size = np.asarray(size_bytes, dtype=float)
+    n, out = f.ranks, {}
+    for algorithm in ALGORITHMS:
+        for protocol in PROTOCOLS:
+            if not _enabled(collective, algorithm, protocol, f):
+                continue
+            # bus -> algorithm bandwidth: a tree moves the message up and down; a ring all-reduce 2(n−1)/n of it
+            # through each link, an all-gather (n−1)/n; a send/recv moves it once
+            ratio = 0.5 if algorithm == "tree" else 1.0 if collective == "send_recv" else n / _steps(collective, n)
+            algo_gbps = _bus_gbps(collective, algorithm, protocol, f) * ratio
+            lat = _latency_us(collective, algorithm, protocol, f)
+            big = size >= n / 16.0 * 65536
+            if algorithm == "ring" and protocol == "Simple" and f.nodes > 1 and collective == "all_reduce":
+                lat = np.where(big, lat * 1.9, lat)  # tuning.cc: the ring's plateau across nodes
+            t = lat + size / (algo_gbps * 1e3)
+            if collective == "send_recv":  # not tuned: NCCL sends LL up to NCCL_P2P_LL_THRESHOLD, Simple above
+                t = np.where((size <= P2P_LL_THRESHOLD) == (protocol == "LL"), t, np.inf)
+            out[(algorithm, protocol)] = t
+    return out
+
+
+def choose(collective: str, f: Fabric, size_bytes: float) -> tuple[str, str]:
+    """The algorithm/protocol NCCL's tuner picks for one message size."""
+    opts = options_us(collective, f, size_bytes)
+    return min(opts, key=lambda k: float(opts[k]))
+
+
+def collective_ms(collective: str, f: Fabric, size_bytes, launch_us: float = LAUNCH_US) -> np.ndarray:
+    """Time of one collective in ms: launch + the fastest algorithm/protocol for each size."""
+    if collective not in ("all_reduce", "all_gather", "send_recv"):
+        raise ValueError(f"unknown collective {collective!r}; use all_reduce, all_gather or send_recv")
+    if f.ranks == 1:
+        return np.zeros_like(np.asarray(size_bytes, dtype=float))
+    best = np.minimum.reduce(list(options_us(collective, f, size_bytes).values()))
+    return (launch_us + best) * 1e-3
+
+
+# ------------------------------------------------------------------------------------------- the box's topology
+
+
+def _require(spec, fields: tuple[str, ...], what: str) -> None:
+    missing = [name for name in fields if getattr(spec, name, None) in (None, "")]
+    if missing:
+        from simserve.errors import SimserveError
+
+        raise SimserveError(
+            f"{what} {spec.name!r} lacks {', '.join(missing)}, which the collective model needs; "
+            f"add it to its catalog entry (see docs/collectives.md)"
+        )
+
+
+def node_fabric(node: NodeSpec, ranks: int) -> Fabric:
+    """A communicator of `ranks` GPUs packed into one node (TP groups): NVLink only if they share an NVLink domain."""
+    _require(node, ("kind", "nvlink_bus_gbps", "pcie_bus_gbps"), "node")
+    if node.kind == "pcie" or (node.kind == "nvlink-pairs" and ranks > 2):
+        # A ring over pairs alternates NVLink and PCIe hops: the PCIe hops through the host bound it.
+        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps)
+    return Fabric(ranks, 1, "nvlink", node.nvlink_bus_gbps)
+
+
+def network_fabric(node: NodeSpec, network: NetworkSpec, ranks: int, nodes: int) -> Fabric:
+    """A communicator spread over `nodes` nodes (ranks/nodes per node) joined by `network`."""
+    _require(network, ("bus_gbps", "latency_us"), "network")
+    inside = node_fabric(node, max(ranks // nodes, 1))
+    return Fabric(ranks, nodes, inside.medium, inside.bus_gbps, network.bus_gbps, network.latency_us)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """The link a pipeline hop crosses and the name of its send_recv rows in a profile."""
+
+    link: str  # profile row name: "<node>", "<node>:pcie" or "<network>"
+    medium: str  # "nvlink", "pcie" or "net"
+
+
+def pcie_link(node_name: str) -> str:
+    return f"{node_name}:pcie"
+
+
+def node_hops(node: NodeSpec) -> list[Hop]:
+    """Every kind of hop between two GPUs of this node (the send_recv rows a profile of it holds)."""
+    _require(node, ("kind",), "node")
+    if node.kind == "nvswitch":
+        return [Hop(node.name, "nvlink")]
+    if node.kind == "pcie":
+        return [Hop(node.name, "pcie")]
+    return [Hop(node.name, "nvlink"), Hop(pcie_link(node.name), "pcie")]
+
+
+def stage_hop(node: NodeSpec | None, network: NetworkSpec | None, tp: int, stage: int) -> Hop:
+    """The link the activations of pipeline stage `stage` cross to reach stage + 1.
+
+    Stage s holds GPUs [s·tp, (s+1)·tp) (vLLM/Sarathi's rank order) and TP rank i sends to rank i of the next
+    stage, GPU g to g + tp. Leaving the node means the network; inside it, NVSwitch is NVLink everywhere, NVLink
+    pairs only when g and g + tp are in one pair (TP 1, even stages), and otherwise the hop goes through the host.
+    Used by the simulator (which rows to read) and the profile writer (which rows to write) alike.
+    """
+    if node is None:
+        raise ValueError("a pipeline hop needs a node")
+    per_node = node.gpus_per_node
+    first, nxt = stage * tp, (stage + 1) * tp
+    if first // per_node != nxt // per_node:
+        if network is None:
+            raise ValueError("the hop leaves the node but no network is named")
+        return Hop(network.name, "net")
+    hops = {h.medium: h for h in node_hops(node)}
+    if node.kind == "nvlink-pairs":
+        g = first % per_node
+        same_pair = all((g + i) // 2 == (g + i + tp) // 2 for i in range(tp))
+        return hops["nvlink" if same_pair else "pcie"]
+    return next(iter(hops.values()))
+
+
+def hop_ms(node: NodeSpec, network: NetworkSpec | None, hop: Hop, size_bytes,
+           launch_us: float = LAUNCH_US) -> np.ndarray:  # fmt: skip
+    """send/recv time of `size_bytes` across one hop."""
+    if hop.medium == "net":
+        if network is None:
+            raise ValueError("a network hop needs a network")
+        f = network_fabric(node, network, 2, 2)
+    else:
+        # A copy over NVLink runs at the link's rate: the bus-bandwidth figures (and NCCL's 235 GB/s Ampere cap)
+        # are for rings that also reduce. Through the host a copy is bound like a ring's PCIe hop.
+        _require(node, ("kind", "nvlink_gbps", "pcie_bus_gbps"), "node")
+        gbps = node.nvlink_gbps if hop.medium == "nvlink" else node.pcie_bus_gbps
+        f = Fabric(2, 1, hop.medium, gbps)
+    return collective_ms("send_recv", f, size_bytes, launch_us)

@@ -1,0 +1,81 @@
+"""The NCCL model against measured collectives: per-box errors, and the one constant measured here.
+
+Reads Vidur's measured NCCL timings (../shared/reference/vidur/profiling/network, MIT) at test or benchmark time;
+nothing here ships data. Every row is predicted through the functions the profile writer and the simulator use:
+`nccl.node_fabric` for an all-reduce of n GPUs of one box, `nccl.stage_hop` + `nccl.hop_ms` for a send/recv
+between GPU 0 and GPU 1 (a pipeline hop at TP 1). a100_dgx is the calibration box (it sets `nccl.LAUNCH_US`);
+a100_pairwise_nvlink is validation only. Rows that cross nodes are counted but not predicted: the network
+between the measured nodes is not documented.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simserve.catalog import NODES
+from simserve.profiling import nccl
+
+# measured box (Vidur's folder name) -> simserve node, and its role
+BOXES = {"a100_dgx": "dgx-a100", "a100_pairwise_nvlink": "a100-pairwise-nvlink"}
+CALIBRATION_BOX = "a100_dgx"
+OPS = ("all_reduce", "send_recv")
+
+
+def load(root: Path) -> pd.DataFrame:
+    """box, node, op, num_workers, devices_per_node, size_bytes, measured_ms — every measured row."""
+    frames = []
+    for box, node in BOXES.items():
+        for op in OPS:
+            df = pd.read_csv(root / "network" / box / f"{op}.csv")
+            frames.append(pd.DataFrame({
+                "box": box, "node": node, "op": op, "num_workers": df["num_workers"],
+                "devices_per_node": df["devices_per_node"], "size_bytes": df["size"],
+                "measured_ms": df[f"time_stats.{op}.median"],
+            }))  # fmt: skip
+    out = pd.concat(frames, ignore_index=True)
+    out["set"] = np.where(out["box"] == CALIBRATION_BOX, "calibration", "validation")
+    return out[out["measured_ms"] > 0].reset_index(drop=True)
+
+
+def inside_one_box(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["devices_per_node"] == df["num_workers"]].reset_index(drop=True)
+
+
+def predict(df: pd.DataFrame, launch_us: float = nccl.LAUNCH_US) -> np.ndarray:
+    """Predicted ms of rows inside one box, through the simulator's own path."""
+    out = np.full(len(df), np.nan)
+    for (node_name, op, n), idx in df.groupby(["node", "op", "num_workers"]).groups.items():
+        node, sizes = NODES.get(node_name), df.loc[idx, "size_bytes"]
+        pos = df.index.get_indexer(idx)
+        if op == "all_reduce":
+            out[pos] = nccl.collective_ms("all_reduce", nccl.node_fabric(node, int(n)), sizes, launch_us)
+        else:  # GPU 0 -> GPU 1: the hop a TP-1 pipeline's first stage sends over
+            out[pos] = nccl.hop_ms(node, None, nccl.stage_hop(node, None, 1, 0), sizes, launch_us)
+    return out
+
+
+def errors(df: pd.DataFrame, launch_us: float = nccl.LAUNCH_US) -> pd.DataFrame:
+    df = inside_one_box(df)
+    out = df.assign(predicted_ms=predict(df, launch_us))
+    out["ape"] = (out["predicted_ms"] / out["measured_ms"] - 1).abs() * 100
+    out["bias"] = (out["predicted_ms"] / out["measured_ms"] - 1) * 100
+    return out
+
+
+def summary(err: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Median and p90 absolute percentage error per group, and the signed median bias."""
+    g = err.groupby(by)
+    return pd.DataFrame({"n": g.size(), "median_ape": g["ape"].median(), "p90_ape": g["ape"].quantile(0.9),
+                         "median_bias": g["bias"].median()}).round(1)  # fmt: skip
+
+
+def calibrate_launch_us(df: pd.DataFrame) -> float:
+    """Host-side launch cost: median of measured − NCCL-predicted time over the calibration box's smallest
+    point-to-point messages (≤ 64 KiB), where the kernel itself is a few µs and NCCL's tuner plays no part."""
+    rows = inside_one_box(df)
+    rows = rows[(rows["box"] == CALIBRATION_BOX) & (rows["op"] == "send_recv") & (rows["size_bytes"] <= 65536)]
+    kernel = predict(rows.reset_index(drop=True), launch_us=0.0)
+    return float(np.median(rows["measured_ms"].to_numpy() - kernel) * 1e3)
