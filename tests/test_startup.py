@@ -1,4 +1,5 @@
-"""Start-up cost of `simserve run` (issue 11, item 1): a warm run loads the compiled timer, not scikit-learn.
+"""Start-up cost of `simserve run` (issue 11, item 1): a warm run loads the compiled timer and the parsed
+trace from the cache, and imports neither scikit-learn nor pandas.
 
 Checked in a fresh interpreter, since this test session has long since imported everything.
 """
@@ -21,7 +22,8 @@ PROBE = """
 import json, sys
 from simserve.cli import main
 main(["run", "--requests", "50", "--qps", "2", "--out", sys.argv[1]])
-heavy = sorted({m.split(".")[0] for m in sys.modules} & {"sklearn", "scipy", "matplotlib", "torch", "pandas"})
+HEAVY = {"sklearn", "scipy", "matplotlib", "torch", "pandas", "pyarrow"}
+heavy = sorted({m.split(".")[0] for m in sys.modules} & HEAVY)
 print("HEAVY=" + json.dumps(heavy))
 """
 
@@ -38,12 +40,36 @@ def _heavy_imports(cache: Path, out: Path) -> list[str]:
 @pytest.mark.skipif(not HAS_PROFILE, reason="needs the shipped mistral-7b/a100 profile")
 def test_a_warm_run_imports_no_scikit_learn(tmp_path):
     cold = _heavy_imports(tmp_path / "cache", tmp_path / "a")
-    assert "sklearn" in cold  # the first run fits (or loads the fit): the test would catch a broken cache
+    # the first run fits (or loads the fit) and parses the trace: the test would catch a broken cache
+    assert {"sklearn", "pandas"} <= set(cold)
     assert list((tmp_path / "cache" / "timer").glob("*.pkl"))
+    assert list((tmp_path / "cache" / "trace").glob("*.npz"))
     warm = _heavy_imports(tmp_path / "cache", tmp_path / "b")
-    # pandas still builds the output tables (see docs/simulator.md, "Start-up")
-    assert not {"sklearn", "scipy", "matplotlib", "torch"} & set(warm)
-    assert (tmp_path / "a" / "requests.csv").read_bytes() == (tmp_path / "b" / "requests.csv").read_bytes()
+    assert warm == []
+    for name in ("requests.csv", "iterations.csv", "summary.json", "trace.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+# Imports every module a warm `simserve run` uses, without running anything.
+IMPORT_PROBE = """
+import json, sys
+import simserve.cli.run, simserve.sim.scenario, simserve.sim.writers, simserve.sim.perfetto
+import simserve.sim.metrics, simserve.workload, simserve.predictor.timer_cache
+from simserve.cli import _register
+_register()  # every command module, as `simserve ...` loads them
+print("MODULES=" + json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def test_the_run_path_modules_import_neither_scikit_learn_nor_pandas():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], env=env, capture_output=True, text=True, check=True, cwd=REPO
+    )
+    line = [x for x in proc.stdout.splitlines() if x.startswith("MODULES=")][-1]
+    loaded = set(json.loads(line[len("MODULES="):]))
+    assert "simserve" in loaded and "numpy" in loaded  # the probe did import the run path
+    assert not loaded & {"sklearn", "scipy", "pandas", "pyarrow", "matplotlib", "torch"}
 
 
 def test_a_corrupt_timer_cache_entry_is_rebuilt(tmp_path, monkeypatch):
