@@ -191,7 +191,7 @@ def _busy_and_iterations(log, end: float) -> tuple[dict[tuple[int, int], float],
     """
     n = len(log)
     clipped = np.empty(n)
-    key = np.empty(n, np.int32)  # replica << 8 | stage: sorts as (replica, stage) does
+    key = np.empty(n, np.int32)  # replica << 8 | stage (PP < 256): sorts as (replica, stage) does
     iterations = 0
     for lo, (ints, floats) in zip(range(0, n, CHUNK_ROWS), log.chunks(CHUNK_ROWS), strict=True):
         hi = lo + len(ints)
@@ -206,7 +206,7 @@ def _busy_and_iterations(log, end: float) -> tuple[dict[tuple[int, int], float],
         groups = key[starts].tolist()
     else:
         groups, sums = [], []
-        for k in np.unique(key).tolist():
+        for k in np.flatnonzero(np.bincount(key)).tolist():  # not np.unique: it imports numpy.ma
             total = comp = 0.0
             for v in clipped[key == k].tolist():
                 y = v - comp

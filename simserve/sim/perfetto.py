@@ -59,8 +59,9 @@ def _tracks_of_log(log: IterationLog) -> set[tuple[int, int]]:
     """The (replica, stage) pairs in the log, read a chunk at a time."""
     tracks: set[tuple[int, int]] = set()
     for ints, _ in log.chunks():
-        for key in np.unique((ints[:, 0] << 32) + ints[:, 1]).tolist():
-            tracks.add((key >> 32, key & 0xFFFFFFFF))
+        # NOTE: bincount, not np.unique: that imports numpy.ma, 0.01 s of a warm run's start-up
+        for key in np.flatnonzero(np.bincount((ints[:, 0] << 8) | ints[:, 1])).tolist():
+            tracks.add((key >> 8, key & 0xFF))
     return tracks
 
 
