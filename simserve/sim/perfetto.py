@@ -10,6 +10,7 @@ the whole): 200,000 event dicts held at once were about a quarter of a 1M-reques
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import TYPE_CHECKING
@@ -108,6 +109,33 @@ def _batch_events(rows: dict[str, np.ndarray]) -> list[dict]:
     ]
 
 
+# One batch event as json.dumps(..., separators=(",", ":")) writes it: floats by repr (%r), names
+# JSON-escaped once per distinct name. Formatting the text directly is ~4x cheaper than building dicts
+# and encoding them (tests/test_sim_writers.py checks the bytes against json.dumps).
+_EVENT = (
+    '{"name":%s,"cat":"batch","ph":"X","pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"prefill_tokens":%d,'
+    '"decode_tokens":%d,"requests":%d,"kv_blocks_used":%d,"iterations":%d}}'
+)
+
+
+def _batch_text(rows: dict[str, np.ndarray]) -> str:
+    """The text of _dumps(_batch_events(rows)) without its brackets."""
+    cols = [rows[c] for c in COLUMNS]
+    start_us = np.round(cols[2] * 1e6, 3).tolist()
+    dur_us = np.round((cols[3] - cols[2]) * 1e6, 3).tolist()
+    replica, stage, prefill, decode, requests, kv, iters = (cols[i].tolist() for i in (0, 1, 4, 5, 6, 7, 8))
+    names: dict[tuple[bool, bool, int], str] = {}
+    out = []
+    for i in range(len(start_us)):
+        p, d, k = prefill[i], decode[i], iters[i]
+        key = (p > 0, d > 0, k)
+        name = names.get(key)
+        if name is None:
+            name = names[key] = json.dumps(_name(p, d, k))
+        out.append(_EVENT % (name, replica[i], stage[i], start_us[i], dur_us[i], p, d, requests[i], kv[i], k))
+    return ",".join(out)
+
+
 def write_chrome_trace(path, iterations: pd.DataFrame | IterationLog, max_events: int = MAX_EVENTS) -> None:
     if not isinstance(iterations, IterationLog):
         doc = chrome_trace(iterations, max_events)
@@ -119,15 +147,11 @@ def write_chrome_trace(path, iterations: pd.DataFrame | IterationLog, max_events
     with open(path, "w") as f:
         # the text of _dumps(chrome_trace_from_log(log)), one chunk of events at a time
         sep = '{"traceEvents":['
-        for events in (
-            _track_names(_tracks_of_log(log)),
-            *(
-                _batch_events(log.columns(lo, lo + CHUNK_EVENTS * step, step))
-                for lo in range(0, len(log), CHUNK_EVENTS * step)
-            ),
-        ):
-            if events:
-                f.write(sep + _dumps(events)[1:-1])
+        span = CHUNK_EVENTS * step
+        chunks = (_batch_text(log.columns(lo, lo + span, step)) for lo in range(0, len(log), span))
+        for text in itertools.chain([_dumps(_track_names(_tracks_of_log(log)))[1:-1]], chunks):  # lazily
+            if text:
+                f.write(sep + text)
                 sep = ","
         if sep != ",":  # no events at all
             f.write(sep)
