@@ -6,9 +6,9 @@ of CHUNK_ROWS rows from the simulator's own compact arrays, so the extra memory 
 
 CSV is formatted here, without pandas (importing it was a third of a warm `simserve run`), exactly as
 pandas' `to_csv(index=False)` formats it: floats by their shortest repr (pandas uses numpy's `astype(str)`,
-which gives the same text), NaN as an empty field, integers by `str`, status by name; nothing here needs quoting. So the bytes are those of the whole
-table written by pandas (tests/test_sim_writers.py compares them; tests/test_sim_golden.py pins them). Parquet
-goes through pandas and pyarrow, one row group per chunk.
+which gives the same text), NaN as an empty field, integers by `str`, status by name; nothing here needs
+quoting. So the bytes are those of the whole table written by pandas (tests/test_sim_writers.py compares
+them; tests/test_sim_golden.py pins them). Parquet goes through pandas and pyarrow, one row group per chunk.
 
 `iterations`: "all" writes every row; "sampled" every k-th row, k = ceil(rows / MAX_SAMPLED_ROWS) (the same rows
 the Perfetto trace keeps); "none" writes no iterations table. The summary and trace.json are the same in every mode.
