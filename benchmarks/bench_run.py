@@ -1,13 +1,18 @@
 """Whole-command cost of `simserve run`: start-up, simulation and writing, as a user pays it.
 
-    python benchmarks/bench_run.py                       # 2,000 chat requests, default deployment, cold + warm cache
+    python benchmarks/bench_run.py                       # 2,000 chat requests, default deployment, cold + 5 warm
+    python benchmarks/bench_run.py --tree /other/checkout    # the same for another checkout (before/after)
     python benchmarks/bench_run.py --memory 1000000 --qps 3   # peak RSS of one run of that many requests
+                                                               # (benchmarks/bench_memory.py does this per mode)
 
 Each run is a fresh child interpreter (`python -c "... main(['run', ...])"`), so imports are paid as a user pays
 them. Reported per run: wall seconds from interpreter start to exit, wall and CPU seconds inside the child
 after the interpreter has started (imports + run + writing; CPU = user + system of the child), and the child's
 peak RSS (resource.getrusage(RUSAGE_CHILDREN).ru_maxrss). "cold" uses an empty $SIMSERVE_CACHE (fits the
-predictor); "warm" reuses it. Wall figures depend on machine load: compare CPU seconds across machines.
+predictor, parses the trace) and empty bytecode caches; "warm" reuses both. Bytecode goes to a private
+PYTHONPYCACHEPREFIX (PYTHONDONTWRITEBYTECODE is dropped for the children), as an installed package has its .pyc
+files; without them every warm run would also compile simserve's sources (~0.05 s). Wall figures depend on
+machine load: compare CPU seconds, and the best of the warm runs.
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ print("BENCH=" + json.dumps({"wall_after_start_s": time.perf_counter() - t0,
 """
 
 
-def run_child(args: list[str], cache: Path) -> dict:
-    env = {**os.environ, "SIMSERVE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+def run_child(args: list[str], cache: Path, tree: Path, pyc: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(SIMSERVE_CACHE=str(cache), PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(pyc))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, cwd=tree)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         sys.exit(f"error: simserve run failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -57,22 +63,35 @@ def main() -> None:
     ap.add_argument("--qps", type=float, default=1.0)
     ap.add_argument("--memory", type=int, metavar="N", help="one warm run of N requests; report its peak RSS")
     ap.add_argument("--cache", type=Path, help="reuse this $SIMSERVE_CACHE (default: a fresh temporary one)")
+    ap.add_argument("--warm", type=int, default=5, help="warm runs after the cold one")
+    ap.add_argument("--tree", type=Path, default=REPO, help="the simserve checkout to run (default: this one)")
     ap.add_argument("extra", nargs="*", help="more `simserve run` options, after --")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cache = a.cache or Path(tmp) / "cache"
         n = a.memory or a.requests
         args = ["run", "--requests", str(n), "--qps", f"{a.qps:g}", *a.extra]
-        print(f"simserve {' '.join(args)}  (python {sys.version.split()[0]}, load {os.getloadavg()[0]:.1f})")
-        phases = ["warm"] if a.memory else ["cold", "warm", "warm"]
+        print(f"simserve {' '.join(args)}  ({a.tree}, python {sys.version.split()[0]}, "
+              f"load {os.getloadavg()[0]:.1f})")
+        phases = ["warm"] if a.memory else ["cold"] + ["warm"] * a.warm
         if a.memory:  # warm the timer cache with a tiny run, so the figure is the big run's own
-            run_child(["run", "--requests", "10", "--out", str(Path(tmp) / "w")], cache)
+            run_child(["run", "--requests", "10", "--out", str(Path(tmp) / "w")], cache, a.tree, Path(tmp) / "pyc")
+        warm = []
         for i, phase in enumerate(phases):
-            r = run_child([*args, "--out", str(Path(tmp) / f"out{i}")], cache)
+            r = run_child([*args, "--out", str(Path(tmp) / f"out{i}")], cache, a.tree, Path(tmp) / "pyc")
+            if phase == "warm":
+                warm.append(r)
             print(
                 f"{phase:5s} wall {r['wall_total_s']:6.2f} s total, {r['wall_after_start_s']:6.2f} s after "
                 f"interpreter start; CPU {r['cpu_total_s']:6.2f} s total, {r['cpu_after_start_s']:6.2f} s after "
                 f"start; peak RSS {r['peak_rss_mb']:.0f} MB"
+            )
+        if len(warm) > 1:
+            best = min(warm, key=lambda r: r["cpu_after_start_s"])
+            print(
+                f"best warm: CPU {best['cpu_after_start_s']:.2f} s after interpreter start "
+                f"({best['cpu_total_s']:.2f} s total), wall {min(r['wall_after_start_s'] for r in warm):.2f} s "
+                f"after start (load {os.getloadavg()[0]:.1f})"
             )
 
 
