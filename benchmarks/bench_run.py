@@ -8,7 +8,7 @@
 Each run is a fresh child interpreter (`python -c "... main(['run', ...])"`), so imports are paid as a user pays
 them. Reported per run: wall seconds from interpreter start to exit, wall and CPU seconds inside the child
 after the interpreter has started (imports + run + writing; CPU = user + system of the child), and the child's
-peak RSS (resource.getrusage(RUSAGE_CHILDREN).ru_maxrss). "cold" uses an empty $SIMSERVE_CACHE (fits the
+peak RSS (ru_maxrss from os.wait4, that child alone). "cold" uses an empty $SIMSERVE_CACHE (fits the
 predictor, parses the trace) and empty bytecode caches; "warm" reuses both. Bytecode goes to a private
 PYTHONPYCACHEPREFIX (PYTHONDONTWRITEBYTECODE is dropped for the children), as an installed package has its .pyc
 files; without them every warm run would also compile simserve's sources (~0.05 s). Wall figures depend on
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = """
-import json, sys, time, resource
+import json, sys, time
 t0, c0 = time.perf_counter(), time.process_time()
 from simserve.cli import main
 main(sys.argv[1:])
@@ -42,18 +41,23 @@ print("BENCH=" + json.dumps({"wall_after_start_s": time.perf_counter() - t0,
 def run_child(args: list[str], cache: Path, tree: Path, pyc: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(SIMSERVE_CACHE=str(cache), PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(pyc))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, cwd=tree)
-    wall = time.perf_counter() - t
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        t = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, cwd=tree, stdout=out_f,
+                                stderr=err_f, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (CPU, peak RSS)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read(), err_f.read()
     if proc.returncode != 0:
-        sys.exit(f"error: simserve run failed: {proc.stderr.strip().splitlines()[-1:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("BENCH=")][-1]
+        sys.exit(f"error: simserve run failed: {stderr.strip().splitlines()[-1:]}")
+    line = [x for x in stdout.splitlines() if x.startswith("BENCH=")][-1]
     out = json.loads(line[len("BENCH="):])
     out["wall_total_s"] = wall
-    out["cpu_total_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    out["peak_rss_mb"] = after.ru_maxrss / 1024  # Linux: KiB; max over children so far, so one child per call
+    out["cpu_total_s"] = usage.ru_utime + usage.ru_stime
+    out["peak_rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
     return out
 
 
