@@ -2,6 +2,7 @@
 
     python benchmarks/bench_run.py                       # 2,000 chat requests, default deployment, cold + 5 warm
     python benchmarks/bench_run.py --tree /other/checkout    # the same for another checkout (before/after)
+    python benchmarks/bench_run.py --phases                  # where a warm run's CPU goes, step by step
     python benchmarks/bench_run.py --memory 1000000 --qps 3   # peak RSS of one run of that many requests
                                                                # (benchmarks/bench_memory.py does this per mode)
 
@@ -37,6 +38,41 @@ print("BENCH=" + json.dumps({"wall_after_start_s": time.perf_counter() - t0,
                              "cpu_after_start_s": time.process_time() - c0}))
 """
 
+# --phases: the steps of a warm `simserve run`, each timed (CPU) in one fresh interpreter, in the order the
+# command takes them (each import also pays for whatever it imports first).
+PHASES = """
+import sys, time
+T = time.process_time
+marks = [("start", T())]
+def mark(name):
+    marks.append((name, T()))
+import numpy; mark("import numpy")
+import simpy; mark("import simpy")
+import typer; mark("import typer (+ its click)")
+import typer._adapters; mark("import pydantic (typer coerces every option value with it)")
+import rich.console, rich.table; mark("import rich")
+import simserve.cli.run, simserve.sim.scenario, simserve.sim.writers, simserve.sim.perfetto, simserve.io
+mark("import simserve's run path")
+from pathlib import Path
+from simserve.sim.scenario import Scenario, simulate_scenario, _timer, _workload
+from simserve.sim.metrics import summarize
+from simserve.sim.writers import write_tables
+from simserve.sim.perfetto import write_chrome_trace
+n, qps, out = int(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
+s = Scenario(num_requests=n, stop_when_overloaded=False)
+dep = s.deployment()
+_timer(dep, None, True, False); mark("load the compiled timer (cache)")
+_workload(s.trace, s.max_len, n, s.seed, False); mark("load the parsed trace (cache), sample it")
+raw, dep = simulate_scenario(s, qps); mark("simulate")
+summarize(raw, dep); mark("summary")
+out.mkdir(parents=True, exist_ok=True)
+write_tables(raw, out); mark("write requests.csv, iterations.csv")
+write_chrome_trace(out / "trace.json", raw.log); mark("write trace.json")
+for (_, a), (name, b) in zip(marks, marks[1:]):
+    print(f"  {name:60s} {b - a:6.3f} s")
+print(f"  {'total':60s} {marks[-1][1] - marks[0][1]:6.3f} s")
+"""
+
 
 def run_child(args: list[str], cache: Path, tree: Path, pyc: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -69,6 +105,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, help="reuse this $SIMSERVE_CACHE (default: a fresh temporary one)")
     ap.add_argument("--warm", type=int, default=5, help="warm runs after the cold one")
     ap.add_argument("--tree", type=Path, default=REPO, help="the simserve checkout to run (default: this one)")
+    ap.add_argument("--phases", action="store_true", help="after the warm runs, time each step of one in-process")
     ap.add_argument("extra", nargs="*", help="more `simserve run` options, after --")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,6 +127,12 @@ def main() -> None:
                 f"interpreter start; CPU {r['cpu_total_s']:6.2f} s total, {r['cpu_after_start_s']:6.2f} s after "
                 f"start; peak RSS {r['peak_rss_mb']:.0f} MB"
             )
+        if a.phases:
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env.update(SIMSERVE_CACHE=str(cache), PYTHONPATH=str(a.tree), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
+            print("steps of one warm run, CPU seconds:")
+            subprocess.run([sys.executable, "-c", PHASES, str(n), f"{a.qps:g}", str(Path(tmp) / "phases")],
+                           env=env, cwd=a.tree, check=True)
         if len(warm) > 1:
             best = min(warm, key=lambda r: r["cpu_after_start_s"])
             print(
