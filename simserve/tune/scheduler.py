@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simserve.tune.capacity import CapacityResult, find_capacity
+from simserve.tune.capacity import CapacityResult, search_capacity
 from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, probe_key, quantiles_for
 
 
@@ -46,16 +46,18 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
         return probe(task.scenario, qps, quantiles, records, offline=True)["metrics"]
 
     try:
-        return find_capacity(
+        return search_capacity(
             simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, **_halvings(task)
         )
     except CacheMiss as miss:
         return Need(str(miss), task.scenario, asked[-1], quantiles)
 
 
-def _halvings(task: Any) -> dict[str, int]:
+def _halvings(task: Any) -> dict[str, Any]:
     # NOTE: a CapacityTask that bounds its downward bracket passes that on, exactly as jobs.solve does.
-    return {"max_halvings": task.max_halvings} if hasattr(task, "max_halvings") else {}
+    # ... and its search method (CapacityTask.search) the same way.
+    out = {"max_halvings": task.max_halvings} if hasattr(task, "max_halvings") else {}
+    return {**out, "search": task.search} if hasattr(task, "search") else out
 
 
 def next_rates(task: Any, records: ProbeCache, pending: float) -> list[Need]:
