@@ -23,7 +23,8 @@ MAX_ITERATIONS = 20  # capacity_search/main.py --max-iterations
 PAPER_DELAY_SLO_S = 2.0  # --scheduling-delay-slo-value: the widening thresholds scale with it
 
 
-def _verdict(slo: SLO, metrics: dict[str, float]) -> tuple[bool, str]:
+def verdict(slo: SLO, metrics: dict[str, float]) -> tuple[bool, str]:
+    """(passed, reason) as the paper judged a trial: by its latency metrics alone."""
     judged = {k: v for k, v in metrics.items() if k != "overloaded"}
     if any(key not in judged for key, _, _ in slo.limits()):
         # NOTE: only a stand-in outcome has no latencies (the scheduler's look-ahead assumes a failure so)
@@ -38,7 +39,11 @@ def paper_search(
     tolerance: float = 0.025,
     max_probes: int = MAX_ITERATIONS,
 ) -> CapacityResult:
-    """The highest rate the paper's search finds meeting `slo` (0 when no probe passed)."""
+    """The capacity the paper's search reports for `slo`: its *last* passing rate (0 when none passed).
+
+    NOTE: as in the paper's code, which overwrites `max_qps_under_sla` at every pass. That is not always the
+    highest passing rate: a failure with a median delay above 500 s halves the upper bound, which can drop it
+    below an earlier pass, and the passes that follow are lower."""
     if not start_qps > 0:
         raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
     if not 0 < tolerance < 1:
@@ -58,11 +63,11 @@ def paper_search(
             break
         last_qps = qps
         metrics = {k: float(v) for k, v in simulate(qps).items()}
-        passed, reason = _verdict(slo, metrics)
+        passed, reason = verdict(slo, metrics)
         probes.append(Probe(qps, passed, reason, metrics))
         delay = metrics.get(delay_key, math.inf)
         if passed:
-            best = qps
+            best = qps  # the paper's max_qps_under_sla: the last pass (see the docstring)
             if delay < delay_slo / 8:  # a very low delay: raise the bound more aggressively
                 right = min(right * 4, min_over)
             elif delay < delay_slo / 4 or qps > 0.8 * right:
