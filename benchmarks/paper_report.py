@@ -272,6 +272,11 @@ def summary_lines(doc: dict) -> str:
             f"  {r['deployment']:<12} {r['trace']:<10} {r['slo']:<7} vLLM {_f(r['vllm_qps']):>6}  "
             f"Orca {_f(r['orca_qps']):>6}  Sarathi {_f(r['sarathi_qps']):>6}  S/V {_x(r['sarathi_over_vllm'])}"
         )
+    for r in (doc.get("paper_setup") or {}).get("ratios", []):
+        lines.append(
+            f"  paper-comparable {r['deployment']:<12} {r['trace']:<10} {r['slo']:<7} vLLM {_f(r['vllm_qps']):>6}  "
+            f"Orca {_f(r['orca_qps']):>6}  Sarathi {_f(r['sarathi_qps']):>6}  S/V {_x(r['sarathi_over_vllm'])}"
+        )
     for d in doc["decode_iteration"]:
         lines.append(
             f"  decode b32@4k {d['deployment']:<12} {1e3 * d['seconds']:.1f} ms ({d['ratio_to_target']:.2f}× SLO/5)"
