@@ -1,26 +1,31 @@
 """Event-loop speed: simulated requests per CPU-second of `simulate` alone (issue 11, item 2).
 
-    python benchmarks/bench_evloop.py [--repeats 3] [--requests 2048] [--profile]
+    python benchmarks/bench_evloop.py [--repeats 3] [--requests 2048] [--profile] [--update-docs]
 
 Mistral-7B on one A100 (TP1), chat trace (sharegpt), Sarathi B=512, at light load (0.5 and 1 QPS: few
 residents, many small decode iterations) and near capacity (3.5 QPS). Start-up (imports, trace, predictor,
 memory plan) and building the output tables are excluded: the trace, timer and KV pool are prepared once,
 then only `simulate(...)` is timed with time.process_time (best of --repeats). `--profile` prints the
-cProfile top functions of one run per case instead.
+cProfile top functions of one run per case instead; `--update-docs` writes the table into docs/simulator.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import platform
 import pstats
+import re
+import sys
 import time
+from pathlib import Path
 
 from simserve.sim.cluster import simulate
 from simserve.sim.scenario import Scenario, _num_blocks, _timer, _workload
 from simserve.workload import arrival_times
 
 LOADS = (0.5, 1.0, 3.5)
+DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 
 
 def prepare(s: Scenario, qps: float):
@@ -28,7 +33,7 @@ def prepare(s: Scenario, qps: float):
     num_blocks = _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
     prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, False)
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return prompt, output, arrived, _timer(dep, s.profiles_root), num_blocks, cfg
+    return prompt, output, arrived, _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm), num_blocks, cfg
 
 
 def main() -> None:
@@ -37,12 +42,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2048)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--exact", action="store_true", help="one event per iteration (SimConfig stretch=False)")
+    ap.add_argument("--update-docs", action="store_true", help=f"write the table into {DOC.name}")
     args = ap.parse_args()
     s = Scenario(
         model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests, stretch=not args.exact
     )
-    print("| QPS | CPU s | requests / CPU s | iterations | table rows |")
-    print("|---|---|---|---|---|")
+    lines = ["| QPS | CPU s | requests / CPU s | iterations | table rows |", "|---|---|---|---|---|"]
+    print("\n".join(lines))
     for qps in LOADS:
         inputs = prepare(s, qps)
         run = simulate(*inputs)  # warm-up
@@ -61,7 +67,26 @@ def main() -> None:
             best = min(best, time.process_time() - t)
         done = int((run.reqs.status == 2).sum())
         iters = int(run.log.to_frame().query("stage == 0").num_iterations.sum())
-        print(f"| {qps:g} | {best:.3f} | {done / best:,.0f} | {iters:,} | {len(run.log):,} |", flush=True)
+        lines.append(f"| {qps:g} | {best:.3f} | {done / best:,.0f} | {iters:,} | {len(run.log):,} |")
+        print(lines[-1], flush=True)
+    if args.update_docs and not args.profile:
+        flags = f" --requests {args.requests}" if args.requests != 2048 else ""
+        flags += " --exact" if args.exact else ""
+        block = "\n".join(
+            [
+                f"Measured with `python benchmarks/bench_evloop.py --repeats {args.repeats}{flags} --update-docs` "
+                f"(Python {platform.python_version()}, {platform.machine()}, best of {args.repeats} CPU times of "
+                f"`simulate` alone, {args.requests} requests):",
+                "",
+                *lines,
+            ]
+        )
+        text = DOC.read_text()
+        pattern = re.compile(r"(<!-- evloop:begin -->\n).*?(\n<!-- evloop:end -->)", re.S)
+        if not pattern.search(text):
+            sys.exit(f"{DOC} has no evloop markers")
+        DOC.write_text(pattern.sub(lambda m: m.group(1) + block + m.group(2), text))
+        print(f"updated {DOC}")
 
 
 if __name__ == "__main__":

@@ -158,3 +158,25 @@ def test_result_round_trips_through_a_dict() -> None:
     r = find_capacity(mm1(), SLO(0.1, ttft_s=None))
     again = CapacityResult.from_dict(r.to_dict())
     assert again == r
+
+
+def _threshold(capacity: float):
+    return lambda q: {"tbt_p99_s": 0.05 if q <= capacity else 1.0, "scheduling_delay_p50_s": 0.0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.floats(1e-4, 500.0), k=st.integers(-8, 10))
+def test_starting_anywhere_on_the_grid_finds_the_same_capacity(capacity: float, k: int) -> None:
+    """first_qps only changes the probes taken to the bracket, not the bracket: same capacity, same floor."""
+    simulate = _threshold(capacity)
+    plain = find_capacity(simulate, SLO(0.1), start_qps=1.0, max_probes=60)
+    moved = find_capacity(simulate, SLO(0.1), start_qps=1.0, max_probes=60, first_qps=2.0**k)
+    assert moved.capacity_qps == plain.capacity_qps
+    assert moved.probes[0].qps == 2.0**k
+    assert (moved.capacity_qps == 0.0) == (capacity < 1.0 / 2**10)
+
+
+def test_first_qps_above_capacity_walks_down_through_failures() -> None:
+    r = find_capacity(_threshold(3.7), SLO(0.1), start_qps=1.0, first_qps=8.0)
+    assert [p.qps for p in r.probes[:3]] == [8.0, 4.0, 2.0]
+    assert [p.passed for p in r.probes[:3]] == [False, False, True]

@@ -246,3 +246,15 @@ def test_run_without_the_switch_echoes_no_new_field(tmp_path) -> None:
     doc = json.loads((out / "summary.json").read_text())
     assert "time_limit_s" not in doc["scenario"] and "capped" not in doc["summary"]
     assert hashlib.sha256((out / "requests.csv").read_bytes()).hexdigest()  # written whole
+
+
+def test_a_paper_sweep_searches_the_papers_way() -> None:
+    from simserve.tune.sweep import SweepSpec
+
+    spec = SweepSpec(paper_setup(Scenario(num_requests=64)), policies=("vllm", "sarathi"), budgets=(512,),
+                     search="paper")  # fmt: skip
+    for _, _, task in spec.tasks():
+        assert task.search == "paper" and task.first_qps is None  # its own start bracket
+        assert task.scenario.stop_tbt is None and task.scenario.time_limit_s == PAPER_TIME_LIMIT_S
+    default = SweepSpec(Scenario(num_requests=64), policies=("sarathi",), budgets=(512,))
+    assert all(t.search == "simserve" and t.scenario.stop_tbt for _, _, t in default.tasks())

@@ -130,7 +130,11 @@ def sweep(
     seeds: int = typer.Option(1, "--seeds", help="Seeds per point (capacity reported as mean ± spread)."),
     seed: int = typer.Option(0, "--seed", help="The first seed."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
-    start_qps: float = typer.Option(1.0, "--start-qps", help="The search's first probe."),
+    start_qps: float = typer.Option(
+        1.0,
+        "--start-qps",
+        help="Anchor of the search's rate grid (start·2^k); the first probe is the grid rate just above the throughput bound.",
+    ),
     out: Path = typer.Option(Path("sweep-out"), "--out", help="Output directory; each file lands whole."),
     force: bool = typer.Option(
         False, "--force", help="Write into an --out directory that holds other files (none is deleted)."

@@ -3,7 +3,7 @@
 The search sees the simulator only as a `simulate(qps) -> metrics` callable (a flat mapping of floats), so it
 runs against the real simulator, a cached replay of earlier runs, or a closed-form test model alike.
 
-Algorithm (docs/tuning.md): probe `start_qps`; if it passes, double until a probe fails, otherwise halve until
+Algorithm (docs/tuning.md): probe `start_qps` (or `first_qps`, a rate on the same grid); if it passes, double until a probe fails, otherwise halve until
 one passes (or the rate falls below `start_qps / 2**max_halvings`: then no load meets the SLO and capacity is
 0); then bisect the bracket [passing, failing] until its width is at most `tolerance` × the passing rate. The
 capacity is the highest passing rate probed. An overloaded run (the simulator gave up on it) is a failure.
@@ -131,11 +131,14 @@ def find_capacity(
     tolerance: float = 0.025,
     max_probes: int = 30,
     max_halvings: int = 10,
+    first_qps: float | None = None,
 ) -> CapacityResult:
     """The highest QPS meeting `slo`, by bracketing and bisection to a relative `tolerance`.
 
     Assumes pass/fail is monotone in load (true of a fixed-seed replay up to simulation noise). Terminates in
     at most `max_probes` probes; an SLO that fails even at `start_qps / 2**max_halvings` gives capacity 0.
+    `first_qps` (a rate start_qps · 2^k, see first_probe.py) is probed first instead of start_qps: the
+    bracket, and so the capacity, is the same; only the probes taken to reach it differ.
     """
     if not start_qps > 0:
         raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
@@ -153,7 +156,9 @@ def find_capacity(
     def result(capacity: float, message: str = "") -> CapacityResult:
         return CapacityResult(capacity, tuple(probes), slo, tolerance, message)
 
-    qps = _round_qps(start_qps)
+    qps = _round_qps(start_qps if first_qps is None else first_qps)
+    # The floor stays at start_qps / 2**max_halvings wherever on the grid the search starts.
+    max_halvings += round(math.log2(qps / start_qps))
     first = probe(qps)
     if first.passed:
         lo = qps
@@ -205,15 +210,17 @@ def search_capacity(
     max_probes: int = 30,
     max_halvings: int = 10,
     search: str = "simserve",
+    first_qps: float | None = None,
 ) -> CapacityResult:
-    """find_capacity, or with search="paper" the Sarathi-Serve paper's own search (paper_search.py)."""
+    """find_capacity, or with search="paper" the Sarathi-Serve paper's own search (paper_search.py, which
+    starts from its own bracket [0, 2 × start_qps] and has no halving floor)."""
     if search == "paper":
         from simserve.tune.paper_search import MAX_ITERATIONS, paper_search
 
         return paper_search(simulate, slo, start_qps, tolerance, min(max_probes, MAX_ITERATIONS))
     if search != "simserve":
         raise SimserveError(f"unknown capacity search {search!r}; choose one of {', '.join(SEARCHES)}")
-    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings)
+    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps)
 
 
 @dataclass(frozen=True)

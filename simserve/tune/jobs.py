@@ -24,6 +24,7 @@ class CapacityTask:
     start_qps: float = 1.0
     max_probes: int = 30
     max_halvings: int = 10  # the search gives up (capacity 0) below start_qps / 2**max_halvings
+    first_qps: float | None = None  # the grid rate probed first (first_probe.py); None: start_qps
     search: str = "simserve"  # or "paper": the Sarathi-Serve paper's own search (paper_search.py)
 
 
@@ -31,7 +32,14 @@ def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = F
     """One capacity search; `offline` replays it from the cache and raises CacheMiss at the first gap."""
     simulate = simulator(task.scenario, quantiles_for(task.slo), cache, offline)
     return search_capacity(
-        simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, task.max_halvings, task.search
+        simulate,
+        task.slo,
+        task.start_qps,
+        task.tolerance,
+        task.max_probes,
+        task.max_halvings,
+        task.search,
+        task.first_qps,
     )
 
 

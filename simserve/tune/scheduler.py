@@ -47,17 +47,15 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
 
     try:
         return search_capacity(
-            simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, **_halvings(task)
+            simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, **_search_args(task)
         )
     except CacheMiss as miss:
         return Need(str(miss), task.scenario, asked[-1], quantiles)
 
 
-def _halvings(task: Any) -> dict[str, Any]:
-    # NOTE: a CapacityTask that bounds its downward bracket passes that on, exactly as jobs.solve does.
-    # ... and its search method (CapacityTask.search) the same way.
-    out = {"max_halvings": task.max_halvings} if hasattr(task, "max_halvings") else {}
-    return {**out, "search": task.search} if hasattr(task, "search") else out
+def _search_args(task: Any) -> dict[str, Any]:
+    # NOTE: a CapacityTask's floor, first rate and search method are passed on exactly as jobs.solve does.
+    return {k: getattr(task, k) for k in ("max_halvings", "first_qps", "search") if hasattr(task, k)}
 
 
 def next_rates(task: Any, records: ProbeCache, pending: float) -> list[Need]:

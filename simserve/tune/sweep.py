@@ -21,6 +21,7 @@ from simserve.sim.config import ADAPTIVE_POLICIES, POLICY_NAMES
 from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
 from simserve.tune.cdfs import latency_cdfs
 from simserve.tune.executors import Runner
+from simserve.tune.first_probe import first_qps
 from simserve.tune.jobs import CapacityTask, run_tasks
 from simserve.tune.probe import MemoryCache, ProbeCache, scenario_fields  # noqa: F401  (re-exported)
 from simserve.tune.toy import TOY_POLICIES
@@ -91,7 +92,9 @@ class SweepSpec:
         self, policy: str, budget: int | None, max_batch: int, seed: int, slo: SLO | None = None
     ) -> Any:
         s = replace(self.base, policy=policy, budget=budget, max_batch=max_batch, seed=seed)
-        if policy in ADAPTIVE_POLICIES:  # their TBT target is the SLO searched for (the primary one by default)
+        if (
+            policy in ADAPTIVE_POLICIES
+        ):  # their TBT target is the SLO searched for (the primary one by default)
             s = replace(s, tbt_target_s=(slo or self.slos[0]).tbt_s)
         return s
 
@@ -106,22 +109,19 @@ class SweepSpec:
         return s
 
     def tasks(self) -> list[tuple[tuple[str, int | None, int, SLO], int, CapacityTask]]:
-        return [
-            (
-                (policy, budget, mb, slo),
-                seed,
-                CapacityTask(
-                    self.search_scenario(policy, budget, mb, seed, slo),
-                    slo,
-                    self.tolerance,
-                    self.start_qps,
-                    search=self.search,
-                ),
-            )
-            for slo in self.slos
-            for policy, budget, mb in self.configs()
-            for seed in self.seeds
-        ]
+        out = []
+        for slo in self.slos:
+            for policy, budget, mb in self.configs():
+                for seed in self.seeds:
+                    s = self.search_scenario(policy, budget, mb, seed, slo)
+                    # Start above capacity, where failing probes are cheap; the capacity is the same.
+                    # (The paper's search has its own start: [0, 2 × start_qps].)
+                    first = first_qps(s, self.start_qps) if self.search != "paper" else None
+                    task = CapacityTask(
+                        s, slo, self.tolerance, self.start_qps, first_qps=first, search=self.search
+                    )
+                    out.append(((policy, budget, mb, slo), seed, task))
+        return out
 
 
 def label(policy: str, budget: int | None, max_batch: int) -> str:
