@@ -59,9 +59,13 @@ class Summary:
     stage_busy: tuple[float, ...]  # per (replica, stage), replica-major
     stage_bubble: tuple[float, ...]
     stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
+    capped: bool = False  # SimConfig.time_limit_s ended the run; the latencies cover completed requests
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.capped:  # only when it happened, so uncapped summaries stay as they were
+            del d["capped"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ def summarize(run: RawRun, dep=None) -> Summary:
         ignored=int((r.status == IGNORED).sum()),
         overloaded=run.overloaded,
         stopped_early=run.stopped_early,
+        capped=run.capped,
         duration_s=duration,
         throughput_rps=float(done.sum()) / duration,
         throughput_tps=float(out.sum()) / duration,

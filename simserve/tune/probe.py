@@ -109,7 +109,7 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
     payload = {
         "format": CACHE_FORMAT,
         "kind": f"{type(scenario).__module__}.{type(scenario).__qualname__}",
-        "scenario": _jsonable(dataclasses.asdict(scenario)),
+        "scenario": _jsonable(scenario_fields(scenario)),
         "qps": f"{qps:.6g}",
         "quantiles": list(quantiles),
         "simserve": simserve.__version__,
@@ -117,6 +117,16 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
         "inputs": input_digests(scenario),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def scenario_fields(scenario: Any) -> dict[str, Any]:
+    """A scenario's fields by name, less those marked `omit_at_default` while at their default (fields added
+    after outputs and cache keys were pinned: a scenario that does not use them keys and echoes as before)."""
+    return {
+        f.name: getattr(scenario, f.name)
+        for f in dataclasses.fields(scenario)
+        if not (f.metadata.get("omit_at_default") and getattr(scenario, f.name) == f.default)
+    }
 
 
 def _jsonable(d: Mapping) -> dict:
