@@ -45,12 +45,13 @@ def quantiles_for(slo: SLO | None) -> tuple[float, ...]:
 def source_digest() -> str:
     """sha256 over the simserve source a probe's result depends on: any model, predictor or policy edit
     changes it. The CLI and the tuner's own search, sweep and plotting code are left out (they do not change
-    what one simulation returns), except the modules that turn a simulation into a probe record."""
+    what one simulation returns), except the modules that turn a simulation into a probe record. The
+    planner (plan/) is left out too: it only chooses scenarios, so a plan and a sweep share probes."""
     root = Path(simserve.__file__).resolve().parent
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         rel = f.relative_to(root).as_posix()
-        if rel.startswith("cli/") or (rel.startswith("tune/") and rel not in _RECORD_SOURCES):
+        if rel.startswith(("cli/", "plan/")) or (rel.startswith("tune/") and rel not in _RECORD_SOURCES):
             continue
         h.update(rel.encode())
         h.update(f.read_bytes())
