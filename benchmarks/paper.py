@@ -6,7 +6,9 @@
                                               # 256 requests, 10% tolerance → a temporary folder (or --out)
 
 Capacity = the highest Poisson rate with P99 TBT ≤ SLO and median scheduling delay ≤ 2 s (simserve.tune.capacity),
-each cell one search; the searches run on the sweep's executor (local processes by default) and every simulation
+each cell one search, in two columns: simserve's default, and paper-comparable (simserve.sim.scenario.paper_setup:
+clipped Poisson, the Ray round trip, the 30-minute trial cap; the paper's own search, tune/paper_search.py), whose
+capped trials are also run uncapped to count the pass/fail verdicts the cap decides; the searches run on the sweep's executor (local processes by default) and every simulation
 is kept in the probe cache (--cache), so a rerun replays in seconds and an interrupted run resumes. Strict-SLO
 searches run first: vLLM and Orca do not depend on the SLO, so the relaxed searches then replay their shared
 probes from the cache. When ../shared/reference holds the paper's own chat trace, the chat cells are also run on
@@ -36,8 +38,10 @@ import simserve  # noqa: E402
 from simserve.errors import SimserveError  # noqa: E402
 from simserve.io import write_text_atomic  # noqa: E402
 from simserve.sim.scenario import check_scenario  # noqa: E402
+from simserve.tune.capacity import CapacityResult  # noqa: E402
 from simserve.tune.executors import Runner  # noqa: E402
-from simserve.tune.jobs import probe_job, progress_bar, run_tasks  # noqa: E402
+from simserve.tune.jobs import CapacityTask, probe_job, progress_bar, run_tasks  # noqa: E402
+from simserve.tune.paper_search import verdict  # noqa: E402
 from simserve.tune.probe import ProbeCache, probe_key, quantiles_for, source_digest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,6 +65,7 @@ class RunConfig:
     clipped_check: tuple[str, ...] = ("mistral-7b",)
     spread_check: tuple[str, ...] = ("mistral-7b", "llama2-70b")
     spread_seeds: tuple[int, ...] = (1, 2)
+    paper_setup: bool = True  # also the paper-comparable column (every main cell searched again)
     mode: str = "full"
 
 
@@ -85,46 +90,111 @@ def with_paper_chat(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-Job = tuple[pc.Cell, str, int]  # (cell, arrival process, seed)
+Job = tuple[pc.Cell, str, int, str]  # (cell, arrival process, seed, setup: "simserve" | "paper")
 
 
 def phases(cfg: RunConfig) -> list[list[Job]]:
     """The capacity searches in phases. Strict first: vLLM and Orca do not depend on the SLO, so the relaxed
-    searches then replay their shared probes from the cache. Then the clipped-arrival and seed checks."""
+    searches then replay their shared probes from the cache. Then the same cells paper-comparable, then the
+    clipped-arrival and seed checks."""
+    setups = ("simserve", "paper") if cfg.paper_setup else ("simserve",)
     out = [
-        [(c, cfg.arrival, cfg.seed) for c in pc.cells(cfg.deployments, cfg.traces, (slo,))]
+        [(c, cfg.arrival, cfg.seed, setup) for c in pc.cells(cfg.deployments, cfg.traces, (slo,))]
+        for setup in setups
         for slo in cfg.slos
     ]
     if "chat" not in cfg.traces or "strict" not in cfg.slos:
         return out
     clipped = tuple(d for d in cfg.clipped_check if d in cfg.deployments)
     if clipped and cfg.arrival != "poisson-clipped":
-        out.append([(c, "poisson-clipped", cfg.seed) for c in pc.cells(clipped, ("chat",), ("strict",))])
+        out.append(
+            [(c, "poisson-clipped", cfg.seed, "simserve") for c in pc.cells(clipped, ("chat",), ("strict",))]
+        )
     spread = tuple(d for d in cfg.spread_check if d in cfg.deployments)
     seeds = [s for s in cfg.spread_seeds if s != cfg.seed]
     if spread and seeds:
-        out.append([(c, cfg.arrival, s) for s in seeds for c in pc.cells(spread, ("chat",), ("strict",))])
+        out.append(
+            [(c, cfg.arrival, s, "simserve") for s in seeds for c in pc.cells(spread, ("chat",), ("strict",))]
+        )
     return out
 
 
 def run_capacities(
     cfg: RunConfig, runner: Runner, cache: ProbeCache, progress: bool
-) -> tuple[list[dict], dict]:
+) -> tuple[list[dict], dict, list[tuple[pc.Cell, CapacityTask, CapacityResult]]]:
+    """Rows of every search, the search statistics, and the paper-comparable searches themselves."""
     stats: dict = {"tasks": 0, "from_cache": 0, "probes_simulated": 0}
     rows: list[dict] = []
+    paper_searches = []
     for jobs in phases(cfg):
-        tasks = [c.task(cfg.num_requests, arrival, seed, cfg.tolerance) for c, arrival, seed in jobs]
+        tasks = [
+            c.task(cfg.num_requests, arrival, seed, cfg.tolerance, setup == "paper")
+            for c, arrival, seed, setup in jobs
+        ]
         phase: dict = {}
         results = run_tasks(tasks, runner, cache, runner.shares_filesystem, progress, phase)
         for k in stats:
             stats[k] += phase[k]
-        rows += [
-            {**pr.cell_row(c, r), "arrival": arrival, "seed": seed}
-            for (c, arrival, seed), r in zip(jobs, results, strict=True)
-        ]
+        for (c, _arrival, seed, setup), task, r in zip(jobs, tasks, results, strict=True):
+            rows.append({**pr.cell_row(c, r), "arrival": task.scenario.arrival, "seed": seed, "setup": setup})
+            if setup == "paper":
+                paper_searches.append((c, task, r))
     order = {k: i for i, k in enumerate(pc.BY_KEY)}
     rows.sort(key=lambda r: (order[r["deployment"]], list(pc.TRACES).index(r["trace"]), r["slo"] != "strict"))
-    return rows, stats
+    return rows, stats, paper_searches
+
+
+def run_cap_check(
+    searches: list[tuple[pc.Cell, CapacityTask, CapacityResult]], runner: Runner, cache: ProbeCache, progress: bool
+) -> list[dict]:
+    """Every paper-comparable trial the 30-minute cap cut, run again without the cap: per search, its trials,
+    how many the cap cut, and the verdicts that differ (the trial passes only with the cap, or fails only
+    with it). Same scenario, rate and seed: only the cap differs."""
+    twins: dict[str, tuple] = {}  # probe key → (uncapped scenario, qps, quantiles): each simulated once
+    for _, task, result in searches:
+        quantiles = quantiles_for(task.slo)
+        for p in result.probes:
+            if p.metrics.get("capped"):
+                s = replace(task.scenario, time_limit_s=None)
+                twins.setdefault(probe_key(s, p.qps, quantiles), (s, p.qps, quantiles))
+    records = run_probes(list(twins.values()), runner, cache, progress, "uncapped twins of capped trials")
+    by_key = dict(zip(twins, records, strict=True))
+    out = []
+    for cell, task, result in searches:
+        quantiles = quantiles_for(task.slo)
+        capped = only_with = only_without = 0
+        capacity_by_cap = False
+        for p in result.probes:
+            if not p.metrics.get("capped"):
+                continue
+            capped += 1
+            key = probe_key(replace(task.scenario, time_limit_s=None), p.qps, quantiles)
+            uncapped, _ = verdict(task.slo, by_key[key]["metrics"])
+            only_with += p.passed and not uncapped
+            only_without += uncapped and not p.passed
+            capacity_by_cap |= p.passed and not uncapped and p.qps == result.capacity_qps
+        out.append(
+            {**asdict(cell), "trials": len(result.probes), "capped": capped, "pass_only_with_cap": only_with,
+             "fail_only_with_cap": only_without, "capacity_passes_only_with_cap": capacity_by_cap}
+        )  # fmt: skip
+    return out
+
+
+def run_probes(
+    jobs: list[tuple], runner: Runner, cache: ProbeCache, progress: bool, label: str
+) -> list[dict]:
+    """The records of (scenario, qps, quantiles) jobs, simulated on the runner (or replayed), all cached."""
+    records: list[dict | None] = [None] * len(jobs)
+    root = str(cache.root) if runner.shares_filesystem else None
+    with progress_bar(progress) as bar:
+        tid = bar.add_task(label, total=len(jobs))
+        for i, record in runner.map(probe_job, [(s, q, quantiles, root) for s, q, quantiles in jobs]):
+            records[i] = record
+            bar.advance(tid)
+    if root is None:  # the workers could not write our cache (a remote Ray cluster): do it here
+        for (scenario, qps, quantiles), record in zip(jobs, records, strict=True):
+            cache.put(probe_key(scenario, qps, quantiles), record)
+    return records  # type: ignore[return-value]
 
 
 def run_ablation(cfg: RunConfig, runner: Runner, cache: ProbeCache, progress: bool) -> list[dict]:
@@ -134,18 +204,9 @@ def run_ablation(cfg: RunConfig, runner: Runner, cache: ProbeCache, progress: bo
     for trace in cfg.ablation_traces:
         for label, policy, budget in pc.ABLATION_VARIANTS:
             for seed in cfg.ablation_seeds:
-                jobs.append((pc.ablation_scenario(trace, policy, budget, seed), pc.ABLATION_QPS[trace]))
+                jobs.append((pc.ablation_scenario(trace, policy, budget, seed), pc.ABLATION_QPS[trace], quantiles))
                 keys.append((trace, label))
-    records: list[dict | None] = [None] * len(jobs)
-    root = str(cache.root) if runner.shares_filesystem else None
-    with progress_bar(progress) as bar:
-        tid = bar.add_task("Table 6 ablation runs", total=len(jobs))
-        for i, record in runner.map(probe_job, [(s, q, quantiles, root) for s, q in jobs]):
-            records[i] = record
-            bar.advance(tid)
-    if root is None:  # the workers could not write our cache (a remote Ray cluster): do it here
-        for (scenario, qps), record in zip(jobs, records, strict=True):
-            cache.put(probe_key(scenario, qps, quantiles), record)
+    records = run_probes(jobs, runner, cache, progress, "Table 6 ablation runs")
     out = []
     for trace, label in dict.fromkeys(keys):
         ms = [r["metrics"] for r, k in zip(records, keys, strict=True) if k == (trace, label)]
@@ -176,11 +237,14 @@ def run(
     with tempfile.TemporaryDirectory(prefix="paper-probes-") as tmp:
         cache = ProbeCache(cache_dir if cache_dir is not None else tmp)
         with Runner(executor, workers) as runner:
-            rows, stats = run_capacities(cfg, runner, cache, progress)
+            rows, stats, paper_searches = run_capacities(cfg, runner, cache, progress)
+            cap_check = run_cap_check(paper_searches, runner, cache, progress)
             ablation = run_ablation(cfg, runner, cache, progress) if cfg.ablation_traces else []
     decode = pr.decode_iteration(cfg.deployments)
-    main_rows = [r for r in rows if r["arrival"] == cfg.arrival and r["seed"] == cfg.seed]
-    clipped_rows = [r for r in rows if r["arrival"] != cfg.arrival]
+    default = [r for r in rows if r["setup"] == "simserve"]
+    main_rows = [r for r in default if r["arrival"] == cfg.arrival and r["seed"] == cfg.seed]
+    clipped_rows = [r for r in default if r["arrival"] != cfg.arrival]
+    paper_rows = [r for r in rows if r["setup"] == "paper"]
     ratio_rows = pr.ratios(main_rows)
     stats_by_trace = pr.trace_stats(cfg.traces, cfg.num_requests, cfg.seed)
     return {
@@ -201,8 +265,14 @@ def run(
         "cells": main_rows,
         "ratios": ratio_rows,
         "clipped_arrivals": pr.ratios(clipped_rows),
-        "seed_spread": pr.seed_spread([r for r in rows if r["arrival"] == cfg.arrival]),
-        "headlines": pr.headlines(ratio_rows),
+        "seed_spread": pr.seed_spread([r for r in default if r["arrival"] == cfg.arrival]),
+        "headlines": pr.headlines(ratio_rows, pr.ratios(paper_rows)),
+        "paper_setup": {
+            "cells": paper_rows,
+            "ratios": pr.ratios(paper_rows),
+            "trial_cap": cap_check,
+            "trial_cap_totals": pr.cap_totals(cap_check),
+        },
         "batch_cap": pr.batch_cap_diagnostics(main_rows, cfg.num_requests, cfg.arrival, cfg.seed),
         "decode_iteration": decode,
         "ablation": ablation,
@@ -238,6 +308,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--traces", help=f"comma-separated subset of {','.join(pc.TRACES)}")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-paper-chat", action="store_true", help="skip the paper's chat trace column")
+    ap.add_argument(
+        "--no-paper-setup", action="store_true", help="skip the paper-comparable column (simserve's default only)"
+    )
     ap.add_argument("--executor", choices=("local", "serial", "ray"), default="local")
     ap.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     ap.add_argument(
@@ -249,7 +322,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def config_from(args: argparse.Namespace) -> RunConfig:
     """The run's configuration from the command line; SimserveError (one line) on a bad option."""
-    cfg = replace(QUICK if args.quick else RunConfig(), arrival=args.arrival, seed=args.seed)
+    cfg = replace(
+        QUICK if args.quick else RunConfig(), arrival=args.arrival, seed=args.seed, paper_setup=not args.no_paper_setup
+    )
     if args.requests is not None:
         cfg = replace(cfg, num_requests=args.requests)
     if args.tolerance is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from simserve.sim.scenario import Scenario
+from simserve.sim.scenario import Scenario, paper_setup
 from simserve.tune.capacity import SLO
 from simserve.tune.jobs import CapacityTask
 
@@ -110,11 +110,17 @@ class Cell:
             max_batch=self.max_batch(), seed=seed, max_model_len=t.max_model_len,
         )  # fmt: skip
 
-    def task(self, num_requests: int, arrival: str, seed: int, tolerance: float) -> CapacityTask:
+    def task(
+        self, num_requests: int, arrival: str, seed: int, tolerance: float, paper: bool = False
+    ) -> CapacityTask:
+        """The cell's capacity search; `paper`: paper-comparable (paper_setup trials, the paper's search)."""
         start = self.dep.start_qps[TRACES[self.trace].start_key]
-        return CapacityTask(
-            self.scenario(num_requests, arrival, seed), self.dep.slo(self.slo), tolerance, start
-        )
+        scenario = self.scenario(num_requests, arrival, seed)
+        if paper:
+            return CapacityTask(
+                paper_setup(scenario), self.dep.slo(self.slo), tolerance, start, max_probes=20, search="paper"
+            )
+        return CapacityTask(scenario, self.dep.slo(self.slo), tolerance, start)
 
 
 def cells(deployments: tuple[str, ...], traces: tuple[str, ...], slos: tuple[str, ...]) -> list[Cell]:

@@ -92,9 +92,10 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
-def headlines(ratio_rows: list[dict]) -> list[dict]:
+def headlines(ratio_rows: list[dict], paper_rows: list[dict] | None = None) -> list[dict]:
     """Our largest Sarathi/vLLM gain per deployment (the paper's claims are "up to") on the shipped traces, and
-    on the paper's own chat trace when it was run, with where each occurs."""
+    on the paper's own chat trace when it was run, with where each occurs; `paper_rows` (ratios of the
+    paper-comparable searches) add the same two figures in paper-comparable mode."""
 
     def best(rows: list[dict]) -> tuple[float | None, str | None]:
         rows = [r for r in rows if r["sarathi_over_vllm"] is not None]
@@ -108,11 +109,24 @@ def headlines(ratio_rows: list[dict]) -> list[dict]:
         mine = [r for r in ratio_rows if r["deployment"] == key]
         ours, where = best([r for r in mine if r["trace"] != "chat-paper"])
         paper_trace, paper_where = best([r for r in mine if r["trace"] == "chat-paper"])
+        comparable = [r for r in paper_rows or () if r["deployment"] == key]
+        pc_ours, pc_where = best([r for r in comparable if r["trace"] != "chat-paper"])
+        pc_trace, pc_trace_where = best([r for r in comparable if r["trace"] == "chat-paper"])
         out.append(
             {"deployment": key, "paper": claim, "paper_text": text, "ours": ours, "where": where,
-             "ours_paper_chat_trace": paper_trace, "where_paper_chat_trace": paper_where}
+             "ours_paper_chat_trace": paper_trace, "where_paper_chat_trace": paper_where,
+             "paper_setup": pc_ours, "paper_setup_where": pc_where,
+             "paper_setup_paper_chat_trace": pc_trace, "paper_setup_where_paper_chat_trace": pc_trace_where}
         )  # fmt: skip
     return out
+
+
+def cap_totals(cap_check: list[dict]) -> dict:
+    """The trial cap over every paper-comparable search: trials, trials cut, verdicts it decided."""
+    keys = ("trials", "capped", "pass_only_with_cap", "fail_only_with_cap")
+    totals = {k: sum(int(c[k]) for c in cap_check) for k in keys}
+    totals["capacities_passing_only_with_cap"] = sum(bool(c["capacity_passes_only_with_cap"]) for c in cap_check)
+    return totals
 
 
 def seed_spread(rows: list[dict]) -> list[dict]:

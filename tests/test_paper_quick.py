@@ -105,3 +105,18 @@ def test_bad_arguments_fail_with_one_line_and_write_nothing(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_the_paper_comparable_column_covers_every_cell(quick: tuple[dict, Path]) -> None:
+    doc, _ = quick
+    ps = doc["paper_setup"]
+    keys = {(c["deployment"], c["trace"], c["slo"], c["policy"]) for c in doc["cells"]}
+    assert {(c["deployment"], c["trace"], c["slo"], c["policy"]) for c in ps["cells"]} == keys
+    assert all(c["setup"] == "paper" and c["arrival"] == "poisson-clipped" for c in ps["cells"])
+    assert all(c["setup"] == "simserve" for c in doc["cells"])
+    for c in ps["cells"]:  # the paper's search probes rates on a 0.01 qps grid
+        assert c["capacity_qps"] == round(c["capacity_qps"], 2)
+    t = ps["trial_cap_totals"]
+    assert t["trials"] == sum(c["probes"] for c in ps["cells"])
+    assert t["pass_only_with_cap"] + t["fail_only_with_cap"] <= t["capped"] <= t["trials"]
+    assert "Paper-comparable mode" in paper.paper_report.render(doc)

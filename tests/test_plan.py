@@ -14,8 +14,17 @@ from simserve.catalog.table import load_catalog_file
 from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.plan.candidates import enumerate_candidates, parallelisms
+from simserve.plan.prune import budget_order, front_threshold
 from simserve.plan.report import pareto_plot, recommendation, write_outputs
-from simserve.plan.search import PlanSpec, best_budgets, pareto_mask, plan_rows, prepare, run_plan
+from simserve.plan.search import (
+    PlanSpec,
+    best_budgets,
+    halvings_to_floor,
+    pareto_mask,
+    plan_rows,
+    prepare,
+    run_plan,
+)
 from simserve.tune.capacity import SLO
 
 LLAMA70 = MODELS.get("llama-2-70b")
@@ -212,3 +221,71 @@ def test_notebook_section_shows_a_saved_plan(tmp_path: Path, monkeypatch) -> Non
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum("image/png" in o.get("data", {}) for o in outputs) == 1
     assert any("A100-80GB" in o.get("data", {}).get("text/plain", "") for o in outputs)
+
+
+def test_budget_order_starts_at_512_and_walks_outwards() -> None:
+    assert budget_order((256, 512, 1024, 2048)) == [512, 1024, 2048, 256]
+    assert budget_order((2048, 128, 256)) == [256, 2048, 128]  # the closest to 512 first (ties: the smaller)
+    assert budget_order((4096,)) == [4096]
+
+
+def test_front_threshold_by_hand() -> None:
+    # found rows: 10 qps for $4/h and 30 qps for $10/h. A $3/GPU-h deployment of 2 GPUs within 8 GPUs has rows
+    # r = 1..4 at $6, $12, $18, $24/h: for ≤ $6 the front offers 10 qps, ≤ $12+ offers 30. Its capacity per
+    # replica must beat min(10/1, 30/2, 30/3, 30/4) = 7.5 for any row to be undominated.
+    rows = [(10.0, 4.0), (30.0, 10.0)]
+    assert front_threshold(rows, 2, 3.0, 8) == pytest.approx(7.5)
+    assert front_threshold(rows, 1, 1.0, 8) == pytest.approx(0.0)  # $1/h: nothing found is that cheap
+    assert front_threshold([], 2, 3.0, 8) == 0.0
+
+
+def test_floor_is_reached_from_any_start() -> None:
+    # A search from 8 qps needs 6 halvings to reach 0.125 (8/64); from 1 qps, 3. A start above --start-qps with
+    # the halvings of --start-qps would call capacities in (0.125, 1) zero.
+    assert halvings_to_floor(8.0, 0.125) == 6 and halvings_to_floor(1.0, 0.125) == 3
+    assert halvings_to_floor(0.1, 0.125) == 0 and halvings_to_floor(3.0, 0.125) == 5
+    task = PlanSpec("mistral-7b", ("a100",), start_qps=4.0, min_qps=0.3).task(None)
+    assert task.start_qps / 2**task.max_halvings <= 0.3 < task.start_qps / 2 ** (task.max_halvings - 1)
+
+
+PRUNE_CASE = PlanSpec(
+    "mistral-7b", ("a100", "h100"), max_gpus=2, slo=SLO(0.1), budgets=(256, 512, 1024), num_requests=256
+)
+
+
+def test_pruned_plan_has_the_unpruned_pareto_front(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    fast = run_plan(PRUNE_CASE, executor="serial")
+    full = run_plan(PRUNE_CASE, executor="serial", prune=False)
+    assert (fast.searches["status"] == "pruned").sum() > 0 and (full.searches["status"] == "searched").all()
+    assert fast.stats["probes_simulated"] < full.stats["probes_simulated"]
+    cols = ["gpu", "tp", "pp", "replicas", "budget"]
+    a, b = (r.rows[r.rows["pareto"]].sort_values(cols).reset_index(drop=True) for r in (fast, full))
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    # the searches start at other rates, so capacities agree to the bisection's tolerance, not bit for bit
+    assert a["capacity_qps"].to_numpy() == pytest.approx(
+        b["capacity_qps"].to_numpy(), rel=PRUNE_CASE.tolerance
+    )
+    # every pruned search failed its first probe, at a rate that some searched row beats
+    pruned = fast.searches[fast.searches["status"] == "pruned"]
+    assert (pruned["probes"] == 1).all() and (pruned["capacity_qps"] == 0).all()
+    # a rerun gives the same plan (the order of searches does not depend on timing or worker count)
+    again = run_plan(PRUNE_CASE, executor="local", workers=2)
+    pd.testing.assert_frame_equal(fast.rows, again.rows)
+
+
+def test_replica_benchmark_compares_the_rule_with_a_simulated_cluster() -> None:
+    """benchmarks/plan_replicas.py's core on a tiny case: R × one replica against R replicas behind the router."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from plan_replicas import replica_error
+
+    from simserve.sim.scenario import Scenario
+
+    scenario = Scenario(model="mistral-7b", gpu="a100", num_requests=64, policy="sarathi", budget=512)
+    row = replica_error(scenario, 2, SLO(0.2), tolerance=0.05)
+    assert row["rule_qps"] == pytest.approx(2 * row["single_qps"]) and row["single_qps"] > 0
+    # two replicas carry about twice one replica's load: far more than one, not more than a few times two
+    assert 1.5 * row["single_qps"] < row["cluster_qps"] < 3 * row["single_qps"]
+    assert row["error"] == pytest.approx((row["rule_qps"] - row["cluster_qps"]) / row["cluster_qps"])

@@ -71,6 +71,20 @@ def test_trace_from_the_log_equals_the_trace_from_the_table(raw):
         assert chrome_trace_from_log(run.log, cap) == chrome_trace(table, cap)
 
 
+@pytest.mark.parametrize("cap", [10, 333, 10**6])
+def test_the_streamed_trace_file_is_json_dumps_of_the_trace(raw, tmp_path, monkeypatch, cap):
+    import json
+
+    from simserve.sim import perfetto
+
+    run, _ = raw
+    monkeypatch.setattr(perfetto, "CHUNK_EVENTS", 50)  # several chunks
+    perfetto.write_chrome_trace(tmp_path / "t.json", run.log, cap)
+    doc = chrome_trace_from_log(run.log, cap)
+    assert any("×" in e["name"] for e in doc["traceEvents"])  # escaped names are covered
+    assert (tmp_path / "t.json").read_text() == json.dumps(doc, separators=(",", ":"))
+
+
 def test_bad_iterations_option_is_one_line_and_exit_2(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--iterations", "some", "--out", str(tmp_path / "o")])

@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("catalog", "profiling", "predictor", "workload", "sim", "tune", "cli")
+PACKAGES = ("catalog", "profiling", "predictor", "workload", "sim", "tune", "plan", "cli")
 TOP = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py")
 DOC = ROOT / "docs" / "architecture.md"
 

@@ -15,7 +15,9 @@ from simserve.errors import SimserveError
 
 @app.command()
 def plan(
-    model: str = typer.Option("llama-2-70b", "--model", help="Model to serve (catalog name; see `simserve list models`)."),
+    model: str = typer.Option(
+        "llama-2-70b", "--model", help="Model to serve (catalog name; see `simserve list models`)."
+    ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     slo: float = typer.Option(0.2, "--slo", help="P99 time-between-tokens SLO in seconds."),
     delay_slo: float = typer.Option(2.0, "--delay-slo", help="Median scheduling-delay SLO in seconds."),
@@ -32,10 +34,16 @@ def plan(
     ),
     max_batch: int = typer.Option(128, "--max-batch", help="Resident requests per replica."),
     requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the trace sample and arrivals (same seed, same plan)."),
+    seed: int = typer.Option(
+        0, "--seed", help="Seed of the trace sample and arrivals (same seed, same plan)."
+    ),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
-    out: Path = typer.Option(Path("plan-out"), "--out", help="Output directory; each file lands whole, files simserve did not write are kept."),
+    out: Path = typer.Option(
+        Path("plan-out"),
+        "--out",
+        help="Output directory; each file lands whole, files simserve did not write are kept.",
+    ),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
@@ -48,6 +56,12 @@ def plan(
         False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
     ),
     all_rows: bool = typer.Option(False, "--all", help="Print every deployment, not only the Pareto ones."),
+    no_prune: bool = typer.Option(
+        False,
+        "--no-prune",
+        help="Search every deployment and budget whole, even those that cannot reach the "
+        "Pareto front (slower; gives every deployment's capacity).",
+    ),  # fmt: skip
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
     from simserve.io import check_out_dir
@@ -78,7 +92,9 @@ def plan(
         target_qps=qps,
         min_qps=min_qps,
     )
-    result = run_plan(spec, executor, workers, address, None if no_cache else cache, progress=True)
+    result = run_plan(
+        spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
+    )
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(_table(table_rows(result, all_rows), all_rows))
@@ -97,7 +113,7 @@ def plan(
     )
     for gpu, p in result.prices.items():
         console.print(f"price {gpu}: ${p.usd_per_gpu_hour:g}/GPU-h ({p.source}, {p.date})", highlight=False)
-    low = result.searches[result.searches["capacity_qps"] == 0]
+    low = result.searches[result.searches["status"] == "below floor"]
     if len(low):
         names = sorted({f"{r.gpu} TP{r.tp} PP{r.pp}" for r in low.itertuples()})
         console.print(
@@ -105,6 +121,11 @@ def plan(
             f"({', '.join(names)}; see searches.csv)"
         )
     s = result.stats
+    if s["searches_pruned"]:
+        console.print(
+            f"note: {s['searches_pruned']} searches stopped after one probe: their deployment or budget cannot "
+            f"reach the Pareto front (status 'pruned' in searches.csv; --no-prune searches them whole)"
+        )
     console.print(
         f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "
         f"in {s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/\nnote: {APPROXIMATION}"

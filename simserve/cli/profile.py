@@ -16,7 +16,6 @@ from simserve.catalog import GPU, MODELS, NETWORKS, NODES
 from simserve.cli import app
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.profiling.merge import merge_profile
 from simserve.profiling.schema import SHIPPED_PROFILES, TABLES, profile_dir, read_profile, write_profile
 
 BACKENDS = ("roofline", "torch")
@@ -143,6 +142,8 @@ def profile_command(
     }
     provenance["versions"] = {**_versions(), **fields.get("versions", {})}
     if (target / "provenance.json").exists() and not force:
+        from simserve.profiling.merge import merge_profile  # pandas: only when merging a profile
+
         tables, provenance = merge_profile(read_profile(target), tables, provenance)
     write_profile(target, tables, provenance)
     _print_summary(target, tables, provenance)

@@ -115,16 +115,24 @@ def run_command(
     ray_comm: bool = typer.Option(
         False, "--ray-comm", help="Also charge the driver → worker Ray round trip of a Ray-actor engine."
     ),
+    paper_setup: bool = typer.Option(
+        False,
+        "--paper-setup",
+        help="Run as the paper's trials were: clipped Poisson arrivals, the Ray round trip, a 30-minute cap.",
+    ),
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
     from rich.console import Console
     from rich.table import Table
 
+    from simserve.errors import SimserveError
     from simserve.io import check_out_dir, output_dir
     from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
     from simserve.sim.scenario import Scenario, simulate_scenario, workload_notes
+    from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
+    from simserve.tune.probe import scenario_fields
 
     check_options(fmt, iterations)
     scenario = Scenario(
@@ -157,6 +165,10 @@ def run_command(
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
     )
+    if paper_setup:
+        if stop_when_overloaded:
+            raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
+        scenario = paper(scenario)
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
@@ -165,7 +177,7 @@ def run_command(
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scenario.__dict__, "qps": qps, "summary": summary, "notes": notes}
+        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, qps, summary, out, notes)
 
@@ -215,5 +227,11 @@ def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, not
         f"MFU ≈ {s['mfu']:.1%}, MBU ≈ {s['mbu']:.1%} (estimates); {s['num_iterations']} iterations, "
         f"{s['kv_blocks_per_replica']} KV blocks per replica\nwrote {out}/"
     )
+    if s.get("capped"):
+        console.print(
+            f"[yellow]note:[/yellow] the trial cap ({scenario.time_limit_s:g} s) ended the run: "
+            f"{s['num_requests'] - s['completed'] - s['ignored']} requests unfinished; the latencies cover "
+            f"the {s['completed']} completed"
+        )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {note}")

@@ -152,6 +152,11 @@ def sweep(
     toy: bool = typer.Option(
         False, "--toy", hidden=True, help="Closed-form test model instead of the simulator."
     ),
+    paper_setup: bool = typer.Option(
+        False,
+        "--paper-setup",
+        help="The paper's trials and search: clipped Poisson, Ray round trip, 30-minute cap, 0.01 qps rates.",
+    ),
     engine: str | None = typer.Option(
         None,
         "--engine",
@@ -199,6 +204,12 @@ def sweep(
         trace=trace,
         num_requests=requests,
     )
+    if paper_setup:
+        if toy or engine is not None or engine_grid is not None:
+            raise SimserveError("--paper-setup simulates the paper's engine; drop --toy, --engine and --engine-grid")
+        from simserve.sim.scenario import paper_setup as paper
+
+        base = paper(base)
     if engine is not None or engine_grid is not None:
         from simserve.cli.engine import engine_sweep
 
@@ -217,6 +228,7 @@ def sweep(
         slos=slos,
         tolerance=tolerance,
         start_qps=start_qps,
+        search="paper" if paper_setup else "simserve",
     )
     stats: dict = {}
     with interruptible(stats, None if no_cache else cache):

@@ -16,8 +16,9 @@ from simserve.plan.search import PlanResult
 
 GPU_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
 APPROXIMATION = (
-    "capacity of R replicas = R × one replica's simulated capacity (an approximation; docs/planner.md gives "
-    "its measured error against simulating the whole cluster)"
+    "capacity of R replicas = R × one replica's simulated capacity, which UNDERESTIMATES a round-robin "
+    "cluster: by 3% at 2 replicas and 5-7% at 4 in benchmarks/plan_replicas.py (docs/planner.md), so "
+    "multi-replica rows are conservative"
 )
 
 

@@ -1,9 +1,10 @@
-"""The plan: one capacity search per (deployment, token budget), the best budget per deployment, then replicas.
+"""The plan: capacity searches per (deployment, token budget), the best budget per deployment, then replicas.
 
-Capacity of R replicas is taken as R × the capacity of one replica (each replica simulated alone at its share
-of the load). That is an approximation: a round-robin router sends each replica an exact 1/R of the requests,
-but not a Poisson 1/R, so the cluster's queues differ; benchmarks/plan_replicas.py measures the error against a
-simulation of the whole multi-replica cluster (docs/planner.md).
+Deployments are searched cheapest replica first; a search that cannot change the Pareto front stops after one
+probe (plan/prune.py). Capacity of R replicas is taken as R × the capacity of one replica (each replica
+simulated alone at its share of the load). That is an approximation: a round-robin router sends each replica
+every R-th request, more evenly spaced than a Poisson 1/R, so the real cluster queues less and the rule
+underestimates it (3% at 2 replicas, 5-7% at 4: benchmarks/plan_replicas.py, docs/planner.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from simserve.catalog.prices import PriceSpec, price_of
 from simserve.errors import SimserveError
 from simserve.plan.candidates import Candidate, enumerate_candidates, nothing_fits_message
 from simserve.plan.profiles import ProfileChoice, resolve_profiles
+from simserve.plan.prune import budget_order, front_threshold
 from simserve.sim.scenario import MAX_MODEL_LEN, Scenario
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
@@ -69,15 +71,10 @@ class PlanSpec:
         if self.target_qps is not None and not (self.target_qps > 0 and math.isfinite(self.target_qps)):
             raise SimserveError(f"--qps must be a positive request rate, got {self.target_qps}")
 
-    @property
-    def max_halvings(self) -> int:
-        """Halvings from start_qps that reach min_qps: the search's lowest probe is at or below min_qps."""
-        return max(0, math.ceil(math.log2(self.start_qps / self.min_qps) - 1e-9))
-
     def task(self, scenario: Scenario) -> CapacityTask:
-        return CapacityTask(
-            scenario, self.slo, self.tolerance, self.start_qps, max_halvings=self.max_halvings
-        )
+        """The whole search from --start-qps, down to the floor (the unpruned plan's search)."""
+        halvings = halvings_to_floor(self.start_qps, self.min_qps)
+        return CapacityTask(scenario, self.slo, self.tolerance, self.start_qps, max_halvings=halvings)
 
     @property
     def max_len(self) -> int:
@@ -89,8 +86,14 @@ class PlanSpec:
             model=dep.model.name, gpu=dep.gpu.name, tp=dep.tp, pp=dep.pp, trace=self.trace,
             num_requests=self.num_requests, policy="sarathi", budget=budget, max_batch=self.max_batch,
             seed=self.seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
-            sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0,
+            sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
         )  # fmt: skip
+
+    @property
+    def _stop_tbt(self) -> tuple[float, float] | None:
+        """A probe stops as soon as it surely misses the TBT SLO (as a sweep with one SLO does): the same
+        pass/fail as a run to the end, in a fraction of the time at the failing rates."""
+        return None if self.slo.tbt_s is None else (self.slo.tbt_s, self.slo.tbt_quantile)
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,31 @@ def prepare(spec: PlanSpec) -> tuple[list[Candidate], list[str], dict[str, Price
     return cands, rejected, prices
 
 
+ROUND = 4  # deployments searched side by side: fixed, not the worker count, so the plan is the same on any machine
+
+
+def halvings_to_floor(start_qps: float, min_qps: float) -> int:
+    """Halvings from `start_qps` whose last probe is at or below `min_qps`, so a search from any start sees
+    every rate down to the floor (a search started above --start-qps needs more of them)."""
+    return max(0, math.ceil(math.log2(start_qps / min_qps) - 1e-9))
+
+
+@dataclass
+class _Deployment:
+    """One deployment's searches, one token budget at a time (each starts from what the others found)."""
+
+    cand: Candidate
+    usd_per_gpu_hour: float
+    order: list[int]
+    rows: list[dict] = field(default_factory=list)
+    best: float = 0.0  # capacity per replica at the best budget searched so far
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        d = self.cand.deployment
+        return d.gpu.name, d.tp, d.pp
+
+
 def run_plan(
     spec: PlanSpec,
     executor: str = "local",
@@ -131,42 +159,122 @@ def run_plan(
     address: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool = False,
+    prune: bool = True,
 ) -> PlanResult:
+    """Search every deployment that fits, cheapest replica first, ROUND deployments at a time.
+
+    With `prune` (plan/prune.py), a search whose deployment cannot reach the Pareto front, or whose budget
+    cannot beat the deployment's best one, stops after one failing probe, and searches start from a related
+    answer (the next budget from the best so far; a deeper pipeline from the shallower one). Without it,
+    every (deployment, budget) is searched whole from --start-qps: the reference the pruned plan is tested
+    against (tests/test_plan.py)."""
+    from simserve.tune.jobs import progress_bar
+
     t0 = time.perf_counter()
     cands, rejected, prices = prepare(spec)
     profiles = resolve_profiles([c.deployment for c in cands])
-    keyed = [(c, b) for c in cands for b in c.budgets]
-    tasks = [spec.task(spec.scenario(c, b, profiles[c.deployment])) for c, b in keyed]
+    queue = [
+        _Deployment(c, prices[c.deployment.gpu.name].usd_per_gpu_hour, budget_order(c.budgets)) for c in cands
+    ]
+    queue.sort(key=lambda d: (d.cand.num_gpus * d.usd_per_gpu_hour, *d.key))
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
-    stats: dict = {}
-    with Runner(executor, workers, address) as runner:
-        results = run_tasks(tasks, runner, cache, runner.shares_filesystem, progress, stats)
+    total = sum(len(d.order) for d in queue)
+    stats: dict = dict(tasks=0, from_cache=0, probes_simulated=0, probes_speculative=0, probes_wasted=0)
+    stats.update(searches_pruned=0, deployments=len(queue))
+    seen: list[_Deployment] = []
+    active: list[_Deployment] = []
+    with Runner(executor, workers, address) as runner, progress_bar(progress) as bar:
+        tid = bar.add_task("plan searches", total=total)
+        while queue or active:
+            while queue and len(active) < ROUND:
+                active.append(queue.pop(0))
+                seen.append(active[-1])
+            steps = [_next_step(d, seen, spec, prune, profiles) for d in active]
+            round_stats: dict = {}
+            results = run_tasks(
+                [t for t, _ in steps], runner, cache, runner.shares_filesystem, False, round_stats
+            )
+            for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
+                stats[key] += round_stats.get(key, 0)
+            for d, (task, threshold), r in zip(active, steps, results, strict=True):
+                row = _search_row(d, task, threshold, r, spec, profiles)
+                stats["searches_pruned"] += row["status"] == "pruned"
+                d.rows.append(row)
+                d.best = max(d.best, row["capacity_qps"])
+            active = [d for d in active if len(d.rows) < len(d.order)]
+            bar.update(tid, completed=sum(len(d.rows) for d in seen),
+                       description=f"plan searches, {stats['probes_simulated']} probes simulated, "
+                       f"{stats['searches_pruned']} pruned")  # fmt: skip
     out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
-    searches = _search_rows(keyed, results, profiles, spec)
+    searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
     rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
     stats["elapsed_s"] = time.perf_counter() - t0
     return PlanResult(spec, searches, rows, prices, rejected, out_tokens, stats)
 
 
-def _search_rows(keyed, results: list[CapacityResult], profiles, spec: PlanSpec) -> pd.DataFrame:
-    rows = []
-    for (c, b), r in zip(keyed, results, strict=True):
-        dep = c.deployment
-        message = r.message
-        if r.capacity_qps == 0 and r.probes:
-            lowest = min(p.qps for p in r.probes)
+def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: bool, profiles):
+    """The next budget's capacity task, and the rate it must beat (0: none; its first probe is there)."""
+    budget = d.order[len(d.rows)]
+    scenario = spec.scenario(d.cand, budget, profiles[d.cand.deployment])
+    if not prune:
+        return spec.task(scenario), 0.0
+    threshold = d.best
+    if spec.target_qps is None:  # with a target each deployment gets one row: no front to beat
+        found = [
+            (r * o.best, r * o.cand.num_gpus * o.usd_per_gpu_hour)
+            for o in seen
+            if o is not d and o.best > 0
+            for r in range(1, spec.max_gpus // o.cand.num_gpus + 1)
+        ]
+        threshold = max(threshold, front_threshold(found, d.cand.num_gpus, d.usd_per_gpu_hour, spec.max_gpus))
+    if threshold > 0:  # one probe at the threshold; below it nothing this search finds matters
+        task = CapacityTask(scenario, spec.slo, spec.tolerance, threshold, max_halvings=0)
+        return task, threshold
+    start = _related_start(d, seen) or spec.start_qps
+    return CapacityTask(
+        scenario, spec.slo, spec.tolerance, start, max_halvings=halvings_to_floor(start, spec.min_qps)
+    ), 0.0
+
+
+def _related_start(d: _Deployment, seen: list[_Deployment]) -> float | None:
+    """The best capacity of the same GPU and TP at the deepest shallower pipeline searched: a deeper pipeline
+    of the same stages usually serves more, so it is a near start for the bracket (any start is correct)."""
+    gpu, tp, pp = d.key
+    related = [o for o in seen if o.key[:2] == (gpu, tp) and o.key[2] < pp and o.best > 0]
+    return max(related, key=lambda o: o.key[2]).best if related else None
+
+
+_SEARCH_COLUMNS = [
+    "gpu", "tp", "pp", "gpus_per_replica", "nodes_per_replica", "budget", "capacity_qps", "status",
+    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile",
+]  # fmt: skip
+
+
+def _search_row(
+    d: _Deployment, task: CapacityTask, threshold: float, r: CapacityResult, spec: PlanSpec, profiles
+) -> dict:
+    dep = d.cand.deployment
+    capacity, status, message = r.capacity_qps, "searched", r.message
+    if capacity == 0 and threshold > 0:
+        status = "pruned"
+        why = "the deployment's best budget" if threshold == d.best else "the Pareto front found so far"
+        message = f"fails at {r.probes[0].qps:.4g} qps per replica, so cannot beat {why}"
+    elif capacity < spec.min_qps:  # the same floor whatever the search's start
+        capacity, status = 0.0, "below floor"
+        lowest = min(p.qps for p in r.probes)
+        message = (
+            f"below the plan's floor: fails at {lowest:.3g} qps per replica (--min-qps {spec.min_qps:g})"
+        )
+        if r.capacity_qps > 0:
             message = (
-                f"below the plan's floor: fails at {lowest:.3g} qps per replica (--min-qps {spec.min_qps:g})"
+                f"below the plan's floor: {r.capacity_qps:.3g} qps per replica (--min-qps {spec.min_qps:g})"
             )
-        rows.append(
-            {
-                "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "gpus_per_replica": dep.num_gpus,
-                "nodes_per_replica": dep.num_nodes, "budget": b, "capacity_qps": r.capacity_qps,
-                "probes": len(r.probes), "limited_by": r.limited_by, "message": message,
-                "kv_blocks": c.kv_blocks, "profile": profiles[dep].label,
-            }
-        )  # fmt: skip
-    return pd.DataFrame(rows)
+    return {
+        "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "gpus_per_replica": dep.num_gpus,
+        "nodes_per_replica": dep.num_nodes, "budget": task.scenario.budget, "capacity_qps": capacity,
+        "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
+        "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
+    }  # fmt: skip
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:

@@ -49,6 +49,7 @@ class RawRun:
     overloaded: bool
     end_time: float
     stopped_early: bool = False  # cfg.stop_tbt: the TBT quantile had surely missed its limit
+    capped: bool = False  # cfg.time_limit_s ended the run with requests unfinished
 
 
 class Cluster:
@@ -69,6 +70,8 @@ class Cluster:
         self._oldest = 0  # lowest id that may still be waiting, never scheduled
         self.tbt = LogHistogram()
         self.stopped_early = False
+        self.capped = False
+        self._cap = math.inf if cfg.time_limit_s is None else cfg.time_limit_s
         self._tbt_stop = self._tbt_stop_rule(cfg.stop_tbt)
         self.log = IterationLog()
         self.prompt_limit = cfg.prompt_limit()
@@ -136,7 +139,7 @@ class Cluster:
         if through_checks and len(self.replicas) == 1:
             stops = self.cfg.stop_when_overloaded  # else a check only notes an overload; none ends the run
             for _ in range(MAX_CHECKS_AHEAD):
-                if not t < nxt or (stops and self._overload_rule(t)[0]):
+                if not t < nxt or (stops and self._overload_rule(t)[0]) or t >= self._cap:
                     break
                 t = t + self.cfg.check_period_s  # the watchdog's own float operation
         return min(nxt, t)
@@ -170,6 +173,11 @@ class Cluster:
                     return
             if self._tbt_missed():
                 self.stopped_early = True
+                if not self.finished.triggered:
+                    self.finished.succeed()
+                return
+            if env.now >= self._cap:  # the trial cap: a check, so the stretches stop short of it as above
+                self.capped = not self.finished.triggered
                 if not self.finished.triggered:
                     self.finished.succeed()
                 return
@@ -265,4 +273,5 @@ def simulate(
         cluster.overloaded,
         env.now,
         cluster.stopped_early,
+        cluster.capped,
     )

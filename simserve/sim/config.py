@@ -44,6 +44,10 @@ class SimConfig:
     # (limit s, quantile): stop once that TBT quantile must exceed the limit however the run goes on (for
     # capacity probes: a probe that surely fails its TBT SLO need not run to the end). None: never.
     stop_tbt: tuple[float, float] | None = None
+    # The paper's trial cap (Sarathi-Serve's benchmark `time_limit`, 30 min): the run ends at the first
+    # overload check at or after this many simulated seconds, whatever is unfinished; metrics then cover the
+    # requests completed by then (RawRun.capped says it happened). None: no cap.
+    time_limit_s: float | None = None
     # slo-aware / pressure: the predicted iteration time (summed over pipeline stages) to stay under
     tbt_target_s: float = 0.1
     # pressure: the smallest budget it shrinks to (default: a quarter of its cap)
@@ -76,6 +80,8 @@ class SimConfig:
             raise SimserveError(
                 f"stop_tbt needs a positive limit and a quantile in (0, 1), got {self.stop_tbt}"
             )
+        if self.time_limit_s is not None and not (self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
+            raise SimserveError(f"the trial time limit must be positive seconds, got {self.time_limit_s}")
         if not self.tbt_target_s > 0:
             raise SimserveError(f"--tbt-target must be positive seconds, got {self.tbt_target_s}")
         if self.min_budget is not None and self.min_budget < 1:

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simserve.sim.cluster import RawRun
 from simserve.sim.histogram import LogHistogram
+from simserve.sim.iterations import CHUNK_ROWS
 from simserve.sim.request import DONE, IGNORED
 
+if TYPE_CHECKING:  # pandas only where a caller asks for DataFrames: `simserve run` never loads it
+    import pandas as pd
+
 QUANTILES = (50, 90, 99)
+STATUS = ("unfinished", "running", "completed", "ignored")  # by the status codes of sim/request.py
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,13 @@ class Summary:
     stage_busy: tuple[float, ...]  # per (replica, stage), replica-major
     stage_bubble: tuple[float, ...]
     stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
+    capped: bool = False  # SimConfig.time_limit_s ended the run; the latencies cover completed requests
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.capped:  # only when it happened, so uncapped summaries stay as they were
+            del d["capped"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -77,33 +86,43 @@ def _pct(x: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(x, QUANTILES)]
 
 
-def request_table(run: RawRun, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
-    """Rows lo..hi (default all) of the per-request table; writers.py streams it in such chunks."""
+def request_columns(run: RawRun, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
+    """Rows lo..hi (default all) of the per-request table, column by column; `status` holds the codes of
+    STATUS. TBT columns are NaN for requests that did not complete or have fewer than two tokens."""
     r = run.reqs
     part = slice(lo, r.n if hi is None else hi)
     generated, first, last = r.generated[part], r.first_token[part], r.last_token[part]
+    status = r.status[part]
     gaps = np.maximum(generated - 1, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         tbt_mean = np.where(gaps > 0, (last - first) / np.maximum(gaps, 1), np.nan)
-    df = pd.DataFrame(
-        {
-            "request_id": run.request_ids[part],
-            "replica": r.replica[part],
-            "arrived_at_s": r.arrived[part],
-            "scheduled_at_s": r.scheduled[part],
-            "first_token_at_s": first,
-            "completed_at_s": r.completed[part],
-            "prompt_tokens": r.prompt[part],
-            "output_tokens": r.output[part],
-            "preemptions": r.preemptions[part],
-            "tbt_mean_s": tbt_mean,
-            "tbt_max_s": np.where(gaps > 0, r.tbt_max[part], np.nan),
-            "status": pd.Categorical.from_codes(r.status[part], ["unfinished", "running", "completed", "ignored"]),
-        }
-    )
-    df.loc[df.status != "completed", "tbt_max_s"] = np.nan
-    df.loc[df.status != "completed", "tbt_mean_s"] = np.nan
-    return df
+    tbt_max = np.where(gaps > 0, r.tbt_max[part], np.nan)
+    unfinished = status != DONE
+    tbt_mean[unfinished] = np.nan
+    tbt_max[unfinished] = np.nan
+    return {
+        "request_id": run.request_ids[part],
+        "replica": r.replica[part],
+        "arrived_at_s": r.arrived[part],
+        "scheduled_at_s": r.scheduled[part],
+        "first_token_at_s": first,
+        "completed_at_s": r.completed[part],
+        "prompt_tokens": r.prompt[part],
+        "output_tokens": r.output[part],
+        "preemptions": r.preemptions[part],
+        "tbt_mean_s": tbt_mean,
+        "tbt_max_s": tbt_max,
+        "status": status,
+    }
+
+
+def request_table(run: RawRun, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
+    """Rows lo..hi (default all) of the per-request table as a DataFrame (status categorical)."""
+    import pandas as pd
+
+    cols = request_columns(run, lo, hi)
+    cols["status"] = pd.Categorical.from_codes(cols["status"], STATUS)
+    return pd.DataFrame(cols)
 
 
 def build_result(run: RawRun, dep=None) -> SimResult:
@@ -121,16 +140,10 @@ def summarize(run: RawRun, dep=None) -> Summary:
     duration = max(float(run.end_time) - start, 1e-12)
     ttft, sched, e2e = _pct(f - a), _pct(s - a), _pct(c - a)
     norm = _pct((c - a) / out)
-    log = run.log
-    stage = log.column("stage")
     # Busy time from the table, clipped at the end: an overloaded run stops in the middle of iterations.
-    end = float(run.end_time)
-    clipped = np.minimum(log.column("end_s"), end) - np.minimum(log.column("start_s"), end)
-    per_stage = pd.Series(clipped).groupby([log.column("replica"), stage]).sum()
+    per_stage, num_iterations = _busy_and_iterations(run.log, float(run.end_time))
     busy = tuple(
-        min(1.0, float(per_stage.get((rep.index, s), 0.0)) / duration)
-        for rep in run.replicas
-        for s in range(rep.pp)
+        min(1.0, per_stage.get((rep.index, s), 0.0) / duration) for rep in run.replicas for s in range(rep.pp)
     )
     bubble = tuple(b / duration for rep in run.replicas for b in rep.bubble)
     mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
@@ -141,6 +154,7 @@ def summarize(run: RawRun, dep=None) -> Summary:
         ignored=int((r.status == IGNORED).sum()),
         overloaded=run.overloaded,
         stopped_early=run.stopped_early,
+        capped=run.capped,
         duration_s=duration,
         throughput_rps=float(done.sum()) / duration,
         throughput_tps=float(out.sum()) / duration,
@@ -161,7 +175,7 @@ def summarize(run: RawRun, dep=None) -> Summary:
         normalized_latency_p90_s=norm[1],
         normalized_latency_p99_s=norm[2],
         preemptions=int(r.preemptions.sum()),
-        num_iterations=int(log.column("num_iterations")[stage == 0].sum()),
+        num_iterations=num_iterations,
         kv_blocks_per_replica=run.num_blocks,
         mfu=mfu,
         mbu=mbu,
@@ -169,6 +183,44 @@ def summarize(run: RawRun, dep=None) -> Summary:
         stage_bubble=bubble,
     )
     return summary
+
+
+def _busy_and_iterations(log, end: float) -> tuple[dict[tuple[int, int], float], int]:
+    """Busy seconds per (replica, stage), clipped at `end`, and the iterations of stage 0.
+
+    The log is read a chunk at a time; only the clipped durations and group keys (12 bytes a row) are
+    gathered. The sums are the float operations of the pandas grouped sum this replaced (pandas 3), so
+    `stage_busy` keeps its last bits: when the rows come grouped (one replica at PP = 1), each group's sum is
+    `np.add.reduceat` over its segment; otherwise a compensated (Kahan) sum per group in row order, a
+    Python loop of about 0.3 µs a row.
+    """
+    n = len(log)
+    clipped = np.empty(n)
+    key = np.empty(n, np.int32)  # replica << 8 | stage (PP < 256): sorts as (replica, stage) does
+    iterations = 0
+    for lo, (ints, floats) in zip(range(0, n, CHUNK_ROWS), log.chunks(CHUNK_ROWS), strict=True):
+        hi = lo + len(ints)
+        clipped[lo:hi] = np.minimum(floats[:, 1], end) - np.minimum(floats[:, 0], end)
+        key[lo:hi] = (ints[:, 0] << 8) | ints[:, 1]
+        iterations += int(ints[ints[:, 1] == 0, 6].sum())
+    if not n:
+        return {}, 0
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    if (np.diff(key[starts]) > 0).all():  # grouped rows: pandas takes np.add.reduceat
+        sums = np.add.reduceat(clipped, starts).tolist()
+        groups = key[starts].tolist()
+    else:
+        groups, sums = [], []
+        for k in np.flatnonzero(np.bincount(key)).tolist():  # not np.unique: it imports numpy.ma
+            total = comp = 0.0
+            for v in clipped[key == k].tolist():
+                y = v - comp
+                t = total + y
+                comp = t - total - y
+                total = t
+            groups.append(k)
+            sums.append(total)
+    return {(k >> 8, k & 0xFF): total for k, total in zip(groups, sums, strict=True)}, iterations
 
 
 def estimate_utilization(run: RawRun, dep, duration: float) -> tuple[float, float]:

@@ -3,10 +3,14 @@
 One process per replica, one thread (track) per stage, one complete ("X") event per row of the iteration
 table. A huge run is thinned to at most `max_events` events by keeping every k-th row (k is recorded in
 `otherData.sampled_every`); the iteration table itself is never thinned.
+
+`write_chrome_trace` writes the document a chunk of events at a time (the same bytes as one `json.dumps` of
+the whole): 200,000 event dicts held at once were about a quarter of a 1M-request run's peak memory.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import TYPE_CHECKING
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MAX_EVENTS = 200_000  # about 30 MB of JSON: still loads in the Perfetto UI
+CHUNK_EVENTS = 16_384  # events built and written at a time
 
 
 def _name(prefill: int, decode: int, iterations: int) -> str:
@@ -35,14 +40,37 @@ def chrome_trace(iterations: pd.DataFrame, max_events: int = MAX_EVENTS) -> dict
 def chrome_trace_from_log(log: IterationLog, max_events: int = MAX_EVENTS) -> dict:
     """The same document as chrome_trace(log.to_frame()), without building the whole table."""
     step = max(1, math.ceil(len(log) / max_events))
-    return _trace(log.frame(0, len(log), step), log.column("replica"), log.column("stage"), len(log), step)
+    events = _track_names(_tracks_of_log(log))
+    for lo in range(0, len(log), CHUNK_EVENTS * step):
+        events += _batch_events(log.columns(lo, lo + CHUNK_EVENTS * step, step))
+    return {"traceEvents": events, **_tail(len(log), step)}
 
 
 def _trace(rows: pd.DataFrame, replica: np.ndarray, stage_of: np.ndarray, num_rows: int, step: int) -> dict:
+    tracks = set(zip(replica.tolist(), stage_of.tolist(), strict=True))
+    events = _track_names(tracks) + _batch_events({c: rows[c].to_numpy() for c in COLUMNS})
+    return {"traceEvents": events, **_tail(num_rows, step)}
+
+
+def _tail(num_rows: int, step: int) -> dict:
+    return {"displayTimeUnit": "ms", "otherData": {"rows": num_rows, "sampled_every": step}}
+
+
+def _tracks_of_log(log: IterationLog) -> set[tuple[int, int]]:
+    """The (replica, stage) pairs in the log, read a chunk at a time."""
+    tracks: set[tuple[int, int]] = set()
+    for ints, _ in log.chunks():
+        # NOTE: bincount, not np.unique: that imports numpy.ma, 0.01 s of a warm run's start-up
+        for key in np.flatnonzero(np.bincount((ints[:, 0] << 8) | ints[:, 1])).tolist():
+            tracks.add((key >> 8, key & 0xFF))
+    return tracks
+
+
+def _track_names(tracks: set[tuple[int, int]]) -> list[dict]:
     events: list[dict] = []
-    for rep in sorted(set(replica.tolist())):
+    for rep in sorted({r for r, _ in tracks}):
         events.append({"name": "process_name", "ph": "M", "pid": rep, "args": {"name": f"replica {rep}"}})
-        for stage in sorted(set(stage_of[replica == rep].tolist())):
+        for stage in sorted(s for r, s in tracks if r == rep):
             events.append(
                 {
                     "name": "thread_name",
@@ -52,42 +80,84 @@ def _trace(rows: pd.DataFrame, replica: np.ndarray, stage_of: np.ndarray, num_ro
                     "args": {"name": f"stage {stage}"},
                 }
             )
-    cols = [rows[c].to_numpy() for c in COLUMNS]  # positions as in iterations.COLUMNS
-    start_us = np.round(cols[2] * 1e6, 3)
-    dur_us = np.round((cols[3] - cols[2]) * 1e6, 3)
-    for i in range(len(rows)):
-        events.append(
-            {
-                "name": _name(int(cols[4][i]), int(cols[5][i]), int(cols[8][i])),
-                "cat": "batch",
-                "ph": "X",
-                "pid": int(cols[0][i]),
-                "tid": int(cols[1][i]),
-                "ts": float(start_us[i]),
-                "dur": float(dur_us[i]),
-                "args": {
-                    "prefill_tokens": int(cols[4][i]),
-                    "decode_tokens": int(cols[5][i]),
-                    "requests": int(cols[6][i]),
-                    "kv_blocks_used": int(cols[7][i]),
-                    "iterations": int(cols[8][i]),
-                },
-            }
-        )
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"rows": num_rows, "sampled_every": step},
-    }
+    return events
+
+
+def _batch_events(rows: dict[str, np.ndarray]) -> list[dict]:
+    cols = [rows[c] for c in COLUMNS]  # positions as in iterations.COLUMNS
+    start_us = np.round(cols[2] * 1e6, 3).tolist()
+    dur_us = np.round((cols[3] - cols[2]) * 1e6, 3).tolist()
+    replica, stage, prefill, decode, requests, kv, iters = (cols[i].tolist() for i in (0, 1, 4, 5, 6, 7, 8))
+    return [
+        {
+            "name": _name(prefill[i], decode[i], iters[i]),
+            "cat": "batch",
+            "ph": "X",
+            "pid": replica[i],
+            "tid": stage[i],
+            "ts": start_us[i],
+            "dur": dur_us[i],
+            "args": {
+                "prefill_tokens": prefill[i],
+                "decode_tokens": decode[i],
+                "requests": requests[i],
+                "kv_blocks_used": kv[i],
+                "iterations": iters[i],
+            },
+        }
+        for i in range(len(start_us))
+    ]
+
+
+# One batch event as json.dumps(..., separators=(",", ":")) writes it: floats by repr (%r), names
+# JSON-escaped once per distinct name. Formatting the text directly is ~4x cheaper than building dicts
+# and encoding them (tests/test_sim_writers.py checks the bytes against json.dumps).
+_EVENT = (
+    '{"name":%s,"cat":"batch","ph":"X","pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"prefill_tokens":%d,'
+    '"decode_tokens":%d,"requests":%d,"kv_blocks_used":%d,"iterations":%d}}'
+)
+
+
+def _batch_text(rows: dict[str, np.ndarray]) -> str:
+    """The text of _dumps(_batch_events(rows)) without its brackets."""
+    cols = [rows[c] for c in COLUMNS]
+    start_us = np.round(cols[2] * 1e6, 3).tolist()
+    dur_us = np.round((cols[3] - cols[2]) * 1e6, 3).tolist()
+    replica, stage, prefill, decode, requests, kv, iters = (cols[i].tolist() for i in (0, 1, 4, 5, 6, 7, 8))
+    names: dict[tuple[bool, bool, int], str] = {}
+    out = []
+    for i in range(len(start_us)):
+        p, d, k = prefill[i], decode[i], iters[i]
+        key = (p > 0, d > 0, k)
+        name = names.get(key)
+        if name is None:
+            name = names[key] = json.dumps(_name(p, d, k))
+        out.append(_EVENT % (name, replica[i], stage[i], start_us[i], dur_us[i], p, d, requests[i], kv[i], k))
+    return ",".join(out)
 
 
 def write_chrome_trace(path, iterations: pd.DataFrame | IterationLog, max_events: int = MAX_EVENTS) -> None:
-    doc = (
-        chrome_trace_from_log(iterations, max_events)
-        if isinstance(iterations, IterationLog)
-        else chrome_trace(iterations, max_events)
-    )
-    # json.dumps, not json.dump: only the one-shot encoder uses the C accelerator (same text, ~10x less CPU)
-    text = json.dumps(doc, separators=(",", ":"))
+    if not isinstance(iterations, IterationLog):
+        doc = chrome_trace(iterations, max_events)
+        with open(path, "w") as f:
+            f.write(_dumps(doc))
+        return
+    log = iterations
+    step = max(1, math.ceil(len(log) / max_events))
     with open(path, "w") as f:
-        f.write(text)
+        # the text of _dumps(chrome_trace_from_log(log)), one chunk of events at a time
+        sep = '{"traceEvents":['
+        span = CHUNK_EVENTS * step
+        chunks = (_batch_text(log.columns(lo, lo + span, step)) for lo in range(0, len(log), span))
+        for text in itertools.chain([_dumps(_track_names(_tracks_of_log(log)))[1:-1]], chunks):  # lazily
+            if text:
+                f.write(sep + text)
+                sep = ","
+        if sep != ",":  # no events at all
+            f.write(sep)
+        f.write("]," + _dumps(_tail(len(log), step))[1:])
+
+
+def _dumps(x) -> str:
+    # json.dumps, not json.dump: only the one-shot encoder uses the C accelerator (same text, ~10x less CPU)
+    return json.dumps(x, separators=(",", ":"))

@@ -4,8 +4,11 @@ A 1M-request run has ~1M request rows and several million iteration rows; as Dat
 pandas makes while formatting) they used to double the run's peak memory. Here each table is written in chunks
 of CHUNK_ROWS rows from the simulator's own compact arrays, so the extra memory is one chunk.
 
-Bytes: a CSV written chunk by chunk is identical to one written whole (same header, same per-value formatting;
-tests/test_sim_golden.py pins it). Parquet files are written as one row group per chunk.
+CSV is formatted here, without pandas (importing it was a third of a warm `simserve run`), exactly as
+pandas' `to_csv(index=False)` formats it: floats by their shortest repr (pandas uses numpy's `astype(str)`,
+which gives the same text), NaN as an empty field, integers by `str`, status by name; nothing here needs
+quoting. So the bytes are those of the whole table written by pandas (tests/test_sim_writers.py compares
+them; tests/test_sim_golden.py pins them). Parquet goes through pandas and pyarrow, one row group per chunk.
 
 `iterations`: "all" writes every row; "sampled" every k-th row, k = ceil(rows / MAX_SAMPLED_ROWS) (the same rows
 the Perfetto trace keeps); "none" writes no iterations table. The summary and trace.json are the same in every mode.
@@ -16,9 +19,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from simserve.errors import SimserveError
 from simserve.sim.cluster import RawRun
-from simserve.sim.metrics import request_table
+from simserve.sim.metrics import STATUS, request_columns
 
 CHUNK_ROWS = 65_536
 MAX_SAMPLED_ROWS = 200_000
@@ -41,37 +46,63 @@ def check_options(fmt: str, iterations: str) -> None:
             ) from None
 
 
+def _csv_lines(cols: dict[str, np.ndarray]) -> str:
+    """The rows of one chunk as CSV text, formatted as pandas' to_csv formats them.
+
+    pandas writes a float column as `values.astype(str)`, numpy's shortest round-trip repr, which is
+    Python's float repr (identical on every float64 tried, exponents and inf included; repr is ~2x faster).
+    """
+    text = []
+    for name, values in cols.items():
+        if name == "status":
+            text.append([STATUS[code] for code in values.tolist()])
+        elif values.dtype.kind == "f":
+            s = list(map(repr, values.tolist()))
+            for i in np.flatnonzero(np.isnan(values)).tolist():
+                s[i] = ""  # pandas' na_rep
+            text.append(s)
+        else:
+            text.append(list(map(str, values.tolist())))
+    return "".join(",".join(row) + "\n" for row in zip(*text, strict=True))
+
+
 class _TableWriter:
-    """Appends DataFrame chunks to one CSV or Parquet file."""
+    """Appends chunks (column name -> array) to one CSV or Parquet file."""
 
     def __init__(self, path: Path, fmt: str) -> None:
         self.path, self.fmt = path, fmt
         self._parquet = None
-        self._first = True
+        self._csv = None
 
-    def write(self, df) -> None:
+    def write(self, cols: dict[str, np.ndarray]) -> None:
         if self.fmt == "csv":
-            df.to_csv(self.path, index=False, header=self._first, mode="w" if self._first else "a")
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+            if self._csv is None:
+                self._csv = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
+                self._csv.write(",".join(cols) + "\n")
+            self._csv.write(_csv_lines(cols))
+            return
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-            table = pa.Table.from_pandas(df, preserve_index=False)
-            if self._parquet is None:
-                self._parquet = pq.ParquetWriter(self.path, table.schema)
-            self._parquet.write_table(table)
-        self._first = False
+        if "status" in cols:
+            cols = {**cols, "status": pd.Categorical.from_codes(cols["status"], STATUS)}
+        table = pa.Table.from_pandas(pd.DataFrame(cols), preserve_index=False)
+        if self._parquet is None:
+            self._parquet = pq.ParquetWriter(self.path, table.schema)
+        self._parquet.write_table(table)
 
     def close(self) -> None:
-        if self._parquet is not None:
-            self._parquet.close()
+        for f in (self._parquet, self._csv):
+            if f is not None:
+                f.close()
 
 
 def _write(path: Path, fmt: str, chunks) -> None:
     w = _TableWriter(path, fmt)
     try:
-        for df in chunks:
-            w.write(df)
+        for cols in chunks:
+            w.write(cols)
     finally:
         w.close()
 
@@ -79,7 +110,7 @@ def _write(path: Path, fmt: str, chunks) -> None:
 def write_tables(run: RawRun, out: Path, fmt: str = "csv", iterations: str = "all") -> None:
     """requests.<fmt> and (unless iterations == "none") iterations.<fmt> in `out`."""
     n = run.reqs.n
-    _write(out / f"requests.{fmt}", fmt, (request_table(run, lo, min(lo + CHUNK_ROWS, n)) for lo in _starts(n)))
+    _write(out / f"requests.{fmt}", fmt, (request_columns(run, lo, min(lo + CHUNK_ROWS, n)) for lo in _starts(n)))
     if iterations == "none":
         return
     log = run.log
@@ -89,7 +120,7 @@ def write_tables(run: RawRun, out: Path, fmt: str = "csv", iterations: str = "al
     _write(
         out / f"iterations.{fmt}",
         fmt,
-        (log.frame(lo, min(lo + span, rows), step) for lo in (range(0, rows, span) if rows else [0])),
+        (log.columns(lo, min(lo + span, rows), step) for lo in (range(0, rows, span) if rows else [0])),
     )
 
 

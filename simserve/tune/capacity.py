@@ -199,6 +199,30 @@ def find_capacity(
     return result(lo)
 
 
+SEARCHES = ("simserve", "paper")
+
+
+def search_capacity(
+    simulate: Simulate,
+    slo: SLO,
+    start_qps: float = 1.0,
+    tolerance: float = 0.025,
+    max_probes: int = 30,
+    max_halvings: int = 10,
+    search: str = "simserve",
+    first_qps: float | None = None,
+) -> CapacityResult:
+    """find_capacity, or with search="paper" the Sarathi-Serve paper's own search (paper_search.py, which
+    starts from its own bracket [0, 2 × start_qps] and has no halving floor)."""
+    if search == "paper":
+        from simserve.tune.paper_search import MAX_ITERATIONS, paper_search
+
+        return paper_search(simulate, slo, start_qps, tolerance, min(max_probes, MAX_ITERATIONS))
+    if search != "simserve":
+        raise SimserveError(f"unknown capacity search {search!r}; choose one of {', '.join(SEARCHES)}")
+    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps)
+
+
 @dataclass(frozen=True)
 class SeedSpread:
     """Capacity over simulation seeds: its mean and how far single seeds fall from it."""

@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from simserve.tune.capacity import SLO, CapacityResult, find_capacity
+from simserve.tune.capacity import SLO, CapacityResult, search_capacity
 from simserve.tune.executors import Runner
 from simserve.tune.probe import MemoryCache, ProbeCache, probe, quantiles_for, simulator
 
@@ -25,13 +25,21 @@ class CapacityTask:
     max_probes: int = 30
     max_halvings: int = 10  # the search gives up (capacity 0) below start_qps / 2**max_halvings
     first_qps: float | None = None  # the grid rate probed first (first_probe.py); None: start_qps
+    search: str = "simserve"  # or "paper": the Sarathi-Serve paper's own search (paper_search.py)
 
 
 def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = False) -> CapacityResult:
     """One capacity search; `offline` replays it from the cache and raises CacheMiss at the first gap."""
     simulate = simulator(task.scenario, quantiles_for(task.slo), cache, offline)
-    return find_capacity(
-        simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, task.max_halvings, task.first_qps
+    return search_capacity(
+        simulate,
+        task.slo,
+        task.start_qps,
+        task.tolerance,
+        task.max_probes,
+        task.max_halvings,
+        task.search,
+        task.first_qps,
     )
 
 

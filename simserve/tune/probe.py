@@ -45,12 +45,13 @@ def quantiles_for(slo: SLO | None) -> tuple[float, ...]:
 def source_digest() -> str:
     """sha256 over the simserve source a probe's result depends on: any model, predictor or policy edit
     changes it. The CLI and the tuner's own search, sweep and plotting code are left out (they do not change
-    what one simulation returns), except the modules that turn a simulation into a probe record."""
+    what one simulation returns), except the modules that turn a simulation into a probe record. The
+    planner (plan/) is left out too: it only chooses scenarios, so a plan and a sweep share probes."""
     root = Path(simserve.__file__).resolve().parent
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         rel = f.relative_to(root).as_posix()
-        if rel.startswith("cli/") or (rel.startswith("tune/") and rel not in _RECORD_SOURCES):
+        if rel.startswith(("cli/", "plan/")) or (rel.startswith("tune/") and rel not in _RECORD_SOURCES):
             continue
         h.update(rel.encode())
         h.update(f.read_bytes())
@@ -109,7 +110,7 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
     payload = {
         "format": CACHE_FORMAT,
         "kind": f"{type(scenario).__module__}.{type(scenario).__qualname__}",
-        "scenario": _jsonable(dataclasses.asdict(scenario)),
+        "scenario": _jsonable(scenario_fields(scenario)),
         "qps": f"{qps:.6g}",
         "quantiles": list(quantiles),
         "simserve": simserve.__version__,
@@ -117,6 +118,16 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
         "inputs": input_digests(scenario),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def scenario_fields(scenario: Any) -> dict[str, Any]:
+    """A scenario's fields by name, less those marked `omit_at_default` while at their default (fields added
+    after outputs and cache keys were pinned: a scenario that does not use them keys and echoes as before)."""
+    return {
+        f.name: getattr(scenario, f.name)
+        for f in dataclasses.fields(scenario)
+        if not (f.metadata.get("omit_at_default") and getattr(scenario, f.name) == f.default)
+    }
 
 
 def _jsonable(d: Mapping) -> dict:

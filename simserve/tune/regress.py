@@ -7,7 +7,6 @@ no longer matches the baseline's (then the baseline must be regenerated delibera
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from simserve.io import write_text_atomic
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
 from simserve.tune.jobs import CapacityTask, run_tasks
-from simserve.tune.probe import MemoryCache, ProbeCache
+from simserve.tune.probe import MemoryCache, ProbeCache, scenario_fields
 
 SEARCH_TOLERANCE = 0.025
 # Search results are deterministic, so any change comes from the model. Bisection reports the highest passing
@@ -106,7 +105,7 @@ def compute(
 
 
 def _fields(scenario: Any) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(scenario).items()}
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in scenario_fields(scenario).items()}
 
 
 def baseline_doc(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simserve.tune.capacity import CapacityResult, find_capacity
+from simserve.tune.capacity import CapacityResult, search_capacity
 from simserve.tune.probe import CacheMiss, MemoryCache, ProbeCache, probe, probe_key, quantiles_for
 
 
@@ -46,7 +46,7 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
         return probe(task.scenario, qps, quantiles, records, offline=True)["metrics"]
 
     try:
-        return find_capacity(
+        return search_capacity(
             simulate, task.slo, task.start_qps, task.tolerance, task.max_probes, **_search_args(task)
         )
     except CacheMiss as miss:
@@ -54,8 +54,8 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
 
 
 def _search_args(task: Any) -> dict[str, Any]:
-    # NOTE: a CapacityTask's floor and first rate are passed on exactly as jobs.solve does.
-    return {k: getattr(task, k) for k in ("max_halvings", "first_qps") if hasattr(task, k)}
+    # NOTE: a CapacityTask's floor, first rate and search method are passed on exactly as jobs.solve does.
+    return {k: getattr(task, k) for k in ("max_halvings", "first_qps", "search") if hasattr(task, k)}
 
 
 def next_rates(task: Any, records: ProbeCache, pending: float) -> list[Need]:

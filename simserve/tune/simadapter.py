@@ -53,6 +53,8 @@ def record_from_result(
     metrics["qps"] = qps
     if summary.get("stopped_early"):  # only then, so records of runs to the end keep their fields
         metrics["stopped_early"] = 1.0
+    if summary.get("capped"):  # the trial cap ended it (paper_setup): latencies cover completed requests
+        metrics["capped"] = 1.0
     latencies = _request_latencies(result)
     for family, values in latencies.items():
         for q, v in zip(quantiles, _quantiles(values, quantiles), strict=True):

@@ -7,7 +7,6 @@ workers, so a rerun is instant and an interrupted sweep resumes where it stopped
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -24,7 +23,7 @@ from simserve.tune.cdfs import latency_cdfs
 from simserve.tune.executors import Runner
 from simserve.tune.first_probe import first_qps
 from simserve.tune.jobs import CapacityTask, run_tasks
-from simserve.tune.probe import MemoryCache, ProbeCache
+from simserve.tune.probe import MemoryCache, ProbeCache, scenario_fields  # noqa: F401  (re-exported)
 from simserve.tune.toy import TOY_POLICIES
 
 # policies whose token budget is swept (equal-cost: its first chunk; vllm-v1: --max-num-batched-tokens)
@@ -50,6 +49,7 @@ class SweepSpec:
     slos: tuple[SLO, ...] = (SLO(),)
     tolerance: float = 0.025
     start_qps: float = 1.0
+    search: str = "simserve"  # "paper": the paper's own capacity search (with a paper_setup base)
 
     def __post_init__(self) -> None:
         known = POLICY_NAMES if not hasattr(self.base, "record") else TOY_POLICIES
@@ -103,7 +103,8 @@ class SweepSpec:
         objective (SimConfig.stop_tbt); a pass/fail is the same as a run to the end, and a failure's reason
         says "(stopped early)". With several SLOs the probes run to the end, so every SLO reuses them."""
         s = self.scenario(policy, budget, max_batch, seed, slo)
-        if len(self.slos) == 1 and slo.tbt_s is not None and hasattr(s, "stop_tbt"):
+        # (The paper's search judges full trials: no early stop there.)
+        if len(self.slos) == 1 and slo.tbt_s is not None and hasattr(s, "stop_tbt") and self.search != "paper":
             s = replace(s, stop_tbt=(slo.tbt_s, slo.tbt_quantile))
         return s
 
@@ -114,8 +115,10 @@ class SweepSpec:
                 for seed in self.seeds:
                     s = self.search_scenario(policy, budget, mb, seed, slo)
                     # Start above capacity, where failing probes are cheap; the capacity is the same.
+                    # (The paper's search has its own start: [0, 2 × start_qps].)
+                    first = first_qps(s, self.start_qps) if self.search != "paper" else None
                     task = CapacityTask(
-                        s, slo, self.tolerance, self.start_qps, first_qps=first_qps(s, self.start_qps)
+                        s, slo, self.tolerance, self.start_qps, first_qps=first, search=self.search
                     )
                     out.append(((policy, budget, mb, slo), seed, task))
         return out
@@ -246,10 +249,6 @@ def check_fits(spec: SweepSpec) -> None:
 
     for policy, budget, mb in spec.configs():
         fits(spec.scenario(policy, budget, mb, spec.seeds[0]))
-
-
-def scenario_fields(scenario: Any) -> dict[str, Any]:
-    return {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
 
 
 def iter_probes(result: SweepResult) -> Iterator[dict[str, Any]]:

@@ -16,9 +16,9 @@ import io
 import json
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simserve.errors import SimserveError
 from simserve.io import atomic_path
@@ -28,6 +28,9 @@ PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_len", "input_len", "prompt_token
 OUTPUT_COLUMNS = ("num_decode_tokens", "output_len", "expected_output_len", "output_tokens", "output_length")
 # Arrival column -> factor that converts it to seconds.
 ARRIVAL_COLUMNS = {"arrived_at": 1.0, "timestamp": 1e-3}
+
+if TYPE_CHECKING:  # imported where a file is parsed: a cached trace (trace_cache.py) needs no pandas
+    import pandas as pd
 
 _EXPECTED = "a CSV or JSONL trace with columns num_prefill_tokens,num_decode_tokens[,arrived_at] (or vLLM/Mooncake names)"
 
@@ -60,6 +63,8 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _read_csv(path: Path, text: str) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         # NOTE: blank lines are kept (as empty rows) so that "data row N" matches the file; trailing ones are
         # dropped. index_col=False + warnings as errors: pandas would otherwise turn surplus fields into an index
@@ -85,6 +90,8 @@ def _read_csv(path: Path, text: str) -> pd.DataFrame:
 
 def _read_json_rows(path: Path, body: str) -> pd.DataFrame:
     """JSON Lines (one object per line, Mooncake style) or one JSON array of objects."""
+    import pandas as pd
+
     if body[0] == "[":
         try:
             records = json.loads(body)
@@ -124,6 +131,8 @@ def find_column(path: Path, table: pd.DataFrame, aliases: tuple[str, ...], what:
 
 def write_trace_csv(path: str | Path, columns: dict[str, np.ndarray]) -> Path:
     """Write a trace CSV atomically; a `.gz` name is gzip-compressed with a fixed mtime so rebuilds are identical."""
+    import pandas as pd
+
     path = Path(path)
     text = pd.DataFrame(columns).to_csv(index=False, lineterminator="\n")
     with atomic_path(path) as tmp:

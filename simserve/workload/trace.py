@@ -11,12 +11,13 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 import simserve
 from simserve.errors import SimserveError
+from simserve.workload import trace_cache
 from simserve.workload.formats import (
     ARRIVAL_COLUMNS,
     OUTPUT_COLUMNS,
@@ -29,6 +30,9 @@ TRACES_DIR = Path(simserve.__file__).resolve().parents[1] / "traces"
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
 SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz"}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
+if TYPE_CHECKING:  # pandas parses trace files; a cached trace (trace_cache.py) needs none
+    import pandas as pd
+
 _MAX_TOKENS = 2**31 - 1  # far above any context length; guards the int64 conversion against absurd values
 
 
@@ -94,7 +98,13 @@ def load_trace(name_or_path: str, max_total_tokens: int | None = None) -> Trace:
     max_total_tokens drops requests whose prompt + output exceed it (the paper's "total <= 8192" filters).
     """
     path, name = resolve_trace(name_or_path)
-    trace = read_trace(path, name)
+    cache_key = trace_cache.key(path)
+    cached = trace_cache.load(cache_key)
+    if cached is not None:
+        trace = Trace(name, *cached)
+    else:
+        trace = read_trace(path, name)
+        trace_cache.store(cache_key, trace.prompt_tokens, trace.output_tokens, trace.arrived_at)
     if max_total_tokens is None:
         return trace
     if max_total_tokens <= 0:
@@ -138,6 +148,8 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
 
 
 def _numbers(path: Path, table: pd.DataFrame, column: str) -> np.ndarray:
+    import pandas as pd
+
     cells = table[column]
     values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
 

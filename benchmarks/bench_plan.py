@@ -1,0 +1,71 @@
+"""CPU time and wall time of one `simserve plan`, from a cold cache (docs/planner.md records the output).
+
+    python benchmarks/bench_plan.py                            # the issue's command
+    python benchmarks/bench_plan.py --no-prune                 # every deployment and budget searched whole
+    python benchmarks/bench_plan.py -- --gpus a100 --max-gpus 4   # other plan options after --
+
+Every run gets a fresh $SIMSERVE_CACHE, so it pays for everything a first plan pays for: writing roofline
+profiles, fitting predictors, and every probe. CPU seconds (user + sys of the plan and all its worker
+processes) are the figure to compare on a shared machine: wall time there depends on the other load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ISSUE = ["--model", "llama-2-70b", "--trace", "sharegpt", "--slo", "0.2", "--gpus", "a100,h100,h200",
+         "--max-gpus", "8"]  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-prune", action="store_true", help="pass --no-prune to the plan")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--keep", type=Path, default=None, help="copy the plan's output directory here")
+    ap.add_argument("plan_args", nargs="*", help="plan options replacing the issue's (after --)")
+    args = ap.parse_args()
+    plan_args = args.plan_args or ISSUE
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
+        out = args.keep or Path(tmp) / "out"
+        cmd = [
+            sys.executable,
+            "-c",
+            "from simserve.cli import main; main()",
+            "plan",
+            *plan_args,
+            "--workers",
+            str(args.workers),
+        ]
+        cmd += ["--out", str(out), "--cache", str(Path(tmp) / "probes"), "--force"]
+        cmd += ["--no-prune"] if args.no_prune else []
+        env = {**os.environ, "SIMSERVE_CACHE": str(Path(tmp) / "cache")}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        print(proc.stdout)
+        if proc.returncode:
+            sys.exit(f"the plan failed (exit {proc.returncode})")
+        stats = json.loads((out / "plan.json").read_text())["stats"]
+    shown = shlex.join(["simserve", "plan", *plan_args, *(["--no-prune"] if args.no_prune else [])])
+    print(f"command: {shown} --workers {args.workers} (cold cache)")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared)")
+    print(f"CPU (user+sys, plan and workers): {cpu:.0f} s; wall: {wall:.0f} s")
+    print(f"searches: {stats['tasks']}, pruned after one probe: {stats.get('searches_pruned', 0)}, "
+          f"probes simulated: {stats['probes_simulated']} ({stats['probes_speculative']} speculative)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
