@@ -278,6 +278,13 @@ def report(ref: Path, command: str = COMMAND) -> str:
                                              labels=["<=64K", "64K-1M", "1M-16M", ">16M"])),
                       ["set", "op", "size"])),  # fmt: skip
         "",
+        "### All-reduce bus bandwidth by size: measured vs the model (docs/collectives.md, known error)",
+        "",
+        "busbw = 2(n−1)/n × bytes / time (GB/s, medians per band); extra_us = median measured − predicted: it grows",
+        "with size where the shortfall is bandwidth, stays flat where it is a fixed cost.",
+        "",
+        md(nv.all_reduce_busbw(col)),
+        "",
         f"Not validated: {int((net['devices_per_node'] < net['num_workers']).sum())} measured rows that cross nodes",
         "(the network between the measured nodes is not documented), and H100/H200 (no measurement here).",
         "",

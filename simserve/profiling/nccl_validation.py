@@ -72,6 +72,30 @@ def summary(err: pd.DataFrame, by: list[str]) -> pd.DataFrame:
                          "median_bias": g["bias"].median()}).round(1)  # fmt: skip
 
 
+BUS_BANDS_MIB = (1, 4, 16, 64, 256, 1024)
+
+
+def all_reduce_busbw(err: pd.DataFrame) -> pd.DataFrame:
+    """Measured and predicted all-reduce bus bandwidth (nccl-tests' busbw: 2(n−1)/n × bytes / time, GB/s) per box,
+    GPUs and size band (1–4 MiB, 4–16, …): where the model's shortfall is bandwidth and where it is a fixed cost.
+
+    `extra_us` is the median of measured − predicted: growing with size within a box means bandwidth, flat means
+    latency. `err` is `errors(...)` (rows inside one box)."""
+    ar = err[(err["op"] == "all_reduce") & (err["size_bytes"] >= BUS_BANDS_MIB[0] * 2**20)]
+    n = ar["num_workers"]
+    moved = 2 * (n - 1) / n * ar["size_bytes"]
+    out = ar.assign(
+        band=pd.cut(ar["size_bytes"] / 2**20, BUS_BANDS_MIB, right=False,
+                    labels=[f"{a}-{b} MiB" for a, b in zip(BUS_BANDS_MIB[:-1], BUS_BANDS_MIB[1:], strict=True)]),
+        measured_gbps=moved / (ar["measured_ms"] * 1e6), predicted_gbps=moved / (ar["predicted_ms"] * 1e6),
+        extra_us=(ar["measured_ms"] - ar["predicted_ms"]) * 1e3,
+    )  # fmt: skip
+    g = out.groupby(["box", "num_workers", "band"], observed=True)
+    return pd.DataFrame({"n": g.size(), "measured_busbw": g["measured_gbps"].median(),
+                         "predicted_busbw": g["predicted_gbps"].median(), "median_bias": g["bias"].median(),
+                         "extra_us": g["extra_us"].median()}).round(1)  # fmt: skip
+
+
 def calibrate_launch_us(df: pd.DataFrame) -> float:
     """Host-side launch cost: median of measured − NCCL-predicted time over the calibration box's smallest
     point-to-point messages (≤ 64 KiB), where the kernel itself is a few µs and NCCL's tuner plays no part."""
