@@ -300,7 +300,7 @@ def plan_rows(
         if target_qps is None:
             counts = range(1, max_gpus // g + 1)
         else:
-            need = math.ceil(target_qps / per_replica - 1e-9)
+            need = max(1, math.ceil(target_qps / per_replica - 1e-9))  # at least one, however fast
             counts = range(need, need + 1) if need * g <= max_gpus else range(0)
         price = prices[s["gpu"]].usd_per_gpu_hour
         for r in counts:
