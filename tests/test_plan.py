@@ -96,6 +96,9 @@ def test_cost_per_million_output_tokens_by_hand() -> None:
     # with a target load: the fewest replicas that carry it, or none within the GPU budget
     target = plan_rows(searches, PRICE, max_gpus=4, out_tokens=100.0, target_qps=5.0)
     assert list(zip(target["gpu"], target["replicas"], strict=True)) == [("H100-SXM", 2)]
+    # a target below one replica's capacity still needs one replica
+    small = plan_rows(searches, PRICE, max_gpus=4, out_tokens=100.0, target_qps=1e-12)
+    assert (small["replicas"] == 1).all() and len(small) == 2
 
 
 def test_pareto_mask_keeps_ties_and_drops_dominated() -> None:

@@ -123,8 +123,9 @@ def plan(
     s = result.stats
     if s["searches_pruned"]:
         console.print(
-            f"note: {s['searches_pruned']} searches stopped after one probe: their deployment or budget cannot "
-            f"reach the Pareto front (status 'pruned' in searches.csv; --no-prune searches them whole)"
+            f"note: {s['searches_pruned']} searches stopped after one probe: they cannot change the plan (a "
+            f"deployment off the Pareto front found, or a budget below the deployment's best; status 'pruned' "
+            f"in searches.csv; --no-prune searches them whole)"
         )
     console.print(
         f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "

@@ -4,7 +4,7 @@ Deployments are searched cheapest replica first; a search that cannot change the
 probe (plan/prune.py). Capacity of R replicas is taken as R × the capacity of one replica (each replica
 simulated alone at its share of the load). That is an approximation: a round-robin router sends each replica
 every R-th request, more evenly spaced than a Poisson 1/R, so the real cluster queues less and the rule
-underestimates it (3% at 2 replicas, 5-7% at 4: benchmarks/plan_replicas.py, docs/planner.md).
+underestimates it or matches it (0-7% on the mean of four seeds: benchmarks/plan_replicas.py, docs/planner.md).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def plan_rows(
         if target_qps is None:
             counts = range(1, max_gpus // g + 1)
         else:
-            need = math.ceil(target_qps / per_replica - 1e-9)
+            need = max(1, math.ceil(target_qps / per_replica - 1e-9))  # at least one, however fast
             counts = range(need, need + 1) if need * g <= max_gpus else range(0)
         price = prices[s["gpu"]].usd_per_gpu_hour
         for r in counts:
