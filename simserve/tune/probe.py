@@ -110,7 +110,7 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
     payload = {
         "format": CACHE_FORMAT,
         "kind": f"{type(scenario).__module__}.{type(scenario).__qualname__}",
-        "scenario": _jsonable(dataclasses.asdict(scenario)),
+        "scenario": _canonical(_jsonable(dataclasses.asdict(scenario))),
         "qps": f"{qps:.6g}",
         "quantiles": list(quantiles),
         "simserve": simserve.__version__,
@@ -118,6 +118,15 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
         "inputs": input_digests(scenario),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _canonical(d: dict) -> dict:
+    """Catalog spellings of the model and GPU ("a100" and "A100-80GB" are one GPU), so every command that
+    names a scenario its own way (a sweep's --gpu a100, a plan's catalog names) shares its probes."""
+    for field, table in (("model", "MODELS"), ("gpu", "GPU")):
+        if isinstance(d.get(field), str):
+            d[field] = _catalog_name(table, d[field])
+    return d
 
 
 def _jsonable(d: Mapping) -> dict:
