@@ -292,3 +292,52 @@ def test_replica_benchmark_compares_the_rule_with_a_simulated_cluster() -> None:
     # two replicas carry about twice one replica's load: far more than one, not more than a few times two
     assert 1.5 * row["single_qps"] < row["cluster_qps"] < 3 * row["single_qps"]
     assert row["error"] == pytest.approx((row["rule_qps"] - row["cluster_qps"]) / row["cluster_qps"])
+
+
+def test_a_plan_and_a_sweep_of_the_same_point_share_probes() -> None:
+    """The probe key ignores the planner's code and the spelling of names, so `simserve sweep --gpu a100` and
+    a plan (which names the catalog's A100-80GB) replay each other's simulations."""
+    from simserve.cli.sweep import base_scenario
+    from simserve.plan.profiles import resolve_profiles
+    from simserve.tune.probe import probe_key, quantiles_for
+    from simserve.tune.sweep import SweepSpec
+
+    slo = SLO(0.2)
+    spec = PlanSpec("mistral-7b", ("a100",), max_gpus=1, slo=slo, budgets=(512,), num_requests=1024)
+    cand = prepare(spec)[0][0]
+    planned = spec.scenario(cand, 512, resolve_profiles([cand.deployment])[cand.deployment])
+    sweep = SweepSpec(base_scenario(model="mistral-7b", gpu="a100", trace="sharegpt", num_requests=1024),
+                      policies=("sarathi",), budgets=(512,), slos=(slo,))  # fmt: skip
+    swept = sweep.search_scenario("sarathi", 512, 128, 0, slo)
+    q = quantiles_for(slo)
+    assert probe_key(planned, 3.0, q) == probe_key(swept, 3.0, q)
+    assert probe_key(planned, 3.0, q) != probe_key(swept, 3.5, q)
+
+
+def test_editing_the_planner_keeps_the_probe_cache(tmp_path: Path) -> None:
+    """The probe key's source digest leaves plan/ out (it only picks scenarios); a simulator edit changes it."""
+    import shutil
+    import subprocess
+    import sys
+
+    import simserve
+
+    def digest(tree: Path) -> str:
+        code = "from simserve.tune.probe import source_digest; print(source_digest())"
+        env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}
+        # cwd: not the checkout, whose simserve/ would come first on sys.path
+        run = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    tree = tmp_path / "src"
+    shutil.copytree(
+        Path(simserve.__file__).parent, tree / "simserve", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    before = digest(tree)
+    with (tree / "simserve/plan/search.py").open("a") as f:
+        f.write("\n# an edit to the planner\n")
+    assert digest(tree) == before
+    with (tree / "simserve/sim/cluster.py").open("a") as f:
+        f.write("\n# an edit to the simulator\n")
+    assert digest(tree) != before

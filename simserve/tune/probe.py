@@ -110,7 +110,7 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
     payload = {
         "format": CACHE_FORMAT,
         "kind": f"{type(scenario).__module__}.{type(scenario).__qualname__}",
-        "scenario": _jsonable(scenario_fields(scenario)),
+        "scenario": _canonical(_jsonable(scenario_fields(scenario))),
         "qps": f"{qps:.6g}",
         "quantiles": list(quantiles),
         "simserve": simserve.__version__,
@@ -128,6 +128,15 @@ def scenario_fields(scenario: Any) -> dict[str, Any]:
         for f in dataclasses.fields(scenario)
         if not (f.metadata.get("omit_at_default") and getattr(scenario, f.name) == f.default)
     }
+
+
+def _canonical(d: dict) -> dict:
+    """Catalog spellings of the model and GPU ("a100" and "A100-80GB" are one GPU), so every command that
+    names a scenario its own way (a sweep's --gpu a100, a plan's catalog names) shares its probes."""
+    for field, table in (("model", "MODELS"), ("gpu", "GPU")):
+        if isinstance(d.get(field), str):
+            d[field] = _catalog_name(table, d[field])
+    return d
 
 
 def _jsonable(d: Mapping) -> dict:
