@@ -131,8 +131,10 @@ class IterationLog:
         ints, floats = [], []
         for a in range(lo, hi, piece):
             i, f = self.block(a, min(a + piece, hi))
-            ints.append(i[::step])
-            floats.append(f[::step])
+            if step > 1:  # copies: a strided view would keep the whole piece alive until the concatenation
+                i, f = i[::step].copy(), f[::step].copy()
+            ints.append(i)
+            floats.append(f)
         i = np.concatenate(ints) if ints else np.zeros((0, 7), np.int64)
         f = np.concatenate(floats) if floats else np.zeros((0, 2), np.float64)
         out = {}
