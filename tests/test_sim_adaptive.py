@@ -81,6 +81,14 @@ def test_equal_cost_chunks_shrink_as_the_prefix_grows():
     assert prefill_chunks(res) == [1000, 990, 980, 30]
 
 
+def test_equal_cost_with_a_tiny_budget_still_progresses():
+    # Budget 1: one token over any prefix costs more than the 1-token limit at prefix 0, so no chunk fits;
+    # the cheapest chunk (one token) is taken rather than waiting forever (found by the property test).
+    res = run([3, 5], [2, 2], [0.0, 0.0], "equal-cost", LinearTimer(0.0, 1e-4, 1e-6), budget=1, stretch=False)
+    assert res.summary.completed == 2
+    assert prefill_chunks(res) == [1] * 8
+
+
 def test_vllm_v1_shares_one_budget_between_decodes_and_chunks():
     # Budget 100: request 0 decodes, request 1's 300-token prompt gets the other 99 tokens.
     res = run([1, 300], [20, 2], [0.0, 0.001], "vllm-v1", budget=100, stretch=False)

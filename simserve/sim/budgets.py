@@ -134,7 +134,12 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 
     def size(timed, tokens, prefix, want):
         hi = min(want, rep.budget - tokens)
-        return largest_fitting(lambda c: t([(c, prefix)], none, 0) <= limit, hi)
+        n = largest_fitting(lambda c: t([(c, prefix)], none, 0) <= limit, hi)
+        if n == 0 and not timed and not tokens:
+            # Even one token over this prefix costs more than a budget-sized chunk at prefix 0 (a tiny
+            # budget): take the cheapest chunk there is, or the replica would wait for nothing forever.
+            n = min(hi, 1)
+        return n
 
     return size
 

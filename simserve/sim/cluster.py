@@ -68,6 +68,7 @@ class Cluster:
         self._late = 0  # requests certain to miss the scheduling-delay SLO
         self._late_ptr = 0
         self._oldest = 0  # lowest id that may still be waiting, never scheduled
+        self._idle_mark: tuple[int, int] | None = None  # progress at the last check with every replica idle
         self.tbt = LogHistogram()
         self.stopped_early = False
         self.capped = False
@@ -181,11 +182,19 @@ class Cluster:
                 if not self.finished.triggered:
                     self.finished.succeed()
                 return
-            if self.next >= self.n and all(
-                rep.in_flight == 0 and not rep.state.waiting and not rep.state.num_running
-                for rep in self.replicas
-            ):
-                raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
+            self._check_stall()
+
+    def _check_stall(self) -> None:
+        """Every request has arrived, yet no replica has had a micro-batch in flight at two checks a period
+        apart, with nothing finished or started between: a policy that can never form a batch again. Fail
+        loudly instead of letting the watchdog tick forever (a bug, never a user's input)."""
+        if self.next < self.n or any(rep.in_flight for rep in self.replicas):
+            self._idle_mark = None
+            return
+        mark = (self.num_done, sum(rep.work.micro_batches for rep in self.replicas))
+        if mark == self._idle_mark:
+            raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
+        self._idle_mark = mark
 
     def _tbt_stop_rule(self, stop: tuple[float, float] | None) -> tuple[int, float] | None:
         """(first bucket above the limit, gaps there that make the quantile exceed it whatever follows).
