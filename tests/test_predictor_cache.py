@@ -30,9 +30,9 @@ def counted_fits(monkeypatch, tmp_path):
     calls = []
     real = fit_module.fit_profile
 
-    def counting(profile, seed=0):
+    def counting(profile, seed=0, only=None):
         calls.append(profile.path)
-        return real(profile, seed)
+        return real(profile, seed, only)
 
     monkeypatch.setattr(fit_module, "fit_profile", counting)
     return calls
@@ -111,3 +111,28 @@ def test_stale_entries_of_the_same_profile_are_dropped(small_profile, counted_fi
         f.write_bytes(b"old")
     fit(small_profile)
     assert not stale.exists() and other.exists()
+
+
+def test_a_timer_fits_only_the_models_its_deployment_reads(tmp_path, monkeypatch):
+    """load_timer fits the deployment's own models (no held-out refit, nothing in the fit cache), and the
+    compiled tables are bit for bit those of the full fit."""
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    prof = syn.write_synthetic_profile(tmp_path / "profiles", tps=(1, 2), network=None, max_tokens=512, max_len=1024)
+    dep = Deployment.create("mistral-7b", "a100", tp=2)
+    seen = []
+    real = fit_module.fit_profile
+
+    def recording(profile, seed=0, only=None):
+        seen.append(real(profile, seed, only))
+        return seen[-1]
+
+    monkeypatch.setattr(fit_module, "fit_profile", recording)
+    timer = load_timer(dep, profiles_root=prof.parents[1])
+    (partial,) = seen
+    assert partial.report["held_out"].sum() == 0 and not (tmp_path / "cache" / "predictor").exists()
+    full = fit(prof, use_cache=False)
+    assert set(partial.models) < set(full.models)
+    assert {k.tp for k in partial.models} == {0, 2}  # TP 2 ops and the TP 2 all-reduce, nothing of TP 1
+    ref = full.compile(dep)
+    for name in ("_tok", "_dec", "_pre", "_tslope"):
+        assert getattr(timer, name) == getattr(ref, name)

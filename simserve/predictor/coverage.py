@@ -77,8 +77,9 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
     return cmd + (f" --out {root}" if root is not None else "")
 
 
-def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
-    """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes it."""
+def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list[ModelKey]:
+    """The models `dep`'s timer reads, out of a profile's `keys`; raises one SimserveError naming the first
+    thing the profile lacks, with the command that fixes it."""
     cmd = profile_command(dep, Path(where).parents[1])
     tps = {
         k.tp for k in keys if k.family in ("linear", "elementwise", "attention_prefill", "attention_decode")
@@ -97,15 +98,24 @@ def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
             raise SimserveError(
                 f"profile {where} has no TP {dep.tp} rows for {k.op} ({k.family}); run `{cmd}`"
             )
-    if dep.tp > 1 and find_collective(keys, "all_reduce", node_link(dep), dep.tp) is None:
-        raise SimserveError(
-            f"profile {where} has no all_reduce rows for {dep.tp} workers over {node_link(dep)}; "
-            f"run `{cmd}`"
-        )
+    if dep.tp > 1:
+        if (ar := find_collective(keys, "all_reduce", node_link(dep), dep.tp)) is None:
+            raise SimserveError(
+                f"profile {where} has no all_reduce rows for {dep.tp} workers over {node_link(dep)}; "
+                f"run `{cmd}`"
+            )
+        needed.append(ar)
     for stage in range(dep.pp - 1):
         link = stage_link(dep, stage)
-        if find_collective(keys, "send_recv", link, None) is None:
+        if (sr := find_collective(keys, "send_recv", link, None)) is None:
             raise SimserveError(
                 f"profile {where} has no send_recv rows over {link} (needed between pipeline stages "
                 f"{stage} and {stage + 1}); run `{cmd}`"
             )
+        needed.append(sr)
+    return needed
+
+
+def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
+    """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes it."""
+    needed_keys(keys, dep, where)

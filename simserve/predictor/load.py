@@ -49,13 +49,14 @@ def load_timer(
         hit = timer_cache.load(tkey)
         if isinstance(hit, BatchTimer):
             return hit
-    from simserve.predictor.coverage import profile_command, profile_keys, require
+    from simserve.predictor.coverage import needed_keys, profile_keys
     from simserve.predictor.fit import fit
     from simserve.profiling.schema import read_profile
 
     profile = read_profile(path)
-    require(profile_keys(profile), dep, path)
-    timer = fit(profile, seed=seed, use_cache=cache).compile(dep, overhead)
+    needed = needed_keys(profile_keys(profile), dep, path)
+    # Only the models this deployment reads are fitted (a cached full fit, e.g. from `simserve fit`, is reused).
+    timer = fit(profile, seed=seed, use_cache=cache, only=set(needed)).compile(dep, overhead)
     if tkey is not None:
         timer_cache.store(tkey, timer)
     return timer

@@ -119,14 +119,15 @@ def _stretch_segment(
     c = r.computed[dec]  # step j computes token c + j and reads c + j + 1 KV entries
     s0 = int(c.sum()) + n
     kmax = min(int((r.output[dec] - r.generated[dec]).min()), MAX_STRETCH)
-    d0 = float(rep.timer.decode_stretch(n, np.array([s0]))[0])
+    steps = rep.timer.decode_stretch(n, s0 + n * np.arange(max(kmax, 1)))  # elementwise: each step alone
+    d0 = float(steps[0])
     if d0 > 0 and cap < np.inf:
         kmax = min(kmax, int((cap - now) / d0) + 2)
     if st.dynamic and kmax > 1:  # step 0's blocks are allocated; step j ≥ 1 needs one where c + j ≡ 0
         per_residue = np.bincount((-c) % bs, minlength=bs)
         cum = np.cumsum(per_residue[np.arange(1, kmax) % bs])
         kmax = 1 + int(np.searchsorted(cum, st.kv.free - 1, side="right"))
-    durations = rep.timer.decode_stretch(n, s0 + n * np.arange(kmax))
+    durations = steps[:kmax]
     ends = np.cumsum(np.concatenate(([now], durations)))[1:]
     k = 1 + int(np.searchsorted(ends[:-1], cap, side="left"))  # iterations that start before cap
     ends = ends[:k]

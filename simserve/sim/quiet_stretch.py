@@ -27,6 +27,7 @@ from simserve.sim.fastpath import MAX_STRETCH
 if TYPE_CHECKING:
     from simserve.sim.replica import Replica
 
+_count, _amin, _sum = np.count_nonzero, np.minimum.reduce, np.add.reduce  # cheaper on small arrays
 MAX_QUIET = 1 << 16  # iterations one quiet run may plan (bounds the arrays it allocates)
 
 
@@ -51,20 +52,25 @@ def quiet_segments(
     n = len(dec)
     c0 = r.computed[dec]
     last_token = r.last_token[dec]
-    if not (last_token == last_token[0]).all():
+    if _count(last_token != last_token[0]):
         return 0  # the plan assumes every resident got its last token at the same time
-    if st.dynamic and not (r.blocks[dec] == -(-(c0 + allocated) // bs)).all():
+    if st.dynamic and _count(r.blocks[dec] != -(-(c0 + allocated) // bs)):
         return 0  # ... and holds exactly the blocks its computed tokens fill
-    rem = int((r.output[dec] - r.generated[dec]).min())  # the segment reaching this many steps finishes one
-    s0 = int(c0.sum()) + n  # KV read by step 0; step g reads s0 + n·g
-    d_first = float(rep.timer.decode_stretch(n, np.array([s0]))[0])
+    rem = int(_amin(r.output[dec] - r.generated[dec]))  # the segment reaching this many steps finishes one
+    if rem < 1:
+        return 0
+    s0 = int(_sum(c0)) + n  # KV read by step 0; step g reads s0 + n·g
+    # One timer call for every step a finishing request allows; the first step's time then bounds the plan.
+    # (Element by element the same floats as timing each step alone: the timer's operations are elementwise.)
+    dur = rep.timer.decode_stretch(n, s0 + n * np.arange(min(rem, MAX_QUIET)))
+    d_first = float(dur[0])
     if not d_first > 0:
         return 0
     total = min(rem, MAX_QUIET, int((far - now) / d_first) + 2)
     if total < 1:
         return 0
-    dur = rep.timer.decode_stretch(n, s0 + n * np.arange(total))
-    if not (dur > 0).all():  # the plan below relies on increasing segment ends
+    dur = dur[:total]
+    if _count(dur > 0) != total:  # the plan below relies on increasing segment ends
         return 0
     D = dur.tolist()  # single iterations and d0 read these as Python floats
     if st.dynamic:  # blocks newly needed by the step g: one per request with c0 + g ≡ 0 (mod bs)
@@ -116,7 +122,7 @@ def quiet_segments(
             t_next = t + (end - t)
             seg_free = free - (need_cum[g + k] - need_cum[g]) if st.dynamic else free
             first = float(ends[0]) - last
-            inner = np.diff(ends[:k]) if k > 1 else None
+            inner = ends[1:k] - ends[: k - 1] if k > 1 else None  # np.diff's own subtraction
         finishing = g + k >= rem  # a request gets its last token: the last segment
         if cap == arrival:  # the segment that reaches the next arrival is the last: no check inside it
             if t_next >= check:
@@ -161,7 +167,9 @@ def quiet_segments(
     r.tbt_max[dec] = np.maximum(r.tbt_max[dec], worst)
     r.last_token[dec] = last
     tbt = st.tbt
-    tbt.add_each(np.concatenate([np.array(unit_gaps), *short_gaps]), n)
+    for inner in short_gaps:
+        unit_gaps += inner.tolist()
+    tbt.add_each(unit_gaps, n)
     for inner in long_gaps:
         tbt.add_many(inner, weight=n)
     rep.bubble[0] = bubble

@@ -62,7 +62,3 @@ def latency_cdfs(
 
 def _config(row: Any) -> tuple[str, int | None, int]:
     return row["policy"], None if pd.isna(row["budget"]) else int(row["budget"]), int(row["max_batch"])
-
-
-def _config(row: Any) -> tuple[str, int | None, int]:
-    return row["policy"], None if pd.isna(row["budget"]) else int(row["budget"]), int(row["max_batch"])
