@@ -341,3 +341,23 @@ def test_editing_the_planner_keeps_the_probe_cache(tmp_path: Path) -> None:
     with (tree / "simserve/sim/cluster.py").open("a") as f:
         f.write("\n# an edit to the simulator\n")
     assert digest(tree) != before
+
+
+def test_plan_regenerates_a_cached_roofline_profile_written_for_another_box(tmp_path, monkeypatch) -> None:
+    """The collective tables come from the node and network specs: a cached generated profile written when the
+    catalog's box (or network) said something else is stale, as one written for another GPU spec is."""
+    from simserve.deployment import Deployment
+    from simserve.plan.profiles import generated_root, resolve_profiles
+
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
+    dep = Deployment.create("mistral-7b", "h100", 2, 1)
+    resolve_profiles([dep])
+    prov_file = generated_root() / "h100-sxm" / "mistral-7b" / "provenance.json"
+    prov = json.loads(prov_file.read_text())
+    assert prov["node_spec"]["name"] == dep.node.name and prov["network_spec"]["name"] == "ethernet-100g"
+    for field, edited in (("node_spec", "nvlink_bus_gbps"), ("network_spec", "latency_us")):
+        stale = json.loads(prov_file.read_text())
+        stale[field][edited] *= 2
+        prov_file.write_text(json.dumps(stale))
+        resolve_profiles([dep])
+        assert json.loads(prov_file.read_text()) == prov  # rewritten from the catalog as it is now

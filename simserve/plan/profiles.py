@@ -36,8 +36,9 @@ def generated_root() -> Path:
 
 def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
-    roofline backend would now write differently (its tiles, constants or GPU spec changed) covers nothing."""
-    from simserve.profiling.roofline import model_fields
+    roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
+    nothing."""
+    from simserve.profiling.roofline import link_fields, model_fields
 
     path = profile_dir(root, dep.gpu.name, dep.model.name)
     if not path.is_dir():
@@ -48,7 +49,8 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     except SimserveError:
         return None
     if current:
-        now = json.loads(json.dumps(model_fields(dep.gpu)))
+        fields = {**model_fields(dep.gpu), **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}
+        now = json.loads(json.dumps(fields))
         if any(profile.provenance.get(k) != v for k, v in now.items()):
             return None
     return str(profile.provenance.get("backend", "unknown backend"))

@@ -248,6 +248,15 @@ def model_fields(gpu: GPUSpec, coll: CollectiveConstants | None = None) -> dict:
     }
 
 
+def link_fields(node: NodeSpec, network: NetworkSpec | None) -> dict:
+    """The provenance fields that fix the collective tables: the box and the network as the catalog had them
+    (a profile written for an edited node or network is stale, like one for an edited GPU)."""
+    return {
+        "node_spec": dataclasses.asdict(node),
+        "network_spec": None if network is None else dataclasses.asdict(network),
+    }
+
+
 def profile(
     dep_model: ModelSpec,
     gpu: GPUSpec,
@@ -273,6 +282,7 @@ def profile(
         "backend": BACKEND,
         "device": f"{gpu.name} (no GPU used: spec-sheet peaks with efficiencies calibrated on measured A100 data)",
         **model_fields(gpu, coll),
+        **link_fields(node, network),
         "note": "analytic model, not a measurement; errors against measured A100 kernels in docs/execution-model.md",
     }
     return tables, provenance

@@ -20,7 +20,7 @@ _OFFSET = math.ceil(math.log(_MIN) / _LOG_GAMMA)
 _NUM = math.ceil(math.log(_MAX) / _LOG_GAMMA) - _OFFSET + 1
 # Bound ufunc methods: a fraction of ndarray.min/max's call overhead on the small arrays of one batch.
 _amin, _amax = np.minimum.reduce, np.maximum.reduce
-_FEW = 24  # add_each: up to this many values, one Python loop is cheaper than the vectorised path
+_FEW = 16  # add_each: up to this many values, one Python loop is cheaper than the vectorised path
 
 
 class LogHistogram:
