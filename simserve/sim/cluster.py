@@ -93,6 +93,7 @@ class Cluster:
         ]
         if len(self.replicas) == 1 and cfg.stretch:
             self.replicas[0].quiet_window = self.quiet_window
+            self.replicas[0].tbt_headroom = self.tbt_headroom
         self._rr = 0
         env.process(self.arrivals())
         env.process(self.watchdog())
@@ -150,6 +151,14 @@ class Cluster:
         period, and the first time something outside it can happen (an arrival or a stopping check)."""
         nxt = float(self.reqs.arrived[self.next]) if self.next < self.n else np.inf
         return nxt, self.next_check, self.cfg.check_period_s, self.stretch_until(now, True)
+
+    def tbt_headroom(self) -> tuple[int, float] | None:
+        """With the TBT stop rule: (its bucket, the weight of gaps in that bucket or above that may still be
+        added before a check stops the run); None without it."""
+        if self._tbt_stop is None:
+            return None
+        bucket, need = self._tbt_stop
+        return bucket, need - self.tbt.count_from(bucket)
 
     def _on_done(self, replica: int, rid: int) -> None:
         self.num_done += 1

@@ -40,6 +40,13 @@ class LogHistogram:
         i = math.ceil(math.log(value) / _LOG_GAMMA) - _OFFSET
         self.counts[min(max(i, 0), _NUM - 1)] += weight
 
+    @staticmethod
+    def bucket(value: float) -> int:
+        """The bucket `add` puts a positive value in (zeros, counted apart, are in none: -1)."""
+        if value <= 0.0:
+            return -1
+        return min(max(math.ceil(math.log(value) / _LOG_GAMMA) - _OFFSET, 0), _NUM - 1)
+
     def add_many(self, values: np.ndarray, weight: float = 1.0) -> None:
         if not len(values):
             return

@@ -9,7 +9,7 @@ The fast paths (fastpath.py, pipeline_stretch.py): when the policy would form th
 something happens (an arrival, a completion, a KV shortage, an overload check), the iterations before that
 point are advanced in one SimPy timeout: at PP = 1 with the timer's vectorised `decode_stretch`, at PP = 2
 by emulating the two alternating groups of decodes tick by tick, with the same results (docs/simulator.md);
-`SimConfig(stretch=False)` turns them off.
+prefill_stretch.py runs the chunks of one prompt the same way. `SimConfig(stretch=False)` turns them off.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
-from simserve.sim import fastpath, pipeline_stretch
+from simserve.sim import fastpath, pipeline_stretch, prefill_stretch
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import Batch
 from simserve.sim.state import ReplicaState
@@ -98,6 +98,8 @@ class Replica:
         self.stretch_until = stretch_until  # the next time anything outside this replica can happen
         self.pp = state.pp
         self.stretch = stretch and self.pp <= 2  # no fast path for PP > 2
+        # prefill_stretch.py: a prompt's chunks beside unchanged decodes (PP = 1, one replica: quiet_window)
+        self.chunk_runs = stretch and self.pp == 1 and state.cfg.policy in prefill_stretch.POLICIES
         self.index = state.index
         self.in_flight = 0
         self.wake: simpy.Event | None = None
@@ -114,6 +116,7 @@ class Replica:
         # (next arrival, next overload check, check period, first time the run may change from outside)
         # when this replica is alone, so quiet_stretch.py may plan past checks; set by the cluster.
         self.quiet_window: Callable[[float], tuple[float, float, float, float] | None] | None = None
+        self.tbt_headroom: Callable[[], tuple[int, float] | None] | None = None  # ... and the TBT stop rule's room
         env.process(self.schedule())
         for s in range(1, self.pp):
             env.process(self.stage(s))
@@ -144,6 +147,10 @@ class Replica:
             steady = self.stretch and not batch.prefills and st.preemptions == before
             if steady and (yield from self._stretch(batch, now)):
                 continue
+            if self.chunk_runs and len(batch.prefills) == 1 and st.preemptions == before:
+                rid, chunk = batch.prefills[0]
+                if (yield from prefill_stretch.chunk_run(self, rid, chunk, batch.decodes, now)):
+                    continue
             computed = r.computed
             prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
             dec = batch.decodes
