@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 POLICIES = ("sarathi", "hybrid")  # a decodes-first batch whose one partial prefill takes what the budget leaves
 _count, _amin = np.count_nonzero, np.minimum.reduce
+MIN_PLAN = 2.0  # iterations (of the last one's length) a quiet window must hold before a run is planned
 
 
 def chunk_run(rep: Replica, rid: int, chunk: int, dec: np.ndarray, now: float) -> Generator[simpy.Event, Any, bool]:
@@ -44,6 +45,8 @@ def chunk_run(rep: Replica, rid: int, chunk: int, dec: np.ndarray, now: float) -
     if r.last_token[rid] == r.last_token[rid]:
         return False  # a re-prefill after preemption: its last chunk adds a TBT gap of its own
     _, check, period, far = rep.quiet_window(now)  # far: the next arrival or an overload check that stops the run
+    if far - now <= MIN_PLAN * rep.last_duration:
+        return False  # too short to hold two iterations: planning would cost more than it saves
     stop = rep.tbt_headroom() if rep.tbt_headroom is not None else None
     cd = r.computed[dec]  # before this iteration: the decodes compute tokens cd, cd + 1, ...
     rem, prev = 1 << 62, 0.0
