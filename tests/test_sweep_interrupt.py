@@ -116,7 +116,7 @@ def test_signal_stops_sweep_and_its_workers(tmp_path: Path, signals: list, code:
     saved = len(list(cache.glob("*/*.json")))
     assert saved - before <= 1
     reported = int(re.search(r"the (\d+) probe", lines[-1]).group(1))
-    assert reported <= saved <= reported + 1  # the line counts what the cache holds
+    assert reported == saved  # the line counts what the cache gained (it was empty), even when writes raced
     deadline = time.monotonic() + 10  # the workers were terminated; give the kernel a moment to reap them
     while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)

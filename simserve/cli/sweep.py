@@ -56,21 +56,26 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def interruptible(stats: dict, cache: Path | None) -> Iterator[None]:
+def interruptible(cache: Path | None) -> Iterator[None]:
     """Ctrl-C or SIGTERM: the Runner has stopped the workers by the time this sees it; print one line (what
     the cache kept, how to resume) and exit 130 (SIGINT) or 143 (SIGTERM)."""
+    from simserve.tune.probe import ProbeCache
+
+    # Count what the cache gained, not what the driver had received: a worker writes its probe itself, and
+    # several may finish (and write) in the moment between the signal and the driver reading their results.
+    before = len(ProbeCache(cache)) if cache is not None else 0
     old = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
     except KeyboardInterrupt as exc:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while this line prints changes nothing
-        n = stats.get("probes_simulated", 0)
         what = "terminated" if isinstance(exc, Terminated) else "interrupted"
         if cache is None:
             line = f"{what}: nothing was saved (--no-cache); rerun to start again"
         else:
+            saved = len(ProbeCache(cache)) - before
             line = (
-                f"{what}: the {n} probe(s) simulated so far are saved in {cache}; rerun the same command "
+                f"{what}: the {saved} probe(s) simulated so far are saved in {cache}; rerun the same command "
                 "to resume (cached probes are reused)"
             )
         print(line, file=sys.stderr, flush=True)
@@ -230,9 +235,8 @@ def sweep(
         start_qps=start_qps,
         search="paper" if paper_setup else "simserve",
     )
-    stats: dict = {}
-    with interruptible(stats, None if no_cache else cache):
-        result = run_sweep(spec, executor, workers, address, None if no_cache else cache, True, stats)
+    with interruptible(None if no_cache else cache):
+        result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(summary_table(result))

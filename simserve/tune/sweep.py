@@ -216,7 +216,7 @@ def run_sweep(
     stats: dict | None = None,
 ) -> SweepResult:
     """Every search of the grid, then the latency CDFs. `stats` (probes simulated so far, ...) is filled as
-    the sweep goes, so a caller interrupted half-way can say what the cache holds."""
+    the sweep goes, so a caller interrupted half-way knows how far it got."""
     t0 = time.perf_counter()
     check_fits(spec)
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
