@@ -7,7 +7,9 @@ unchanged. (Re-pinned once when the summary gained `stopped_early`; the tables a
 histograms kept their digests, checked by hashing them without the summary. Re-pinned again for the pp2
 scenarios when collectives came from NCCL's model over the box's topology: their TP-4 all-reduce and the
 stage 0 -> 1 hop both go through the host over PCIe on the A40 NVLink-pair box — as before, but now at the
-published 20 GB/s with NCCL's latencies instead of the fitted 23.7 GB/s and alpha.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
+published 20 GB/s with NCCL's latencies instead of the fitted 23.7 GB/s and alpha. Re-pinned for fcfs and
+preempt-vllm when a run stopped mid-stretch kept the TBT gaps of the stretch's finished iterations, as the
+exact path does: both digests were of a fast path that had dropped them; tests/test_sim_stop_tbt.py compares.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
 tests/test_sim_digests.py -s` prints the new digests (and say in the commit why results moved).
 """
 
@@ -51,7 +53,7 @@ SCENARIOS = {
     "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "995d7116320db0fc"),
     "sarathi-light-exact": (Scenario(**MISTRAL, budget=512, stretch=False), 0.75, "676af8c2e8465ba1"),
     "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "7a59b32f2b7de184"),
-    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "33a420a7619b4f46"),
+    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "3b4c2cdab92aa462"),
     "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "41a133bd349c668f"),
     "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "eee53d61957c806d"),
     "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "7f50742973a58468"),
@@ -81,7 +83,7 @@ def _preemption_run(policy: str, stretch: bool, pp: int):
 PREEMPTION = {
     "preempt-sarathi": (("sarathi", True, 1), "0c71c08c58a672de"),
     "preempt-sarathi-exact": (("sarathi", False, 1), "494aa7d54a7eca09"),
-    "preempt-vllm": (("vllm", True, 1), "6971e0ba97798b8d"),
+    "preempt-vllm": (("vllm", True, 1), "9de3bfd113c1be3e"),
     "preempt-sarathi-pp2": (("sarathi", True, 2), "0b00a24c361c231e"),
 }
 

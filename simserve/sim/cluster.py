@@ -25,6 +25,7 @@ import simpy
 
 from simserve.errors import SimserveError
 from simserve.sim.config import SimConfig
+from simserve.sim.fastpath import settle
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import POLICIES
@@ -175,9 +176,12 @@ class Cluster:
             yield env.timeout(period)
             if self.progress is not None:
                 self.progress(self.num_done, self.n)
+            if self._tbt_stop is not None:
+                self._settle(env.now)  # the rule counts every gap that ended before now
             if not self.overloaded and self._overloaded(env.now):
                 self.overloaded = True
                 if self.cfg.stop_when_overloaded:
+                    self._settle(env.now)
                     if not self.finished.triggered:
                         self.finished.succeed()
                     return
@@ -187,11 +191,19 @@ class Cluster:
                     self.finished.succeed()
                 return
             if env.now >= self._cap:  # the trial cap: a check, so the stretches stop short of it as above
+                self._settle(env.now)
                 self.capped = not self.finished.triggered
                 if not self.finished.triggered:
                     self.finished.succeed()
                 return
             self._check_stall()
+
+    def _settle(self, now: float) -> None:
+        """Count the TBT gaps of stretch iterations in flight that ended before `now`, as the step-by-step
+        run has by the time its check at `now` runs (fastpath.settle)."""
+        for rep in self.replicas:
+            if rep.unsettled:
+                settle(rep, now)
 
     def _check_stall(self) -> None:
         """Every request has arrived, yet no replica has had a micro-batch in flight at two checks a period

@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 if TYPE_CHECKING:
+    from simserve.sim.histogram import LogHistogram
     from simserve.sim.replica import Replica
 
 MAX_STRETCH = 4096  # iterations per compressed step: bounds the arrays one step allocates
@@ -144,10 +145,12 @@ def _stretch_segment(
     rep.log.add(rep.index, 0, now, end, 0, n * k, n, st.kv.used, k)
     rep.last_duration = float(durations[k - 1])
     rep._start_flight(now)
+    rep.unsettled.append(entry := [dec, ends, 0])
     yield rep.env.timeout(end - now)
+    rep.unsettled.clear()
     rep._end_flight(rep.env.now)
     rep.idle_mark[0] = rep._inflight_time(rep.env.now)
-    apply_tokens(rep, dec, ends)
+    apply_tokens(rep, dec, ends, entry[2])
     gen = r.generated[dec]
     done = gen >= r.output[dec]
     if done.any():
@@ -159,17 +162,42 @@ def _stretch_segment(
     return False
 
 
-def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray) -> None:
-    """The requests in `dec` each got one token at every time in `ends` (ascending)."""
-    st, r, k, n = rep.state, rep.state.reqs, len(ends), len(dec)
+def apply_tokens(rep: Replica, dec: np.ndarray, ends: np.ndarray, settled: int = 0) -> None:
+    """The requests in `dec` each got one token at every time in `ends` (ascending); the TBT gaps of the
+    first `settled` of those iterations are already in the histogram (`settle`)."""
+    st, r, k = rep.state, rep.state.reqs, len(ends)
     r.computed[dec] += k
     r.generated[dec] += k
     first = ends[0] - r.last_token[dec]
     gaps = np.diff(ends)
     r.tbt_max[dec] = np.maximum(np.maximum(r.tbt_max[dec], first), gaps.max() if k > 1 else 0.0)
     r.last_token[dec] = ends[-1]
-    st.tbt.add_many(first)
-    if len(gaps) > 64:
-        st.tbt.add_many(gaps, weight=n)
-    else:  # NOTE: the buckets complete_decodes' add(gap, n) gives each (equal) gap, at a fraction of the cost
-        st.tbt.add_each(gaps, n)
+    _add_gaps(st.tbt, None if settled else first, gaps[max(settled - 1, 0) :], len(dec))
+
+
+def settle(rep: Replica, t: float) -> None:
+    """Put into the TBT histogram the gaps of the in-flight stretches' iterations that ended before `t`.
+
+    A stretch applies its tokens when its one timeout ends, but step by step an overload check at `t` has
+    already counted every iteration that ended before it. The cluster calls this at each check that reads
+    the TBT stop rule or ends the run, so that the check sees the same counts, and a run that stops
+    mid-stretch keeps the same gaps. An iteration ending exactly at `t` is left out: the check's timeout,
+    scheduled a period earlier, fires before the replica's.
+    """
+    tbt, last_token = rep.state.tbt, rep.state.reqs.last_token
+    for entry in rep.unsettled:
+        dec, ends, done = entry
+        k = int(np.searchsorted(ends, t, side="left"))  # iterations that ended before t
+        if k > done:
+            first = None if done else ends[0] - last_token[dec]  # apply_tokens' own operations
+            _add_gaps(tbt, first, np.diff(ends[:k])[max(done - 1, 0) :], len(dec))
+            entry[2] = k
+
+
+def _add_gaps(tbt: LogHistogram, first: np.ndarray | None, inner: np.ndarray, n: int) -> None:
+    """Iteration 0's gap per request (`first`, None once settled), then later iterations' gaps, each shared
+    by the n requests, in the buckets complete_decodes' add() gives them (add_each: math.log's buckets)."""
+    if first is not None:
+        tbt.add_many(first)
+    if len(inner):
+        tbt.add_each(inner, n)

@@ -108,6 +108,11 @@ def plan_pipeline(rep: Replica, dec: np.ndarray, now: float, cap: float) -> Pipe
     )
 
 
+def plan_tokens(plan: PipelinePlan) -> int:
+    """An upper bound on the TBT gaps the stretch adds: every micro-batch at the larger group's size."""
+    return len(plan.start) * max(len(plan.groups[0]), len(plan.groups[1]))
+
+
 def pipeline_stretch(rep: Replica, plan: PipelinePlan) -> Generator[simpy.Event, Any, None]:
     """Run a planned stretch in one timeout and leave the replica as the step-by-step path would at tick m."""
     from simserve.sim.replica import MicroBatch
@@ -157,11 +162,14 @@ def pipeline_stretch(rep: Replica, plan: PipelinePlan) -> Generator[simpy.Event,
     w.micro_batches += m
     rep.last_duration = durations[-1][0]
     # NOTE: rep.in_flight stays 1 over the stretch (it is 1 or 2 in between): nothing reads it meanwhile.
-    yield rep.env.timeout(end - now)
-    # Stage 1 finished B's micro-batches at ticks 0, 2, ... and A's at 1, 3, ...; only the last one can
+    # Stage 1 finishes B's micro-batches at ticks 0, 2, ... and A's at 1, 3, ...; only the last one can
     # finish a request (plan_pipeline).
-    apply_tokens(rep, groups[1], np.asarray(s1_end[0::2]))
-    apply_tokens(rep, groups[0], np.asarray(s1_end[1::2]))
+    b_tokens, a_tokens = [groups[1], np.asarray(s1_end[0::2]), 0], [groups[0], np.asarray(s1_end[1::2]), 0]
+    rep.unsettled += [b_tokens, a_tokens]  # a check during the stretch counts what ended before it
+    yield rep.env.timeout(end - now)
+    rep.unsettled.clear()
+    for dec, ends, settled in (b_tokens, a_tokens):
+        apply_tokens(rep, dec, ends, settled)
     finished = groups[1 - (m - 1) % 2]  # the group stage 1 finished last
     done = r.generated[finished] >= r.output[finished]
     if done.any():

@@ -23,6 +23,7 @@ import numpy as np
 import simpy
 
 from simserve.sim.fastpath import MAX_STRETCH
+from simserve.sim.histogram import LogHistogram
 
 if TYPE_CHECKING:
     from simserve.sim.replica import Replica
@@ -82,7 +83,7 @@ def quiet_segments(
     rows: list[tuple] = []
     unit_gaps: list[float] = []  # gaps the step-by-step path adds with LogHistogram.add (weight n)
     short_gaps: list[np.ndarray] = []  # a stretch's inner gaps when it has at most 64 (add, as above)
-    long_gaps: list[np.ndarray] = []  # ... when it has more (apply_tokens calls add_many)
+    long_gaps: list[np.ndarray] = []  # ... when it has more (add_each on the array)
     worst = 0.0
     acc, idle, bubble = rep.inflight_acc, rep.idle_mark[0], rep.bubble[0]
     last_dur, last = rep.last_duration, float(last_token[0])
@@ -151,7 +152,14 @@ def quiet_segments(
             break
     if not rows:
         return 0
-    # Apply everything at once: nothing else reads these until the replica wakes at t.
+    stop = rep.tbt_headroom() if rep.tbt_headroom is not None else None
+    if stop is not None and (stop[1] <= 0 or LogHistogram.bucket(worst) >= stop[0]):
+        # The TBT stop rule may end the run at a check inside these segments (it has counted enough gaps
+        # already, or these add some it counts): leave them to decode_stretch, whose checks see every gap
+        # as it happens (fastpath.settle).
+        return 0
+    # Apply everything at once: nothing else reads these until the replica wakes at t (the checks inside
+    # read only the TBT gaps in buckets the stop rule counts, and these add none there).
     log, index = rep.log, rep.index
     for start, stop, tokens, kv_used, k in rows:
         log.add(index, 0, start, stop, 0, tokens, n, kv_used, k)
@@ -171,7 +179,7 @@ def quiet_segments(
         unit_gaps += inner.tolist()
     tbt.add_each(unit_gaps, n)
     for inner in long_gaps:
-        tbt.add_many(inner, weight=n)
+        tbt.add_each(inner, n)
     rep.bubble[0] = bubble
     rep.last_duration = last_dur
     rep.in_flight = 1  # asleep through the segments, as the step-by-step path is during each

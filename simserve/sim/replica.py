@@ -113,6 +113,9 @@ class Replica:
         self.inflight_acc = 0.0
         self.last_duration = 0.0
         self.work = Work()
+        # [requests, iteration end times, how many of them are in the TBT histogram]: the tokens of the
+        # stretch in flight (fastpath.settle)
+        self.unsettled: list[list] = []
         # (next arrival, next overload check, check period, first time the run may change from outside)
         # when this replica is alone, so quiet_stretch.py may plan past checks; set by the cluster.
         self.quiet_window: Callable[[float], tuple[float, float, float, float] | None] | None = None
@@ -271,6 +274,12 @@ class Replica:
             yield from fastpath.decode_stretch(self, batch.decodes, now, cap)
             return True
         plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, cap)
+        if plan is not None and self.tbt_headroom is not None and self.quiet_window is not None:
+            stop, check = self.tbt_headroom(), self.quiet_window(now)[1]
+            # A stretch logs its rows in advance, so one the TBT stop rule might end inside (at a check it
+            # runs through, once the gaps it adds reach the rule's room) stops at the next check instead.
+            if stop is not None and plan.end > check and pipeline_stretch.plan_tokens(plan) >= stop[1]:
+                plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, check)
         if plan is None:
             return False
         yield from pipeline_stretch.pipeline_stretch(self, plan)
