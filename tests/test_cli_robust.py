@@ -113,6 +113,7 @@ def test_dropped_and_repeated_rows_are_reported(capsys, tmp_path):
         (["sweep", "--tolerance", "2"], "--tolerance"),
         (["sweep", "--start-qps", "0", "--policies", "sarathi"], "--start-qps"),
         (["list", "colours"], "models, gpus"),
+        # an SLO below one decode iteration: every search finds capacity 0, so there is no answer to write
     ],
 )
 def test_bad_input_names_the_option_in_one_line(capsys, tmp_path, args, words):
@@ -120,6 +121,17 @@ def test_bad_input_names_the_option_in_one_line(capsys, tmp_path, args, words):
     assert code == 2 and err.count("\n") == 1 and words in err
     assert "np." not in err and "max_total_tokens" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_impossible_slo_is_an_error_not_a_table_of_zeros(capsys, tmp_path):
+    """An SLO below one decode iteration is found only by searching (each search ends at capacity 0), but
+    then it gets the bad-input treatment: one error line after the progress bar, exit 2, no output."""
+    args = ["sweep", "--slo", "1e-6", "--policies", "sarathi,vllm", "--budgets", "512", "--requests", "32"]
+    code, out, err = cli(capsys, *args, "--no-cache", "--out", str(tmp_path / "o"))
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err and sum(line.startswith("error:") for line in lines) == 1
+    assert lines[-1].startswith("error: no load meets P99 TBT") and "loosen that objective (--slo" in lines[-1]
+    assert not (tmp_path / "o").exists() and "Capacity" not in out
 
 
 def test_ctrl_c_exits_130_in_one_line_leaving_no_output(tmp_path):

@@ -187,6 +187,21 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args,
     assert not out.exists()
 
 
+def test_an_impossible_slo_is_one_error_line_not_a_crash(tmp_path, capsys, monkeypatch) -> None:
+    """Every search ends at capacity 0 (the SLO is below one decode iteration): exit 2 with the reason, after
+    the progress bar, and no output (this once reached the Pareto plot with no rows and raised KeyError)."""
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    args = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--slo", "1e-6", "--budgets", "512",
+            "--requests", "32", "--executor", "serial", "--no-cache", "--out", str(tmp_path / "o")]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        run(*args)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert exc.value.code == 2 and "Traceback" not in err
+    assert lines[-1].startswith("error: below the plan's floor") and "P99 TBT" in lines[-1] and "--slo" in lines[-1]
+    assert not (tmp_path / "o").exists()
+
+
 def test_out_holding_other_files_is_refused_before_work_and_kept(tmp_path, capsys) -> None:
     out = tmp_path / "mine"
     out.mkdir()

@@ -73,7 +73,7 @@ def plan(
         write_outputs,
     )
     from simserve.plan.search import PlanSpec, run_plan
-    from simserve.tune.capacity import SLO
+    from simserve.tune.capacity import SLO, impossible_slo
 
     check_out_dir(out, force)  # before minutes of work, not after
 
@@ -95,6 +95,9 @@ def plan(
     result = run_plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
     )
+    if not (result.searches["capacity_qps"] > 0).any():  # an impossible SLO: no deployment serves any load
+        flags = "--slo, --delay-slo, --min-qps"
+        raise impossible_slo(result.searches["message"], "on every deployment searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(_table(table_rows(result, all_rows), all_rows))

@@ -175,7 +175,7 @@ def sweep(
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.io import check_out_dir
-    from simserve.tune.capacity import SLO
+    from simserve.tune.capacity import SLO, impossible_slo
     from simserve.tune.report import budget_story, summary_table, write_outputs
     from simserve.tune.sweep import TILE_BUDGETS, SweepSpec, run_sweep
 
@@ -237,6 +237,9 @@ def sweep(
     )
     with interruptible(None if no_cache else cache):
         result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)
+    if not (result.rows["capacity_qps"] > 0).any():  # an impossible SLO: an answer of all zeros is no answer
+        flags = "--slo, --delay-slo" + (", --ttft-slo" if ttft_slo is not None else "")
+        raise impossible_slo(result.rows["message"], "in every configuration searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(summary_table(result))

@@ -261,9 +261,10 @@ def _search_row(
         message = f"fails at {r.probes[0].qps:.4g} qps per replica, so cannot beat {why}"
     elif capacity < spec.min_qps:  # the same floor whatever the search's start
         capacity, status = 0.0, "below floor"
-        lowest = min(p.qps for p in r.probes)
+        lowest = min(r.probes, key=lambda p: p.qps)
         message = (
-            f"below the plan's floor: fails at {lowest:.3g} qps per replica (--min-qps {spec.min_qps:g})"
+            f"below the plan's floor: fails at {lowest.qps:.3g} qps per replica ({lowest.reason}; "
+            f"--min-qps {spec.min_qps:g})"
         )
         if r.capacity_qps > 0:
             message = (

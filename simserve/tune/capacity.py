@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from simserve.errors import SimserveError
@@ -122,6 +122,13 @@ class CapacityResult:
 def _round_qps(qps: float) -> float:
     # Six significant digits: probe rates (and so cache keys) are the same on every machine.
     return float(f"{qps:.6g}")
+
+
+def impossible_slo(messages: Iterable[str], where: str, flags: str) -> SimserveError:
+    """The one-line error for a grid in which every search found capacity 0: the SLO is out of reach at any
+    load (each search's own message says which objective failed even at its lowest rate)."""
+    why = next((m for m in messages if m), "no load meets the SLO")
+    return SimserveError(f"{why}, {where}; loosen that objective ({flags})")
 
 
 def find_capacity(
