@@ -152,8 +152,8 @@ def quiet_segments(
             break
     if not rows:
         return 0
-    stop = rep.tbt_headroom() if rep.tbt_headroom is not None else None
-    if stop is not None and (stop[1] <= 0 or LogHistogram.bucket(worst) >= stop[0]):
+    tbt_stop = rep.tbt_headroom() if rep.tbt_headroom is not None else None
+    if tbt_stop is not None and (tbt_stop[1] <= 0 or LogHistogram.bucket(worst) >= tbt_stop[0]):
         # The TBT stop rule may end the run at a check inside these segments (it has counted enough gaps
         # already, or these add some it counts): leave them to decode_stretch, whose checks see every gap
         # as it happens (fastpath.settle).

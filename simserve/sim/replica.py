@@ -274,11 +274,12 @@ class Replica:
             yield from fastpath.decode_stretch(self, batch.decodes, now, cap)
             return True
         plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, cap)
-        if plan is not None and self.tbt_headroom is not None and self.quiet_window is not None:
-            stop, check = self.tbt_headroom(), self.quiet_window(now)[1]
+        stop = self.tbt_headroom() if plan is not None and self.tbt_headroom is not None else None
+        if stop is not None and self.quiet_window is not None:  # only with the TBT stop rule
+            check = self.quiet_window(now)[1]
             # A stretch logs its rows in advance, so one the TBT stop rule might end inside (at a check it
             # runs through, once the gaps it adds reach the rule's room) stops at the next check instead.
-            if stop is not None and plan.end > check and pipeline_stretch.plan_tokens(plan) >= stop[1]:
+            if plan.end > check and pipeline_stretch.plan_tokens(plan) >= stop[1]:
                 plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, check)
         if plan is None:
             return False
