@@ -16,6 +16,7 @@ from simserve.tune.capacity import (
     capacity_over_seeds,
     find_capacity,
     quantile_key,
+    search_capacity,
 )
 
 
@@ -137,7 +138,7 @@ def test_terminates_on_any_pass_fail_pattern(outcomes: list[bool], start: float)
     calls = iter(outcomes * 100)
     simulate = lambda q: {"tbt_p99_s": 0.05 if next(calls) else 1.0, "scheduling_delay_p50_s": 0.0}  # noqa: E731
     r = find_capacity(simulate, SLO(0.1), start_qps=start, max_probes=25)
-    assert len(r.probes) <= 25
+    assert len(r.probes) <= 2 * 25  # at most 25 questions, each answered by at most two simulations
     assert r.capacity_qps == 0.0 or any(p.passed and p.qps == r.capacity_qps for p in r.probes)
 
 
@@ -180,3 +181,49 @@ def test_first_qps_above_capacity_walks_down_through_failures() -> None:
     r = find_capacity(_threshold(3.7), SLO(0.1), start_qps=1.0, first_qps=8.0)
     assert [p.qps for p in r.probes[:3]] == [8.0, 4.0, 2.0]
     assert [p.passed for p in r.probes[:3]] == [False, False, True]
+
+
+# -- the guided search (guided.py): the bisection's answer from fewer simulations ----------------------------
+
+
+def _curve(capacity: float, steep: float):
+    """A monotone latency curve crossing the 0.1 s TBT limit at `capacity`; the delay never binds."""
+    return lambda q: {"tbt_p99_s": 0.1 * math.exp(min(steep * (q / capacity - 1), 50)), "scheduling_delay_p50_s": 0.01}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.floats(1e-3, 500.0),
+    steep=st.floats(0.05, 20.0),
+    start=st.floats(0.01, 100.0),
+    tol=st.floats(0.005, 0.2),
+    threshold=st.booleans(),
+)
+def test_guided_search_finds_the_bisections_capacity(
+    capacity: float, steep: float, start: float, tol: float, threshold: bool
+) -> None:
+    """On any monotone model the guided search ends where the plain bisection does, with at most two
+    simulations per question the bisection asks (the plain search simulates each once)."""
+    simulate = _threshold(capacity) if threshold else _curve(capacity, steep)
+    plain = find_capacity(simulate, SLO(0.1), start_qps=start, tolerance=tol, max_probes=60, guided=False)
+    guided = find_capacity(simulate, SLO(0.1), start_qps=start, tolerance=tol, max_probes=60)
+    assert (guided.capacity_qps, guided.message) == (plain.capacity_qps, plain.message)
+    assert len(guided.probes) <= 2 * len(plain.probes)
+    if guided.capacity_qps > 0:
+        assert guided.metrics_at_capacity == plain.metrics_at_capacity  # the capacity itself was simulated
+
+
+def test_guided_search_simulates_fewer_rates_on_a_smooth_curve() -> None:
+    for slo in (SLO(0.1), SLO(1.0)):  # TBT binds / the scheduling delay binds
+        plain = find_capacity(mm1(), slo, tolerance=0.01, guided=False)
+        guided = find_capacity(mm1(), slo, tolerance=0.01)
+        assert guided.capacity_qps == plain.capacity_qps
+        assert len(guided.probes) < len(plain.probes)
+
+
+def test_search_names() -> None:
+    bisect = search_capacity(mm1(), SLO(0.1), search="bisect")
+    assert bisect == find_capacity(mm1(), SLO(0.1), guided=False)
+    assert search_capacity(mm1(), SLO(0.1)).capacity_qps == bisect.capacity_qps
+    with pytest.raises(SimserveError, match="unknown capacity search"):
+        search_capacity(mm1(), SLO(0.1), search="newton")

@@ -138,7 +138,7 @@ def sweep(
     start_qps: float = typer.Option(
         1.0,
         "--start-qps",
-        help="Anchor of the search's rate grid (start·2^k); the first probe is the grid rate just above the throughput bound.",
+        help="Anchor of the search's rate grid (start·2^k); the first probe is the grid rate just below the throughput bound.",
     ),
     out: Path = typer.Option(Path("sweep-out"), "--out", help="Output directory; each file lands whole."),
     force: bool = typer.Option(
@@ -156,6 +156,11 @@ def sweep(
     ),
     toy: bool = typer.Option(
         False, "--toy", hidden=True, help="Closed-form test model instead of the simulator."
+    ),
+    search: str | None = typer.Option(
+        None,
+        "--search",
+        help="simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | paper.",
     ),
     paper_setup: bool = typer.Option(
         False,
@@ -233,7 +238,7 @@ def sweep(
         slos=slos,
         tolerance=tolerance,
         start_qps=start_qps,
-        search="paper" if paper_setup else "simserve",
+        search=search or ("paper" if paper_setup else "simserve"),
     )
     with interruptible(None if no_cache else cache):
         result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)

@@ -3,10 +3,13 @@
 The search sees the simulator only as a `simulate(qps) -> metrics` callable (a flat mapping of floats), so it
 runs against the real simulator, a cached replay of earlier runs, or a closed-form test model alike.
 
-Algorithm (docs/tuning.md): probe `start_qps` (or `first_qps`, a rate on the same grid); if it passes, double until a probe fails, otherwise halve until
-one passes (or the rate falls below `start_qps / 2**max_halvings`: then no load meets the SLO and capacity is
-0); then bisect the bracket [passing, failing] until its width is at most `tolerance` × the passing rate. The
-capacity is the highest passing rate probed. An overloaded run (the simulator gave up on it) is a failure.
+Algorithm (docs/tuning.md): ask about `start_qps` (or `first_qps`, a rate on the same grid); if it passes,
+double until a rate fails, otherwise halve until one passes (or the rate falls below
+`start_qps / 2**max_halvings`: then no load meets the SLO and capacity is 0); then bisect the bracket
+[passing, failing] until its width is at most `tolerance` × the passing rate. The capacity is the highest
+passing rate. An overloaded run (the simulator gave up on it) is a failure. Which rates are simulated to
+answer those questions is guided.py's choice: fewer than the questions, with the same answers while pass/fail
+is monotone in the rate.
 """
 
 from __future__ import annotations
@@ -139,41 +142,78 @@ def find_capacity(
     max_probes: int = 30,
     max_halvings: int = 10,
     first_qps: float | None = None,
+    guided: bool = True,
 ) -> CapacityResult:
     """The highest QPS meeting `slo`, by bracketing and bisection to a relative `tolerance`.
 
-    Assumes pass/fail is monotone in load (true of a fixed-seed replay up to simulation noise). Terminates in
-    at most `max_probes` probes; an SLO that fails even at `start_qps / 2**max_halvings` gives capacity 0.
-    `first_qps` (a rate start_qps · 2^k, see first_probe.py) is probed first instead of start_qps: the
-    bracket, and so the capacity, is the same; only the probes taken to reach it differ.
+    Assumes pass/fail is monotone in load (true of a fixed-seed replay up to simulation noise). The bisection
+    asks at most `max_probes` questions; an SLO that fails even at `start_qps / 2**max_halvings` gives
+    capacity 0. `first_qps` (a rate start_qps · 2^k, see first_probe.py) is asked first instead of start_qps:
+    the bracket, and so the capacity, is the same; only the probes taken to reach it differ.
+
+    `guided` (the default) answers the bisection's questions from fewer simulations: a pass at a rate answers
+    every question below it, a failure every question above it, so the search simulates the rate the
+    bisection is predicted to end at (guided.py) rather than each midpoint on the way. The bisection, and so
+    the capacity, is the same while pass/fail is monotone; `guided=False` simulates every question.
     """
     if not start_qps > 0:
         raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
     if not 0 < tolerance < 1:
         raise SimserveError(f"--tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
-    probes: list[Probe] = []
+    from simserve.tune.guided import Outcomes, next_probe
 
-    def probe(qps: float) -> Probe:
-        metrics = {k: float(v) for k, v in simulate(qps).items()}
-        passed, reason = slo.check(metrics)
-        p = Probe(qps, passed, reason, metrics)
-        probes.append(p)
-        return p
-
-    def result(capacity: float, message: str = "") -> CapacityResult:
-        return CapacityResult(capacity, tuple(probes), slo, tolerance, message)
-
+    outcomes = Outcomes()
     qps = _round_qps(start_qps if first_qps is None else first_qps)
     # The floor stays at start_qps / 2**max_halvings wherever on the grid the search starts.
     max_halvings += round(math.log2(qps / start_qps))
-    first = probe(qps)
-    if first.passed:
+
+    def bisect(answer: Callable[[float], Probe]) -> tuple[float, str]:
+        return _bisection(answer, slo, qps, tolerance, max_probes, max_halvings)
+
+    while True:
+        try:
+            capacity, message = bisect(outcomes.answer)
+        except Unanswered as open_question:
+            rate = next_probe(bisect, outcomes, open_question.qps, slo) if guided else open_question.qps
+            metrics = {k: float(v) for k, v in simulate(rate).items()}
+            outcomes.add(Probe(rate, *slo.check(metrics), metrics), open_question.qps)
+            continue
+        return CapacityResult(capacity, tuple(outcomes.probes), slo, tolerance, message)
+
+
+class Unanswered(Exception):
+    """The bisection asked about a rate no simulation has answered yet."""
+
+    def __init__(self, qps: float):
+        super().__init__(qps)
+        self.qps = qps
+
+
+def _bisection(
+    answer: Callable[[float], Probe],
+    slo: SLO,
+    qps: float,
+    tolerance: float,
+    max_questions: int,
+    max_halvings: int,
+) -> tuple[float, str]:
+    """(capacity, message) of bracketing from `qps` and bisecting, asking `answer(rate)` for each rate's
+    probe (or the probe whose outcome implies it); `answer` raises Unanswered where it cannot tell yet."""
+    asked = 0
+
+    def ask(rate: float) -> Probe:
+        nonlocal asked
+        asked += 1
+        return answer(rate)
+
+    last = ask(qps)
+    if last.passed:
         lo = qps
         while True:  # bracket upwards
             qps = _round_qps(lo * 2)
-            if len(probes) >= max_probes:
-                return result(lo, f"still meeting the SLO at {lo:g} qps after {max_probes} probes")
-            if probe(qps).passed:
+            if asked >= max_questions:
+                return lo, f"still meeting the SLO at {lo:g} qps after {max_questions} probes"
+            if ask(qps).passed:
                 lo = qps
             else:
                 hi = qps
@@ -185,28 +225,27 @@ def find_capacity(
             qps = _round_qps(hi / 2)
             halvings += 1
             if halvings > max_halvings:
-                lowest = probes[-1]
-                return result(
-                    0.0,
-                    f"no load meets {slo.describe()}: even at {lowest.qps:.3g} qps {lowest.reason}; "
-                    f"the SLO is below what one request alone gets (e.g. one decode iteration)",
+                return 0.0, (
+                    f"no load meets {slo.describe()}: even at {hi:.3g} qps {last.reason}; "
+                    f"the SLO is below what one request alone gets (e.g. one decode iteration)"
                 )
-            if probe(qps).passed:
+            last = ask(qps)
+            if last.passed:
                 lo = qps
                 break
             hi = qps
-    while hi - lo > tolerance * lo and len(probes) < max_probes:
+    while hi - lo > tolerance * lo and asked < max_questions:
         qps = _round_qps((lo + hi) / 2)
         if qps in (lo, hi):  # rounding has met the bracket: it is as narrow as rates get
             break
-        if probe(qps).passed:
+        if ask(qps).passed:
             lo = qps
         else:
             hi = qps
-    return result(lo)
+    return lo, ""
 
 
-SEARCHES = ("simserve", "paper")
+SEARCHES = ("simserve", "bisect", "paper")
 
 
 def search_capacity(
@@ -219,15 +258,18 @@ def search_capacity(
     search: str = "simserve",
     first_qps: float | None = None,
 ) -> CapacityResult:
-    """find_capacity, or with search="paper" the Sarathi-Serve paper's own search (paper_search.py, which
-    starts from its own bracket [0, 2 × start_qps] and has no halving floor)."""
+    """find_capacity (guided); with search="bisect" the same bisection simulating every rate it asks about
+    (the search before guided.py: the same capacity while pass/fail is monotone, more simulations); with
+    search="paper" the Sarathi-Serve paper's own search (paper_search.py, which starts from its own bracket
+    [0, 2 × start_qps] and has no halving floor)."""
     if search == "paper":
         from simserve.tune.paper_search import MAX_ITERATIONS, paper_search
 
         return paper_search(simulate, slo, start_qps, tolerance, min(max_probes, MAX_ITERATIONS))
-    if search != "simserve":
+    if search not in SEARCHES:
         raise SimserveError(f"unknown capacity search {search!r}; choose one of {', '.join(SEARCHES)}")
-    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps)
+    guided = search == "simserve"
+    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Where a capacity search starts: just above what the deployment could possibly serve.
+"""Where a capacity search starts: at the top of what the deployment could possibly serve.
 
 A probe above capacity is cheap: the run stops within seconds of simulated time, at the first sign of
 overload or of a sure TBT miss (a few hundredths of a CPU-second for the default deployment at 2× its
@@ -6,8 +6,10 @@ capacity). A probe below capacity is the expensive kind: it must run the whole t
 (capacity.find_capacity) brackets capacity on the rates start_qps · 2^k and bisects the bracket; which
 grid rate it probes first does not change the bracket it ends in while pass/fail is monotone in load, and
 so not the capacity either. It only changes how many probes, and which kind, it takes to get there. So
-the search starts at the grid rate just above a throughput bound and walks down through cheap failures,
-instead of walking up from start_qps through passing runs of the whole trace.
+the search starts at the grid rate just below a throughput bound and walks down through cheap failures,
+instead of walking up from start_qps through passing runs of the whole trace. (Just below, not just above:
+capacity sits below the bound, so that first probe usually fails, and the one above it would only have
+failed too; when it passes, the search doubles to the rate above, as it would have started there.)
 
 The bound: a replica that always ran full batches would spend, per request, its prompt's prefill tokens
 at the marginal cost of a budget-sized chunk beside a full decode batch, and its output tokens at the
@@ -59,19 +61,20 @@ def throughput_bound(scenario: Any) -> float | None:
 
 
 def first_qps(scenario: Any, start_qps: float) -> float:
-    """The grid rate start_qps · 2^k just above the scenario's throughput bound (start_qps if none),
-    reached with the search's own rounded doublings/halvings so it is a rate the search would probe."""
+    """The grid rate start_qps · 2^k at or just below the scenario's throughput bound (start_qps if none,
+    and never below start_qps / 2^MAX_STEPS), reached with the search's own rounded doublings/halvings so it
+    is a rate the search would probe."""
     bound = throughput_bound(scenario)
     qps = _round_qps(start_qps)
     if bound is None:
         return qps
     for _ in range(MAX_STEPS):
-        if qps >= bound:
+        higher = _round_qps(qps * 2)
+        if higher > bound:
             break
-        qps = _round_qps(qps * 2)
+        qps = higher
     for _ in range(MAX_STEPS):
-        lower = _round_qps(qps / 2)
-        if lower < bound:
+        if qps <= bound:
             break
-        qps = lower
+        qps = _round_qps(qps / 2)
     return qps

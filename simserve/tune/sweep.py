@@ -18,7 +18,7 @@ import pandas as pd
 
 from simserve.errors import SimserveError
 from simserve.sim.config import ADAPTIVE_POLICIES, POLICY_NAMES
-from simserve.tune.capacity import SLO, CapacityResult, SeedSpread
+from simserve.tune.capacity import SEARCHES, SLO, CapacityResult, SeedSpread
 from simserve.tune.cdfs import latency_cdfs
 from simserve.tune.executors import Runner
 from simserve.tune.first_probe import first_qps
@@ -49,7 +49,7 @@ class SweepSpec:
     slos: tuple[SLO, ...] = (SLO(),)
     tolerance: float = 0.025
     start_qps: float = 1.0
-    search: str = "simserve"  # "paper": the paper's own capacity search (with a paper_setup base)
+    search: str = "simserve"  # capacity.SEARCHES: "bisect" simulates every midpoint; "paper" (paper_setup base)
 
     def __post_init__(self) -> None:
         known = POLICY_NAMES if not hasattr(self.base, "record") else TOY_POLICIES
@@ -65,6 +65,8 @@ class SweepSpec:
         batches = (*self.max_batches, *(self.vllm_max_batches or ()), self.reserving_max_batch)
         if not self.max_batches or self.vllm_max_batches == () or any(m < 1 for m in batches):
             raise SimserveError("max batch sizes must be positive integers, e.g. --max-batch 128")
+        if self.search not in SEARCHES:
+            raise SimserveError(f"unknown --search {self.search!r}; choose one of {', '.join(SEARCHES)}")
         if not self.seeds:
             raise SimserveError("give at least one seed")
         if not self.slos:
