@@ -59,7 +59,8 @@ def _setup(doc: dict) -> str:
         "",
         f"Capacity = the highest request rate with P99 TBT ≤ SLO and median scheduling delay ≤ "
         f"{pc.SCHEDULING_DELAY_SLO_S:g} s, found by `simserve.tune.capacity.find_capacity` (bracket from the "
-        f"paper's start rate, then bisect to {100 * cfg['tolerance']:g} %). Each trial: {cfg['num_requests']} "
+        f"paper's start rate, then bisect to {100 * cfg['tolerance']:g} %; the guided search, docs/tuning.md, "
+        f"picks which of the bisection's rates to simulate). Each trial: {cfg['num_requests']} "
         f"requests sampled from the trace (seed {cfg['seed']}), `{cfg['arrival']}` arrivals, KV memory at 85 % "
         "utilization, max model length 8192 (chat) / 16384 (arxiv). A run the simulator stops as overloaded "
         "(its oldest waiting request waited 60 s) fails the SLO. vLLM uses max 128 sequences and a prefill "

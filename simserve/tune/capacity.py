@@ -160,9 +160,9 @@ def find_capacity(
         raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
     if not 0 < tolerance < 1:
         raise SimserveError(f"--tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
-    from simserve.tune.guided import Outcomes, next_probe
+    from simserve.tune.guided import Guide, Outcomes
 
-    outcomes = Outcomes()
+    outcomes, guide = Outcomes(), Guide(slo) if guided else None
     qps = _round_qps(start_qps if first_qps is None else first_qps)
     # The floor stays at start_qps / 2**max_halvings wherever on the grid the search starts.
     max_halvings += round(math.log2(qps / start_qps))
@@ -173,20 +173,20 @@ def find_capacity(
     while True:
         try:
             capacity, message = bisect(outcomes.answer)
-        except Unanswered as open_question:
-            rate = next_probe(bisect, outcomes, open_question.qps, slo) if guided else open_question.qps
+        except Unanswered as question:
+            rate = guide.choose(bisect, outcomes, question) if guide else question.qps
             metrics = {k: float(v) for k, v in simulate(rate).items()}
-            outcomes.add(Probe(rate, *slo.check(metrics), metrics), open_question.qps)
+            outcomes.probes.append(Probe(rate, *slo.check(metrics), metrics))
             continue
         return CapacityResult(capacity, tuple(outcomes.probes), slo, tolerance, message)
 
 
 class Unanswered(Exception):
-    """The bisection asked about a rate no simulation has answered yet."""
+    """The bisection asked about a rate no simulation has answered yet, after `answered` questions that were."""
 
-    def __init__(self, qps: float):
+    def __init__(self, qps: float, answered: int = 0):
         super().__init__(qps)
-        self.qps = qps
+        self.qps, self.answered = qps, answered
 
 
 def _bisection(
@@ -203,8 +203,13 @@ def _bisection(
 
     def ask(rate: float) -> Probe:
         nonlocal asked
+        try:
+            probe = answer(rate)
+        except Unanswered as open_question:
+            open_question.answered = asked
+            raise
         asked += 1
-        return answer(rate)
+        return probe
 
     last = ask(qps)
     if last.passed:

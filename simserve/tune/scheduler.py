@@ -7,8 +7,9 @@ finished probe wakes its search again. The search itself is unchanged, so capaci
 each search in one piece.
 
 When fewer searches are waiting than there are workers, an idle worker runs a *speculative* probe: the rate a
-search will ask for next if its probe in flight passes, or if it fails (`next_rates`). One of the two is the
-rate it will ask for, so the search's next step is often already done when its probe returns.
+search will simulate next if its probe in flight passes, or if it fails (`next_rates`). The assumed outcome
+carries no latencies, so a guided search (guided.py) looks ahead along its current prediction; one of the two
+is often the rate it will simulate, so the search's next step is already done when its probe returns.
 """
 
 from __future__ import annotations
