@@ -231,7 +231,7 @@ def _bisection(
             halvings += 1
             if halvings > max_halvings:
                 return 0.0, (
-                    f"no load meets {slo.describe()}: even at {hi:.3g} qps {last.reason}; "
+                    f"no load meets {slo.describe()}: even at {last.qps:.3g} qps {last.reason}; "
                     f"the SLO is below what one request alone gets (e.g. one decode iteration)"
                 )
             last = ask(qps)
