@@ -113,6 +113,7 @@ def test_dropped_and_repeated_rows_are_reported(capsys, tmp_path):
         (["sweep", "--tolerance", "2"], "--tolerance"),
         (["sweep", "--start-qps", "0", "--policies", "sarathi"], "--start-qps"),
         (["sweep", "--search", "newton", "--policies", "sarathi"], "--search"),
+        (["sweep", "--search", "paper", "--policies", "sarathi"], "--paper-setup"),
         (["list", "colours"], "models, gpus"),
         # an SLO below one decode iteration: every search finds capacity 0, so there is no answer to write
     ],

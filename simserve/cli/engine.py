@@ -34,6 +34,7 @@ def engine_sweep(
     start_qps: float,
     out: Path,
     run: Callable[[Any], Any],
+    search: str = "simserve",
 ) -> None:
     from simserve.tune.engine import parse_grid, run_engine_sweep, write_engine_outputs
     from simserve.tune.sweep import SweepSpec, scenario_fields
@@ -54,6 +55,7 @@ def engine_sweep(
             slos=slos,
             tolerance=tolerance,
             start_qps=start_qps,
+            search=search,
         )
 
     result = run_engine_sweep(engine, grid, make_spec, run)

@@ -160,7 +160,7 @@ def sweep(
     search: str | None = typer.Option(
         None,
         "--search",
-        help="simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | paper.",
+        help="simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | paper (with --paper-setup, its default).",
     ),
     paper_setup: bool = typer.Option(
         False,
@@ -214,6 +214,11 @@ def sweep(
         trace=trace,
         num_requests=requests,
     )
+    if search == "paper" and not paper_setup:
+        raise SimserveError(
+            "--search paper judges the paper's trials (no overload stop, a 30-minute cap): add --paper-setup, "
+            "which selects it"
+        )
     if paper_setup:
         if toy or engine is not None or engine_grid is not None:
             raise SimserveError("--paper-setup simulates the paper's engine; drop --toy, --engine and --engine-grid")
@@ -226,6 +231,7 @@ def sweep(
         return engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),
+            search or "simserve",
         )  # fmt: skip
     spec = SweepSpec(
         base,
