@@ -181,22 +181,25 @@ class Cluster:
             if not self.overloaded and self._overloaded(env.now):
                 self.overloaded = True
                 if self.cfg.stop_when_overloaded:
-                    self._settle(env.now)
-                    if not self.finished.triggered:
-                        self.finished.succeed()
+                    self._end_run(env.now)
                     return
             if self._tbt_missed():
                 self.stopped_early = True
-                if not self.finished.triggered:
-                    self.finished.succeed()
+                self._end_run(env.now)
                 return
             if env.now >= self._cap:  # the trial cap: a check, so the stretches stop short of it as above
-                self._settle(env.now)
-                self.capped = not self.finished.triggered
-                if not self.finished.triggered:
-                    self.finished.succeed()
+                self.capped = self._end_run(env.now)
                 return
             self._check_stall()
+
+    def _end_run(self, now: float) -> bool:
+        """End the run at the check at `now`, keeping the TBT gaps that ended before it; False when the run had
+        already finished."""
+        self._settle(now)
+        if self.finished.triggered:
+            return False
+        self.finished.succeed()
+        return True
 
     def _settle(self, now: float) -> None:
         """Count the TBT gaps of stretch iterations in flight that ended before `now`, as the step-by-step
