@@ -4,10 +4,11 @@ The hashes were computed from the code before the tables were streamed to disk (
 start-up path stopped importing pandas/scikit-learn (item 1): any change to the bytes a run writes (a column, a
 float format, a row order, a different fitted timer) fails here. If a change is intended, say why in the commit
 and regenerate with `python tests/test_sim_golden.py`. (summary.json is hashed without its `scenario` echo,
-which gains a key with every new option; it was re-pinned once when it gained the `notes` list; the tables and
-trace kept their hashes. Re-pinned for issue 20 when the fit's baseline NNLS and the reported percentiles moved
-into simserve's own arithmetic: the same hashes then came out under numpy 1.26 / pandas 2.1 / scikit-learn 1.4 /
-scipy 1.12 and numpy 2.3 / pandas 3.1 / scikit-learn 1.9 / scipy 1.17.)
+which gains a key with every new option, and without its `profile` label, which names the input profile's kind;
+it was re-pinned once when it gained the `notes` list; the tables and trace kept their hashes. Re-pinned for
+issue 20 when the fit's baseline NNLS and the reported percentiles moved into simserve's own arithmetic: the same
+hashes then came out under numpy 1.26 / pandas 2.1 / scikit-learn 1.4 / scipy 1.12 and numpy 2.3 / pandas 3.1 /
+scikit-learn 1.9 / scipy 1.17.)
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def _bytes(path: Path) -> bytes:
     # The scenario echo grows a key with every new Scenario option; the results (summary, notes) must not move.
     doc = json.loads(path.read_text())
     doc.pop("scenario")
+    doc.pop("profile", None)  # which kind of profile the run read (an echo of the input, like the scenario)
     return json.dumps(doc, indent=2, sort_keys=True).encode()
 
 

@@ -42,7 +42,22 @@ def _specs(kind: str, sources: bool) -> tuple[list[str], list[list[object]]]:
     fields = [f.name for f in dataclasses.fields(specs[0]) if f.name not in HIDDEN or (sources and f.name == "source")]
     # NOTE: dataclass fields, so a field added to a spec shows up here without touching this command.
     rows = [[_show(getattr(s, f)) for f in fields] + [", ".join(getattr(s, "aliases", ()))] for s in specs]
-    return [f.removeprefix("num_").replace("_", " ") for f in fields] + ["aliases"], rows
+    header = [f.removeprefix("num_").replace("_", " ") for f in fields] + ["aliases"]
+    if kind == "gpus":  # which GPUs `--backend measured` (and plan, sweep, run) can build a measured profile for
+        header.append("measured tables")
+        for spec, row in zip(specs, rows, strict=True):
+            row.append(_measured(spec.name))
+    return header, rows
+
+
+def _measured(gpu: str) -> str:
+    from simserve.profiling import measured
+
+    if not measured.installed():
+        return f"? ({measured.INSTALL_HINT})" if gpu in measured.SYSTEMS else "none"
+    system = measured.SYSTEMS.get(gpu)
+    have = measured.engines(system) if system else {}
+    return "; ".join(f"{e} {', '.join(v)}" for e, v in have.items()) or "none"
 
 
 def _traces() -> tuple[list[str], list[list[object]]]:

@@ -174,12 +174,16 @@ def run_command(
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
     notes = workload_notes(scenario)
+    from simserve.predictor.load import profile_label
+
+    profile = profile_label(dep, scenario.profiles_root)
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes}
+        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
+               "profile": profile}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, qps, summary, out, notes)
+    _print_summary(Console(), Table, scenario, qps, summary, out, notes + [f"op times from a {profile} profile"])
 
 
 @contextlib.contextmanager

@@ -60,3 +60,20 @@ def load_timer(
     if tkey is not None:
         timer_cache.store(tkey, timer)
     return timer
+
+
+def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> str:
+    """Which kind of profile `dep`'s times rest on (measured / roofline / torch), from its provenance.json: every
+    run and sweep output says it, so nobody mistakes an analytic number for a measured one."""
+    import json
+
+    root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
+    try:
+        prov = json.loads((profile_dir(root, dep.gpu.name, dep.model.name) / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return "unknown (no readable provenance.json)"
+    m = prov.get("measured")
+    if prov.get("backend") == "measured" and isinstance(m, dict):
+        return (f"measured ({m.get('package')} {m.get('package_version')}: {m.get('engine')} "
+                f"{m.get('engine_version')} kernels on {m.get('system')})")  # fmt: skip
+    return str(prov.get("backend", "unknown backend"))

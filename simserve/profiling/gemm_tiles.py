@@ -57,6 +57,12 @@ ARCH_TILES: dict[str, ArchTiles] = {
                   source="cuBLAS 12 sm90_xmma_gemm tilesize128x256x64 / 256x128x64 (segment_k_off) and 64x128x64 "
                          "(segment_k_on) kernels in H100 traces; CUTLASS 3 sm90 KernelTmaWarpSpecialized* "
                          "128x256x64 tiles, cluster 2x1x1 (CUTLASS profiler default cluster)"),
+        # Blackwell (sm100/sm103/sm120): persistent TMA kernels again; on sm100 a tcgen05 MMA spans a pair of SMs,
+        # so CUTLASS's 2-SM kernels take 256 token rows per CTA pair. Assumed like Hopper, not checked against
+        # measured steps (GPUs with measured tables use them instead: simserve/profiling/measured_backend.py).
+        ArchTiles("blackwell", small_rows=64, rows=256, large_from=256, cols=128, persistent=True,
+                  source="CUTLASS 3.8+ sm100 KernelTmaWarpSpecialized2SmSm100 (2-SM UMMA 256x128 tiles); "
+                         "an assumption carried over from Hopper, not calibrated"),
     )
 }  # fmt: skip
 

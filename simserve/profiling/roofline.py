@@ -55,6 +55,7 @@ ELEMENTWISE_COST = {
 # PCIe vs 84.9% on an A100-80GB, ratio 0.98: for a 2 TB/s Hopper the loss is small, so this is an estimate with
 # about ±15% spread, not a measurement of these kernels; no Hopper/Ada elementwise kernels are in the reference.)
 ELEMENTWISE_BW_SCALE = {"ampere": 1.0, "ada": 1.0, "hopper": 0.74}
+ELEMENTWISE_BW_SCALE["blackwell"] = 0.74  # no measurement: assumed like Hopper (HBM3e needs as many bytes in flight)
 
 # --- Decode attention (FlashAttention / paged attention over a KV cache) -----------------------------------------
 # Memory-bound: reads b·2·Hkv·d·L·2 bytes of KV. Few work units leave SMs idle: the kernel splits each (sequence,
