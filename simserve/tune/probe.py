@@ -21,7 +21,6 @@ import numpy as np
 
 import simserve
 from simserve.io import write_text_atomic
-from simserve.profiling.schema import SHIPPED_PROFILES
 from simserve.tune.capacity import SLO, Simulate, quantile_key
 
 # Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
@@ -68,9 +67,12 @@ def input_digests(scenario: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     fields = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
     if "gpu" in fields and "model" in fields:
+        from simserve.predictor.load import default_profiles_root
         from simserve.profiling.schema import content_hash, profile_dir
 
-        root = fields.get("profiles_root") or SHIPPED_PROFILES
+        # NOTE: the root the timer really reads ($SIMSERVE_PROFILES included): keyed on the shipped root, a sweep
+        # on another profile set replayed the shipped profile's probes.
+        root = fields.get("profiles_root") or default_profiles_root()
         path = profile_dir(
             root, _catalog_name("GPU", fields["gpu"]), _catalog_name("MODELS", fields["model"])
         )
