@@ -1,11 +1,16 @@
-"""The roofline's GEMM error against NVIDIA's measured tables, per GPU (docs/profiling.md, "Measured backend").
+"""The roofline's error against NVIDIA's measured tables, per GPU (docs/profiling.md, "Measured backend").
 
     python benchmarks/measured_vs_roofline.py [--engine vllm] [--max-m 4096]
 
-For every catalog GPU with measured tables: the package's bf16 GEMMs (the engine's current release) with
-m ≤ --max-m and n, k in 1024–32768, each predicted by `roofline.gemm_ms`; errors are roofline / measured − 1.
-Prints one markdown table: rows, signed median (bias; + means the roofline is too slow), median and P90 of |error|,
-and the same for m > 512. Needs `pip install -e '.[measured]'`.
+For every catalog GPU with measured tables (the engine's current release), errors are roofline / measured − 1,
+reported as the signed median (bias; + means the roofline is too slow), the median and the P90 of |error|:
+  GEMM        the package's bf16 GEMMs with m ≤ --max-m and n, k in 1024–32768, against `roofline.gemm_ms`;
+  attention   decode (batch 1–256, 128–16384 cached tokens) and whole-prompt prefill (batch 1, 128–16384 tokens)
+              rows of the head shapes 8B (32/8 heads per GPU) and 70B at TP 4 (16/2) and TP 8 (8/1), head dim 128,
+              against `roofline.decode_attention_ms` / `prefill_attention_ms`;
+  all-reduce  what the measured backend uses (the engine's all-reduce up to 8 MiB, NCCL above; 16 KiB–256 MiB,
+              2/4/8 GPUs) against the roofline profile's NCCL model, both in the box the package measured in.
+Needs `pip install -e '.[measured]'`.
 """
 
 from __future__ import annotations
@@ -32,6 +37,48 @@ def gemm_errors(gpu_name: str, engine: str, max_m: int) -> tuple[np.ndarray, np.
     return pred / meas - 1.0, ms
 
 
+ATTENTION_SHAPES = ((32, 8), (16, 2), (8, 1))
+
+
+def attention_errors(gpu_name: str, engine: str, phase: str) -> np.ndarray:
+    db = measured.open_database(gpu_name, engine)
+    gpu = GPU.get(gpu_name)
+    df = db.attention(phase)
+    df = df[(df["head_dim"] == 128) & (df["kv_cache_dtype"] == "bfloat16") & (df["window_size"] == 0)]
+    counts = df.groupby("kernel_source").size()
+    df = df[df["kernel_source"] == sorted(counts.index, key=lambda k: (-counts[k], k))[0]]
+    errs = []
+    for q, kv in ATTENTION_SHAPES:
+        s = df[(df["num_heads"] == q) & (df["num_key_value_heads"] == kv)]
+        if phase == "decode":
+            s = s.assign(length=s["isl"] + s["step"])
+            s = s[s["batch_size"].between(1, 256) & s["length"].between(128, 16384)]
+            pred = rl.decode_attention_ms(gpu, q, kv, 128, s["batch_size"].to_numpy(), s["length"].to_numpy())
+        else:
+            s = s[(s["batch_size"] == 1) & s["isl"].between(128, 16384)]
+            pred = rl.prefill_attention_ms(gpu, q, kv, 128, s["isl"].to_numpy(), np.zeros(len(s)))
+        errs.append(pred / s["latency"].to_numpy() - 1.0)
+    return np.concatenate(errs)
+
+
+def allreduce_errors(gpu_name: str, engine: str) -> np.ndarray:
+    from simserve.catalog import NODES
+    from simserve.profiling.collectives import all_reduce_ms
+    from simserve.profiling.measured_backend import collective_table
+
+    db = measured.open_database(gpu_name, engine)
+    node = NODES.get(measured.BOXES[db.system])  # the box the package measured in
+    col, _ = collective_table(db, node, None, [2, 4, 8], quick=False)
+    col = col[(col["op"] == "all_reduce") & col["size_bytes"].between(16384, 2**28) & (col["source"] != "modelled")]
+    errs = [all_reduce_ms(node, int(n), g["size_bytes"].to_numpy()) / g["time_ms"].to_numpy() - 1.0
+            for n, g in col.groupby("num_workers")]  # fmt: skip
+    return np.concatenate(errs)
+
+
+def _row(err: np.ndarray) -> str:
+    return f"{len(err)} | {np.median(err):+.1%} | {np.median(np.abs(err)):.1%} | {np.quantile(np.abs(err), 0.9):.1%}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", default="vllm")
@@ -50,6 +97,14 @@ def main() -> None:
         print(f"| {name} | {system} | {version} | {len(err)} | {np.median(err):+.1%} | "
               f"{np.median(np.abs(err)):.1%} | {np.quantile(np.abs(err), 0.9):.1%} | {np.median(big):+.1%} | "
               f"{np.median(np.abs(big)):.1%} |")  # fmt: skip
+    print("\n| GPU | decode rows | bias | median abs | P90 abs | prefill rows | bias | median abs | P90 abs |"
+          " all-reduce rows | bias | median abs | P90 abs |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, system in measured.SYSTEMS.items():
+        if args.engine not in measured.engines(system):
+            continue
+        dec, pre = attention_errors(name, args.engine, "decode"), attention_errors(name, args.engine, "prefill")
+        print(f"| {name} | {_row(dec)} | {_row(pre)} | {_row(allreduce_errors(name, args.engine))} |")
 
 
 if __name__ == "__main__":

@@ -30,12 +30,13 @@ def test_loglog_is_exact_on_the_grid_and_for_power_laws_and_flags_extrapolation(
     assert list(v) == pytest.approx([1.0, 1.3])
 
 
-def test_without_the_package_the_backend_says_how_to_install_it(monkeypatch, capsys) -> None:
+def test_without_the_package_the_backend_says_how_to_install_it(monkeypatch, capsys, tmp_path) -> None:
     from simserve.cli import main
 
     monkeypatch.setattr(measured, "installed", lambda: False)
     with pytest.raises(SystemExit) as exc:
-        main(["profile", "--backend", "measured", "--gpu", "h200", "--model", "llama-2-70b", "--tp", "4"])
+        main(["profile", "--backend", "measured", "--gpu", "h200", "--model", "llama-2-70b", "--tp", "4",
+              "--out", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and "pip install -e '.[measured]'" in err and len(err.splitlines()) == 1
 
@@ -195,3 +196,24 @@ def test_cli_writes_a_profile_the_predictor_fits_and_run_labels_it(tmp_path, mon
     summary = json.loads((tmp_path / "r/summary.json").read_text())
     assert summary["profile"].startswith("measured (aiconfigurator-core") and summary["summary"]["completed"] == 20
     assert "measured (aiconfigurator-core" in capsys.readouterr().out
+
+
+@needs_db
+def test_a_gpu_with_tables_but_no_profile_gets_the_measured_command(tmp_path) -> None:
+    from simserve.deployment import Deployment
+    from simserve.predictor.load import load_timer
+
+    with pytest.raises(SimserveError, match=r"`simserve profile --gpu b200 --model mistral-7b --tp 1 --backend measured"):
+        load_timer(Deployment.create("mistral-7b", "b200"), profiles_root=tmp_path)
+
+
+@needs_db
+def test_rows_of_another_engine_release_are_not_merged_into_a_measured_profile(tmp_path, capsys) -> None:
+    from simserve.cli import main
+
+    base = ["profile", "--backend", "measured", "--gpu", "h200", "--model", "mistral-7b", "--quick",
+            "--max-model-len", "2048", "--max-tokens", "2048", "--out", str(tmp_path)]  # fmt: skip
+    main([*base, "--tp", "1"])
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--tp", "2", "--engine", "sglang"])
+    assert exc.value.code == 2 and "was made differently" in capsys.readouterr().err

@@ -378,9 +378,10 @@ def test_plan_regenerates_a_cached_roofline_profile_written_for_another_box(tmp_
     from simserve.plan.profiles import generated_root, resolve_profiles
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
-    dep = Deployment.create("mistral-7b", "h100", 2, 1)
+    # B200: no shipped profile; generated measured with the package installed, roofline without: both are stale
+    dep = Deployment.create("mistral-7b", "b200", 2, 1)
     resolve_profiles([dep])
-    prov_file = generated_root() / "h100-sxm" / "mistral-7b" / "provenance.json"
+    prov_file = generated_root() / "b200" / "mistral-7b" / "provenance.json"
     prov = json.loads(prov_file.read_text())
     assert prov["node_spec"]["name"] == dep.node.name and prov["network_spec"]["name"] == "ethernet-100g"
     for field, edited in (("node_spec", "nvlink_bus_gbps"), ("network_spec", "latency_us")):

@@ -75,13 +75,7 @@ def measured_source(gpu: GPUSpec) -> str | None:
     """None when a measured profile can be built for `gpu`, else why not (for the roofline row's label)."""
     from simserve.profiling import measured
 
-    if gpu.name not in measured.SYSTEMS:
-        return f"{measured.PACKAGE} has no {gpu.name}"
-    if not measured.installed():
-        return f"measured tables need {measured.INSTALL_HINT}"
-    if not measured.engines(measured.SYSTEMS[gpu.name]):
-        return f"{measured.PACKAGE} {measured.package_version()} has no tables for {gpu.name}"
-    return None
+    return measured.unavailable(gpu.name)
 
 
 def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -> Path:

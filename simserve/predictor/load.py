@@ -37,7 +37,14 @@ def load_timer(
     path = profile_dir(root, dep.gpu.name, dep.model.name)
     if not path.exists():
         from simserve.predictor.coverage import profile_command
+        from simserve.profiling import measured
 
+        if measured.unavailable(dep.gpu.name) is None:  # NVIDIA measured this GPU: say so before the roofline
+            cmd = profile_command(dep, root).replace(f" --tp {dep.tp}", f" --tp {dep.tp} --backend measured", 1)
+            raise SimserveError(
+                f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with `{cmd}` (NVIDIA's "
+                f"measured kernel tables; drop --backend measured for the analytic roofline model)"
+            )
         raise SimserveError(
             f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with "
             f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"

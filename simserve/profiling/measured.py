@@ -50,6 +50,20 @@ SYSTEMS = {
     "L40S": "l40s",
     "RTX-Pro-6000": "rtx_pro_6000_server",
 }
+# The box each system's collectives were measured in (its systems/<name>.yaml `node`: 8 GPUs on NVSwitch for the SXM
+# parts, a 4-GPU tray of an NVL72 rack for GB200/GB300, a PCIe server for L40S and RTX Pro 6000). Measured
+# all-reduce rows describe that box only: a profile for another box (e.g. A100 NVLink pairs) models its own.
+BOXES = {
+    "a100_sxm": "dgx-a100",
+    "h100_sxm": "dgx-h100",
+    "h200_sxm": "hgx-h200",
+    "b200_sxm": "dgx-b200",
+    "b300_sxm": "hgx-b300",
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
+    "l40s": "l40s-pcie",
+    "rtx_pro_6000_server": "rtx-pro-6000-pcie",
+}
 ENGINES = ("vllm", "sglang", "trtllm")
 GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"}
 KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
@@ -69,6 +83,17 @@ def systems_root() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise SimserveError(f"the measured backend needs NVIDIA's {PACKAGE} package: {INSTALL_HINT}")
     return Path(next(iter(spec.submodule_search_locations))) / "systems"
+
+
+def unavailable(gpu_name: str) -> str | None:
+    """None when a measured profile can be built for the GPU, else why not (for labels and hints)."""
+    if gpu_name not in SYSTEMS:
+        return f"{PACKAGE} has no {gpu_name}"
+    if not installed():
+        return f"measured tables need {INSTALL_HINT}"
+    if not engines(SYSTEMS[gpu_name]):
+        return f"{PACKAGE} {package_version()} has no tables for {gpu_name}"
+    return None
 
 
 def system_of(gpu_name: str) -> str:
@@ -159,8 +184,9 @@ class Database:
         name = {"prefill": "context_attention_perf.parquet", "decode": "generation_attention_perf.parquet"}[phase]
         path = self.folder / "attention" / self.engine / self.version / name
         cols = ["kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
-                "kv_cache_dtype", "step", "window_size", "latency"]  # fmt: skip
-        return read_table(path, cols)
+                "kv_cache_dtype", "step", "latency"]  # fmt: skip
+        # older collections (a100_sxm vllm 0.14.0) predate sliding-window rows: all their rows are full attention
+        return read_table(path, cols, optional={"window_size": 0})
 
     def nccl(self) -> tuple[str, object]:
         """(NCCL version, its all_reduce rows): the NCCL release the package pairs with this system."""
@@ -201,8 +227,9 @@ def open_database(gpu_name: str, engine: str = "vllm", version: str | None = Non
     return Database(system, engine, version)
 
 
-def read_table(path: Path, columns: list[str]):
-    """One parquet table, checked: a missing or unreadable file, a missing column or a bad latency is named."""
+def read_table(path: Path, columns: list[str], optional: dict | None = None):
+    """One parquet table, checked: a missing or unreadable file, a missing column or a bad latency is named.
+    `optional` columns get their default where a table lacks them."""
     import pandas as pd
 
     try:
@@ -215,6 +242,9 @@ def read_table(path: Path, columns: list[str]):
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise SimserveError(f"{path}: missing column(s) {', '.join(missing)}; reinstall {PACKAGE}")
+    for col, default in (optional or {}).items():
+        if col not in df.columns:
+            df[col] = default
     lat = pd.to_numeric(df["latency"], errors="coerce")
     bad = lat.isna() | ~(lat > 0)
     if bad.any():
@@ -223,4 +253,4 @@ def read_table(path: Path, columns: list[str]):
             f"{path}: row {row + 1} has latency={df['latency'].iloc[row]!r} (not a positive number); "
             f"reinstall {PACKAGE}"
         )
-    return df[columns].assign(latency=lat)
+    return df[columns + list(optional or {})].assign(latency=lat)

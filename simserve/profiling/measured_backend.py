@@ -27,13 +27,14 @@ from simserve.profiling import grid, measured
 from simserve.profiling.collectives import collectives_table
 from simserve.profiling.measured_attention import Attention
 from simserve.profiling.measured_grid import KIND_NAMES, bracket, counts, loglog, names, point_kind
+from simserve.profiling.roofline import link_fields as roofline_link_fields
 from simserve.profiling.schema import profiled_deployments
 
 BACKEND = "measured"
 # vLLM's custom all-reduce handles inputs up to its IPC buffer, 8 MiB (vllm/distributed/device_communicators/
 # custom_all_reduce.py: CustomAllreduce(max_size=8192 * 1024)); larger ones go to NCCL. SGLang's has the same default.
 CUSTOM_AR_MAX_BYTES = 8 * 2**20
-MAX_MEASURED_TP = 8  # the package measures all-reduce on 2, 4 and 8 GPUs
+MAX_MEASURED_TP = 8  # the package measures all-reduce on 2, 4 and 8 GPUs (2 and 4 on GB200/GB300 trays)
 ACTIVATION_BYTES = 2  # the packaged all-reduce tables count bf16 elements; TP all-reduces move bf16 activations
 
 
@@ -127,11 +128,16 @@ def collective_table(db: measured.Database, node: NodeSpec, network: NetworkSpec
     frames = []
     for tp in sorted({t for t in tps if t > 1}):
         rows = nccl[nccl["num_gpus"] == tp]
-        if rows.empty:
-            raise SimserveError(
-                f"{db.folder}/comm/nccl/{nccl_version}: no all_reduce rows for {tp} GPUs "
-                f"(measured: {sorted(nccl['num_gpus'].unique().tolist())}); drop TP {tp} or use --backend roofline"
-            )
+        box = measured.BOXES.get(db.system)
+        why = (f"measured in {box}, not {node.name}" if node.name != box
+               else f"no measured rows for {tp} GPUs" if rows.empty else None)  # fmt: skip
+        if why:  # e.g. A100 NVLink pairs (measured: DGX A100), TP 8 on GB200 (measured: a 4-GPU tray): modelled
+            from simserve.profiling.collectives import all_reduce_ms
+
+            frames.append(pd.DataFrame({"op": "all_reduce", "link": node.name, "num_workers": tp, "size_bytes": sizes,
+                                        "time_ms": all_reduce_ms(node, tp, sizes), "source": "modelled",
+                                        "kernel": f"simserve NCCL model (nccl.py): {why}"}))  # fmt: skip
+            continue
         t, kind = loglog(rows["message_size"], rows["latency"], elements)
         kernel = np.full(len(sizes), f"nccl {nccl_version}", dtype=object)
         if custom is not None:
@@ -210,6 +216,7 @@ def profile(
             "license": measured.LICENSE,
             "attribution": measured.ATTRIBUTION,
         },
+        **roofline_link_fields(deps[0].node, network),  # the box and network the modelled rows assume
         "row_counts": row_counts,
         "note": (
             "rows per table by how their time was got (the `source` column): measured on the package's grid, "

@@ -29,6 +29,8 @@ def profile_of(scenario: Any) -> str:
     """The kind of profile (measured / roofline / torch) a sweep's scenarios rest on, for its summary and table."""
     from simserve.predictor.load import profile_label
 
+    if not hasattr(scenario, "deployment"):  # the toy stand-in (tune/toy.py) has closed-form service times
+        return "no (closed-form toy times)"
     return profile_label(scenario.deployment(), scenario.profiles_root)
 
 
