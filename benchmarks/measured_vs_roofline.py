@@ -10,6 +10,9 @@ reported as the signed median (bias; + means the roofline is too slow), the medi
               against `roofline.decode_attention_ms` / `prefill_attention_ms`;
   all-reduce  what the measured backend uses (the engine's all-reduce up to 8 MiB, NCCL above; 16 KiB–256 MiB,
               2/4/8 GPUs) against the roofline profile's NCCL model, both in the box the package measured in.
+  --vidur     an independent check of the measured backend itself: Vidur's measured H100 linear ops
+              (../shared/reference/vidur/profiling/compute/h100/*/mlp.csv, read at run time, skipped when absent)
+              against the measured backend's interpolated GEMMs and against the roofline.
 Needs `pip install -e '.[measured]'`.
 """
 
@@ -79,10 +82,56 @@ def _row(err: np.ndarray) -> str:
     return f"{len(err)} | {np.median(err):+.1%} | {np.median(np.abs(err)):.1%} | {np.quantile(np.abs(err), 0.9):.1%}"
 
 
+def vidur_h100_linear(root) -> None:
+    """Measured backend and roofline against Vidur's measured H100 linear ops, per model (median / P90 |error|)."""
+    import pandas as pd
+
+    from simserve.catalog import ModelSpec
+    from simserve.deployment import Deployment
+    from simserve.ops import linear_ops
+    from simserve.profiling.measured_backend import _gemm_rows, gemm_ms
+
+    vops = {"qkv_proj": "attn_pre_proj", "o_proj": "attn_post_proj", "up_proj": "mlp_up_proj",
+            "down_proj": "mlp_down_proj"}  # fmt: skip
+    h100 = GPU.get("h100")
+    table, _ = _gemm_rows(measured.open_database("H100-SXM"), "bf16")
+    files = sorted((root / "compute" / "h100").glob("*/*/mlp.csv"))
+    if not files:
+        print(f"\n(no Vidur H100 files under {root}: skipped)")
+        return
+    print("\nVidur's measured H100 linear ops (mlp.csv medians) against the measured backend and the roofline:\n")
+    print("| model (Vidur file) | rows | measured backend: bias | median abs | P90 abs | roofline: bias | median abs "
+          "| P90 abs |\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    every_m, every_r = [], []
+    for f in files:
+        df = pd.read_csv(f)
+        r = df.iloc[0]
+        spec = ModelSpec(name=f.parent.name, hf_id=f.parent.name, num_layers=1, hidden=int(r["n_embd"]),
+                         num_heads=int(r["n_head"]), num_kv_heads=int(r["n_kv_head"]),
+                         ffn=int(r["n_expanded_embd"]), vocab=int(r["vocab_size"]), max_position=32768,
+                         activation="swiglu" if bool(r["use_gated_mlp"]) else "gelu", source=str(f))  # fmt: skip
+        em, er = [], []
+        for tp, rows in df.groupby("num_tensor_parallel_workers"):
+            dep = Deployment.create(spec, h100, int(tp), 1, None)
+            tokens = rows["num_tokens"].to_numpy()
+            for op in linear_ops(dep):
+                want = rows[f"time_stats.{vops[op.name]}.median"].to_numpy()
+                got, _ = gemm_ms(table, tokens, op.in_features, op.out_features)
+                em.append(got / want - 1)
+                er.append(rl.gemm_ms(h100, tokens, op.in_features, op.out_features) / want - 1)
+        em, er = np.concatenate(em), np.concatenate(er)
+        every_m.append(em)
+        every_r.append(er)
+        print(f"| {f.parent.name} | {_row(em)} | {_row(er).split(' | ', 1)[1]} |")
+    em, er = np.concatenate(every_m), np.concatenate(every_r)
+    print(f"| all | {_row(em)} | {_row(er).split(' | ', 1)[1]} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", default="vllm")
     ap.add_argument("--max-m", type=int, default=4096)
+    ap.add_argument("--vidur", action="store_true", help="also check against Vidur's measured H100 linear ops")
     args = ap.parse_args()
     print(f"{measured.PACKAGE} {measured.package_version()}, {args.engine} bf16 GEMMs, m ≤ {args.max_m}, "
           "n and k 1024–32768; error = roofline / measured − 1\n")  # fmt: skip
@@ -105,6 +154,10 @@ def main() -> None:
             continue
         dec, pre = attention_errors(name, args.engine, "decode"), attention_errors(name, args.engine, "prefill")
         print(f"| {name} | {_row(dec)} | {_row(pre)} | {_row(allreduce_errors(name, args.engine))} |")
+    if args.vidur:
+        from pathlib import Path
+
+        vidur_h100_linear(Path(__file__).resolve().parents[2] / "shared" / "reference" / "vidur" / "profiling")
 
 
 if __name__ == "__main__":

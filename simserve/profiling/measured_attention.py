@@ -90,7 +90,12 @@ class HeadResolver:
             self.heads = [q_heads // self.fold]
             self.kind = DERIVED if self.fold > 1 else 0
         else:
-            f = next((f for f in folds if any(kv == kv_heads // f for _, kv in shapes)), None)
+            def inside(f: int) -> bool:  # measured query-head counts on both sides at this fold's kv heads
+                hs = [h for h, kv in shapes if kv == kv_heads // f]
+                return bool(hs) and min(hs) < q_heads / f < max(hs)
+
+            usable = [f for f in folds if any(kv == kv_heads // f for _, kv in shapes)]
+            f = next((f for f in usable if inside(f)), usable[0] if usable else None)
             if f is None:
                 have = ", ".join(f"{h}/{kv}" for h, kv in sorted(shapes))
                 raise SimserveError(f"{where}: no rows for {kv_heads} kv heads per GPU or a divisor of it; "
@@ -99,6 +104,7 @@ class HeadResolver:
             hs = sorted(h for h, kv in shapes if kv == kv_heads // f)
             self.heads = bracket(hs, q_heads / f)
             self.kind = INTERPOLATED if hs[0] < q_heads / f < hs[-1] else EXTRAPOLATED
+            self.kind = max(self.kind, DERIVED) if f > 1 else self.kind
         self.q = q_heads / self.fold
         self.kv = kv_heads // self.fold
         self.tables = {h: self._table(h) for h in self.heads}
