@@ -66,7 +66,6 @@ BOXES = {
 }
 ENGINES = ("vllm", "sglang", "trtllm")
 GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"}
-KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
 
 
 def installed() -> bool:

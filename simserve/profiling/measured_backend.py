@@ -186,7 +186,8 @@ def profile(
     db = measured.open_database(gpu.name, engine, engine_version)
     deps = profiled_deployments(model, gpu, tps, node, network, max_model_len)
     dtype = dtype or model_dtype(model)
-    kv_dtype = measured.KV_DTYPES.get(dtype, "bfloat16") if dtype != "fp8_block" else "bfloat16"
+    # The KV cache has the model's byte width, as simserve's memory plan counts it (simserve/memory.py)
+    kv_dtype = "fp8" if model.dtype_bytes == 1 else "bfloat16"
     tokens = token_grid(max_tokens, quick)
     gemms, gemm_kernel = _gemm_rows(db, dtype)
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)
