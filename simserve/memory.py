@@ -125,7 +125,8 @@ def plan_memory(dep: Deployment, profile_tokens_: int) -> MemoryPlan:
     if blocks < need:
         free = max(capacity - weights - act, 0) / GIB
         raise SimserveError(
-            f"{dep.describe()} does not fit: weights {weights / GIB:.1f} GiB + activations {act / GIB:.1f} GiB "
+            f"{dep.describe()} does not fit: weights {weights / GIB:.1f} GiB ({dep.dtype}) + activations "
+            f"{act / GIB:.1f} GiB "
             f"per GPU leave {free:.1f} GiB of {capacity / GIB:.1f} GiB usable "
             f"({dep.memory_utilization:.0%} of {dep.gpu.memory_gib:.1f} GiB) for KV, but one "
             f"{dep.max_model_len}-token request needs {need * block / GIB:.2f} GiB; "

@@ -94,5 +94,5 @@ def test_bad_parallelism_or_dtype_is_one_line(kwargs, match):
 def test_deepseek_fits_8_h200_in_fp8_but_not_bf16():
     ok = Deployment.create("deepseek-v3", "h200", 8, dtype="fp8", ep=8)
     assert plan_memory(ok, 2048).num_blocks > 0
-    with pytest.raises(SimserveError, match=r"does not fit: weights 15\d\.\d GiB.*--dtype/--kv-dtype fp8"):
+    with pytest.raises(SimserveError, match=r"does not fit: weights 15\d\.\d GiB \(bf16\).*--dtype/--kv-dtype fp8"):
         plan_memory(Deployment.create("deepseek-v3", "h200", 8), 2048)
