@@ -78,3 +78,28 @@ def test_unmodelled_config_is_one_line(capsys, tmp_path):
     cfg.write_text(json.dumps({"architectures": ["FalconForCausalLM"]}))
     code, _, err = _cli(capsys, "run", "--model", str(cfg), "--out", str(tmp_path / "o"))
     assert code == 2 and "['FalconForCausalLM'] is not modelled; supported:" in err
+
+
+def test_vllm_command_names_precision_and_expert_parallelism():
+    from simserve.errors import SimserveError
+    from simserve.sim.scenario import Scenario
+    from simserve.tune.engine import check_engine_scenario, vllm_command
+
+    s = Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8")
+    cmd = vllm_command(s, {"max-num-batched-tokens": 2048, "max-num-seqs": 256})
+    assert cmd.endswith(
+        "--tensor-parallel-size 8 --max-model-len 8192 --quantization fp8 --kv-cache-dtype fp8 --enable-expert-parallel"
+    )
+    with pytest.raises(SimserveError, match="--ep 4 has no vLLM flag"):
+        check_engine_scenario(Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=4))
+
+
+def test_probe_cache_keys_read_the_fp8_profile_and_the_config(fp8_profile):
+    # a cached capacity probe must go stale when the fp8 profile or the config.json it was simulated on changes
+    from simserve.sim.scenario import Scenario
+    from simserve.tune.probe import input_digests
+
+    s = Scenario(model=MIXTRAL, gpu="h100", tp=2, dtype="fp8", kv_dtype="fp8", profiles_root=str(fp8_profile))
+    digests = input_digests(s)
+    assert {"profile", "model_config"} <= set(digests)
+    assert "profile" not in input_digests(Scenario(model=MIXTRAL, gpu="h100", tp=2, profiles_root=str(fp8_profile)))
