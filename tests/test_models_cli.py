@@ -103,3 +103,10 @@ def test_probe_cache_keys_read_the_fp8_profile_and_the_config(fp8_profile):
     digests = input_digests(s)
     assert {"profile", "model_config"} <= set(digests)
     assert "profile" not in input_digests(Scenario(model=MIXTRAL, gpu="h100", tp=2, profiles_root=str(fp8_profile)))
+
+
+def test_default_output_of_a_config_json_run_is_named_by_its_folder():
+    from simserve.cli.run import _default_out
+
+    out = _default_out(MIXTRAL, "h100", 2, 1, "sarathi", None, "sharegpt", 1.0, 0)
+    assert out.parts[0] == "runs" and out.name.startswith("Mixtral-8x7B-h100-tp2")

@@ -35,6 +35,11 @@ def _default_out(
     model: str, gpu: str, tp: int, pp: int, policy: str, budget: int | None, trace: str, qps: float, seed: int
 ) -> Path:
     b = f"-b{budget}" if budget else ""
+    from simserve.catalog.hf_config import is_config_path
+
+    if is_config_path(model):  # a config.json path: the model's folder name, not the path, names the run
+        p = Path(model).expanduser()
+        model = (p if p.is_dir() else p.parent).name or "model"
     return (
         Path("runs")
         / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{Path(trace).name.split('.')[0]}-qps{qps:g}-s{seed}"
