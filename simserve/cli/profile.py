@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from simserve import precision
 from simserve.catalog import GPU, NETWORKS, NODES
 from simserve.catalog.models import resolve_model
 from simserve.cli import app
@@ -99,18 +100,18 @@ def profile_command(
     if max_tokens < 1:
         raise SimserveError(f"--max-tokens must be at least 1, got {max_tokens}")
     # Non-bf16 profiles sit beside the bf16 one: <model>-fp8, <model>-kvfp8, <model>-fp8-kvfp8.
-    deps = [Deployment.create(model_spec, gpu_spec, t, pp, node_spec, network_spec, max_model_len=max_model_len,
-                              dtype=dtype, kv_dtype=kv_dtype, moe_skew=moe_skew) for t in tps]  # fmt: skip
-    dtype, kv_dtype = deps[0].dtype, deps[0].kv_dtype
-    target = profile_dir(out, gpu_spec.name, deps[0].profile_model)
+    dtype, kv_dtype = precision.check_dtype(dtype, "--dtype"), precision.check_dtype(kv_dtype, "--kv-dtype")
+    target = profile_dir(out, gpu_spec.name, model_spec.name + precision.suffix(dtype, kv_dtype))
     if target.exists() and not force and target.resolve().is_relative_to(SHIPPED_PROFILES):
         raise SimserveError(
             f"{target} is a shipped profile; write yours with --out my-profiles and use it with "
             f"--profiles my-profiles, or pass --force to change the shipped one"
         )
     run = load_backend(backend)
-    # The deployments the profile serves (built above): their checks (heads divisible by TP, layers by PP, a node
-    # big enough) fail with the fix before any work; a replica spanning nodes brings its network's send/recv rows.
+    # The deployments the profile serves: their checks (heads divisible by TP, layers by PP, a node big enough)
+    # fail here with the fix, before any work; a replica spanning nodes brings its network's send/recv rows.
+    deps = [Deployment.create(model_spec, gpu_spec, t, pp, node_spec, network_spec, max_model_len=max_model_len,
+                              dtype=dtype, kv_dtype=kv_dtype, moe_skew=moe_skew) for t in tps]  # fmt: skip
     node_spec = deps[0].node
     if network_spec is None:
         network_spec = next((d.network for d in deps if d.num_nodes > 1), None)
