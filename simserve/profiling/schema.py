@@ -164,7 +164,10 @@ def write_profile(path: str | Path, tables: dict[str, pd.DataFrame], provenance:
     return path
 
 
-def profiled_deployments(model, gpu, tps: list[int], node, network, max_model_len: int) -> list:
+def profiled_deployments(
+    model, gpu, tps: list[int], node, network, max_model_len: int, dtype: str = "bf16", kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
+) -> list:
     """The deployments one profile run covers (one per TP degree), checked the same way for every backend.
 
     Collectives need a node to say which links they cross, so a GPU with no default node needs --node.
@@ -174,7 +177,10 @@ def profiled_deployments(model, gpu, tps: list[int], node, network, max_model_le
     if not tps:
         raise SimserveError("no TP degrees to profile; pass --tp, e.g. --tp 1,2,4")
     deps = [
-        Deployment.create(model, gpu, tp, 1, node, network, max_model_len=max_model_len)
+        Deployment.create(
+            model, gpu, tp, 1, node, network, max_model_len=max_model_len, dtype=dtype, kv_dtype=kv_dtype,
+            moe_skew=moe_skew,
+        )
         for tp in sorted(set(tps))
     ]
     if deps[0].node is None:
