@@ -220,15 +220,24 @@ def test_rows_of_another_engine_release_are_not_merged_into_a_measured_profile(t
 
 
 @needs_db
-def test_an_fp8_model_reads_the_fp8_gemm_and_kv_rows() -> None:
-    import dataclasses
-
+def test_an_fp8_deployment_reads_the_fp8_gemm_and_kv_rows() -> None:
     from simserve.profiling.measured_backend import profile
 
-    bf16 = MODELS.get("llama-2-70b")
-    fp8 = dataclasses.replace(bf16, name="llama-2-70b-fp8", dtype_bytes=1)
-    t8, p8 = profile(fp8, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True)
-    t16, _ = profile(bf16, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True)
+    model = MODELS.get("llama-2-70b")
+    t8, p8 = profile(model, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True, dtype="fp8", kv_dtype="fp8")
+    t16, _ = profile(model, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True)
     assert p8["measured"]["gemm_dtype"] == "fp8" and p8["measured"]["kv_cache_dtype"] == "fp8"
     big = (t8["linear"]["num_tokens"] == 2048) & (t8["linear"]["op"] == "up_proj")
     assert t8["linear"].loc[big, "time_ms"].iloc[0] < 0.9 * t16["linear"].loc[big, "time_ms"].iloc[0]
+
+
+@needs_db
+def test_moe_and_mla_models_are_refused_with_the_roofline_fix(tmp_path, capsys) -> None:
+    from simserve.cli import main
+
+    moe = next(m for m in MODELS if m.is_moe)
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--backend", "measured", "--gpu", "h200", "--model", moe.name, "--tp", "8",
+              "--out", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "dense GQA layers only" in err and "--backend roofline" in err

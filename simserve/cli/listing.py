@@ -11,7 +11,9 @@ from simserve.errors import SimserveError
 
 KINDS = ("models", "gpus", "nodes", "networks", "traces")
 # Long or bookkeeping fields: the table stays one screen wide; `source` is shown by --sources.
-HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes"}
+HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes", "head_size", "tied_embeddings", "expert_ffn",
+          "shared_expert_ffn", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+          "qk_rope_head_dim", "v_head_dim"}  # fmt: skip
 
 
 @app.command("list")

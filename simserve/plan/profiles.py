@@ -41,8 +41,8 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     nothing."""
     from simserve.profiling.roofline import link_fields, model_fields
 
-    path = profile_dir(root, dep.gpu.name, dep.model.name)
-    measured_now = measured_source(dep.gpu)
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
+    measured_now = measured_source(dep.gpu, dep.model, dep.moe_skew)
     if not path.is_dir():
         return None
     try:
@@ -71,27 +71,33 @@ def measured_package_version() -> str | None:
     return measured.package_version() if measured.installed() else None
 
 
-def measured_source(gpu: GPUSpec) -> str | None:
-    """None when a measured profile can be built for `gpu`, else why not (for the roofline row's label)."""
+def measured_source(gpu: GPUSpec, model: ModelSpec | None = None, moe_skew: float = 0.0) -> str | None:
+    """None when a measured profile can be built for `gpu` (and `model`), else why not (for the roofline label)."""
     from simserve.profiling import measured
 
+    if model is not None and (model.is_moe or model.is_mla or moe_skew):
+        return "the measured backend reads dense GQA layers only"  # the package's MoE and MLA tables: not yet
     return measured.unavailable(gpu.name)
 
 
-def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -> Path:
-    """Write a measured profile (when the database has the GPU) or else a roofline one, of every power-of-two TP
-    degree that fits `node`, with its node and the default network. Always the same degrees and no date in the
-    provenance: the same inputs write the same bytes, so the fitted-predictor and probe caches (keyed by the
-    profile's content) stay valid across plans."""
+def generate(
+    gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384, dtype: str = "bf16", kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
+) -> Path:
+    """Write a measured profile (when the database has the GPU and the model is dense) or else a roofline one, of
+    every power-of-two TP degree that fits `node`, with its node and the default network. Always the same degrees
+    and no date in the provenance: the same inputs write the same bytes, so the fitted-predictor and probe caches
+    (keyed by the profile's content) stay valid across plans."""
     from simserve.profiling import measured_backend, roofline
 
     tps = [t for t in (1, 2, 4, 8, 16, 32) if t <= node.gpus_per_node and model.num_heads % t == 0]
-    backend = "roofline" if measured_source(gpu) else "measured"
+    backend = "roofline" if measured_source(gpu, model, moe_skew) else "measured"
     if backend == "measured":  # the TP degrees whose all-reduce NVIDIA measured (2, 4, 8 in 0.12.0)
         tps = [t for t in tps if t <= measured_backend.MAX_MEASURED_TP]
     profile = measured_backend.profile if backend == "measured" else roofline.profile
     network = NETWORKS.get(GENERATED_NETWORK)
-    tables, fields = profile(model, gpu, tps, node, network, max_model_len, max_model_len)
+    tables, fields = profile(model, gpu, tps, node, network, max_model_len, max_model_len, dtype=dtype,
+                             kv_dtype=kv_dtype, moe_skew=moe_skew)  # fmt: skip
     command = [
         "simserve",
         "profile",
@@ -104,10 +110,13 @@ def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -
     ]
     command += ["--node", node.name, "--network", network.name, "--backend", backend]
     command += ["--max-model-len", str(max_model_len), "--max-tokens", str(max_model_len)]
+    command += ["--dtype", dtype] if dtype != "bf16" else []
+    command += ["--kv-dtype", kv_dtype] if kv_dtype != "bf16" else []
+    command += ["--moe-skew", f"{moe_skew:g}"] if moe_skew else []
     provenance = {
         "command": shlex.join(command),
         "written_by": "simserve plan (no profile covered this GPU and model)",
-        **({"measured_unavailable": measured_source(gpu)} if backend == "roofline" else {}),
+        **({"measured_unavailable": measured_source(gpu, model, moe_skew)} if backend == "roofline" else {}),
         "deployment": {
             "model": model.name,
             "gpu": gpu.name,
@@ -118,7 +127,10 @@ def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -
         },  # fmt: skip
         **fields,
     }
-    return write_profile(profile_dir(generated_root(), gpu.name, model.name), tables, provenance)
+    from simserve import precision
+
+    name = model.name + precision.suffix(dtype, kv_dtype)
+    return write_profile(profile_dir(generated_root(), gpu.name, name), tables, provenance)
 
 
 def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
@@ -132,14 +144,15 @@ def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
         if backend is not None:
             out[dep] = ProfileChoice(None, f"shipped {backend}")
         else:
-            missing.setdefault((dep.gpu.name, dep.model.name), []).append(dep)
+            missing.setdefault((dep.gpu.name, dep.profile_model, dep.moe_skew), []).append(dep)
     root = generated_root()
     for group in missing.values():
         first = group[0]
         if any(_covers(root, d, current=True) is None for d in group):
             # One box per GPU in a plan (the GPU's default node), so one profile serves every candidate.
-            generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)))
-        why = measured_source(first.gpu)
+            generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)),
+                     first.dtype, first.kv_dtype, first.moe_skew)  # fmt: skip
+        why = measured_source(first.gpu, first.model, first.moe_skew)
         label = "generated measured" if why is None else "generated roofline (analytic)"
         if why is not None and first.gpu.name in _measured_systems():
             label += f"; not measured: {why}"  # the database has this GPU: say why its tables were not used

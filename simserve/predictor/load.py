@@ -34,19 +34,20 @@ def load_timer(
     miss imports the fitting code (scikit-learn, pandas).
     """
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
-    path = profile_dir(root, dep.gpu.name, dep.model.name)
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
     if not path.exists():
         from simserve.predictor.coverage import profile_command
         from simserve.profiling import measured
 
-        if measured.unavailable(dep.gpu.name) is None:  # NVIDIA measured this GPU: say so before the roofline
+        dense = not (dep.model.is_moe or dep.model.is_mla or dep.moe_skew)
+        if dense and measured.unavailable(dep.gpu.name) is None:  # NVIDIA measured this GPU: say so first
             cmd = profile_command(dep, root).replace(f" --tp {dep.tp}", f" --tp {dep.tp} --backend measured", 1)
             raise SimserveError(
-                f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with `{cmd}` (NVIDIA's "
+                f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with `{cmd}` (NVIDIA's "
                 f"measured kernel tables; drop --backend measured for the analytic roofline model)"
             )
         raise SimserveError(
-            f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with "
+            f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with "
             f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
         )
     overhead = overhead or CpuOverhead()
@@ -76,7 +77,7 @@ def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> s
 
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
     try:
-        prov = json.loads((profile_dir(root, dep.gpu.name, dep.model.name) / "provenance.json").read_text())
+        prov = json.loads((profile_dir(root, dep.gpu.name, dep.profile_model) / "provenance.json").read_text())
     except (OSError, ValueError):
         return "unknown (no readable provenance.json)"
     m = prov.get("measured")

@@ -38,12 +38,6 @@ MAX_MEASURED_TP = 8  # the package measures all-reduce on 2, 4 and 8 GPUs (2 and
 ACTIVATION_BYTES = 2  # the packaged all-reduce tables count bf16 elements; TP all-reduces move bf16 activations
 
 
-def model_dtype(model: ModelSpec) -> str:
-    """The GEMM dtype of the model's weights: its `dtype` field when the catalog has one, else by byte width."""
-    dtype = getattr(model, "dtype", None)
-    return str(dtype) if dtype else ("fp8" if model.dtype_bytes == 1 else "bf16")
-
-
 def _between(x0: float, v0: np.ndarray, x1: float, v1: np.ndarray, x: float) -> np.ndarray:
     slope = np.log(v1 / v0) / np.log(x1 / x0)
     if not x0 < x < x1:
@@ -178,16 +172,24 @@ def profile(
     max_model_len: int = 16384,
     max_tokens: int = 16384,
     quick: bool = False,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
     engine: str = "vllm",
     engine_version: str | None = None,
-    dtype: str | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
-    """The four tables of simserve/profiling/schema.py (ms per layer per GPU) and their provenance fields."""
+    """The four tables of simserve/profiling/schema.py (ms per layer per GPU) and their provenance fields.
+
+    `dtype` picks the GEMM rows (bf16, fp8: the package's per-tensor-scaled fp8 kernels, fp8_block), `kv_dtype` the
+    attention rows' KV cache (bf16, fp8)."""
+    if model.is_moe or model.is_mla or moe_skew:
+        raise SimserveError(
+            f"the measured backend reads dense GQA layers only ({model.name} is "
+            f"{'MoE' if model.is_moe else 'MLA' if model.is_mla else 'skewed MoE'}); use --backend roofline"
+        )
     db = measured.open_database(gpu.name, engine, engine_version)
-    deps = profiled_deployments(model, gpu, tps, node, network, max_model_len)
-    dtype = dtype or model_dtype(model)
-    # The KV cache has the model's byte width, as simserve's memory plan counts it (simserve/memory.py)
-    kv_dtype = "fp8" if model.dtype_bytes == 1 else "bfloat16"
+    deps = profiled_deployments(model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
+    kv_dtype = {"bf16": "bfloat16", "fp8": "fp8"}.get(kv_dtype, kv_dtype)
     tokens = token_grid(max_tokens, quick)
     gemms, gemm_kernel = _gemm_rows(db, dtype)
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)

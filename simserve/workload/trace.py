@@ -17,6 +17,7 @@ import numpy as np
 
 import simserve
 from simserve.errors import SimserveError
+from simserve.numerics import parse_floats
 from simserve.workload import trace_cache
 from simserve.workload.formats import (
     ARRIVAL_COLUMNS,
@@ -148,10 +149,9 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
 
 
 def _numbers(path: Path, table: pd.DataFrame, column: str) -> np.ndarray:
-    import pandas as pd
 
     cells = table[column]
-    values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
+    values = parse_floats(cells.tolist())  # not pd.to_numeric: its last bit differs between pandas releases
 
     def what(i: int) -> str:
         cell = cells.iloc[i]
