@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simserve.cli import app
+from simserve.cli.options import seed_option
 from simserve.cli.sweep import DEFAULT_CACHE, _numbers
 from simserve.errors import SimserveError
 
@@ -34,9 +35,7 @@ def plan(
     ),
     max_batch: int = typer.Option(128, "--max-batch", help="Resident requests per replica."),
     requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
-    seed: int = typer.Option(
-        0, "--seed", help="Seed of the trace sample and arrivals (same seed, same plan)."
-    ),
+    seed: int = seed_option("Seed of the trace sample and arrivals (same seed, same plan)."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
     out: Path = typer.Option(

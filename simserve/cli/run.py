@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from simserve.cli import app
+from simserve.cli.options import seed_option
 
 
 def _default_out(
@@ -77,7 +78,7 @@ def run_command(
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
-    seed: int = typer.Option(0, "--seed", help="Seeds the request sample and the arrivals."),
+    seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | poisson-clipped | gamma | replay."),

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from simserve.cachedir import cache_root
 from simserve.cli import app
+from simserve.cli.options import seed_option
 from simserve.errors import Reported, SimserveError
 
 # Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
@@ -133,7 +134,7 @@ def sweep(
         help="Max batch for orca and fcfs (default: the paper's 16, or 8 with --pp > 1).",
     ),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per point (capacity reported as mean ± spread)."),
-    seed: int = typer.Option(0, "--seed", help="The first seed."),
+    seed: int = seed_option("The first seed."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(
         1.0,
