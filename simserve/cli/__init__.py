@@ -123,12 +123,15 @@ def _main(argv: list[str] | None) -> None:
 
     LANDED.clear()  # main() may run several times in one Python process (tests, notebooks)
     try:
+        from simserve.cachedir import check_env, trim_to_env_limit
+
+        args = sys.argv[1:] if argv is None else argv
+        if args and "--help" not in args:  # help needs no cache, and should show even while it is misset
+            check_env()
         # standalone mode: click reports its own usage errors (exit 2) and turns return into sys.exit
         try:
             app(args=argv, prog_name="simserve")
         finally:
-            from simserve.cachedir import trim_to_env_limit
-
             trim_to_env_limit()
     except SimserveError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -20,3 +21,17 @@ def _non_negative_seed(value: int) -> int:
 def seed_option(help: str) -> Any:
     """The `--seed` option: a non-negative integer, refused in one line before any work starts."""
     return typer.Option(0, "--seed", help=help, callback=_non_negative_seed)
+
+
+def _cache_dir(value: Path) -> Path:
+    from simserve.io import check_out_dir
+
+    # Before any work: a file here failed only at the first probe's write, naming an internal hashed path.
+    return check_out_dir(value, force=True, option="--cache")
+
+
+def cache_option(default: Path) -> Any:
+    """The `--cache` option of the capacity searches: a directory simserve can write (checked up front)."""
+    return typer.Option(
+        default, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes).", callback=_cache_dir
+    )

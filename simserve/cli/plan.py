@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simserve.cli import app
-from simserve.cli.options import seed_option
+from simserve.cli.options import cache_option, seed_option
 from simserve.cli.sweep import DEFAULT_CACHE, _numbers
 from simserve.errors import SimserveError
 
@@ -46,9 +46,7 @@ def plan(
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip pareto.png."),
     force: bool = typer.Option(

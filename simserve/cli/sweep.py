@@ -13,7 +13,7 @@ from rich.console import Console
 
 from simserve.cachedir import cache_root
 from simserve.cli import app
-from simserve.cli.options import seed_option
+from simserve.cli.options import cache_option, seed_option
 from simserve.errors import Reported, SimserveError
 
 # Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
@@ -148,9 +148,7 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
     no_plots: bool = typer.Option(
         False, "--no-plots", help="Skip the PNG plots (faster; tables and summary only)."
@@ -274,9 +272,7 @@ def regress(
     update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
 ) -> None:
     """Recompute the capacities of a few fixed configurations and compare them with the baseline."""
