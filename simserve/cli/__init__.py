@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import typer
 
+from simserve.cli.metavars import plain_metavars
 from simserve.errors import Reported, SimserveError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ def _options(
     catalog: list[str] = typer.Option(
         [],
         "--catalog",
+        metavar="FILE",
         help="YAML/TOML file adding models, GPUs, nodes or networks (repeatable; also $SIMSERVE_CATALOG).",
     ),
 ) -> None:
@@ -130,7 +132,7 @@ def _main(argv: list[str] | None) -> None:
             check_env()
         # standalone mode: click reports its own usage errors (exit 2) and turns return into sys.exit
         try:
-            app(args=argv, prog_name="simserve")
+            plain_metavars(typer.main.get_command(app))(args=argv, prog_name="simserve")
         finally:
             trim_to_env_limit()
     except SimserveError as exc:

@@ -188,7 +188,7 @@ def sweep(
     check_out_dir(out, force)
     if seeds < 1:
         raise SimserveError(f"--seeds must be at least 1, got {seeds}")
-    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid else (slo,)
+    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid is not None else (slo,)
     # The first SLO is the primary one (the table's order, the latency CDFs): --slo when the grid has it.
     slos_s = tuple(sorted(set(slos_s), key=lambda s: (s != slo, s)))
     slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile) for s in slos_s)
@@ -198,8 +198,8 @@ def sweep(
         else (_numbers(budgets, int, "--budgets") if budgets.strip() else ())
     )
     batches = _numbers(max_batch, int, "--max-batch")
-    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch else None
-    if slo_grid and vllm_batches is None:
+    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch is not None else None
+    if slo_grid is not None and vllm_batches is None:
         vllm_batches = (32, 64, 128)
     base = base_scenario(
         toy,
