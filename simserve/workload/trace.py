@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-import simserve
 from simserve.errors import SimserveError
+from simserve.shipped import shipped_dir
 from simserve.workload import trace_cache
 from simserve.workload.formats import (
     ARRIVAL_COLUMNS,
@@ -26,7 +26,7 @@ from simserve.workload.formats import (
     read_table,
 )
 
-TRACES_DIR = Path(simserve.__file__).resolve().parents[1] / "traces"
+TRACES_DIR = shipped_dir("traces")  # the repository's traces/ (or the wheel's copy)
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
 SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz"}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
