@@ -77,9 +77,13 @@ def _burst(tmp_path: Path) -> Path:
 
 def test_a_burst_runs_to_completion_by_default(capsys, tmp_path):
     args = ["run", "--trace", str(_burst(tmp_path)), "--arrival", "replay", "--requests", "32"]
-    assert cli(capsys, *args, "--out", str(tmp_path / "a"))[0] == 0
+    code, out, _ = cli(capsys, *args, "--out", str(tmp_path / "a"))
     full = json.loads((tmp_path / "a" / "summary.json").read_text())["summary"]
-    assert full["completed"] == 32
+    assert code == 0 and full["completed"] == 32
+    # what happened, in words: replay ignores --qps, and a finite burst drains rather than grows without bound
+    text = " ".join(out.split())
+    assert "a burst of 32 requests at once" in text and "QPS" not in text and "without bound" not in text
+    assert f"a burst of 32 requests drained in {full['duration_s']:.1f} s" in text
     assert cli(capsys, *args, "--out", str(tmp_path / "b"), "--stop-when-overloaded")[0] == 0
     stopped = json.loads((tmp_path / "b" / "summary.json").read_text())["summary"]
     assert stopped["overloaded"] and stopped["completed"] < 32
