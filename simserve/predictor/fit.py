@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
+from simserve import numerics
 from simserve.predictor import cache
 from simserve.predictor.regressor import (
     PhysicsTimesTrees,
@@ -136,8 +137,8 @@ def _stats(ape: np.ndarray) -> dict[str, float]:
     if ape.size == 0:
         return {"mape_pct": float("nan"), "p90_ape_pct": float("nan"), "max_ape_pct": float("nan")}
     return {
-        "mape_pct": float(ape.mean()),
-        "p90_ape_pct": float(np.percentile(ape, 90)),
+        "mape_pct": numerics.fsum(ape.tolist()) / ape.size,
+        "p90_ape_pct": numerics.percentiles(ape, [90])[0],
         "max_ape_pct": float(ape.max()),
     }
 

@@ -4,8 +4,9 @@
 
 `baseline` is a non-negative linear model on physics features (a constant for the fixed kernel cost plus work
 terms such as tokens, FLOPs or bytes), fitted by least squares on *relative* error so small kernels count as much
-as large ones. `correction` is an ExtraTrees ensemble on the raw and tile-aware features, fitted to the ratio
-measured / baseline. Why this split:
+as large ones (nnls.py: in exactly rounded Python arithmetic, so the fit does not move with scipy or BLAS).
+`correction` is an ExtraTrees ensemble on the raw and tile-aware features, fitted to the ratio measured /
+baseline. Why this split:
 
 - The ratio is close to 1 and slowly varying, so piecewise-constant trees approximate it well even where the
   profile grid is sparse (every 256 tokens above 4096); trees fitted to the raw time would show staircase errors
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.ensemble import ExtraTreesRegressor
-from sklearn.linear_model import LinearRegression
+
+from simserve import numerics
+from simserve.predictor.nnls import nnls
 
 # Small enough to pickle quickly (the fit cache), large enough that held-out error stops improving.
 N_TREES = 16
@@ -71,7 +74,7 @@ def prefill_features(chunk, prefix) -> tuple[np.ndarray, np.ndarray]:
 def collective_features(size_bytes) -> tuple[np.ndarray, np.ndarray]:
     """Alpha-beta baseline (t = α + S/β); trees on log size see NCCL's protocol and algorithm switches."""
     s = _f(size_bytes)
-    trees = np.c_[np.log2(np.maximum(s, 1.0))]
+    trees = np.c_[numerics.log2(np.maximum(s, 1.0))]
     base = np.c_[np.ones_like(s), s]
     return trees, base
 
@@ -82,7 +85,7 @@ class PhysicsTimesTrees:
 
     features: Features
     seed: int = 0
-    baseline: LinearRegression | None = None
+    baseline: tuple[float, ...] | None = None  # non-negative coefficients of the baseline features
     correction: ExtraTreesRegressor | None = None
 
     def fit(self, columns: tuple[np.ndarray, ...], y: np.ndarray) -> PhysicsTimesTrees:
@@ -92,8 +95,7 @@ class PhysicsTimesTrees:
         yy = np.maximum(y, floor)
         # NOTE: no free intercept: the constant column's coefficient is then also kept non-negative, so the
         # baseline can never cross zero and blow up the ratio the trees learn.
-        self.baseline = LinearRegression(positive=True, fit_intercept=False)
-        self.baseline.fit(base_x, yy, sample_weight=1.0 / yy**2)
+        self.baseline = nnls(base_x, yy, 1.0 / yy**2)
         ratio = yy / self._base(base_x)
         self.correction = ExtraTreesRegressor(
             n_estimators=N_TREES, min_samples_leaf=MIN_LEAF, random_state=self.seed, n_jobs=1
@@ -103,8 +105,12 @@ class PhysicsTimesTrees:
 
     def _base(self, base_x: np.ndarray) -> np.ndarray:
         assert self.baseline is not None
+        # Column by column in a fixed order (not base_x @ coef: BLAS may sum in another order on another build).
+        total = np.zeros(len(base_x))
+        for j, coef in enumerate(self.baseline):
+            total += coef * base_x[:, j]
         # Guard against an all-zero baseline (a degenerate profile): a tiny floor keeps the ratio finite.
-        return np.maximum(self.baseline.predict(base_x), 1e-9)
+        return np.maximum(total, 1e-9)
 
     def predict(self, *columns) -> np.ndarray:
         if self.correction is None:

@@ -8,11 +8,13 @@ physics baseline (regressor.py); beyond the tables, times grow linearly with the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simserve import numerics
 from simserve.deployment import Deployment
 from simserve.ops import (
     ELEMENTWISE_OPS,
@@ -50,17 +52,18 @@ class CollectiveCurve:
     def build(cls, fitted: Fitted) -> CollectiveCurve:
         sizes = fitted.points["size_bytes"]
         lo, hi = max(float(sizes.min()), 1.0), max(float(sizes.max()), 2.0)
-        n = max(int(np.log2(hi / lo) * COLLECTIVE_POINTS_PER_OCTAVE) + 1, 2)
-        grid = np.geomspace(lo, hi, n)
+        n = max(int(math.log2(hi / lo) * COLLECTIVE_POINTS_PER_OCTAVE) + 1, 2)
+        grid = numerics.geomspace(lo, hi, n)
         t = np.maximum(fitted.model.predict(grid), 1e-9) * MS
         half = np.maximum(fitted.model.predict(np.array([hi / 2])), 1e-9)[0] * MS
         slope = max((t[-1] - half) / (hi / 2), 0.0)
-        return cls(np.log(grid), np.log(t), hi, float(t[-1]), float(slope))
+        return cls(numerics.log(grid), numerics.log(t), hi, float(t[-1]), float(slope))
 
     def __call__(self, size_bytes: np.ndarray) -> np.ndarray:
         s = np.maximum(np.asarray(size_bytes, dtype=float), 1.0)
-        # np.interp clamps below the smallest size: latency-bound messages cost the same.
-        inside = np.exp(np.interp(np.log(s), self.log_sizes, self.log_times))
+        # Clamped below the smallest size: latency-bound messages cost the same. (simserve.numerics, not
+        # np.log/np.interp/np.exp, whose last bits differ between numpy releases and CPUs.)
+        inside = numerics.exp(numerics.interp(numerics.log(s), self.log_sizes, self.log_times))
         return np.where(s > self.max_size, self.max_time + (s - self.max_size) * self.slope, inside)
 
 

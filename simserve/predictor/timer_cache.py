@@ -18,7 +18,7 @@ import numpy as np
 from simserve.io import atomic_path
 from simserve.predictor.cache import cache_root
 
-FORMAT = 2  # bump when BatchTimer's attributes change shape or meaning
+FORMAT = 3  # bump when BatchTimer's attributes or the arithmetic that fills them change (3: own NNLS, libm curves)
 
 
 def _root() -> Path:

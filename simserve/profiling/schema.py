@@ -73,6 +73,16 @@ def content_hash(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
+LABELS = ("op", "phase", "link")  # the text columns; every other column holds numbers
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
     """Check columns and values: a missing column, a non-number, NaN or a negative time is an error."""
     missing = [c for c in TABLES[table] if c not in df.columns]
@@ -82,11 +92,11 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
         )
     if df.empty:
         raise SimserveError(f"{where}: no rows; re-run `simserve profile` to regenerate it")
-    numeric = [c for c in TABLES[table] if c not in ("op", "phase", "link")]
+    numeric = [c for c in TABLES[table] if c not in LABELS]
     for col in numeric:
         import pandas as pd
 
-        values = pd.to_numeric(df[col], errors="coerce")
+        values = pd.Series([_number(v) for v in df[col].tolist()], index=df.index, dtype=float)
         bad = values.isna() | (values < 0) | ~values.map(lambda v: math.isfinite(v) if v == v else False)
         if bad.any():
             row = int(bad.to_numpy().nonzero()[0][0])
@@ -94,7 +104,8 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
                 f"{where}: row {row + 1} has {col}={df[col].iloc[row]!r} (NaN, negative or not a number); "
                 f"fix or drop that row, or re-run the profiler"
             )
-        df[col] = values
+        # Counts (tokens, TP, sizes) stay integers, as a numeric CSV reader would have typed them.
+        df[col] = values.astype("int64") if col != "time_ms" and (values % 1 == 0).all() else values
     if not (df["time_ms"] > 0).any():
         # A predictor fitted on zeros would simulate infinitely fast serving: a broken profiler run, not data.
         raise SimserveError(f"{where}: every time_ms is 0; re-run the profiler (`simserve profile`) for this table")
@@ -115,11 +126,19 @@ def read_profile(path: str | Path) -> Profile:
         if not f.exists():
             raise SimserveError(f"profile {path} is missing {f.name}; re-run `simserve profile` for it")
         try:
-            df = pd.read_csv(f)
+            # As text: validate_table turns numbers into floats with Python's correctly rounded parser, so a
+            # time reads as the same float under every pandas release (pandas' fast parsers have rounded the
+            # last bit differently between releases).
+            df = pd.read_csv(f, dtype=str, keep_default_na=False)
         except Exception as exc:
             raise SimserveError(
                 f"{f} is not a readable CSV ({str(exc).splitlines()[0]}); re-run `simserve profile`"
             ) from None
+        for col in df.columns:  # extra columns (a backend's own, e.g. time_min_ms): numbers where all are
+            if col not in TABLES[table] and col not in LABELS:
+                values = [_number(v) for v in df[col].tolist()]
+                if not any(math.isnan(v) for v in values):
+                    df[col] = values
         tables[table] = validate_table(df, table, str(f))
     prov_file = path / PROVENANCE
     try:

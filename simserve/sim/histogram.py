@@ -23,6 +23,21 @@ _amin, _amax = np.minimum.reduce, np.maximum.reduce
 _FEW = 16  # add_each: up to this many values, one Python loop is cheaper than the vectorised path
 
 
+def _buckets(values: np.ndarray) -> np.ndarray:
+    """The buckets `add` (math.log) puts positive values in, vectorised with numpy's log.
+
+    numpy's log may differ from math.log in the last bit (it differs between numpy releases and CPUs), which
+    can only move a value whose bucket coordinate log(v)/log(γ) lies within rounding of an integer; those few
+    are redone with math.log, so the buckets are math.log's on every machine.
+    """
+    x = np.log(values) / _LOG_GAMMA
+    idx = np.ceil(x)
+    near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-6)
+    for p in near.tolist():
+        idx[p] = math.ceil(math.log(float(values[p])) / _LOG_GAMMA)
+    return np.minimum(np.maximum(idx.astype(np.int64) - _OFFSET, 0), _NUM - 1)
+
+
 class LogHistogram:
     def __init__(self) -> None:
         self.counts = np.zeros(_NUM)
@@ -58,8 +73,7 @@ class LogHistogram:
         if not pos.all():
             self.zeros += weight * (len(values) - int(np.count_nonzero(pos)))
             values = values[pos]
-        idx = np.ceil(np.log(values) / _LOG_GAMMA).astype(np.int64) - _OFFSET
-        idx = np.minimum(np.maximum(idx, 0), _NUM - 1)
+        idx = _buckets(np.asarray(values, dtype=np.float64))
         if len(idx) > 32:
             np.add.at(self.counts, idx, weight)
         else:  # NOTE: the same additions in the same order as np.add.at, without its overhead
@@ -68,10 +82,8 @@ class LogHistogram:
                 counts[i] += weight
 
     def add_each(self, values, weight: float = 1.0) -> None:
-        """The same as `add(v, weight)` for each v (math.log's buckets), vectorised.
+        """The same as `add(v, weight)` for each v (math.log's buckets, see `_buckets`), vectorised.
 
-        numpy's log may differ from math.log in the last bit, which can only move a value whose bucket
-        coordinate log(v)/log(γ) lies within rounding of an integer; those few are redone with math.log.
         NOTE: counts only ever receive integer weights, so adding a bucket's weights at once gives the
         same float as adding them one by one (integer sums below 2**53 are exact in any order).
         """
@@ -89,12 +101,7 @@ class LogHistogram:
             for x in v.tolist():
                 self.add(x, weight)
             return
-        x = np.log(v) / _LOG_GAMMA
-        idx = np.ceil(x)
-        near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-6)
-        for p in near.tolist():
-            idx[p] = math.ceil(math.log(float(v[p])) / _LOG_GAMMA)
-        idx = np.minimum(np.maximum(idx.astype(np.int64) - _OFFSET, 0), _NUM - 1)
+        idx = _buckets(v)
         lo = int(_amin(idx))
         per_bucket = np.bincount(idx - lo)  # a stretch's gaps span a few neighbouring buckets
         self.counts[lo : lo + len(per_bucket)] += weight * per_bucket
@@ -127,8 +134,11 @@ class LogHistogram:
         total = self.total
         if total <= 0:
             return math.nan
-        mids = 2.0 * _GAMMA ** (np.arange(_NUM) + _OFFSET) / (_GAMMA + 1.0)
-        return float((self.counts * mids).sum() / total)
+        # NOTE: math.fsum over the occupied buckets, not (counts * mids).sum(): numpy's power and summation
+        # order differ between releases and would move the last bit of the mean (simserve.numerics).
+        counts = self.counts
+        occupied = np.flatnonzero(counts).tolist()
+        return math.fsum(counts[i] * (2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0)) for i in occupied) / total
 
     def merge(self, other: LogHistogram) -> None:
         self.counts += other.counts

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simserve import numerics
 from simserve.sim.cluster import RawRun
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import CHUNK_ROWS
@@ -83,7 +84,7 @@ class SimResult:
 def _pct(x: np.ndarray) -> list[float]:
     if not len(x):
         return [math.nan] * len(QUANTILES)
-    return [float(v) for v in np.percentile(x, QUANTILES)]
+    return numerics.percentiles(x, QUANTILES)
 
 
 def request_columns(run: RawRun, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from simserve import numerics
 from simserve.tune.capacity import quantile_key
 
 # Summary fields copied into every probe's metrics when the simulator reports them.
@@ -28,7 +29,7 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...] | np.ndarray) -> list[f
     values = values[np.isfinite(values)]
     if values.size == 0:
         return [math.nan] * len(qs)
-    return [float(v) for v in np.quantile(values, np.asarray(qs, dtype=float))]
+    return numerics.percentiles(values, [100.0 * q for q in qs])
 
 
 def _request_latencies(result: Any) -> dict[str, np.ndarray]:
