@@ -114,3 +114,9 @@ def test_help_shows_plain_metavars(capsys, command):
     # typer's annotation labels (`<bool>` after a flag, `<list[str]>`) and `{argument}` in the usage line
     for label in ("<bool>", "<str>", "<int>", "<float>", "<path>", "<list", "{"):
         assert label not in out, (label, out)
+
+
+def test_help_shows_while_the_cache_settings_are_wrong(capsys, monkeypatch):
+    monkeypatch.setenv("SIMSERVE_CACHE_MAX_MB", "abc")
+    code, out, err = cli(capsys, "list", "--help")
+    assert code == 0 and "Usage:" in out and err == ""

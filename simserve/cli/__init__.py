@@ -128,13 +128,16 @@ def _main(argv: list[str] | None) -> None:
         from simserve.cachedir import check_env, trim_to_env_limit
 
         args = sys.argv[1:] if argv is None else argv
-        if args and "--help" not in args:  # help needs no cache, and should show even while it is misset
+        # Help needs no cache, and should show even while the cache settings are wrong.
+        uses_cache = bool(args) and "--help" not in args
+        if uses_cache:
             check_env()
         # standalone mode: click reports its own usage errors (exit 2) and turns return into sys.exit
         try:
             plain_metavars(typer.main.get_command(app))(args=argv, prog_name="simserve")
         finally:
-            trim_to_env_limit()
+            if uses_cache:
+                trim_to_env_limit()
     except SimserveError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
