@@ -12,9 +12,12 @@ from simserve.errors import SimserveError
 KINDS = ("models", "gpus", "nodes", "networks", "traces")
 # Not table columns: bookkeeping fields, and the long text (aliases, --sources) listed under the table,
 # where it wraps as prose instead of squeezing the columns.
-HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes"}
+# (and the MoE / MLA shape fields: most entries leave them empty)
+HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes", "head_size", "tied_embeddings", "expert_ffn",
+          "shared_expert_ffn", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+          "qk_rope_head_dim", "v_head_dim", "num_experts", "experts_per_token"}  # fmt: skip
 # Shown with --wide only, so that the default table fits an 80-column terminal without splitting a number.
-DETAIL = {"norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps"}
+DETAIL = {"activation", "norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps"}
 # Column headings with the unit (the fields' `gbps` are gigabytes per second); others are the field's name.
 LABELS = {
     "gpus_per_node": "GPUs",
@@ -42,7 +45,8 @@ def list_command(
     wide: bool = typer.Option(
         False,
         "--wide",
-        help="Every field (models' norm, parallel attention, sliding window; nodes' bus bandwidths), "
+        help="Every field (models' activation, norm, parallel attention, sliding window; nodes' bus "
+        "bandwidths), "
         "and each entry's aliases under the table.",
     ),
 ) -> None:
@@ -86,7 +90,12 @@ def _specs(kind: str, wide: bool) -> tuple[list[tuple[str, str]], list[list[obje
         f.name for f in dataclasses.fields(specs[0]) if f.name not in HIDDEN and (wide or f.name not in DETAIL)
     ]
     rows = [[_value(getattr(s, f)) for f in fields] for s in specs]
-    return [(f, LABELS.get(f, f.removeprefix("num_").replace("_", " "))) for f in fields], rows
+    header = [(f, LABELS.get(f, f.removeprefix("num_").replace("_", " "))) for f in fields]
+    if kind == "models":  # a mixture of experts in one column: "8 of 256" experts per token
+        header.append(("experts", "experts"))
+        for row, s in zip(rows, specs, strict=True):
+            row.append(f"{s.experts_per_token} of {s.num_experts}" if s.num_experts else "")
+    return header, rows
 
 
 def _under_table(kind: str, sources: bool, wide: bool) -> list[str]:

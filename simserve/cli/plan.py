@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simserve.cli import app
+from simserve.cli import run as options  # the shared options live beside `run`
 from simserve.cli.options import cache_option, seed_option
 from simserve.cli.sweep import DEFAULT_CACHE, _numbers
 from simserve.errors import SimserveError
@@ -17,8 +18,12 @@ from simserve.errors import SimserveError
 @app.command()
 def plan(
     model: str = typer.Option(
-        "llama-2-70b", "--model", help="Model to serve (catalog name; see `simserve list models`)."
+        "llama-2-70b", "--model", help="Model to serve: a catalog name (`simserve list models`) or a config.json."
     ),
+    dtype: str = options.DTYPE,
+    kv_dtype: str = options.KV_DTYPE,
+    moe_skew: float = options.MOE_SKEW,
+    allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     slo: float = typer.Option(0.2, "--slo", help="P99 time-between-tokens SLO in seconds."),
     delay_slo: float = typer.Option(2.0, "--delay-slo", help="Median scheduling-delay SLO in seconds."),
@@ -88,6 +93,10 @@ def plan(
         start_qps=start_qps,
         target_qps=qps,
         min_qps=min_qps,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        moe_skew=moe_skew,
+        allow_long_context=allow_long_context,
     )
     result = run_plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune

@@ -14,11 +14,34 @@ import typer
 from simserve.cli import app
 from simserve.cli.options import seed_option
 
+# Options `run`, `sweep`, `plan` and `profile` share: precision, expert parallelism, the context limit. (Here,
+# not in a module of their own: a warm `simserve run` imports no other command module.)
+DTYPE = typer.Option(
+    "bf16", "--dtype", help="Weights of the linear layers: bf16 | fp8 (fp8 on Ampere: weight-only, bf16 math)."
+)
+KV_DTYPE = typer.Option("bf16", "--kv-dtype", help="KV cache: bf16 | fp8.")
+EP = typer.Option(
+    1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
+)
+MOE_SKEW = typer.Option(
+    0.0, "--moe-skew", help="Router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (busiest GPU)."
+)
+ALLOW_LONG_CONTEXT = typer.Option(
+    False,
+    "--allow-long-context",
+    help="Allow --max-model-len (or the trace's default) beyond the model's context limit, as the paper did.",
+)
+
 
 def _default_out(
     model: str, gpu: str, tp: int, pp: int, policy: str, budget: int | None, trace: str, qps: float, seed: int
 ) -> Path:
     b = f"-b{budget}" if budget else ""
+    from simserve.catalog.hf_config import is_config_path
+
+    if is_config_path(model):  # a config.json path: the model's folder name, not the path, names the run
+        p = Path(model).expanduser()
+        model = (p if p.is_dir() else p.parent).name or "model"
     return (
         Path("runs")
         / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{Path(trace).name.split('.')[0]}-qps{qps:g}-s{seed}"
@@ -117,6 +140,11 @@ def run_command(
     ray_comm: bool = typer.Option(
         False, "--ray-comm", help="Also charge the driver → worker Ray round trip of a Ray-actor engine."
     ),
+    dtype: str = DTYPE,
+    kv_dtype: str = KV_DTYPE,
+    ep: int = EP,
+    moe_skew: float = MOE_SKEW,
+    allow_long_context: bool = ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -131,7 +159,7 @@ def run_command(
     from simserve.io import check_out_dir, output_dir
     from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, simulate_scenario, workload_notes
+    from simserve.sim.scenario import Scenario, simulate_scenario, workload_drops, workload_notes
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
     from simserve.tune.probe import scenario_fields
@@ -166,6 +194,11 @@ def run_command(
         long_prefill_token_threshold=long_prefill_token_threshold,
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        ep=ep,
+        moe_skew=moe_skew,
+        allow_long_context=allow_long_context,
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -180,7 +213,8 @@ def run_command(
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes}
+        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
+               "trace_dropped": workload_drops(scenario)}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, arrivals, summary, out, notes)
 

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from simserve.cachedir import cache_root
 from simserve.cli import app
+from simserve.cli import run as options  # the shared options live beside `run`
 from simserve.cli.options import cache_option, seed_option
 from simserve.errors import Reported, SimserveError
 
@@ -46,6 +47,13 @@ def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) 
     # The simulator stops a run once its median scheduling delay must exceed this bound: keep it the user's.
     given["sched_delay_slo_s"] = delay_slo_s
     return Scenario(**given)
+
+
+def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool) -> dict:
+    """The Scenario fields of the shared options, left out at their defaults (probe-cache keys stay as they were)."""
+    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context}
+    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False}
+    return {k: v for k, v in given.items() if v != defaults[k]}
 
 
 class Terminated(KeyboardInterrupt):
@@ -161,6 +169,11 @@ def sweep(
         "--search",
         help="simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | paper (with --paper-setup, its default).",
     ),
+    dtype: str = options.DTYPE,
+    kv_dtype: str = options.KV_DTYPE,
+    ep: int = options.EP,
+    moe_skew: float = options.MOE_SKEW,
+    allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -212,6 +225,7 @@ def sweep(
         network=network,
         trace=trace,
         num_requests=requests,
+        **_precision_fields(dtype, kv_dtype, ep, moe_skew, allow_long_context),
     )
     if search == "paper" and not paper_setup:
         raise SimserveError(

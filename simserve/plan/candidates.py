@@ -34,6 +34,14 @@ def parallelisms(model: ModelSpec, max_gpus: int) -> list[tuple[int, int]]:
     return [(t, p) for t in tps for p in pps if t * p <= max_gpus]
 
 
+def expert_parallelisms(model: ModelSpec, tp: int) -> list[int]:
+    """EP degrees a plan tries: experts TP-sharded (1) or whole experts over the TP group (TP), vLLM's two
+    layouts (--enable-expert-parallel); only 1 for a dense model."""
+    if not model.is_moe or tp == 1 or model.num_experts % tp:
+        return [1]
+    return [1, tp]
+
+
 def enumerate_candidates(
     model: ModelSpec,
     gpus: list[GPUSpec],
@@ -42,13 +50,19 @@ def enumerate_candidates(
     max_batch: int,
     max_model_len: int,
     memory_utilization: float = 0.85,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
 ) -> tuple[list[Candidate], list[str]]:
     """The deployments that fit, and one line per (GPU, TP, PP) that does not (why)."""
     fits, rejected = [], []
+    layouts = [(tp, pp, ep) for tp, pp in parallelisms(model, max_gpus) for ep in expert_parallelisms(model, tp)]
     for gpu in gpus:
-        for tp, pp in parallelisms(model, max_gpus):
+        for tp, pp, ep in layouts:
             try:
-                dep = Deployment.create(model, gpu, tp, pp, None, None, memory_utilization, max_model_len)
+                dep = Deployment.create(
+                    model, gpu, tp, pp, None, None, memory_utilization, max_model_len, dtype, kv_dtype, ep, moe_skew
+                )
             except SimserveError as exc:  # e.g. TP larger than the GPU's box
                 rejected.append(f"{gpu.name} TP{tp} PP{pp}: {exc}")
                 continue
@@ -68,11 +82,13 @@ def enumerate_candidates(
     return fits, rejected
 
 
-def nothing_fits_message(model: ModelSpec, gpus: list[GPUSpec], max_gpus: int) -> str:
+def nothing_fits_message(model: ModelSpec, gpus: list[GPUSpec], max_gpus: int, dtype: str = "bf16") -> str:
+    from simserve.precision import dtype_bytes
+
     biggest = max(gpus, key=lambda g: g.memory_gib)
-    weights = model.num_params * model.dtype_bytes / GIB
+    weights = model.num_params * dtype_bytes(dtype) / GIB
     return (
-        f"no deployment of {model.name} ({weights:.0f} GiB of weights) fits in memory on at most {max_gpus} of "
+        f"no deployment of {model.name} ({weights:.0f} GiB of {'' if dtype == 'bf16' else dtype + ' '}weights) fits in memory on at most {max_gpus} of "
         f"{', '.join(g.name for g in gpus)} (largest: {biggest.memory_gib:.0f} GiB each); "
         f"raise --max-gpus or add a GPU with more memory to --gpus"
     )

@@ -40,7 +40,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     nothing."""
     from simserve.profiling.roofline import link_fields, model_fields
 
-    path = profile_dir(root, dep.gpu.name, dep.model.name)
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
     if not path.is_dir():
         return None
     try:
@@ -56,7 +56,10 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     return str(profile.provenance.get("backend", "unknown backend"))
 
 
-def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -> Path:
+def generate(
+    gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384, dtype: str = "bf16", kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
+) -> Path:
     """Write a roofline profile of every power-of-two TP degree that fits `node`, with its node and the default
     network. Always the same degrees and no date in the provenance: the same inputs write the same bytes, so
     the fitted-predictor and probe caches (keyed by the profile's content) stay valid across plans."""
@@ -64,7 +67,8 @@ def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -
 
     tps = [t for t in (1, 2, 4, 8, 16, 32) if t <= node.gpus_per_node and model.num_heads % t == 0]
     network = NETWORKS.get(GENERATED_NETWORK)
-    tables, fields = profile(model, gpu, tps, node, network, max_model_len, max_model_len)
+    tables, fields = profile(model, gpu, tps, node, network, max_model_len, max_model_len, dtype=dtype,
+                             kv_dtype=kv_dtype, moe_skew=moe_skew)  # fmt: skip
     command = [
         "simserve",
         "profile",
@@ -77,6 +81,9 @@ def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -
     ]
     command += ["--node", node.name, "--network", network.name, "--backend", "roofline"]
     command += ["--max-model-len", str(max_model_len), "--max-tokens", str(max_model_len)]
+    command += ["--dtype", dtype] if dtype != "bf16" else []
+    command += ["--kv-dtype", kv_dtype] if kv_dtype != "bf16" else []
+    command += ["--moe-skew", f"{moe_skew:g}"] if moe_skew else []
     provenance = {
         "command": shlex.join(command),
         "written_by": "simserve plan (no profile covered this GPU and model)",
@@ -90,7 +97,10 @@ def generate(gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384) -
         },  # fmt: skip
         **fields,
     }
-    return write_profile(profile_dir(generated_root(), gpu.name, model.name), tables, provenance)
+    from simserve import precision
+
+    name = model.name + precision.suffix(dtype, kv_dtype)
+    return write_profile(profile_dir(generated_root(), gpu.name, name), tables, provenance)
 
 
 def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
@@ -104,13 +114,14 @@ def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
         if backend is not None:
             out[dep] = ProfileChoice(None, f"shipped {backend}")
         else:
-            missing.setdefault((dep.gpu.name, dep.model.name), []).append(dep)
+            missing.setdefault((dep.gpu.name, dep.profile_model, dep.moe_skew), []).append(dep)
     root = generated_root()
     for group in missing.values():
         first = group[0]
         if any(_covers(root, d, current=True) is None for d in group):
             # One box per GPU in a plan (the GPU's default node), so one profile serves every candidate.
-            generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)))
+            generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)),
+                     first.dtype, first.kv_dtype, first.moe_skew)  # fmt: skip
         for dep in group:
             out[dep] = ProfileChoice(str(root), "generated roofline (analytic)")
     return out

@@ -23,7 +23,8 @@ APPROXIMATION = (
 
 
 def deployment_label(row: pd.Series) -> str:
-    return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])} PP{int(row['pp'])})"
+    ep = f" EP{int(row['ep'])}" if int(row.get("ep", 1)) > 1 else ""
+    return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])}{ep} PP{int(row['pp'])})"
 
 
 def pareto_plot(rows: pd.DataFrame, title: str = "") -> Figure:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from simserve import precision
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
@@ -187,11 +188,15 @@ def _token_grid(max_tokens: int, quick: bool) -> np.ndarray:
 
 
 def linear_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants = KERNELS) -> pd.DataFrame:
+    from simserve.profiling.roofline_moe import expert_table
+
     frames = []
     for dep in deps:
+        gpu = precision.gemm_gpu(dep.gpu, dep.dtype)  # fp8 weights: the fp8 tensor-core peak where there is one
         for op in linear_ops(dep):
-            t = gemm_ms(dep.gpu, tokens, op.in_features, op.out_features, dep.model.dtype_bytes, c)
+            t = gemm_ms(gpu, tokens, op.in_features, op.out_features, dep.weight_bytes, c)
             frames.append(pd.DataFrame({"op": op.name, "tp": dep.tp, "num_tokens": tokens, "time_ms": t}))
+    frames.append(expert_table(deps, tokens, c))  # MoE models' routed experts, one op per EP degree
     return pd.concat(frames, ignore_index=True)
 
 
@@ -219,12 +224,18 @@ def attention_table(
     ch, pre = (a.ravel() for a in np.meshgrid(chunks, prefixes, indexing="ij"))
     keep = ch + pre <= max_model_len
     ch, pre = ch[keep], pre[keep]
+    from simserve.profiling.roofline_moe import mla_decode_attention_ms, mla_prefill_attention_ms
+
     frames = []
     for dep in deps:
         s, m = attention_shape(dep), dep.model
         shape = (s.q_heads, s.kv_heads, s.head_dim)
-        dec = decode_attention_ms(dep.gpu, *shape, b, kv, m.dtype_bytes, m.sliding_window, c)
-        pre_t = prefill_attention_ms(dep.gpu, *shape, ch, pre, m.dtype_bytes, m.sliding_window, c)
+        if m.is_mla:
+            dec = mla_decode_attention_ms(dep.gpu, s, b, kv, dep.kv_bytes, c)
+            pre_t = mla_prefill_attention_ms(dep.gpu, s, ch, pre, dep.kv_bytes, c)
+        else:  # an fp8 KV cache halves the bytes read; the kernels compute in bf16 (simserve/precision.py)
+            dec = decode_attention_ms(dep.gpu, *shape, b, kv, dep.kv_bytes, m.sliding_window, c)
+            pre_t = prefill_attention_ms(dep.gpu, *shape, ch, pre, dep.kv_bytes, m.sliding_window, c)
         frames.append(pd.DataFrame({"phase": "decode", "tp": dep.tp, "batch_size": b, "chunk": 1, "kv_len": kv,
                                     "time_ms": dec}))  # fmt: skip
         frames.append(pd.DataFrame({"phase": "prefill", "tp": dep.tp, "batch_size": 1, "chunk": ch, "kv_len": pre,
@@ -266,9 +277,12 @@ def profile(
     max_model_len: int = 16384,
     max_tokens: int = 16384,
     quick: bool = False,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """Return the four tables of simserve/profiling/schema.py (ms per layer per GPU) and backend provenance fields."""
-    deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len)
+    deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
     node = deps[0].node
     tokens = _token_grid(max_tokens, quick)
     coll = CollectiveConstants()
@@ -285,4 +299,7 @@ def profile(
         **link_fields(node, network),
         "note": "analytic model, not a measurement; errors against measured A100 kernels in docs/execution-model.md",
     }
+    if (dtype, kv_dtype, moe_skew) != ("bf16", "bf16", 0.0):  # kept out of bf16 provenance: same bytes as before
+        provenance["precision"] = {"weights": dtype, "kv_cache": kv_dtype, "fp8_tensor_cores": precision.has_fp8_tensor_cores(gpu)}
+        provenance["moe_skew"] = moe_skew
     return tables, provenance

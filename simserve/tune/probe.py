@@ -71,9 +71,18 @@ def input_digests(scenario: Any) -> dict[str, str]:
         from simserve.profiling.schema import content_hash, profile_dir
 
         root = fields.get("profiles_root") or SHIPPED_PROFILES
-        path = profile_dir(
-            root, _catalog_name("GPU", fields["gpu"]), _catalog_name("MODELS", fields["model"])
-        )
+        model = _catalog_name("MODELS", fields["model"])
+        config = _model_config(str(fields["model"]))
+        if config is not None:  # a config.json: its bytes are an input, its spec names the profile
+            from simserve.catalog.hf_config import load_hf_config
+
+            out["model_config"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
+            model = load_hf_config(config).name
+        from simserve.precision import suffix
+
+        # an fp8 deployment reads <model>-fp8/ etc. (Deployment.profile_model)
+        model += suffix(fields.get("dtype", "bf16"), fields.get("kv_dtype", "bf16"))
+        path = profile_dir(root, _catalog_name("GPU", fields["gpu"]), model)
         if path.is_dir():
             out["profile"] = content_hash(path)
     trace = fields.get("trace")
@@ -94,6 +103,18 @@ def _catalog_name(table: str, name: Any) -> str:
         return getattr(catalog, table).get(str(name)).name
     except SimserveError:
         return str(name)
+
+
+def _model_config(name: str) -> Path | None:
+    """The config.json a scenario's model names, if it names one (not a catalog entry)."""
+    from simserve import catalog
+    from simserve.catalog.hf_config import is_config_path
+
+    if name in catalog.MODELS or not is_config_path(name):
+        return None
+    p = Path(name).expanduser()
+    p = p / "config.json" if p.is_dir() else p
+    return p if p.is_file() else None
 
 
 def _trace_file(name: str) -> Path | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simserve.errors import SimserveError
+from simserve.numerics import parse_floats
 from simserve.shipped import shipped_dir
 from simserve.workload import trace_cache
 from simserve.workload.formats import (
@@ -152,10 +153,9 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
 
 
 def _numbers(path: Path, table: pd.DataFrame, column: str) -> np.ndarray:
-    import pandas as pd
 
     cells = table[column]
-    values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
+    values = parse_floats(cells.tolist())  # not pd.to_numeric: its last bit differs between pandas releases
 
     def what(i: int) -> str:
         cell = cells.iloc[i]
