@@ -62,9 +62,9 @@ SCENARIOS = {
         4.0,
         "b2b3fcaa8f610614",
     ),
-    "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "54397cd5699db161"),
-    "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "dbd63f54ada57f48"),
-    "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "f150a5eef1f7aff9"),
+    "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "90588332b74ab2bc"),
+    "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "d42546024f0ab6d3"),
+    "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "d5f9e3cb1dae40c6"),
 }
 
 

@@ -7,8 +7,11 @@ from typing import ClassVar
 
 from simserve.catalog.table import Table
 
-# GPU architectures the kernel model knows: Ampere (sm80/sm86), Ada Lovelace (sm89), Hopper (sm90).
-ARCHS = ("ampere", "ada", "hopper")
+# GPU architectures the kernel model knows: Ampere (sm80/sm86), Ada Lovelace (sm89), Hopper (sm90), Blackwell (sm100).
+ARCHS = ("ampere", "ada", "hopper", "blackwell")
+# The compute capability a GPU of each architecture has unless its entry says otherwise (`sm_version`): the kernel
+# model's efficiencies are calibrated per compute capability (simserve/profiling/roofline.py).
+DEFAULT_SM_VERSION = {"ampere": 80, "ada": 89, "hopper": 90, "blackwell": 100}
 
 
 @dataclass(frozen=True)
@@ -21,10 +24,17 @@ class GPUSpec:
     arch: str  # one of ARCHS: picks the GEMM tile shapes (simserve/profiling/gemm_tiles.py)
     source: str
     aliases: tuple[str, ...] = ()
+    # compute capability × 10 (80 A100, 86 A40/GA102, 89 Ada, 90 Hopper, 100 Blackwell); 0: the arch's default.
+    # GA102 (sm86) is Ampere with another SM, a 6 MB L2 and GDDR6: its kernels reach other fractions of peak.
+    sm_version: int = 0
 
     def __post_init__(self):
         if self.arch not in ARCHS:
             raise ValueError(f"arch {self.arch!r} is not known; use one of {', '.join(ARCHS)}")
+
+    @property
+    def compute_capability(self) -> int:
+        return self.sm_version or DEFAULT_SM_VERSION[self.arch]
 
     @classmethod
     def from_name(cls, name: str) -> GPUSpec:
@@ -107,7 +117,7 @@ GPU: Table[GPUSpec] = Table(
         ),
         GPUSpec(
             name="A40-48GB", memory_gib=44.35, peak_tflops=149.7, hbm_gbps=696.0, num_sms=84, arch="ampere",
-            aliases=("a40", "a40-48g"),
+            aliases=("a40", "a40-48g"), sm_version=86,
             source="NVIDIA A40 datasheet (149.7 TF/s dense FP16 tensor, 696 GB/s GDDR6); "
                    "44.35 GiB is torch.cuda's total with ECC on; 84 SMs (GA102, sm86: the datasheet's "
                    "10,752 CUDA cores / 128 per SM)",
