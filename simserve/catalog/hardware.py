@@ -68,6 +68,7 @@ class NodeSpec:
     pcie_bus_gbps: float  # NCCL bus bandwidth of a ring through PCIe and the host
     source: str
     aliases: tuple[str, ...] = ()
+    nvls_bus_gbps: float = 0.0  # NCCL NVLS all-reduce bus bandwidth (NVSwitch with SHARP: Hopper on); 0 = none
     MISSING_HINT: ClassVar[str] = "; the collective model needs them (fields and sources: docs/collectives.md)"
 
     def __post_init__(self):
@@ -134,6 +135,14 @@ GPU: Table[GPUSpec] = Table(
             source="NVIDIA H200 datasheet (SXM: 989.4 TF/s dense BF16, 4.8 TB/s HBM3e, 141 GB); the GH100 die "
                    "of the H100 SXM5, 132 SMs",
         ),
+        # For the h100-nvl-pairs box below (a PCIe card with NVLink bridges; not in NVIDIA's per-op database).
+        GPUSpec(
+            name="H100-NVL", memory_gib=87.5, peak_tflops=835.0, hbm_gbps=3900.0, num_sms=132, arch="hopper",
+            aliases=("h100-nvl", "h100nvl", "h100-94gb"),
+            source="NVIDIA H100 datasheet (H100 NVL: 1,671 TF/s BF16 with sparsity -> 835 dense, 3.9 TB/s HBM3, "
+                   "94 GB = 87.5 GiB; NVLink bridge 600 GB/s bidirectional, PCIe Gen5 128 GB/s); GH100 with 132 SMs "
+                   "enabled, as the SXM5 part",
+        ),
     ],
 )  # fmt: skip
 
@@ -173,6 +182,14 @@ NODES: Table[NodeSpec] = Table(
             source=f"8×A40 without (working) NVLink bridges: every collective goes through the host; {_PCIE4}",
         ),
         NodeSpec(
+            name="h100-nvl-pairs", gpu="H100-NVL", gpus_per_node=4, kind="nvlink-pairs",
+            nvlink_gbps=300.0, pcie_gbps=64.0, nvlink_bus_gbps=208.0, pcie_bus_gbps=40.0,
+            aliases=("h100_pairwise_nvlink", "h100-nvl-box", "4xh100-nvl"),
+            source="4×H100 NVL (PCIe cards) with NVLink bridges between pairs (600 GB/s bidirectional, as the "
+                   f"A100's NV12 bridge: busbw 208 as that pair, {_PAIRS}); PCIe Gen5 ring through the host: busbw "
+                   f"40 ({_NCCL_TESTS}). Validated against Vidur's h100_pairwise_nvlink all-reduce (docs/collectives.md)",
+        ),
+        NodeSpec(
             name="dgx-a100", gpu="A100-80GB", gpus_per_node=8, kind="nvswitch",
             nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=230.0, pcie_bus_gbps=20.0,
             aliases=("a100_dgx", "dgx", "a100-nvswitch", "nvswitch"),
@@ -181,18 +198,20 @@ NODES: Table[NodeSpec] = Table(
         ),
         NodeSpec(
             name="dgx-h100", gpu="H100-SXM", gpus_per_node=8, kind="nvswitch",
-            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0,
+            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0, nvls_bus_gbps=470.0,
             aliases=("h100_dgx", "h100-nvswitch", "hgx-h100"),
             source="NVIDIA DGX H100: 8×H100 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw 350 for "
-                   "ring/tree (no NVLS in this model: 450 × 230/300 as on NVLink 3; with NVLS nccl-tests reach "
-                   f"460–480); PCIe Gen5 busbw 40 ({_NCCL_TESTS}). Not validated against measurements",
+                   "ring/tree (450 × 230/300 as on NVLink 3), 470 with NVLS (nccl-tests reach 460–480); PCIe Gen5 "
+                   f"busbw 40 ({_NCCL_TESTS}). Validated against aiconfigurator-core's H100 NCCL tables "
+                   "(docs/collectives.md)",
         ),
         NodeSpec(
             name="hgx-h200", gpu="H200", gpus_per_node=8, kind="nvswitch",
-            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0,
+            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0, nvls_bus_gbps=470.0,
             aliases=("h200_dgx", "h200-nvswitch", "dgx-h200"),
-            source="NVIDIA HGX H200: 8×H200 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw as "
-                   "dgx-h100 (same NVLink 4 / NVSwitch fabric). Not validated against measurements",
+            source="NVIDIA HGX H200: 8×H200 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw (ring "
+                   "and NVLS) as dgx-h100 (same NVLink 4 / NVSwitch fabric). Checked, not fitted, against "
+                   "aiconfigurator-core's H200 NCCL tables (docs/collectives.md)",
         ),
     ],
 )  # fmt: skip

@@ -38,6 +38,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
     roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
     nothing."""
+    from simserve.profiling.collectives import for_node
     from simserve.profiling.roofline import link_fields, model_fields
 
     path = profile_dir(root, dep.gpu.name, dep.model.name)
@@ -49,7 +50,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     except SimserveError:
         return None
     if current:
-        fields = {**model_fields(dep.gpu), **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}
+        fields = {**model_fields(dep.gpu, for_node(dep.node)), **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}
         now = json.loads(json.dumps(fields))
         if any(profile.provenance.get(k) != v for k, v in now.items()):
             return None

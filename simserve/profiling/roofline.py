@@ -21,7 +21,7 @@ import pandas as pd
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
-from simserve.profiling import gemm_tiles, grid
+from simserve.profiling import collectives, gemm_tiles, grid
 from simserve.profiling.collectives import CollectiveConstants, collectives_table
 from simserve.profiling.schema import profiled_deployments
 
@@ -309,7 +309,7 @@ def profile(
     deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len)
     node = deps[0].node
     tokens = _token_grid(max_tokens, quick)
-    coll = CollectiveConstants()
+    coll = collectives.for_node(node)
     tables = {
         "linear": linear_table(deps, tokens),
         "elementwise": elementwise_table(deps, tokens),
