@@ -4,8 +4,9 @@
 
 Reads Vidur's measured collectives (../shared/reference/vidur/profiling/network, MIT: a100_dgx, a100_pairwise_nvlink,
 h100_pairwise_nvlink) and, when the package is installed, aiconfigurator-core's NCCL all-reduce tables (NVIDIA's
-per-op database, Apache-2.0) for A100, H100, H200 and B200 boxes. In-sample: what sets a constant (a100_dgx's
-small sends: the launch; the database's A100 and H100 small all-reduces: the per-generation launch ratio).
+per-op database, Apache-2.0) for A100, H100, H200, B200 and L40S boxes. In-sample: what sets a constant (a100_dgx's
+small sends: the launch; the database's A100 and H100 small all-reduces: the per-generation launch ratio; the L40S
+box's 4-GPU all-reduces: the host copy rate of a box without peer-to-peer).
 Everything else is out-of-sample. Skips a source with a reason when it is absent.
 """
 
@@ -63,9 +64,17 @@ def section(ref: Path | None, db_root: Path | None) -> str:
         err = nv.db_errors(db).assign(sample=lambda d: _sample(d["set"]))
         resid = nv.launch_residuals_us(db)
         ratios = nv.launch_by_arch(db)
-        launch = pd.DataFrame([{"arch": a, "small-message residual µs": round(r, 2),
-                                "launch = 6.4 × residual / A100's": round(ratios[a], 2),
-                                "in use": nccl.LAUNCH_US_BY_ARCH[a]} for a, r in resid.items()]).set_index("arch")
+        launch = pd.DataFrame(
+            [
+                {
+                    "arch": a,
+                    "small-message residual µs": round(r, 2),
+                    "launch = 6.4 × residual / A100's": round(ratios[a], 2),
+                    "in use": nccl.LAUNCH_US_BY_ARCH[a],
+                }
+                for a, r in resid.items()
+            ]
+        ).set_index("arch")
         busbw = err[err["size_bytes"] >= 2**24].assign(
             busbw_measured=lambda d: 2 * (d["num_workers"] - 1) / d["num_workers"] * d["size_bytes"]
             / (d["measured_ms"] * 1e6),
@@ -73,8 +82,10 @@ def section(ref: Path | None, db_root: Path | None) -> str:
             / (d["predicted_ms"] * 1e6))  # fmt: skip
         bw = busbw.groupby(["box", "num_workers"])[["busbw_measured", "busbw_predicted"]].median().round(0)
         out += ["### NVIDIA's database (aiconfigurator-core NCCL all-reduce, fp16), per box and GPU count", "",
-                "In-sample: the A100 and H100 tables (their 2-GPU messages ≤ 64 KiB set the launch ratio); the H200's",
-                "is held out. B200 and L40S tables only give a launch residual (no catalog box of theirs).", "",
+                "In-sample: the A100 and H100 tables (their 2-GPU messages ≤ 64 KiB set the launch ratio) and the L40S",
+                "box's 4-GPU rows (they set l40s-pcie-host's host copy rate: "
+                f"{nv.host_copy_gbps(db):.1f} GB/s); held out: the H200's table and the L40S box's 8 GPUs.",
+                "The B200 table only gives a launch residual (no catalog box of its own here).", "",
                 md(nv.summary(err, ["box", "sample", "num_workers"])), "", "By message size:", "",
                 md(nv.summary(err.assign(size=pd.cut(err["size_bytes"], SIZE_BANDS, labels=SIZE_LABELS)),
                               ["box", "num_workers", "size"])), "",
@@ -98,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(ref, pv.data_root())
     doc = args.out.read_text() if args.out.is_file() else ""
     if BEGIN in doc and END in doc:
-        doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
+        doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END) :]
     else:
         doc = doc.rstrip() + "\n\n## Measured error per box and GPU generation\n\n" + text + "\n"
     from simserve.io import write_text_atomic

@@ -244,3 +244,35 @@ def test_generation_launch_constants_are_the_measured_ratios():
     err = v.db_errors(v.load_db(root))
     med = err[err["num_workers"] < 8].groupby("system")["ape"].median()
     assert med["h200_sxm"] <= 15.0, med.to_dict()  # held out: H200 at 2 and 4 GPUs
+
+
+def test_pcie_host_box_shares_host_memory_among_the_ring_hops():
+    from simserve.catalog import NODES
+
+    box = NODES.get("l40s-pcie-host")
+    assert box.kind == "pcie-host" and box.nvlink_group == 1
+    f2, f8 = nccl.node_fabric(box, 2), nccl.node_fabric(box, 8)
+    assert f2.medium == f8.medium == "pcie" and f8.bus_gbps == pytest.approx(f2.bus_gbps / 4)
+    assert [h.medium for h in nccl.node_hops(box)] == ["pcie"]
+    assert nccl.stage_hop(box, None, 2, 0).link == box.name
+    # a few GB/s: a 64 MiB all-reduce of 8 GPUs takes tens of ms, ~8x the same ring over P2P PCIe (20 GB/s)
+    slow = float(coll.all_reduce_ms(box, 8, 64 << 20))
+    assert slow > 5 * float(coll.all_reduce_ms(NODES.get("a40-pcie"), 8, 64 << 20))
+
+
+def test_pcie_host_constant_is_the_measured_host_copy_rate():
+    from simserve.catalog import NODES
+    from simserve.profiling import perfdb_validation as pv
+
+    root = pv.data_root()
+    if root is None:
+        pytest.skip(pv.missing_reason())
+    assert NODES.get("l40s-pcie-host").pcie_bus_gbps == pytest.approx(v.host_copy_gbps(v.load_db(root)), rel=0.03)
+
+
+def test_pcie_host_node_needs_no_nvlink_bandwidth():
+    from simserve.catalog import NodeSpec
+
+    box = NodeSpec(name="My-Box", gpu="A40-48GB", gpus_per_node=4, kind="pcie-host", nvlink_gbps=0.0,
+                   pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=6.0, source="s")  # fmt: skip
+    assert nccl.node_fabric(box, 4).bus_gbps == pytest.approx(3.0)

@@ -45,7 +45,7 @@ class GPUSpec:
         return self.memory_gib * 2**30
 
 
-NODE_KINDS = ("nvswitch", "nvlink-pairs", "pcie")
+NODE_KINDS = ("nvswitch", "nvlink-pairs", "pcie", "pcie-host")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ class NodeSpec:
     """A box of GPUs and how they reach each other: its `kind` decides which link each collective crosses.
 
     nvswitch: every GPU reaches every other over NVLink. nvlink-pairs: NVLink bridges join GPU pairs (0-1, 2-3, …);
-    anything between pairs goes over PCIe through the host. pcie: no working NVLink at all. The `*_bus_gbps` fields
+    anything between pairs goes over PCIe through the host. pcie: no working NVLink at all. pcie-host: no peer-to-peer
+    either (consumer cards, P2P disabled, GPUs under different CPUs): NCCL copies every hop through host memory,
+    and the copies of a ring share it (`pcie_bus_gbps` is what 2 GPUs reach; n GPUs get 2/n of it). The `*_bus_gbps` fields
     are the bus bandwidth NCCL reaches on that link (nccl-tests `busbw`, per GPU and direction); the model in
     simserve/profiling/nccl.py derives every collective from them.
     """
@@ -74,7 +76,7 @@ class NodeSpec:
     def __post_init__(self):
         if self.kind not in NODE_KINDS:
             raise ValueError(f"kind must be one of {', '.join(NODE_KINDS)}, not {self.kind!r}")
-        if self.kind != "pcie" and not self.nvlink_bus_gbps > 0:
+        if self.kind not in ("pcie", "pcie-host") and not self.nvlink_bus_gbps > 0:
             raise ValueError(f"a {self.kind} node needs nvlink_bus_gbps > 0")
         if not self.pcie_bus_gbps > 0:
             raise ValueError("pcie_bus_gbps must be > 0")
@@ -82,7 +84,7 @@ class NodeSpec:
     @property
     def nvlink_group(self) -> int:
         """GPUs that reach each other over NVLink."""
-        return {"nvswitch": self.gpus_per_node, "nvlink-pairs": 2, "pcie": 1}[self.kind]
+        return {"nvswitch": self.gpus_per_node, "nvlink-pairs": 2, "pcie": 1, "pcie-host": 1}[self.kind]
 
     @classmethod
     def from_name(cls, name: str) -> NodeSpec:
@@ -190,6 +192,15 @@ NODES: Table[NodeSpec] = Table(
                    f"40 ({_NCCL_TESTS}). Validated against Vidur's h100_pairwise_nvlink all-reduce (docs/collectives.md)",
         ),
         NodeSpec(
+            name="l40s-pcie-host", gpu="L40S", gpus_per_node=8, kind="pcie-host",
+            nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=10.2,
+            aliases=("l40s-no-p2p", "pcie-no-p2p"),
+            source="8×L40S (PCIe Gen4 x16, 32 GB/s per direction) whose rings beyond a PCIe switch pair go through "
+                   "host memory (NCCL's SHM transport): 2 GPUs' host copy rate 10.2 GB/s, fitted on the 4-GPU "
+                   "all-reduces of aiconfigurator-core's L40S NCCL table (5.1 GB/s busbw ≥ 16 MiB = 10.2 × 2/4; 8 GPUs held "
+                   "out, docs/collectives.md). The L40S GPU itself comes from the catalog (issue 21 item 2)",
+        ),
+        NodeSpec(
             name="dgx-a100", gpu="A100-80GB", gpus_per_node=8, kind="nvswitch",
             nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=230.0, pcie_bus_gbps=20.0,
             aliases=("a100_dgx", "dgx", "a100-nvswitch", "nvswitch"),
@@ -249,4 +260,4 @@ NETWORKS: Table[NetworkSpec] = Table(
 
 # The node a GPU lives in when the user names only the GPU: the paper's testbeds where they exist.
 DEFAULT_NODE = {"A100-80GB": "a100-pairwise-nvlink", "A40-48GB": "a40-pairwise-nvlink",
-                "H100-SXM": "dgx-h100", "H200": "hgx-h200"}  # fmt: skip
+                "H100-SXM": "dgx-h100", "H200": "hgx-h200", "H100-NVL": "h100-nvl-pairs"}  # fmt: skip

@@ -216,6 +216,9 @@ def _require(spec, fields: tuple[str, ...], what: str) -> None:
 def node_fabric(node: NodeSpec, ranks: int) -> Fabric:
     """A communicator of `ranks` GPUs packed into one node (TP groups): NVLink only if they share an NVLink domain."""
     _require(node, ("kind", "nvlink_bus_gbps", "pcie_bus_gbps"), "node")
+    if node.kind == "pcie-host":
+        # No peer-to-peer: every hop of the ring is a copy through host memory, and the n hops share it.
+        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps * 2.0 / max(ranks, 2))
     if node.kind == "pcie" or (node.kind == "nvlink-pairs" and ranks > 2):
         # A ring over pairs alternates NVLink and PCIe hops: the PCIe hops through the host bound it.
         return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps)
@@ -246,7 +249,7 @@ def node_hops(node: NodeSpec) -> list[Hop]:
     _require(node, ("kind",), "node")
     if node.kind == "nvswitch":
         return [Hop(node.name, "nvlink")]
-    if node.kind == "pcie":
+    if node.kind in ("pcie", "pcie-host"):
         return [Hop(node.name, "pcie")]
     return [Hop(node.name, "nvlink"), Hop(pcie_link(node.name), "pcie")]
 

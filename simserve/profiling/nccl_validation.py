@@ -120,8 +120,11 @@ DB_SYSTEMS = {
     "h100_sxm": ("dgx-h100", "hopper", "calibration"),
     "h200_sxm": ("hgx-h200", "hopper", "validation"),
     "b200_sxm": ("dgx-h100", "blackwell", "launch only"),
-    "l40s": ("a40-pcie", "ada", "launch only"),
+    "l40s": ("l40s-pcie-host", "ada", "launch only"),
 }
+# The L40S box's rings beyond one PCIe switch pair go through host memory: its 4-GPU rows fit the host copy rate of
+# the l40s-pcie-host node (in-sample), its 8-GPU rows are held out; its 2 GPUs are a P2P pair (20 GB/s), not host.
+HOST_BOX = {"system": "l40s", "calibration": 4, "validation": 8}
 SMALL_BYTES = 65536
 
 
@@ -143,6 +146,11 @@ def load_db(db_root: Path) -> pd.DataFrame:
             continue
         df = pd.read_parquet(path, columns=["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"])
         df = df[(df["op_name"] == "all_reduce") & (df["nccl_dtype"] == "half")]
+        role = np.full(len(df), role, dtype=object)
+        if system == HOST_BOX["system"]:
+            n = df["num_gpus"].to_numpy()
+            role = np.where(n == HOST_BOX["calibration"], "calibration",
+                            np.where(n == HOST_BOX["validation"], "validation", "launch only"))  # fmt: skip
         frames.append(pd.DataFrame({
             "box": f"{system} (NCCL {path.parent.name})", "system": system, "node": node, "arch": arch,
             "op": "all_reduce", "num_workers": df["num_gpus"].to_numpy(), "devices_per_node": df["num_gpus"].to_numpy(),
@@ -174,3 +182,12 @@ def launch_by_arch(db: pd.DataFrame) -> dict[str, float]:
     """nccl.LAUNCH_US (measured on Vidur's a100_dgx) × each generation's residual / the A100's, one harness."""
     r = launch_residuals_us(db)
     return {arch: nccl.LAUNCH_US * v / r["ampere"] for arch, v in r.items()}
+
+
+def host_copy_gbps(db: pd.DataFrame) -> float:
+    """The host copy rate of HOST_BOX's in-sample GPU count: median busbw of its all-reduces ≥ 16 MiB × n / 2
+    (a pcie-host ring of n GPUs gets 2/n of what 2 GPUs reach: nccl.node_fabric)."""
+    n = HOST_BOX["calibration"]
+    rows = db[(db["system"] == HOST_BOX["system"]) & (db["num_workers"] == n) & (db["size_bytes"] >= 2**24)]
+    busbw = 2 * (n - 1) / n * rows["size_bytes"] / (rows["measured_ms"] * 1e6)
+    return float(busbw.median() * n / 2)
