@@ -2,8 +2,8 @@
 deployment, else an analytic roofline profile written once into $SIMSERVE_CACHE/plan-profiles/.
 
 Most GPUs a plan compares have no measured profile, so the planner writes one with the roofline backend (spec-
-sheet peaks with efficiencies calibrated on measured A100 data: docs/profiling.md) and labels every row that
-uses it, so nobody mistakes an analytic number for a measured one.
+sheet peaks with efficiencies calibrated per compute capability on measured kernels: docs/profiling.md) and labels
+every row that uses it, so nobody mistakes an analytic number for a measured one.
 """
 
 from __future__ import annotations

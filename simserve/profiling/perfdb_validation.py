@@ -123,3 +123,71 @@ def predict(df: pd.DataFrame, kernels=None, tiles=None) -> np.ndarray:
         pos = df.index.get_indexer(idx)
         out[pos] = rl.gemm_ms(gpu, df["m"].to_numpy()[pos], int(k), int(n), 2, c, tiles)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+ATTN_WINDOW = {"head_dim": 128, "isl_max": 16384, "batch_max": 256, "kv_len_max": 16384}
+
+
+def attention_file(root: Path, system: str, phase: str) -> Path | None:
+    """The newest engine release's `context` or `generation` attention table of `system`, or None."""
+    base = root / system / "attention" / ENGINE
+    name = f"{phase}_attention_perf.parquet"
+    versions = sorted((d.name for d in base.iterdir() if (d / name).is_file()), key=_version_key) \
+        if base.is_dir() else []  # fmt: skip
+    return base / versions[-1] / name if versions else None
+
+
+def load_attention(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataFrame:
+    """gpu, system, phase, batch, q_heads, kv_heads, tokens (prefill: prompt length; decode: KV length), measured_ms.
+
+    bf16 KV cache, head dim 128, no sliding window; the fastest kernel the engine offers for each shape (vLLM picks
+    one backend per GPU; the table measures each it has). All out-of-sample: attention constants are the A100's."""
+    frames = []
+    for system in systems:
+        for phase in ("context", "generation"):
+            path = attention_file(root, system, phase)
+            if path is None:
+                continue
+            df = pd.read_parquet(path)
+            if "window_size" not in df:  # older tables measured full attention only
+                df = df.assign(window_size=0)
+            df = df[(df["head_dim"] == ATTN_WINDOW["head_dim"]) & (df["kv_cache_dtype"] == "bfloat16")
+                    & (df["window_size"] == 0) & (df["batch_size"] <= ATTN_WINDOW["batch_max"])]  # fmt: skip
+            df = df[df["num_heads"] >= df["num_key_value_heads"]]
+            tokens = df["isl"] if phase == "context" else df["step"] + 1
+            df = df.assign(tokens=tokens)[tokens <= (ATTN_WINDOW["isl_max"] if phase == "context" else
+                                                     ATTN_WINDOW["kv_len_max"])]  # fmt: skip
+            keys = ["batch_size", "num_heads", "num_key_value_heads", "tokens"]
+            best = df.groupby(keys, as_index=False)["latency"].min()
+            frames.append(pd.DataFrame({
+                "gpu": gpu_for(system).name, "system": system,
+                "phase": "prefill" if phase == "context" else "decode",
+                "batch": best["batch_size"].to_numpy(), "q_heads": best["num_heads"].to_numpy(),
+                "kv_heads": best["num_key_value_heads"].to_numpy(), "tokens": best["tokens"].to_numpy(),
+                "measured_ms": best["latency"].to_numpy(dtype=float), "set": "held out",
+            }))  # fmt: skip
+    if not frames:
+        return pd.DataFrame(
+            columns=["gpu", "system", "phase", "batch", "q_heads", "kv_heads", "tokens", "measured_ms"]
+        )
+    out = pd.concat(frames, ignore_index=True)
+    return out[out["measured_ms"] > 0].reset_index(drop=True)
+
+
+def predict_attention(df: pd.DataFrame) -> np.ndarray:
+    """Roofline attention times: decode over `tokens` of KV; prefill of `batch` prompts of `tokens`, one kernel
+    (the minimum duration once, the work `batch` times)."""
+    from simserve.profiling import roofline as rl
+
+    out = np.empty(len(df))
+    for (system, phase, q, kv), idx in df.groupby(["system", "phase", "q_heads", "kv_heads"]).groups.items():
+        gpu, rows, pos = gpu_for(system), df.loc[idx], df.index.get_indexer(idx)
+        b, t = rows["batch"].to_numpy(dtype=float), rows["tokens"].to_numpy(dtype=float)
+        if phase == "decode":
+            out[pos] = rl.decode_attention_ms(gpu, int(q), int(kv), 128, b, t)
+        else:
+            t0 = rl.KERNELS.attn_prefill_min_us * 1e-3
+            out[pos] = t0 + b * (rl.prefill_attention_ms(gpu, int(q), int(kv), 128, t, 0) - t0)
+    return out

@@ -89,7 +89,7 @@ def reference_models(root: Path, folder: str) -> tuple[str, ...]:
 
 def _node_for(gpu: GPUSpec, tp: int):
     """A catalog box of `gpu` with at least `tp` GPUs: only its size matters for a kernel (no collective here)."""
-    boxes = [n for n in NODES if GPU.get(n.gpu) == gpu and n.gpus_per_node >= tp]
+    boxes = [n for n in NODES if n.gpu in GPU and GPU.get(n.gpu) == gpu and n.gpus_per_node >= tp]
     return boxes[0] if boxes else NODES.get("dgx-a100")
 
 
