@@ -1,9 +1,10 @@
-"""The roofline backend against measured A100 kernels: load the Vidur reference files, predict, compare, calibrate.
+"""The roofline backend against Vidur's measured kernels: load any GPU folder of the reference, predict, compare.
 
 Used by tests/test_roofline_validation.py and benchmarks/validate_kernels.py. Nothing here ships data: it reads the
 reference files (../shared/reference/vidur/profiling) at test or benchmark time and returns error tables.
-Calibration refits the physically meaningful constants (minimum durations, achieved fractions of peak) on a subset
-of models; the held-out models measure how well they transfer.
+`calibrate` refits the A100's (sm80) physically meaningful constants (minimum durations, achieved fractions of
+peak) on a subset of models; the held-out models measure how well they transfer. The other compute capabilities
+are fitted in arch_calibration.py on the in-sample models of CALIBRATION_MODELS_BY_GPU.
 """
 
 from __future__ import annotations
