@@ -2,8 +2,8 @@
 deployment, else an analytic roofline profile written once into $SIMSERVE_CACHE/plan-profiles/.
 
 Most GPUs a plan compares have no measured profile, so the planner writes one with the roofline backend (spec-
-sheet peaks with efficiencies calibrated on measured A100 data: docs/profiling.md) and labels every row that
-uses it, so nobody mistakes an analytic number for a measured one.
+sheet peaks with efficiencies calibrated per compute capability on measured kernels: docs/profiling.md) and labels
+every row that uses it, so nobody mistakes an analytic number for a measured one.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
     roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
     nothing."""
+    from simserve.profiling.collectives import for_node
     from simserve.profiling.roofline import link_fields, model_fields
 
     path = profile_dir(root, dep.gpu.name, dep.profile_model)
@@ -49,7 +50,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     except SimserveError:
         return None
     if current:
-        fields = {**model_fields(dep.gpu), **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}
+        fields = {**model_fields(dep.gpu, for_node(dep.node)), **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}
         now = json.loads(json.dumps(fields))
         if any(profile.provenance.get(k) != v for k, v in now.items()):
             return None
