@@ -16,7 +16,6 @@ Overload (the run stops early and reports `overloaded`), either of:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ import numpy as np
 import simpy
 
 from simserve.errors import SimserveError
+from simserve.sim import core_run
 from simserve.sim.config import SimConfig
 from simserve.sim.fastpath import settle
 from simserve.sim.histogram import LogHistogram
@@ -32,6 +32,7 @@ from simserve.sim.policies import POLICIES
 from simserve.sim.replica import BatchTimer, Replica
 from simserve.sim.request import IGNORED, Requests
 from simserve.sim.state import ReplicaState
+from simserve.sim.watchdog import Watchdog
 
 MAX_CHECKS_AHEAD = 64  # overload checks a stretch may look past (bounds the look-ahead's cost)
 
@@ -66,15 +67,12 @@ class Cluster:
         self.progress: Callable[[int, int], None] | None = None
         self.overloaded = False
         self.next_check = cfg.check_period_s
-        self._late = 0  # requests certain to miss the scheduling-delay SLO
-        self._late_ptr = 0
-        self._oldest = 0  # lowest id that may still be waiting, never scheduled
-        self._idle_mark: tuple[int, int] | None = None  # progress at the last check with every replica idle
         self.tbt = LogHistogram()
         self.stopped_early = False
         self.capped = False
-        self._cap = math.inf if cfg.time_limit_s is None else cfg.time_limit_s
-        self._tbt_stop = self._tbt_stop_rule(cfg.stop_tbt)
+        self.rules = Watchdog(reqs, cfg, self.tbt)
+        self._cap = self.rules.cap
+        self._tbt_stop = self.rules.tbt_stop
         self.log = IterationLog()
         self.prompt_limit = cfg.prompt_limit()
         policy = POLICIES[cfg.policy]
@@ -209,56 +207,21 @@ class Cluster:
                 settle(rep, now)
 
     def _check_stall(self) -> None:
-        """Every request has arrived, yet no replica has had a micro-batch in flight at two checks a period
-        apart, with nothing finished or started between: a policy that can never form a batch again. Fail
-        loudly instead of letting the watchdog tick forever (a bug, never a user's input)."""
-        if self.next < self.n or any(rep.in_flight for rep in self.replicas):
-            self._idle_mark = None
-            return
-        mark = (self.num_done, sum(rep.work.micro_batches for rep in self.replicas))
-        if mark == self._idle_mark:
-            raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
-        self._idle_mark = mark
-
-    def _tbt_stop_rule(self, stop: tuple[float, float] | None) -> tuple[int, float] | None:
-        """(first bucket above the limit, gaps there that make the quantile exceed it whatever follows).
-
-        Every token after a request's first adds one gap, so the run ends with T ≤ T_max = Σ(output − 1)
-        gaps. The quantile is the gap at rank ⌊q(T − 1)⌋, so it exceeds the limit once A ≥ T − ⌊q(T − 1)⌋
-        gaps lie above it; that bound never decreases in T, so A ≥ T_max − ⌊q(T_max − 1)⌋ settles it for any
-        T the run may end with (and for the run so far)."""
-        if stop is None:
-            return None
-        limit, q = stop
-        t_max = int(np.maximum(self.reqs.output - 1, 0).sum())
-        if t_max < 1:
-            return None
-        return self.tbt.first_bucket_above(limit), float(t_max - math.floor(q * (t_max - 1)))
+        self.rules.check_stall(
+            self.next >= self.n,
+            any(rep.in_flight for rep in self.replicas),
+            self.num_done,
+            sum(rep.work.micro_batches for rep in self.replicas),
+        )
 
     def _tbt_missed(self) -> bool:
-        return self._tbt_stop is not None and self.tbt.count_from(self._tbt_stop[0]) >= self._tbt_stop[1]
+        return self.rules.tbt_missed()
 
     def _overloaded(self, now: float) -> bool:
-        overloaded, self._late, self._late_ptr, self._oldest = self._overload_rule(now)
-        return overloaded
+        return self.rules.overloaded(now, self.next, self.num_ignored)
 
     def _overload_rule(self, now: float) -> tuple[bool, int, int, int]:
-        """The overload rule at `now`, and the watchdog's scan positions after evaluating it (unsaved)."""
-        r, cfg = self.reqs, self.cfg
-        slo = cfg.sched_delay_slo_s
-        late, ptr, oldest = self._late, self._late_ptr, self._oldest
-        while ptr < self.next and r.arrived[ptr] < now - slo:
-            s = r.scheduled[ptr]
-            if r.status[ptr] != IGNORED and (s != s or s - r.arrived[ptr] > slo):
-                late += 1
-            ptr += 1
-        if 2 * late > self.n - self.num_ignored:
-            return True, late, ptr, oldest
-        while oldest < self.next and (
-            r.status[oldest] == IGNORED or r.scheduled[oldest] == r.scheduled[oldest]
-        ):
-            oldest += 1
-        return oldest < self.next and now - r.arrived[oldest] > cfg.overload_wait_s, late, ptr, oldest
+        return self.rules.overload_rule(now, self.next, self.num_ignored)
 
 
 def simulate(
@@ -291,6 +254,10 @@ def simulate(
     # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
     reqs = Requests(prompt, output, arrived)
+    core = core_run.choose(cfg, timer)
+    if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
+        log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)
+        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped)
     env = simpy.Environment()
     cluster = Cluster(env, reqs, cfg, timer, num_blocks)
     cluster.progress = progress

@@ -58,8 +58,7 @@ class LogHistogram:
         if not pos.all():
             self.zeros += weight * (len(values) - int(np.count_nonzero(pos)))
             values = values[pos]
-        idx = np.ceil(np.log(values) / _LOG_GAMMA).astype(np.int64) - _OFFSET
-        idx = np.minimum(np.maximum(idx, 0), _NUM - 1)
+        idx = _buckets(values)
         if len(idx) > 32:
             np.add.at(self.counts, idx, weight)
         else:  # NOTE: the same additions in the same order as np.add.at, without its overhead
@@ -70,8 +69,7 @@ class LogHistogram:
     def add_each(self, values, weight: float = 1.0) -> None:
         """The same as `add(v, weight)` for each v (math.log's buckets), vectorised.
 
-        numpy's log may differ from math.log in the last bit, which can only move a value whose bucket
-        coordinate log(v)/log(γ) lies within rounding of an integer; those few are redone with math.log.
+        (_buckets: math.log's buckets whatever numpy's log gives.)
         NOTE: counts only ever receive integer weights, so adding a bucket's weights at once gives the
         same float as adding them one by one (integer sums below 2**53 are exact in any order).
         """
@@ -89,12 +87,7 @@ class LogHistogram:
             for x in v.tolist():
                 self.add(x, weight)
             return
-        x = np.log(v) / _LOG_GAMMA
-        idx = np.ceil(x)
-        near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-6)
-        for p in near.tolist():
-            idx[p] = math.ceil(math.log(float(v[p])) / _LOG_GAMMA)
-        idx = np.minimum(np.maximum(idx.astype(np.int64) - _OFFSET, 0), _NUM - 1)
+        idx = _buckets(v)
         lo = int(_amin(idx))
         per_bucket = np.bincount(idx - lo)  # a stretch's gaps span a few neighbouring buckets
         self.counts[lo : lo + len(per_bucket)] += weight * per_bucket
@@ -133,3 +126,18 @@ class LogHistogram:
     def merge(self, other: LogHistogram) -> None:
         self.counts += other.counts
         self.zeros += other.zeros
+
+
+def _buckets(v: np.ndarray) -> np.ndarray:
+    """`add`'s bucket of each positive value: math.log's (libm's), whatever numpy's log gives.
+
+    numpy's log may differ from math.log in the last bit (it has its own SIMD loops, which change between
+    versions and CPUs), which can only move a value whose bucket coordinate log(v)/log(γ) lies within
+    rounding of an integer; those few are redone with math.log. So results do not depend on the numpy
+    installed, and the compiled core (libm's log per value) fills the same buckets."""
+    x = np.log(v) / _LOG_GAMMA
+    idx = np.ceil(x)
+    near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-6)
+    for p in near.tolist():
+        idx[p] = math.ceil(math.log(float(v[p])) / _LOG_GAMMA)
+    return np.minimum(np.maximum(idx.astype(np.int64) - _OFFSET, 0), _NUM - 1)
