@@ -9,7 +9,11 @@ scenarios when collectives came from NCCL's model over the box's topology: their
 stage 0 -> 1 hop both go through the host over PCIe on the A40 NVLink-pair box — as before, but now at the
 published 20 GB/s with NCCL's latencies instead of the fitted 23.7 GB/s and alpha. Re-pinned for fcfs and
 preempt-vllm when a run stopped mid-stretch kept the TBT gaps of the stretch's finished iterations, as the
-exact path does: both digests were of a fast path that had dropped them; tests/test_sim_stop_tbt.py compares.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
+exact path does: both digests were of a fast path that had dropped them; tests/test_sim_stop_tbt.py compares.
+Re-pinned for every PP = 1 case when the decode-stretch fast paths were deleted (issue 22): one iteration row per
+iteration instead of compressed stretch rows, and the stage-busy sums over those rows moved in the last bit for
+sarathi-heavy, chunked and preempt-sarathi; request tables and histograms kept their hashes. The PP = 2 cases
+were not touched: their stretch kept a row per micro-batch, so they do not move.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
 tests/test_sim_digests.py -s` prints the new digests (and say in the commit why results moved).
 """
 
@@ -49,18 +53,18 @@ MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=300)
 LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200)
 
 SCENARIOS = {
-    "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "dad6cffa77d5e55b"),
-    "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "995d7116320db0fc"),
+    "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "676af8c2e8465ba1"),
+    "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "aab1f26ff2add3f6"),
     "sarathi-light-exact": (Scenario(**MISTRAL, budget=512, stretch=False), 0.75, "676af8c2e8465ba1"),
-    "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "7a59b32f2b7de184"),
-    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "3b4c2cdab92aa462"),
-    "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "41a133bd349c668f"),
-    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "eee53d61957c806d"),
-    "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "7f50742973a58468"),
+    "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "8f2cf6350571f409"),
+    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "2f866db1761a312d"),
+    "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "f88fc5cb3c140377"),
+    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "c0c9fbd759da882e"),
+    "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "e70bde7de513f721"),
     "sarathi-2rep-lor": (
         Scenario(**MISTRAL, budget=512, num_replicas=2, router="lor"),
         4.0,
-        "b2b3fcaa8f610614",
+        "a5c4816f9a18ddb9",
     ),
     "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "54397cd5699db161"),
     "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "dbd63f54ada57f48"),
@@ -81,9 +85,9 @@ def _preemption_run(policy: str, stretch: bool, pp: int):
 
 
 PREEMPTION = {
-    "preempt-sarathi": (("sarathi", True, 1), "0c71c08c58a672de"),
+    "preempt-sarathi": (("sarathi", True, 1), "494aa7d54a7eca09"),
     "preempt-sarathi-exact": (("sarathi", False, 1), "494aa7d54a7eca09"),
-    "preempt-vllm": (("vllm", True, 1), "9de3bfd113c1be3e"),
+    "preempt-vllm": (("vllm", True, 1), "cbce02e3f9d4b2c2"),
     "preempt-sarathi-pp2": (("sarathi", True, 2), "0b00a24c361c231e"),
 }
 

@@ -62,8 +62,7 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     """The core module to run this case on, or None for the SimPy reference."""
     global _warned
     mode = os.environ.get(ENV, "")
-    # NOTE: until the reference's stretch fast paths go, the core stands in for the exact mode only.
-    if mode == "reference" or cfg.stretch or timer_params(timer) is None:
+    if mode == "reference" or timer_params(timer) is None:
         return None
     if mode == "python":
         return _load(False)
