@@ -7,9 +7,11 @@ two equal bit for bit (docs/architecture.md, "Reference and core").
 
 What it reproduces, and how:
   - SimPy's event order. SimPy pops events by (time, priority, id), the id counting every scheduled event;
-    processes start with an URGENT event at time 0, timeouts and `succeed` are NORMAL. The core keeps its
-    own heap of the same keys and schedules at the same moments, so ties (an iteration ending exactly at an
-    overload check, two replicas finishing at once, the run's end) resolve as in the reference.
+    processes start with an URGENT event at time 0, timeouts and `succeed` are NORMAL. The core keeps the
+    same keys, assigned at the same moments, so ties (an iteration ending exactly at an overload check, two
+    replicas finishing at once, the run's end) resolve as in the reference. Each process waits for one
+    event at a time, so the pending events are one slot per process (a replica's scheduler and stages, the
+    arrivals, the watchdog, the run's end), and the next event is the smallest key among a few slots.
   - Every float operation in the same order (iteration times, TBT gaps, bubbles), and the TBT histogram's
     buckets through libm's log, as `LogHistogram.add` does.
   - The watchdog stays in Python: `run` returns at each overload check, with the shared request arrays and
@@ -22,10 +24,10 @@ reference's `Requests`/`LogHistogram`, seen through typed memoryviews. An intern
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 
 import cython
+import numpy as np
 
 COMPILED = cython.compiled  # False when this file runs as plain Python
 
@@ -60,13 +62,10 @@ INVARIANTS = {
 # SimPy's priorities
 URGENT = 0
 NORMAL = 1
-# event kinds
-EV_SCHED = 0  # resume replica `who`'s scheduler loop
-EV_STAGE = 1  # resume stage process `who` = replica * pp + stage
-EV_ARRIVALS = 2
-EV_WATCHDOG = 3
-EV_WATCHDOG_INIT = 4
-EV_FINISHED = 5
+# event slots after the replicas' (replica r's stage s is slot r * pp + s; stage 0 is its scheduler loop)
+SLOT_ARRIVALS = 0
+SLOT_WATCHDOG = 1
+SLOT_FINISHED = 2
 
 # timer kinds
 T_TABLES = 0  # predictor.timer.BatchTimer
@@ -90,7 +89,12 @@ POLICY_CODES = {
 }  # fmt: skip
 
 PROGRESS_FLOOR = 16  # budgets.PROGRESS_FLOOR
-ROW_BUFFER = 8192  # iteration rows kept here before they go to the IterationLog
+# NOTE: returned for "no prefills / no chunks" on the hot path instead of a fresh list; never mutated (callers
+# only read it, or build a new list when there is something to add).
+_NONE: list = []
+# iteration rows kept here before they go to the IterationLog (in bulk: appending a few rows at a time to its
+# arrays would reallocate and copy them again and again)
+ROW_BUFFER = 65536
 
 
 @cython.cclass
@@ -144,6 +148,7 @@ class Timer:
             self.a, self.b, self.c = p["a"], p["b"], p["c"]
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(x=cython.double, j=cython.longlong)
     def _decode_row(self, b: cython.longlong, mean_kv: cython.double) -> cython.double:
         x = mean_kv / self.dl
@@ -153,6 +158,7 @@ class Timer:
         return self.dec[b, j] + (x - j) * (self.dec[b, j + 1] - self.dec[b, j])
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(mean_kv=cython.double, hi=cython.double, lo=cython.double)
     def _decode(self, nd: cython.longlong, kv_sum: cython.double) -> cython.double:
         mean_kv = kv_sum / nd
@@ -163,6 +169,7 @@ class Timer:
         return hi + (nd - self.bmax) * (hi - lo) / (self.bmax - self.bhalf)
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(x=cython.double, y=cython.double, i=cython.longlong, k=cython.longlong, fy=cython.double,
                    a=cython.double, b=cython.double)  # fmt: skip
     def _prefill(self, chunk: cython.longlong, prefix: cython.longlong) -> cython.double:
@@ -179,7 +186,7 @@ class Timer:
         b = self.pre[i + 1, k] + fy * (self.pre[i + 1, k + 1] - self.pre[i + 1, k])
         return a + (x - i) * (b - a)
 
-    @cython.ccall
+    @cython.cfunc
     @cython.locals(t=cython.longlong, attn=cython.double, tok=cython.double, chunk=cython.longlong,
                    prefix=cython.longlong, kv=cython.longlong, n=cython.Py_ssize_t, q=cython.Py_ssize_t)  # fmt: skip
     def time(self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong,
@@ -214,7 +221,7 @@ class Timer:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
         return tok + attn + self.cpu_a[stage] + self.cpu_b[stage] * (n + nd)
 
-    @cython.ccall
+    @cython.cfunc
     @cython.locals(total=cython.double, s=cython.int)
     def through(
         self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong
@@ -244,12 +251,15 @@ class Rep:
     # the scheduler loop
     in_flight: cython.int
     sched_waits: cython.bint  # `yield self.wake` (notify schedules its resumption)
-    stage0: object  # the micro-batch on stage 0 (its timeout pending), or None
+    busy0: cython.bint  # a micro-batch is on stage 0 (its timeout pending):
+    stage0: object  # ... PP > 1: (prefills, decodes, durations per stage, prefill tokens, KV used)
+    prefills0: list  # ... PP = 1: its prefills and decodes (no tuple: the hot path at PP = 1)
+    decodes0: list
     last_duration: cython.double
     busy_since: cython.double
     inflight_acc: cython.double
-    bubble: list
-    idle_mark: list
+    bubble: cython.double[:]
+    idle_mark: cython.double[:]
     queues: list  # per stage ≥ 1: deque of micro-batches
     stage_waits: list  # per stage: waiting for a hand-over
     current: list  # per stage ≥ 1: the micro-batch on it (its timeout pending), or None
@@ -276,12 +286,15 @@ class Rep:
         self.outstanding = 0
         self.in_flight = 0
         self.sched_waits = False
+        self.busy0 = False
         self.stage0 = None
+        self.prefills0 = []
+        self.decodes0 = []
         self.last_duration = 0.0
         self.busy_since = 0.0
         self.inflight_acc = 0.0
-        self.bubble = [0.0] * pp
-        self.idle_mark = [0.0] * pp
+        self.bubble = np.zeros(pp)
+        self.idle_mark = np.zeros(pp)
         self.queues = [deque() for _ in range(pp)]
         self.stage_waits = [False] * pp
         self.current = [None] * pp
@@ -345,7 +358,13 @@ class Core:
     # the event loop
     now: cython.double
     eid: cython.longlong
-    heap: list
+    ev_time: cython.double[:]  # per slot: the pending event's key (time, priority, id), or none
+    ev_prio: cython.int[:]
+    ev_eid: cython.longlong[:]
+    ev_on: cython.uchar[:]
+    num_slots: cython.int
+    slot0: cython.int  # the first slot after the replicas'
+    watchdog_started: cython.bint
     reps: list
     next: cython.longlong  # next request to arrive
     num_done: cython.longlong
@@ -353,6 +372,9 @@ class Core:
     finished: cython.bint  # the `finished` event was triggered (scheduled)
     next_check: cython.double
     batch_no: cython.longlong
+    b_prefills: list  # the batch the policy formed (_policy)
+    b_decodes: list
+    b_tokens: cython.longlong  # _partial_prefills: the tokens so far
     error: cython.int
     # iteration rows not yet handed to the IterationLog
     row_ints: cython.longlong[:, :]
@@ -403,7 +425,6 @@ class Core:
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
         self.now = 0.0
         self.eid = 0
-        self.heap = []
         self.reps = [
             Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp) for i in range(p["num_replicas"])
         ]
@@ -421,59 +442,82 @@ class Core:
         # SimPy starts the processes in the order Cluster.__init__ creates them, each with an URGENT event
         # at time 0: every replica's scheduler and its stages, then arrivals, then the watchdog.
         i: cython.int
-        s: cython.int
-        for i in range(len(self.reps)):
-            self._schedule(0.0, URGENT, EV_SCHED, i)
-            for s in range(1, self.pp):
-                self._schedule(0.0, URGENT, EV_STAGE, i * self.pp + s)
-        self._schedule(0.0, URGENT, EV_ARRIVALS, 0)
-        self._schedule(0.0, URGENT, EV_WATCHDOG_INIT, 0)
+        self.slot0 = len(self.reps) * self.pp
+        self.num_slots = self.slot0 + 3
+        self.ev_time = np.zeros(self.num_slots)
+        self.ev_prio = np.zeros(self.num_slots, dtype=np.intc)
+        self.ev_eid = np.zeros(self.num_slots, dtype=np.int64)
+        self.ev_on = np.zeros(self.num_slots, dtype=np.uint8)
+        self.watchdog_started = False
+        for i in range(self.slot0 + 2):  # every replica process, the arrivals, the watchdog: in that order
+            self._schedule(0.0, URGENT, i)
 
     # -- the event loop -----------------------------------------------------------------------------------
     @cython.cfunc
-    def _schedule(
-        self, t: cython.double, priority: cython.int, kind: cython.int, who: cython.longlong
-    ) -> cython.void:
-        heapq.heappush(self.heap, (t, priority, self.eid, kind, who))
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _schedule(self, t: cython.double, priority: cython.int, slot: cython.int) -> cython.void:
+        self.ev_time[slot] = t
+        self.ev_prio[slot] = priority
+        self.ev_eid[slot] = self.eid
+        self.ev_on[slot] = 1
         self.eid += 1
 
     @cython.ccall
-    @cython.locals(t=cython.double, kind=cython.int, who=cython.longlong)
+    @cython.locals(i=cython.int, best=cython.int, t=cython.double, slot=cython.int)
     def run(self) -> cython.int:
         """Process events until the watchdog's check (CHECK), the end of the run (FINISHED) or a broken
         invariant (FAILED)."""
-        heap = self.heap
-        while heap:
-            t, _, _, kind, who = heapq.heappop(heap)
+        while True:
+            best = -1
+            for i in range(self.num_slots):  # the smallest (time, priority, id) among the pending events
+                if self.ev_on[i] and (
+                    best < 0
+                    or self.ev_time[i] < self.ev_time[best]
+                    or (
+                        self.ev_time[i] == self.ev_time[best]
+                        and (
+                            self.ev_prio[i] < self.ev_prio[best]
+                            or (self.ev_prio[i] == self.ev_prio[best] and self.ev_eid[i] < self.ev_eid[best])
+                        )
+                    )
+                ):
+                    best = i
+            if best < 0:
+                self.flush_rows()
+                return FINISHED
+            t = self.ev_time[best]
+            self.ev_on[best] = 0
             if t < self.now:
                 self.error = INV_TIME_BACKWARDS
                 return FAILED
             self.now = t
-            if kind == EV_SCHED:
-                self._sched_resume(self.reps[who])
-            elif kind == EV_STAGE:
-                self._stage_resume(self.reps[who // self.pp], cython.cast(cython.int, who % self.pp))
-            elif kind == EV_ARRIVALS:
-                self._arrivals()
-            elif kind == EV_WATCHDOG_INIT:
-                self.next_check_at()
-            elif kind == EV_WATCHDOG:
-                self.flush_rows()
-                return CHECK
+            if best < self.slot0:
+                if best % self.pp == 0:
+                    self._sched_resume(self.reps[best // self.pp])
+                else:
+                    self._stage_resume(self.reps[best // self.pp], best % self.pp)
             else:
-                self.flush_rows()
-                return FINISHED
+                slot = best - self.slot0
+                if slot == SLOT_ARRIVALS:
+                    self._arrivals()
+                elif slot == SLOT_WATCHDOG:
+                    if not self.watchdog_started:  # the process's start: its first timeout
+                        self.watchdog_started = True
+                        self.next_check_at()
+                    else:
+                        return CHECK  # NOTE: the rows stay here: nothing reads the log before the end
+                else:
+                    self.flush_rows()
+                    return FINISHED
             if self.error:
                 self.flush_rows()
                 return FAILED
-        self.flush_rows()
-        return FINISHED
 
     @cython.ccall
     def next_check_at(self) -> cython.void:
         """The watchdog loops: its next check one period from now."""
         self.next_check = self.now + self.check_period
-        self._schedule(self.now + self.check_period, NORMAL, EV_WATCHDOG, 0)
+        self._schedule(self.now + self.check_period, NORMAL, self.slot0 + SLOT_WATCHDOG)
 
     @cython.ccall
     def end_run(self) -> cython.bint:
@@ -481,7 +525,7 @@ class Core:
         if self.finished:
             return False
         self.finished = True
-        self._schedule(self.now, NORMAL, EV_FINISHED, 0)
+        self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
         return True
 
     @cython.ccall
@@ -514,7 +558,7 @@ class Core:
         while self.next < self.n:
             t = self.arrived[self.next]
             if t > self.now:
-                self._schedule(self.now + (t - self.now), NORMAL, EV_ARRIVALS, 0)
+                self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
                 return
             self._route_due(self.now)
 
@@ -556,7 +600,7 @@ class Core:
     def _notify(self, rep: Rep) -> cython.void:
         if rep.sched_waits:
             rep.sched_waits = False
-            self._schedule(self.now, NORMAL, EV_SCHED, rep.index)
+            self._schedule(self.now, NORMAL, rep.index * self.pp)
 
     @cython.cfunc
     def _on_done(self, rid: cython.longlong) -> cython.void:
@@ -565,34 +609,33 @@ class Core:
             self.num_ignored += 1
         if self.num_done == self.n and not self.finished:
             self.finished = True
-            self._schedule(self.now, NORMAL, EV_FINISHED, 0)
+            self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
 
     # -- the scheduler loop, which runs stage 0 (replica.Replica.schedule) ------------------------------
     @cython.cfunc
     def _sched_resume(self, rep: Rep) -> cython.void:
-        mb: tuple
         now: cython.double
-        if rep.stage0 is not None:  # its stage-0 timeout ended
-            mb = rep.stage0
-            rep.stage0 = None
+        formed: cython.bint
+        if rep.busy0:  # its stage-0 timeout ended
+            rep.busy0 = False
             if self.pp == 1:
-                self._complete(rep, mb)
+                self._complete(rep, rep.prefills0, rep.decodes0)
             else:
-                self._hand_over(rep, 1, mb)
+                self._hand_over(rep, 1, rep.stage0)
             rep.idle_mark[0] = self._inflight_time(rep, self.now)
         while True:
             now = self.now
             self._route_due(now)
-            batch = None
+            formed = False
             if rep.in_flight < self.pp:
-                batch = self._policy(rep, now)
-            if batch is None:
+                formed = self._policy(rep, now)
+            if not formed:
                 if rep.in_flight == 0 and not (len(rep.prefilling) + len(rep.decoding)) and rep.waiting:
                     self._drop_unfittable(rep)
                     continue
                 rep.sched_waits = True
                 return
-            self._start_micro_batch(rep, batch[0], batch[1], now)
+            self._start_micro_batch(rep, self.b_prefills, self.b_decodes, now)
             return
 
     @cython.cfunc
@@ -606,8 +649,11 @@ class Core:
         s: cython.int
         d: cython.double
         nd: cython.longlong = len(dec)
-        chunks: list = []
-        prefixes: list = []
+        chunks: list = _NONE
+        prefixes: list = _NONE
+        if prefills:
+            chunks = []
+            prefixes = []
         self.batch_no += 1
         for rid, chunk in prefills:
             if self.stamp[rid] == self.batch_no or self.inflight[rid]:
@@ -620,7 +666,6 @@ class Core:
                 self.error = INV_SCHEDULED_TWICE
             self.stamp[rid] = self.batch_no
             kv_sum += self.computed[rid] + 1
-        durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, s) for s in range(self.pp)]
         # Replica._count_work
         for s in range(len(chunks)):
             c = chunks[s]
@@ -638,15 +683,21 @@ class Core:
             for rid, _chunk in prefills:
                 self.inflight[rid] = 1
         kv_used: cython.longlong = rep.num_blocks - rep.free
-        mb = (prefills, dec, durations, num_prefill, kv_used)
+        if self.pp == 1:
+            d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
+            rep.prefills0 = prefills
+            rep.decodes0 = dec
+        else:
+            durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, s) for s in range(self.pp)]
+            d = durations[0]
+            rep.stage0 = (prefills, dec, durations, num_prefill, kv_used)
+        rep.busy0 = True
         if not rep.in_flight:
             rep.busy_since = now
         rep.in_flight += 1
-        d = durations[0]
         rep.last_duration = d
         self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
-        rep.stage0 = mb
-        self._schedule(now + d, NORMAL, EV_SCHED, rep.index)
+        self._schedule(now + d, NORMAL, rep.index * self.pp)
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
     @cython.cfunc
@@ -660,7 +711,7 @@ class Core:
             if s + 1 < self.pp:
                 self._hand_over(rep, s + 1, mb)
             else:
-                self._complete(rep, mb)
+                self._complete(rep, mb[0], mb[1])
                 self._notify(rep)
             rep.idle_mark[s] = self._inflight_time(rep, self.now)
         q = rep.queues[s]
@@ -674,28 +725,27 @@ class Core:
         nd: cython.longlong = len(mb[1])
         self._row(rep, s, now, now + d, mb[3], nd, len(mb[0]) + nd, mb[4])
         rep.current[s] = mb
-        self._schedule(now + d, NORMAL, EV_STAGE, rep.index * self.pp + s)
+        self._schedule(now + d, NORMAL, rep.index * self.pp + s)
 
     @cython.cfunc
     def _hand_over(self, rep: Rep, s: cython.int, mb: tuple) -> cython.void:
         rep.queues[s].append(mb)
         if rep.stage_waits[s]:
             rep.stage_waits[s] = False
-            self._schedule(self.now, NORMAL, EV_STAGE, rep.index * self.pp + s)
+            self._schedule(self.now, NORMAL, rep.index * self.pp + s)
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _inflight_time(self, rep: Rep, t: cython.double) -> cython.double:
         if rep.in_flight:
             return rep.inflight_acc + (t - rep.busy_since)
         return rep.inflight_acc + 0.0
 
     @cython.cfunc
-    def _complete(self, rep: Rep, mb: tuple) -> cython.void:
+    def _complete(self, rep: Rep, prefills: list, dec: list) -> cython.void:
         rid: cython.longlong
         chunk: cython.longlong
         now: cython.double = self.now
-        prefills: list = mb[0]
-        dec: list = mb[1]
         rep.in_flight -= 1
         if not rep.in_flight:
             rep.inflight_acc += now - rep.busy_since
@@ -717,6 +767,7 @@ class Core:
 
     # -- the TBT histogram (LogHistogram.add) ---------------------------------------------------------------
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _hist_add(self, value: cython.double, weight: cython.double) -> cython.void:
         i: cython.longlong
         if value <= 0.0:
@@ -761,7 +812,7 @@ class Core:
         t0: cython.double
         gap: cython.double
         same: cython.bint = True
-        done: list = []
+        done: list = _NONE
         t0 = self.last_token[dec[0]]
         for rid in dec:
             if self.last_token[rid] != t0:
@@ -776,6 +827,8 @@ class Core:
                 if self.tbt_max[rid] < gap:
                     self.tbt_max[rid] = gap
                 if self.generated[rid] >= self.output[rid]:
+                    if done is _NONE:
+                        done = []
                     done.append(rid)
             self._hist_add(gap, len(dec))
         else:
@@ -788,6 +841,8 @@ class Core:
                     self.tbt_max[rid] = gap
                 self._hist_add(gap, 1.0)
                 if self.generated[rid] >= self.output[rid]:
+                    if done is _NONE:
+                        done = []
                     done.append(rid)
         for rid in done:
             rep.decoding.remove(rid)
@@ -804,27 +859,32 @@ class Core:
 
     # -- KV blocks (kvcache.BlockManager) -------------------------------------------------------------------
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _allocate(self, rep: Rep, n: cython.longlong) -> cython.void:
         if n < 0 or n > rep.free:
             self.error = INV_KV_NEGATIVE
         rep.free -= n
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _release(self, rep: Rep, n: cython.longlong) -> cython.void:
         if n < 0 or rep.free + n > rep.num_blocks:
             self.error = INV_KV_OVERFULL
         rep.free += n
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _can_allocate(self, rep: Rep, n: cython.longlong) -> cython.bint:
         return rep.free - n >= rep.watermark
 
     # -- transitions (state.ReplicaState) ------------------------------------------------------------------
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _num_tokens(self, rid: cython.longlong) -> cython.longlong:
         return self.prompt[rid] + self.generated[rid]
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _admission_blocks(self, rid: cython.longlong) -> cython.longlong:
         if not self.dynamic:
             return self.reserve
@@ -929,26 +989,29 @@ class Core:
 
     # -- policies (policies.py, budgets.py) --------------------------------------------------------------
     @cython.cfunc
-    def _policy(self, rep: Rep, now: cython.double) -> object:
-        """The batch as (prefills [(id, chunk)], decodes [id]), or None when it would be empty."""
+    def _policy(self, rep: Rep, now: cython.double) -> cython.bint:
+        """Form the batch into b_prefills [(id, chunk)] and b_decodes [id]; False when it would be empty."""
         pol: cython.int = self.policy
         prefills: list
         decodes: list
+        more: list
         if pol == P_SARATHI:
             decodes = self._schedule_decodes(rep)
-            prefills, tokens = self._partial_prefills(rep, len(decodes))
-            prefills += self._admit_chunked(rep, now, tokens)
+            prefills = self._partial_prefills(rep, len(decodes))
+            more = self._admit_chunked(rep, now, self.b_tokens)
+            if more:
+                prefills = prefills + more if prefills else more
         elif pol == P_FCFS:
             if self._num_running(rep):
-                prefills, decodes = [], self._paused_decodes(rep)
+                prefills, decodes = _NONE, self._paused_decodes(rep)
             else:
-                prefills, decodes = self._admit_whole(rep, now, False), []
+                prefills, decodes = self._admit_whole(rep, now, False), _NONE
         elif pol == P_ORCA:
             decodes = self._paused_decodes(rep)
             prefills = self._admit_whole(rep, now, False)
         elif pol == P_VLLM:
             prefills = self._admit_whole(rep, now, True)
-            decodes = [] if prefills else self._schedule_decodes(rep)
+            decodes = _NONE if prefills else self._schedule_decodes(rep)
         elif pol == P_CHUNKED:
             prefills, decodes = self._chunked(rep, now)
         elif pol == P_V1:
@@ -956,9 +1019,9 @@ class Core:
         else:
             decodes = self._schedule_decodes(rep)
             prefills = self._fill_chunks(rep, now, len(decodes), decodes)
-        if not prefills and not decodes:
-            return None
-        return prefills, decodes
+        self.b_prefills = prefills
+        self.b_decodes = decodes
+        return len(prefills) > 0 or len(decodes) > 0
 
     @cython.cfunc
     def _chunked(self, rep: Rep, now: cython.double) -> tuple:
@@ -968,41 +1031,47 @@ class Core:
             prefills = self._prefills_only(rep, now)
             if prefills:
                 rep.turn_prefill = False
-                return prefills, []
+                return prefills, _NONE
         decodes: list = self._schedule_decodes(rep)
         rep.turn_prefill = True
         if decodes or tried:
-            return [], decodes
+            return _NONE, decodes
         prefills = self._prefills_only(rep, now)
         rep.turn_prefill = not prefills
-        return prefills, []
+        return prefills, _NONE
 
     @cython.cfunc
     def _prefills_only(self, rep: Rep, now: cython.double) -> list:
-        prefills, tokens = self._partial_prefills(rep, 0)
-        return prefills or self._admit_chunked(rep, now, tokens)
+        prefills: list = self._partial_prefills(rep, 0)
+        return prefills or self._admit_chunked(rep, now, self.b_tokens)
 
     @cython.cfunc
-    def _partial_prefills(self, rep: Rep, tokens: cython.longlong) -> tuple:
+    def _partial_prefills(self, rep: Rep, tokens: cython.longlong) -> list:
+        """Next chunks of admitted prompts, FCFS, while the budget lasts; b_tokens: the tokens after them."""
         rid: cython.longlong
         n: cython.longlong
-        out: list = []
+        out: list = _NONE
         for rid in rep.prefilling:
             if self.pp > 1 and self.inflight[rid]:
                 continue
             n = min(self.target[rid] - self.computed[rid], self.budget - tokens)
             if n <= 0:
                 continue
+            if out is _NONE:
+                out = []
             out.append((rid, n))
             tokens += n
-        return out, tokens
+        self.b_tokens = tokens
+        return out
 
     @cython.cfunc
     def _admit_chunked(self, rep: Rep, now: cython.double, tokens: cython.longlong) -> list:
         rid: cython.longlong
         n: cython.longlong
-        out: list = []
         self._drop_too_long(rep)
+        if not rep.waiting:
+            return _NONE
+        out: list = []
         while rep.waiting:
             rid = rep.waiting[0]
             if (
@@ -1026,8 +1095,10 @@ class Core:
         rid: cython.longlong
         n: cython.longlong
         tokens: cython.longlong = 0
-        out: list = []
         self._drop_too_long(rep)
+        if not rep.waiting:
+            return _NONE
+        out: list = []
         while rep.waiting:
             rid = rep.waiting[0]
             n = self._num_tokens(rid)
@@ -1230,7 +1301,7 @@ class Core:
                 continue
             if self.computed[rid] % bs == 0:
                 while rep.free < 1:
-                    victim = max(rep.prefilling[-1:] + rep.decoding[-1:])
+                    victim = _youngest(rep)
                     self._preempt(rep, victim)
                     gone.add(victim)
                     if victim == rid:
@@ -1250,7 +1321,7 @@ class Core:
         for rep in self.reps:
             work = (rep.w_tokens, rep.w_prefill_pairs, rep.w_prefill_kv, rep.w_decode_kv, rep.w_micro_batches)
             out.append((rep.in_flight, rep.w_micro_batches, rep.outstanding, rep.free, rep.preemptions,
-                        list(rep.bubble), work))  # fmt: skip
+                        [rep.bubble[k] for k in range(self.pp)], work))  # fmt: skip
         return out
 
     def counters(self) -> tuple:
@@ -1289,3 +1360,15 @@ def _remove_sorted(a: list, x: cython.longlong) -> cython.bint:
         del a[lo]
         return True
     return False
+
+
+@cython.cfunc
+def _youngest(rep: Rep) -> cython.longlong:
+    """The youngest resident request (vLLM preempts the last of `running`): the largest id there."""
+    n: cython.Py_ssize_t = len(rep.prefilling)
+    m: cython.Py_ssize_t = len(rep.decoding)
+    if not n:
+        return rep.decoding[m - 1]
+    if not m:
+        return rep.prefilling[n - 1]
+    return max(rep.prefilling[n - 1], rep.decoding[m - 1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -77,6 +78,9 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     return core
 
 
+_tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
+
+
 def timer_params(timer) -> tuple[int, dict] | None:
     """(kind, tables) for a timer whose arithmetic the core reproduces; None for any other timer."""
     from simserve.predictor.timer import BatchTimer
@@ -84,29 +88,34 @@ def timer_params(timer) -> tuple[int, dict] | None:
 
     kind = type(timer)
     if kind is BatchTimer:
-        t = timer
-        return 0, dict(
-            tok=np.array(t._tok, dtype=np.float64),
-            tend=int(t._tend),
-            tslope=np.array(t._tslope, dtype=np.float64),
-            dec=np.array(t._dec, dtype=np.float64),
-            dl=float(t._dl),
-            bmax=int(t._bmax),
-            bhalf=int(t._bhalf),
-            jlast=int(t._jlast),
-            pre=np.array(t._pre, dtype=np.float64),
-            dc=float(t._dc),
-            dp=float(t._dp),
-            ilast=int(t._ilast),
-            klast=int(t._klast),
-            cpu_a=np.array(t._cpu_a, dtype=np.float64),
-            cpu_b=np.array(t._cpu_b, dtype=np.float64),
-        )
+        if timer not in _tables:  # NOTE: a few ms from the timer's lists: once per timer, not per run
+            _tables[timer] = _table_arrays(timer)
+        return 0, _tables[timer]
     if kind is LinearTimer:
         return 1, dict(a=timer.a, b=timer.b, c=timer.c)
     if kind is ConstantTimer:
         return 2, dict(a=timer.seconds, b=0.0, c=0.0)
     return None
+
+
+def _table_arrays(t) -> dict:
+    return dict(
+        tok=np.array(t._tok, dtype=np.float64),
+        tend=int(t._tend),
+        tslope=np.array(t._tslope, dtype=np.float64),
+        dec=np.array(t._dec, dtype=np.float64),
+        dl=float(t._dl),
+        bmax=int(t._bmax),
+        bhalf=int(t._bhalf),
+        jlast=int(t._jlast),
+        pre=np.array(t._pre, dtype=np.float64),
+        dc=float(t._dc),
+        dp=float(t._dp),
+        ilast=int(t._ilast),
+        klast=int(t._klast),
+        cpu_a=np.array(t._cpu_a, dtype=np.float64),
+        cpu_b=np.array(t._cpu_b, dtype=np.float64),
+    )
 
 
 class _Work(SimpleNamespace):
@@ -199,8 +208,11 @@ def run(
         if now >= rules.cap:
             capped = c.end_run()
             continue
-        totals = c.replica_totals()
-        rules.check_stall(arrived >= n, any(t[0] for t in totals), num_done, sum(t[1] for t in totals))
+        if arrived >= n:  # the stall check (it only looks once every request has arrived)
+            totals = c.replica_totals()
+            rules.check_stall(True, any(t[0] for t in totals), num_done, sum(t[1] for t in totals))
+        else:
+            rules.check_stall(False, False, num_done, 0)
         c.next_check_at()
     replicas = [_summary(i, pp, t, num_blocks) for i, t in enumerate(c.replica_totals())]
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
