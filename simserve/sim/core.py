@@ -945,6 +945,7 @@ class Core:
 
     # -- the decode part of a batch: KV growth and preemption ---------------------------------------------
     @cython.cfunc
+    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
     def _schedule_decodes(self, rep: Rep) -> list:
         rid: cython.longlong
         n_need: cython.longlong = 0
@@ -963,6 +964,7 @@ class Core:
         return self._schedule_decodes_preempting(rep)
 
     @cython.cfunc
+    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
     def _schedule_decodes_preempting(self, rep: Rep) -> list:
         rid: cython.longlong
         victim: cython.longlong
@@ -1280,6 +1282,7 @@ class Core:
         return prefills, dec
 
     @cython.cfunc
+    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
     def _grow_decodes(self, rep: Rep, decodes: list) -> tuple:
         rid: cython.longlong
         victim: cython.longlong
