@@ -330,6 +330,7 @@ class Core:
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     counts: cython.double[:]
     zeros: cython.double
+    gaps: cython.double[:]  # one decode batch's TBT gaps (_complete_decodes)
     log_gamma: cython.double
     offset: cython.longlong
     num_buckets: cython.longlong
@@ -396,6 +397,7 @@ class Core:
         self.blocks, self.req_preemptions = arrays["blocks"], arrays["preemptions"]
         self.inflight, self.status, self.replica = arrays["inflight"], arrays["status"], arrays["replica"]
         self.stamp = arrays["stamp"]
+        self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
         self.zeros = hist["zeros"]
         self.log_gamma, self.offset, self.num_buckets = hist["log_gamma"], hist["offset"], hist["num"]
@@ -808,42 +810,37 @@ class Core:
 
     @cython.cfunc
     def _complete_decodes(self, rep: Rep, dec: list, now: cython.double) -> cython.void:
+        """Each request in `dec` computed one token and sampled the next (ReplicaState.complete_decodes)."""
         rid: cython.longlong
         t0: cython.double
+        last: cython.double
         gap: cython.double
+        k: cython.Py_ssize_t = 0
+        j: cython.Py_ssize_t
         same: cython.bint = True
         done: list = _NONE
         t0 = self.last_token[dec[0]]
-        for rid in dec:
-            if self.last_token[rid] != t0:
+        for rid in dec:  # NOTE: one pass; the gaps are kept in case they differ (then each is a sample)
+            last = self.last_token[rid]
+            if last != t0:
                 same = False
-                break
+            gap = now - last
+            self.gaps[k] = gap
+            k += 1
+            self.computed[rid] += 1
+            self.generated[rid] += 1
+            self.last_token[rid] = now
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+            if self.generated[rid] >= self.output[rid]:
+                if done is _NONE:
+                    done = []
+                done.append(rid)
         if same:  # the common case: all got their last token at once, so they waited the same gap
-            gap = now - t0
-            for rid in dec:
-                self.computed[rid] += 1
-                self.generated[rid] += 1
-                self.last_token[rid] = now
-                if self.tbt_max[rid] < gap:
-                    self.tbt_max[rid] = gap
-                if self.generated[rid] >= self.output[rid]:
-                    if done is _NONE:
-                        done = []
-                    done.append(rid)
-            self._hist_add(gap, len(dec))
+            self._hist_add(now - t0, k)
         else:
-            for rid in dec:
-                self.computed[rid] += 1
-                self.generated[rid] += 1
-                gap = now - self.last_token[rid]
-                self.last_token[rid] = now
-                if gap > self.tbt_max[rid]:
-                    self.tbt_max[rid] = gap
-                self._hist_add(gap, 1.0)
-                if self.generated[rid] >= self.output[rid]:
-                    if done is _NONE:
-                        done = []
-                    done.append(rid)
+            for j in range(k):
+                self._hist_add(self.gaps[j], 1.0)
         for rid in done:
             rep.decoding.remove(rid)
             self._finish(rep, rid, now)
@@ -952,15 +949,16 @@ class Core:
         dec: list = self._paused_decodes(rep)
         if not self.dynamic or not dec:
             return dec
-        for rid in dec:
+        for rid in dec:  # NOTE: one pass, undone below in the rare case that blocks run short
             if self.computed[rid] % self.block_size == 0:
                 n_need += 1
-        if rep.free - n_need >= 1:
+                self.blocks[rid] += 1
+        if rep.free - n_need >= 1:  # every can_append_slot check of the loop below would pass
             self._allocate(rep, n_need)
-            for rid in dec:
-                if self.computed[rid] % self.block_size == 0:
-                    self.blocks[rid] += 1
             return dec
+        for rid in dec:
+            if self.computed[rid] % self.block_size == 0:
+                self.blocks[rid] -= 1
         return self._schedule_decodes_preempting(rep)
 
     @cython.cfunc
