@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from simserve.errors import SimserveError
 from simserve.sim import core_run
@@ -21,10 +21,14 @@ from simserve.sim.config import SimConfig
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import POLICIES
-from simserve.sim.replica import BatchTimer, Replica
 from simserve.sim.request import IGNORED, Requests
 from simserve.sim.state import ReplicaState
 from simserve.sim.watchdog import Watchdog
+
+if TYPE_CHECKING:  # NOTE: SimPy only when the reference runs: a run on the compiled core never imports it
+    import simpy
+
+    from simserve.sim.replica import BatchTimer, Replica
 
 
 @dataclass
@@ -62,6 +66,8 @@ class Cluster:
         self.rules = Watchdog(reqs, cfg, self.tbt)
         self.log = IterationLog()
         self.prompt_limit = cfg.prompt_limit()
+        from simserve.sim.replica import Replica
+
         policy = POLICIES[cfg.policy]
         pp = timer.num_stages
         self.replicas = [
@@ -185,6 +191,8 @@ def simulate(
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
         log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)
         return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped)
+    import simpy
+
     env = simpy.Environment()
     cluster = Cluster(env, reqs, cfg, timer, num_blocks)
     cluster.progress = progress
