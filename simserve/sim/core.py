@@ -15,11 +15,14 @@ What it reproduces, and how:
   - Every float operation in the same order (iteration times, TBT gaps, bubbles), and the TBT histogram's
     buckets through libm's log, as `LogHistogram.add` does.
   - The watchdog stays in Python: `run` returns at each overload check, with the shared request arrays and
-    histogram up to date, and the caller (compiled_run.py) applies the same rules as cluster.Cluster.
+    histogram up to date, and the caller (core_run.py) applies the rules of watchdog.py as cluster.Cluster does.
 
 State is shared, not copied: the request arrays and the histogram counts are the numpy arrays of the
 reference's `Requests`/`LogHistogram`, seen through typed memoryviews. An internal inconsistency sets
-`error` (an INV_* code) and stops the run at the end of the event; compiled_run.py turns it into one line.
+`error` (an INV_* code) and stops the run at the end of the event; core_run.py turns it into one line.
+
+After editing this file, rebuild the extension (`pip install -e .`): an old build would keep running the old
+code (tests/test_sim_core.py compares both the build and this source with the reference, so it shows).
 """
 
 from __future__ import annotations
