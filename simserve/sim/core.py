@@ -343,6 +343,7 @@ class Core:
     policy: cython.int
     dynamic: cython.bint
     block_size: cython.longlong
+    block_mask: cython.longlong  # block_size - 1 when it is a power of two (16), else -1
     reserve: cython.longlong
     budget: cython.longlong  # orca/fcfs have no token limit: a number no batch reaches
     unlimited: cython.bint
@@ -410,6 +411,8 @@ class Core:
         self.policy = POLICY_CODES[p["policy"]]
         self.dynamic = p["dynamic"]
         self.block_size = p["block_size"]
+        bs = p["block_size"]
+        self.block_mask = bs - 1 if bs & (bs - 1) == 0 else -1
         self.reserve = p["reserve"]
         self.unlimited = p["budget"] is None
         self.budget = 0 if self.unlimited else p["budget"]
@@ -877,6 +880,15 @@ class Core:
     def _can_allocate(self, rep: Rep, n: cython.longlong) -> cython.bint:
         return rep.free - n >= rep.watermark
 
+    @cython.cfunc
+    @cython.inline
+    @cython.exceptval(check=False)
+    def _block_start(self, computed: cython.longlong) -> cython.bint:
+        """Does the next token start a new KV block (computed % block_size == 0)?"""
+        if self.block_mask >= 0:  # NOTE: a mask, not a division: this runs for every decode of every batch
+            return (computed & self.block_mask) == 0
+        return computed % self.block_size == 0
+
     # -- transitions (state.ReplicaState) ------------------------------------------------------------------
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
@@ -953,14 +965,14 @@ class Core:
         if not self.dynamic or not dec:
             return dec
         for rid in dec:  # NOTE: one pass, undone below in the rare case that blocks run short
-            if self.computed[rid] % self.block_size == 0:
+            if self._block_start(self.computed[rid]):
                 n_need += 1
                 self.blocks[rid] += 1
         if rep.free - n_need >= 1:  # every can_append_slot check of the loop below would pass
             self._allocate(rep, n_need)
             return dec
         for rid in dec:
-            if self.computed[rid] % self.block_size == 0:
+            if self._block_start(self.computed[rid]):
                 self.blocks[rid] -= 1
         return self._schedule_decodes_preempting(rep)
 
@@ -984,7 +996,7 @@ class Core:
                     preempted_self = True
                     break
             if not preempted_self:
-                if self.computed[rid] % self.block_size == 0:
+                if self._block_start(self.computed[rid]):
                     self._allocate(rep, 1)
                     self.blocks[rid] += 1
                 out.append(rid)
@@ -1288,14 +1300,13 @@ class Core:
         rid: cython.longlong
         victim: cython.longlong
         n_need: cython.longlong = 0
-        bs: cython.longlong = self.block_size
         for rid in decodes:
-            if self.computed[rid] % bs == 0:
+            if self._block_start(self.computed[rid]):
                 n_need += 1
         if rep.free - n_need >= 1 or not n_need:
             self._allocate(rep, n_need)
             for rid in decodes:
-                if self.computed[rid] % bs == 0:
+                if self._block_start(self.computed[rid]):
                     self.blocks[rid] += 1
             return decodes, set()
         out: list = []
@@ -1303,7 +1314,7 @@ class Core:
         for rid in decodes:
             if rid in gone:
                 continue
-            if self.computed[rid] % bs == 0:
+            if self._block_start(self.computed[rid]):
                 while rep.free < 1:
                     victim = _youngest(rep)
                     self._preempt(rep, victim)
