@@ -258,7 +258,6 @@ class Rep:
     stage0: object  # ... PP > 1: (prefills, decodes, durations per stage, prefill tokens, KV used)
     prefills0: list  # ... PP = 1: its prefills and decodes (no tuple: the hot path at PP = 1)
     decodes0: list
-    last_duration: cython.double
     busy_since: cython.double
     inflight_acc: cython.double
     bubble: cython.double[:]
@@ -293,7 +292,6 @@ class Rep:
         self.stage0 = None
         self.prefills0 = []
         self.decodes0 = []
-        self.last_duration = 0.0
         self.busy_since = 0.0
         self.inflight_acc = 0.0
         self.bubble = np.zeros(pp)
@@ -703,7 +701,6 @@ class Core:
         if not rep.in_flight:
             rep.busy_since = now
         rep.in_flight += 1
-        rep.last_duration = d
         self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
 
