@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.options import cache_option, seed_option
 from simserve.cli.sweep import DEFAULT_CACHE, _numbers
 from simserve.errors import SimserveError
 
@@ -39,9 +40,7 @@ def plan(
     ),
     max_batch: int = typer.Option(128, "--max-batch", help="Resident requests per replica."),
     requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
-    seed: int = typer.Option(
-        0, "--seed", help="Seed of the trace sample and arrivals (same seed, same plan)."
-    ),
+    seed: int = seed_option("Seed of the trace sample and arrivals (same seed, same plan)."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
     out: Path = typer.Option(
@@ -52,9 +51,7 @@ def plan(
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip pareto.png."),
     force: bool = typer.Option(

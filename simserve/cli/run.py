@@ -6,11 +6,13 @@ import contextlib
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from simserve.cli import app
+from simserve.cli.options import seed_option
 
 # Options `run`, `sweep`, `plan` and `profile` share: precision, expert parallelism, the context limit. (Here,
 # not in a module of their own: a warm `simserve run` imports no other command module.)
@@ -100,7 +102,7 @@ def run_command(
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
-    seed: int = typer.Option(0, "--seed", help="Seeds the request sample and the arrivals."),
+    seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | poisson-clipped | gamma | replay."),
@@ -123,7 +125,7 @@ def run_command(
         "all", "--iterations", help="all | sampled (at most 200,000 evenly spaced rows) | none: the iterations table."
     ),
     exact: bool = typer.Option(
-        False, "--exact", help="One event per iteration: no compressed decode stretches."
+        False, "--exact", help="No effect (kept for old scripts): every run has one event per iteration now."
     ),
     stop_when_overloaded: bool = typer.Option(
         False,
@@ -206,6 +208,7 @@ def run_command(
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
+    arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
     from simserve.predictor.load import profile_label
 
@@ -216,7 +219,7 @@ def run_command(
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, qps, summary, out, notes + [f"op times from a {profile} profile"])
+    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
 
 
 @contextlib.contextmanager
@@ -233,10 +236,29 @@ def _progress_bar(total: int):
         yield lambda done, _: bar.update(task, completed=done)
 
 
-def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, notes: list[str]) -> None:
+@dataclass(frozen=True)
+class _Arrivals:
+    """How the requests arrived, in words: a rate, a recorded replay, or one burst."""
+
+    load: str  # what the title says after the trace
+    burst: bool  # every request arrived at once: a finite queue that drains, never an unbounded one
+    replay: bool
+
+    @classmethod
+    def of(cls, scenario, qps: float, arrived) -> _Arrivals:
+        # NOTE: replay ignores --qps (it keeps the trace's recorded times), so a title "at 1 QPS" was false.
+        if scenario.arrival != "replay":
+            return cls(f"at {qps:g} QPS", burst=False, replay=False)
+        n, span = len(arrived), float(arrived.max() - arrived.min()) if len(arrived) else 0.0
+        if span == 0:
+            return cls(f"replayed: a burst of {n} requests at once", burst=True, replay=True)
+        return cls(f"replayed: {n} requests over {span:.1f} s ({(n - 1) / span:.3g} req/s)", False, True)
+
+
+def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]) -> None:
     table = Table(
         title=f"{scenario.policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
-        f"{scenario.trace} at {qps:g} QPS"
+        f"{scenario.trace} {arrivals.load}"
     )
     for col in ("metric", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col != "metric" else "left")
@@ -251,10 +273,15 @@ def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, not
     console.print(table)
     busy = ", ".join(f"{b:.0%}" for b in s["stage_busy"])
     bubble = ", ".join(f"{b:.0%}" for b in s["stage_bubble"])
-    if not s["overloaded"]:
-        status = ""
-    elif scenario.stop_when_overloaded:
+    if s["overloaded"] and scenario.stop_when_overloaded:
         status = "[red]OVERLOADED (stopped early)[/red] "
+    elif arrivals.burst:
+        # a finite burst always queues, and always drains: say how long that took, not "without bound"
+        status = f"[yellow]a burst of {s['num_requests']} requests drained in {s['duration_s']:.1f} s[/yellow]; "
+    elif not s["overloaded"]:
+        status = ""
+    elif arrivals.replay:
+        status = "[yellow]the recorded arrivals outpaced service (the queue grew while they played)[/yellow]; "
     else:
         status = "[red]OVERLOADED (the queue grew without bound; latencies include the backlog)[/red] "
     console.print(

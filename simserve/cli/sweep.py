@@ -14,6 +14,7 @@ from rich.console import Console
 from simserve.cachedir import cache_root
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.options import cache_option, seed_option
 from simserve.errors import Reported, SimserveError
 
 # Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
@@ -141,7 +142,7 @@ def sweep(
         help="Max batch for orca and fcfs (default: the paper's 16, or 8 with --pp > 1).",
     ),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per point (capacity reported as mean ± spread)."),
-    seed: int = typer.Option(0, "--seed", help="The first seed."),
+    seed: int = seed_option("The first seed."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(
         1.0,
@@ -155,9 +156,7 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
     no_plots: bool = typer.Option(
         False, "--no-plots", help="Skip the PNG plots (faster; tables and summary only)."
@@ -202,7 +201,7 @@ def sweep(
     check_out_dir(out, force)
     if seeds < 1:
         raise SimserveError(f"--seeds must be at least 1, got {seeds}")
-    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid else (slo,)
+    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid is not None else (slo,)
     # The first SLO is the primary one (the table's order, the latency CDFs): --slo when the grid has it.
     slos_s = tuple(sorted(set(slos_s), key=lambda s: (s != slo, s)))
     slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile) for s in slos_s)
@@ -212,8 +211,8 @@ def sweep(
         else (_numbers(budgets, int, "--budgets") if budgets.strip() else ())
     )
     batches = _numbers(max_batch, int, "--max-batch")
-    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch else None
-    if slo_grid and vllm_batches is None:
+    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch is not None else None
+    if slo_grid is not None and vllm_batches is None:
         vllm_batches = (32, 64, 128)
     base = base_scenario(
         toy,
@@ -287,9 +286,7 @@ def regress(
     update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
 ) -> None:
     """Recompute the capacities of a few fixed configurations and compare them with the baseline."""

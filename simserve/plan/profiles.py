@@ -5,6 +5,8 @@ database when it has the GPU (simserve/profiling/measured_backend.py), else an a
 Every row says which it rests on ("shipped measured", "generated measured", "generated roofline (analytic)"), and
 a roofline label says why no measured profile was built (the GPU is not in the database, or the package is not
 installed), so nobody mistakes an analytic number for a measured one.
+Roofline profiles use spec-sheet peaks with efficiencies calibrated per compute capability on measured kernels
+(docs/profiling.md).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
     roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
     nothing."""
+    from simserve.profiling.collectives import for_node
     from simserve.profiling.roofline import link_fields, model_fields
 
     path = profile_dir(root, dep.gpu.name, dep.profile_model)
@@ -54,7 +57,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
         is_measured = profile.provenance.get("backend") == "measured"
         if is_measured != (measured_now is None):
             return None  # the package was installed or removed since: write the kind that can be built now
-        fields = {**({} if is_measured else model_fields(dep.gpu)),
+        fields = {**({} if is_measured else model_fields(dep.gpu, for_node(dep.node))),
                   **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}  # fmt: skip
         now = json.loads(json.dumps(fields))
         if any(profile.provenance.get(k) != v for k, v in now.items()):

@@ -25,13 +25,14 @@ from simserve.catalog import GPUSpec
 from simserve.deployment import Deployment
 from simserve.ops import AttentionShape, expert_load, expert_ops
 from simserve.profiling import gemm_tiles
-from simserve.profiling.roofline import KERNELS, KernelConstants
+from simserve.profiling.roofline import KernelConstants, kernels_for
 
 
 def grouped_gemm_ms(
-    gpu: GPUSpec, touched, rows, k: int, n: int, weight_bytes: int = 2, c: KernelConstants = KERNELS
+    gpu: GPUSpec, touched, rows, k: int, n: int, weight_bytes: int = 2, c: KernelConstants | None = None
 ) -> np.ndarray:
     """`touched` experts' (k × n) weight slices applied to `rows` routed token rows in all, spread evenly."""
+    c = c or kernels_for(gpu)
     touched = np.maximum(np.asarray(touched, dtype=float), 1e-9)
     rows = np.asarray(rows, dtype=float)
     tiles = gemm_tiles.arch_tiles(gpu)
@@ -45,7 +46,7 @@ def grouped_gemm_ms(
     return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
 
 
-def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants = KERNELS) -> pd.DataFrame:
+def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:
     """linear.csv rows of the routed experts for every EP degree each TP degree allows (ops.ExpertOp names)."""
     import dataclasses
 
@@ -66,10 +67,11 @@ def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants 
 
 
 def mla_decode_attention_ms(
-    gpu: GPUSpec, s: AttentionShape, batch, kv_len, kv_bytes: int = 2, c: KernelConstants = KERNELS
+    gpu: GPUSpec, s: AttentionShape, batch, kv_len, kv_bytes: int = 2, c: KernelConstants | None = None
 ) -> np.ndarray:
     """`batch` sequences, one query token each, over `kv_len` cached latents (same occupancy model as GQA decode
     with one KV head: vLLM's MLA decode kernels split each sequence's KV into partitions the same way)."""
+    c = c or kernels_for(gpu)
     b = np.asarray(batch, dtype=float)
     length = np.asarray(kv_len, dtype=float)
     width = s.latent_dim + s.rope_dim
@@ -84,10 +86,11 @@ def mla_decode_attention_ms(
 
 
 def mla_prefill_attention_ms(
-    gpu: GPUSpec, s: AttentionShape, chunk, prefix, kv_bytes: int = 2, c: KernelConstants = KERNELS
+    gpu: GPUSpec, s: AttentionShape, chunk, prefix, kv_bytes: int = 2, c: KernelConstants | None = None
 ) -> np.ndarray:
     """One request's chunk over its prefix, in the decompressed form: scores over qk_head_dim, values over
     v_head_dim, per head; the score rectangle and row overhead as in roofline.prefill_attention_ms."""
+    c = c or kernels_for(gpu)
     ch = np.asarray(chunk, dtype=float)
     keys = np.asarray(prefix, dtype=float) + ch
     tile = c.attn_prefill_tile_rows

@@ -27,6 +27,7 @@ import numpy as np
 from simserve.errors import SimserveError
 from simserve.io import atomic_path
 from simserve.numerics import parse_floats
+from simserve.shipped import shipped_dir
 
 TABLES: dict[str, list[str]] = {
     "linear": ["op", "tp", "num_tokens", "time_ms"],
@@ -35,7 +36,7 @@ TABLES: dict[str, list[str]] = {
     "collectives": ["op", "link", "num_workers", "size_bytes", "time_ms"],
 }
 PROVENANCE = "provenance.json"
-SHIPPED_PROFILES = Path(__file__).resolve().parents[2] / "profiles"  # the repository's profiles/
+SHIPPED_PROFILES = shipped_dir("profiles")  # the repository's profiles/ (or the wheel's copy)
 
 if TYPE_CHECKING:  # pandas is imported where a table is read: hashing a profile (the warm run path) needs none
     import pandas as pd

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-import simserve
 from simserve.io import write_text_atomic
+from simserve.shipped import package_dir, version
 from simserve.tune.capacity import SLO, Simulate, quantile_key
 
 # Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
@@ -46,7 +46,7 @@ def source_digest() -> str:
     changes it. The CLI and the tuner's own search, sweep and plotting code are left out (they do not change
     what one simulation returns), except the modules that turn a simulation into a probe record. The
     planner (plan/) is left out too: it only chooses scenarios, so a plan and a sweep share probes."""
-    root = Path(simserve.__file__).resolve().parent
+    root = package_dir()
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         rel = f.relative_to(root).as_posix()
@@ -136,7 +136,7 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
         "scenario": _canonical(_jsonable(scenario_fields(scenario))),
         "qps": f"{qps:.6g}",
         "quantiles": list(quantiles),
-        "simserve": simserve.__version__,
+        "simserve": version(),
         "source": source_digest(),
         "inputs": input_digests(scenario),
     }
