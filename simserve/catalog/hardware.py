@@ -305,14 +305,14 @@ _DATABASE_GPUS = [
                f"(AD102: the datasheet's 18,176 CUDA cores / 128 per SM); memory {_AIC.format('l40s')}",
     ),
     GPUSpec(
-        name="RTX-Pro-6000", memory_gib=95.59, peak_tflops=467.8, hbm_gbps=1792.0, num_sms=188, arch="blackwell",
+        name="RTX-P6000", memory_gib=95.59, peak_tflops=467.8, hbm_gbps=1792.0, num_sms=188, arch="blackwell",
         aliases=("rtx-pro-6000", "rtx-pro-6000-server", "rtx_pro_6000_server", "rtx-pro-6000-blackwell"),
         source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (96 GB GDDR7 at 1,792 GB/s; 24,064 CUDA cores "
                f"= 188 SMs); dense BF16 and memory from {_AIC.format('rtx_pro_6000_server')} (467.8 TF/s, 102.6e9 B)",
     ),
     GPUSpec(
-        name="A100-PCIe-80GB", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=1935.0, num_sms=108, arch="ampere",
-        aliases=("a100-pcie", "a100-pcie-80gb", "a100_pcie"),
+        name="A100-PCIe", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=1935.0, num_sms=108, arch="ampere",
+        aliases=("a100-pcie-80gb", "a100_pcie"),
         source="NVIDIA A100 datasheet (PCIe 80GB: 312 TF/s dense BF16, 1,935 GB/s HBM2e); memory as A100-80GB",
     ),
     GPUSpec(
@@ -371,13 +371,13 @@ _DATABASE_NODES = [
         source=f"8×L40S server (L40S has no NVLink); {_PCIE_BOX}; {_PCIE4}",
     ),
     NodeSpec(
-        name="rtx-pro-6000-pcie", gpu="RTX-Pro-6000", gpus_per_node=8, kind="pcie",
+        name="rtx-pro-6000-pcie", gpu="RTX-P6000", gpus_per_node=8, kind="pcie",
         nvlink_gbps=0.0, pcie_gbps=64.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=40.0,
         aliases=("rtx-pro-6000-server-box",),
         source=f"8×RTX PRO 6000 Server Edition (no NVLink), PCIe Gen5 x16; {_PCIE_BOX}; busbw 40 ({_NCCL_TESTS})",
     ),
     NodeSpec(
-        name="a100-pcie-8x", gpu="A100-PCIe-80GB", gpus_per_node=8, kind="pcie",
+        name="a100-pcie-8x", gpu="A100-PCIe", gpus_per_node=8, kind="pcie",
         nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=20.0,
         source=f"8×A100 PCIe without NVLink bridges; {_PCIE_BOX}; {_PCIE4}",
     ),

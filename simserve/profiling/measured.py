@@ -37,7 +37,7 @@ ATTRIBUTION = (
 # holds no tables for (a100_pcie, a30, h100_pcie, l4 in 0.12.0) are listed too: `simserve list gpus` says so.
 SYSTEMS = {
     "A100-80GB": "a100_sxm",
-    "A100-PCIe-80GB": "a100_pcie",
+    "A100-PCIe": "a100_pcie",
     "A30": "a30",
     "H100-SXM": "h100_sxm",
     "H100-PCIe": "h100_pcie",
@@ -48,7 +48,7 @@ SYSTEMS = {
     "GB300": "gb300",
     "L4": "l4",
     "L40S": "l40s",
-    "RTX-Pro-6000": "rtx_pro_6000_server",
+    "RTX-P6000": "rtx_pro_6000_server",
 }
 # The box each system's collectives were measured in (its systems/<name>.yaml `node`: 8 GPUs on NVSwitch for the SXM
 # parts, a 4-GPU tray of an NVL72 rack for GB200/GB300, a PCIe server for L40S and RTX Pro 6000). Measured
