@@ -98,7 +98,7 @@ def find_ties(
         reasons, breakers = [], []
         if capacity_based and gap < tolerance:
             reasons.append(f"within the search tolerance ({tolerance:.3g})")
-            breakers.append(_tolerance_to_break(gap) if gap > 0 else "nothing: the same numbers")
+            breakers.append(_tolerance_to_break(gap if gap > 0 else tolerance / 5))
         if capacity_based and plan_spread is not None and gap < plan_spread:
             reasons.append(
                 f"within the seed spread ({plan_spread:.1%}, measured over {len(spread)} deployments)"
@@ -111,9 +111,8 @@ def find_ties(
                     f"within the price ranges ({row['gpu']} ${p.low:g}–{p.high:g}, {b_gpu} ${q.low:g}–{q.high:g})"
                 )
                 breakers.append(
-                    f"a firm quote: a {row['gpu']} price below ${p.usd_per_gpu_hour * b_obj / obj:.3g}/GPU-h (or "
-                    f"{b_gpu} above ${q.usd_per_gpu_hour * obj / b_obj:.3g}) makes it the cheaper; above it (below "
-                    f"it), the first row stays"
+                    f"firm prices: {row['gpu']} below ${p.usd_per_gpu_hour * b_obj / obj:.3g}/GPU-h (or {b_gpu} "
+                    f"above ${q.usd_per_gpu_hour * obj / b_obj:.3g}) makes it the cheaper, else the first stays"
                 )
         if not capacity_based and gap == 0 and not reasons:
             reasons.append("the same cost per hour")
