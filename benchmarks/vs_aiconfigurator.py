@@ -95,7 +95,7 @@ def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
         "tokens_per_s_per_gpu": float(agg["tokens/s/gpu"]),
         "latency": f"TTFT {float(agg['ttft']):.0f} ms, TPOT {float(agg['tpot']):.1f} ms (steady state)",
         "disagg": (
-            f"{found['disagg']['tokens/s/gpu']} tokens/s/GPU, {float(found['disagg']['seq/s']):.2f} req/s, "
+            f"{float(found['disagg']['tokens/s/gpu']):.0f} tokens/s/GPU, {float(found['disagg']['seq/s']):.2f} req/s, "
             f"TTFT {float(found['disagg']['ttft']):.0f} ms, TPOT {float(found['disagg']['tpot']):.1f} ms"
         ),
         "cpu_s": cpu,
@@ -123,6 +123,9 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path) -> dict:
     res, cpu, wall = timed(cmd, env)
     doc = json.loads((out / "plan.json").read_text())
     best = doc["recommendation"]
+    searches = list(csv.DictReader((out / "searches.csv").open()))
+    (search,) = [r for r in searches if (r["gpu"], r["tp"], r["pp"], r["budget"], r["seed"]) ==
+                 (best["gpu"], str(best["tp"]), str(best["pp"]), str(best["budget"]), "0")]  # fmt: skip
     ties = [t["row"] for t in doc["ties"]]
     tie_note = f" (tied with {', '.join(ties)})" if ties else ""
     return {
@@ -131,7 +134,7 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path) -> dict:
         "answer": f"agg: {best['replicas']}×TP{best['tp']} PP{best['pp']}, budget {best['budget']}{tie_note}",
         "req_per_s": best["capacity_qps"],
         "tokens_per_s_per_gpu": best["output_tokens_per_s"] / best["gpus"],
-        "latency": doc["slo"],
+        "latency": f"{doc['slo']}; the bound met last: {search['limited_by']}",
         "disagg": "not modeled (issue 25 item 1)",
         "cpu_s": cpu,
         "wall_s": wall,

@@ -545,3 +545,11 @@ def test_ttft_and_tbt_slos_at_chosen_quantiles_bound_the_capacity(tmp_path, caps
     assert "seed spread" not in capsys.readouterr().out  # --tie-seeds 0: not measured, not quoted
     # a P90 TTFT of 1 s binds before the TBT bound does (at low load it is already 0.43 s: long prompts)
     assert 0 < caps["tbt+ttft"] < caps["tbt"]
+
+
+def test_a_gpu_without_a_box_in_the_catalog_is_one_error_naming_it() -> None:
+    from dataclasses import replace
+
+    orphan = replace(GPU.get("h100"), name="H100-NVL", aliases=())
+    with pytest.raises(SimserveError, match="no box \\(node\\) that holds H100-NVL; add one under 'nodes:'"):
+        enumerate_candidates(LLAMA70, [orphan], 8, (512,), 128, 8192)

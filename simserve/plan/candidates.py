@@ -74,6 +74,11 @@ def enumerate_candidates(
     """The deployments that fit, and one line per (GPU, TP, PP) that does not (why)."""
     fits, rejected = [], []
     for gpu in gpus:
+        if not any(n.gpu == gpu.name for n in NODES):  # its collectives and PP hops need a box's links
+            raise SimserveError(
+                f"the catalog has no box (node) that holds {gpu.name}; add one under 'nodes:' in a --catalog "
+                f"file (fields and sources: docs/collectives.md) or drop it from --gpus"
+            )
         for tp, pp in parallelisms(model, max_gpus):
             try:
                 box = best_box(gpu, tp, pp)
