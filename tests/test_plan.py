@@ -553,3 +553,30 @@ def test_a_gpu_without_a_box_in_the_catalog_is_one_error_naming_it() -> None:
     orphan = replace(GPU.get("h100"), name="H100-NVL", aliases=())
     with pytest.raises(SimserveError, match="no box \\(node\\) that holds H100-NVL; add one under 'nodes:'"):
         enumerate_candidates(LLAMA70, [orphan], 8, (512,), 128, 8192)
+
+
+def test_aiconfigurator_gets_the_catalogs_model_config(tmp_path: Path) -> None:
+    """benchmarks/vs_aiconfigurator.py hands AIConfigurator a config.json built from simserve's catalog."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from vs_aiconfigurator import hf_config
+
+    cfg = json.loads((hf_config("llama-2-70b", tmp_path / "m") / "config.json").read_text())
+    published = {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
+                 "intermediate_size": 28672, "vocab_size": 32000, "head_dim": 128}  # fmt: skip
+    assert {k: cfg[k] for k in published} == published
+
+
+def test_with_a_target_load_only_equal_costs_and_price_ranges_tie() -> None:
+    from simserve.plan.ties import find_ties
+
+    prices = {
+        "H200": PriceSpec("H200", 4.0, "t", "2026", low_usd_per_gpu_hour=3.5, high_usd_per_gpu_hour=4.5)
+    }
+    rows = _rows(("H200", 2, 1, 4, 8, 9.0), ("H200", 1, 2, 4, 8, 8.0), ("H200", 4, 1, 4, 16, 9.0))
+    rows["usd_per_hour"] = [32.0, 32.0, 64.0]
+    ties = find_ties(rows, rows.iloc[0], "usd_per_hour", prices, 0.025, {("H200", 2, 1): 0.5}, 1024,
+                     capacity_based=False)  # fmt: skip
+    # the same $/h ties (whatever the seed spread); twice the $/h on the same GPU does not
+    assert [(t.label, t.reasons) for t in ties] == [("4×(H200 TP1 PP2)", ("the same cost per hour",))]
