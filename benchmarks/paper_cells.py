@@ -108,6 +108,7 @@ class Cell:
             model=d.model, gpu=d.gpu, tp=d.tp, pp=d.pp, network=d.network, trace=t.source,
             num_requests=num_requests, arrival=arrival, policy=self.policy, budget=self.budget(),
             max_batch=self.max_batch(), seed=seed, max_model_len=t.max_model_len,
+            allow_long_context=True,  # the paper ran its 8k/16k traces on Yi-34B, LLaMA2-70B, Falcon-180B as is
         )  # fmt: skip
 
     def task(
@@ -144,7 +145,7 @@ def ablation_scenario(trace: str, policy: str, budget: int | None, seed: int) ->
     return Scenario(
         model=d.model, gpu=d.gpu, tp=d.tp, pp=d.pp, network=d.network, trace=t.source,
         num_requests=ABLATION_REQUESTS, policy=policy, budget=budget, max_batch=SARATHI_MAX_BATCH, seed=seed,
-        max_model_len=t.max_model_len,
+        max_model_len=t.max_model_len, allow_long_context=True,  # the paper's traces past 4k-context models
     )  # fmt: skip
 
 

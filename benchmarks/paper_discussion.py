@@ -154,9 +154,10 @@ def _paper_chat_comparison(doc: dict) -> str:
 
 STATIC = """### Execution times, memory and engine
 - **Profiles are analytic.** All four deployments are timed from `profiles/` built by the roofline backend
-  (spec-sheet peaks with efficiencies calibrated on measured A100 kernels; errors in docs/execution-model.md).
-  Nothing was measured on an A40 or on Falcon-180B's two-node Ethernet setup: the A40 efficiencies are the A100
-  ones, and the inter-node PP send is NCCL's model over 100 Gb/s Ethernet (not validated, docs/collectives.md).
+  (spec-sheet peaks with efficiencies calibrated per compute capability on measured kernels: the A100's on Vidur's
+  A100 profiles, the A40's on its A40 profile; errors in docs/kernel-validation.md). Nothing was measured on
+  Falcon-180B's two-node Ethernet setup: the inter-node PP send is NCCL's model over 100 Gb/s Ethernet (not
+  validated, docs/collectives.md).
 - **CPU overhead.** Each iteration is charged the Sarathi-Serve engine's schedule / prepare / sample / process
   times as Vidur measured them (a + b·batch, about 2 ms per iteration at batch 32), but not the Ray driver→worker round trip
   (2.5–6.5 ms per iteration in the same data), which the paper's Ray-based engine paid. With a 23 ms decode step

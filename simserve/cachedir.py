@@ -8,6 +8,7 @@ cache fits (an entry is re-made on its next miss, so a small bound costs time, n
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -19,6 +20,44 @@ from simserve.errors import SimserveError
 def cache_root() -> Path:
     env = os.environ.get("SIMSERVE_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "simserve"
+
+
+def _check_root() -> None:
+    # NOTE: a file in the cache's place made every cache write fail quietly (each cache treats a failed
+    # write as a miss), so every run silently recomputed everything.
+    root = cache_root()
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is a file" if probe == root else f"is under {probe}, a file"
+        raise SimserveError(
+            f"SIMSERVE_CACHE={root} {where}, not a directory; point it at a directory (or unset it for "
+            f"~/.cache/simserve)"
+        )
+
+
+def max_bytes_from_env() -> int | None:
+    """$SIMSERVE_CACHE_MAX_MB in bytes, or None when unset; anything but a number >= 0 is refused."""
+    limit = os.environ.get("SIMSERVE_CACHE_MAX_MB")
+    if limit is None or not limit.strip():
+        return None
+    try:
+        max_mb = float(limit)
+    except ValueError:
+        max_mb = math.nan
+    if not math.isfinite(max_mb) or max_mb < 0:
+        raise SimserveError(
+            f"SIMSERVE_CACHE_MAX_MB={limit} is not a size; set it to a number of megabytes >= 0 (e.g. 2000), "
+            f"or unset it for no bound"
+        )
+    return int(max_mb * 2**20)
+
+
+def check_env() -> None:
+    """Refuse a bad $SIMSERVE_CACHE or $SIMSERVE_CACHE_MAX_MB before a command does any work."""
+    _check_root()
+    max_bytes_from_env()
 
 
 @dataclass(frozen=True)
@@ -76,8 +115,8 @@ def clear(
     if kind is not None and kind not in kinds(root):
         known = ", ".join(kinds(root)) or "none yet"
         raise SimserveError(f"no cache kind {kind!r} in {root}; kinds there: {known}")
-    if older_than_days is not None and older_than_days < 0:
-        raise SimserveError(f"--older-than must be a number of days >= 0, got {older_than_days}")
+    if older_than_days is not None and not (math.isfinite(older_than_days) and older_than_days >= 0):
+        raise SimserveError(f"--older-than must be a number of days >= 0 (e.g. 30), got {older_than_days}")
     cutoff = time.time() - 86400 * older_than_days if older_than_days is not None else None
     return _remove([(f, st) for f, st in _files(root, kind) if cutoff is None or st.st_mtime < cutoff])
 
@@ -96,14 +135,10 @@ def trim(max_bytes: int, root: Path | None = None) -> tuple[int, int]:
 
 
 def trim_to_env_limit() -> None:
-    """Apply $SIMSERVE_CACHE_MAX_MB, if set (ignored when it is not a number: the cache is only a cache)."""
-    limit = os.environ.get("SIMSERVE_CACHE_MAX_MB")
-    try:
-        max_mb = float(limit) if limit else None
-    except ValueError:
-        return
-    if max_mb is not None and max_mb >= 0:
-        trim(int(max_mb * 2**20))
+    """Apply $SIMSERVE_CACHE_MAX_MB, if set (the CLI checks it with `check_env` before the command runs)."""
+    max_bytes = max_bytes_from_env()
+    if max_bytes is not None:
+        trim(max_bytes)
 
 
 def _remove(entries: list[tuple[Path, os.stat_result]]) -> tuple[int, int]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simserve.catalog import GPU, MODELS, NETWORKS, NODES, GPUSpec, ModelSpec, NetworkSpec, NodeSpec
+from simserve import precision
+from simserve.catalog import GPU, NETWORKS, NODES, GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.catalog.hardware import DEFAULT_NODE
+from simserve.catalog.models import resolve_model
 from simserve.errors import SimserveError
 
 BLOCK_SIZE = 16  # tokens per KV-cache block (vLLM and Sarathi-Serve)
@@ -24,6 +26,10 @@ class Deployment:
     memory_utilization: float = 0.85
     max_model_len: int = 8192
     block_size: int = BLOCK_SIZE
+    dtype: str = "bf16"  # weights of the linear layers: bf16 | fp8 (simserve/precision.py)
+    kv_dtype: str = "bf16"  # KV cache: bf16 | fp8
+    ep: int = 1  # expert parallelism: each GPU of a stage holds num_experts/ep experts, each split tp/ep ways
+    moe_skew: float = 0.0  # router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (ops.expert_load)
 
     @classmethod
     def create(
@@ -36,9 +42,13 @@ class Deployment:
         network: str | NetworkSpec | None = None,
         memory_utilization: float = 0.85,
         max_model_len: int = 8192,
+        dtype: str = "bf16",
+        kv_dtype: str = "bf16",
+        ep: int = 1,
+        moe_skew: float = 0.0,
     ) -> Deployment:
         """Resolve names and check the parallelism; raises SimserveError with the fix on bad input."""
-        model = MODELS.get(model) if isinstance(model, str) else model
+        model = resolve_model(model)
         gpu = GPU.get(gpu) if isinstance(gpu, str) else gpu
         if node is None:
             node = DEFAULT_NODE.get(gpu.name)
@@ -61,7 +71,11 @@ class Deployment:
             raise SimserveError(f"memory utilization must be in (0, 1], got {memory_utilization}")
         if max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {max_model_len}")
-        dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len)
+        dtype = precision.check_dtype(dtype, "--dtype")
+        kv_dtype = precision.check_dtype(kv_dtype, "--kv-dtype")
+        _check_experts(model, tp, ep, moe_skew)
+        extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew))
+        dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
         if node is not None and tp > node.gpus_per_node:
             raise SimserveError(
                 f"TP {tp} spans more GPUs than one {node.name} node holds ({node.gpus_per_node}); "
@@ -69,9 +83,34 @@ class Deployment:
             )
         if dep.num_nodes > 1 and network is None:
             dep = cls(
-                model, gpu, tp, pp, node, NETWORKS.get("ethernet-100g"), memory_utilization, max_model_len
+                model, gpu, tp, pp, node, NETWORKS.get("ethernet-100g"), memory_utilization, max_model_len, *extra
             )
         return dep
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per weight of the linear layers (embeddings and norms stay bf16)."""
+        return precision.DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per KV-cache element."""
+        return precision.DTYPE_BYTES[self.kv_dtype]
+
+    @property
+    def local_experts(self) -> int:
+        """Routed experts whose weights one GPU holds (a slice 1/expert_tp of each)."""
+        return self.model.num_experts // self.ep
+
+    @property
+    def expert_tp(self) -> int:
+        """How many GPUs split one expert's intermediate dimension."""
+        return self.tp // self.ep
+
+    @property
+    def profile_model(self) -> str:
+        """The model's name as its profile directory knows it: '-fp8' / '-kvfp8' mark non-bf16 profiles."""
+        return self.model.name + precision.suffix(self.dtype, self.kv_dtype)
 
     @property
     def num_gpus(self) -> int:
@@ -112,4 +151,29 @@ class Deployment:
     def describe(self) -> str:
         where = f" on {self.node.name}" if self.node else ""
         net = f" over {self.network.name}" if self.num_nodes > 1 and self.network else ""
-        return f"{self.model.name} on {self.num_gpus}×{self.gpu.name} (TP{self.tp}, PP{self.pp}){where}{net}"
+        ep = f", EP{self.ep}" if self.ep > 1 else ""
+        dt = "" if (self.dtype, self.kv_dtype) == ("bf16", "bf16") else f", {self.dtype} weights, {self.kv_dtype} KV"
+        par = f"TP{self.tp}, PP{self.pp}{ep}{dt}"
+        return f"{self.model.name} on {self.num_gpus}×{self.gpu.name} ({par}){where}{net}"
+
+
+def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float) -> None:
+    """EP groups whole experts inside one stage's TP group: it must divide both the experts and TP."""
+    if ep < 1:
+        raise SimserveError(f"--ep must be at least 1 (got {ep})")
+    if skew < 0:
+        raise SimserveError(f"--moe-skew must be >= 0 (0: balanced routing), got {skew}")
+    if not model.is_moe:
+        if ep > 1:
+            raise SimserveError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense: drop --ep")
+        return
+    if model.num_experts % ep:
+        raise SimserveError(
+            f"EP {ep} does not divide {model.name}'s {model.num_experts} experts; use an EP degree that divides "
+            f"{model.num_experts}"
+        )
+    if tp % ep:
+        raise SimserveError(
+            f"EP {ep} does not divide TP {tp}: simserve places the experts inside one stage's TP group (EP x "
+            f"expert-TP = TP); use an EP degree that divides {tp}"
+        )

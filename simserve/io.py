@@ -1,10 +1,11 @@
-"""Atomic file and directory writes: an interrupted run never leaves a partial output behind."""
+"""Atomic file and directory writes: an interrupted run never leaves a partial output behind; exact CSV reads."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,30 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+# The output directories this process has written in full: what the CLI's interrupt line reports.
+LANDED: list[Path] = []
+
+
+@contextlib.contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives inside the block until the block is done, then deliver it.
+
+    A handful of renames takes milliseconds; holding them makes an interrupted run's outputs all there or
+    all absent, never some of them."""
+    held: list[int] = []
+    try:
+        handler = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    except ValueError:  # not the main thread, which is where Python runs signal handlers: nothing to hold
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    if held and callable(handler):
+        handler(signal.SIGINT, None)
 
 
 # Every output directory simserve writes holds this file, listing the files it wrote there. It is how a later
@@ -95,12 +120,26 @@ def output_dir(path: str | os.PathLike, force: bool = False, option: str = "--ou
     try:
         yield tmp
         written = sorted(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file())
-        for rel in written:
-            (path / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp / rel, path / rel)
-        for rel in _listed(path) - set(written):
-            with contextlib.suppress(OSError):
-                (path / rel).unlink()
-        write_text_atomic(path / MARKER, "".join(f"{rel}\n" for rel in written))
+        with _interrupt_held():  # the outputs land all together or not at all, so `LANDED` tells the truth
+            for rel in written:
+                (path / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp / rel, path / rel)
+            for rel in _listed(path) - set(written):
+                with contextlib.suppress(OSError):
+                    (path / rel).unlink()
+            write_text_atomic(path / MARKER, "".join(f"{rel}\n" for rel in written))
+            LANDED.append(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def exact_floats() -> dict:
+    """Keyword arguments for `pd.read_csv` that parse every float to the nearest double on every pandas release.
+
+    pandas 3 parses floats correctly rounded by default (and deprecates `float_precision`); pandas 2's default
+    parser can miss the last bit (a replayed arrival time 3.1099981900000003 read back as its neighbour), so
+    there Python's own parser is asked for. Results must not depend on which pandas a machine has (issue 20).
+    """
+    import pandas as pd
+
+    return {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}

@@ -10,19 +10,54 @@ from simserve.errors import SimserveError
 GIB = 2**30
 
 
+def stage_layer_counts(dep: Deployment) -> list[tuple[int, int]]:
+    """(dense layers, MoE layers) on each pipeline stage: a MoE model's leading dense layers sit on stage 0."""
+    m, per = dep.model, dep.layers_per_stage
+    out = []
+    for s in range(dep.pp):
+        lo, hi = s * per, (s + 1) * per
+        dense = max(0, min(hi, m.dense_layers) - lo) if m.is_moe else per
+        out.append((dense, per - dense))
+    return out
+
+
 def weights_bytes_per_gpu(dep: Deployment) -> float:
-    """The largest weight shard among the stages: layers split by TP, embeddings on the first and last stage."""
+    """The largest weight shard among the stages: layers split by TP, embeddings on the first and last stage.
+
+    Linear-layer weights take dep.weight_bytes each (fp8: 1); norms, embeddings and the LM head stay bf16. A
+    MoE layer's routed experts are split over the stage's TP group whatever the EP degree (EP·expert-TP = TP), so
+    every GPU holds num_experts/TP experts' worth; the router is replicated on every GPU.
+    """
     m = dep.model
-    layers = dep.layers_per_stage * m.layer_params / dep.tp
-    embed = m.vocab * m.hidden / dep.tp  # vocab-parallel: one of input embedding / LM head per end stage
-    per_stage = [layers + embed * ((s == 0) + (s == dep.pp - 1)) for s in range(dep.pp)]
-    return max(per_stage) * m.dtype_bytes
+    act = m.dtype_bytes
+    wb = dep.weight_bytes
+    if not m.is_moe and not m.tied_embeddings and wb == act:  # the dense formula as it always was: the same floats, the same KV blocks
+        layers = dep.layers_per_stage * m.layer_params / dep.tp
+        embed = m.vocab * m.hidden / dep.tp
+        return max(layers + embed * ((s == 0) + (s == dep.pp - 1)) for s in range(dep.pp)) * act
+    attn = (m.attention_params * wb + m.norm_params * act) / dep.tp
+    dense_mlp = m.dense_mlp_params * wb / dep.tp
+    moe = (m.expert_params + 3 * m.hidden * m.shared_expert_ffn) * wb / dep.tp + m.hidden * m.num_experts * act
+    embed = m.vocab * m.hidden * act / dep.tp  # vocab-parallel: one of input embedding / LM head per end stage
+    per_stage = []
+    for s, (dense, sparse) in enumerate(stage_layer_counts(dep)):
+        ends = (s == 0) + (s == dep.pp - 1)
+        if m.tied_embeddings and dep.pp == 1:
+            ends = 1  # one shared matrix
+        per_stage.append((dense + sparse) * attn + dense * dense_mlp + sparse * moe + embed * ends)
+    return max(per_stage)
 
 
 def kv_bytes_per_token(dep: Deployment) -> int:
-    """K and V for one token on one GPU, over that GPU's layers."""
+    """K and V for one token on one GPU, over that GPU's layers.
+
+    Latent attention (DeepSeek) caches one compressed vector of kv_lora_rank + qk_rope_head_dim per token and
+    layer instead of K and V per head; every TP rank keeps the whole of it (vLLM replicates the latent cache).
+    """
     m = dep.model
-    return 2 * m.dtype_bytes * dep.kv_heads_per_gpu * m.head_dim * dep.layers_per_stage
+    if m.is_mla:
+        return dep.kv_bytes * (m.kv_lora_rank + m.qk_rope_head_dim) * dep.layers_per_stage
+    return 2 * dep.kv_bytes * dep.kv_heads_per_gpu * m.head_dim * dep.layers_per_stage
 
 
 def kv_bytes_per_block(dep: Deployment) -> int:
@@ -36,7 +71,11 @@ def activation_bytes_per_token(dep: Deployment) -> float:
     are live at once; attention (FlashAttention) needs no seq² buffer. Approximation: no allocator slack.
     """
     m = dep.model
-    live = 2 * m.hidden + (m.ffn_in_width + m.ffn) / dep.tp
+    ffn = m.ffn_in_width + m.ffn if m.dense_layers else 0
+    if m.is_moe:  # the routed copies of each token (top-k) through the experts, plus the shared experts
+        moe = 3 * (m.experts_per_token * m.expert_ffn + m.shared_expert_ffn) + 2 * m.experts_per_token * m.hidden * dep.tp
+        ffn = max(ffn, moe)
+    live = 2 * m.hidden + ffn / dep.tp
     return live * m.dtype_bytes
 
 
@@ -86,10 +125,12 @@ def plan_memory(dep: Deployment, profile_tokens_: int) -> MemoryPlan:
     if blocks < need:
         free = max(capacity - weights - act, 0) / GIB
         raise SimserveError(
-            f"{dep.describe()} does not fit: weights {weights / GIB:.1f} GiB + activations {act / GIB:.1f} GiB "
+            f"{dep.describe()} does not fit: weights {weights / GIB:.1f} GiB ({dep.dtype}) + activations "
+            f"{act / GIB:.1f} GiB "
             f"per GPU leave {free:.1f} GiB of {capacity / GIB:.1f} GiB usable "
             f"({dep.memory_utilization:.0%} of {dep.gpu.memory_gib:.1f} GiB) for KV, but one "
             f"{dep.max_model_len}-token request needs {need * block / GIB:.2f} GiB; "
-            f"use more GPUs (raise --tp or --pp), a bigger GPU or a shorter max length"
+            f"use more GPUs (raise --tp or --pp), a bigger GPU, fp8 weights/KV (--dtype/--kv-dtype fp8) or a "
+            f"shorter max length"
         )
     return MemoryPlan(capacity, weights, act, block, blocks)

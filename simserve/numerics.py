@@ -51,6 +51,19 @@ def interp(x, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
     return np.where(x <= xp[0], fp[0], np.where(x >= xp[-1], fp[-1], y))
 
 
+def parse_float(value) -> float:
+    """A cell as a float, NaN when it is not a number: Python's correctly rounded parser, the same on every
+    pandas release (pandas' own parsers have rounded the last bit differently between releases)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def parse_floats(values: Iterable) -> np.ndarray:
+    return np.array([parse_float(v) for v in values], dtype=np.float64)
+
+
 def fsum(values: Iterable[float]) -> float:
     return math.fsum(values)
 

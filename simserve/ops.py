@@ -4,15 +4,26 @@ Every profile backend times exactly these ops, and the predictor sums exactly th
 Linear ops multiply a (num_tokens × in_features) activation by an (in_features × out_features) weight shard.
 Elementwise ops move `bytes_per_token` through HBM per token. Attention and collectives are described by the
 dimensions their cost models need.
+
+Beyond the dense GQA layer (LINEAR_OPS): latent attention (DeepSeek) projects through low-rank q and kv
+(MLA_LINEAR_OPS) and caches one latent vector per token; a mixture-of-experts layer adds a replicated router, any
+shared experts (plain linear ops) and the routed experts as grouped GEMMs (`expert_ops`), whose work depends on
+how many distinct experts a batch touches (`expert_load`). An op's `share` is the fraction of the layers that
+run it (DeepSeek-V3: the dense FFN on 3 of 61 layers, the experts on 58).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from simserve.deployment import Deployment
 
 LINEAR_OPS = ("qkv_proj", "o_proj", "up_proj", "down_proj")
+MLA_LINEAR_OPS = ("qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
+MOE_LINEAR_OPS = ("router", "shared_up", "shared_down")
+EXPERT_OPS = ("moe_up", "moe_down")
 ELEMENTWISE_OPS = ("attn_norm", "mlp_norm", "rotary", "act", "residual_add")
 ATTENTION_PHASES = ("prefill", "decode")
 COLLECTIVE_OPS = ("all_reduce", "send_recv")
@@ -23,6 +34,7 @@ class LinearOp:
     name: str
     in_features: int
     out_features: int
+    share: float = 1.0  # fraction of the model's layers that run this op
 
     def flops(self, num_tokens: int) -> float:
         return 2.0 * num_tokens * self.in_features * self.out_features
@@ -45,17 +57,121 @@ class AttentionShape:
     q_heads: int  # per GPU
     kv_heads: int  # per GPU
     head_dim: int
+    # Latent attention (DeepSeek MLA), 0 otherwise: the cached latent's width and the rope key beside it, and
+    # the per-head query/key and value widths of the decompressed (prefill) form.
+    latent_dim: int = 0
+    rope_dim: int = 0
+    qk_head_dim: int = 0
+    v_head_dim: int = 0
+
+
+@dataclass(frozen=True)
+class ExpertOp:
+    """One GPU's routed experts of a MoE layer as one grouped GEMM: `local_experts` weight slices of
+    (in_features × out_features); which of them a batch touches, and with how many rows, is `expert_load`."""
+
+    name: str  # moe_up | moe_down
+    in_features: int
+    out_features: int
+    local_experts: int
+    share: float
+
+    def profile_name(self, dep: Deployment) -> str:
+        """The op's name in a profile: its work depends on EP and the routing spread as well as TP."""
+        skew = f"z{dep.moe_skew:g}" if dep.moe_skew else ""
+        return f"{self.name}@ep{dep.ep}{skew}"
 
 
 def linear_ops(dep: Deployment) -> list[LinearOp]:
     m, t = dep.model, dep.tp
     hd = m.head_dim
+    if m.is_mla:
+        h = dep.heads_per_gpu
+        attn = [  # vLLM's MLA: q_a and kv_a fused and replicated; q_b, kv_b column-, o row-parallel
+            LinearOp("qkv_a_proj", m.hidden, m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim),
+            LinearOp("q_b_proj", m.q_lora_rank or m.hidden, h * (m.qk_nope_head_dim + m.qk_rope_head_dim)),
+            # decode runs it weight-absorbed (q·W_UK, then ·W_UV after attention): the same FLOPs per token
+            LinearOp("kv_b_proj", m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim)),
+            LinearOp("o_proj", h * m.v_head_dim, m.hidden),
+        ]
+    else:
+        attn = [
+            LinearOp("qkv_proj", m.hidden, (dep.heads_per_gpu + 2 * dep.kv_heads_per_gpu) * hd),
+            LinearOp("o_proj", dep.heads_per_gpu * hd, m.hidden),
+        ]
+    if not m.is_moe:
+        return attn + [
+            LinearOp("up_proj", m.hidden, m.ffn_in_width // t),  # gate and up fused for SwiGLU
+            LinearOp("down_proj", m.ffn // t, m.hidden),
+        ]
+    dense, sparse = m.dense_layers / m.num_layers, m.moe_layers / m.num_layers
+    ops = list(attn)
+    if m.dense_layers:
+        ops += [LinearOp("up_proj", m.hidden, m.ffn_in_width // t, dense), LinearOp("down_proj", m.ffn // t, m.hidden, dense)]
+    ops.append(LinearOp("router", m.hidden, m.num_experts, sparse))  # replicated on every GPU
+    if m.shared_expert_ffn:
+        ops += [
+            LinearOp("shared_up", m.hidden, 2 * m.shared_expert_ffn // t, sparse),
+            LinearOp("shared_down", m.shared_expert_ffn // t, m.hidden, sparse),
+        ]
+    return ops
+
+
+def expert_ops(dep: Deployment) -> list[ExpertOp]:
+    """The routed experts of one GPU (none for a dense model): gate+up fused, then down."""
+    m = dep.model
+    if not m.is_moe:
+        return []
+    width = m.expert_ffn // dep.expert_tp
+    share = m.moe_layers / m.num_layers
     return [
-        LinearOp("qkv_proj", m.hidden, (dep.heads_per_gpu + 2 * dep.kv_heads_per_gpu) * hd),
-        LinearOp("o_proj", dep.heads_per_gpu * hd, m.hidden),
-        LinearOp("up_proj", m.hidden, m.ffn_in_width // t),  # gate and up fused for SwiGLU
-        LinearOp("down_proj", m.ffn // t, m.hidden),
+        ExpertOp("moe_up", m.hidden, 2 * width, dep.local_experts, share),
+        ExpertOp("moe_down", width, m.hidden, dep.local_experts, share),
     ]
+
+
+def timed_linear_ops(dep: Deployment) -> list[tuple[str, float]]:
+    """(profile op name, share of layers) of every GEMM a layer of `dep` runs: what the predictor sums."""
+    return [(op.name, op.share) for op in linear_ops(dep)] + [(op.profile_name(dep), op.share) for op in expert_ops(dep)]
+
+
+def expert_popularity(num_experts: int, top_k: int, skew: float) -> np.ndarray:
+    """Each expert's chance of being among one token's top-k, most popular first (they sum to k).
+
+    skew 0: balanced, k/E each (what load-balanced training aims for). skew s > 0: Zipf(s) popularity, p_i ∝
+    1/(i+1)^s scaled to sum to k and capped at 1 (an expert is picked at most once per token); the cap's excess
+    goes to the rest in proportion.
+    """
+    if skew <= 0:
+        return np.full(num_experts, top_k / num_experts)
+    w = 1.0 / np.arange(1, num_experts + 1, dtype=float) ** skew
+    p = top_k * w / w.sum()
+    for _ in range(num_experts):  # water-filling of the capped mass: at most E rounds, usually one or two
+        over = p > 1.0
+        if not over.any():
+            break
+        excess = float((p[over] - 1.0).sum())
+        p[over] = 1.0
+        free = p < 1.0
+        p[free] += excess * p[free] / p[free].sum()
+    return p
+
+
+def expert_load(dep: Deployment, num_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct experts touched, token rows routed) on the busiest GPU, for batches of `num_tokens` tokens.
+
+    Every GPU of the TP group sees the batch's T tokens. A token picks expert i with probability q_i
+    (`expert_popularity`), independently across tokens, so the GPU holding experts S computes
+    rows = T·Σ_S q_i and touches Σ_S (1 - (1 - q_i)^T) distinct experts. With skewed routing the busiest GPU is
+    taken to hold the most popular experts (EP places experts by index, and nothing balances popularity):
+    an upper bound on the slowest rank, which sets the layer's time.
+    """
+    m = dep.model
+    t = np.asarray(num_tokens, dtype=float)
+    q = expert_popularity(m.num_experts, m.experts_per_token, dep.moe_skew)[: dep.local_experts]
+    rows = t * q.sum()
+    touched = np.sum(1.0 - np.power.outer(1.0 - q, t).T, axis=-1) if t.ndim else float(np.sum(1.0 - (1.0 - q) ** t))
+    return np.asarray(touched, dtype=float), rows
 
 
 def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
@@ -65,6 +181,11 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
     rotary_bytes = 2 * (dep.heads_per_gpu + dep.kv_heads_per_gpu) * hd * b  # q and k, read and written
     ffn = m.ffn // dep.tp
     act_bytes = (3 * ffn if m.activation == "swiglu" else 2 * ffn) * b  # SiLU(gate)·up reads two, writes one
+    if m.is_moe:  # averaged over the layers: dense FFN where there is one, else top-k expert rows + shared experts
+        moe = 3 * (m.experts_per_token * m.expert_ffn + m.shared_expert_ffn) // dep.tp * b
+        act_bytes = round((m.dense_layers * act_bytes + m.moe_layers * moe) / m.num_layers)
+    if m.is_mla:  # rope on the per-head rope part of q and on the one shared rope key
+        rotary_bytes = 2 * (dep.heads_per_gpu + 1) * m.qk_rope_head_dim * b
     return [
         ElementwiseOp("attn_norm", norm_bytes, 1),
         ElementwiseOp("mlp_norm", norm_bytes, 1),
@@ -75,7 +196,11 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
 
 
 def attention_shape(dep: Deployment) -> AttentionShape:
-    return AttentionShape(dep.heads_per_gpu, dep.kv_heads_per_gpu, dep.model.head_dim)
+    m = dep.model
+    if m.is_mla:  # one latent "KV head" shared by every query head; head_dim is the cached width per token
+        return AttentionShape(dep.heads_per_gpu, 1, m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank,
+                              m.qk_rope_head_dim, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim)  # fmt: skip
+    return AttentionShape(dep.heads_per_gpu, dep.kv_heads_per_gpu, m.head_dim)
 
 
 def all_reduces_per_layer(dep: Deployment) -> int:

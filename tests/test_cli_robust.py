@@ -77,9 +77,13 @@ def _burst(tmp_path: Path) -> Path:
 
 def test_a_burst_runs_to_completion_by_default(capsys, tmp_path):
     args = ["run", "--trace", str(_burst(tmp_path)), "--arrival", "replay", "--requests", "32"]
-    assert cli(capsys, *args, "--out", str(tmp_path / "a"))[0] == 0
+    code, out, _ = cli(capsys, *args, "--out", str(tmp_path / "a"))
     full = json.loads((tmp_path / "a" / "summary.json").read_text())["summary"]
-    assert full["completed"] == 32
+    assert code == 0 and full["completed"] == 32
+    # what happened, in words: replay ignores --qps, and a finite burst drains rather than grows without bound
+    text = " ".join(out.split())
+    assert "a burst of 32 requests at once" in text and "QPS" not in text and "without bound" not in text
+    assert f"a burst of 32 requests drained in {full['duration_s']:.1f} s" in text
     assert cli(capsys, *args, "--out", str(tmp_path / "b"), "--stop-when-overloaded")[0] == 0
     stopped = json.loads((tmp_path / "b" / "summary.json").read_text())["summary"]
     assert stopped["overloaded"] and stopped["completed"] < 32
@@ -136,17 +140,88 @@ def test_an_impossible_slo_is_an_error_not_a_table_of_zeros(capsys, tmp_path):
     assert not (tmp_path / "o").exists() and "Capacity" not in out
 
 
-def test_ctrl_c_exits_130_in_one_line_leaving_no_output(tmp_path):
-    out = tmp_path / "run"
+# A generous bound that only keeps a broken run from hanging the suite; the tests wait on the process's own
+# signals (a file it writes at a known point), never on a guess of how long start-up takes.
+SAFETY_S = 600
+
+# Runs `simserve ARGS...` with hooks that write a file when the run reaches a known point, then wait there:
+# the simulation's first progress report (and it blocks there, so the run cannot finish before the signal),
+# and a stand-in for the clean-up at interpreter exit (the worker pool's threads are joined there).
+_HARNESS = """
+import atexit, pathlib, sys, time
+from contextlib import contextmanager
+import simserve.cli.run as run_cli
+ready = pathlib.Path(sys.argv[1])
+
+def wait_for(name):
+    (ready / name).touch()
+    deadline = time.monotonic() + SAFETY_S
+    while not (ready / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+@contextmanager
+def progress_bar(total):
+    yield lambda done, _: wait_for("simulating")
+
+run_cli._progress_bar = progress_bar
+atexit.register(wait_for, "exiting")
+from simserve.cli import main
+sys.argv = ["simserve", *sys.argv[2:]]
+main()
+""".replace("SAFETY_S", str(SAFETY_S))
+
+
+def _wait_for(path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SAFETY_S
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path.name} never came"
+        time.sleep(0.02)
+
+
+def _interrupted_run(tmp_path: Path, *, second_ctrl_c: bool) -> tuple[int, str, Path]:
+    out, ready = tmp_path / "run", tmp_path / "ready"
+    ready.mkdir()
     env = {**os.environ, "SIMSERVE_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-c", "from simserve.cli import main; main()", "run", "--requests", "200000",
-           "--qps", "2", "--out", str(out)]  # fmt: skip
+    cmd = [sys.executable, "-c", _HARNESS, str(ready), "run", "--requests", "64", "--qps", "2", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(4)  # past start-up, into the simulation
+    _wait_for(ready / "simulating", proc)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.count("\n") == 1 and "interrupted" in err
+    if second_ctrl_c:
+        _wait_for(ready / "exiting", proc)  # the one line is printed; the process is shutting down
+        proc.send_signal(signal.SIGINT)
+    (ready / "go").touch()
+    _, err = proc.communicate(timeout=SAFETY_S)
+    return proc.returncode, err, out
+
+
+def test_ctrl_c_exits_130_in_one_line_leaving_no_output(tmp_path):
+    code, err, out = _interrupted_run(tmp_path, second_ctrl_c=False)
+    assert code == 130 and err.count("\n") == 1 and "interrupted; no output was written" in err
     assert not out.exists()
+
+
+def test_a_second_ctrl_c_during_shutdown_still_ends_in_one_line(tmp_path):
+    code, err, out = _interrupted_run(tmp_path, second_ctrl_c=True)
+    assert code == 130 and err.count("\n") == 1 and "interrupted" in err, err
+    assert not out.exists()
+
+
+def test_plan_interrupted_after_writing_says_the_outputs_are_there(capsys, tmp_path, monkeypatch):
+    import simserve.plan.report as report
+
+    def write_then_ctrl_c(*args, **kwargs):
+        write_outputs(*args, **kwargs)
+        raise KeyboardInterrupt  # as a Ctrl-C right after the files landed, while the table prints
+
+    write_outputs = report.write_outputs
+    monkeypatch.setattr(report, "write_outputs", write_then_ctrl_c)
+    out = tmp_path / "plan"
+    args = ["plan", "--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--budgets", "512"]
+    code, _, err = cli(capsys, *args, "--requests", "32", "--executor", "serial", "--no-cache", "--out", str(out))
+    last = err.strip().splitlines()[-1]  # after the progress bar's line
+    assert code == 130 and "after the outputs were written" in last and str(out) in last, err
+    assert {"plan.csv", "plan.json", "searches.csv", "pareto.png"} <= {p.name for p in out.iterdir()}
 
 
 def test_progress_reports_monotone_counts_and_changes_nothing():

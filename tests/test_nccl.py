@@ -160,7 +160,7 @@ def test_errors_against_measured_boxes_are_bounded():
     # docs/kernel-validation.md has the table; these bounds sit a few points above the measured errors
     err = v.errors(v.load(REF))
     per = v.summary(err, ["box", "op", "num_workers"])["median_ape"]
-    assert set(per.index.get_level_values("box")) == {"a100_dgx", "a100_pairwise_nvlink"}
+    assert set(per.index.get_level_values("box")) == {"a100_dgx", "a100_pairwise_nvlink", "h100_pairwise_nvlink"}
     # validation box: nothing here was fitted on it (its host overhead is smaller than the DGX's: sends over-predicted)
     assert per["a100_pairwise_nvlink", "all_reduce"].max() <= 22.0
     assert per["a100_pairwise_nvlink", "send_recv", 2] <= 36.0
@@ -192,3 +192,87 @@ def test_known_error_mid_size_all_reduce_is_short_of_bandwidth_not_latency():
         dgx = table.loc[("a100_dgx", n)]
         dgx = dgx[dgx["n"] > 10]  # the one 64 MiB row is not a band
         assert dgx["extra_us"].is_monotonic_increasing and (dgx["median_bias"] < -10).all()
+
+
+# ------------------------------------------------ per-generation launch, NVLS, the H100 NVL box (issue 21 item 5)
+
+
+def test_launch_cost_follows_the_gpu_generation():
+    from simserve.catalog import NODES
+
+    assert nccl.launch_us_for(NODES.get("dgx-a100")) == nccl.LAUNCH_US  # the A100 box keeps its measured launch
+    assert nccl.launch_us_for(NODES.get("dgx-h100")) < nccl.LAUNCH_US / 2
+    small_a100 = float(nccl.collective_ms("send_recv", nccl.Fabric(2, 1, "nvlink", 300), 2048, nccl.LAUNCH_US))
+    small_h100 = float(nccl.hop_ms(NODES.get("dgx-h100"), None, nccl.Hop("dgx-h100", "nvlink"), 2048))
+    assert small_h100 < 0.6 * small_a100
+
+
+def test_nvls_only_on_an_nvswitch_box_with_it_from_eight_gpus():
+    from simserve.catalog import NODES
+
+    h100, a100 = NODES.get("dgx-h100"), NODES.get("dgx-a100")
+    assert nccl.choose("all_reduce", nccl.node_fabric(h100, 8), 64 << 20) == ("nvls", "Simple")
+    assert nccl.choose("all_reduce", nccl.node_fabric(h100, 4), 64 << 20)[0] == "ring"
+    assert all(k[0] != "nvls" for k in nccl.options_us("all_reduce", nccl.node_fabric(a100, 8), 64 << 20))
+    assert all(k[0] != "nvls" for k in nccl.options_us("all_gather", nccl.node_fabric(h100, 8), 64 << 20))
+    # NVLS lifts the 8-GPU bus bandwidth above the ring's at large sizes (measured 432 GB/s at 256 MiB)
+    t = float(nccl.collective_ms("all_reduce", nccl.node_fabric(h100, 8), 256 << 20, 0.0)) * 1e-3
+    assert 2 * 7 / 8 * (256 << 20) / t / 1e9 > h100.nvlink_bus_gbps
+
+
+def test_h100_nvl_box_pairs_and_its_measured_all_reduce():
+    from simserve.catalog import NODES
+
+    box = NODES.get("h100_pairwise_nvlink")
+    assert box.kind == "nvlink-pairs" and box.gpus_per_node == 4 and box.gpu == "H100-NVL"
+    if not REF.is_dir():
+        pytest.skip(f"measured reference data not found at {REF}")
+    err = v.errors(v.load(REF))
+    h = err[err["box"] == "h100_pairwise_nvlink"].groupby("num_workers")["ape"].median()
+    assert h[2] <= 15.0 and h[4] <= 25.0, h.to_dict()  # out-of-sample: nothing fitted on this box
+
+
+def test_generation_launch_constants_are_the_measured_ratios():
+    from simserve.profiling import perfdb_validation as pv
+
+    root = pv.data_root()
+    if root is None:
+        pytest.skip(pv.missing_reason())
+    measured = v.launch_by_arch(v.load_db(root))
+    for arch in ("hopper", "blackwell"):
+        assert nccl.LAUNCH_US_BY_ARCH[arch] == pytest.approx(measured[arch], rel=0.05), arch
+    err = v.db_errors(v.load_db(root))
+    med = err[err["num_workers"] < 8].groupby("system")["ape"].median()
+    assert med["h200_sxm"] <= 15.0, med.to_dict()  # held out: H200 at 2 and 4 GPUs
+
+
+def test_pcie_host_box_shares_host_memory_among_the_ring_hops():
+    from simserve.catalog import NODES
+
+    box = NODES.get("l40s-pcie-host")
+    assert box.kind == "pcie-host" and box.nvlink_group == 1
+    f2, f8 = nccl.node_fabric(box, 2), nccl.node_fabric(box, 8)
+    assert f2.medium == f8.medium == "pcie" and f8.bus_gbps == pytest.approx(f2.bus_gbps / 4)
+    assert [h.medium for h in nccl.node_hops(box)] == ["pcie"]
+    assert nccl.stage_hop(box, None, 2, 0).link == box.name
+    # a few GB/s: a 64 MiB all-reduce of 8 GPUs takes tens of ms, ~8x the same ring over P2P PCIe (20 GB/s)
+    slow = float(coll.all_reduce_ms(box, 8, 64 << 20))
+    assert slow > 5 * float(coll.all_reduce_ms(NODES.get("a40-pcie"), 8, 64 << 20))
+
+
+def test_pcie_host_constant_is_the_measured_host_copy_rate():
+    from simserve.catalog import NODES
+    from simserve.profiling import perfdb_validation as pv
+
+    root = pv.data_root()
+    if root is None:
+        pytest.skip(pv.missing_reason())
+    assert NODES.get("l40s-pcie-host").pcie_bus_gbps == pytest.approx(v.host_copy_gbps(v.load_db(root)), rel=0.03)
+
+
+def test_pcie_host_node_needs_no_nvlink_bandwidth():
+    from simserve.catalog import NodeSpec
+
+    box = NodeSpec(name="My-Box", gpu="A40-48GB", gpus_per_node=4, kind="pcie-host", nvlink_gbps=0.0,
+                   pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=6.0, source="s")  # fmt: skip
+    assert nccl.node_fabric(box, 4).bus_gbps == pytest.approx(3.0)

@@ -550,8 +550,8 @@ def test_ttft_and_tbt_slos_at_chosen_quantiles_bound_the_capacity(tmp_path, caps
 def test_a_gpu_without_a_box_in_the_catalog_is_one_error_naming_it() -> None:
     from dataclasses import replace
 
-    orphan = replace(GPU.get("h100"), name="H100-NVL", aliases=())
-    with pytest.raises(SimserveError, match="no box \\(node\\) that holds H100-NVL; add one under 'nodes:'"):
+    orphan = replace(GPU.get("h100"), name="X100-NOBOX", aliases=())
+    with pytest.raises(SimserveError, match="no box \\(node\\) that holds X100-NOBOX; add one under 'nodes:'"):
         enumerate_candidates(LLAMA70, [orphan], 8, (512,), 128, 8192)
 
 

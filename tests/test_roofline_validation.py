@@ -69,3 +69,50 @@ def test_constants_in_use_are_the_calibrated_ones():
                 assert used[name][op]["bw_eff"] == pytest.approx(eff, rel=0.03)
         else:
             assert used[name] == pytest.approx(value, rel=0.05), name
+
+
+# ------------------------------------------------------------------ every GPU folder, per-architecture constants
+
+
+@pytest.fixture(scope="module")
+def per_gpu():
+    from simserve.profiling import roofline_validation as rv
+
+    frames = []
+    for folder in ("a40", "h100"):
+        df = rv.load_mlp(REF, folder=folder)
+        frames.append(rv.with_errors(df, rv.predict_mlp(df)))
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_every_reference_gpu_folder_is_read():
+    assert {"a100", "a40", "h100"} <= set(v.reference_gpus(REF))
+    assert set(v.reference_models(REF, "a40")) == {"CodeLlama-34B", "internlm-20b", "Qwen-72B", "phi-2"}
+
+
+def test_a40_and_h100_kernels_out_of_sample(per_gpu):
+    held = per_gpu[per_gpu["set"] == "held out"]
+    assert set(held["model"]) == {"CodeLlama-34B", "phi-2"}  # the split: two models per GPU never fitted
+    lin = held[held["kind"] == "linear"].groupby("gpu")["ape"].median()
+    ew = held[held["kind"] == "elementwise"].groupby("gpu")["ape"].median()
+    assert lin["A40-48GB"] <= 8.0 and ew["A40-48GB"] <= 15.0, (lin, ew)
+    # H100: Vidur's GEMMs run 13% slower than the database's at the same shapes (docs/kernel-validation.md), and
+    # Hopper's constants are fitted on both: the held-out median sits at ~8%, not comfortably under it.
+    assert lin["H100-SXM"] <= 9.0 and ew["H100-SXM"] <= 15.0, (lin, ew)
+
+
+def test_per_architecture_constants_are_the_refitted_ones():
+    from simserve.profiling import arch_calibration as ac
+    from simserve.profiling import perfdb_validation as pv
+
+    db_root = pv.data_root()
+    ccs = [86, 90] if db_root is not None else [86]  # sm90's GEMM fit also reads the database
+    for cc in ccs:
+        fitted, used = ac.fit(cc, REF, db_root), rl.constants_dict(rl.ARCH_KERNELS[cc])
+        for name in ac.GEMM_NAMES:
+            assert used[name] == pytest.approx(fitted[name], rel=0.05, abs=0.1), (cc, name)
+        for op, (t0, eff) in fitted["elementwise_cost"].items():
+            assert used["elementwise_cost"][op]["min_us"] == pytest.approx(t0, rel=0.1, abs=0.15), (cc, op)
+            assert used["elementwise_cost"][op]["bw_eff"] == pytest.approx(eff, rel=0.03), (cc, op)

@@ -52,7 +52,7 @@ def digest(res) -> str:
 
 
 MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=300)
-LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200)
+LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200, allow_long_context=True)  # 8k > 4k limit
 
 SCENARIOS = {
     "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "1412d2b94c7f7821"),

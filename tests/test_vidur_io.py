@@ -11,6 +11,7 @@ import pytest
 
 from simserve.catalog import GPU, MODELS, NETWORKS, NODES
 from simserve.cli import main
+from simserve.io import exact_floats
 from simserve.profiling import roofline
 from simserve.profiling.schema import read_profile, write_profile
 from simserve.profiling.vidur import EXTRA_STATS, OP_MAP, export_vidur, import_vidur
@@ -63,7 +64,7 @@ def same(got: pd.Series, want: pd.Series) -> bool:
 @needs_ref
 def test_import_reproduces_every_reference_value(codellama):
     src, prof = codellama
-    mlp = pd.read_csv(src / "mlp.csv")
+    mlp = pd.read_csv(src / "mlp.csv", **exact_floats())
     for vop, op in OP_MAP.items():
         table = prof.linear if op in set(prof.linear["op"]) else prof.elementwise
         rows = table[table["op"] == op]
@@ -73,7 +74,7 @@ def test_import_reproduces_every_reference_value(codellama):
         assert same(rows["time_ms"], mlp[f"time_stats.{vop}.median"]), op
         for stat, col in EXTRA_STATS.items():
             assert same(rows[col], mlp[f"time_stats.{vop}.{stat}"]), (op, stat)
-    att = pd.read_csv(src / "attention.csv")
+    att = pd.read_csv(src / "attention.csv", **exact_floats())
     want = att["time_stats.attn_prefill.median"].where(
         att["is_prefill"], att["time_stats.attn_decode.median"]
     )
@@ -83,7 +84,7 @@ def test_import_reproduces_every_reference_value(codellama):
     )
     assert (prof.attention["phase"] == np.where(att["is_prefill"], "prefill", "decode")).all()
     for op in ("all_reduce", "send_recv"):
-        net = pd.read_csv(src / f"{op}.csv")
+        net = pd.read_csv(src / f"{op}.csv", **exact_floats())
         rows = prof.collectives[prof.collectives["op"] == op]
         assert same(rows["time_ms"], net[f"time_stats.{op}.median"]) and same(rows["size_bytes"], net["size"])
         assert same(rows["num_workers"], net["num_workers"])
@@ -101,9 +102,9 @@ def test_export_writes_vidur_columns_and_gives_back_the_measurements(codellama, 
                                    tmp_path / "out/data/profiling/network/a100_pairwise_nvlink/all_reduce.csv",
                                    tmp_path / "out/data/profiling/network/a100_pairwise_nvlink/send_recv.csv"}  # fmt: skip
     for path in files.values():
-        ref = pd.read_csv(src / path.name)
+        ref = pd.read_csv(src / path.name, **exact_floats())
         ref = ref.loc[:, [not c.startswith("Unnamed:") for c in ref.columns]]
-        out = pd.read_csv(path)
+        out = pd.read_csv(path, **exact_floats())
         assert list(out.columns) == list(ref.columns), path.name
         # every measured column comes back unchanged (emb and the reshapes are not simserve ops: estimated)
         estimated = ("time_stats.emb.", "time_stats.attn_input_reshape", "time_stats.attn_output", "attention_backend",
@@ -114,7 +115,7 @@ def test_export_writes_vidur_columns_and_gives_back_the_measurements(codellama, 
                 same(out[col], ref[col]) if numeric else (out[col].astype(str) == ref[col].astype(str)).all()
             ), col
     assert (
-        pd.read_csv(compute / "attention.csv")["attention_backend"] == "AttentionBackend.FLASH_ATTENTION"
+        pd.read_csv(compute / "attention.csv", **exact_floats())["attention_backend"] == "AttentionBackend.FLASH_ATTENTION"
     ).all()
 
 
@@ -132,7 +133,7 @@ def test_llama2_mlp_alone_needs_fill_from(tmp_path):
     args = ["vidur", "import", str(src), "--model", "llama-2-7b", "--gpu", "a100", "--fill-from", str(fill)]
     assert run_cli(*args, "--out", str(out)) == 0
     prof = read_profile(out / "a100-80gb" / "llama-2-7b")
-    mlp = pd.read_csv(src / "mlp.csv")
+    mlp = pd.read_csv(src / "mlp.csv", **exact_floats())
     qkv = prof.linear[prof.linear["op"] == "qkv_proj"]
     assert same(qkv["time_ms"], mlp["time_stats.attn_pre_proj.median"])
     assert same(prof.attention["time_ms"], read_profile(fill).attention["time_ms"])

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import vidur_runner as vr  # noqa: E402
 
 from simserve.errors import SimserveError  # noqa: E402
+from simserve.io import exact_floats
 
 
 def _fake_profile(root: Path, scale: float = 1.0) -> Path:
@@ -37,7 +38,7 @@ def test_replay_trace_keeps_arrivals_and_lengths_exactly(tmp_path):
     arrived = np.cumsum(np.random.default_rng(3).exponential(0.7, 50))
     prompt, output = np.arange(1, 51) * 7, np.arange(50, 0, -1)
     path = vr.write_replay_trace(tmp_path / "t.csv", arrived, prompt, output)
-    back = pd.read_csv(path)
+    back = pd.read_csv(path, **exact_floats())
     assert (back["Date"] == vr.TRACE_DATE).all()  # Vidur keeps only rows of one date
     assert np.array_equal(back["Time"].to_numpy(), arrived)  # bit-exact, not rounded
     assert np.array_equal(back["PromptTokenCount"], prompt) and np.array_equal(
@@ -53,7 +54,7 @@ def test_staged_profile_is_a_hub_snapshot_keyed_by_content(tmp_path):
     snap = repo / "snapshots" / rev
     assert json.loads((snap / "config.json").read_text()) == {"model": setup.model, "device_sku": "a100"}
     with lzma.open(snap / "mlp.csv.xz") as f:
-        assert pd.read_csv(f)["time_stats.op.median"].tolist() == [0.5, 0.7]
+        assert pd.read_csv(f, **exact_floats())["time_stats.op.median"].tolist() == [0.5, 0.7]
     # Same bytes -> same cache (trained predictors reused); other bytes or another grid -> another cache.
     assert vr.stage_profile(_fake_profile(tmp_path / "b"), setup, tmp_path / "cache") == a
     assert vr.stage_profile(_fake_profile(tmp_path / "c", 2.0), setup, tmp_path / "cache") != a

@@ -149,8 +149,9 @@ BAD_CSV = [
     ),
     ("num_prefill_tokens,num_decode_tokens\n", r"the trace is empty \(a header but no data rows\)"),
     ("", r"the trace is empty"),
-    ("num_prefill_tokens,num_decode_tokens\n1,2,3\n", r"not a well-formed CSV file \(Length of header"),
-    ("num_prefill_tokens,num_decode_tokens\n1,2\n3,4,5\n", r"not a well-formed CSV file \(.*line 3, saw 3"),
+    # surplus cells: the data row, as every other error names it (pandas named the file's line)
+    ("num_prefill_tokens,num_decode_tokens\n1,2,3\n", r"data row 1: 3 cells where the header has 2"),
+    ("num_prefill_tokens,num_decode_tokens\n1,2\n3,4,5\n", r"data row 2: 3 cells where the header has 2"),
 ]
 
 

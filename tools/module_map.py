@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("catalog", "profiling", "predictor", "workload", "sim", "tune", "plan", "cli")
-TOP = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py")
+TOP = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py", "shipped.py")
 DOC = ROOT / "docs" / "architecture.md"
 
 

@@ -7,8 +7,11 @@ from typing import ClassVar
 
 from simserve.catalog.table import Table
 
-# GPU architectures the kernel model knows: Ampere (sm80/sm86), Ada Lovelace (sm89), Hopper (sm90).
-ARCHS = ("ampere", "ada", "hopper")
+# GPU architectures the kernel model knows: Ampere (sm80/sm86), Ada Lovelace (sm89), Hopper (sm90), Blackwell (sm100).
+ARCHS = ("ampere", "ada", "hopper", "blackwell")
+# The compute capability a GPU of each architecture has unless its entry says otherwise (`sm_version`): the kernel
+# model's efficiencies are calibrated per compute capability (simserve/profiling/roofline.py).
+DEFAULT_SM_VERSION = {"ampere": 80, "ada": 89, "hopper": 90, "blackwell": 100}
 
 
 @dataclass(frozen=True)
@@ -21,10 +24,17 @@ class GPUSpec:
     arch: str  # one of ARCHS: picks the GEMM tile shapes (simserve/profiling/gemm_tiles.py)
     source: str
     aliases: tuple[str, ...] = ()
+    # compute capability × 10 (80 A100, 86 A40/GA102, 89 Ada, 90 Hopper, 100 Blackwell); 0: the arch's default.
+    # GA102 (sm86) is Ampere with another SM, a 6 MB L2 and GDDR6: its kernels reach other fractions of peak.
+    sm_version: int = 0
 
     def __post_init__(self):
         if self.arch not in ARCHS:
             raise ValueError(f"arch {self.arch!r} is not known; use one of {', '.join(ARCHS)}")
+
+    @property
+    def compute_capability(self) -> int:
+        return self.sm_version or DEFAULT_SM_VERSION[self.arch]
 
     @classmethod
     def from_name(cls, name: str) -> GPUSpec:
@@ -35,7 +45,7 @@ class GPUSpec:
         return self.memory_gib * 2**30
 
 
-NODE_KINDS = ("nvswitch", "nvlink-pairs", "pcie")
+NODE_KINDS = ("nvswitch", "nvlink-pairs", "pcie", "pcie-host")
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,9 @@ class NodeSpec:
     """A box of GPUs and how they reach each other: its `kind` decides which link each collective crosses.
 
     nvswitch: every GPU reaches every other over NVLink. nvlink-pairs: NVLink bridges join GPU pairs (0-1, 2-3, …);
-    anything between pairs goes over PCIe through the host. pcie: no working NVLink at all. The `*_bus_gbps` fields
+    anything between pairs goes over PCIe through the host. pcie: no working NVLink at all. pcie-host: no peer-to-peer
+    either (consumer cards, P2P disabled, GPUs under different CPUs): NCCL copies every hop through host memory,
+    and the copies of a ring share it (`pcie_bus_gbps` is what 2 GPUs reach; n GPUs get 2/n of it). The `*_bus_gbps` fields
     are the bus bandwidth NCCL reaches on that link (nccl-tests `busbw`, per GPU and direction); the model in
     simserve/profiling/nccl.py derives every collective from them.
     """
@@ -58,12 +70,13 @@ class NodeSpec:
     pcie_bus_gbps: float  # NCCL bus bandwidth of a ring through PCIe and the host
     source: str
     aliases: tuple[str, ...] = ()
+    nvls_bus_gbps: float = 0.0  # NCCL NVLS all-reduce bus bandwidth (NVSwitch with SHARP: Hopper on); 0 = none
     MISSING_HINT: ClassVar[str] = "; the collective model needs them (fields and sources: docs/collectives.md)"
 
     def __post_init__(self):
         if self.kind not in NODE_KINDS:
             raise ValueError(f"kind must be one of {', '.join(NODE_KINDS)}, not {self.kind!r}")
-        if self.kind != "pcie" and not self.nvlink_bus_gbps > 0:
+        if self.kind not in ("pcie", "pcie-host") and not self.nvlink_bus_gbps > 0:
             raise ValueError(f"a {self.kind} node needs nvlink_bus_gbps > 0")
         if not self.pcie_bus_gbps > 0:
             raise ValueError("pcie_bus_gbps must be > 0")
@@ -71,7 +84,7 @@ class NodeSpec:
     @property
     def nvlink_group(self) -> int:
         """GPUs that reach each other over NVLink."""
-        return {"nvswitch": self.gpus_per_node, "nvlink-pairs": 2, "pcie": 1}[self.kind]
+        return {"nvswitch": self.gpus_per_node, "nvlink-pairs": 2, "pcie": 1, "pcie-host": 1}[self.kind]
 
     @classmethod
     def from_name(cls, name: str) -> NodeSpec:
@@ -107,7 +120,7 @@ GPU: Table[GPUSpec] = Table(
         ),
         GPUSpec(
             name="A40-48GB", memory_gib=44.35, peak_tflops=149.7, hbm_gbps=696.0, num_sms=84, arch="ampere",
-            aliases=("a40", "a40-48g"),
+            aliases=("a40", "a40-48g"), sm_version=86,
             source="NVIDIA A40 datasheet (149.7 TF/s dense FP16 tensor, 696 GB/s GDDR6); "
                    "44.35 GiB is torch.cuda's total with ECC on; 84 SMs (GA102, sm86: the datasheet's "
                    "10,752 CUDA cores / 128 per SM)",
@@ -123,6 +136,14 @@ GPU: Table[GPUSpec] = Table(
             aliases=("h200", "h200-sxm", "h200-141gb"),
             source="NVIDIA H200 datasheet (SXM: 989.4 TF/s dense BF16, 4.8 TB/s HBM3e, 141 GB); the GH100 die "
                    "of the H100 SXM5, 132 SMs",
+        ),
+        # For the h100-nvl-pairs box below (a PCIe card with NVLink bridges; not in NVIDIA's per-op database).
+        GPUSpec(
+            name="H100-NVL", memory_gib=87.5, peak_tflops=835.0, hbm_gbps=3900.0, num_sms=132, arch="hopper",
+            aliases=("h100-nvl", "h100nvl", "h100-94gb"),
+            source="NVIDIA H100 datasheet (H100 NVL: 1,671 TF/s BF16 with sparsity -> 835 dense, 3.9 TB/s HBM3, "
+                   "94 GB = 87.5 GiB; NVLink bridge 600 GB/s bidirectional, PCIe Gen5 128 GB/s); GH100 with 132 SMs "
+                   "enabled, as the SXM5 part",
         ),
     ],
 )  # fmt: skip
@@ -163,6 +184,23 @@ NODES: Table[NodeSpec] = Table(
             source=f"8×A40 without (working) NVLink bridges: every collective goes through the host; {_PCIE4}",
         ),
         NodeSpec(
+            name="h100-nvl-pairs", gpu="H100-NVL", gpus_per_node=4, kind="nvlink-pairs",
+            nvlink_gbps=300.0, pcie_gbps=64.0, nvlink_bus_gbps=208.0, pcie_bus_gbps=40.0,
+            aliases=("h100_pairwise_nvlink", "h100-nvl-box", "4xh100-nvl"),
+            source="4×H100 NVL (PCIe cards) with NVLink bridges between pairs (600 GB/s bidirectional, as the "
+                   f"A100's NV12 bridge: busbw 208 as that pair, {_PAIRS}); PCIe Gen5 ring through the host: busbw "
+                   f"40 ({_NCCL_TESTS}). Validated against Vidur's h100_pairwise_nvlink all-reduce (docs/collectives.md)",
+        ),
+        NodeSpec(
+            name="l40s-pcie-host", gpu="L40S", gpus_per_node=8, kind="pcie-host",
+            nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=10.2,
+            aliases=("l40s-no-p2p", "pcie-no-p2p"),
+            source="8×L40S (PCIe Gen4 x16, 32 GB/s per direction) whose rings beyond a PCIe switch pair go through "
+                   "host memory (NCCL's SHM transport): 2 GPUs' host copy rate 10.2 GB/s, fitted on the 4-GPU "
+                   "all-reduces of aiconfigurator-core's L40S NCCL table (5.1 GB/s busbw ≥ 16 MiB = 10.2 × 2/4; 8 GPUs held "
+                   "out, docs/collectives.md). The L40S GPU itself comes from the catalog (issue 21 item 2)",
+        ),
+        NodeSpec(
             name="dgx-a100", gpu="A100-80GB", gpus_per_node=8, kind="nvswitch",
             nvlink_gbps=300.0, pcie_gbps=32.0, nvlink_bus_gbps=230.0, pcie_bus_gbps=20.0,
             aliases=("a100_dgx", "dgx", "a100-nvswitch", "nvswitch"),
@@ -171,18 +209,20 @@ NODES: Table[NodeSpec] = Table(
         ),
         NodeSpec(
             name="dgx-h100", gpu="H100-SXM", gpus_per_node=8, kind="nvswitch",
-            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0,
+            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0, nvls_bus_gbps=470.0,
             aliases=("h100_dgx", "h100-nvswitch", "hgx-h100"),
             source="NVIDIA DGX H100: 8×H100 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw 350 for "
-                   "ring/tree (no NVLS in this model: 450 × 230/300 as on NVLink 3; with NVLS nccl-tests reach "
-                   f"460–480); PCIe Gen5 busbw 40 ({_NCCL_TESTS}). Not validated against measurements",
+                   "ring/tree (450 × 230/300 as on NVLink 3), 470 with NVLS (nccl-tests reach 460–480); PCIe Gen5 "
+                   f"busbw 40 ({_NCCL_TESTS}). Validated against aiconfigurator-core's H100 NCCL tables "
+                   "(docs/collectives.md)",
         ),
         NodeSpec(
             name="hgx-h200", gpu="H200", gpus_per_node=8, kind="nvswitch",
-            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0,
+            nvlink_gbps=450.0, pcie_gbps=64.0, nvlink_bus_gbps=350.0, pcie_bus_gbps=40.0, nvls_bus_gbps=470.0,
             aliases=("h200_dgx", "h200-nvswitch", "dgx-h200"),
-            source="NVIDIA HGX H200: 8×H200 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw as "
-                   "dgx-h100 (same NVLink 4 / NVSwitch fabric). Not validated against measurements",
+            source="NVIDIA HGX H200: 8×H200 on NVSwitch, NVLink 4 at 900 GB/s bidirectional per GPU; busbw (ring "
+                   "and NVLS) as dgx-h100 (same NVLink 4 / NVSwitch fabric). Checked, not fitted, against "
+                   "aiconfigurator-core's H200 NCCL tables (docs/collectives.md)",
         ),
     ],
 )  # fmt: skip
@@ -220,4 +260,4 @@ NETWORKS: Table[NetworkSpec] = Table(
 
 # The node a GPU lives in when the user names only the GPU: the paper's testbeds where they exist.
 DEFAULT_NODE = {"A100-80GB": "a100-pairwise-nvlink", "A40-48GB": "a40-pairwise-nvlink",
-                "H100-SXM": "dgx-h100", "H200": "hgx-h200"}  # fmt: skip
+                "H100-SXM": "dgx-h100", "H200": "hgx-h200", "H100-NVL": "h100-nvl-pairs"}  # fmt: skip

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 import typer
 
+from simserve.cli.metavars import plain_metavars
 from simserve.errors import Reported, SimserveError
 
 app = typer.Typer(
@@ -22,6 +27,7 @@ def _options(
     catalog: list[str] = typer.Option(
         [],
         "--catalog",
+        metavar="FILE",
         help="YAML/TOML file adding models, GPUs, nodes or networks (repeatable; also $SIMSERVE_CATALOG).",
     ),
 ) -> None:
@@ -80,14 +86,58 @@ def _register_for(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     _register_for(sys.argv[1:] if argv is None else argv)
+    # argv None: the console script, so the process ends when main() returns
+    with _one_interrupt(ignore_after=argv is None):
+        _main(argv)
+
+
+@contextlib.contextmanager
+def _one_interrupt(ignore_after: bool) -> Iterator[None]:
+    """The first Ctrl-C interrupts the run; later ones are ignored (until the process ends if `ignore_after`).
+
+    NOTE: the clean-up after the first (workers stopped, staging folders removed, the one line printed, the
+    worker pool's threads joined at exit) must not be cut short by a second Ctrl-C: that ended the process
+    by SIGINT with no line, or with a traceback."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:  # started with Ctrl-C ignored (`nohup`, a background job): keep it so
+        yield
+        return
+    fired = []
+
+    def first(signum: int, frame: object) -> None:
+        fired.append(signum)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
     try:
+        yield
+    finally:
+        if not (fired and ignore_after):
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv: list[str] | None) -> None:
+    from simserve.io import LANDED
+
+    LANDED.clear()  # main() may run several times in one Python process (tests, notebooks)
+    try:
+        from simserve.cachedir import check_env, trim_to_env_limit
+
+        args = sys.argv[1:] if argv is None else argv
+        # Help needs no cache, and should show even while the cache settings are wrong.
+        uses_cache = bool(args) and "--help" not in args
+        if uses_cache:
+            check_env()
         # standalone mode: click reports its own usage errors (exit 2) and turns return into sys.exit
         try:
-            app(args=argv, prog_name="simserve")
+            plain_metavars(typer.main.get_command(app))(args=argv, prog_name="simserve")
         finally:
-            from simserve.cachedir import trim_to_env_limit
-
-            trim_to_env_limit()
+            if uses_cache:
+                trim_to_env_limit()
     except SimserveError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -107,6 +157,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _interrupted() -> None:
-    # Outputs land only when complete (simserve.io), so an interrupt leaves nothing partial behind.
-    print("interrupted; no output was written (results already cached are kept)", file=sys.stderr)
+    # Outputs land only when complete and all together (simserve.io), so each is either whole or absent.
+    from simserve.io import LANDED
+
+    if LANDED:
+        where = ", ".join(f"{p}/" for p in LANDED)
+        line = f"interrupted after the outputs were written: {where} holds this run's complete results"
+    else:
+        line = "interrupted; no output was written (results already cached are kept)"
+    print(line, file=sys.stderr)
     sys.exit(130)

@@ -36,12 +36,13 @@ def engine_sweep(
     run: Callable[[Any], Any],
     search: str = "simserve",
 ) -> None:
-    from simserve.tune.engine import parse_grid, run_engine_sweep, write_engine_outputs
+    from simserve.tune.engine import check_engine_scenario, parse_grid, run_engine_sweep, write_engine_outputs
     from simserve.tune.sweep import SweepSpec, scenario_fields
 
     grid = parse_grid(engine, grid_text)  # bad flags fail here, before anything runs
     if hasattr(base, "record"):
         raise SimserveError("--engine needs the simulator; drop --toy")
+    check_engine_scenario(base)
 
     def make_spec(overrides: dict, budgets: tuple[int, ...], max_batches: tuple[int, ...]) -> SweepSpec:
         if any(b < 1 for b in (*budgets, *max_batches)):

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from simserve.cli import app
+from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.options import cache_option, seed_option
 from simserve.cli.sweep import DEFAULT_CACHE, _numbers
 from simserve.errors import SimserveError
 
@@ -16,8 +18,12 @@ from simserve.errors import SimserveError
 @app.command()
 def plan(
     model: str = typer.Option(
-        "llama-2-70b", "--model", help="Model to serve (catalog name; see `simserve list models`)."
+        "llama-2-70b", "--model", help="Model to serve: a catalog name (`simserve list models`) or a config.json."
     ),
+    dtype: str = options.DTYPE,
+    kv_dtype: str = options.KV_DTYPE,
+    moe_skew: float = options.MOE_SKEW,
+    allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     slo: float = typer.Option(
         0.2,
@@ -45,9 +51,7 @@ def plan(
     ),
     max_batch: int = typer.Option(128, "--max-batch", help="Resident requests per replica."),
     requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
-    seed: int = typer.Option(
-        0, "--seed", help="Seed of the trace sample and arrivals (same seed, same plan)."
-    ),
+    seed: int = seed_option("Seed of the trace sample and arrivals (same seed, same plan)."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     tie_seeds: int = typer.Option(
         2,
@@ -64,9 +68,7 @@ def plan(
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip pareto.png."),
     force: bool = typer.Option(
@@ -94,7 +96,7 @@ def plan(
         write_outputs,
     )
     from simserve.plan.search import PlanSpec, run_plan
-    from simserve.plan.ties import seed_capacities
+    from simserve.plan.ties import key_label, seed_capacities
     from simserve.tune.capacity import SLO, impossible_slo
 
     check_out_dir(out, force)  # before minutes of work, not after
@@ -116,6 +118,10 @@ def plan(
         start_qps=start_qps,
         target_qps=qps,
         min_qps=min_qps,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        moe_skew=moe_skew,
+        allow_long_context=allow_long_context,
     )
     result = run_plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
@@ -156,7 +162,7 @@ def plan(
     for key, v in spread(result).items():
         per_seed = ", ".join(f"{c:.3g}" for _, c in sorted(caps[key].items()))
         console.print(
-            f"seed spread {key[0]} TP{key[1]} PP{key[2]}: {v:.1%} (capacity per replica {per_seed} qps at seeds "
+            f"seed spread {key_label(key)}: {v:.1%} (capacity per replica {per_seed} qps at seeds "
             f"{', '.join(map(str, sorted(caps[key])))}; (max − min) / mean)", highlight=False,
         )  # fmt: skip
     console.print(f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin load "

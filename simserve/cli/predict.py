@@ -8,12 +8,13 @@ import typer
 from rich.console import Console
 
 from simserve.cli import app
+from simserve.cli.options import seed_option
 
 
 @app.command("fit")
 def fit_command(
     profile_dir: Path = typer.Argument(..., help="A profile directory, e.g. profiles/a100-80gb/mistral-7b."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the tree ensembles."),
+    seed: int = seed_option("Seed of the held-out split and the tree ensembles."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Refit even when a cached fit exists."),
 ) -> None:
     """Fit the per-op models (cached by the profile's content hash) and print held-out MAPE per family and op."""

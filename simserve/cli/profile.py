@@ -12,8 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simserve.catalog import GPU, MODELS, NETWORKS, NODES
+from simserve import precision
+from simserve.catalog import GPU, NETWORKS, NODES
+from simserve.catalog.models import resolve_model
 from simserve.cli import app
+from simserve.cli import run as options  # the shared options live beside `run`
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.profiling.schema import SHIPPED_PROFILES, TABLES, profile_dir, read_profile, write_profile
@@ -62,7 +65,9 @@ def _versions() -> dict[str, str]:
 @app.command("profile")
 def profile_command(
     gpu: str = typer.Option(..., "--gpu", help="GPU name from the catalog, e.g. a100, a40, h100."),
-    model: str = typer.Option(..., "--model", help="Model name from the catalog, e.g. mistral-7b, yi-34b."),
+    model: str = typer.Option(
+        ..., "--model", help="A catalog model (e.g. mistral-7b, qwen3-235b-a22b) or a Hugging Face config.json."
+    ),
     tp: str = typer.Option("1", "--tp", help="Comma-separated TP degrees to profile, e.g. 1,2,4."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages of the deployment (checked and recorded)."),
     node: str | None = typer.Option(
@@ -83,15 +88,20 @@ def profile_command(
     force: bool = typer.Option(
         False, "--force", help="Replace an existing profile (a shipped one included) instead of merging into it."
     ),
+    dtype: str = options.DTYPE,
+    kv_dtype: str = options.KV_DTYPE,
+    moe_skew: float = options.MOE_SKEW,
 ) -> None:
     """Profile every op of one transformer layer on one GPU for each TP degree and write a profile directory."""
-    model_spec, gpu_spec = MODELS.get(model), GPU.get(gpu)
+    model_spec, gpu_spec = resolve_model(model), GPU.get(gpu)
     node_spec = NODES.get(node) if node else None
     network_spec = NETWORKS.get(network) if network else None
     tps = parse_tps(tp)
     if max_tokens < 1:
         raise SimserveError(f"--max-tokens must be at least 1, got {max_tokens}")
-    target = profile_dir(out, gpu_spec.name, model_spec.name)
+    # Non-bf16 profiles sit beside the bf16 one: <model>-fp8, <model>-kvfp8, <model>-fp8-kvfp8.
+    dtype, kv_dtype = precision.check_dtype(dtype, "--dtype"), precision.check_dtype(kv_dtype, "--kv-dtype")
+    target = profile_dir(out, gpu_spec.name, model_spec.name + precision.suffix(dtype, kv_dtype))
     if target.exists() and not force and target.resolve().is_relative_to(SHIPPED_PROFILES):
         raise SimserveError(
             f"{target} is a shipped profile; write yours with --out my-profiles and use it with "
@@ -100,13 +110,22 @@ def profile_command(
     run = load_backend(backend)
     # The deployments the profile serves: their checks (heads divisible by TP, layers by PP, a node big enough)
     # fail here with the fix, before any work; a replica spanning nodes brings its network's send/recv rows.
-    deps = [Deployment.create(model_spec, gpu_spec, t, pp, node_spec, network_spec, max_model_len=max_model_len)
-            for t in tps]  # fmt: skip
+    deps = [Deployment.create(model_spec, gpu_spec, t, pp, node_spec, network_spec, max_model_len=max_model_len,
+                              dtype=dtype, kv_dtype=kv_dtype, moe_skew=moe_skew) for t in tps]  # fmt: skip
     node_spec = deps[0].node
     if network_spec is None:
         network_spec = next((d.network for d in deps if d.num_nodes > 1), None)
 
-    tables, fields = run(model_spec, gpu_spec, tps, node_spec, network_spec, max_model_len, max_tokens, quick)
+    if backend == "roofline":
+        extra = {"dtype": dtype, "kv_dtype": kv_dtype, "moe_skew": moe_skew}
+    elif (dtype, kv_dtype, moe_skew) != ("bf16", "bf16", 0.0) or model_spec.is_moe or model_spec.is_mla:
+        raise SimserveError(
+            f"the {backend} backend times bf16 dense GQA layers only ({model_spec.name}, {dtype} weights, "
+            f"{kv_dtype} KV asked); use --backend roofline"
+        )
+    else:
+        extra = {}
+    tables, fields = run(model_spec, gpu_spec, tps, node_spec, network_spec, max_model_len, max_tokens, quick, **extra)
     command = [
         "simserve",
         "profile",
@@ -123,6 +142,9 @@ def profile_command(
     command += ["--network", network] if network else []
     command += ["--backend", backend, "--out", str(out), "--max-model-len", str(max_model_len)]
     command += ["--max-tokens", str(max_tokens)] + (["--quick"] if quick else [])
+    command += ["--dtype", dtype] if dtype != "bf16" else []
+    command += ["--kv-dtype", kv_dtype] if kv_dtype != "bf16" else []
+    command += ["--moe-skew", f"{moe_skew:g}"] if moe_skew else []
     provenance = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(command),

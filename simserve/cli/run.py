@@ -6,17 +6,42 @@ import contextlib
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from simserve.cli import app
+from simserve.cli.options import seed_option
+
+# Options `run`, `sweep`, `plan` and `profile` share: precision, expert parallelism, the context limit. (Here,
+# not in a module of their own: a warm `simserve run` imports no other command module.)
+DTYPE = typer.Option(
+    "bf16", "--dtype", help="Weights of the linear layers: bf16 | fp8 (fp8 on Ampere: weight-only, bf16 math)."
+)
+KV_DTYPE = typer.Option("bf16", "--kv-dtype", help="KV cache: bf16 | fp8.")
+EP = typer.Option(
+    1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
+)
+MOE_SKEW = typer.Option(
+    0.0, "--moe-skew", help="Router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (busiest GPU)."
+)
+ALLOW_LONG_CONTEXT = typer.Option(
+    False,
+    "--allow-long-context",
+    help="Allow --max-model-len (or the trace's default) beyond the model's context limit, as the paper did.",
+)
 
 
 def _default_out(
     model: str, gpu: str, tp: int, pp: int, policy: str, budget: int | None, trace: str, qps: float, seed: int
 ) -> Path:
     b = f"-b{budget}" if budget else ""
+    from simserve.catalog.hf_config import is_config_path
+
+    if is_config_path(model):  # a config.json path: the model's folder name, not the path, names the run
+        p = Path(model).expanduser()
+        model = (p if p.is_dir() else p.parent).name or "model"
     return (
         Path("runs")
         / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{Path(trace).name.split('.')[0]}-qps{qps:g}-s{seed}"
@@ -77,7 +102,7 @@ def run_command(
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
-    seed: int = typer.Option(0, "--seed", help="Seeds the request sample and the arrivals."),
+    seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | poisson-clipped | gamma | replay."),
@@ -115,6 +140,11 @@ def run_command(
     ray_comm: bool = typer.Option(
         False, "--ray-comm", help="Also charge the driver → worker Ray round trip of a Ray-actor engine."
     ),
+    dtype: str = DTYPE,
+    kv_dtype: str = KV_DTYPE,
+    ep: int = EP,
+    moe_skew: float = MOE_SKEW,
+    allow_long_context: bool = ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -129,7 +159,7 @@ def run_command(
     from simserve.io import check_out_dir, output_dir
     from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, simulate_scenario, workload_notes
+    from simserve.sim.scenario import Scenario, simulate_scenario, workload_drops, workload_notes
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
     from simserve.tune.probe import scenario_fields
@@ -164,6 +194,11 @@ def run_command(
         long_prefill_token_threshold=long_prefill_token_threshold,
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        ep=ep,
+        moe_skew=moe_skew,
+        allow_long_context=allow_long_context,
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -173,13 +208,15 @@ def run_command(
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
+    arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes}
+        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
+               "trace_dropped": workload_drops(scenario)}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, qps, summary, out, notes)
+    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes)
 
 
 @contextlib.contextmanager
@@ -196,10 +233,29 @@ def _progress_bar(total: int):
         yield lambda done, _: bar.update(task, completed=done)
 
 
-def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, notes: list[str]) -> None:
+@dataclass(frozen=True)
+class _Arrivals:
+    """How the requests arrived, in words: a rate, a recorded replay, or one burst."""
+
+    load: str  # what the title says after the trace
+    burst: bool  # every request arrived at once: a finite queue that drains, never an unbounded one
+    replay: bool
+
+    @classmethod
+    def of(cls, scenario, qps: float, arrived) -> _Arrivals:
+        # NOTE: replay ignores --qps (it keeps the trace's recorded times), so a title "at 1 QPS" was false.
+        if scenario.arrival != "replay":
+            return cls(f"at {qps:g} QPS", burst=False, replay=False)
+        n, span = len(arrived), float(arrived.max() - arrived.min()) if len(arrived) else 0.0
+        if span == 0:
+            return cls(f"replayed: a burst of {n} requests at once", burst=True, replay=True)
+        return cls(f"replayed: {n} requests over {span:.1f} s ({(n - 1) / span:.3g} req/s)", False, True)
+
+
+def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]) -> None:
     table = Table(
         title=f"{scenario.policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
-        f"{scenario.trace} at {qps:g} QPS"
+        f"{scenario.trace} {arrivals.load}"
     )
     for col in ("metric", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col != "metric" else "left")
@@ -214,10 +270,15 @@ def _print_summary(console, Table, scenario, qps: float, s: dict, out: Path, not
     console.print(table)
     busy = ", ".join(f"{b:.0%}" for b in s["stage_busy"])
     bubble = ", ".join(f"{b:.0%}" for b in s["stage_bubble"])
-    if not s["overloaded"]:
-        status = ""
-    elif scenario.stop_when_overloaded:
+    if s["overloaded"] and scenario.stop_when_overloaded:
         status = "[red]OVERLOADED (stopped early)[/red] "
+    elif arrivals.burst:
+        # a finite burst always queues, and always drains: say how long that took, not "without bound"
+        status = f"[yellow]a burst of {s['num_requests']} requests drained in {s['duration_s']:.1f} s[/yellow]; "
+    elif not s["overloaded"]:
+        status = ""
+    elif arrivals.replay:
+        status = "[yellow]the recorded arrivals outpaced service (the queue grew while they played)[/yellow]; "
     else:
         status = "[red]OVERLOADED (the queue grew without bound; latencies include the backlog)[/red] "
     console.print(

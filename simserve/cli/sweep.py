@@ -13,6 +13,8 @@ from rich.console import Console
 
 from simserve.cachedir import cache_root
 from simserve.cli import app
+from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.options import cache_option, seed_option
 from simserve.errors import Reported, SimserveError
 
 # Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
@@ -45,6 +47,13 @@ def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) 
     # The simulator stops a run once its median scheduling delay must exceed this bound: keep it the user's.
     given["sched_delay_slo_s"] = delay_slo_s
     return Scenario(**given)
+
+
+def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool) -> dict:
+    """The Scenario fields of the shared options, left out at their defaults (probe-cache keys stay as they were)."""
+    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context}
+    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False}
+    return {k: v for k, v in given.items() if v != defaults[k]}
 
 
 class Terminated(KeyboardInterrupt):
@@ -133,7 +142,7 @@ def sweep(
         help="Max batch for orca and fcfs (default: the paper's 16, or 8 with --pp > 1).",
     ),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per point (capacity reported as mean ± spread)."),
-    seed: int = typer.Option(0, "--seed", help="The first seed."),
+    seed: int = seed_option("The first seed."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
     start_qps: float = typer.Option(
         1.0,
@@ -147,9 +156,7 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
     no_plots: bool = typer.Option(
         False, "--no-plots", help="Skip the PNG plots (faster; tables and summary only)."
@@ -162,6 +169,11 @@ def sweep(
         "--search",
         help="simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | paper (with --paper-setup, its default).",
     ),
+    dtype: str = options.DTYPE,
+    kv_dtype: str = options.KV_DTYPE,
+    ep: int = options.EP,
+    moe_skew: float = options.MOE_SKEW,
+    allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -189,7 +201,7 @@ def sweep(
     check_out_dir(out, force)
     if seeds < 1:
         raise SimserveError(f"--seeds must be at least 1, got {seeds}")
-    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid else (slo,)
+    slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid is not None else (slo,)
     # The first SLO is the primary one (the table's order, the latency CDFs): --slo when the grid has it.
     slos_s = tuple(sorted(set(slos_s), key=lambda s: (s != slo, s)))
     slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile) for s in slos_s)
@@ -199,8 +211,8 @@ def sweep(
         else (_numbers(budgets, int, "--budgets") if budgets.strip() else ())
     )
     batches = _numbers(max_batch, int, "--max-batch")
-    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch else None
-    if slo_grid and vllm_batches is None:
+    vllm_batches = _numbers(vllm_max_batch, int, "--vllm-max-batch") if vllm_max_batch is not None else None
+    if slo_grid is not None and vllm_batches is None:
         vllm_batches = (32, 64, 128)
     base = base_scenario(
         toy,
@@ -213,6 +225,7 @@ def sweep(
         network=network,
         trace=trace,
         num_requests=requests,
+        **_precision_fields(dtype, kv_dtype, ep, moe_skew, allow_long_context),
     )
     if search == "paper" and not paper_setup:
         raise SimserveError(
@@ -273,9 +286,7 @@ def regress(
     update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
     workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: all cores)."),
-    cache: Path = typer.Option(
-        DEFAULT_CACHE, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes)."
-    ),
+    cache: Path = cache_option(DEFAULT_CACHE),
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
 ) -> None:
     """Recompute the capacities of a few fixed configurations and compare them with the baseline."""

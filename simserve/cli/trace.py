@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from simserve.cli import app
+from simserve.cli.options import seed_option
 from simserve.errors import SimserveError
 
 trace_app = typer.Typer(
@@ -33,7 +34,7 @@ def build(
     out: Path | None = typer.Option(
         None, "--out", help="Output CSV(.gz); default: the shipped file in traces/."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic arXiv sample."),
+    seed: int = seed_option("Seed of the synthetic arXiv sample."),
     requests: int = typer.Option(32768, "--requests", help="Rows of the synthetic arXiv sample."),
 ) -> None:
     """Build a trace CSV and a provenance file (sources, tokenizer, filters, statistics) beside it."""

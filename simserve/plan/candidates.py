@@ -62,6 +62,14 @@ def best_box(gpu: GPUSpec, tp: int, pp: int) -> NodeSpec | None:
     return min(boxes, key=lambda n: (tuple(-float(x) for x in rank(n)), n.name))
 
 
+def expert_parallelisms(model: ModelSpec, tp: int) -> list[int]:
+    """EP degrees a plan tries: experts TP-sharded (1) or whole experts over the TP group (TP), vLLM's two
+    layouts (--enable-expert-parallel); only 1 for a dense model."""
+    if not model.is_moe or tp == 1 or model.num_experts % tp:
+        return [1]
+    return [1, tp]
+
+
 def enumerate_candidates(
     model: ModelSpec,
     gpus: list[GPUSpec],
@@ -70,19 +78,25 @@ def enumerate_candidates(
     max_batch: int,
     max_model_len: int,
     memory_utilization: float = 0.85,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
 ) -> tuple[list[Candidate], list[str]]:
     """The deployments that fit, and one line per (GPU, TP, PP) that does not (why)."""
     fits, rejected = [], []
+    layouts = [(tp, pp, ep) for tp, pp in parallelisms(model, max_gpus) for ep in expert_parallelisms(model, tp)]
     for gpu in gpus:
         if not any(n.gpu == gpu.name for n in NODES):  # its collectives and PP hops need a box's links
             raise SimserveError(
                 f"the catalog has no box (node) that holds {gpu.name}; add one under 'nodes:' in a --catalog "
                 f"file (fields and sources: docs/collectives.md) or drop it from --gpus"
             )
-        for tp, pp in parallelisms(model, max_gpus):
+        for tp, pp, ep in layouts:
             try:
                 box = best_box(gpu, tp, pp)
-                dep = Deployment.create(model, gpu, tp, pp, box, None, memory_utilization, max_model_len)
+                dep = Deployment.create(
+                    model, gpu, tp, pp, box, None, memory_utilization, max_model_len, dtype, kv_dtype, ep, moe_skew
+                )
             except SimserveError as exc:  # e.g. TP larger than the GPU's box
                 rejected.append(f"{gpu.name} TP{tp} PP{pp}: {exc}")
                 continue
@@ -102,11 +116,13 @@ def enumerate_candidates(
     return fits, rejected
 
 
-def nothing_fits_message(model: ModelSpec, gpus: list[GPUSpec], max_gpus: int) -> str:
+def nothing_fits_message(model: ModelSpec, gpus: list[GPUSpec], max_gpus: int, dtype: str = "bf16") -> str:
+    from simserve.precision import dtype_bytes
+
     biggest = max(gpus, key=lambda g: g.memory_gib)
-    weights = model.num_params * model.dtype_bytes / GIB
+    weights = model.num_params * dtype_bytes(dtype) / GIB
     return (
-        f"no deployment of {model.name} ({weights:.0f} GiB of weights) fits in memory on at most {max_gpus} of "
+        f"no deployment of {model.name} ({weights:.0f} GiB of {'' if dtype == 'bf16' else dtype + ' '}weights) fits in memory on at most {max_gpus} of "
         f"{', '.join(g.name for g in gpus)} (largest: {biggest.memory_gib:.0f} GiB each); "
         f"raise --max-gpus or add a GPU with more memory to --gpus"
     )

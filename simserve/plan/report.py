@@ -23,7 +23,8 @@ APPROXIMATION = (
 
 
 def deployment_label(row: pd.Series) -> str:
-    return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])} PP{int(row['pp'])})"
+    ep = f" EP{int(row['ep'])}" if int(row.get("ep", 1)) > 1 else ""
+    return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])}{ep} PP{int(row['pp'])})"
 
 
 def pareto_plot(rows: pd.DataFrame, title: str = "") -> Figure:
@@ -103,6 +104,8 @@ def title(result: PlanResult) -> str:
 
 
 def summarize(result: PlanResult) -> dict:
+    from simserve.plan.ties import key_label
+
     best = recommendation(result)
     return {
         "model": result.spec.model,
@@ -126,9 +129,7 @@ def summarize(result: PlanResult) -> dict:
         "profiles": sorted(set(result.searches["profile"])),
         "recommendation": None if best is None else {k: _plain(v) for k, v in best.items()},
         "ties": [t.as_dict() for t in ties(result)],
-        "seed_spread": [
-            {"gpu": k[0], "tp": int(k[1]), "pp": int(k[2]), "spread": v} for k, v in spread(result).items()
-        ],
+        "seed_spread": [{"deployment": key_label(k), "spread": v} for k, v in spread(result).items()],
         "commands": [] if best is None else commands(result, best),
         "approximation": APPROXIMATION,
         "rejected": result.rejected,

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from simserve.catalog import GPU, MODELS
+from simserve.catalog import GPU
 from simserve.catalog.hardware import DEFAULT_NODE
+from simserve.catalog.models import resolve_model
 from simserve.catalog.prices import PriceSpec, price_of
 from simserve.errors import SimserveError
 from simserve.plan.candidates import Candidate, enumerate_candidates, nothing_fits_message
 from simserve.plan.profiles import ProfileChoice, resolve_profiles
 from simserve.plan.prune import budget_order, front_threshold
-from simserve.sim.scenario import MAX_MODEL_LEN, Scenario
+from simserve.sim.scenario import MAX_MODEL_LEN, Scenario, context_limit
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
 from simserve.tune.jobs import CapacityTask, run_tasks
@@ -51,6 +52,10 @@ class PlanSpec:
     # deployment that slow is not one to buy.
     min_qps: float = 0.125
     memory_utilization: float = 0.85
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    moe_skew: float = 0.0
+    allow_long_context: bool = False
     # The cheapest deployments are searched again at this many other seeds (seed+1, …): the seed spread that
     # decides ties (plan/ties.py) is measured, not assumed. 0: not measured, and ties ignore it.
     tie_seeds: int = 2
@@ -84,19 +89,34 @@ class PlanSpec:
 
     @property
     def max_len(self) -> int:
-        return MAX_MODEL_LEN.get(self.trace, 8192)
+        """The trace's max length, capped at the model's context limit unless --allow-long-context."""
+        default = MAX_MODEL_LEN.get(self.trace, 8192)
+        return default if self.allow_long_context else min(default, context_limit(self.model))
+
+    def precision_fields(self) -> dict:
+        """Scenario fields for the non-default precision options (defaults are left out of probe-cache keys)."""
+        given = {"dtype": self.dtype, "kv_dtype": self.kv_dtype, "moe_skew": self.moe_skew,
+                 "allow_long_context": self.allow_long_context}  # fmt: skip
+        defaults = {"dtype": "bf16", "kv_dtype": "bf16", "moe_skew": 0.0, "allow_long_context": False}
+        return {k: v for k, v in given.items() if v != defaults[k]}
 
     def scenario(
         self, cand: Candidate, budget: int, profile: ProfileChoice, seed: int | None = None
     ) -> Scenario:
         dep = cand.deployment
+        ep = {"ep": dep.ep} if dep.ep > 1 else {}
+        from simserve.catalog.hf_config import is_config_path
+
+        # a config.json path resolves in any worker process; a catalog entry by its canonical name
+        model = self.model if is_config_path(self.model) else dep.model.name
         return Scenario(
-            model=dep.model.name, gpu=dep.gpu.name, tp=dep.tp, pp=dep.pp, trace=self.trace,
+            model=model, gpu=dep.gpu.name, tp=dep.tp, pp=dep.pp, trace=self.trace,
             # None for the GPU's default box, as a sweep names it: plan and sweep then share probes
             node=None if dep.node is None or dep.node.name == DEFAULT_NODE.get(dep.gpu.name) else dep.node.name,
             num_requests=self.num_requests, policy="sarathi", budget=budget, max_batch=self.max_batch,
             seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
             sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
+            **ep, **self.precision_fields(),
         )  # fmt: skip
 
     @property
@@ -126,14 +146,15 @@ def mean_output_tokens(trace: str, max_len: int, n: int, seed: int) -> float:
 
 def prepare(spec: PlanSpec) -> tuple[list[Candidate], list[str], dict[str, PriceSpec]]:
     """Everything that can fail on bad input, before any simulation: names, prices, memory."""
-    model = MODELS.get(spec.model)
+    model = resolve_model(spec.model)
     gpus = list(dict.fromkeys(GPU.get(g) for g in spec.gpus))
     prices = {g.name: price_of(g) for g in gpus}
     cands, rejected = enumerate_candidates(
-        model, gpus, spec.max_gpus, spec.budgets, spec.max_batch, spec.max_len, spec.memory_utilization
-    )
+        model, gpus, spec.max_gpus, spec.budgets, spec.max_batch, spec.max_len, spec.memory_utilization,
+        spec.dtype, spec.kv_dtype, spec.moe_skew,
+    )  # fmt: skip
     if not cands:
-        raise SimserveError(nothing_fits_message(model, gpus, spec.max_gpus))
+        raise SimserveError(nothing_fits_message(model, gpus, spec.max_gpus, spec.dtype))
     return cands, rejected, prices
 
 
@@ -161,9 +182,9 @@ class _Deployment:
         return self.price.usd_per_hour(self.cand.num_gpus, replicas)
 
     @property
-    def key(self) -> tuple[str, int, int]:
+    def key(self) -> tuple[str, int, int, int]:
         d = self.cand.deployment
-        return d.gpu.name, d.tp, d.pp
+        return d.gpu.name, d.tp, d.pp, d.ep
 
 
 def run_plan(
@@ -243,7 +264,7 @@ def _seed_searches(
     by_key = {d.key: d for d in seen}
     picked, tasks = [], []
     for _, row in top.iterrows():
-        d = by_key[(row["gpu"], int(row["tp"]), int(row["pp"]))]
+        d = by_key[(row["gpu"], int(row["tp"]), int(row["pp"]), int(row["ep"]))]
         start = max(d.best, spec.min_qps)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
             scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed)
@@ -291,13 +312,14 @@ def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: b
 def _related_start(d: _Deployment, seen: list[_Deployment]) -> float | None:
     """The best capacity of the same GPU and TP at the deepest shallower pipeline searched: a deeper pipeline
     of the same stages usually serves more, so it is a near start for the bracket (any start is correct)."""
-    gpu, tp, pp = d.key
-    related = [o for o in seen if o.key[:2] == (gpu, tp) and o.key[2] < pp and o.best > 0]
+    gpu, tp, pp, ep = d.key
+    related = [o for o in seen if (o.key[:2], o.key[3]) == ((gpu, tp), ep) and o.key[2] < pp and o.best > 0]
     return max(related, key=lambda o: o.key[2]).best if related else None
 
 
 _SEARCH_COLUMNS = [
-    "gpu", "tp", "pp", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps", "status",
+    "gpu", "tp", "pp", "ep", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps",
+    "status",
     "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile",
 ]  # fmt: skip
 
@@ -323,7 +345,7 @@ def _search_row(
                 f"below the plan's floor: {r.capacity_qps:.3g} qps per replica (--min-qps {spec.min_qps:g})"
             )
     return {
-        "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "node": getattr(dep.node, "name", ""),
+        "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "node": getattr(dep.node, "name", ""),
         "gpus_per_replica": dep.num_gpus, "nodes_per_replica": dep.num_nodes, "seed": task.scenario.seed,
         "budget": task.scenario.budget, "capacity_qps": capacity,
         "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
@@ -337,7 +359,8 @@ def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
     if "status" in searches:
         searches = searches[~searches["status"].astype(str).str.startswith("seed spread")]
     df = searches.sort_values(["capacity_qps", "budget"], ascending=[False, True], kind="stable")
-    return df.groupby(["gpu", "tp", "pp"], sort=False).head(1).reset_index(drop=True)
+    keys = [k for k in ("gpu", "tp", "pp", "ep") if k in df.columns]  # ep: absent in tables from before EP
+    return df.groupby(keys, sort=False).head(1).reset_index(drop=True)
 
 
 def plan_rows(
@@ -364,8 +387,8 @@ def plan_rows(
             qps, usd_h, rented = r * per_replica, price.usd_per_hour(g, r), price.gpus_rented(g, r)
             rows.append(
                 {
-                    "gpu": s["gpu"], "tp": int(s["tp"]), "pp": int(s["pp"]), "node": s.get("node", ""),
-                    "replicas": r,
+                    "gpu": s["gpu"], "tp": int(s["tp"]), "pp": int(s["pp"]), "ep": int(s.get("ep", 1)),
+                    "node": s.get("node", ""), "replicas": r,
                     "gpus": r * g, "gpus_rented": rented, "budget": int(s["budget"]), "capacity_qps": qps,
                     "capacity_per_gpu_qps": qps / (r * g), "output_tokens_per_s": qps * out_tokens,
                     # goodput: output tokens per second per GPU paid for, at the load that meets every SLO
@@ -383,9 +406,9 @@ def plan_rows(
 
 
 _PLAN_COLUMNS = [
-    "gpu", "tp", "pp", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps", "capacity_per_gpu_qps",
-    "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour", "usd_per_million_output_tokens",
-    "profile",
+    "gpu", "tp", "pp", "ep", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps",
+    "capacity_per_gpu_qps", "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour",
+    "usd_per_million_output_tokens", "profile",
 ]  # fmt: skip
 
 

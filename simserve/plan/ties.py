@@ -17,7 +17,18 @@ import pandas as pd
 
 from simserve.catalog.prices import PriceSpec
 
-DEPLOYMENT = ["gpu", "tp", "pp"]
+DEPLOYMENT = ("gpu", "tp", "pp", "ep")
+
+
+def keys(df: pd.DataFrame) -> list[str]:
+    """The columns that name a deployment (ep: absent in tables from before expert parallelism)."""
+    return [k for k in DEPLOYMENT if k in df.columns]
+
+
+def key_label(key: tuple) -> str:
+    """("H200", 2, 1, 1) → "H200 TP2 PP1"; an EP above 1 is named."""
+    ep = f" EP{key[3]}" if len(key) > 3 and int(key[3]) > 1 else ""
+    return f"{key[0]} TP{key[1]}{ep} PP{key[2]}"
 
 
 @dataclass(frozen=True)
@@ -36,13 +47,13 @@ class Tie:
 def contenders(rows: pd.DataFrame, objective: str) -> pd.DataFrame:
     """Each deployment's best row by the objective (ties: fewer GPUs), cheapest first."""
     df = rows.sort_values([objective, "gpus"], kind="stable")
-    return df.groupby(DEPLOYMENT, sort=False).head(1).reset_index(drop=True)
+    return df.groupby(keys(df), sort=False).head(1).reset_index(drop=True)
 
 
 def seed_capacities(searches: pd.DataFrame, base_seed: int) -> dict[tuple, dict[int, float]]:
     """Per deployment searched at several seeds: its capacity per seed, at its best budget at `base_seed`."""
     out = {}
-    for key, df in searches.groupby(DEPLOYMENT, sort=False):
+    for key, df in searches.groupby(keys(searches), sort=False):
         base = df[df["seed"] == base_seed]
         if base.empty or df["seed"].nunique() < 2:
             continue
@@ -87,11 +98,11 @@ def find_ties(
     from simserve.plan.report import deployment_label
 
     b_obj, b_gpu = float(best[objective]), best["gpu"]
-    b_key = tuple(best[k] for k in DEPLOYMENT)
+    b_key = tuple(best[k] for k in keys(rows))
     plan_spread = max(spread.values(), default=None)
     ties = []
     for _, row in contenders(rows, objective).iterrows():
-        if tuple(row[k] for k in DEPLOYMENT) == b_key:
+        if tuple(row[k] for k in keys(rows)) == b_key:
             continue
         obj = float(row[objective])
         gap = (obj - b_obj) / b_obj

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.ops import ELEMENTWISE_OPS, LINEAR_OPS
+from simserve.ops import ELEMENTWISE_OPS, timed_linear_ops
 from simserve.predictor.fit import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
@@ -62,7 +62,14 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
     It adds TP degrees to an existing profile (profile merges them), so the hint never loses data. A shipped
     profile is never changed by a hint: for one, the command writes beside it, into a folder of the user's.
     """
-    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {slug(dep.model.name)} --tp {dep.tp}"
+    model = dep.model.source if Path(dep.model.source).is_file() else slug(dep.model.name)  # a config.json
+    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {model} --tp {dep.tp}"
+    if dep.dtype != "bf16":
+        cmd += f" --dtype {dep.dtype}"
+    if dep.kv_dtype != "bf16":
+        cmd += f" --kv-dtype {dep.kv_dtype}"
+    if dep.moe_skew:
+        cmd += f" --moe-skew {dep.moe_skew:g}"
     if dep.pp > 1:
         cmd += f" --pp {dep.pp}"
     if dep.node is not None:
@@ -70,7 +77,7 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
     if dep.num_nodes > 1 and dep.network is not None:
         cmd += f" --network {dep.network.name}"
     if root is not None and Path(root).resolve() == SHIPPED_PROFILES:
-        target = Path(root) / slug(dep.gpu.name) / slug(dep.model.name)
+        target = Path(root) / slug(dep.gpu.name) / slug(dep.profile_model)
         if target.exists():
             return f"{cmd} --out my-profiles` and rerun with `--profiles my-profiles"
         root = None  # a new profile may join the shipped ones, which is where `run` looks by default
@@ -87,7 +94,7 @@ def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list
     if dep.tp not in tps:
         have = ", ".join(str(t) for t in sorted(tps)) or "none"
         raise SimserveError(f"profile {where} has no TP {dep.tp} rows (it has TP {have}); run `{cmd}`")
-    needed = [ModelKey("linear", op, dep.tp) for op in LINEAR_OPS]
+    needed = [ModelKey("linear", op, dep.tp) for op, _ in timed_linear_ops(dep)]
     needed += [ModelKey("elementwise", op, dep.tp) for op in ELEMENTWISE_OPS]
     needed += [
         ModelKey("attention_prefill", "prefill", dep.tp),

@@ -34,12 +34,12 @@ def load_timer(
     miss imports the fitting code (scikit-learn, pandas).
     """
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
-    path = profile_dir(root, dep.gpu.name, dep.model.name)
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
     if not path.exists():
         from simserve.predictor.coverage import profile_command
 
         raise SimserveError(
-            f"no profile for {dep.model.name} on {dep.gpu.name} in {root}; write one with "
+            f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with "
             f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
         )
     overhead = overhead or CpuOverhead()

@@ -18,11 +18,11 @@ from simserve import numerics
 from simserve.deployment import Deployment
 from simserve.ops import (
     ELEMENTWISE_OPS,
-    LINEAR_OPS,
     all_reduce_bytes,
     all_reduces_per_layer,
     elementwise_ops,
     send_recv_bytes,
+    timed_linear_ops,
 )
 
 if TYPE_CHECKING:  # fit imports scikit-learn; a compiled timer unpickled from the cache refers to TokenTables only
@@ -89,7 +89,8 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
     from simserve.predictor.fit import ModelKey
 
     tp, layers = dep.tp, dep.layers_per_stage
-    fits = [_model(predictor, ModelKey("linear", op, tp)) for op in LINEAR_OPS]
+    linear = timed_linear_ops(dep)  # a MoE layer's ops run on a share of the layers (ops.LinearOp.share)
+    fits = [_model(predictor, ModelKey("linear", op, tp)) for op, _ in linear]
     counts = {op.name: op.count for op in elementwise_ops(dep)}
     ew_fits = [(_model(predictor, ModelKey("elementwise", op, tp)), counts[op]) for op in ELEMENTWISE_OPS]
     profiled = max(int(f.points["num_tokens"].max()) for f in [*fits, *(f for f, _ in ew_fits)])
@@ -102,7 +103,7 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
     def total(parts: list[tuple[Fitted, int]], x: np.ndarray) -> np.ndarray:
         return layers * MS * sum(c * np.maximum(f.model.predict(x), 0.0) for f, c in parts)
 
-    lin_parts = [(f, 1) for f in fits]
+    lin_parts = [(f, share) for f, (_, share) in zip(fits, linear, strict=True)]
     lin, ew = total(lin_parts, t), total(ew_fits, t)
     lin_probe, ew_probe = total(lin_parts, probe), total(ew_fits, probe)
     tokens = np.array([0.0, float(end), float(far)])

@@ -21,23 +21,30 @@ from simserve.profiling import grid, nccl
 class CollectiveConstants:
     """The constants of the collective model that are not NCCL's own tables (those are cited in nccl.py)."""
 
-    launch_us: float = nccl.LAUNCH_US  # host-side cost of one collective call, calibrated on a100_dgx
+    launch_us: float = nccl.LAUNCH_US  # host-side cost of one collective call: nccl.launch_us_for(node) per generation
     collective_model: str = "NCCL tuner: ring/tree x LL/LL128/Simple over the node kind and bus bandwidths (nccl.py)"
 
 
 COLLECTIVES = CollectiveConstants()
 
 
-def all_reduce_ms(node: NodeSpec, num_workers: int, size_bytes, c: CollectiveConstants = COLLECTIVES) -> np.ndarray:
+def for_node(node: NodeSpec | None) -> CollectiveConstants:
+    """The constants of the box's GPU generation (its launch cost, nccl.LAUNCH_US_BY_ARCH)."""
+    return CollectiveConstants(launch_us=nccl.launch_us_for(node))
+
+
+def all_reduce_ms(node: NodeSpec, num_workers: int, size_bytes, c: CollectiveConstants | None = None) -> np.ndarray:
     """A TP group of `num_workers` GPUs of one node all-reducing `size_bytes`."""
+    c = c or for_node(node)
     return nccl.collective_ms("all_reduce", nccl.node_fabric(node, num_workers), size_bytes, c.launch_us)
 
 
 def collectives_table(
     node: NodeSpec | None, network: NetworkSpec | None, tps: list[int], quick: bool = False,
-    c: CollectiveConstants = COLLECTIVES,
+    c: CollectiveConstants | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """all_reduce rows for every TP degree above 1 on the node; send_recv rows for each hop kind and the network."""
+    c = c or for_node(node)
     sizes = np.array(grid.collective_sizes())
     if quick:
         sizes = sizes[::2]

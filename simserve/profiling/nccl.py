@@ -30,7 +30,7 @@ import numpy as np
 
 from simserve.catalog import NetworkSpec, NodeSpec
 
-ALGORITHMS = ("ring", "tree")
+ALGORITHMS = ("ring", "tree", "nvls")
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # NCCL tuning.cc `baseLat` (µs): the fixed cost of an algorithm/protocol pair.
@@ -57,6 +57,20 @@ TREE_MAX_GBPS = (110.0, 80.0)
 # the median residual of the calibration box's small send/recv messages (a100_dgx, ≤ 64 KiB), see
 # simserve/profiling/nccl_validation.py `calibrate_launch_us`.
 LAUNCH_US = 6.4
+# The same cost per GPU generation. In one harness (aiconfigurator-core's NCCL tables, 2-GPU all-reduces ≤ 64 KiB,
+# NCCL's kernel time subtracted) the residual is 5.9 µs on A100, 2.0 on H100 and 5.8 on B200: Hopper's kernels
+# launch and synchronise ~3× faster. Each generation's launch is LAUNCH_US × its residual / A100's
+# (nccl_validation.launch_by_arch), so the A100 keeps the value measured on Vidur's box. Ada keeps the A100's: the
+# L40S table's small messages leave no residual over the PCIe model's kernel time, so they cannot separate it.
+LAUNCH_US_BY_ARCH = {"ampere": LAUNCH_US, "ada": LAUNCH_US, "hopper": 2.2, "blackwell": 6.2}
+
+# NVLS (NVLink SHARP): on Hopper NVSwitch boxes the switch reduces multicast stores, so an all-reduce moves each
+# byte once each way. NCCL runs it with the Simple protocol only, one fixed latency (tuning.cc hwLat NVLink NVLS
+# Simple 25 µs in NCCL 2.18-2.19; later releases book 23 µs as baseLat) and a bus bandwidth of its own (the node's
+# `nvls_bus_gbps`). NVLS_MIN_RANKS: aiconfigurator-core's H100 NCCL tables (NCCL 2.27) exceed the ring's bus
+# bandwidth only at 8 GPUs (432 GB/s at 256 MiB, against 305 and 339 at 2 and 4), so the model offers it from 8.
+NVLS_LATENCY_US = 25.0
+NVLS_MIN_RANKS = 8
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,7 @@ class Fabric:
     bus_gbps: float
     net_gbps: float = 0.0
     net_latency_us: float = 0.0
+    nvls_gbps: float = 0.0  # NVLS bus bandwidth where the NVSwitch reduces (0: no NVLS)
 
     def __post_init__(self):
         if self.medium not in ("nvlink", "pcie"):
@@ -87,6 +102,9 @@ def _steps(collective: str, n: int) -> int:
 
 
 def _enabled(collective: str, algorithm: str, protocol: str, f: Fabric) -> bool:
+    if algorithm == "nvls":  # all-reduce inside one NVSwitch box, Simple only (NCCL's NVLS model)
+        return (collective == "all_reduce" and protocol == "Simple" and f.nodes == 1 and f.nvls_gbps > 0
+                and f.ranks >= NVLS_MIN_RANKS)  # fmt: skip
     if algorithm == "tree" and collective != "all_reduce":
         return False  # NCCL runs trees for all-reduce only
     if collective == "send_recv":
@@ -97,6 +115,8 @@ def _enabled(collective: str, algorithm: str, protocol: str, f: Fabric) -> bool:
 
 def _bus_gbps(collective: str, algorithm: str, protocol: str, f: Fabric) -> float:
     """Bus bandwidth of an algorithm/protocol pair: the link's, cut by the protocol's payload fraction."""
+    if algorithm == "nvls":
+        return f.nvls_gbps
     bus = f.bus_gbps if f.nodes == 1 else min(f.bus_gbps, f.net_gbps)
     ranks_per_node = f.ranks / f.nodes
     if algorithm == "ring":
@@ -114,6 +134,8 @@ def _bus_gbps(collective: str, algorithm: str, protocol: str, f: Fabric) -> floa
 
 
 def _latency_us(collective: str, algorithm: str, protocol: str, f: Fabric) -> float:
+    if algorithm == "nvls":
+        return NVLS_LATENCY_US
     key = (algorithm, protocol)
     intra = STEP_LATENCY_US[f.medium][key] * (1.8 if f.nodes > 1 and protocol == "LL" else 1.0)
     inter = STEP_LATENCY_US["net"][key] + f.net_latency_us
@@ -138,6 +160,7 @@ def options_us(collective: str, f: Fabric, size_bytes) -> dict[tuple[str, str], 
                 continue
             # bus -> algorithm bandwidth: a tree moves the message up and down; a ring all-reduce 2(n−1)/n of it
             # through each link, an all-gather (n−1)/n; a send/recv moves it once
+            # (NVLS too: NCCL converts its bus bandwidth to algorithm bandwidth by nRanks / nSteps, like a ring's)
             ratio = 0.5 if algorithm == "tree" else 1.0 if collective == "send_recv" else n / _steps(collective, n)
             algo_gbps = _bus_gbps(collective, algorithm, protocol, f) * ratio
             lat = _latency_us(collective, algorithm, protocol, f)
@@ -155,6 +178,15 @@ def choose(collective: str, f: Fabric, size_bytes: float) -> tuple[str, str]:
     """The algorithm/protocol NCCL's tuner picks for one message size."""
     opts = options_us(collective, f, size_bytes)
     return min(opts, key=lambda k: float(opts[k]))
+
+
+def launch_us_for(node: NodeSpec | None) -> float:
+    """The launch cost of the generation of GPU the node holds (LAUNCH_US where the GPU is not in the catalog)."""
+    from simserve.catalog import GPU
+
+    if node is None or node.gpu not in GPU:
+        return LAUNCH_US
+    return LAUNCH_US_BY_ARCH[GPU.get(node.gpu).arch]
 
 
 def collective_ms(collective: str, f: Fabric, size_bytes, launch_us: float = LAUNCH_US) -> np.ndarray:
@@ -184,10 +216,13 @@ def _require(spec, fields: tuple[str, ...], what: str) -> None:
 def node_fabric(node: NodeSpec, ranks: int) -> Fabric:
     """A communicator of `ranks` GPUs packed into one node (TP groups): NVLink only if they share an NVLink domain."""
     _require(node, ("kind", "nvlink_bus_gbps", "pcie_bus_gbps"), "node")
+    if node.kind == "pcie-host":
+        # No peer-to-peer: every hop of the ring is a copy through host memory, and the n hops share it.
+        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps * 2.0 / max(ranks, 2))
     if node.kind == "pcie" or (node.kind == "nvlink-pairs" and ranks > 2):
         # A ring over pairs alternates NVLink and PCIe hops: the PCIe hops through the host bound it.
         return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps)
-    return Fabric(ranks, 1, "nvlink", node.nvlink_bus_gbps)
+    return Fabric(ranks, 1, "nvlink", node.nvlink_bus_gbps, nvls_gbps=node.nvls_bus_gbps)
 
 
 def network_fabric(node: NodeSpec, network: NetworkSpec, ranks: int, nodes: int) -> Fabric:
@@ -214,7 +249,7 @@ def node_hops(node: NodeSpec) -> list[Hop]:
     _require(node, ("kind",), "node")
     if node.kind == "nvswitch":
         return [Hop(node.name, "nvlink")]
-    if node.kind == "pcie":
+    if node.kind in ("pcie", "pcie-host"):
         return [Hop(node.name, "pcie")]
     return [Hop(node.name, "nvlink"), Hop(pcie_link(node.name), "pcie")]
 
@@ -244,8 +279,9 @@ def stage_hop(node: NodeSpec | None, network: NetworkSpec | None, tp: int, stage
 
 
 def hop_ms(node: NodeSpec, network: NetworkSpec | None, hop: Hop, size_bytes,
-           launch_us: float = LAUNCH_US) -> np.ndarray:  # fmt: skip
-    """send/recv time of `size_bytes` across one hop."""
+           launch_us: float | None = None) -> np.ndarray:  # fmt: skip
+    """send/recv time of `size_bytes` across one hop; `launch_us` defaults to the node's GPU generation's."""
+    launch_us = launch_us_for(node) if launch_us is None else launch_us
     if hop.medium == "net":
         if network is None:
             raise ValueError("a network hop needs a network")

@@ -3,10 +3,11 @@
 Every kernel costs a minimum duration plus the smooth maximum sqrt(Tc² + Tm²) of its compute time Tc and its
 memory time Tm (compute and HBM traffic overlap, but not perfectly near the ridge point). Peaks come from
 `simserve/catalog/hardware.py`; the achieved fractions of peak and the minimum durations were calibrated once on
-the measured A100 profiles (Vidur, MIT) and are used unchanged for every GPU: A40/H100/H200 numbers follow from
-their spec sheets, these A100 efficiencies and their architecture's GEMM tiles (gemm_tiles.py) and streaming
-bandwidth fraction (ELEMENTWISE_BW_SCALE), never from their own measurements. docs/execution-model.md gives
-every constant's source and the measured errors; `python benchmarks/validate_kernels.py --calibrate` refits them.
+measured kernels per compute capability (ARCH_KERNELS): sm80 on Vidur's A100 profiles, sm86 on its A40 profile,
+sm90 on its H100 profile and NVIDIA's H100 GEMM database (aiconfigurator-core), sm89/sm100 GEMMs on that database's
+L40S/B200 tables — each on in-sample rows only, with held-out models, shapes and the H200 reported apart in
+docs/kernel-validation.md. A GPU's numbers follow from its spec sheet, its compute capability's efficiencies and
+its architecture's GEMM tiles (gemm_tiles.py). `python benchmarks/validate_kernels.py --calibrate` refits them.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from simserve import precision
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
-from simserve.profiling import gemm_tiles, grid
+from simserve.profiling import collectives, gemm_tiles, grid
 from simserve.profiling.collectives import CollectiveConstants, collectives_table
 from simserve.profiling.schema import profiled_deployments
 
@@ -39,7 +41,6 @@ GEMM_MEMORY_EFF = 0.85  # achieved fraction of HBM bandwidth streaming weights i
 # Calibrated on the measured A100 Vidur profiles (Llama-2-7B + Llama-2-70B): one shared efficiency is 8-116% off,
 # because the kernels differ (a fused RMSNorm reduces over the hidden dimension; an add streams perfectly).
 # (minimum duration µs, achieved fraction of HBM bandwidth); norms cover RMSNorm and LayerNorm alike.
-# These are Ampere fractions; other architectures scale them by ELEMENTWISE_BW_SCALE.
 ELEMENTWISE_COST = {
     "attn_norm": (2.4, 0.37),
     "mlp_norm": (2.4, 0.37),
@@ -47,14 +48,7 @@ ELEMENTWISE_COST = {
     "act": (2.2, 0.50),
     "residual_add": (1.2, 0.98),
 }
-# How much of its spec-sheet bandwidth an architecture's streaming kernel reaches, relative to Ampere: the same
-# microbenchmark (gpu-benches gpu-stream "scale", A[i] = B[i]·c, at full occupancy; te42kyfo/gpu-benches) reaches
-# 88.8% of spec on an A100-40GB (1381 of 1555 GB/s), 93.7% on an A40 (652 of 696), 89.1% on an L40 (Ada, 770 of
-# 864) and 65.9% on an H200 (Hopper, 3165 of 4800): Hopper's far higher bandwidth needs more bytes in flight than
-# an SM keeps. Hopper 0.659 / 0.888 = 0.74; Ada ≈ Ampere. (The older cuda-stream build reaches 83.6% on an H100
-# PCIe vs 84.9% on an A100-80GB, ratio 0.98: for a 2 TB/s Hopper the loss is small, so this is an estimate with
-# about ±15% spread, not a measurement of these kernels; no Hopper/Ada elementwise kernels are in the reference.)
-ELEMENTWISE_BW_SCALE = {"ampere": 1.0, "ada": 1.0, "hopper": 0.74}
+# These are the A100's (sm80) fractions; other compute capabilities have their own (ARCH_KERNELS below).
 
 # --- Decode attention (FlashAttention / paged attention over a KV cache) -----------------------------------------
 # Memory-bound: reads b·2·Hkv·d·L·2 bytes of KV. Few work units leave SMs idle: the kernel splits each (sequence,
@@ -98,7 +92,51 @@ class KernelConstants:
     attn_prefill_row_overhead_keys: float = ATTN_PREFILL_ROW_OVERHEAD_KEYS
 
 
-KERNELS = KernelConstants()
+KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur profiles
+
+# --- Per compute capability: what each architecture's kernels achieve of its own spec-sheet peaks ------------------
+# Calibrated by `python benchmarks/validate_kernels.py --calibrate` on each one's in-sample rows only (the split is
+# fixed in roofline_validation.py and perfdb_validation.py; docs/kernel-validation.md reports in- and out-of-sample
+# errors apart). Attention keeps the A100 constants everywhere: only A100 attention is measured in the reference.
+def _arch(gemm: tuple[float, float, float], elementwise: dict[str, tuple[float, float]]) -> KernelConstants:
+    """KERNELS with another architecture's (min µs, compute fraction, memory fraction) and elementwise costs."""
+    costs = tuple((op, *elementwise[op]) for op in ELEMENTWISE_COST)
+    return dataclasses.replace(KERNELS, gemm_min_us=gemm[0], gemm_compute_eff=gemm[1], gemm_memory_eff=gemm[2],
+                               elementwise_cost=costs)  # fmt: skip
+
+
+# sm86 (A40, GA102 + GDDR6), fitted on the A40 profile's internlm-20b and Qwen-72B. GEMMs reach 0.79 of their
+# dense peak (A100: 0.75) and need 3.1 µs at least (A100: 5.6; GA102's smaller L2 and fewer SMs finish a skinny
+# GEMM's tiles sooner). Elementwise kernels reach 0.60-0.84 of GDDR6's bandwidth where the A100 reaches 0.37-0.98 of
+# HBM2e's: the same per-SM bytes in flight (Little's law) cover far more of a 696 GB/s bus than of a 2 TB/s one.
+SM86_ELEMENTWISE = {"attn_norm": (2.7, 0.60), "mlp_norm": (2.7, 0.60), "rotary": (1.2, 0.77), "act": (1.5, 0.78),
+                    "residual_add": (0.6, 0.84)}  # fmt: skip
+# sm90 (H100/H200), fitted on the H100 profile's internlm-20b and Qwen-72B and the database's in-sample H100
+# GEMMs, each source weighing half. Large GEMMs reach 0.78 of 989 TF/s, skinny ones 0.92 of HBM3; 3.6 µs floor.
+# Elementwise kernels reach 0.42-0.58 of 3.35 TB/s (the residual add 1.09: its 3 operands stay in the 50 MB L2
+# between the profiler's repeats at most sizes).
+SM90_ELEMENTWISE = {"attn_norm": (2.4, 0.42), "mlp_norm": (2.4, 0.42), "rotary": (1.8, 0.50), "act": (1.8, 0.58),
+                    "residual_add": (1.0, 1.09)}  # fmt: skip
+ARCH_KERNELS: dict[int, KernelConstants] = {
+    80: KERNELS,
+    86: _arch((3.1, 0.79, 0.82), SM86_ELEMENTWISE),
+    # sm89 (L40S), GEMMs fitted on the database's in-sample L40S GEMMs: 0.67 of 362 TF/s (FP32-accumulate peak;
+    # AD102 throttles its clock under sustained tensor load), 1.3 µs floor. Elementwise: sm86's (GDDR6 too), unmeasured.
+    89: _arch((1.3, 0.67, 0.83), SM86_ELEMENTWISE),
+    90: _arch((3.6, 0.78, 0.92), SM90_ELEMENTWISE),
+    # sm100 (B200), GEMMs fitted on the database's in-sample B200 GEMMs: 0.75 of 2.25 PF/s dense BF16, 0.85 of
+    # 8 TB/s HBM3e, 3.3 µs floor. Elementwise: sm90's (HBM), unmeasured.
+    100: _arch((3.3, 0.75, 0.85), SM90_ELEMENTWISE),
+}
+
+
+def kernels_for(gpu: GPUSpec) -> KernelConstants:
+    """The kernel constants of `gpu`'s compute capability (the closest calibrated one of its architecture)."""
+    cc = gpu.compute_capability
+    if cc in ARCH_KERNELS:
+        return ARCH_KERNELS[cc]
+    same_arch = [k for k in ARCH_KERNELS if k // 10 == cc // 10]
+    return ARCH_KERNELS[min(same_arch, key=lambda k: abs(k - cc))] if same_arch else KERNELS
 
 
 def _peak(gpu: GPUSpec) -> float:
@@ -110,11 +148,12 @@ def _hbm(gpu: GPUSpec) -> float:
 
 
 def gemm_ms(
-    gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int = 2, c: KernelConstants = KERNELS,
+    gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int = 2, c: KernelConstants | None = None,
     tiles: gemm_tiles.ArchTiles | None = None,
 ) -> np.ndarray:  # fmt: skip
-    """(m × k) @ (k × n) in ms; m may be an array of token counts. `tiles` defaults to the GPU architecture's."""
+    """(m × k) @ (k × n) in ms; m may be an array of token counts. `c` and `tiles` default to the GPU's own."""
     m = np.asarray(m, dtype=float)
+    c = c or kernels_for(gpu)
     tiles = tiles or gemm_tiles.arch_tiles(gpu)
     busy = gemm_tiles.wave_utilisation(tiles, m, n, gpu.num_sms)
     tc = gemm_tiles.padded_flops(tiles, m, k, n) / (c.gemm_compute_eff * _peak(gpu) * busy)
@@ -122,13 +161,13 @@ def gemm_ms(
     return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
 
 
-def elementwise_ms(gpu: GPUSpec, op: str, nbytes, c: KernelConstants = KERNELS) -> np.ndarray:
+def elementwise_ms(gpu: GPUSpec, op: str, nbytes, c: KernelConstants | None = None) -> np.ndarray:
     """One call of a memory-bound op moving `nbytes` through HBM."""
+    c = c or kernels_for(gpu)
     costs = {name: (t0, eff) for name, t0, eff in c.elementwise_cost}
     if op not in costs:
         raise ValueError(f"no elementwise cost for op {op!r}; known: {', '.join(costs)}")
     t0, eff = costs[op]
-    eff = min(1.0, eff * ELEMENTWISE_BW_SCALE[gpu.arch])
     return (t0 * 1e-6 + np.asarray(nbytes, dtype=float) / (eff * _hbm(gpu))) * 1e3
 
 
@@ -186,17 +225,21 @@ def _token_grid(max_tokens: int, quick: bool) -> np.ndarray:
     return np.array(tokens)
 
 
-def linear_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants = KERNELS) -> pd.DataFrame:
+def linear_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:
+    from simserve.profiling.roofline_moe import expert_table
+
     frames = []
     for dep in deps:
+        gpu = precision.gemm_gpu(dep.gpu, dep.dtype)  # fp8 weights: the fp8 tensor-core peak where there is one
         for op in linear_ops(dep):
-            t = gemm_ms(dep.gpu, tokens, op.in_features, op.out_features, dep.model.dtype_bytes, c)
+            t = gemm_ms(gpu, tokens, op.in_features, op.out_features, dep.weight_bytes, c)
             frames.append(pd.DataFrame({"op": op.name, "tp": dep.tp, "num_tokens": tokens, "time_ms": t}))
+    frames.append(expert_table(deps, tokens, c))  # MoE models' routed experts, one op per EP degree
     return pd.concat(frames, ignore_index=True)
 
 
 def elementwise_table(
-    deps: list[Deployment], tokens: np.ndarray, c: KernelConstants = KERNELS
+    deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None
 ) -> pd.DataFrame:
     frames = []
     for dep in deps:
@@ -219,12 +262,18 @@ def attention_table(
     ch, pre = (a.ravel() for a in np.meshgrid(chunks, prefixes, indexing="ij"))
     keep = ch + pre <= max_model_len
     ch, pre = ch[keep], pre[keep]
+    from simserve.profiling.roofline_moe import mla_decode_attention_ms, mla_prefill_attention_ms
+
     frames = []
     for dep in deps:
         s, m = attention_shape(dep), dep.model
         shape = (s.q_heads, s.kv_heads, s.head_dim)
-        dec = decode_attention_ms(dep.gpu, *shape, b, kv, m.dtype_bytes, m.sliding_window, c)
-        pre_t = prefill_attention_ms(dep.gpu, *shape, ch, pre, m.dtype_bytes, m.sliding_window, c)
+        if m.is_mla:
+            dec = mla_decode_attention_ms(dep.gpu, s, b, kv, dep.kv_bytes, c)
+            pre_t = mla_prefill_attention_ms(dep.gpu, s, ch, pre, dep.kv_bytes, c)
+        else:  # an fp8 KV cache halves the bytes read; the kernels compute in bf16 (simserve/precision.py)
+            dec = decode_attention_ms(dep.gpu, *shape, b, kv, dep.kv_bytes, m.sliding_window, c)
+            pre_t = prefill_attention_ms(dep.gpu, *shape, ch, pre, dep.kv_bytes, m.sliding_window, c)
         frames.append(pd.DataFrame({"phase": "decode", "tp": dep.tp, "batch_size": b, "chunk": 1, "kv_len": kv,
                                     "time_ms": dec}))  # fmt: skip
         frames.append(pd.DataFrame({"phase": "prefill", "tp": dep.tp, "batch_size": 1, "chunk": ch, "kv_len": pre,
@@ -240,11 +289,11 @@ def model_fields(gpu: GPUSpec, coll: CollectiveConstants | None = None) -> dict:
             "hbm_gbps": gpu.hbm_gbps,
             "num_sms": gpu.num_sms,
             "arch": gpu.arch,
+            "sm_version": gpu.compute_capability,
             "source": gpu.source,
         },  # fmt: skip
-        "constants": constants_dict(KERNELS, coll),
+        "constants": constants_dict(kernels_for(gpu), coll),
         "gemm_tiles": dataclasses.asdict(gemm_tiles.arch_tiles(gpu)),
-        "elementwise_bw_scale": ELEMENTWISE_BW_SCALE[gpu.arch],
     }
 
 
@@ -266,12 +315,15 @@ def profile(
     max_model_len: int = 16384,
     max_tokens: int = 16384,
     quick: bool = False,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """Return the four tables of simserve/profiling/schema.py (ms per layer per GPU) and backend provenance fields."""
-    deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len)
+    deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
     node = deps[0].node
     tokens = _token_grid(max_tokens, quick)
-    coll = CollectiveConstants()
+    coll = collectives.for_node(node)
     tables = {
         "linear": linear_table(deps, tokens),
         "elementwise": elementwise_table(deps, tokens),
@@ -280,9 +332,13 @@ def profile(
     }
     provenance = {
         "backend": BACKEND,
-        "device": f"{gpu.name} (no GPU used: spec-sheet peaks with efficiencies calibrated on measured A100 data)",
+        "device": f"{gpu.name} (no GPU used: spec-sheet peaks with sm{gpu.compute_capability} efficiencies "
+                  "calibrated on measured kernels)",
         **model_fields(gpu, coll),
         **link_fields(node, network),
-        "note": "analytic model, not a measurement; errors against measured A100 kernels in docs/execution-model.md",
+        "note": "analytic model, not a measurement; errors against measured kernels in docs/kernel-validation.md",
     }
+    if (dtype, kv_dtype, moe_skew) != ("bf16", "bf16", 0.0):  # kept out of bf16 provenance: same bytes as before
+        provenance["precision"] = {"weights": dtype, "kv_cache": kv_dtype, "fp8_tensor_cores": precision.has_fp8_tensor_cores(gpu)}
+        provenance["moe_skew"] = moe_skew
     return tables, provenance

@@ -1,9 +1,10 @@
-"""The roofline backend against measured A100 kernels: load the Vidur reference files, predict, compare, calibrate.
+"""The roofline backend against Vidur's measured kernels: load any GPU folder of the reference, predict, compare.
 
 Used by tests/test_roofline_validation.py and benchmarks/validate_kernels.py. Nothing here ships data: it reads the
 reference files (../shared/reference/vidur/profiling) at test or benchmark time and returns error tables.
-Calibration refits the physically meaningful constants (minimum durations, achieved fractions of peak) on a subset
-of models; the held-out models measure how well they transfer.
+`calibrate` refits the A100's (sm80) physically meaningful constants (minimum durations, achieved fractions of
+peak) on a subset of models; the held-out models measure how well they transfer. The other compute capabilities
+are fitted in arch_calibration.py on the in-sample models of CALIBRATION_MODELS_BY_GPU.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simserve.catalog import GPU, NODES, ModelSpec
+from simserve.catalog import GPU, NODES, GPUSpec, ModelSpec
 from simserve.deployment import Deployment
 from simserve.ops import elementwise_ops, linear_ops
 from simserve.profiling import collectives as coll
 from simserve.profiling import nccl, nccl_validation
 from simserve.profiling import roofline as rl
 
-# label -> directory under compute/a100 (Vidur's Hugging Face ids). phi-2 (TP1 only, GELU) is left out.
+# label -> directory under compute/<gpu> (Vidur's Hugging Face ids).
 VIDUR_MODELS = {
     "Llama-2-7B": "meta-llama/Llama-2-7b-hf",
     "Llama-2-70B": "meta-llama/Llama-2-70b-hf",
@@ -30,8 +31,18 @@ VIDUR_MODELS = {
     "CodeLlama-34B": "codellama/CodeLlama-34b-Instruct-hf",
     "internlm-20b": "internlm/internlm-20b",
     "Qwen-72B": "Qwen/Qwen-72B",
+    "phi-2": "microsoft/phi-2",
 }
+# Vidur's GPU folder (compute/<folder>) -> the catalog GPU it measured. A folder not listed is reported and skipped.
+REFERENCE_GPUS = {"a100": "a100", "a40": "a40", "h100": "h100"}
 CALIBRATION_MODELS = ("Llama-2-7B", "Llama-2-70B")
+# The in-sample / out-of-sample split, fixed before any fit (docs/kernel-validation.md, "The split"): per GPU
+# folder, the models whose rows a calibration may use. Every other model of that folder is held out.
+CALIBRATION_MODELS_BY_GPU = {
+    "a100": CALIBRATION_MODELS,
+    "a40": ("internlm-20b", "Qwen-72B"),  # held out: CodeLlama-34B, phi-2
+    "h100": ("internlm-20b", "Qwen-72B"),  # held out: CodeLlama-34B, phi-2
+}
 # The issue's hard-target set for linear ops (the other three are reported as well).
 TARGET_MODELS = ("Llama-2-7B", "Llama-2-70B", "Llama-3-8B", "CodeLlama-34B")
 VIDUR_OPS = {
@@ -59,38 +70,70 @@ def _model_from_vidur(label: str, df: pd.DataFrame) -> ModelSpec:
     )  # fmt: skip
 
 
-def load_mlp(root: Path, models: tuple[str, ...] = tuple(VIDUR_MODELS)) -> pd.DataFrame:
-    """Long table: model, op, kind (linear/elementwise), tp, num_tokens, measured_ms, k, n (linear) or nbytes."""
+def reference_gpus(root: Path) -> dict[str, str]:
+    """GPU folders under compute/ with a catalog GPU (folder -> catalog name); unknown folders are left out."""
+    base = root / "compute"
+    if not base.is_dir():
+        return {}
+    return {d.name: REFERENCE_GPUS[d.name] for d in sorted(base.iterdir()) if d.is_dir() and d.name in REFERENCE_GPUS}
+
+
+def unknown_reference_gpus(root: Path) -> list[str]:
+    base = root / "compute"
+    return sorted(d.name for d in base.iterdir() if d.is_dir() and d.name not in REFERENCE_GPUS) if base.is_dir() else []
+
+
+def reference_models(root: Path, folder: str) -> tuple[str, ...]:
+    """The VIDUR_MODELS measured on GPU `folder`, in VIDUR_MODELS order."""
+    return tuple(label for label, hf in VIDUR_MODELS.items() if (root / "compute" / folder / hf / "mlp.csv").is_file())
+
+
+def _node_for(gpu: GPUSpec, tp: int):
+    """A catalog box of `gpu` with at least `tp` GPUs: only its size matters for a kernel (no collective here)."""
+    boxes = [n for n in NODES if n.gpu in GPU and GPU.get(n.gpu) == gpu and n.gpus_per_node >= tp]
+    return boxes[0] if boxes else NODES.get("dgx-a100")
+
+
+def load_mlp(root: Path, models: tuple[str, ...] | None = None, folder: str = "a100") -> pd.DataFrame:
+    """Long table: gpu, model, set, op, kind (linear/elementwise), tp, num_tokens, measured_ms, k, n or nbytes.
+
+    `folder` is a GPU folder of the reference tree (compute/<folder>); `models` defaults to every model in it.
+    `set` is "calibration" for CALIBRATION_MODELS_BY_GPU[folder], else "held out"."""
+    gpu = GPU.get(REFERENCE_GPUS[folder])
+    models = reference_models(root, folder) if models is None else models
+    in_sample = CALIBRATION_MODELS_BY_GPU.get(folder, ())
     frames = []
     for label in models:
-        df = pd.read_csv(root / "compute" / "a100" / VIDUR_MODELS[label] / "mlp.csv")
+        df = pd.read_csv(root / "compute" / folder / VIDUR_MODELS[label] / "mlp.csv")
         spec = _model_from_vidur(label, df)
         for tp, rows in df.groupby("num_tensor_parallel_workers"):
-            # dgx-a100 holds 8 GPUs, so every measured TP degree is a valid deployment.
-            dep = Deployment.create(spec, A100, int(tp), 1, NODES.get("dgx-a100"))
+            dep = Deployment.create(spec, gpu, int(tp), 1, _node_for(gpu, int(tp)))
             tokens = rows["num_tokens"].to_numpy()
+            common = {"gpu": gpu.name, "model": label, "set": "calibration" if label in in_sample else "held out"}
             for op in linear_ops(dep):
                 vop = next(v for v, s in VIDUR_OPS.items() if s == op.name)
-                frames.append(pd.DataFrame({"model": label, "op": op.name, "kind": "linear", "tp": int(tp),
+                frames.append(pd.DataFrame({**common, "op": op.name, "kind": "linear", "tp": int(tp),
                     "num_tokens": tokens, "measured_ms": rows[f"time_stats.{vop}.median"].to_numpy(),
                     "k": op.in_features, "n": op.out_features, "nbytes": 0.0}))  # fmt: skip
             for op in elementwise_ops(dep):
-                for vop in (v for v, s in VIDUR_OPS.items() if s == op.name):
-                    frames.append(pd.DataFrame({"model": label, "op": op.name, "kind": "elementwise", "tp": int(tp),
+                # phi-2 (parallel attention and MLP) has one norm: an op Vidur did not time is left out
+                for vop in (v for v, s in VIDUR_OPS.items() if s == op.name and f"time_stats.{v}.median" in rows):
+                    frames.append(pd.DataFrame({**common, "op": op.name, "kind": "elementwise", "tp": int(tp),
                         "num_tokens": tokens, "measured_ms": rows[f"time_stats.{vop}.median"].to_numpy(),
                         "k": 0, "n": 0, "nbytes": tokens * float(op.bytes_per_token)}))  # fmt: skip
     return pd.concat(frames, ignore_index=True)
 
 
-def predict_mlp(df: pd.DataFrame, c: rl.KernelConstants = rl.KERNELS, tiles=None) -> np.ndarray:
-    """Predicted times of the measured rows; `tiles` (a gemm_tiles.ArchTiles) replaces A100's for an ablation."""
+def predict_mlp(df: pd.DataFrame, c: rl.KernelConstants | None = None, tiles=None) -> np.ndarray:
+    """Predicted times of the measured rows; `tiles` (a gemm_tiles.ArchTiles) replaces the GPU's for an ablation."""
     out = np.empty(len(df))
-    for (kind, op, k, n), idx in df.groupby(["kind", "op", "k", "n"]).groups.items():
-        rows = df.loc[idx]
+    gpus = df["gpu"] if "gpu" in df else pd.Series(A100.name, index=df.index)
+    for (gpu_name, kind, op, k, n), idx in df.groupby([gpus, "kind", "op", "k", "n"]).groups.items():
+        rows, gpu = df.loc[idx], GPU.get(gpu_name)
         if kind == "linear":
-            out[df.index.get_indexer(idx)] = rl.gemm_ms(A100, rows["num_tokens"], k, n, 2, c, tiles)
+            out[df.index.get_indexer(idx)] = rl.gemm_ms(gpu, rows["num_tokens"], k, n, 2, c, tiles)
         else:
-            out[df.index.get_indexer(idx)] = rl.elementwise_ms(A100, op, rows["nbytes"], c)
+            out[df.index.get_indexer(idx)] = rl.elementwise_ms(gpu, op, rows["nbytes"], c)
     return out
 
 

@@ -22,8 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from simserve.errors import SimserveError
 from simserve.io import atomic_path
+from simserve.numerics import parse_floats
+from simserve.shipped import shipped_dir
 
 TABLES: dict[str, list[str]] = {
     "linear": ["op", "tp", "num_tokens", "time_ms"],
@@ -32,7 +36,7 @@ TABLES: dict[str, list[str]] = {
     "collectives": ["op", "link", "num_workers", "size_bytes", "time_ms"],
 }
 PROVENANCE = "provenance.json"
-SHIPPED_PROFILES = Path(__file__).resolve().parents[2] / "profiles"  # the repository's profiles/
+SHIPPED_PROFILES = shipped_dir("profiles")  # the repository's profiles/ (or the wheel's copy)
 
 if TYPE_CHECKING:  # pandas is imported where a table is read: hashing a profile (the warm run path) needs none
     import pandas as pd
@@ -75,13 +79,6 @@ def content_hash(path: str | Path) -> str:
 LABELS = ("op", "phase", "link")  # the text columns; every other column holds numbers
 
 
-def _number(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
     """Check columns and values: a missing column, a non-number, NaN or a negative time is an error."""
     missing = [c for c in TABLES[table] if c not in df.columns]
@@ -95,7 +92,7 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
     for col in numeric:
         import pandas as pd
 
-        values = pd.Series([_number(v) for v in df[col].tolist()], index=df.index, dtype=float)
+        values = pd.Series(parse_floats(df[col].tolist()), index=df.index)
         bad = values.isna() | (values < 0) | ~values.map(lambda v: math.isfinite(v) if v == v else False)
         if bad.any():
             row = int(bad.to_numpy().nonzero()[0][0])
@@ -135,8 +132,8 @@ def read_profile(path: str | Path) -> Profile:
             ) from None
         for col in df.columns:  # extra columns (a backend's own, e.g. time_min_ms): numbers where all are
             if col not in TABLES[table] and col not in LABELS:
-                values = [_number(v) for v in df[col].tolist()]
-                if not any(math.isnan(v) for v in values):
+                values = parse_floats(df[col].tolist())
+                if not np.isnan(values).any():
                     df[col] = values
         tables[table] = validate_table(df, table, str(f))
     prov_file = path / PROVENANCE
@@ -168,7 +165,10 @@ def write_profile(path: str | Path, tables: dict[str, pd.DataFrame], provenance:
     return path
 
 
-def profiled_deployments(model, gpu, tps: list[int], node, network, max_model_len: int) -> list:
+def profiled_deployments(
+    model, gpu, tps: list[int], node, network, max_model_len: int, dtype: str = "bf16", kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
+) -> list:
     """The deployments one profile run covers (one per TP degree), checked the same way for every backend.
 
     Collectives need a node to say which links they cross, so a GPU with no default node needs --node.
@@ -178,7 +178,10 @@ def profiled_deployments(model, gpu, tps: list[int], node, network, max_model_le
     if not tps:
         raise SimserveError("no TP degrees to profile; pass --tp, e.g. --tp 1,2,4")
     deps = [
-        Deployment.create(model, gpu, tp, 1, node, network, max_model_len=max_model_len)
+        Deployment.create(
+            model, gpu, tp, 1, node, network, max_model_len=max_model_len, dtype=dtype, kv_dtype=kv_dtype,
+            moe_skew=moe_skew,
+        )
         for tp in sorted(set(tps))
     ]
     if deps[0].node is None:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.errors import SimserveError
+from simserve.io import exact_floats
 from simserve.ops import ELEMENTWISE_OPS, LINEAR_OPS
 from simserve.profiling.schema import Profile
 from simserve.profiling.vidur_format import (
@@ -51,7 +52,7 @@ def locate(src: Path, model: ModelSpec, gpu: GPUSpec, node: NodeSpec) -> dict[st
 
 def _read_csv(path: Path) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, **exact_floats())
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         raise SimserveError(
             f"{path} is not a readable CSV ({str(exc).splitlines()[0]}); fix or re-export it"

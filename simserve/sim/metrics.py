@@ -225,10 +225,11 @@ def _busy_and_iterations(log, end: float) -> tuple[dict[tuple[int, int], float],
 
 
 def estimate_utilization(run: RawRun, dep, duration: float) -> tuple[float, float]:
-    """MFU and MBU over the run, an estimate from simserve.ops: the four linear ops and attention for
-    FLOPs; weights, activations of the linear ops and KV reads for bytes. Elementwise ops, the embedding
-    and the LM head are left out, so both figures are slight underestimates."""
-    from simserve.ops import attention_shape, linear_ops
+    """MFU and MBU over the run, an estimate from simserve.ops: the linear ops (a MoE model's routed experts
+    at the expected load of the run's mean micro-batch) and attention for FLOPs; weights, activations of the
+    linear ops and KV reads for bytes. Elementwise ops, the embedding and the LM head are left out, so both
+    figures are slight underestimates. MFU is against the bf16 peak, also for fp8 weights."""
+    from simserve.ops import attention_shape, expert_load, expert_ops, linear_ops
 
     m = dep.model
     ops = linear_ops(dep)
@@ -238,12 +239,19 @@ def estimate_utilization(run: RawRun, dep, duration: float) -> tuple[float, floa
     mbs = sum(rep.work.micro_batches for rep in run.replicas)
     att = attention_shape(dep)
     per_gpu_layers = dep.tp * m.num_layers  # every GPU of every stage runs its shard of its layers
-    flops = per_gpu_layers * (
-        sum(op.flops(1) for op in ops) * tokens + 4.0 * att.q_heads * att.head_dim * pairs
-    )
-    weights = sum(op.bytes(0, m.dtype_bytes) for op in ops)
-    act = sum(op.bytes(1, m.dtype_bytes) for op in ops) - weights
-    kv_token = 2 * m.dtype_bytes * att.kv_heads * att.head_dim
+    wb = dep.weight_bytes
+    flops_token = sum(op.share * op.flops(1) for op in ops)
+    weights = sum(op.share * op.bytes(0, wb) for op in ops)
+    act = sum(op.share * (op.bytes(1, m.dtype_bytes) - op.bytes(0, m.dtype_bytes)) for op in ops)
+    if m.is_moe and mbs:  # routed experts at the run's mean micro-batch: rows per token, experts touched
+        touched, rows = expert_load(dep, max(tokens / mbs, 1.0))
+        per_token = float(rows) / max(tokens / mbs, 1.0)
+        for op in expert_ops(dep):
+            flops_token += op.share * per_token * 2.0 * op.in_features * op.out_features
+            weights += op.share * float(touched) * op.in_features * op.out_features * wb
+            act += op.share * per_token * (op.in_features + op.out_features) * m.dtype_bytes
+    flops = per_gpu_layers * (flops_token * tokens + 4.0 * att.q_heads * att.head_dim * pairs)
+    kv_token = dep.kv_bytes * att.head_dim if m.is_mla else 2 * dep.kv_bytes * att.kv_heads * att.head_dim
     nbytes = per_gpu_layers * (weights * mbs + act * tokens + kv_token * kv_read)
     gpus = dep.num_gpus * len(run.replicas)
     mfu = flops / (duration * gpus * dep.gpu.peak_tflops * 1e12)

@@ -61,15 +61,38 @@ class Scenario:
     # SimConfig.time_limit_s (the paper's 30-minute trial cap). Added after run outputs and probe caches were
     # pinned: left out of echoes and cache keys while unset (probe.scenario_fields), so those stay as they were.
     time_limit_s: float | None = field(default=None, metadata={"omit_at_default": True})
+    # Precision and expert parallelism (simserve/precision.py, Deployment.ep / moe_skew), and whether a max
+    # length beyond the model's context limit is allowed (the paper ran its 8k traces on 4k models).
+    dtype: str = field(default="bf16", metadata={"omit_at_default": True})
+    kv_dtype: str = field(default="bf16", metadata={"omit_at_default": True})
+    ep: int = field(default=1, metadata={"omit_at_default": True})
+    moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
+    allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
+        """The engine's max model length: --max-model-len, else the trace's default capped at the model's
+        context limit (requests longer than it are dropped from the trace, as an engine would refuse them)."""
         if self.max_model_len is not None and self.max_model_len < 1:
             raise SimserveError(
                 f"--max-model-len must be a positive number of tokens, got {self.max_model_len}; "
                 f"leave it out for the trace's default"
             )
-        return self.max_model_len or MAX_MODEL_LEN.get(self.trace, 8192)
+        limit = context_limit(self.model)
+        if self.max_model_len is not None:
+            if self.max_model_len > limit and not self.allow_long_context:
+                raise SimserveError(
+                    f"--max-model-len {self.max_model_len} exceeds {self.model}'s context limit of {limit} tokens "
+                    f"(max_position_embeddings); lower it, or pass --allow-long-context to simulate past the limit"
+                )
+            return self.max_model_len
+        default = MAX_MODEL_LEN.get(self.trace, 8192)
+        return default if self.allow_long_context else min(default, limit)
+
+    @property
+    def capped_by_model(self) -> bool:
+        """Whether the model's context limit, not the trace's default, set the max length."""
+        return self.max_model_len is None and self.max_len < MAX_MODEL_LEN.get(self.trace, 8192)
 
     def sim_config(self) -> SimConfig:
         return SimConfig(
@@ -101,6 +124,10 @@ class Scenario:
             self.network,
             self.memory_utilization,
             self.max_len,
+            self.dtype,
+            self.kv_dtype,
+            self.ep,
+            self.moe_skew,
         )
 
 
@@ -122,6 +149,7 @@ def paper_setup(s: Scenario) -> Scenario:
         raise SimserveError("--paper-setup charges the engine's CPU overhead and Ray round trip; drop --no-cpu-overhead")
     return replace(
         s,
+        allow_long_context=True,  # the paper ran its 8k/16k traces on 4k-context models (Llama-2-70B, Yi-34B)
         arrival="poisson-clipped",
         ray_comm=True,
         time_limit_s=PAPER_TIME_LIMIT_S,
@@ -170,8 +198,16 @@ def simulate_scenario(
 
 
 @lru_cache(maxsize=16)
-def _deployment(model, gpu, tp, pp, node, network, util, max_len) -> Deployment:
-    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len)
+def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew) -> Deployment:
+    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew)
+
+
+@lru_cache(maxsize=64)
+def context_limit(model: str) -> int:
+    """The model's max_position_embeddings (a catalog name or a config.json path)."""
+    from simserve.catalog.models import resolve_model
+
+    return resolve_model(model).max_position
 
 
 @lru_cache(maxsize=64)
@@ -209,14 +245,31 @@ def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
     return t.prompt_tokens, t.output_tokens, t.arrived_at
 
 
+def workload_drops(s: Scenario) -> dict:
+    """Trace rows dropped before the run because prompt + output exceeds the max length (for summary.json)."""
+    t = _usable(s.trace, s.max_len)
+    return {"too_long": int(t.too_long), "trace_rows": int(t.too_long + len(t)), "max_model_len": s.max_len,
+            "model_context_limit": context_limit(s.model)}  # fmt: skip
+
+
 def workload_notes(s: Scenario) -> list[str]:
     """What the workload did to the trace that a user should know: rows dropped, requests repeated."""
     t = _usable(s.trace, s.max_len)
     notes = []
-    if t.too_long:
+    if t.too_long and s.capped_by_model:
+        notes.append(
+            f"{t.too_long} trace rows dropped: prompt + output exceeds {s.model}'s context limit of {s.max_len} "
+            f"tokens (--allow-long-context --max-model-len N simulates past it, as the paper did)"
+        )
+    elif t.too_long:
         notes.append(
             f"{t.too_long} trace rows dropped: prompt + output exceeds the max model length {s.max_len} "
             f"(raise --max-model-len to keep them)"
+        )
+    if s.allow_long_context and s.max_len > context_limit(s.model):
+        notes.append(
+            f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
+            f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
     if s.arrival != "replay" and s.num_requests > len(t):
         notes.append(

@@ -126,7 +126,24 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
     if base.pp > 1:
         parts.append(f"--pipeline-parallel-size {base.pp}")
     parts.append(f"--max-model-len {base.max_len}")
+    # precision and expert parallelism (getattr: scenarios pinned before these fields existed lack them)
+    if getattr(base, "dtype", "bf16") == "fp8":
+        parts.append("--quantization fp8")  # an fp8 checkpoint is detected by itself; a bf16 one is quantised
+    if getattr(base, "kv_dtype", "bf16") == "fp8":
+        parts.append("--kv-cache-dtype fp8")
+    if getattr(base, "ep", 1) > 1:
+        parts.append("--enable-expert-parallel")
     return " ".join(parts)
+
+
+def check_engine_scenario(base: Any) -> None:
+    """What vLLM cannot be told: EP other than 1 or TP (its --enable-expert-parallel spans the TP group)."""
+    ep = getattr(base, "ep", 1)
+    if ep not in (1, base.tp):
+        raise SimserveError(
+            f"vLLM runs experts TP-sharded (EP 1) or over the whole TP group (--enable-expert-parallel, EP = TP "
+            f"{base.tp}); --ep {ep} has no vLLM flag: use --ep 1 or --ep {base.tp}"
+        )
 
 
 def write_engine_outputs(result: EngineResult, out: Path, scenario: dict[str, Any]) -> list[Path]:

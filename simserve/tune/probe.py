@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-import simserve
 from simserve.io import write_text_atomic
 from simserve.profiling.schema import SHIPPED_PROFILES
+from simserve.shipped import package_dir, version
 from simserve.tune.capacity import SLO, Simulate, quantile_key
 
 # Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
@@ -47,7 +47,7 @@ def source_digest() -> str:
     changes it. The CLI and the tuner's own search, sweep and plotting code are left out (they do not change
     what one simulation returns), except the modules that turn a simulation into a probe record. The
     planner (plan/) is left out too: it only chooses scenarios, so a plan and a sweep share probes."""
-    root = Path(simserve.__file__).resolve().parent
+    root = package_dir()
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         rel = f.relative_to(root).as_posix()
@@ -71,9 +71,18 @@ def input_digests(scenario: Any) -> dict[str, str]:
         from simserve.profiling.schema import content_hash, profile_dir
 
         root = fields.get("profiles_root") or SHIPPED_PROFILES
-        path = profile_dir(
-            root, _catalog_name("GPU", fields["gpu"]), _catalog_name("MODELS", fields["model"])
-        )
+        model = _catalog_name("MODELS", fields["model"])
+        config = _model_config(str(fields["model"]))
+        if config is not None:  # a config.json: its bytes are an input, its spec names the profile
+            from simserve.catalog.hf_config import load_hf_config
+
+            out["model_config"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
+            model = load_hf_config(config).name
+        from simserve.precision import suffix
+
+        # an fp8 deployment reads <model>-fp8/ etc. (Deployment.profile_model)
+        model += suffix(fields.get("dtype", "bf16"), fields.get("kv_dtype", "bf16"))
+        path = profile_dir(root, _catalog_name("GPU", fields["gpu"]), model)
         if path.is_dir():
             out["profile"] = content_hash(path)
     trace = fields.get("trace")
@@ -96,6 +105,18 @@ def _catalog_name(table: str, name: Any) -> str:
         return str(name)
 
 
+def _model_config(name: str) -> Path | None:
+    """The config.json a scenario's model names, if it names one (not a catalog entry)."""
+    from simserve import catalog
+    from simserve.catalog.hf_config import is_config_path
+
+    if name in catalog.MODELS or not is_config_path(name):
+        return None
+    p = Path(name).expanduser()
+    p = p / "config.json" if p.is_dir() else p
+    return p if p.is_file() else None
+
+
 def _trace_file(name: str) -> Path | None:
     from simserve.errors import SimserveError
     from simserve.workload.trace import resolve_trace
@@ -113,7 +134,7 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
         "scenario": _canonical(_jsonable(scenario_fields(scenario))),
         "qps": f"{qps:.6g}",
         "quantiles": list(quantiles),
-        "simserve": simserve.__version__,
+        "simserve": version(),
         "source": source_digest(),
         "inputs": input_digests(scenario),
     }

@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-import simserve
 from simserve.io import MARKER, output_dir
+from simserve.shipped import version
 from simserve.tune.probe import CDF_GRID
 from simserve.tune.sweep import SweepResult, best_per_policy, iter_probes, scenario_fields
 
@@ -54,7 +54,7 @@ def summarize(result: SweepResult) -> dict[str, Any]:
         per_slo.append(entry)
     spec = result.spec
     return {
-        "simserve": simserve.__version__,
+        "simserve": version(),
         "scenario": {
             k: (str(v) if isinstance(v, Path) else v)
             for k, v in scenario_fields(spec.base).items()

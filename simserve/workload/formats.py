@@ -11,6 +11,7 @@ Reading keeps every cell as text, so that validation (in `trace.py`) can quote t
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -80,12 +81,32 @@ def _read_csv(path: Path, text: str) -> pd.DataFrame:
                 index_col=False,
             )
     except (pd.errors.ParserError, pd.errors.ParserWarning, ValueError) as exc:
+        ragged = _ragged_row(text)
+        if ragged is not None:
+            row, cells, columns = ragged
+            raise SimserveError(
+                f"{path}: data row {row}: {cells} cells where the header has {columns}; "
+                f"give that row one cell per column"
+            ) from None
         detail = str(exc).strip().splitlines()[-1]
         raise SimserveError(f"{path}: not a well-formed CSV file ({detail}); give {_EXPECTED}") from None
     table.columns = [str(c).strip() for c in table.columns]
     blank = table.isna() | (table == "")
     filled = np.flatnonzero(~blank.all(axis=1).to_numpy())
     return table.iloc[: filled[-1] + 1] if len(filled) else table.iloc[:0]
+
+
+def _ragged_row(text: str) -> tuple[int, int, int] | None:
+    """The first data row with more cells than the header: (data row number, its cells, header cells).
+
+    NOTE: pandas names such a row by its line in the file ("line 3"); every other trace error counts data
+    rows (a blank line is a row, as in `_read_csv`), so this finds the row in those terms."""
+    rows = csv.reader(io.StringIO(text), skipinitialspace=True)
+    header = next(rows, [])
+    for number, row in enumerate(rows, start=1):
+        if len(row) > len(header):
+            return number, len(row), len(header)
+    return None
 
 
 def _read_json_rows(path: Path, body: str) -> pd.DataFrame:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-import simserve
 from simserve.errors import SimserveError
+from simserve.numerics import parse_floats
+from simserve.shipped import shipped_dir
 from simserve.workload import trace_cache
 from simserve.workload.formats import (
     ARRIVAL_COLUMNS,
@@ -26,7 +27,7 @@ from simserve.workload.formats import (
     read_table,
 )
 
-TRACES_DIR = Path(simserve.__file__).resolve().parents[1] / "traces"
+TRACES_DIR = shipped_dir("traces")  # the repository's traces/ (or the wheel's copy)
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
 SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz"}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
@@ -129,6 +130,10 @@ def resolve_trace(name_or_path: str) -> tuple[Path, str]:
     path = Path(name_or_path)
     if path.is_file():
         return path, path.name.removesuffix(".gz").removesuffix(".csv").removesuffix(".jsonl")
+    if path.is_dir():
+        raise SimserveError(f"trace {path} is a directory; give a trace file (CSV or JSONL) in it")
+    if path.exists():  # /dev/null, a FIFO, a socket: reading it would block or read nothing
+        raise SimserveError(f"trace {path} is not a regular file; give a trace file (CSV or JSONL)")
     shipped = ", ".join(f"{k} ({', '.join(a for a, to in ALIASES.items() if to == k)})" for k in SHIPPED)
     raise SimserveError(
         f"no trace named {name_or_path!r} and no such file; shipped traces: {shipped}, or give a path"
@@ -148,10 +153,9 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
 
 
 def _numbers(path: Path, table: pd.DataFrame, column: str) -> np.ndarray:
-    import pandas as pd
 
     cells = table[column]
-    values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
+    values = parse_floats(cells.tolist())  # not pd.to_numeric: its last bit differs between pandas releases
 
     def what(i: int) -> str:
         cell = cells.iloc[i]

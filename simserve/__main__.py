@@ -1,0 +1,5 @@
+"""`python -m simserve …`: the same as the `simserve` command."""
+
+from simserve.cli import main
+
+main()

@@ -1,0 +1,193 @@
+"""The roofline backend against NVIDIA's measured GEMMs: the bf16 tables of aiconfigurator-core's per-op database.
+
+`pip install aiconfigurator-core` (Apache-2.0, NVIDIA) carries measured GEMM latencies per GPU system and engine
+release under aiconfigurator_core/systems/data/<system>/gemm/<engine>/<version>/gemm_perf.parquet (columns m, n,
+k, latency in ms). This module reads them at validation time only: nothing of the tables is copied into the
+repository, and without the package every caller gets `None` from `data_root()` and skips with a reason.
+The product backend that builds profiles from the database is simserve/profiling/measured*.py; this is only the
+roofline's calibration and validation set.
+
+The split, fixed before any fit (docs/kernel-validation.md, "The split"): within the serving window (m ≤ 4096
+tokens, n and k 1024-32768), a row is in-sample when both n and k are powers of two and out-of-sample otherwise
+(1536, 2560, 3072, 3584, 5120, 6144, 7168, 10240, 12288 — most real models' widths); H200 is held out whole (the
+die of the H100: it checks that Hopper's constants move with the spec sheet's bandwidth alone).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simserve.catalog import GPU, GPUSpec
+
+ENGINE = "vllm"
+# database system -> catalog GPU name
+SYSTEMS = {"a100_sxm": "a100", "l40s": "l40s", "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
+HELD_OUT_SYSTEMS = ("h200_sxm",)
+WINDOW = {"m": (1, 4096), "n": (1024, 32768), "k": (1024, 32768)}
+
+# GPUs the database measured that the built-in catalog may not hold yet (issue 21 item 2 adds them there; the
+# catalog's entry wins when it exists). Spec-sheet numbers with their sources, for validation only.
+FALLBACK_GPUS = (
+    GPUSpec(
+        name="L40S", memory_gib=44.5, peak_tflops=362.05, hbm_gbps=864.0, num_sms=142, arch="ada",
+        aliases=("l40s",),
+        source="NVIDIA L40S datasheet (362 TF/s dense FP16 tensor with FP32 accumulate, 864 GB/s GDDR6; 18,176 "
+               "CUDA cores = 142 SMs of 128, AD102)",
+    ),
+    GPUSpec(
+        name="B200", memory_gib=178.4, peak_tflops=2250.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
+        aliases=("b200", "b200-sxm"),
+        source="NVIDIA DGX B200 datasheet (8 GPUs: 72 PF FP8 training with sparsity -> 2.25 PF dense BF16 per "
+               "GPU; 64 TB/s HBM3e -> 8 TB/s per GPU, 1,440 GB -> 180 GB); 148 SMs (NVIDIA Blackwell "
+               "architecture technical brief)",
+    ),
+)  # fmt: skip
+
+
+def gpu_for(system: str) -> GPUSpec:
+    name = SYSTEMS[system]
+    if name in GPU:
+        return GPU.get(name)
+    return next(g for g in FALLBACK_GPUS if name in (g.name.lower(), *g.aliases))
+
+
+def data_root() -> Path | None:
+    """aiconfigurator_core/systems/data of the installed package, or None when it is not installed."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+    return root if root.is_dir() else None
+
+
+def missing_reason() -> str:
+    return (
+        "aiconfigurator-core is not installed (pip install aiconfigurator-core): no database GEMMs validated"
+    )
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in v.replace("rc", ".").replace("post", ".").split("."))
+
+
+def gemm_file(root: Path, system: str) -> Path | None:
+    """The newest engine release's GEMM table of `system`, or None."""
+    base = root / system / "gemm" / ENGINE
+    versions = sorted((d.name for d in base.iterdir() if (d / "gemm_perf.parquet").is_file()), key=_version_key) \
+        if base.is_dir() else []  # fmt: skip
+    return base / versions[-1] / "gemm_perf.parquet" if versions else None
+
+
+def _pow2(x: pd.Series) -> np.ndarray:
+    v = x.to_numpy()
+    return (v & (v - 1)) == 0
+
+
+def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataFrame:
+    """gpu, system, version, m, n, k, measured_ms, set: bf16 rows inside WINDOW of every system with a table."""
+    frames = []
+    for system in systems:
+        path = gemm_file(root, system)
+        if path is None:
+            continue
+        df = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
+        df = df[df["gemm_dtype"] == "bfloat16"]
+        for col, (lo, hi) in WINDOW.items():
+            df = df[df[col].between(lo, hi)]
+        held = system in HELD_OUT_SYSTEMS
+        in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (not held)
+        frames.append(pd.DataFrame({
+            "gpu": gpu_for(system).name, "system": system, "version": f"{ENGINE} {path.parent.name}",
+            "m": df["m"].to_numpy(), "n": df["n"].to_numpy(), "k": df["k"].to_numpy(),
+            "measured_ms": df["latency"].to_numpy(dtype=float),
+            "set": np.where(in_sample, "calibration", "held out"),
+        }))  # fmt: skip
+    if not frames:
+        return pd.DataFrame(columns=["gpu", "system", "version", "m", "n", "k", "measured_ms", "set"])
+    out = pd.concat(frames, ignore_index=True)
+    return out[out["measured_ms"] > 0].sort_values(["system", "n", "k", "m"]).reset_index(drop=True)
+
+
+def predict(df: pd.DataFrame, kernels=None, tiles=None) -> np.ndarray:
+    """Roofline GEMM times of the rows; `kernels` maps a GPU name to KernelConstants (default: each GPU's own)."""
+    from simserve.profiling import roofline as rl
+
+    out = np.empty(len(df))
+    for (gpu_name, system, k, n), idx in df.groupby(["gpu", "system", "k", "n"]).groups.items():
+        gpu = gpu_for(system)
+        c = kernels.get(gpu_name) if kernels else None
+        pos = df.index.get_indexer(idx)
+        out[pos] = rl.gemm_ms(gpu, df["m"].to_numpy()[pos], int(k), int(n), 2, c, tiles)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+ATTN_WINDOW = {"head_dim": 128, "isl_max": 16384, "batch_max": 256, "kv_len_max": 16384}
+
+
+def attention_file(root: Path, system: str, phase: str) -> Path | None:
+    """The newest engine release's `context` or `generation` attention table of `system`, or None."""
+    base = root / system / "attention" / ENGINE
+    name = f"{phase}_attention_perf.parquet"
+    versions = sorted((d.name for d in base.iterdir() if (d / name).is_file()), key=_version_key) \
+        if base.is_dir() else []  # fmt: skip
+    return base / versions[-1] / name if versions else None
+
+
+def load_attention(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataFrame:
+    """gpu, system, phase, batch, q_heads, kv_heads, tokens (prefill: prompt length; decode: KV length), measured_ms.
+
+    bf16 KV cache, head dim 128, no sliding window; the fastest kernel the engine offers for each shape (vLLM picks
+    one backend per GPU; the table measures each it has). All out-of-sample: attention constants are the A100's."""
+    frames = []
+    for system in systems:
+        for phase in ("context", "generation"):
+            path = attention_file(root, system, phase)
+            if path is None:
+                continue
+            df = pd.read_parquet(path)
+            if "window_size" not in df:  # older tables measured full attention only
+                df = df.assign(window_size=0)
+            df = df[(df["head_dim"] == ATTN_WINDOW["head_dim"]) & (df["kv_cache_dtype"] == "bfloat16")
+                    & (df["window_size"] == 0) & (df["batch_size"] <= ATTN_WINDOW["batch_max"])]  # fmt: skip
+            df = df[df["num_heads"] >= df["num_key_value_heads"]]
+            tokens = df["isl"] if phase == "context" else df["step"] + 1
+            df = df.assign(tokens=tokens)[tokens <= (ATTN_WINDOW["isl_max"] if phase == "context" else
+                                                     ATTN_WINDOW["kv_len_max"])]  # fmt: skip
+            keys = ["batch_size", "num_heads", "num_key_value_heads", "tokens"]
+            best = df.groupby(keys, as_index=False)["latency"].min()
+            frames.append(pd.DataFrame({
+                "gpu": gpu_for(system).name, "system": system,
+                "phase": "prefill" if phase == "context" else "decode",
+                "batch": best["batch_size"].to_numpy(), "q_heads": best["num_heads"].to_numpy(),
+                "kv_heads": best["num_key_value_heads"].to_numpy(), "tokens": best["tokens"].to_numpy(),
+                "measured_ms": best["latency"].to_numpy(dtype=float), "set": "held out",
+            }))  # fmt: skip
+    if not frames:
+        return pd.DataFrame(
+            columns=["gpu", "system", "phase", "batch", "q_heads", "kv_heads", "tokens", "measured_ms"]
+        )
+    out = pd.concat(frames, ignore_index=True)
+    return out[out["measured_ms"] > 0].reset_index(drop=True)
+
+
+def predict_attention(df: pd.DataFrame) -> np.ndarray:
+    """Roofline attention times: decode over `tokens` of KV; prefill of `batch` prompts of `tokens`, one kernel
+    (the minimum duration once, the work `batch` times)."""
+    from simserve.profiling import roofline as rl
+
+    out = np.empty(len(df))
+    for (system, phase, q, kv), idx in df.groupby(["system", "phase", "q_heads", "kv_heads"]).groups.items():
+        gpu, rows, pos = gpu_for(system), df.loc[idx], df.index.get_indexer(idx)
+        b, t = rows["batch"].to_numpy(dtype=float), rows["tokens"].to_numpy(dtype=float)
+        if phase == "decode":
+            out[pos] = rl.decode_attention_ms(gpu, int(q), int(kv), 128, b, t)
+        else:
+            t0 = rl.KERNELS.attn_prefill_min_us * 1e-3
+            out[pos] = t0 + b * (rl.prefill_attention_ms(gpu, int(q), int(kv), 128, t, 0) - t0)
+    return out

@@ -1,0 +1,103 @@
+"""Roofline kernel times for the op kinds of today's models: routed experts (grouped GEMM) and latent attention.
+
+They reuse roofline.py's form and constants unchanged (t = t0 + sqrt(Tc² + Tm²), the A100-calibrated achieved
+fractions of peak), so a recalibration there carries over; none of these kernels has been measured here
+(docs/models.md says what is validated and what is not).
+
+- Grouped GEMM (fused MoE): one kernel over the experts a batch touches on this GPU. Compute: each touched
+  expert's rows padded to the GEMM tile; memory: every touched expert's weight slice once, plus the routed rows'
+  activations in and out (the permuted copies, k per token). Expected touched experts and rows: ops.expert_load.
+- MLA decode (vLLM's weight-absorbed form): every query head reads the one cached latent (kv_lora_rank + rope)
+  per token; score FLOPs over the latent+rope width, value FLOPs over the latent width.
+- MLA prefill (decompressed form): heads of width qk_nope+rope for scores and v_head_dim for values, reading the
+  latent cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from simserve import precision
+from simserve.catalog import GPUSpec
+from simserve.deployment import Deployment
+from simserve.ops import AttentionShape, expert_load, expert_ops
+from simserve.profiling import gemm_tiles
+from simserve.profiling.roofline import KernelConstants, kernels_for
+
+
+def grouped_gemm_ms(
+    gpu: GPUSpec, touched, rows, k: int, n: int, weight_bytes: int = 2, c: KernelConstants | None = None
+) -> np.ndarray:
+    """`touched` experts' (k × n) weight slices applied to `rows` routed token rows in all, spread evenly."""
+    c = c or kernels_for(gpu)
+    touched = np.maximum(np.asarray(touched, dtype=float), 1e-9)
+    rows = np.asarray(rows, dtype=float)
+    tiles = gemm_tiles.arch_tiles(gpu)
+    per_expert = rows / touched
+    # No wave quantisation: vLLM's fused-MoE kernels are Triton grids over every expert's tiles, not persistent
+    # cuBLAS kernels, so a partly filled wave is shared among experts.
+    flops = touched * gemm_tiles.padded_flops(tiles, per_expert, k, n)
+    tc = flops / (c.gemm_compute_eff * gpu.peak_tflops * 1e12)
+    act = precision.ACTIVATION_BYTES * rows * (k + n)
+    tm = (weight_bytes * touched * k * n + act) / (c.gemm_memory_eff * gpu.hbm_gbps * 1e9)
+    return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
+
+
+def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:
+    """linear.csv rows of the routed experts for every EP degree each TP degree allows (ops.ExpertOp names)."""
+    import dataclasses
+
+    frames = []
+    for base in deps:
+        m = base.model
+        if not m.is_moe:
+            continue
+        for ep in [e for e in range(1, base.tp + 1) if base.tp % e == 0 and m.num_experts % e == 0]:
+            dep = dataclasses.replace(base, ep=ep)
+            touched, rows = expert_load(dep, tokens)
+            gpu = precision.gemm_gpu(dep.gpu, dep.dtype)
+            for op in expert_ops(dep):
+                t = grouped_gemm_ms(gpu, touched, rows, op.in_features, op.out_features, dep.weight_bytes, c)
+                frames.append(pd.DataFrame({"op": op.profile_name(dep), "tp": dep.tp, "num_tokens": tokens,
+                                            "time_ms": t}))  # fmt: skip
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def mla_decode_attention_ms(
+    gpu: GPUSpec, s: AttentionShape, batch, kv_len, kv_bytes: int = 2, c: KernelConstants | None = None
+) -> np.ndarray:
+    """`batch` sequences, one query token each, over `kv_len` cached latents (same occupancy model as GQA decode
+    with one KV head: vLLM's MLA decode kernels split each sequence's KV into partitions the same way)."""
+    c = c or kernels_for(gpu)
+    b = np.asarray(batch, dtype=float)
+    length = np.asarray(kv_len, dtype=float)
+    width = s.latent_dim + s.rope_dim
+    cache = b * length * width * kv_bytes
+    q_out = b * s.q_heads * (width + s.latent_dim) * precision.ACTIVATION_BYTES
+    flops = 2.0 * b * s.q_heads * length * (width + s.latent_dim)
+    units = b * np.ceil(length / c.attn_kv_split) * max(1, math.ceil(s.q_heads / 16))  # 16 heads per work unit
+    occ = units / (units + c.attn_decode_half_units_per_sm * gpu.num_sms)
+    tm = (cache + q_out) / (c.attn_decode_memory_eff * gpu.hbm_gbps * 1e9)
+    tc = flops / (c.attn_prefill_compute_eff * gpu.peak_tflops * 1e12)
+    return (c.attn_decode_min_us * 1e-6 + np.hypot(tc, tm) / occ) * 1e3
+
+
+def mla_prefill_attention_ms(
+    gpu: GPUSpec, s: AttentionShape, chunk, prefix, kv_bytes: int = 2, c: KernelConstants | None = None
+) -> np.ndarray:
+    """One request's chunk over its prefix, in the decompressed form: scores over qk_head_dim, values over
+    v_head_dim, per head; the score rectangle and row overhead as in roofline.prefill_attention_ms."""
+    c = c or kernels_for(gpu)
+    ch = np.asarray(chunk, dtype=float)
+    keys = np.asarray(prefix, dtype=float) + ch
+    tile = c.attn_prefill_tile_rows
+    rows = np.ceil(ch / tile) * tile
+    flops = 2.0 * s.q_heads * (s.qk_head_dim + s.v_head_dim) * rows * (keys + c.attn_prefill_row_overhead_keys)
+    nbytes = kv_bytes * keys * (s.latent_dim + s.rope_dim)
+    nbytes = nbytes + precision.ACTIVATION_BYTES * ch * s.q_heads * (s.qk_head_dim + s.v_head_dim)
+    tc = flops / (c.attn_prefill_compute_eff * gpu.peak_tflops * 1e12)
+    tm = nbytes / (c.attn_decode_memory_eff * gpu.hbm_gbps * 1e9)
+    return (c.attn_prefill_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
