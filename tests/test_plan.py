@@ -528,6 +528,9 @@ def test_engine_commands_one_per_replica_on_its_own_gpus_and_port() -> None:
     (big,) = replica_commands("llama-2-70b", 8, 2, 1, 512, 128, 8192, 0.85, gpus_per_node=8)
     assert "--pipeline-parallel-size 2" in big and "--distributed-executor-backend ray" in big
     assert "CUDA_VISIBLE_DEVICES" not in big and "partial-prefills" not in big
+    # fp8 weights and KV cache, experts over the TP group: the flags `sweep --engine vllm` prints for them
+    (moe,) = replica_commands("mixtral-8x7b", 2, 1, 1, 512, 128, 8192, 0.85, 8, "fp8", "fp8", ep=2)
+    assert moe.endswith("--quantization fp8 --kv-cache-dtype fp8 --enable-expert-parallel --port 8000")
 
 
 def test_ttft_and_tbt_slos_at_chosen_quantiles_bound_the_capacity(tmp_path, capsys, monkeypatch) -> None:

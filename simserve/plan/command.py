@@ -13,23 +13,39 @@ from __future__ import annotations
 
 import shlex
 
-from simserve.catalog import MODELS
+from simserve.catalog.models import resolve_model
 
 VLLM_RELEASE = "0.33.0"
 FIRST_PORT = 8000
 
 
 def vllm_serve(
-    model: str, tp: int, pp: int, budget: int, max_batch: int, max_model_len: int, memory_utilization: float
+    model: str,
+    tp: int,
+    pp: int,
+    budget: int,
+    max_batch: int,
+    max_model_len: int,
+    memory_utilization: float,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    ep: int = 1,
 ) -> list[str]:
-    """One replica's `vllm serve` arguments."""
-    args = ["vllm", "serve", MODELS.get(model).hf_id]
+    """One replica's `vllm serve` arguments (the precision and expert flags as `simserve sweep --engine vllm`
+    prints them: tune/engine.vllm_command)."""
+    args = ["vllm", "serve", resolve_model(model).hf_id]
     if tp > 1:
         args += ["--tensor-parallel-size", str(tp)]
     if pp > 1:
         args += ["--pipeline-parallel-size", str(pp)]
     args += ["--max-num-batched-tokens", str(budget), "--max-num-seqs", str(max_batch)]
     args += ["--gpu-memory-utilization", f"{memory_utilization:g}", "--max-model-len", str(max_model_len)]
+    if dtype == "fp8":
+        args += ["--quantization", "fp8"]  # an fp8 checkpoint is detected by itself; a bf16 one is quantised
+    if kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
+    if ep > 1:
+        args += ["--enable-expert-parallel"]
     return args
 
 
@@ -43,12 +59,15 @@ def replica_commands(
     max_model_len: int,
     memory_utilization: float,
     gpus_per_node: int | None,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    ep: int = 1,
 ) -> list[str]:
     """A shell line per replica. Replicas that fit a node get consecutive GPUs (CUDA_VISIBLE_DEVICES) and ports
     from 8000, counted per node; a replica larger than a node runs on a Ray cluster of its nodes (vLLM's
     multi-node serving) and is started from its head node."""
     g = tp * pp
-    base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization)
+    base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep)
     lines = []
     # replicas side by side in one node (0: a replica needs several nodes); no box known: all in one machine
     per_node = replicas if gpus_per_node is None else gpus_per_node // g

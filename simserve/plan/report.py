@@ -94,7 +94,7 @@ def commands(result: PlanResult, row: pd.Series) -> list[str]:
     per_node = NODES.get(node).gpus_per_node if isinstance(node, str) and node else None
     return replica_commands(
         s.model, int(row["tp"]), int(row["pp"]), int(row["replicas"]), int(row["budget"]), s.max_batch,
-        s.max_len, s.memory_utilization, per_node,
+        s.max_len, s.memory_utilization, per_node, s.dtype, s.kv_dtype, int(row.get("ep", 1)),
     )  # fmt: skip
 
 
