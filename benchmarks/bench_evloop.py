@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import platform
 import pstats
 import re
@@ -41,12 +42,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=2048)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--exact", action="store_true", help="one event per iteration (SimConfig stretch=False)")
+    ap.add_argument("--reference", action="store_true", help="time the SimPy reference model, not the compiled core")
     ap.add_argument("--update-docs", action="store_true", help=f"write the table into {DOC.name}")
     args = ap.parse_args()
-    s = Scenario(
-        model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests, stretch=not args.exact
-    )
+    if args.reference:
+        os.environ["SIMSERVE_CORE"] = "reference"
+    s = Scenario(model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests)
     lines = ["| QPS | CPU s | requests / CPU s | iterations | table rows |", "|---|---|---|---|---|"]
     print("\n".join(lines))
     for qps in LOADS:
@@ -71,7 +72,7 @@ def main() -> None:
         print(lines[-1], flush=True)
     if args.update_docs and not args.profile:
         flags = f" --requests {args.requests}" if args.requests != 2048 else ""
-        flags += " --exact" if args.exact else ""
+        flags += " --reference" if args.reference else ""
         block = "\n".join(
             [
                 f"Measured with `python benchmarks/bench_evloop.py --repeats {args.repeats}{flags} --update-docs` "

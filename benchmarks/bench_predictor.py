@@ -137,9 +137,6 @@ def main() -> None:
             f"{rate(lambda: timer.breakdown(mixed, kv_list), 0.3):,.0f} calls/s",
         ),
     ]
-    sums = np.cumsum(np.full(1000, 100.0)) + kv.sum()
-    steps_per_s = rate(lambda: timer.decode_stretch(100, sums), 0.3) * len(sums)
-    rows.append(("decode_stretch: 100 decodes, 1000 steps per call", f"{steps_per_s:,.0f} steps/s"))
 
     table = Table(title=f"BatchTimer speed: {dep.describe()} ({path})")
     table.add_column("measure")

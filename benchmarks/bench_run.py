@@ -47,7 +47,6 @@ marks = [("start", T())]
 def mark(name):
     marks.append((name, T()))
 import numpy; mark("import numpy")
-import simpy; mark("import simpy")
 import typer; mark("import typer (+ its click)")
 import typer._adapters; mark("import pydantic (typer coerces every option value with it)")
 import rich.console, rich.table; mark("import rich")

@@ -6,8 +6,8 @@ Cases: Mistral-7B on one A100 (chat trace, Sarathi B=512) and LLaMA2-70B on 8×A
 2048 requests at a rate just below each one's capacity (the printed scheduling delay and P99 TBT show
 where each run sits against the paper's SLOs), and the LLaMA2-70B case again at half that rate. Each case
 runs once to warm the per-process caches (trace, predictor, memory plan), then `--repeats` times; the
-fastest CPU time (time.process_time) is reported, for the default fast path and for --exact (one event per
-iteration). When a profile is missing the case falls back to a LinearTimer and says so.
+fastest CPU time (time.process_time) is reported, for the compiled core (the default) and for the SimPy
+reference model ($SIMSERVE_CORE=reference). When a profile is missing the case falls back to a LinearTimer and says so.
 
 Then, when `.venv-vidur/` exists (created once by `python benchmarks/vs_vidur.py --quick`), the same run also
 times Vidur beside simserve on identical inputs (benchmarks/vs_vidur.py's setup: Llama-2-7B on one A100, 2,000
@@ -19,6 +19,7 @@ wall-time ratios, whole run and simulation only. Without the venv it prints one 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import sys
@@ -75,8 +76,9 @@ def main() -> None:
     ]
     notes = []
     for name, s, qps in CASES:
-        for path, scenario in (("fast", s), ("exact", replace(s, stretch=False))):
-            cpu, res, note = measure(scenario, qps, args.repeats)
+        for path in ("core", "reference"):
+            os.environ["SIMSERVE_CORE"] = "" if path == "core" else "reference"
+            cpu, res, note = measure(s, qps, args.repeats)
             m = res.summary
             lines.append(
                 f"| {name} | {qps:g} | {path} | {cpu:.2f} | {m.completed / cpu:,.0f} | {m.num_iterations / cpu:,.0f} "

@@ -152,13 +152,6 @@ class VidurTimer:
         s_tok = sum(b.values()) - s_att
         return (tok if "token" in self.parts else s_tok) + (att if "attention" in self.parts else s_att)
 
-    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
-        # kv_sums[i] is the summed context of step i; only the decodes' count and summed context matter
-        kv_sums = np.asarray(kv_sums, dtype=float)
-        if self.parts == {"token", "attention"}:
-            return np.array([sum(self._split([], num_decodes, s)) for s in kv_sums])
-        return np.array([self([], np.full(num_decodes, s / num_decodes)) for s in kv_sums])
-
 
 class ScaledTimer:
     """simserve's timer with each batch's time multiplied by the ratio for its kind."""
@@ -168,9 +161,6 @@ class ScaledTimer:
 
     def __call__(self, prefills, decode_kv, stage: int = 0) -> float:
         return self.timer(prefills, decode_kv, stage) * self.ratios[batch_kind(prefills, len(decode_kv))]
-
-    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
-        return self.timer.decode_stretch(num_decodes, kv_sums, stage) * self.ratios["decode-only"]
 
 
 def batch_kind(prefills, num_decodes: int) -> str:

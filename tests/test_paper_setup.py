@@ -81,12 +81,6 @@ def test_the_cap_ends_the_run_and_metrics_cover_completed_requests_only() -> Non
     assert (full_req.loc[cut.index, "completed_at_s"] == cut.completed_at_s).all()
 
 
-def test_the_cap_gives_the_same_run_with_and_without_decode_stretches() -> None:
-    fast, exact = build_result(_run(100.0)), build_result(_run(100.0, stretch=False))
-    assert fast.requests.equals(exact.requests)
-    assert fast.summary == exact.summary
-
-
 def test_a_cap_past_the_end_changes_nothing() -> None:
     free, late = build_result(_run(None, n=20, qps=2.0)), build_result(_run(1e6, n=20, qps=2.0))
     assert not late.summary.capped

@@ -64,16 +64,6 @@ def test_matches_the_closed_form_by_hand(timer):
     )  # residual add ×2
 
 
-def test_decode_stretch_agrees_with_call(timer):
-    rng = np.random.default_rng(1)
-    for nd in (1, 7, 32, 128, 256, 300):  # 300 is beyond the decode table: extrapolated
-        batches = [rng.integers(1, 20000, nd) for _ in range(20)]
-        sums = np.array([b.sum() for b in batches])
-        stretch = timer.decode_stretch(nd, sums)
-        direct = np.array([timer([], b.tolist()) for b in batches])
-        np.testing.assert_allclose(stretch, direct, rtol=1e-12, atol=0)
-
-
 def test_breakdown_sums_to_call(timer):
     rng = np.random.default_rng(2)
     for _ in range(20):

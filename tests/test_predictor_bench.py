@@ -22,8 +22,3 @@ def test_bench_call_mixed_batch(benchmark, timer):
     result = benchmark(timer, [(512, 1000)], kv)
     assert result > 0
 
-
-def test_bench_decode_stretch(benchmark, timer):
-    sums = np.cumsum(np.full(1000, 100.0)) + 300_000
-    result = benchmark(timer.decode_stretch, 100, sums)
-    assert result.shape == (1000,) and np.all(np.diff(result) >= 0)

@@ -15,7 +15,12 @@ scipy: the baseline fit is simserve's own NNLS instead of scipy's (whose rewrite
 curves, percentiles and the TBT mean use simserve.numerics; the same digests then came out under numpy
 1.26/2.2/2.3, pandas 2.1/2.2/3.1, scikit-learn 1.4/1.6/1.9 and scipy 1.12/1.15/1.17. tests/test_numerics.py
 pins the pieces still owned by libraries — the fitted tables and numpy's random streams — so drift there
-fails a test that names the library.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
+fails a test that names the library. Re-pinned for every PP = 1 case when the decode-stretch fast paths were deleted (issue 22): one iteration row per
+iteration instead of compressed stretch rows, and the stage-busy sums over those rows moved in the last bit for
+sarathi-heavy, chunked and preempt-sarathi; request tables and histograms kept their hashes. The PP = 2 cases
+were not touched: their stretch kept a row per micro-batch, so they do not move. Re-pinned for the PP = 2 cases
+when the roofline got per-architecture constants (issue 21): the A40 profile was regenerated with sm86's own GEMM
+floor and elementwise efficiencies.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
 tests/test_sim_digests.py -s` prints the new digests (and say in the commit why results moved).
 """
 
@@ -55,22 +60,22 @@ MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=300)
 LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200, allow_long_context=True)  # 8k > 4k limit
 
 SCENARIOS = {
-    "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "1412d2b94c7f7821"),
-    "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "ff875f05f07cd35c"),
+    "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "8a9694fd57fbf7f3"),
+    "sarathi-heavy": (Scenario(**MISTRAL, budget=512), 3.5, "4cb938cb07e86dd2"),
     "sarathi-light-exact": (Scenario(**MISTRAL, budget=512, stretch=False), 0.75, "8a9694fd57fbf7f3"),
-    "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "1cede88fda4c6e84"),
-    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "26aff09902c6fb28"),
-    "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "647eb80685f9df8c"),
-    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "c4b55255ae5f083b"),
-    "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "c0e5fe97ada832aa"),
+    "sarathi-overloaded": (Scenario(**MISTRAL, budget=512), 12.0, "aeb0bc6170ea4ca3"),
+    "fcfs": (Scenario(**MISTRAL, policy="fcfs"), 1.0, "4c1b020351df360e"),
+    "orca": (Scenario(**MISTRAL, policy="orca"), 2.0, "c73db12046c56bfc"),
+    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0, "d7f43a7713e80bd7"),
+    "chunked": (Scenario(**MISTRAL, policy="chunked", budget=256), 1.5, "45e02122532d217f"),
     "sarathi-2rep-lor": (
         Scenario(**MISTRAL, budget=512, num_replicas=2, router="lor"),
         4.0,
-        "b3c48f4f2661c2f4",
+        "74a1abc9460c458d",
     ),
-    "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "25d31a1b72cdce91"),
-    "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "390bed375040a412"),
-    "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "4fc30648f8d3ae8d"),
+    "pp2-light": (Scenario(**LLAMA_PP2, budget=512), 0.5, "d071ed7a6a3f189a"),
+    "pp2-heavy": (Scenario(**LLAMA_PP2, budget=512), 1.0, "b19fd424fdddb0df"),
+    "pp2-orca": (Scenario(**LLAMA_PP2, policy="orca"), 0.5, "b2fa30c0a0a928ea"),
 }
 
 
@@ -87,9 +92,9 @@ def _preemption_run(policy: str, stretch: bool, pp: int):
 
 
 PREEMPTION = {
-    "preempt-sarathi": (("sarathi", True, 1), "0c71c08c58a672de"),
+    "preempt-sarathi": (("sarathi", True, 1), "494aa7d54a7eca09"),
     "preempt-sarathi-exact": (("sarathi", False, 1), "494aa7d54a7eca09"),
-    "preempt-vllm": (("vllm", True, 1), "026bfe3eb1452ee8"),
+    "preempt-vllm": (("vllm", True, 1), "99a8ce4088cb72e2"),
     "preempt-sarathi-pp2": (("sarathi", True, 2), "08b9431111525eec"),
 }
 

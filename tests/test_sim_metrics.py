@@ -43,15 +43,11 @@ def test_histogram_quantiles_are_within_a_tenth_of_a_percent():
     assert h.total == len(ref)
 
 
-def test_a_steady_decode_run_is_one_compressed_row_with_the_same_results():
+def test_a_steady_decode_run_has_one_row_per_iteration():
     args = (np.array([600]), np.array([300]), np.array([0.0]), LinearTimer(0.01, 1e-5, 1e-6), 1000)
-    fast = build_result(simulate(*args, SimConfig(budget=256)))
-    slow = build_result(simulate(*args, SimConfig(budget=256, stretch=False)))
-    assert len(slow.iterations) == 3 + 299 and len(fast.iterations) < 10
-    assert fast.iterations.num_iterations.sum() == 302
-    assert fast.requests.completed_at_s[0] == pytest.approx(slow.requests.completed_at_s[0], rel=1e-12)
-    assert fast.requests.tbt_max_s[0] == pytest.approx(slow.requests.tbt_max_s[0], rel=1e-12)
-    assert fast.summary.tbt_p99_s == pytest.approx(slow.summary.tbt_p99_s, rel=1e-6)
+    res = build_result(simulate(*args, SimConfig(budget=256)))
+    assert len(res.iterations) == 3 + 299 and (res.iterations.num_iterations == 1).all()
+    assert res.summary.num_iterations == 302
 
 
 def test_tbt_counts_every_gap_including_stalls_and_not_the_first_token():

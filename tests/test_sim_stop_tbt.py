@@ -63,10 +63,10 @@ LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=300)
 @pytest.mark.parametrize(
     ("fields", "qps", "stop"),
     [
-        # the TBT rule ends the run at a check that falls inside a decode stretch
+        # the TBT rule ends the run at a check
         (dict(MISTRAL, policy="orca"), 1.5, (0.1, 0.99)),
         (dict(MISTRAL, policy="sarathi", budget=512), 2.0, (0.03, 0.9)),
-        # ... inside a PP = 2 stretch, which logs its rows in advance
+        # ... with PP = 2
         (dict(LLAMA_PP2, policy="vllm"), 0.5, (0.3, 0.99)),
         (dict(LLAMA_PP2, policy="sarathi", budget=2048), 0.5, (0.3, 0.99)),
         # the overload rule ends it there (no TBT rule)
@@ -75,15 +75,15 @@ LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=300)
         (dict(LLAMA_PP2, policy="orca"), 2.0, None),
     ],
 )
-def test_a_run_stopped_mid_stretch_ends_as_the_exact_run_does(fields, qps, stop) -> None:
-    """A fast-path stretch runs in one timeout and hands out its tokens at the end; a check inside it must
-    still see the TBT gaps of the iterations that ended before it (fastpath.settle), and a PP = 2 stretch
-    must not run past a check the TBT rule may stop at, so the run stops at the same check with the same
-    histogram, summary and requests as the step-by-step run."""
+def test_a_run_stopped_at_a_check_ends_as_the_reference_does(fields, qps, stop, monkeypatch) -> None:
+    """The compiled core returns to Python at every check, where the stop rules run; a run they end must
+    stop at the same check with the same histogram, summary and requests as the SimPy reference."""
     s = scenario.Scenario(**fields, stop_tbt=stop)
     fast = scenario.run_scenario(s, qps)
-    exact = scenario.run_scenario(replace(s, stretch=False), qps)
+    monkeypatch.setenv("SIMSERVE_CORE", "reference")
+    exact = scenario.run_scenario(s, qps)
     assert fast.summary.stopped_early or fast.summary.overloaded  # the case is only useful if it stops
     assert fast.tbt.counts.tobytes() == exact.tbt.counts.tobytes()
     assert repr(sorted(fast.summary.as_dict().items())) == repr(sorted(exact.summary.as_dict().items()))
     pd.testing.assert_frame_equal(fast.requests, exact.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.iterations, exact.iterations, check_exact=True)

@@ -76,11 +76,17 @@ def test_the_streamed_trace_file_is_json_dumps_of_the_trace(raw, tmp_path, monke
     import json
 
     from simserve.sim import perfetto
+    from simserve.sim.iterations import IterationLog
 
     run, _ = raw
+    # plus a row that stands for several iterations (the table's format allows it; the simulator writes one
+    # row per iteration), whose name "decode ×3" needs escaping; row 0, which every sample of the rows keeps
+    log = IterationLog()
+    log.add(0, 0, 0.0, 0.0, 0, 15, 5, 10, 3)
+    log.add_rows(*run.log.block(0, len(run.log)))
     monkeypatch.setattr(perfetto, "CHUNK_EVENTS", 50)  # several chunks
-    perfetto.write_chrome_trace(tmp_path / "t.json", run.log, cap)
-    doc = chrome_trace_from_log(run.log, cap)
+    perfetto.write_chrome_trace(tmp_path / "t.json", log, cap)
+    doc = chrome_trace_from_log(log, cap)
     assert any("×" in e["name"] for e in doc["traceEvents"])  # escaped names are covered
     assert (tmp_path / "t.json").read_text() == json.dumps(doc, separators=(",", ":"))
 

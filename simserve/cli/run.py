@@ -125,7 +125,7 @@ def run_command(
         "all", "--iterations", help="all | sampled (at most 200,000 evenly spaced rows) | none: the iterations table."
     ),
     exact: bool = typer.Option(
-        False, "--exact", help="One event per iteration: no compressed decode stretches."
+        False, "--exact", help="No effect (kept for old scripts): every run has one event per iteration now."
     ),
     stop_when_overloaded: bool = typer.Option(
         False,

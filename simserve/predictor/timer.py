@@ -130,30 +130,6 @@ class BatchTimer:
         tok = self._tok[stage][t] if t <= self._tend else self._token_time(t, stage)
         return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * (len(prefills) + nd)
 
-    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
-        """Vectorised decode-only iterations: `num_decodes` requests with summed context kv_sums[i] each step.
-
-        The same arithmetic as __call__ on the same batch, element by element.
-        """
-        self._check_stage(stage)
-        kv_sums = np.asarray(kv_sums, dtype=float)
-        if num_decodes <= 0:
-            return np.zeros_like(kv_sums)
-        mean_kv = kv_sums / num_decodes
-        if num_decodes <= self._bmax:
-            attn = self._decode_rows(num_decodes, mean_kv)
-        else:
-            hi, lo = self._decode_rows(self._bmax, mean_kv), self._decode_rows(self._bhalf, mean_kv)
-            attn = hi + (num_decodes - self._bmax) * (hi - lo) / (self._bmax - self._bhalf)
-        tok = self._token_time(num_decodes, stage)
-        return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * num_decodes
-
-    def _decode_rows(self, b: int, mean_kv: np.ndarray) -> np.ndarray:
-        row = self._dec_np[b]
-        x = mean_kv / self._dl
-        j = np.minimum(x.astype(np.int64), self._jlast)
-        return row[j] + (x - j) * (row[j + 1] - row[j])
-
     def breakdown(
         self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
     ) -> dict[str, float]:

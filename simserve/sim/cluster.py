@@ -2,38 +2,33 @@
 
 Processes: `arrivals` routes each request when it arrives (replicas also route whatever is due before they
 schedule, so a batch formed at time t sees every arrival at or before t, whatever SimPy's event order);
-`watchdog` evaluates the overload rule every `check_period_s`; each replica runs its scheduler loop and
-pipeline stages (replica.py).
-
-Overload (the run stops early and reports `overloaded`), either of:
-  - more than half of the requests are certain to miss the scheduling-delay SLO (scheduled later than
-    `sched_delay_slo_s` after arrival, or still waiting past it): the median scheduling delay, the capacity
-    criterion, has failed whatever happens next;
-  - the oldest request never yet scheduled has waited `overload_wait_s` (default 60 s = 30× the 2 s SLO).
-    In a fluid model a queue that grows at rate ε·λ while the median delay stays ≤ 2 s leaves the last
-    request waiting about twice the median, so a 60 s wait means the backlog is not transient.
+`watchdog` evaluates the overload, TBT-stop and trial-cap rules (watchdog.py) every `check_period_s`; each
+replica runs its scheduler loop and pipeline stages (replica.py). `simulate` runs this SimPy model, the
+reference, or the compiled core (core.py, chosen by core_run.py), which gives the same results faster.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from simserve.errors import SimserveError
+from simserve.sim import core_run
 from simserve.sim.config import SimConfig
-from simserve.sim.fastpath import settle
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import POLICIES
-from simserve.sim.replica import BatchTimer, Replica
 from simserve.sim.request import IGNORED, Requests
 from simserve.sim.state import ReplicaState
+from simserve.sim.watchdog import Watchdog
 
-MAX_CHECKS_AHEAD = 64  # overload checks a stretch may look past (bounds the look-ahead's cost)
+if TYPE_CHECKING:  # NOTE: SimPy only when the reference runs: a run on the compiled core never imports it
+    import simpy
+
+    from simserve.sim.replica import BatchTimer, Replica
 
 
 @dataclass
@@ -65,18 +60,14 @@ class Cluster:
         self.finished = env.event()
         self.progress: Callable[[int, int], None] | None = None
         self.overloaded = False
-        self.next_check = cfg.check_period_s
-        self._late = 0  # requests certain to miss the scheduling-delay SLO
-        self._late_ptr = 0
-        self._oldest = 0  # lowest id that may still be waiting, never scheduled
-        self._idle_mark: tuple[int, int] | None = None  # progress at the last check with every replica idle
         self.tbt = LogHistogram()
         self.stopped_early = False
         self.capped = False
-        self._cap = math.inf if cfg.time_limit_s is None else cfg.time_limit_s
-        self._tbt_stop = self._tbt_stop_rule(cfg.stop_tbt)
+        self.rules = Watchdog(reqs, cfg, self.tbt)
         self.log = IterationLog()
         self.prompt_limit = cfg.prompt_limit()
+        from simserve.sim.replica import Replica
+
         policy = POLICIES[cfg.policy]
         pp = timer.num_stages
         self.replicas = [
@@ -87,14 +78,9 @@ class Cluster:
                 timer,
                 self.log,
                 self.route_due,
-                self.stretch_until,
-                cfg.stretch,
             )
             for i in range(cfg.num_replicas)
         ]
-        if len(self.replicas) == 1 and cfg.stretch:
-            self.replicas[0].quiet_window = self.quiet_window
-            self.replicas[0].tbt_headroom = self.tbt_headroom
         self._rr = 0
         env.process(self.arrivals())
         env.process(self.watchdog())
@@ -129,38 +115,6 @@ class Cluster:
             return rep
         return min(self.replicas, key=lambda rep: rep.state.outstanding)  # ties: the lowest index
 
-    def stretch_until(self, now: float, through_checks: bool = False) -> float:
-        """The next time something outside a replica happens: an arrival or an overload check.
-
-        With `through_checks` and a single replica, only a check that will stop the run counts: while that
-        replica is in a steady stretch nobody is admitted, routed or dropped, so each check's answer is
-        known in advance. (A stretch that runs through checks must give the same table rows, so only the
-        PP = 2 fast path, which keeps a row per micro-batch, asks for it.)
-        """
-        nxt = float(self.reqs.arrived[self.next]) if self.next < self.n else np.inf
-        t = self.next_check
-        if through_checks and len(self.replicas) == 1:
-            stops = self.cfg.stop_when_overloaded  # else a check only notes an overload; none ends the run
-            for _ in range(MAX_CHECKS_AHEAD):
-                if not t < nxt or (stops and self._overload_rule(t)[0]) or t >= self._cap:
-                    break
-                t = t + self.cfg.check_period_s  # the watchdog's own float operation
-        return min(nxt, t)
-
-    def quiet_window(self, now: float) -> tuple[float, float, float, float]:
-        """For the one replica's quiet_stretch: the next arrival, the next overload check, the check
-        period, and the first time something outside it can happen (an arrival or a stopping check)."""
-        nxt = float(self.reqs.arrived[self.next]) if self.next < self.n else np.inf
-        return nxt, self.next_check, self.cfg.check_period_s, self.stretch_until(now, True)
-
-    def tbt_headroom(self) -> tuple[int, float] | None:
-        """With the TBT stop rule: (its bucket, the weight of gaps in that bucket or above that may still be
-        added before a check stops the run); None without it."""
-        if self._tbt_stop is None:
-            return None
-        bucket, need = self._tbt_stop
-        return bucket, need - self.tbt.count_from(bucket)
-
     def _on_done(self, replica: int, rid: int) -> None:
         self.num_done += 1
         if self.reqs.status[rid] == IGNORED:
@@ -170,95 +124,37 @@ class Cluster:
 
     # -- overload ------------------------------------------------------------------------------------
     def watchdog(self):
-        env, period = self.env, self.cfg.check_period_s
+        """The overload checks, every `check_period_s` (watchdog.py holds the rules)."""
+        env, period, rules = self.env, self.cfg.check_period_s, self.rules
         while True:
-            self.next_check = env.now + period
             yield env.timeout(period)
             if self.progress is not None:
                 self.progress(self.num_done, self.n)
-            if self._tbt_stop is not None:
-                self._settle(env.now)  # the rule counts every gap that ended before now
-            if not self.overloaded and self._overloaded(env.now):
+            if not self.overloaded and rules.overloaded(env.now, self.next, self.num_ignored):
                 self.overloaded = True
                 if self.cfg.stop_when_overloaded:
-                    self._end_run(env.now)
+                    self._end_run()
                     return
-            if self._tbt_missed():
+            if rules.tbt_missed():
                 self.stopped_early = True
-                self._end_run(env.now)
+                self._end_run()
                 return
-            if env.now >= self._cap:  # the trial cap: a check, so the stretches stop short of it as above
-                self.capped = self._end_run(env.now)
+            if env.now >= rules.cap:  # the trial cap
+                self.capped = self._end_run()
                 return
-            self._check_stall()
+            rules.check_stall(
+                self.next >= self.n,
+                any(rep.in_flight for rep in self.replicas),
+                self.num_done,
+                sum(rep.work.micro_batches for rep in self.replicas),
+            )
 
-    def _end_run(self, now: float) -> bool:
-        """End the run at the check at `now`, keeping the TBT gaps that ended before it; False when the run had
-        already finished."""
-        self._settle(now)
+    def _end_run(self) -> bool:
+        """End the run at this check; False when the run had already finished."""
         if self.finished.triggered:
             return False
         self.finished.succeed()
         return True
-
-    def _settle(self, now: float) -> None:
-        """Count the TBT gaps of stretch iterations in flight that ended before `now`, as the step-by-step
-        run has by the time its check at `now` runs (fastpath.settle)."""
-        for rep in self.replicas:
-            if rep.unsettled:
-                settle(rep, now)
-
-    def _check_stall(self) -> None:
-        """Every request has arrived, yet no replica has had a micro-batch in flight at two checks a period
-        apart, with nothing finished or started between: a policy that can never form a batch again. Fail
-        loudly instead of letting the watchdog tick forever (a bug, never a user's input)."""
-        if self.next < self.n or any(rep.in_flight for rep in self.replicas):
-            self._idle_mark = None
-            return
-        mark = (self.num_done, sum(rep.work.micro_batches for rep in self.replicas))
-        if mark == self._idle_mark:
-            raise RuntimeError(f"simulation stalled with {self.n - self.num_done} requests unfinished")
-        self._idle_mark = mark
-
-    def _tbt_stop_rule(self, stop: tuple[float, float] | None) -> tuple[int, float] | None:
-        """(first bucket above the limit, gaps there that make the quantile exceed it whatever follows).
-
-        Every token after a request's first adds one gap, so the run ends with T ≤ T_max = Σ(output − 1)
-        gaps. The quantile is the gap at rank ⌊q(T − 1)⌋, so it exceeds the limit once A ≥ T − ⌊q(T − 1)⌋
-        gaps lie above it; that bound never decreases in T, so A ≥ T_max − ⌊q(T_max − 1)⌋ settles it for any
-        T the run may end with (and for the run so far)."""
-        if stop is None:
-            return None
-        limit, q = stop
-        t_max = int(np.maximum(self.reqs.output - 1, 0).sum())
-        if t_max < 1:
-            return None
-        return self.tbt.first_bucket_above(limit), float(t_max - math.floor(q * (t_max - 1)))
-
-    def _tbt_missed(self) -> bool:
-        return self._tbt_stop is not None and self.tbt.count_from(self._tbt_stop[0]) >= self._tbt_stop[1]
-
-    def _overloaded(self, now: float) -> bool:
-        overloaded, self._late, self._late_ptr, self._oldest = self._overload_rule(now)
-        return overloaded
-
-    def _overload_rule(self, now: float) -> tuple[bool, int, int, int]:
-        """The overload rule at `now`, and the watchdog's scan positions after evaluating it (unsaved)."""
-        r, cfg = self.reqs, self.cfg
-        slo = cfg.sched_delay_slo_s
-        late, ptr, oldest = self._late, self._late_ptr, self._oldest
-        while ptr < self.next and r.arrived[ptr] < now - slo:
-            s = r.scheduled[ptr]
-            if r.status[ptr] != IGNORED and (s != s or s - r.arrived[ptr] > slo):
-                late += 1
-            ptr += 1
-        if 2 * late > self.n - self.num_ignored:
-            return True, late, ptr, oldest
-        while oldest < self.next and (
-            r.status[oldest] == IGNORED or r.scheduled[oldest] == r.scheduled[oldest]
-        ):
-            oldest += 1
-        return oldest < self.next and now - r.arrived[oldest] > cfg.overload_wait_s, late, ptr, oldest
 
 
 def simulate(
@@ -291,6 +187,12 @@ def simulate(
     # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
     reqs = Requests(prompt, output, arrived)
+    core = core_run.choose(cfg, timer)
+    if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
+        log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)
+        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped)
+    import simpy
+
     env = simpy.Environment()
     cluster = Cluster(env, reqs, cfg, timer, num_blocks)
     cluster.progress = progress

@@ -36,7 +36,10 @@ class SimConfig:
     router: str = "rr"  # rr: round robin; lor: least outstanding requests
     block_size: int = 16
     watermark: float = 0.01  # fraction of KV blocks admission keeps free (vllm/sarathi/chunked/hybrid)
-    stretch: bool = True  # advance steady decode stretches in one step (False: one event per iteration)
+    # NOTE: no effect any more. It switched the SimPy model's decode-stretch fast paths, which are gone
+    # (the compiled core is the fast model now, one event per iteration as the reference); kept so saved
+    # scenarios, probe cache keys and `--exact` stay valid.
+    stretch: bool = True
     sched_delay_slo_s: float = 2.0  # the capacity criterion's median scheduling delay bound
     overload_wait_s: float = 60.0  # stop when the oldest waiting request has waited this long
     check_period_s: float = 1.0  # how often (simulated seconds) the overload rule is evaluated

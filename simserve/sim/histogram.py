@@ -28,7 +28,8 @@ def _buckets(values: np.ndarray) -> np.ndarray:
 
     numpy's log may differ from math.log in the last bit (it differs between numpy releases and CPUs), which
     can only move a value whose bucket coordinate log(v)/log(γ) lies within rounding of an integer; those few
-    are redone with math.log, so the buckets are math.log's on every machine.
+    are redone with math.log, so the buckets are math.log's on every machine — and the compiled core's, which
+    takes libm's log per value.
     """
     x = np.log(values) / _LOG_GAMMA
     idx = np.ceil(x)
@@ -143,3 +144,4 @@ class LogHistogram:
     def merge(self, other: LogHistogram) -> None:
         self.counts += other.counts
         self.zeros += other.zeros
+

@@ -78,6 +78,15 @@ class IterationLog:
         if len(self._floats) >= self._spill_floats:
             self._spill()
 
+    def add_rows(self, ints: np.ndarray, floats: np.ndarray) -> None:
+        """Rows in bulk (the compiled core hands them over at each overload check): an (n, 7) int64 matrix
+        in INT_COLUMNS order and an (n, 2) float64 one, the same rows `add` would have appended."""
+        # NOTE: through a byte view of the buffer, not .tobytes(): one copy instead of two
+        self._ints.frombytes(memoryview(np.ascontiguousarray(ints, dtype=np.int64)).cast("B"))
+        self._floats.frombytes(memoryview(np.ascontiguousarray(floats, dtype=np.float64)).cast("B"))
+        if len(self._floats) >= self._spill_floats:
+            self._spill()
+
     def _spill(self) -> None:
         if self._files is None:
             # anonymous files, closed (and so deleted) with the log

@@ -5,11 +5,8 @@ runs it on stage 0, and hands it to stage 1; each later stage takes micro-batche
 one applies the results (tokens, completions, freed KV) and wakes the scheduler. A stage that waits for
 the previous stage while the replica has work in flight is in a pipeline bubble.
 
-The fast paths (fastpath.py, pipeline_stretch.py): when the policy would form the same decode-only batches again and again until
-something happens (an arrival, a completion, a KV shortage, an overload check), the iterations before that
-point are advanced in one SimPy timeout: at PP = 1 with the timer's vectorised `decode_stretch`, at PP = 2
-by emulating the two alternating groups of decodes tick by tick, with the same results (docs/simulator.md);
-prefill_stretch.py runs the chunks of one prompt the same way. `SimConfig(stretch=False)` turns them off.
+This is the reference model: one event per micro-batch per stage, no shortcuts. Speed lives in the compiled
+core (core.py), which tests hold equal to this loop bit for bit; a new mechanism lands here first.
 """
 
 from __future__ import annotations
@@ -21,22 +18,17 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
-from simserve.sim import fastpath, pipeline_stretch, prefill_stretch
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import Batch
 from simserve.sim.state import ReplicaState
 
 _add_reduce = np.add.reduce  # a bound ufunc method: less call overhead than ndarray.sum on small arrays
 
-MIN_GAIN = 3.0  # try a stretch only when the next outside event is this many iterations away
-
 
 class BatchTimer(Protocol):
     num_stages: int
 
     def __call__(self, prefills: Any, decode_kv: Any, stage: int = 0) -> float: ...
-
-    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray: ...
 
 
 class Work:
@@ -60,8 +52,6 @@ class MicroBatch:
         "num_prefill",
         "num_requests",
         "kv_used",
-        "claimed",
-        "logged",
     )
 
     def __init__(self, prefills, decodes, durations, num_prefill, kv_used):
@@ -71,10 +61,6 @@ class MicroBatch:
         self.num_prefill = num_prefill
         self.num_requests = len(prefills) + len(decodes)
         self.kv_used = kv_used
-        # Set by a pipeline stretch (pipeline_stretch.py): it applies this micro-batch's results (claimed),
-        # or has already logged its stage-1 row (logged).
-        self.claimed = False
-        self.logged = False
 
 
 class Replica:
@@ -86,8 +72,6 @@ class Replica:
         timer: BatchTimer,
         log: IterationLog,
         route_due: Callable[[float], None],
-        stretch_until: Callable[[float, bool], float],
-        stretch: bool,
     ):
         self.env = env
         self.state = state
@@ -95,31 +79,17 @@ class Replica:
         self.timer = timer
         self.log = log
         self.route_due = route_due  # route every arrival due by now before scheduling
-        self.stretch_until = stretch_until  # the next time anything outside this replica can happen
         self.pp = state.pp
-        self.stretch = stretch and self.pp <= 2  # no fast path for PP > 2
-        # prefill_stretch.py: a prompt's chunks beside unchanged decodes (PP = 1, one replica: quiet_window)
-        self.chunk_runs = stretch and self.pp == 1 and state.cfg.policy in prefill_stretch.POLICIES
         self.index = state.index
         self.in_flight = 0
         self.wake: simpy.Event | None = None
         self.queues: list[deque[MicroBatch]] = [deque() for _ in range(self.pp)]
         self.stage_wake: list[simpy.Event | None] = [None] * self.pp
-        self.current: list[MicroBatch | None] = [None] * self.pp  # on each stage s ≥ 1 now, and until when
-        self.stage_end = [0.0] * self.pp
         self.bubble = [0.0] * self.pp
         self.idle_mark = [0.0] * self.pp  # in-flight time when each stage last went idle
         self.busy_since = 0.0
         self.inflight_acc = 0.0
-        self.last_duration = 0.0
         self.work = Work()
-        # [requests, iteration end times, how many of them are in the TBT histogram]: the tokens of the
-        # stretch in flight (fastpath.settle)
-        self.unsettled: list[list] = []
-        # (next arrival, next overload check, check period, first time the run may change from outside)
-        # when this replica is alone, so quiet_stretch.py may plan past checks; set by the cluster.
-        self.quiet_window: Callable[[float], tuple[float, float, float, float] | None] | None = None
-        self.tbt_headroom: Callable[[], tuple[int, float] | None] | None = None  # ... and the TBT stop rule's room
         env.process(self.schedule())
         for s in range(1, self.pp):
             env.process(self.stage(s))
@@ -137,7 +107,6 @@ class Replica:
             now = env.now
             self.route_due(now)
             batch = None
-            before = st.preemptions
             if self.in_flight < self.pp:
                 batch = self.policy(st, now)
             if not batch:
@@ -147,19 +116,16 @@ class Replica:
                 self.wake = env.event()
                 yield self.wake
                 continue
-            steady = self.stretch and not batch.prefills and st.preemptions == before
-            if steady and (yield from self._stretch(batch, now)):
-                continue
-            if self.chunk_runs and len(batch.prefills) == 1 and st.preemptions == before:
-                rid, chunk = batch.prefills[0]
-                if (yield from prefill_stretch.chunk_run(self, rid, chunk, batch.decodes, now)):
-                    continue
             computed = r.computed
             prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
             dec = batch.decodes
             kv = computed[dec] + 1
             timer = self.timer
             durations = [timer(prefills, kv, s) for s in range(self.pp)]
+            # Invariants (the core checks the same and stops with one line naming the one that broke).
+            ids = [rid for rid, _ in batch.prefills] + dec.tolist()
+            assert len(set(ids)) == len(ids) and not r.inflight[ids].any(), "a request was scheduled twice"
+            assert min(durations) >= 0, "simulated time went backwards (a negative iteration time)"
             num_prefill = self._count_work(prefills, kv)
             self.bubble[0] += self._inflight_time(now) - self.idle_mark[0]
             if self.pp > 1:
@@ -168,7 +134,7 @@ class Replica:
                     r.inflight[rid] = True
             mb = MicroBatch(batch.prefills, dec, durations, num_prefill, st.kv.used)
             self._start_flight(now)
-            d = self.last_duration = durations[0]
+            d = durations[0]
             self.log.add(self.index, 0, now, now + d, num_prefill, len(dec), mb.num_requests, mb.kv_used)
             yield env.timeout(d)
             if self.pp == 1:
@@ -180,22 +146,15 @@ class Replica:
     def stage(self, s: int) -> Generator[simpy.Event, Any, None]:
         env, q = self.env, self.queues[s]
         while True:
-            while not q:  # NOTE: a pipeline stretch may take the micro-batch it was woken for
+            while not q:
                 self.stage_wake[s] = env.event()
                 yield self.stage_wake[s]
             mb = q.popleft()
             now = env.now
             d = mb.durations[s]
-            if not mb.logged:
-                self.bubble[s] += self._inflight_time(now) - self.idle_mark[s]
-                self.log.add(
-                    self.index, s, now, now + d, mb.num_prefill, len(mb.decodes), mb.num_requests, mb.kv_used
-                )
-            self.current[s], self.stage_end[s] = mb, now + d
+            self.bubble[s] += self._inflight_time(now) - self.idle_mark[s]
+            self.log.add(self.index, s, now, now + d, mb.num_prefill, len(mb.decodes), mb.num_requests, mb.kv_used)
             yield env.timeout(d)
-            self.current[s] = None
-            if mb.claimed:
-                continue
             if s + 1 < self.pp:
                 self._hand_over(s + 1, mb)
             else:
@@ -259,41 +218,3 @@ class Replica:
             w.decode_kv += int(_add_reduce(kv))
         w.micro_batches += 1
         return num_prefill
-
-    # -- the fast paths (fastpath.py, pipeline_stretch.py) -------------------------------------------
-    def _stretch(self, batch: Batch, now: float) -> Generator[simpy.Event, Any, bool]:
-        """Advance a steady decode-only stretch in one timeout if there is one; False when there is not."""
-        cap = self.stretch_until(now, self.pp == 2)
-        # NOTE: a speed heuristic only (both paths give the same results): planning a stretch costs about
-        # as much as a few plain iterations, so try only when it can be longer than that.
-        if cap - now <= MIN_GAIN * self.last_duration:
-            return False
-        if self.pp == 1:
-            if not self._steady(batch):
-                return False
-            yield from fastpath.decode_stretch(self, batch.decodes, now, cap)
-            return True
-        plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, cap)
-        stop = self.tbt_headroom() if plan is not None and self.tbt_headroom is not None else None
-        if stop is not None and self.quiet_window is not None:  # only with the TBT stop rule
-            check = self.quiet_window(now)[1]
-            # A stretch logs its rows in advance, so one the TBT stop rule might end inside (at a check it
-            # runs through, once the gaps it adds reach the rule's room) stops at the next check instead.
-            if plan.end > check and pipeline_stretch.plan_tokens(plan) >= stop[1]:
-                plan = pipeline_stretch.plan_pipeline(self, batch.decodes, now, check)
-        if plan is None:
-            return False
-        yield from pipeline_stretch.pipeline_stretch(self, plan)
-        return True
-
-    def _steady(self, batch: Batch) -> bool:
-        """PP = 1: would the policy form this same decode-only batch again and again, until something happens?
-
-        With no prefill work and every resident request decoding, a waiting request stays blocked (free
-        blocks only shrink, residents stay the same), so only an outside event or a completion changes it.
-        """
-        st = self.state
-        if len(batch.decodes) != st.num_running:
-            return False
-        # SimpleChunking may not have looked at the queue this turn.
-        return not (st.waiting and st.cfg.policy == "chunked")

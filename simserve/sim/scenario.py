@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,7 +16,9 @@ from simserve.errors import SimserveError
 from simserve.sim.cluster import RawRun, simulate
 from simserve.sim.config import SimConfig
 from simserve.sim.metrics import SimResult, build_result
-from simserve.sim.replica import BatchTimer
+
+if TYPE_CHECKING:
+    from simserve.sim.replica import BatchTimer
 
 # The paper's max_seq_len per trace (Sarathi-Serve capacity_search config); other traces get 8192.
 MAX_MODEL_LEN = {"sharegpt": 8192, "chat": 8192, "arxiv": 16384, "arxiv_summarization": 16384}

@@ -25,15 +25,11 @@ class ConstantTimer:
     ) -> float:
         return self.seconds
 
-    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
-        return np.full(len(kv_sums), self.seconds)
-
 
 class LinearTimer:
     """seconds = a + b·tokens + c·kv, where tokens = prefill chunk tokens + decodes and kv = KV tokens read.
 
     A prefill chunk of c tokens over a prefix of p reads p + c KV tokens; a decode reads its context.
-    `decode_stretch` uses the same formula, so the fast and the step-by-step paths agree to the last bit.
     """
 
     def __init__(self, a: float, b: float, c: float, num_stages: int = 1):
@@ -49,6 +45,3 @@ class LinearTimer:
             tokens += chunk
             kv += prefix + chunk
         return self.a + self.b * tokens + self.c * kv
-
-    def decode_stretch(self, num_decodes: int, kv_sums: np.ndarray, stage: int = 0) -> np.ndarray:
-        return self.a + self.b * num_decodes + self.c * np.asarray(kv_sums, dtype=np.float64)

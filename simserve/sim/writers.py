@@ -25,6 +25,7 @@ from simserve.errors import SimserveError
 from simserve.sim.cluster import RawRun
 from simserve.sim.metrics import STATUS, request_columns
 
+_amin, _amax = np.minimum.reduce, np.maximum.reduce
 CHUNK_ROWS = 65_536
 MAX_SAMPLED_ROWS = 200_000
 FORMATS = ("csv", "parquet")
@@ -61,6 +62,8 @@ def _csv_lines(cols: dict[str, np.ndarray]) -> str:
             for i in np.flatnonzero(np.isnan(values)).tolist():
                 s[i] = ""  # pandas' na_rep
             text.append(s)
+        elif len(values) and values[0] == values[-1] and _amin(values) == _amax(values):
+            text.append([str(int(values[0]))] * len(values))  # NOTE: replica, stage, num_iterations are often one value
         else:
             text.append(list(map(str, values.tolist())))
     return "".join(",".join(row) + "\n" for row in zip(*text, strict=True))

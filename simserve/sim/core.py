@@ -1,0 +1,1386 @@
+"""The compiled simulation core: the replica loop of replica.py/state.py/policies.py/budgets.py outside SimPy.
+
+This module is plain Python that Cython compiles (pure-Python mode: the `cython.*` annotations are ignored
+when it runs uncompiled, which is how the property test can also exercise it). It is the fast twin of the
+SimPy model, never its replacement: the SimPy model is the reference, and tests/test_sim_core.py holds the
+two equal bit for bit (docs/architecture.md, "Reference and core").
+
+What it reproduces, and how:
+  - SimPy's event order. SimPy pops events by (time, priority, id), the id counting every scheduled event;
+    processes start with an URGENT event at time 0, timeouts and `succeed` are NORMAL. The core keeps the
+    same keys, assigned at the same moments, so ties (an iteration ending exactly at an overload check, two
+    replicas finishing at once, the run's end) resolve as in the reference. Each process waits for one
+    event at a time, so the pending events are one slot per process (a replica's scheduler and stages, the
+    arrivals, the watchdog, the run's end), and the next event is the smallest key among a few slots.
+  - Every float operation in the same order (iteration times, TBT gaps, bubbles), and the TBT histogram's
+    buckets through libm's log, as `LogHistogram.add` does.
+  - The watchdog stays in Python: `run` returns at each overload check, with the shared request arrays and
+    histogram up to date, and the caller (core_run.py) applies the rules of watchdog.py as cluster.Cluster does.
+
+State is shared, not copied: the request arrays and the histogram counts are the numpy arrays of the
+reference's `Requests`/`LogHistogram`, seen through typed memoryviews. An internal inconsistency sets
+`error` (an INV_* code) and stops the run at the end of the event; core_run.py turns it into one line.
+
+After editing this file, rebuild the extension (`pip install -e .`): an old build would keep running the old
+code (tests/test_sim_core.py compares both the build and this source with the reference, so it shows).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import cython
+import numpy as np
+
+COMPILED = cython.compiled  # False when this file runs as plain Python
+
+if cython.compiled:
+    from cython.cimports.libc.math import ceil, log
+else:
+    from math import ceil, log
+
+# request status (request.py)
+WAITING = 0
+RUNNING = 1
+DONE = 2
+IGNORED = 3
+
+# what `run` returns
+CHECK = 1  # the watchdog's timeout fired: evaluate the overload rules, then next_check() or end_run()
+FINISHED = 2  # the run's `finished` event was processed: the simulation is over
+FAILED = 3  # an invariant broke: `error` names it
+
+# invariants (the reference asserts the same: kvcache.py, replica.py)
+INV_KV_NEGATIVE = 1
+INV_KV_OVERFULL = 2
+INV_SCHEDULED_TWICE = 3
+INV_TIME_BACKWARDS = 4
+INVARIANTS = {
+    INV_KV_NEGATIVE: "free KV blocks went negative (more blocks allocated than were free)",
+    INV_KV_OVERFULL: "more KV blocks were released than the pool holds",
+    INV_SCHEDULED_TWICE: "a request was scheduled twice (twice in one batch, or while in flight)",
+    INV_TIME_BACKWARDS: "simulated time went backwards",
+}
+
+# SimPy's priorities
+URGENT = 0
+NORMAL = 1
+# event slots after the replicas' (replica r's stage s is slot r * pp + s; stage 0 is its scheduler loop)
+SLOT_ARRIVALS = 0
+SLOT_WATCHDOG = 1
+SLOT_FINISHED = 2
+
+# timer kinds
+T_TABLES = 0  # predictor.timer.BatchTimer
+T_LINEAR = 1  # testing.LinearTimer
+T_CONSTANT = 2  # testing.ConstantTimer
+
+# policies
+P_FCFS = 0
+P_ORCA = 1
+P_VLLM = 2
+P_SARATHI = 3
+P_CHUNKED = 4
+P_SLO = 5
+P_PRESSURE = 6
+P_EQUAL = 7
+P_V1 = 8
+POLICY_CODES = {
+    "fcfs": P_FCFS, "orca": P_ORCA, "vllm": P_VLLM, "sarathi": P_SARATHI, "hybrid": P_SARATHI,
+    "chunked": P_CHUNKED, "slo-aware": P_SLO, "pressure": P_PRESSURE, "equal-cost": P_EQUAL,
+    "vllm-v1": P_V1,
+}  # fmt: skip
+
+PROGRESS_FLOOR = 16  # budgets.PROGRESS_FLOOR
+# NOTE: returned for "no prefills / no chunks" on the hot path instead of a fresh list; never mutated (callers
+# only read it, or build a new list when there is something to add).
+_NONE: list = []
+# iteration rows kept here before they go to the IterationLog (in bulk: appending a few rows at a time to its
+# arrays would reallocate and copy them again and again)
+ROW_BUFFER = 65536
+
+
+@cython.cclass
+class Timer:
+    """The BatchTimer's arithmetic (predictor/timer.py, sim/testing.py), operation for operation."""
+
+    kind: cython.int
+    num_stages: cython.int
+    # T_TABLES
+    tok: cython.double[:, :]
+    tend: cython.longlong
+    tslope: cython.double[:]
+    dec: cython.double[:, :]
+    dl: cython.double
+    bmax: cython.longlong
+    bhalf: cython.longlong
+    jlast: cython.longlong
+    pre: cython.double[:, :]
+    dc: cython.double
+    dp: cython.double
+    ilast: cython.longlong
+    klast: cython.longlong
+    cpu_a: cython.double[:]
+    cpu_b: cython.double[:]
+    # T_LINEAR / T_CONSTANT
+    a: cython.double
+    b: cython.double
+    c: cython.double
+
+    def __init__(self, kind: cython.int, num_stages: cython.int, p: dict):
+        self.kind = kind
+        self.num_stages = num_stages
+        if kind == T_TABLES:
+            self.tok, self.tend, self.tslope = p["tok"], p["tend"], p["tslope"]
+            self.dec, self.dl, self.bmax, self.bhalf, self.jlast = (
+                p["dec"],
+                p["dl"],
+                p["bmax"],
+                p["bhalf"],
+                p["jlast"],
+            )
+            self.pre, self.dc, self.dp, self.ilast, self.klast = (
+                p["pre"],
+                p["dc"],
+                p["dp"],
+                p["ilast"],
+                p["klast"],
+            )
+            self.cpu_a, self.cpu_b = p["cpu_a"], p["cpu_b"]
+        else:
+            self.a, self.b, self.c = p["a"], p["b"], p["c"]
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(x=cython.double, j=cython.longlong)
+    def _decode_row(self, b: cython.longlong, mean_kv: cython.double) -> cython.double:
+        x = mean_kv / self.dl
+        j = cython.cast(cython.longlong, x) if cython.compiled else int(x)
+        if j > self.jlast:
+            j = self.jlast
+        return self.dec[b, j] + (x - j) * (self.dec[b, j + 1] - self.dec[b, j])
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(mean_kv=cython.double, hi=cython.double, lo=cython.double)
+    def _decode(self, nd: cython.longlong, kv_sum: cython.double) -> cython.double:
+        mean_kv = kv_sum / nd
+        if nd <= self.bmax:
+            return self._decode_row(nd, mean_kv)
+        hi = self._decode_row(self.bmax, mean_kv)
+        lo = self._decode_row(self.bhalf, mean_kv)
+        return hi + (nd - self.bmax) * (hi - lo) / (self.bmax - self.bhalf)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(x=cython.double, y=cython.double, i=cython.longlong, k=cython.longlong, fy=cython.double,
+                   a=cython.double, b=cython.double)  # fmt: skip
+    def _prefill(self, chunk: cython.longlong, prefix: cython.longlong) -> cython.double:
+        x = chunk / self.dc
+        y = prefix / self.dp
+        i = cython.cast(cython.longlong, x) if cython.compiled else int(x)
+        k = cython.cast(cython.longlong, y) if cython.compiled else int(y)
+        if i > self.ilast:
+            i = self.ilast
+        if k > self.klast:
+            k = self.klast
+        fy = y - k
+        a = self.pre[i, k] + fy * (self.pre[i, k + 1] - self.pre[i, k])
+        b = self.pre[i + 1, k] + fy * (self.pre[i + 1, k + 1] - self.pre[i + 1, k])
+        return a + (x - i) * (b - a)
+
+    @cython.cfunc
+    @cython.locals(t=cython.longlong, attn=cython.double, tok=cython.double, chunk=cython.longlong,
+                   prefix=cython.longlong, kv=cython.longlong, n=cython.Py_ssize_t, q=cython.Py_ssize_t)  # fmt: skip
+    def time(self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong,
+             stage: cython.int) -> cython.double:  # fmt: skip
+        """Seconds of one iteration on `stage`: prefill chunks over their prefixes, nd decodes reading
+        kv_sum KV entries in all (the BatchTimer's __call__)."""
+        n = len(chunks)
+        if self.kind == T_CONSTANT:
+            return self.a
+        if self.kind == T_LINEAR:
+            t = nd
+            kv = kv_sum
+            for q in range(n):
+                chunk = chunks[q]
+                t += chunk
+                kv += prefixes[q] + chunk
+            return self.a + self.b * t + self.c * kv
+        t = nd
+        attn = 0.0
+        for q in range(n):
+            chunk = chunks[q]
+            prefix = prefixes[q]
+            t += chunk
+            attn += self._prefill(chunk, prefix)
+        if nd:
+            attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
+        elif t == 0:
+            return 0.0
+        if t <= self.tend:
+            tok = self.tok[stage, t]
+        else:
+            tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
+        return tok + attn + self.cpu_a[stage] + self.cpu_b[stage] * (n + nd)
+
+    @cython.cfunc
+    @cython.locals(total=cython.double, s=cython.int)
+    def through(
+        self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong
+    ) -> cython.double:
+        """Summed over every stage (budgets.predicted_time: Python's sum, from 0, in stage order)."""
+        total = 0.0
+        for s in range(self.num_stages):
+            total += self.time(chunks, prefixes, nd, kv_sum, s)
+        return total
+
+
+@cython.cclass
+class Rep:
+    """One replica's scheduling state (state.py's ReplicaState) and its loop's bookkeeping (replica.py)."""
+
+    index: cython.int
+    waiting: object  # deque of ids
+    prefilling: list  # sorted ids
+    decoding: list  # sorted ids
+    free: cython.longlong
+    num_blocks: cython.longlong
+    watermark: cython.longlong
+    turn_prefill: cython.bint
+    preemptions: cython.longlong
+    stale: set
+    outstanding: cython.longlong
+    # the scheduler loop
+    in_flight: cython.int
+    sched_waits: cython.bint  # `yield self.wake` (notify schedules its resumption)
+    busy0: cython.bint  # a micro-batch is on stage 0 (its timeout pending):
+    stage0: object  # ... PP > 1: (prefills, decodes, durations per stage, prefill tokens, KV used)
+    prefills0: list  # ... PP = 1: its prefills and decodes (no tuple: the hot path at PP = 1)
+    decodes0: list
+    busy_since: cython.double
+    inflight_acc: cython.double
+    bubble: cython.double[:]
+    idle_mark: cython.double[:]
+    queues: list  # per stage ≥ 1: deque of micro-batches
+    stage_waits: list  # per stage: waiting for a hand-over
+    current: list  # per stage ≥ 1: the micro-batch on it (its timeout pending), or None
+    # Work (replica.Work)
+    w_tokens: cython.longlong
+    w_prefill_pairs: cython.longlong
+    w_prefill_kv: cython.longlong
+    w_decode_kv: cython.longlong
+    w_micro_batches: cython.longlong
+
+    def __init__(
+        self, index: cython.int, num_blocks: cython.longlong, watermark: cython.longlong, pp: cython.int
+    ):
+        self.index = index
+        self.waiting = deque()
+        self.prefilling = []
+        self.decoding = []
+        self.free = num_blocks
+        self.num_blocks = num_blocks
+        self.watermark = watermark
+        self.turn_prefill = True
+        self.preemptions = 0
+        self.stale = set()
+        self.outstanding = 0
+        self.in_flight = 0
+        self.sched_waits = False
+        self.busy0 = False
+        self.stage0 = None
+        self.prefills0 = []
+        self.decodes0 = []
+        self.busy_since = 0.0
+        self.inflight_acc = 0.0
+        self.bubble = np.zeros(pp)
+        self.idle_mark = np.zeros(pp)
+        self.queues = [deque() for _ in range(pp)]
+        self.stage_waits = [False] * pp
+        self.current = [None] * pp
+        self.w_tokens = 0
+        self.w_prefill_pairs = 0
+        self.w_prefill_kv = 0
+        self.w_decode_kv = 0
+        self.w_micro_batches = 0
+
+
+@cython.cclass
+class Core:
+    """One simulation's event loop and every replica's scheduler (cluster.py + replica.py + the policies)."""
+
+    # the shared request arrays (request.Requests)
+    prompt: cython.longlong[:]
+    output: cython.longlong[:]
+    arrived: cython.double[:]
+    scheduled: cython.double[:]
+    first_token: cython.double[:]
+    completed: cython.double[:]
+    last_token: cython.double[:]
+    tbt_max: cython.double[:]
+    computed: cython.longlong[:]
+    target: cython.longlong[:]
+    generated: cython.longlong[:]
+    blocks: cython.longlong[:]
+    req_preemptions: cython.longlong[:]
+    inflight: cython.uchar[:]
+    status: cython.schar[:]
+    replica: cython.longlong[:]
+    stamp: cython.longlong[:]  # the batch each request was last put in (the scheduled-twice check)
+    # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
+    counts: cython.double[:]
+    zeros: cython.double
+    gaps: cython.double[:]  # one decode batch's TBT gaps (_complete_decodes)
+    log_gamma: cython.double
+    offset: cython.longlong
+    num_buckets: cython.longlong
+    # config
+    n: cython.longlong
+    pp: cython.int
+    policy: cython.int
+    dynamic: cython.bint
+    block_size: cython.longlong
+    block_mask: cython.longlong  # block_size - 1 when it is a power of two (16), else -1
+    reserve: cython.longlong
+    budget: cython.longlong  # orca/fcfs have no token limit: a number no batch reaches
+    unlimited: cython.bint
+    max_batch: cython.longlong
+    prompt_limit: cython.longlong
+    router_rr: cython.bint
+    rr: cython.longlong
+    check_period: cython.double
+    sched_delay_slo: cython.double
+    tbt_target: cython.double
+    pressure_floor: cython.longlong
+    long_threshold: cython.longlong
+    max_partial: cython.longlong
+    max_long_partial: cython.longlong
+    equal_limit: cython.double
+    timer: Timer
+    # the event loop
+    now: cython.double
+    eid: cython.longlong
+    ev_time: cython.double[:]  # per slot: the pending event's key (time, priority, id), or none
+    ev_prio: cython.int[:]
+    ev_eid: cython.longlong[:]
+    ev_on: cython.uchar[:]
+    num_slots: cython.int
+    slot0: cython.int  # the first slot after the replicas'
+    watchdog_started: cython.bint
+    reps: list
+    next: cython.longlong  # next request to arrive
+    num_done: cython.longlong
+    num_ignored: cython.longlong
+    finished: cython.bint  # the `finished` event was triggered (scheduled)
+    next_check: cython.double
+    batch_no: cython.longlong
+    b_prefills: list  # the batch the policy formed (_policy)
+    b_decodes: list
+    b_tokens: cython.longlong  # _partial_prefills: the tokens so far
+    error: cython.int
+    # iteration rows not yet handed to the IterationLog
+    row_ints: cython.longlong[:, :]
+    row_floats: cython.double[:, :]
+    num_rows: cython.Py_ssize_t
+    log: object
+    _row_ints_obj: object
+    _row_floats_obj: object
+
+    def __init__(self, arrays: dict, hist, params: dict, timer: Timer, log, row_ints, row_floats):
+        self.prompt, self.output, self.arrived = arrays["prompt"], arrays["output"], arrays["arrived"]
+        self.scheduled, self.first_token = arrays["scheduled"], arrays["first_token"]
+        self.completed, self.last_token, self.tbt_max = (
+            arrays["completed"],
+            arrays["last_token"],
+            arrays["tbt_max"],
+        )
+        self.computed, self.target, self.generated = arrays["computed"], arrays["target"], arrays["generated"]
+        self.blocks, self.req_preemptions = arrays["blocks"], arrays["preemptions"]
+        self.inflight, self.status, self.replica = arrays["inflight"], arrays["status"], arrays["replica"]
+        self.stamp = arrays["stamp"]
+        self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
+        self.counts = hist["counts"]
+        self.zeros = hist["zeros"]
+        self.log_gamma, self.offset, self.num_buckets = hist["log_gamma"], hist["offset"], hist["num"]
+        p = params
+        self.n = p["n"]
+        self.pp = p["pp"]
+        self.policy = POLICY_CODES[p["policy"]]
+        self.dynamic = p["dynamic"]
+        self.block_size = p["block_size"]
+        bs = p["block_size"]
+        self.block_mask = bs - 1 if bs & (bs - 1) == 0 else -1
+        self.reserve = p["reserve"]
+        self.unlimited = p["budget"] is None
+        self.budget = 0 if self.unlimited else p["budget"]
+        self.max_batch = p["max_batch"]
+        self.prompt_limit = p["prompt_limit"]
+        self.router_rr = p["router"] == "rr"
+        self.rr = 0
+        self.check_period = p["check_period"]
+        self.sched_delay_slo = p["sched_delay_slo"]
+        self.tbt_target = p["tbt_target"]
+        self.pressure_floor = p["pressure_floor"]
+        self.long_threshold = p["long_threshold"]
+        self.max_partial = p["max_partial"]
+        self.max_long_partial = p["max_long_partial"]
+        self.timer = timer
+        self.equal_limit = 0.0
+        if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
+            self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
+        self.now = 0.0
+        self.eid = 0
+        self.reps = [
+            Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp) for i in range(p["num_replicas"])
+        ]
+        self.next = 0
+        self.num_done = 0
+        self.num_ignored = 0
+        self.finished = False
+        self.next_check = 0.0
+        self.batch_no = 0
+        self.error = 0
+        self.log = log
+        self._row_ints_obj, self._row_floats_obj = row_ints, row_floats
+        self.row_ints, self.row_floats = row_ints, row_floats
+        self.num_rows = 0
+        # SimPy starts the processes in the order Cluster.__init__ creates them, each with an URGENT event
+        # at time 0: every replica's scheduler and its stages, then arrivals, then the watchdog.
+        i: cython.int
+        self.slot0 = len(self.reps) * self.pp
+        self.num_slots = self.slot0 + 3
+        self.ev_time = np.zeros(self.num_slots)
+        self.ev_prio = np.zeros(self.num_slots, dtype=np.intc)
+        self.ev_eid = np.zeros(self.num_slots, dtype=np.int64)
+        self.ev_on = np.zeros(self.num_slots, dtype=np.uint8)
+        self.watchdog_started = False
+        for i in range(self.slot0 + 2):  # every replica process, the arrivals, the watchdog: in that order
+            self._schedule(0.0, URGENT, i)
+
+    # -- the event loop -----------------------------------------------------------------------------------
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _schedule(self, t: cython.double, priority: cython.int, slot: cython.int) -> cython.void:
+        self.ev_time[slot] = t
+        self.ev_prio[slot] = priority
+        self.ev_eid[slot] = self.eid
+        self.ev_on[slot] = 1
+        self.eid += 1
+
+    @cython.ccall
+    @cython.locals(i=cython.int, best=cython.int, t=cython.double, slot=cython.int)
+    def run(self) -> cython.int:
+        """Process events until the watchdog's check (CHECK), the end of the run (FINISHED) or a broken
+        invariant (FAILED)."""
+        while True:
+            best = -1
+            for i in range(self.num_slots):  # the smallest (time, priority, id) among the pending events
+                if self.ev_on[i] and (
+                    best < 0
+                    or self.ev_time[i] < self.ev_time[best]
+                    or (
+                        self.ev_time[i] == self.ev_time[best]
+                        and (
+                            self.ev_prio[i] < self.ev_prio[best]
+                            or (self.ev_prio[i] == self.ev_prio[best] and self.ev_eid[i] < self.ev_eid[best])
+                        )
+                    )
+                ):
+                    best = i
+            if best < 0:
+                self.flush_rows()
+                return FINISHED
+            t = self.ev_time[best]
+            self.ev_on[best] = 0
+            if t < self.now:
+                self.error = INV_TIME_BACKWARDS
+                return FAILED
+            self.now = t
+            if best < self.slot0:
+                if best % self.pp == 0:
+                    self._sched_resume(self.reps[best // self.pp])
+                else:
+                    self._stage_resume(self.reps[best // self.pp], best % self.pp)
+            else:
+                slot = best - self.slot0
+                if slot == SLOT_ARRIVALS:
+                    self._arrivals()
+                elif slot == SLOT_WATCHDOG:
+                    if not self.watchdog_started:  # the process's start: its first timeout
+                        self.watchdog_started = True
+                        self.next_check_at()
+                    else:
+                        return CHECK  # NOTE: the rows stay here: nothing reads the log before the end
+                else:
+                    self.flush_rows()
+                    return FINISHED
+            if self.error:
+                self.flush_rows()
+                return FAILED
+
+    @cython.ccall
+    def next_check_at(self) -> cython.void:
+        """The watchdog loops: its next check one period from now."""
+        self.next_check = self.now + self.check_period
+        self._schedule(self.now + self.check_period, NORMAL, self.slot0 + SLOT_WATCHDOG)
+
+    @cython.ccall
+    def end_run(self) -> cython.bint:
+        """Cluster._end_run: trigger `finished` now; False when the run had already finished."""
+        if self.finished:
+            return False
+        self.finished = True
+        self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
+        return True
+
+    @cython.ccall
+    def flush_rows(self) -> cython.void:
+        if self.num_rows:
+            self.log.add_rows(self._row_ints_obj[: self.num_rows], self._row_floats_obj[: self.num_rows])
+            self.num_rows = 0
+
+    @cython.cfunc
+    def _row(self, rep: Rep, stage: cython.int, start: cython.double, end: cython.double, prefill: cython.longlong,
+             decode: cython.longlong, requests: cython.longlong, kv_used: cython.longlong) -> cython.void:  # fmt: skip
+        k: cython.Py_ssize_t = self.num_rows
+        self.row_ints[k, 0] = rep.index
+        self.row_ints[k, 1] = stage
+        self.row_ints[k, 2] = prefill
+        self.row_ints[k, 3] = decode
+        self.row_ints[k, 4] = requests
+        self.row_ints[k, 5] = kv_used
+        self.row_ints[k, 6] = 1
+        self.row_floats[k, 0] = start
+        self.row_floats[k, 1] = end
+        self.num_rows = k + 1
+        if self.num_rows == ROW_BUFFER:
+            self.flush_rows()
+
+    # -- arrivals and routing (cluster.Cluster) -------------------------------------------------------
+    @cython.cfunc
+    def _arrivals(self) -> cython.void:
+        t: cython.double
+        while self.next < self.n:
+            t = self.arrived[self.next]
+            if t > self.now:
+                self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+                return
+            self._route_due(self.now)
+
+    @cython.cfunc
+    def _route_due(self, now: cython.double) -> cython.void:
+        rid: cython.longlong
+        rep: Rep
+        while self.next < self.n and self.arrived[self.next] <= now:
+            rid = self.next
+            self.next += 1
+            if self.prompt[rid] > self.prompt_limit:
+                self.status[rid] = IGNORED
+                self._on_done(rid)
+                continue
+            rep = self._pick()
+            self.replica[rid] = rep.index
+            rep.waiting.append(rid)
+            rep.outstanding += 1
+            self._notify(rep)
+
+    @cython.cfunc
+    def _pick(self) -> Rep:
+        rep: Rep
+        best: Rep
+        i: cython.Py_ssize_t
+        nrep: cython.Py_ssize_t = len(self.reps)
+        if self.router_rr:
+            rep = self.reps[self.rr % nrep]
+            self.rr += 1
+            return rep
+        best = self.reps[0]
+        for i in range(1, nrep):
+            rep = self.reps[i]
+            if rep.outstanding < best.outstanding:
+                best = rep
+        return best
+
+    @cython.cfunc
+    def _notify(self, rep: Rep) -> cython.void:
+        if rep.sched_waits:
+            rep.sched_waits = False
+            self._schedule(self.now, NORMAL, rep.index * self.pp)
+
+    @cython.cfunc
+    def _on_done(self, rid: cython.longlong) -> cython.void:
+        self.num_done += 1
+        if self.status[rid] == IGNORED:
+            self.num_ignored += 1
+        if self.num_done == self.n and not self.finished:
+            self.finished = True
+            self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
+
+    # -- the scheduler loop, which runs stage 0 (replica.Replica.schedule) ------------------------------
+    @cython.cfunc
+    def _sched_resume(self, rep: Rep) -> cython.void:
+        now: cython.double
+        formed: cython.bint
+        if rep.busy0:  # its stage-0 timeout ended
+            rep.busy0 = False
+            if self.pp == 1:
+                self._complete(rep, rep.prefills0, rep.decodes0)
+            else:
+                self._hand_over(rep, 1, rep.stage0)
+            rep.idle_mark[0] = self._inflight_time(rep, self.now)
+        while True:
+            now = self.now
+            self._route_due(now)
+            formed = False
+            if rep.in_flight < self.pp:
+                formed = self._policy(rep, now)
+            if not formed:
+                if rep.in_flight == 0 and not (len(rep.prefilling) + len(rep.decoding)) and rep.waiting:
+                    self._drop_unfittable(rep)
+                    continue
+                rep.sched_waits = True
+                return
+            self._start_micro_batch(rep, self.b_prefills, self.b_decodes, now)
+            return
+
+    @cython.cfunc
+    def _start_micro_batch(self, rep: Rep, prefills: list, dec: list, now: cython.double) -> cython.void:
+        rid: cython.longlong
+        chunk: cython.longlong
+        c: cython.longlong
+        p: cython.longlong
+        kv_sum: cython.longlong = 0
+        num_prefill: cython.longlong = 0
+        s: cython.int
+        d: cython.double
+        nd: cython.longlong = len(dec)
+        chunks: list = _NONE
+        prefixes: list = _NONE
+        if prefills:
+            chunks = []
+            prefixes = []
+        self.batch_no += 1
+        for rid, chunk in prefills:
+            if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                self.error = INV_SCHEDULED_TWICE
+            self.stamp[rid] = self.batch_no
+            chunks.append(chunk)
+            prefixes.append(self.computed[rid])
+        for rid in dec:
+            if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                self.error = INV_SCHEDULED_TWICE
+            self.stamp[rid] = self.batch_no
+            kv_sum += self.computed[rid] + 1
+        # Replica._count_work
+        for s in range(len(chunks)):
+            c = chunks[s]
+            p = prefixes[s]
+            num_prefill += c
+            rep.w_prefill_pairs += c * p + c * (c + 1) // 2
+            rep.w_prefill_kv += p + c
+        rep.w_tokens += num_prefill + nd
+        rep.w_decode_kv += kv_sum
+        rep.w_micro_batches += 1
+        rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+        if self.pp > 1:
+            for rid in dec:
+                self.inflight[rid] = 1
+            for rid, _chunk in prefills:
+                self.inflight[rid] = 1
+        kv_used: cython.longlong = rep.num_blocks - rep.free
+        if self.pp == 1:
+            d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
+            rep.prefills0 = prefills
+            rep.decodes0 = dec
+        else:
+            durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, s) for s in range(self.pp)]
+            d = durations[0]
+            rep.stage0 = (prefills, dec, durations, num_prefill, kv_used)
+        rep.busy0 = True
+        if not rep.in_flight:
+            rep.busy_since = now
+        rep.in_flight += 1
+        self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
+        self._schedule(now + d, NORMAL, rep.index * self.pp)
+
+    # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
+    @cython.cfunc
+    def _stage_resume(self, rep: Rep, s: cython.int) -> cython.void:
+        mb: tuple
+        now: cython.double
+        d: cython.double
+        mb = rep.current[s]
+        if mb is not None:  # its timeout ended
+            rep.current[s] = None
+            if s + 1 < self.pp:
+                self._hand_over(rep, s + 1, mb)
+            else:
+                self._complete(rep, mb[0], mb[1])
+                self._notify(rep)
+            rep.idle_mark[s] = self._inflight_time(rep, self.now)
+        q = rep.queues[s]
+        if not q:
+            rep.stage_waits[s] = True
+            return
+        mb = q.popleft()
+        now = self.now
+        d = mb[2][s]
+        rep.bubble[s] += self._inflight_time(rep, now) - rep.idle_mark[s]
+        nd: cython.longlong = len(mb[1])
+        self._row(rep, s, now, now + d, mb[3], nd, len(mb[0]) + nd, mb[4])
+        rep.current[s] = mb
+        self._schedule(now + d, NORMAL, rep.index * self.pp + s)
+
+    @cython.cfunc
+    def _hand_over(self, rep: Rep, s: cython.int, mb: tuple) -> cython.void:
+        rep.queues[s].append(mb)
+        if rep.stage_waits[s]:
+            rep.stage_waits[s] = False
+            self._schedule(self.now, NORMAL, rep.index * self.pp + s)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _inflight_time(self, rep: Rep, t: cython.double) -> cython.double:
+        if rep.in_flight:
+            return rep.inflight_acc + (t - rep.busy_since)
+        return rep.inflight_acc + 0.0
+
+    @cython.cfunc
+    def _complete(self, rep: Rep, prefills: list, dec: list) -> cython.void:
+        rid: cython.longlong
+        chunk: cython.longlong
+        now: cython.double = self.now
+        rep.in_flight -= 1
+        if not rep.in_flight:
+            rep.inflight_acc += now - rep.busy_since
+        if self.pp > 1:
+            for rid in dec:
+                self.inflight[rid] = 0
+            for rid, _chunk in prefills:
+                self.inflight[rid] = 0
+            if rep.stale:  # drop the work of requests preempted while this micro-batch was in flight
+                dropped = rep.stale.intersection(dec + [rid for rid, chunk in prefills])
+                if dropped:
+                    rep.stale -= dropped
+                    dec = [rid for rid in dec if rid not in dropped]
+                    prefills = [(rid, chunk) for rid, chunk in prefills if rid not in dropped]
+        for rid, chunk in prefills:
+            self._complete_chunk(rep, rid, chunk, now)
+        if dec:
+            self._complete_decodes(rep, dec, now)
+
+    # -- the TBT histogram (LogHistogram.add) ---------------------------------------------------------------
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _hist_add(self, value: cython.double, weight: cython.double) -> cython.void:
+        i: cython.longlong
+        if value <= 0.0:
+            self.zeros += weight
+            return
+        i = cython.cast(cython.longlong, ceil(log(value) / self.log_gamma)) - self.offset
+        if i < 0:
+            i = 0
+        if i > self.num_buckets - 1:
+            i = self.num_buckets - 1
+        self.counts[i] += weight
+
+    # -- results of a finished micro-batch (state.ReplicaState) ---------------------------------------------
+    @cython.cfunc
+    def _complete_chunk(
+        self, rep: Rep, rid: cython.longlong, chunk: cython.longlong, now: cython.double
+    ) -> cython.void:
+        last: cython.double
+        gap: cython.double
+        self.computed[rid] += chunk
+        if self.computed[rid] < self.target[rid]:
+            return
+        self.generated[rid] += 1
+        last = self.last_token[rid]
+        if last == last:  # a re-prefill after preemption: the whole wait is one gap
+            gap = now - last
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+            self._hist_add(gap, 1.0)
+        else:
+            self.first_token[rid] = now
+        self.last_token[rid] = now
+        rep.prefilling.remove(rid)
+        if self.generated[rid] >= self.output[rid]:
+            self._finish(rep, rid, now)
+        else:
+            _insort(rep.decoding, rid)
+
+    @cython.cfunc
+    def _complete_decodes(self, rep: Rep, dec: list, now: cython.double) -> cython.void:
+        """Each request in `dec` computed one token and sampled the next (ReplicaState.complete_decodes)."""
+        rid: cython.longlong
+        t0: cython.double
+        last: cython.double
+        gap: cython.double
+        k: cython.Py_ssize_t = 0
+        j: cython.Py_ssize_t
+        same: cython.bint = True
+        done: list = _NONE
+        t0 = self.last_token[dec[0]]
+        for rid in dec:  # NOTE: one pass; the gaps are kept in case they differ (then each is a sample)
+            last = self.last_token[rid]
+            if last != t0:
+                same = False
+            gap = now - last
+            self.gaps[k] = gap
+            k += 1
+            self.computed[rid] += 1
+            self.generated[rid] += 1
+            self.last_token[rid] = now
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+            if self.generated[rid] >= self.output[rid]:
+                if done is _NONE:
+                    done = []
+                done.append(rid)
+        if same:  # the common case: all got their last token at once, so they waited the same gap
+            self._hist_add(now - t0, k)
+        else:
+            for j in range(k):
+                self._hist_add(self.gaps[j], 1.0)
+        for rid in done:
+            rep.decoding.remove(rid)
+            self._finish(rep, rid, now)
+
+    @cython.cfunc
+    def _finish(self, rep: Rep, rid: cython.longlong, now: cython.double) -> cython.void:
+        self.completed[rid] = now
+        self.status[rid] = DONE
+        self._release(rep, self.blocks[rid])
+        self.blocks[rid] = 0
+        rep.outstanding -= 1
+        self._on_done(rid)
+
+    # -- KV blocks (kvcache.BlockManager) -------------------------------------------------------------------
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _allocate(self, rep: Rep, n: cython.longlong) -> cython.void:
+        if n < 0 or n > rep.free:
+            self.error = INV_KV_NEGATIVE
+        rep.free -= n
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _release(self, rep: Rep, n: cython.longlong) -> cython.void:
+        if n < 0 or rep.free + n > rep.num_blocks:
+            self.error = INV_KV_OVERFULL
+        rep.free += n
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _can_allocate(self, rep: Rep, n: cython.longlong) -> cython.bint:
+        return rep.free - n >= rep.watermark
+
+    @cython.cfunc
+    @cython.inline
+    @cython.exceptval(check=False)
+    def _block_start(self, computed: cython.longlong) -> cython.bint:
+        """Does the next token start a new KV block (computed % block_size == 0)?"""
+        if self.block_mask >= 0:  # NOTE: a mask, not a division: this runs for every decode of every batch
+            return (computed & self.block_mask) == 0
+        return computed % self.block_size == 0
+
+    # -- transitions (state.ReplicaState) ------------------------------------------------------------------
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _num_tokens(self, rid: cython.longlong) -> cython.longlong:
+        return self.prompt[rid] + self.generated[rid]
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _admission_blocks(self, rid: cython.longlong) -> cython.longlong:
+        if not self.dynamic:
+            return self.reserve
+        return -(-self._num_tokens(rid) // self.block_size)
+
+    @cython.cfunc
+    def _num_running(self, rep: Rep) -> cython.longlong:
+        return len(rep.prefilling) + len(rep.decoding)
+
+    @cython.cfunc
+    def _paused_decodes(self, rep: Rep) -> list:
+        if self.pp > 1:
+            return [rid for rid in rep.decoding if not self.inflight[rid]]
+        return list(rep.decoding)
+
+    @cython.cfunc
+    def _drop_too_long(self, rep: Rep) -> cython.void:
+        rid: cython.longlong
+        while rep.waiting and self._num_tokens(rep.waiting[0]) > self.prompt_limit:
+            rid = rep.waiting.popleft()
+            self.status[rid] = IGNORED
+            rep.outstanding -= 1
+            self._on_done(rid)
+
+    @cython.cfunc
+    def _drop_unfittable(self, rep: Rep) -> cython.void:
+        rid: cython.longlong = rep.waiting.popleft()
+        self.status[rid] = IGNORED
+        rep.outstanding -= 1
+        self._on_done(rid)
+
+    @cython.cfunc
+    def _admit_head(self, rep: Rep, now: cython.double) -> cython.longlong:
+        rid: cython.longlong = rep.waiting.popleft()
+        blocks: cython.longlong = self._admission_blocks(rid)
+        self._allocate(rep, blocks)
+        self.blocks[rid] = blocks
+        self.computed[rid] = 0
+        self.target[rid] = self._num_tokens(rid)
+        self.status[rid] = RUNNING
+        if self.scheduled[rid] != self.scheduled[rid]:  # NaN: first admission
+            self.scheduled[rid] = now
+        _insort(rep.prefilling, rid)
+        return rid
+
+    @cython.cfunc
+    def _preempt(self, rep: Rep, rid: cython.longlong) -> cython.void:
+        self._release(rep, self.blocks[rid])
+        self.blocks[rid] = 0
+        self.computed[rid] = 0
+        self.req_preemptions[rid] += 1
+        if self.inflight[rid]:
+            rep.stale.add(rid)
+        if not _remove_sorted(rep.decoding, rid):
+            rep.prefilling.remove(rid)
+        rep.waiting.appendleft(rid)
+        rep.preemptions += 1
+
+    # -- the decode part of a batch: KV growth and preemption ---------------------------------------------
+    @cython.cfunc
+    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
+    def _schedule_decodes(self, rep: Rep) -> list:
+        rid: cython.longlong
+        n_need: cython.longlong = 0
+        dec: list = self._paused_decodes(rep)
+        if not self.dynamic or not dec:
+            return dec
+        for rid in dec:  # NOTE: one pass, undone below in the rare case that blocks run short
+            if self._block_start(self.computed[rid]):
+                n_need += 1
+                self.blocks[rid] += 1
+        if rep.free - n_need >= 1:  # every can_append_slot check of the loop below would pass
+            self._allocate(rep, n_need)
+            return dec
+        for rid in dec:
+            if self._block_start(self.computed[rid]):
+                self.blocks[rid] -= 1
+        return self._schedule_decodes_preempting(rep)
+
+    @cython.cfunc
+    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
+    def _schedule_decodes_preempting(self, rep: Rep) -> list:
+        rid: cython.longlong
+        victim: cython.longlong
+        todo = deque(sorted(rep.prefilling + rep.decoding))
+        out: list = []
+        preempted_self: cython.bint
+        while todo:
+            rid = todo.popleft()
+            if self.inflight[rid] or self.computed[rid] < self.target[rid]:
+                continue
+            preempted_self = False
+            while not rep.free > 0:
+                victim = todo.pop() if todo else rid
+                self._preempt(rep, victim)
+                if victim == rid:
+                    preempted_self = True
+                    break
+            if not preempted_self:
+                if self._block_start(self.computed[rid]):
+                    self._allocate(rep, 1)
+                    self.blocks[rid] += 1
+                out.append(rid)
+        return out
+
+    # -- policies (policies.py, budgets.py) --------------------------------------------------------------
+    @cython.cfunc
+    def _policy(self, rep: Rep, now: cython.double) -> cython.bint:
+        """Form the batch into b_prefills [(id, chunk)] and b_decodes [id]; False when it would be empty."""
+        pol: cython.int = self.policy
+        prefills: list
+        decodes: list
+        more: list
+        if pol == P_SARATHI:
+            decodes = self._schedule_decodes(rep)
+            prefills = self._partial_prefills(rep, len(decodes))
+            more = self._admit_chunked(rep, now, self.b_tokens)
+            if more:
+                prefills = prefills + more if prefills else more
+        elif pol == P_FCFS:
+            if self._num_running(rep):
+                prefills, decodes = _NONE, self._paused_decodes(rep)
+            else:
+                prefills, decodes = self._admit_whole(rep, now, False), _NONE
+        elif pol == P_ORCA:
+            decodes = self._paused_decodes(rep)
+            prefills = self._admit_whole(rep, now, False)
+        elif pol == P_VLLM:
+            prefills = self._admit_whole(rep, now, True)
+            decodes = _NONE if prefills else self._schedule_decodes(rep)
+        elif pol == P_CHUNKED:
+            prefills, decodes = self._chunked(rep, now)
+        elif pol == P_V1:
+            prefills, decodes = self._vllm_v1(rep, now)
+        else:
+            decodes = self._schedule_decodes(rep)
+            prefills = self._fill_chunks(rep, now, len(decodes), decodes)
+        self.b_prefills = prefills
+        self.b_decodes = decodes
+        return len(prefills) > 0 or len(decodes) > 0
+
+    @cython.cfunc
+    def _chunked(self, rep: Rep, now: cython.double) -> tuple:
+        tried: cython.bint = rep.turn_prefill
+        prefills: list
+        if tried:
+            prefills = self._prefills_only(rep, now)
+            if prefills:
+                rep.turn_prefill = False
+                return prefills, _NONE
+        decodes: list = self._schedule_decodes(rep)
+        rep.turn_prefill = True
+        if decodes or tried:
+            return _NONE, decodes
+        prefills = self._prefills_only(rep, now)
+        rep.turn_prefill = not prefills
+        return prefills, _NONE
+
+    @cython.cfunc
+    def _prefills_only(self, rep: Rep, now: cython.double) -> list:
+        prefills: list = self._partial_prefills(rep, 0)
+        return prefills or self._admit_chunked(rep, now, self.b_tokens)
+
+    @cython.cfunc
+    def _partial_prefills(self, rep: Rep, tokens: cython.longlong) -> list:
+        """Next chunks of admitted prompts, FCFS, while the budget lasts; b_tokens: the tokens after them."""
+        rid: cython.longlong
+        n: cython.longlong
+        out: list = _NONE
+        for rid in rep.prefilling:
+            if self.pp > 1 and self.inflight[rid]:
+                continue
+            n = min(self.target[rid] - self.computed[rid], self.budget - tokens)
+            if n <= 0:
+                continue
+            if out is _NONE:
+                out = []
+            out.append((rid, n))
+            tokens += n
+        self.b_tokens = tokens
+        return out
+
+    @cython.cfunc
+    def _admit_chunked(self, rep: Rep, now: cython.double, tokens: cython.longlong) -> list:
+        rid: cython.longlong
+        n: cython.longlong
+        self._drop_too_long(rep)
+        if not rep.waiting:
+            return _NONE
+        out: list = []
+        while rep.waiting:
+            rid = rep.waiting[0]
+            if (
+                not self._can_allocate(rep, self._admission_blocks(rid))
+                or self._num_running(rep) >= self.max_batch
+            ):
+                break
+            if self.pp > 1 and self.inflight[rid]:
+                break
+            n = min(self._num_tokens(rid), self.budget - tokens)
+            if n <= 0:
+                break
+            self._admit_head(rep, now)
+            out.append((rid, n))
+            tokens += n
+            self._drop_too_long(rep)
+        return out
+
+    @cython.cfunc
+    def _admit_whole(self, rep: Rep, now: cython.double, limited: cython.bint) -> list:
+        rid: cython.longlong
+        n: cython.longlong
+        tokens: cython.longlong = 0
+        self._drop_too_long(rep)
+        if not rep.waiting:
+            return _NONE
+        out: list = []
+        while rep.waiting:
+            rid = rep.waiting[0]
+            n = self._num_tokens(rid)
+            if not self._can_allocate(rep, self._admission_blocks(rid)):
+                break
+            if self.pp > 1 and self.inflight[rid]:
+                break
+            if limited and tokens + n > self.budget:
+                break
+            if self._num_running(rep) + 1 > self.max_batch:
+                break
+            self._admit_head(rep, now)
+            out.append((rid, n))
+            tokens += n
+            self._drop_too_long(rep)
+        return out
+
+    # -- the adaptive policies (budgets.fill_chunks and the three sizes) ----------------------------------
+    @cython.cfunc
+    def _fill_chunks(self, rep: Rep, now: cython.double, tokens: cython.longlong, decodes: list) -> list:
+        rid: cython.longlong
+        prefix: cython.longlong
+        n: cython.longlong
+        nd: cython.longlong = len(decodes)
+        kv_sum: cython.longlong = 0
+        budget: cython.longlong = self.budget
+        out: list = []
+        chunks: list = []  # the timer's view of the prefills so far
+        prefixes: list = []
+        for rid in decodes:
+            kv_sum += self.computed[rid] + 1
+        if self.policy == P_PRESSURE:
+            budget = self._pressure_budget(rep, now)
+        for rid in rep.prefilling:
+            if self.pp > 1 and self.inflight[rid]:
+                continue
+            prefix = self.computed[rid]
+            n = self._size(chunks, prefixes, tokens, prefix, self.target[rid] - prefix, nd, kv_sum, budget)
+            if n > 0:
+                out.append((rid, n))
+                chunks.append(n)
+                prefixes.append(prefix)
+                tokens += n
+        self._drop_too_long(rep)
+        while rep.waiting:
+            rid = rep.waiting[0]
+            if (
+                not self._can_allocate(rep, self._admission_blocks(rid))
+                or self._num_running(rep) >= self.max_batch
+            ):
+                break
+            if self.pp > 1 and self.inflight[rid]:
+                break
+            n = self._size(chunks, prefixes, tokens, 0, self._num_tokens(rid), nd, kv_sum, budget)
+            if n <= 0:
+                break
+            self._admit_head(rep, now)
+            out.append((rid, n))
+            chunks.append(n)
+            prefixes.append(0)
+            tokens += n
+            self._drop_too_long(rep)
+        return out
+
+    @cython.cfunc
+    def _fits(self, chunks: list, prefixes: list, c: cython.longlong, prefix: cython.longlong,
+              nd: cython.longlong, kv_sum: cython.longlong) -> cython.bint:  # fmt: skip
+        """The size functions' `fits(c)`: slo-aware over every stage, equal-cost on stage 0 alone."""
+        if self.policy == P_EQUAL:
+            return self.timer.time([c], [prefix], 0, 0, 0) <= self.equal_limit
+        return self.timer.through(chunks + [c], prefixes + [prefix], nd, kv_sum) <= self.tbt_target
+
+    @cython.cfunc
+    def _largest_fitting(self, chunks: list, prefixes: list, hi: cython.longlong, prefix: cython.longlong,
+                         nd: cython.longlong, kv_sum: cython.longlong) -> cython.longlong:  # fmt: skip
+        lo: cython.longlong
+        mid: cython.longlong
+        if hi <= 0 or self._fits(chunks, prefixes, hi, prefix, nd, kv_sum):
+            return max(hi, 0)
+        lo = 0
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._fits(chunks, prefixes, mid, prefix, nd, kv_sum):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    @cython.cfunc
+    def _size(self, chunks: list, prefixes: list, tokens: cython.longlong, prefix: cython.longlong,
+              want: cython.longlong, nd: cython.longlong, kv_sum: cython.longlong,
+              budget: cython.longlong) -> cython.longlong:  # fmt: skip
+        n: cython.longlong
+        hi: cython.longlong
+        floor: cython.longlong
+        if self.policy == P_PRESSURE:
+            floor = self.pressure_floor
+            n = min(want, budget - tokens)
+            while (
+                n > 0
+                and tokens + n > floor
+                and self.timer.through(chunks + [n], prefixes + [prefix], nd, kv_sum) > self.tbt_target
+            ):
+                n = max(n // 2, floor - tokens)
+            return n
+        hi = min(want, self.budget - tokens)
+        n = self._largest_fitting(chunks, prefixes, hi, prefix, nd, kv_sum)
+        if self.policy == P_SLO:
+            if n == 0 and not chunks and not nd:
+                n = min(want, PROGRESS_FLOOR)
+        elif n == 0 and not chunks and not tokens:  # equal-cost
+            n = min(hi, 1)
+        return n
+
+    @cython.cfunc
+    def _pressure_budget(self, rep: Rep, now: cython.double) -> cython.longlong:
+        if not rep.waiting:
+            return self.pressure_floor
+        if now - self.arrived[rep.waiting[0]] > self.sched_delay_slo / 2:
+            return self.budget
+        return min(self.budget, self.pressure_floor * (1 + len(rep.waiting)))
+
+    # -- vllm-v1 (budgets.vllm_v1_batch) ----------------------------------------------------------------
+    @cython.cfunc
+    def _vllm_v1(self, rep: Rep, now: cython.double) -> tuple:
+        rid: cython.longlong
+        n: cython.longlong
+        want: cython.longlong
+        budget: cython.longlong = self.budget
+        thr: cython.longlong = self.long_threshold
+        n_long: cython.longlong = 0
+        is_long: cython.bint
+        i: cython.Py_ssize_t = 0
+        j: cython.Py_ssize_t = 0
+        partial: list = [rid for rid in rep.prefilling if not (self.pp > 1 and self.inflight[rid])]
+        paused: list = self._paused_decodes(rep)
+        prefills: list = []
+        decodes: list = []
+        # running requests in admission order (a merge of two sorted id lists)
+        while i < len(paused) or j < len(partial):
+            if budget <= 0:
+                break
+            if j >= len(partial) or (i < len(paused) and paused[i] < partial[j]):
+                decodes.append(paused[i])
+                i += 1
+                budget -= 1
+                continue
+            rid = partial[j]
+            j += 1
+            is_long = thr > 0 and self.target[rid] > thr
+            if len(prefills) >= self.max_partial or (is_long and n_long >= self.max_long_partial):
+                continue
+            n = min(self.target[rid] - self.computed[rid], thr if thr else budget, budget)
+            prefills.append((rid, n))
+            n_long += is_long
+            budget -= n
+        dec, gone = self._grow_decodes(rep, decodes)
+        if gone:
+            return [(rid, n) for rid, n in prefills if rid not in gone], dec
+        self._drop_too_long(rep)
+        while rep.waiting and budget > 0 and len(prefills) < self.max_partial:
+            rid = rep.waiting[0]
+            if self._num_running(rep) >= self.max_batch or not self._can_allocate(
+                rep, self._admission_blocks(rid)
+            ):
+                break
+            if self.pp > 1 and self.inflight[rid]:
+                break
+            want = self._num_tokens(rid)
+            is_long = thr > 0 and want > thr
+            if is_long and n_long >= self.max_long_partial:
+                break
+            n = min(want, thr if thr else budget, budget)
+            self._admit_head(rep, now)
+            prefills.append((rid, n))
+            n_long += is_long
+            budget -= n
+            self._drop_too_long(rep)
+        return prefills, dec
+
+    @cython.cfunc
+    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
+    def _grow_decodes(self, rep: Rep, decodes: list) -> tuple:
+        rid: cython.longlong
+        victim: cython.longlong
+        n_need: cython.longlong = 0
+        for rid in decodes:
+            if self._block_start(self.computed[rid]):
+                n_need += 1
+        if rep.free - n_need >= 1 or not n_need:
+            self._allocate(rep, n_need)
+            for rid in decodes:
+                if self._block_start(self.computed[rid]):
+                    self.blocks[rid] += 1
+            return decodes, set()
+        out: list = []
+        gone: set = set()
+        for rid in decodes:
+            if rid in gone:
+                continue
+            if self._block_start(self.computed[rid]):
+                while rep.free < 1:
+                    victim = _youngest(rep)
+                    self._preempt(rep, victim)
+                    gone.add(victim)
+                    if victim == rid:
+                        break
+                if rid in gone:
+                    continue
+                self._allocate(rep, 1)
+                self.blocks[rid] += 1
+            out.append(rid)
+        return [rid for rid in out if rid not in gone], gone
+
+    # -- what the caller reads at each check ----------------------------------------------------------
+    def replica_totals(self) -> list:
+        """Per replica: (in_flight, micro_batches, outstanding, free, preemptions, bubble, work tuple)."""
+        rep: Rep
+        out: list = []
+        for rep in self.reps:
+            work = (rep.w_tokens, rep.w_prefill_pairs, rep.w_prefill_kv, rep.w_decode_kv, rep.w_micro_batches)
+            out.append((rep.in_flight, rep.w_micro_batches, rep.outstanding, rep.free, rep.preemptions,
+                        [rep.bubble[k] for k in range(self.pp)], work))  # fmt: skip
+        return out
+
+    def counters(self) -> tuple:
+        """(now, next, num_done, num_ignored, finished triggered, TBT zeros)."""
+        return self.now, self.next, self.num_done, self.num_ignored, self.finished, self.zeros
+
+
+@cython.cfunc
+def _insort(a: list, x: cython.longlong) -> cython.void:
+    """bisect.insort on a sorted list of ids."""
+    lo: cython.Py_ssize_t = 0
+    hi: cython.Py_ssize_t = len(a)
+    mid: cython.Py_ssize_t
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    a.insert(lo, x)
+
+
+@cython.cfunc
+def _remove_sorted(a: list, x: cython.longlong) -> cython.bint:
+    """Remove x from a sorted list of ids if it is there (ReplicaState._remove's bisect)."""
+    lo: cython.Py_ssize_t = 0
+    hi: cython.Py_ssize_t = len(a)
+    mid: cython.Py_ssize_t
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < len(a) and a[lo] == x:
+        del a[lo]
+        return True
+    return False
+
+
+@cython.cfunc
+def _youngest(rep: Rep) -> cython.longlong:
+    """The youngest resident request (vLLM preempts the last of `running`): the largest id there."""
+    n: cython.Py_ssize_t = len(rep.prefilling)
+    m: cython.Py_ssize_t = len(rep.decoding)
+    if not n:
+        return rep.decoding[m - 1]
+    if not m:
+        return rep.prefilling[n - 1]
+    return max(rep.prefilling[n - 1], rep.decoding[m - 1])

@@ -1,0 +1,238 @@
+"""Run a simulation on the compiled core (core.py) and keep the watchdog in Python; pick core or reference.
+
+`simulate` (cluster.py) asks `choose(cfg, timer)` which model runs:
+  - the compiled core when it was built at install (setup.py compiles core.py with Cython) and covers the
+    case (`covers`: a timer whose arithmetic it has, below);
+  - the SimPy reference otherwise, or when $SIMSERVE_CORE=reference asks for it. Without a compiled core
+    simserve says so once per process on stderr and runs the reference.
+$SIMSERVE_CORE=python runs core.py uncompiled (plain Python, slow): how tests exercise the source itself.
+
+The driver below is the reference's watchdog process (cluster.Cluster.watchdog) around `Core.run`, which
+returns at each overload check with the shared request arrays and histogram up to date.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import numpy as np
+
+from simserve.errors import SimserveError
+from simserve.sim.config import SimConfig
+from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
+from simserve.sim.iterations import IterationLog
+from simserve.sim.request import Requests
+from simserve.sim.watchdog import Watchdog
+
+ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
+_warned = False
+_modules: dict[bool, ModuleType | None] = {}
+
+
+class InvariantError(SimserveError):
+    """The core found its own state inconsistent (a bug in simserve, never the user's input)."""
+
+
+def _load(compiled: bool) -> ModuleType | None:
+    """simserve.sim.core as built (None when it is not compiled), or its source run as plain Python."""
+    if compiled not in _modules:
+        if compiled:
+            try:
+                from simserve.sim import core
+            except ModuleNotFoundError as exc:  # no extension built and no Cython to read core.py's types
+                if exc.name != "cython":
+                    raise
+                core = None
+            _modules[True] = core if core is not None and core.COMPILED else None
+        else:
+            path = Path(__file__).with_name("core.py")
+            spec = importlib.util.spec_from_file_location("simserve.sim._core_source", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            _modules[False] = mod
+    return _modules[compiled]
+
+
+def compiled_available() -> bool:
+    return _load(True) is not None
+
+
+def choose(cfg: SimConfig, timer) -> ModuleType | None:
+    """The core module to run this case on, or None for the SimPy reference."""
+    global _warned
+    mode = os.environ.get(ENV, "")
+    if mode == "reference" or timer_params(timer) is None:
+        return None
+    if mode == "python":
+        return _load(False)
+    core = _load(True)
+    if core is None and not _warned:
+        _warned = True
+        print(
+            "simserve: the compiled simulation core is not built (no C compiler at install?); running the "
+            "SimPy reference model, which is slower (reinstall with a C compiler for speed)",
+            file=sys.stderr,
+        )
+    return core
+
+
+_tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
+
+
+def timer_params(timer) -> tuple[int, dict] | None:
+    """(kind, tables) for a timer whose arithmetic the core reproduces; None for any other timer."""
+    from simserve.predictor.timer import BatchTimer
+    from simserve.sim.testing import ConstantTimer, LinearTimer
+
+    kind = type(timer)
+    if kind is BatchTimer:
+        if timer not in _tables:  # NOTE: a few ms from the timer's lists: once per timer, not per run
+            _tables[timer] = _table_arrays(timer)
+        return 0, _tables[timer]
+    if kind is LinearTimer:
+        return 1, dict(a=timer.a, b=timer.b, c=timer.c)
+    if kind is ConstantTimer:
+        return 2, dict(a=timer.seconds, b=0.0, c=0.0)
+    return None
+
+
+def _table_arrays(t) -> dict:
+    return dict(
+        tok=np.array(t._tok, dtype=np.float64),
+        tend=int(t._tend),
+        tslope=np.array(t._tslope, dtype=np.float64),
+        dec=np.array(t._dec, dtype=np.float64),
+        dl=float(t._dl),
+        bmax=int(t._bmax),
+        bhalf=int(t._bhalf),
+        jlast=int(t._jlast),
+        pre=np.array(t._pre, dtype=np.float64),
+        dc=float(t._dc),
+        dp=float(t._dp),
+        ilast=int(t._ilast),
+        klast=int(t._klast),
+        cpu_a=np.array(t._cpu_a, dtype=np.float64),
+        cpu_b=np.array(t._cpu_b, dtype=np.float64),
+    )
+
+
+class _Work(SimpleNamespace):
+    pass
+
+
+def run(
+    core: ModuleType,
+    reqs: Requests,
+    cfg: SimConfig,
+    timer,
+    num_blocks: int,
+    progress: Callable[[int, int], None] | None,
+):
+    """Simulate on `core`; returns what cluster.simulate puts in its RawRun (replicas are summaries with the
+    attributes metrics.py and the tests read)."""
+    kind, tables = timer_params(timer)
+    pp = timer.num_stages
+    tbt = LogHistogram()
+    log = IterationLog()
+    n = reqs.n
+    arrays = {
+        name: memoryview(getattr(reqs, name))
+        for name in ("prompt", "output", "arrived", "scheduled", "first_token", "completed", "last_token",
+                     "tbt_max", "computed", "target", "generated", "blocks", "preemptions", "status", "replica")
+    }  # fmt: skip
+    arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
+    arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
+    budget = cfg.token_budget()
+    params = dict(
+        n=n,
+        pp=pp,
+        policy=cfg.policy,
+        dynamic=not cfg.reserves_max_len,
+        block_size=cfg.block_size,
+        reserve=-(-cfg.max_model_len // cfg.block_size),
+        budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
+        max_batch=cfg.batch_limit(pp),
+        prompt_limit=cfg.prompt_limit(),
+        router=cfg.router,
+        check_period=cfg.check_period_s,
+        sched_delay_slo=cfg.sched_delay_slo_s,
+        tbt_target=cfg.tbt_target_s,
+        pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
+        long_threshold=cfg.long_prefill_token_threshold,
+        max_partial=cfg.max_num_partial_prefills,
+        max_long_partial=cfg.max_long_partial_prefills,
+        num_blocks=num_blocks,
+        watermark_blocks=int((cfg.watermark if not cfg.reserves_max_len else 0.0) * num_blocks),
+        num_replicas=cfg.num_replicas,
+    )
+    hist = dict(
+        counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
+    )
+    rows = core.ROW_BUFFER
+    c = core.Core(
+        arrays,
+        hist,
+        params,
+        core.Timer(kind, pp, tables),
+        log,
+        np.zeros((rows, 7), dtype=np.int64),
+        np.zeros((rows, 2), dtype=np.float64),
+    )
+    rules = Watchdog(reqs, cfg, tbt)
+    overloaded = stopped_early = capped = False
+    while True:
+        code = c.run()
+        now, arrived, num_done, num_ignored, _, zeros = c.counters()
+        tbt.zeros = zeros
+        if code == core.FAILED:
+            raise InvariantError(
+                f"internal inconsistency at t = {now:.6f} s: {core.INVARIANTS[c.error]} "
+                f"(a simserve bug; SIMSERVE_CORE=reference runs the SimPy model, which asserts the same)"
+            )
+        if code == core.FINISHED:
+            break
+        # the watchdog's check (cluster.Cluster.watchdog, in the same order)
+        if progress is not None:
+            progress(num_done, n)
+        if not overloaded and rules.overloaded(now, arrived, num_ignored):
+            overloaded = True
+            if cfg.stop_when_overloaded:
+                c.end_run()
+                continue
+        if rules.tbt_missed():
+            stopped_early = True
+            c.end_run()
+            continue
+        if now >= rules.cap:
+            capped = c.end_run()
+            continue
+        if arrived >= n:  # the stall check (it only looks once every request has arrived)
+            totals = c.replica_totals()
+            rules.check_stall(True, any(t[0] for t in totals), num_done, sum(t[1] for t in totals))
+        else:
+            rules.check_stall(False, False, num_done, 0)
+        c.next_check_at()
+    replicas = [_summary(i, pp, t, num_blocks) for i, t in enumerate(c.replica_totals())]
+    return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
+
+
+def _summary(index: int, pp: int, totals: tuple, num_blocks: int) -> SimpleNamespace:
+    in_flight, _, outstanding, free, preemptions, bubble, work = totals
+    tokens, pairs, prefill_kv, decode_kv, mbs = work
+    kv = SimpleNamespace(free=free, num_blocks=num_blocks, used=num_blocks - free)
+    return SimpleNamespace(
+        index=index,
+        pp=pp,
+        in_flight=in_flight,
+        bubble=bubble,
+        work=_Work(
+            tokens=tokens, prefill_pairs=pairs, prefill_kv=prefill_kv, decode_kv=decode_kv, micro_batches=mbs
+        ),
+        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions),
+    )

@@ -1,0 +1,160 @@
+"""The compiled core (simserve/sim/core.py) against the SimPy reference, bit for bit.
+
+Every comparison runs the same case twice, once with SIMSERVE_CORE=reference (the SimPy model) and once
+on the core, and compares every request array, every iteration row, the TBT histogram, the summary and the
+per-replica counters exactly. The core runs compiled when the install built it, and also as plain Python
+(SIMSERVE_CORE=python: the source itself, which is what Cython compiles).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simserve.sim import SimConfig, build_result, core_run, simulate
+from simserve.sim.config import POLICY_NAMES
+from simserve.sim.scenario import Scenario, simulate_scenario
+from simserve.sim.testing import ConstantTimer, LinearTimer
+
+CORES = ["python"] + (["compiled"] if core_run.compiled_available() else [])
+ARRAYS = (
+    "scheduled", "first_token", "completed", "last_token", "tbt_max", "computed", "target", "generated",
+    "blocks", "preemptions", "inflight", "status", "replica",
+)  # fmt: skip
+
+
+def _run(monkeypatch, mode: str, fn):
+    monkeypatch.setenv(core_run.ENV, {"compiled": ""}.get(mode, mode))
+    return fn()
+
+
+def assert_same(ref, got) -> None:
+    """Two RawRuns agree to the last bit."""
+    for name in ARRAYS:
+        a, b = getattr(ref.reqs, name), getattr(got.reqs, name)
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    ra, rb = ref.log.columns(0, len(ref.log)), got.log.columns(0, len(got.log))
+    assert len(ref.log) == len(got.log)
+    for c in ra:
+        assert np.array_equal(ra[c], rb[c]), c
+    assert np.array_equal(ref.tbt.counts, got.tbt.counts) and ref.tbt.zeros == got.tbt.zeros
+    assert (ref.end_time, ref.overloaded, ref.stopped_early, ref.capped) == (
+        got.end_time, got.overloaded, got.stopped_early, got.capped,
+    )  # fmt: skip
+    for x, y in zip(ref.replicas, got.replicas, strict=True):
+        assert x.bubble == y.bubble
+        for k in ("tokens", "prefill_pairs", "prefill_kv", "decode_kv", "micro_batches"):
+            assert getattr(x.work, k) == getattr(y.work, k), k
+        assert (x.state.outstanding, x.state.kv.free, x.state.preemptions) == (
+            y.state.outstanding, y.state.kv.free, y.state.preemptions,
+        )  # fmt: skip
+    assert build_result(ref).summary.as_dict() == build_result(got).summary.as_dict()
+
+
+@st.composite
+def cases(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    n = draw(st.integers(1, 60))
+    max_len = draw(st.sampled_from([64, 200, 1024]))
+    min_blocks = -(-max_len // 16)
+    pp = draw(st.integers(1, 3))
+    stop = draw(st.sampled_from(["none", "overload", "tbt", "cap"]))
+    case = dict(
+        prompt=rng.integers(1, max_len + 40, n),  # a few are too long: ignored
+        output=rng.integers(1, draw(st.sampled_from([4, 40, 120])), n),
+        arrived=np.cumsum(rng.exponential(draw(st.sampled_from([0.001, 0.02, 0.2])), n)),
+        blocks=draw(st.integers(min_blocks, 4 * min_blocks)),  # small pools: preemption happens
+        timer=ConstantTimer(0.01, num_stages=pp)
+        if draw(st.booleans())
+        else LinearTimer(0.003, 2e-5, 3e-8, num_stages=pp),
+    )
+    case["cfg"] = SimConfig(
+        policy=draw(st.sampled_from(POLICY_NAMES)),
+        budget=draw(st.one_of(st.none(), st.integers(1, 600))),
+        max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
+        max_model_len=max_len,
+        num_replicas=draw(st.integers(1, 3)),
+        router=draw(st.sampled_from(["rr", "lor"])),
+        stretch=False,
+        # the watchdog's ways to end a run, so the core's returns to Python are exercised too
+        sched_delay_slo_s=0.05 if stop == "overload" else 1e9,
+        overload_wait_s=0.5 if stop == "overload" else 1e9,
+        check_period_s=draw(st.sampled_from([0.01, 0.1, 1.0])),
+        stop_tbt=(0.02, 0.5) if stop == "tbt" else None,
+        time_limit_s=0.3 if stop == "cap" else None,
+        tbt_target_s=draw(st.sampled_from([0.005, 0.02, 0.1])),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 64])),
+        max_num_partial_prefills=draw(st.integers(1, 3)),
+        min_budget=draw(st.one_of(st.none(), st.integers(1, 300))),
+        watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
+        block_size=draw(st.sampled_from([16, 16, 8, 10])),  # 10: the core's division path, not its mask
+    )
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=cases())
+def test_the_core_gives_the_reference_results_bit_for_bit(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"]
+        )
+
+    assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
+
+
+MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=200, stretch=False)
+SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
+    "sarathi": (Scenario(**MISTRAL, budget=512), 2.0),
+    "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0),
+    "slo-aware": (Scenario(**MISTRAL, policy="slo-aware", tbt_target_s=0.05), 1.5),
+    "vllm-v1-2rep": (Scenario(**MISTRAL, policy="vllm-v1", num_replicas=2, router="lor"), 4.0),
+    "overloaded": (Scenario(**MISTRAL, budget=512), 12.0),
+    "pp2": (Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=120, stretch=False), 0.8),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_the_core_matches_the_reference_with_the_profiled_timer(monkeypatch, name):
+    s, qps = SCENARIOS[name]
+    ref = _run(monkeypatch, "reference", lambda: simulate_scenario(s, qps)[0])
+    got = _run(monkeypatch, CORES[-1], lambda: simulate_scenario(s, qps)[0])
+    assert_same(ref, got)
+
+
+def test_without_a_compiled_core_simserve_says_so_once_and_runs_the_reference(monkeypatch, capsys):
+    monkeypatch.delenv(core_run.ENV, raising=False)
+    monkeypatch.setitem(core_run._modules, True, None)
+    monkeypatch.setattr(core_run, "_warned", False)
+    cfg = SimConfig(stretch=False)
+    assert core_run.choose(cfg, ConstantTimer(0.01)) is None
+    assert core_run.choose(cfg, ConstantTimer(0.01)) is None
+    err = capsys.readouterr().err
+    assert err.count("compiled simulation core is not built") == 1 and len(err.splitlines()) == 1
+
+
+def test_the_environment_switch_forces_the_reference(monkeypatch):
+    monkeypatch.setenv(core_run.ENV, "reference")
+    assert core_run.choose(SimConfig(stretch=False), ConstantTimer(0.01)) is None
+    monkeypatch.setenv(core_run.ENV, "python")
+    assert core_run.choose(SimConfig(stretch=False), ConstantTimer(0.01)) is not None
+    assert core_run.choose(SimConfig(stretch=False), object()) is None  # a timer the core cannot reproduce
+
+
+def test_a_broken_invariant_is_one_line_naming_it(monkeypatch):
+    """Admission that ignores the free-block check drives free KV negative: the core stops with one line."""
+    monkeypatch.setenv(core_run.ENV, "python")
+    core = core_run._load(False)
+    monkeypatch.setattr(core.Core, "_can_allocate", lambda self, rep, n: True)
+    with pytest.raises(core_run.InvariantError) as e:
+        simulate([100] * 8, [50] * 8, [0.0] * 8, ConstantTimer(0.01), 10, SimConfig(stretch=False))
+    msg = str(e.value)
+    assert "free KV blocks went negative" in msg and "\n" not in msg
