@@ -153,7 +153,7 @@ def test_plan_regenerates_a_cached_roofline_profile_written_with_other_tiles(tmp
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
     dep = Deployment.create("mistral-7b", "h100", 1, 1)
     resolve_profiles([dep])
-    prov_file = generated_root() / "h100-sxm" / "mistral-7b" / "provenance.json"
+    prov_file = generated_root(dep.node) / "h100-sxm" / "mistral-7b" / "provenance.json"
     prov = json.loads(prov_file.read_text())
     assert prov["gemm_tiles"]["arch"] == "hopper"
     # As written before Hopper had its own tiles: the cached profile no longer matches the model.
