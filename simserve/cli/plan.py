@@ -25,7 +25,18 @@ def plan(
     moe_skew: float = options.MOE_SKEW,
     allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
-    slo: float = typer.Option(0.2, "--slo", help="P99 time-between-tokens SLO in seconds."),
+    slo: float = typer.Option(
+        0.2,
+        "--slo",
+        help="Time-between-tokens SLO in seconds, at --tbt-quantile (0: none; then give --ttft-slo).",
+    ),
+    tbt_quantile: float = typer.Option(0.99, "--tbt-quantile", help="Which TBT quantile --slo bounds."),
+    ttft_slo: float | None = typer.Option(
+        None, "--ttft-slo", help="Also bound time to first token (seconds)."
+    ),
+    ttft_quantile: float = typer.Option(
+        0.99, "--ttft-quantile", help="Which TTFT quantile --ttft-slo bounds."
+    ),
     delay_slo: float = typer.Option(2.0, "--delay-slo", help="Median scheduling-delay SLO in seconds."),
     gpus: str = typer.Option("a100,h100,h200", "--gpus", help="GPUs to compare (catalog names)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="The most GPUs a deployment may use, all replicas."),
@@ -42,6 +53,12 @@ def plan(
     requests: int = typer.Option(1024, "--requests", help="Requests per simulation."),
     seed: int = seed_option("Seed of the trace sample and arrivals (same seed, same plan)."),
     tolerance: float = typer.Option(0.025, "--tolerance", help="Relative width the bisection stops at."),
+    tie_seeds: int = typer.Option(
+        2,
+        "--tie-seeds",
+        help="Search the 3 cheapest deployments again at this many other seeds: the seed "
+        "spread that decides ties (0: not measured).",
+    ),  # fmt: skip
     start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
     out: Path = typer.Option(
         Path("plan-out"),
@@ -67,14 +84,19 @@ def plan(
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
     from simserve.io import check_out_dir
+    from simserve.plan.command import VLLM_RELEASE
     from simserve.plan.report import (
         APPROXIMATION,
+        commands,
         deployment_label,
         recommendation,
+        spread,
         table_rows,
+        ties,
         write_outputs,
     )
     from simserve.plan.search import PlanSpec, run_plan
+    from simserve.plan.ties import key_label, seed_capacities
     from simserve.tune.capacity import SLO, impossible_slo
 
     check_out_dir(out, force)  # before minutes of work, not after
@@ -84,12 +106,15 @@ def plan(
         gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()),
         max_gpus=max_gpus,
         trace=trace,
-        slo=SLO(slo, scheduling_delay_s=delay_slo),
+        slo=SLO(
+            slo or None, tbt_quantile, delay_slo, ttft_s=ttft_slo, ttft_quantile=ttft_quantile
+        ),  # fmt: skip
         budgets=_numbers(budgets, int, "--budgets"),
         max_batch=max_batch,
         num_requests=requests,
         seed=seed,
         tolerance=tolerance,
+        tie_seeds=tie_seeds,
         start_qps=start_qps,
         target_qps=qps,
         min_qps=min_qps,
@@ -102,7 +127,7 @@ def plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
     )
     if not (result.searches["capacity_qps"] > 0).any():  # an impossible SLO: no deployment serves any load
-        flags = "--slo, --delay-slo, --min-qps"
+        flags = "--slo, --delay-slo, --min-qps" + (", --ttft-slo" if ttft_slo is not None else "")
         raise impossible_slo(result.searches["message"], "on every deployment searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
@@ -115,13 +140,37 @@ def plan(
             f"raise --max-gpus or --slo, or lower --qps"
         )
     why = f"cheapest per hour carrying {qps:g} qps" if qps else "cheapest per million output tokens"
+    tied = ties(result)
     console.print(
-        f"buy: {deployment_label(best)} at budget {int(best['budget'])}: {best['capacity_qps']:.3g} qps, "
-        f"${best['usd_per_hour']:.2f}/h, ${best['usd_per_million_output_tokens']:.3f} per million output "
-        f"tokens ({why}; {best['profile']} profile)"
+        f"{'tie, first' if tied else 'buy'}: {deployment_label(best)} at budget {int(best['budget'])}: "
+        f"{best['capacity_qps']:.3g} qps, {best['goodput_tokens_per_s_per_gpu']:.4g} output tokens/s per GPU "
+        f"paid, ${best['usd_per_hour']:.2f}/h, ${best['usd_per_million_output_tokens']:.3f} per million output "
+        f"tokens ({why}; {best['profile']} profile)",
+        highlight=False,
     )
+    for t in tied:
+        console.print(
+            f"  tied: {t.label} +{t.gap:.1%}: {'; '.join(t.reasons)}. Would break it: {'; '.join(t.breakers)}",
+            highlight=False,
+        )
+    if tied:
+        console.print(
+            f"  {len(tied) + 1} deployments tie: the plan cannot rank them; the first is cheapest on the "
+            "numbers above", highlight=False,
+        )  # fmt: skip
+    caps = seed_capacities(result.searches, seed)
+    for key, v in spread(result).items():
+        per_seed = ", ".join(f"{c:.3g}" for _, c in sorted(caps[key].items()))
+        console.print(
+            f"seed spread {key_label(key)}: {v:.1%} (capacity per replica {per_seed} qps at seeds "
+            f"{', '.join(map(str, sorted(caps[key])))}; (max − min) / mean)", highlight=False,
+        )  # fmt: skip
+    console.print(f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin load "
+                  "balancer:", highlight=False)  # fmt: skip
+    for line in commands(result, best):
+        console.print(line, highlight=False, markup=False)
     for gpu, p in result.prices.items():
-        console.print(f"price {gpu}: ${p.usd_per_gpu_hour:g}/GPU-h ({p.source}, {p.date})", highlight=False)
+        console.print(f"price {gpu}: {p.describe()}", highlight=False)
     low = result.searches[result.searches["status"] == "below floor"]
     if len(low):
         names = sorted({f"{r.gpu} TP{r.tp} PP{r.pp}" for r in low.itertuples()})
@@ -146,12 +195,15 @@ def _table(df, all_rows: bool) -> Table:
     from simserve.plan.report import deployment_label
 
     t = Table(title="all deployments" if all_rows else "Pareto-optimal deployments (cost vs capacity)")
-    for col in ("deployment", "GPUs", "budget", "qps", "qps/GPU", "$/h", "$/M out tok", "profile"):
+    cols = ("deployment", "GPUs (paid)", "budget", "qps", "qps/GPU", "goodput tok/s/GPU", "$/h", "$/M out tok",
+            "profile")  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="left" if col in ("deployment", "profile") else "right")
     for _, r in df.iterrows():
         t.add_row(
-            deployment_label(r), str(int(r["gpus"])), str(int(r["budget"])), f"{r['capacity_qps']:.3g}",
-            f"{r['capacity_per_gpu_qps']:.3g}", f"{r['usd_per_hour']:.2f}",
+            deployment_label(r), f"{int(r['gpus'])} ({int(r['gpus_rented'])})", str(int(r["budget"])),
+            f"{r['capacity_qps']:.3g}", f"{r['capacity_per_gpu_qps']:.3g}",
+            f"{r['goodput_tokens_per_s_per_gpu']:.4g}", f"{r['usd_per_hour']:.2f}",
             f"{r['usd_per_million_output_tokens']:.3f}", r["profile"],
         )  # fmt: skip
     return t

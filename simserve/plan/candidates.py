@@ -2,8 +2,9 @@
 one max-length request fit in memory (simserve/memory.py), each with the token budgets that fit beside it.
 
 TP runs over powers of two that divide the model's heads and fit one node (TP across nodes is not modeled);
-PP over the divisors of the layer count. Each GPU sits in its default box (the catalog's DEFAULT_NODE), so a
-replica larger than the box spans nodes over the default network.
+PP over the divisors of the layer count. Each deployment runs in the catalog box for its GPU that puts the most of
+its TP×PP GPUs on one NVLink domain (`best_box`): e.g. A100 TP8 in the NVSwitch `dgx-a100`, not two 4-GPU pairs
+boxes; a replica larger than every box spans nodes over the default network.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simserve.catalog import GPUSpec, ModelSpec
+from simserve.catalog.hardware import DEFAULT_NODE, NODES, NodeSpec
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.memory import GIB, plan_memory, profile_tokens
@@ -32,6 +34,32 @@ def parallelisms(model: ModelSpec, max_gpus: int) -> list[tuple[int, int]]:
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= max_gpus and model.num_heads % t == 0]
     pps = [p for p in range(1, max_gpus + 1) if model.num_layers % p == 0]
     return [(t, p) for t in tps for p in pps if t * p <= max_gpus]
+
+
+def best_box(gpu: GPUSpec, tp: int, pp: int) -> NodeSpec | None:
+    """The catalog box a TP×PP replica of `gpu` runs in: the one whose NVLink domain holds the most of the
+    replica's GPUs (inside one box when some box holds them all; TP must fit one box, as TP across nodes is not
+    modeled); among equals the GPU's default box (the paper's testbeds, where the measured and shipped
+    profiles are), then the faster NVLink bus, then the name. So A100 TP1 and TP2 stay on the NVLink pairs box
+    and A100 TP4 and TP8 go to the NVSwitch `dgx-a100`. None when the catalog has no box for the GPU."""
+    boxes = [n for n in NODES if n.gpu == gpu.name]
+    if not boxes:
+        return None
+    g, default = tp * pp, DEFAULT_NODE.get(gpu.name)
+
+    def rank(n: NodeSpec) -> tuple:
+        holds = n.gpus_per_node >= g
+        on_nvlink = min(n.nvlink_group, g if holds else tp)
+        return (
+            n.gpus_per_node >= tp,
+            holds,
+            on_nvlink,
+            n.name == default,
+            n.nvlink_bus_gbps,
+            n.pcie_bus_gbps,
+        )
+
+    return min(boxes, key=lambda n: (tuple(-float(x) for x in rank(n)), n.name))
 
 
 def expert_parallelisms(model: ModelSpec, tp: int) -> list[int]:
@@ -58,10 +86,16 @@ def enumerate_candidates(
     fits, rejected = [], []
     layouts = [(tp, pp, ep) for tp, pp in parallelisms(model, max_gpus) for ep in expert_parallelisms(model, tp)]
     for gpu in gpus:
+        if not any(n.gpu == gpu.name for n in NODES):  # its collectives and PP hops need a box's links
+            raise SimserveError(
+                f"the catalog has no box (node) that holds {gpu.name}; add one under 'nodes:' in a --catalog "
+                f"file (fields and sources: docs/collectives.md) or drop it from --gpus"
+            )
         for tp, pp, ep in layouts:
             try:
+                box = best_box(gpu, tp, pp)
                 dep = Deployment.create(
-                    model, gpu, tp, pp, None, None, memory_utilization, max_model_len, dtype, kv_dtype, ep, moe_skew
+                    model, gpu, tp, pp, box, None, memory_utilization, max_model_len, dtype, kv_dtype, ep, moe_skew
                 )
             except SimserveError as exc:  # e.g. TP larger than the GPU's box
                 rejected.append(f"{gpu.name} TP{tp} PP{pp}: {exc}")

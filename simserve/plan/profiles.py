@@ -22,7 +22,7 @@ from simserve.errors import SimserveError
 from simserve.predictor.cache import cache_root
 from simserve.predictor.coverage import profile_keys, require
 from simserve.predictor.load import default_profiles_root
-from simserve.profiling.schema import profile_dir, read_profile, write_profile
+from simserve.profiling.schema import profile_dir, read_profile, slug, write_profile
 
 GENERATED_NETWORK = "ethernet-100g"  # what Deployment.create puts between nodes when none is named
 
@@ -33,8 +33,10 @@ class ProfileChoice:
     label: str  # e.g. "shipped roofline (analytic)" or "generated roofline (analytic)"
 
 
-def generated_root() -> Path:
-    return cache_root() / "plan-profiles"
+def generated_root(node=None) -> Path:
+    """Where generated profiles live: one folder per box, since a profile's collectives are its box's."""
+    root = cache_root() / "plan-profiles"
+    return root if node is None else root / slug(node.name)
 
 
 def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
@@ -133,7 +135,7 @@ def generate(
     from simserve import precision
 
     name = model.name + precision.suffix(dtype, kv_dtype)
-    return write_profile(profile_dir(generated_root(), gpu.name, name), tables, provenance)
+    return write_profile(profile_dir(generated_root(node), gpu.name, name), tables, provenance)
 
 
 def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
@@ -141,18 +143,18 @@ def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
     generated roofline one labelled with why (written at most once per GPU and model)."""
     shipped = default_profiles_root()
     out: dict[Deployment, ProfileChoice] = {}
-    missing: dict[tuple[str, str], list[Deployment]] = {}
+    missing: dict[tuple[str, str, str], list[Deployment]] = {}
     for dep in deps:
         backend = _covers(shipped, dep)
         if backend is not None:
             out[dep] = ProfileChoice(None, f"shipped {backend}")
         else:
-            missing.setdefault((dep.gpu.name, dep.profile_model, dep.moe_skew), []).append(dep)
-    root = generated_root()
+            key = (dep.gpu.name, dep.profile_model, dep.moe_skew, getattr(dep.node, "name", ""))
+            missing.setdefault(key, []).append(dep)
     for group in missing.values():
         first = group[0]
+        root = generated_root(first.node)  # a box's deployments share one profile (plan/candidates.best_box)
         if any(_covers(root, d, current=True) is None for d in group):
-            # One box per GPU in a plan (the GPU's default node), so one profile serves every candidate.
             generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)),
                      first.dtype, first.kv_dtype, first.moe_skew)  # fmt: skip
         why = measured_source(first.gpu, first.model, first.moe_skew)

@@ -1,10 +1,11 @@
 """What a plan need not search: the rate a deployment must beat to matter, and the order that makes it high early.
 
-A deployment of g GPUs at $p per GPU-hour with capacity c per replica gives the rows (r·c, r·g·p), r = 1, 2, ….
+A deployment with capacity c per replica gives the rows (r·c, cost(r)), r = 1, 2, …, cost(r) being what r
+replicas cost per hour (r·g·p for g GPUs at $p per GPU-hour, or whole nodes where clouds rent by the node).
 Row r is dominated (not on the Pareto front) as soon as some row already found carries at least r·c for at
-most r·g·p dollars per hour. So the deployment can reach the front only if c beats
+most cost(r) dollars per hour. So the deployment can reach the front only if c beats
 
-    threshold = min over r of  front(r·g·p) / r,   front(x) = the most capacity any row found offers for ≤ $x/h.
+    threshold = min over r of  front(cost(r)) / r,   front(x) = the most capacity any row found offers for ≤ $x/h.
 
 One probe at the threshold settles it: a failure means c < threshold (pass/fail is monotone in load, as the
 capacity search already assumes), so every row of the deployment is dominated and it is not searched further;
@@ -30,15 +31,12 @@ def budget_order(budgets: Sequence[int], first: int = FIRST_BUDGET) -> list[int]
     return [x for x in b if x >= start] + [x for x in reversed(b) if x < start]
 
 
-def front_threshold(
-    rows: Sequence[tuple[float, float]], gpus_per_replica: int, usd_per_gpu_hour: float, max_gpus: int
-) -> float:
+def front_threshold(rows: Sequence[tuple[float, float]], replica_costs: Sequence[float]) -> float:
     """The capacity per replica a deployment must exceed for any of its rows to escape domination by `rows`
-    ((capacity qps, $ per hour) of deployments already searched); 0 when nothing found is as cheap."""
-    replicas = range(1, max_gpus // gpus_per_replica + 1)
+    ((capacity qps, $ per hour) of deployments already searched); `replica_costs[r - 1]` is what r replicas of
+    it cost per hour (whole rental units: catalog/prices.py). 0 when nothing found is as cheap."""
     best = float("inf")
-    for r in replicas:
-        cost = r * gpus_per_replica * usd_per_gpu_hour
+    for r, cost in enumerate(replica_costs, start=1):
         offered = max((cap for cap, usd in rows if usd <= cost), default=0.0)
         best = min(best, offered / r)
     return 0.0 if best == float("inf") else best

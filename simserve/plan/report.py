@@ -60,12 +60,52 @@ def recommendation(result: PlanResult) -> pd.Series | None:
     return rows.sort_values([*keys, "gpus"], kind="stable").iloc[0]
 
 
+def objective(result: PlanResult) -> str:
+    return "usd_per_hour" if result.spec.target_qps else "usd_per_million_output_tokens"
+
+
+def spread(result: PlanResult) -> dict[tuple, float]:
+    from simserve.plan.ties import seed_spread
+
+    return seed_spread(result.searches, result.spec.seed)
+
+
+def ties(result: PlanResult) -> list:
+    """The rows the plan cannot rank below the recommendation (plan/ties.py)."""
+    from simserve.plan.ties import find_ties
+
+    best = recommendation(result)
+    if best is None:
+        return []
+    s = result.spec
+    return find_ties(
+        result.rows, best, objective(result), result.prices, s.tolerance, spread(result), s.num_requests,
+        capacity_based=s.target_qps is None,
+    )  # fmt: skip
+
+
+def commands(result: PlanResult, row: pd.Series) -> list[str]:
+    """The `vllm serve` line of each replica of `row` (plan/command.py)."""
+    from simserve.catalog.hardware import NODES
+    from simserve.plan.command import replica_commands
+
+    s = result.spec
+    node = row.get("node")
+    per_node = NODES.get(node).gpus_per_node if isinstance(node, str) and node else None
+    return replica_commands(
+        s.model, int(row["tp"]), int(row["pp"]), int(row["replicas"]), int(row["budget"]), s.max_batch,
+        s.max_len, s.memory_utilization, per_node, s.dtype, s.kv_dtype, int(row.get("ep", 1)),
+    )  # fmt: skip
+
+
 def title(result: PlanResult) -> str:
     s = result.spec
     return f"{s.model}, {s.trace}, {s.slo.describe()}, ≤ {s.max_gpus} GPUs"
 
 
 def summarize(result: PlanResult) -> dict:
+    from simserve.plan.ties import key_label
+
     best = recommendation(result)
     return {
         "model": result.spec.model,
@@ -76,11 +116,21 @@ def summarize(result: PlanResult) -> dict:
         "target_qps": result.spec.target_qps,
         "mean_output_tokens": result.mean_output_tokens,
         "prices": {
-            g: {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.source, "date": p.date}
+            g: {
+                "usd_per_gpu_hour": p.usd_per_gpu_hour,
+                "low": p.low,
+                "high": p.high,
+                "gpus_per_rental": p.gpus_per_rental,
+                "source": p.source,
+                "date": p.date,
+            }
             for g, p in result.prices.items()
         },  # fmt: skip
         "profiles": sorted(set(result.searches["profile"])),
         "recommendation": None if best is None else {k: _plain(v) for k, v in best.items()},
+        "ties": [t.as_dict() for t in ties(result)],
+        "seed_spread": [{"deployment": key_label(k), "spread": v} for k, v in spread(result).items()],
+        "commands": [] if best is None else commands(result, best),
         "approximation": APPROXIMATION,
         "rejected": result.rejected,
         "stats": {k: _plain(v) for k, v in result.stats.items()},

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from simserve.catalog import GPU
+from simserve.catalog.hardware import DEFAULT_NODE
 from simserve.catalog.models import resolve_model
 from simserve.catalog.prices import PriceSpec, price_of
 from simserve.errors import SimserveError
@@ -55,6 +56,9 @@ class PlanSpec:
     kv_dtype: str = "bf16"
     moe_skew: float = 0.0
     allow_long_context: bool = False
+    # The cheapest deployments are searched again at this many other seeds (seed+1, …): the seed spread that
+    # decides ties (plan/ties.py) is measured, not assumed. 0: not measured, and ties ignore it.
+    tie_seeds: int = 2
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -73,6 +77,8 @@ class PlanSpec:
             raise SimserveError(
                 f"--min-qps must be positive and at most --start-qps ({self.start_qps:g}), got {self.min_qps}"
             )
+        if self.tie_seeds < 0:
+            raise SimserveError(f"--tie-seeds must be 0 or more, got {self.tie_seeds}")
         if self.target_qps is not None and not (self.target_qps > 0 and math.isfinite(self.target_qps)):
             raise SimserveError(f"--qps must be a positive request rate, got {self.target_qps}")
 
@@ -94,7 +100,9 @@ class PlanSpec:
         defaults = {"dtype": "bf16", "kv_dtype": "bf16", "moe_skew": 0.0, "allow_long_context": False}
         return {k: v for k, v in given.items() if v != defaults[k]}
 
-    def scenario(self, cand: Candidate, budget: int, profile: ProfileChoice) -> Scenario:
+    def scenario(
+        self, cand: Candidate, budget: int, profile: ProfileChoice, seed: int | None = None
+    ) -> Scenario:
         dep = cand.deployment
         ep = {"ep": dep.ep} if dep.ep > 1 else {}
         from simserve.catalog.hf_config import is_config_path
@@ -103,8 +111,10 @@ class PlanSpec:
         model = self.model if is_config_path(self.model) else dep.model.name
         return Scenario(
             model=model, gpu=dep.gpu.name, tp=dep.tp, pp=dep.pp, trace=self.trace,
+            # None for the GPU's default box, as a sweep names it: plan and sweep then share probes
+            node=None if dep.node is None or dep.node.name == DEFAULT_NODE.get(dep.gpu.name) else dep.node.name,
             num_requests=self.num_requests, policy="sarathi", budget=budget, max_batch=self.max_batch,
-            seed=self.seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
+            seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
             sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
             **ep, **self.precision_fields(),
         )  # fmt: skip
@@ -162,10 +172,14 @@ class _Deployment:
     """One deployment's searches, one token budget at a time (each starts from what the others found)."""
 
     cand: Candidate
-    usd_per_gpu_hour: float
+    price: PriceSpec
     order: list[int]
     rows: list[dict] = field(default_factory=list)
     best: float = 0.0  # capacity per replica at the best budget searched so far
+
+    def usd_per_hour(self, replicas: int) -> float:
+        """What `replicas` of it cost per hour, in whole rental units (catalog/prices.py)."""
+        return self.price.usd_per_hour(self.cand.num_gpus, replicas)
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -194,10 +208,8 @@ def run_plan(
     t0 = time.perf_counter()
     cands, rejected, prices = prepare(spec)
     profiles = resolve_profiles([c.deployment for c in cands])
-    queue = [
-        _Deployment(c, prices[c.deployment.gpu.name].usd_per_gpu_hour, budget_order(c.budgets)) for c in cands
-    ]
-    queue.sort(key=lambda d: (d.cand.num_gpus * d.usd_per_gpu_hour, *d.key))
+    queue = [_Deployment(c, prices[c.deployment.gpu.name], budget_order(c.budgets)) for c in cands]
+    queue.sort(key=lambda d: (d.usd_per_hour(1), d.cand.num_gpus * d.price.usd_per_gpu_hour, *d.key))
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     total = sum(len(d.order) for d in queue)
     stats: dict = dict(tasks=0, from_cache=0, probes_simulated=0, probes_speculative=0, probes_wasted=0)
@@ -226,11 +238,50 @@ def run_plan(
             bar.update(tid, completed=sum(len(d.rows) for d in seen),
                        description=f"plan searches, {stats['probes_simulated']} probes simulated, "
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
-    out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
-    searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
-    rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
+        out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
+        searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
+        rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
+        again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats)
+        searches = pd.concat([searches, again], ignore_index=True) if len(again) else searches
     stats["elapsed_s"] = time.perf_counter() - t0
     return PlanResult(spec, searches, rows, prices, rejected, out_tokens, stats)
+
+
+TIE_DEPLOYMENTS = 3  # the cheapest deployments searched again at other seeds: the contenders for a tie
+
+
+def _seed_searches(
+    rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats
+) -> pd.DataFrame:
+    """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best budget,
+    at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's seed."""
+    from simserve.plan.ties import contenders
+
+    if not spec.tie_seeds or rows.empty:
+        return pd.DataFrame(columns=_SEARCH_COLUMNS)
+    objective = "usd_per_hour" if spec.target_qps else "usd_per_million_output_tokens"
+    top = contenders(rows, objective).head(TIE_DEPLOYMENTS)
+    by_key = {d.key: d for d in seen}
+    picked, tasks = [], []
+    for _, row in top.iterrows():
+        d = by_key[(row["gpu"], int(row["tp"]), int(row["pp"]), int(row["ep"]))]
+        start = max(d.best, spec.min_qps)
+        for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
+            scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed)
+            halvings = halvings_to_floor(start, spec.min_qps)
+            tasks.append(CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=halvings))
+            picked.append(d)
+    round_stats: dict = {}
+    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
+    for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
+        stats[key] += round_stats.get(key, 0)
+    out = []
+    for d, task, r in zip(picked, tasks, results, strict=True):
+        row = _search_row(d, task, 0.0, r, spec, profiles)
+        row["status"] = f"seed spread ({row['status']})"
+        out.append(row)
+    stats["seed_searches"] = len(out)
+    return pd.DataFrame(out, columns=_SEARCH_COLUMNS)
 
 
 def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: bool, profiles):
@@ -242,12 +293,13 @@ def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: b
     threshold = d.best
     if spec.target_qps is None:  # with a target each deployment gets one row: no front to beat
         found = [
-            (r * o.best, r * o.cand.num_gpus * o.usd_per_gpu_hour)
+            (r * o.best, o.usd_per_hour(r))
             for o in seen
             if o is not d and o.best > 0
             for r in range(1, spec.max_gpus // o.cand.num_gpus + 1)
         ]
-        threshold = max(threshold, front_threshold(found, d.cand.num_gpus, d.usd_per_gpu_hour, spec.max_gpus))
+        costs = [d.usd_per_hour(r) for r in range(1, spec.max_gpus // d.cand.num_gpus + 1)]
+        threshold = max(threshold, front_threshold(found, costs))
     if threshold > 0:  # one probe at the threshold; below it nothing this search finds matters
         task = CapacityTask(scenario, spec.slo, spec.tolerance, threshold, max_halvings=0)
         return task, threshold
@@ -266,7 +318,8 @@ def _related_start(d: _Deployment, seen: list[_Deployment]) -> float | None:
 
 
 _SEARCH_COLUMNS = [
-    "gpu", "tp", "pp", "ep", "gpus_per_replica", "nodes_per_replica", "budget", "capacity_qps", "status",
+    "gpu", "tp", "pp", "ep", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps",
+    "status",
     "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile",
 ]  # fmt: skip
 
@@ -292,15 +345,19 @@ def _search_row(
                 f"below the plan's floor: {r.capacity_qps:.3g} qps per replica (--min-qps {spec.min_qps:g})"
             )
     return {
-        "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "gpus_per_replica": dep.num_gpus,
-        "nodes_per_replica": dep.num_nodes, "budget": task.scenario.budget, "capacity_qps": capacity,
+        "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "node": getattr(dep.node, "name", ""),
+        "gpus_per_replica": dep.num_gpus, "nodes_per_replica": dep.num_nodes, "seed": task.scenario.seed,
+        "budget": task.scenario.budget, "capacity_qps": capacity,
         "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
         "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
     }  # fmt: skip
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
-    """Each deployment at its best budget (highest capacity; a tie goes to the smaller budget: lower TBT)."""
+    """Each deployment at its best budget (highest capacity; a tie goes to the smaller budget: lower TBT), at
+    the plan's seed (searches at other seeds only measure the seed spread)."""
+    if "status" in searches:
+        searches = searches[~searches["status"].astype(str).str.startswith("seed spread")]
     df = searches.sort_values(["capacity_qps", "budget"], ascending=[False, True], kind="stable")
     keys = [k for k in ("gpu", "tp", "pp", "ep") if k in df.columns]  # ep: absent in tables from before EP
     return df.groupby(keys, sort=False).head(1).reset_index(drop=True)
@@ -325,14 +382,17 @@ def plan_rows(
         else:
             need = max(1, math.ceil(target_qps / per_replica - 1e-9))  # at least one, however fast
             counts = range(need, need + 1) if need * g <= max_gpus else range(0)
-        price = prices[s["gpu"]].usd_per_gpu_hour
+        price = prices[s["gpu"]]
         for r in counts:
-            qps, usd_h = r * per_replica, r * g * price
+            qps, usd_h, rented = r * per_replica, price.usd_per_hour(g, r), price.gpus_rented(g, r)
             rows.append(
                 {
-                    "gpu": s["gpu"], "tp": int(s["tp"]), "pp": int(s["pp"]), "ep": int(s.get("ep", 1)), "replicas": r,
-                    "gpus": r * g, "budget": int(s["budget"]), "capacity_qps": qps,
+                    "gpu": s["gpu"], "tp": int(s["tp"]), "pp": int(s["pp"]), "ep": int(s.get("ep", 1)),
+                    "node": s.get("node", ""), "replicas": r,
+                    "gpus": r * g, "gpus_rented": rented, "budget": int(s["budget"]), "capacity_qps": qps,
                     "capacity_per_gpu_qps": qps / (r * g), "output_tokens_per_s": qps * out_tokens,
+                    # goodput: output tokens per second per GPU paid for, at the load that meets every SLO
+                    "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented,
                     "usd_per_hour": usd_h,
                     "usd_per_million_output_tokens": usd_h / (qps * out_tokens * 3600) * 1e6,
                     "profile": s["profile"],
@@ -346,8 +406,9 @@ def plan_rows(
 
 
 _PLAN_COLUMNS = [
-    "gpu", "tp", "pp", "ep", "replicas", "gpus", "budget", "capacity_qps", "capacity_per_gpu_qps",
-    "output_tokens_per_s", "usd_per_hour", "usd_per_million_output_tokens", "profile",
+    "gpu", "tp", "pp", "ep", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps",
+    "capacity_per_gpu_qps", "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour",
+    "usd_per_million_output_tokens", "profile",
 ]  # fmt: skip
 
 

@@ -1,0 +1,189 @@
+"""simserve's plan beside NVIDIA's AIConfigurator on the same question (docs/vs-aiconfigurator.md records it).
+
+    python benchmarks/vs_aiconfigurator.py                 # Llama-2-70B, 8×H200, ISL/OSL 1700/400
+    python benchmarks/vs_aiconfigurator.py --ttft 2 --tpot 0.2 --gpus 8
+
+AIConfigurator (`aiconfigurator` on PyPI, pinned below) is installed into its own virtual environment
+(`--venv`, default $SIMSERVE_CACHE/aiconfigurator-venv), never into simserve's: it is run as a program, and
+none of its code is copied here. It needs the model's HuggingFace config.json; this machine may not reach
+HuggingFace, so the script writes one from simserve's catalog entry (the published config's fields).
+
+Both tools get: the model, the GPU (H200 SXM), the GPU count, every request 1700 prompt and 400 output tokens
+(for simserve: a trace file of such requests, Poisson arrivals), and the latency SLAs. AIConfigurator is asked
+with `--database-mode SILICON` (its measured kernel tables) and `--backend vllm`; its TTFT and TPOT are steady-
+state per-request values. simserve is asked twice: with the SLAs at the tail (P99 TTFT and P99 TBT) and at the
+median (P50 TTFT and P50 TBT, the closest it has to a steady-state mean), and at the median with 256 resident
+requests per replica instead of the default 128 (AIConfigurator's answer batches 176), each from a cold cache. Recorded per
+run: the answer, its request rate, output tokens/s per GPU, and the CPU seconds (user + sys of the process and
+its children) and wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+AIC_PACKAGE = "aiconfigurator==0.12.0"
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run `cmd`; (result, CPU seconds of it and its children, wall seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if res.returncode != 0:
+        sys.exit(f"{shlex.join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return res, cpu, wall
+
+
+def ensure_venv(venv: Path) -> Path:
+    exe = venv / "bin" / "aiconfigurator"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", AIC_PACKAGE], check=True)
+    return exe
+
+
+def hf_config(model: str, where: Path) -> Path:
+    """A HuggingFace-style config.json from simserve's catalog (the fields AIConfigurator reads)."""
+    from simserve.catalog import MODELS
+
+    m = MODELS.get(model)
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": m.hidden,
+        "intermediate_size": m.ffn, "num_attention_heads": m.num_heads, "num_hidden_layers": m.num_layers,
+        "num_key_value_heads": m.num_kv_heads, "vocab_size": m.vocab, "head_dim": m.hidden // m.num_heads,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu", "torch_dtype": "float16",
+        "tie_word_embeddings": False,
+    }  # fmt: skip
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "config.json").write_text(json.dumps(cfg, indent=1))
+    return where
+
+
+def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
+    cmd = [str(exe), "cli", "default", "--model", str(model_dir), "--system", "h200_sxm", "--total-gpus",
+           str(args.gpus), "--backend", "vllm", "--isl", str(args.isl), "--osl", str(args.osl), "--ttft",
+           f"{args.ttft * 1000:g}", "--tpot", f"{args.tpot * 1000:g}", "--database-mode", "SILICON",
+           "--save-dir", str(out), "--no-color"]  # fmt: skip
+    _, cpu, wall = timed(cmd)
+    found = {}
+    for mode in ("agg", "disagg"):
+        (table,) = out.glob(f"*/{mode}/best_config_topn.csv")
+        rows = list(csv.DictReader(table.open()))
+        best = max(rows, key=lambda r: float(r["tokens/s/gpu"]))
+        found[mode] = best
+    agg = found["agg"]
+    replicas = args.gpus // int(agg["num_total_gpus"])
+    return {
+        "tool": "AIConfigurator 0.12.0 (--database-mode SILICON, --backend vllm)",
+        "command": "aiconfigurator " + shlex.join(cmd[1:]).replace(str(model_dir), "<config.json dir>")
+        .replace(str(out), "<out>"),
+        "answer": f"agg: {replicas}×TP{agg['tp']} PP{agg['pp']}, batch {agg['bs']}",
+        "req_per_s": replicas * float(agg["seq/s"]),
+        "tokens_per_s_per_gpu": float(agg["tokens/s/gpu"]),
+        "latency": f"TTFT {float(agg['ttft']):.0f} ms, TPOT {float(agg['tpot']):.1f} ms (steady state)",
+        "disagg": (
+            f"{float(found['disagg']['tokens/s/gpu']):.0f} tokens/s/GPU, {float(found['disagg']['seq/s']):.2f} req/s, "
+            f"TTFT {float(found['disagg']['ttft']):.0f} ms, TPOT {float(found['disagg']['tpot']):.1f} ms"
+        ),
+        "cpu_s": cpu,
+        "wall_s": wall,
+    }  # fmt: skip
+
+
+def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int = 128) -> dict:
+    out, cache = tmp / f"plan-{quantile}-{max_batch}", tmp / f"cache-{quantile}-{max_batch}"
+    flags = ["--model", "llama-2-70b", "--gpus", "h200", "--max-gpus", str(args.gpus), "--trace", str(trace),
+             "--slo", f"{args.tpot:g}", "--tbt-quantile", f"{quantile:g}", "--ttft-slo", f"{args.ttft:g}",
+             "--ttft-quantile", f"{quantile:g}", "--max-batch", str(max_batch),
+             "--workers", str(args.workers)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "from simserve.cli import main; main()",
+        "plan",
+        *flags,
+        "--out",
+        str(out),
+        "--cache",
+        str(cache / "p"),
+    ]
+    env = {**os.environ, "SIMSERVE_CACHE": str(cache), "COLUMNS": "200"}
+    res, cpu, wall = timed(cmd, env)
+    doc = json.loads((out / "plan.json").read_text())
+    best = doc["recommendation"]
+    searches = list(csv.DictReader((out / "searches.csv").open()))
+    (search,) = [r for r in searches if (r["gpu"], r["tp"], r["pp"], r["budget"], r["seed"]) ==
+                 (best["gpu"], str(best["tp"]), str(best["pp"]), str(best["budget"]), "0")]  # fmt: skip
+    ties = [t["row"] for t in doc["ties"]]
+    tie_note = f" (tied with {', '.join(ties)})" if ties else ""
+    return {
+        "tool": f"simserve plan, P{100 * quantile:g} TTFT and TBT, max batch {max_batch}",
+        "command": "simserve plan " + shlex.join(flags).replace(str(trace), "<1700/400 trace>"),
+        "answer": f"agg: {best['replicas']}×TP{best['tp']} PP{best['pp']}, budget {best['budget']}{tie_note}",
+        "req_per_s": best["capacity_qps"],
+        "tokens_per_s_per_gpu": best["output_tokens_per_s"] / best["gpus"],
+        "latency": f"{doc['slo']}; the bound met last: {search['limited_by']}",
+        "disagg": "not modeled (issue 25 item 1)",
+        "cpu_s": cpu,
+        "wall_s": wall,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--isl", type=int, default=1700)
+    ap.add_argument("--osl", type=int, default=400)
+    ap.add_argument("--ttft", type=float, default=2.0, help="TTFT SLA, seconds")
+    ap.add_argument(
+        "--tpot", type=float, default=0.2, help="TPOT (AIConfigurator) / TBT (simserve) SLA, seconds"
+    )
+    ap.add_argument("--requests", type=int, default=1024, help="requests in simserve's trace file")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--venv", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args()
+    from simserve.predictor.cache import cache_root
+
+    venv = args.venv or cache_root() / "aiconfigurator-venv"
+    exe = ensure_venv(venv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vs-aic-") as t:
+        tmp = Path(t)
+        trace = tmp / "fixed-1700-400.csv"
+        trace.write_text("prompt_tokens,output_tokens\n" + f"{args.isl},{args.osl}\n" * args.requests)
+        rows.append(run_aic(exe, hf_config("llama-2-70b", tmp / "llama-2-70b"), args, tmp / "aic"))
+        for q in (0.99, 0.5):
+            rows.append(run_simserve(args, trace, q, tmp))
+        # AIConfigurator's answer runs 176 requests per replica; simserve's default cap is 128 (--max-batch)
+        rows.append(run_simserve(args, trace, 0.5, tmp, max_batch=256))
+    print(f"# Llama-2-70B, {args.gpus}×H200, ISL/OSL {args.isl}/{args.osl}, TTFT ≤ {args.ttft:g} s, "
+          f"TPOT/TBT ≤ {args.tpot:g} s; {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")  # fmt: skip
+    print("| tool | answer | req/s | output tokens/s per GPU | latency bound | disagg | CPU s | wall s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['tool']} | {r['answer']} | {r['req_per_s']:.2f} | {r['tokens_per_s_per_gpu']:.0f} | "
+              f"{r['latency']} | {r['disagg']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")  # fmt: skip
+    print()
+    for r in rows:
+        print(f"- {r['tool']}: `{r['command']}`")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

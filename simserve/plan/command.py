@@ -1,0 +1,87 @@
+"""The engine command lines that start a planned deployment: `vllm serve` once per replica.
+
+The plan's Sarathi token budget is vLLM's chunked-prefill budget (`--max-num-batched-tokens`; vLLM v1 chunks
+prefills under it and runs decodes first, as Sarathi does); its resident-request cap is `--max-num-seqs`; the
+memory rule is `--gpu-memory-utilization`; the trace's length cap is `--max-model-len`. Only flags vLLM 0.33
+accepts are printed (the release simserve's engine model follows, docs/simulator.md): not
+`--max-num-partial-prefills` or `--max-long-partial-prefills`, which vLLM 0.27 removed. Replicas are separate
+servers, each on its own GPUs and port, behind a round-robin load balancer: the router the plan's replica rule
+assumes (docs/planner.md).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from simserve.catalog.models import resolve_model
+
+VLLM_RELEASE = "0.33.0"
+FIRST_PORT = 8000
+
+
+def vllm_serve(
+    model: str,
+    tp: int,
+    pp: int,
+    budget: int,
+    max_batch: int,
+    max_model_len: int,
+    memory_utilization: float,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    ep: int = 1,
+) -> list[str]:
+    """One replica's `vllm serve` arguments (the precision and expert flags as `simserve sweep --engine vllm`
+    prints them: tune/engine.vllm_command)."""
+    args = ["vllm", "serve", resolve_model(model).hf_id]
+    if tp > 1:
+        args += ["--tensor-parallel-size", str(tp)]
+    if pp > 1:
+        args += ["--pipeline-parallel-size", str(pp)]
+    args += ["--max-num-batched-tokens", str(budget), "--max-num-seqs", str(max_batch)]
+    args += ["--gpu-memory-utilization", f"{memory_utilization:g}", "--max-model-len", str(max_model_len)]
+    if dtype == "fp8":
+        args += ["--quantization", "fp8"]  # an fp8 checkpoint is detected by itself; a bf16 one is quantised
+    if kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
+    if ep > 1:
+        args += ["--enable-expert-parallel"]
+    return args
+
+
+def replica_commands(
+    model: str,
+    tp: int,
+    pp: int,
+    replicas: int,
+    budget: int,
+    max_batch: int,
+    max_model_len: int,
+    memory_utilization: float,
+    gpus_per_node: int | None,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    ep: int = 1,
+) -> list[str]:
+    """A shell line per replica. Replicas that fit a node get consecutive GPUs (CUDA_VISIBLE_DEVICES) and ports
+    from 8000, counted per node; a replica larger than a node runs on a Ray cluster of its nodes (vLLM's
+    multi-node serving) and is started from its head node."""
+    g = tp * pp
+    base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep)
+    lines = []
+    # replicas side by side in one node (0: a replica needs several nodes); no box known: all in one machine
+    per_node = replicas if gpus_per_node is None else gpus_per_node // g
+    for r in range(replicas):
+        args = [*base, "--port", str(FIRST_PORT + (r % per_node if per_node else 0))]
+        if per_node:
+            node, slot = divmod(r, per_node)
+            devices = ",".join(str(slot * g + i) for i in range(g))
+            where = f"# replica {r + 1} of {replicas}, node {node + 1}\n"
+            lines.append(where + f"CUDA_VISIBLE_DEVICES={devices} " + shlex.join(args))
+        else:
+            nodes = -(-g // gpus_per_node)  # type: ignore[operator]
+            where = (
+                f"# replica {r + 1} of {replicas}: {nodes} nodes in one Ray cluster, run on its head node\n"
+            )
+            lines.append(where + shlex.join([*args, "--distributed-executor-backend", "ray"]))
+    return lines

@@ -1,0 +1,133 @@
+"""Ties: rows the plan cannot rank, and what would rank them.
+
+A plan's numbers are known only so far: a capacity to the search's tolerance (the bisection stops when the
+bracket is that narrow, so the true capacity may be up to `tolerance` above the one reported), to the spread
+between seeds (another sample of the trace and the arrivals moves a capacity by more than the tolerance:
+measured here, by searching the cheapest deployments again at other seeds), and a price to its source's range.
+A row whose objective ($ per million output tokens, or $ per hour with --qps) is within one of those of the
+best row's is reported as tied with it, with each reason and the change that would break it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from simserve.catalog.prices import PriceSpec
+
+DEPLOYMENT = ("gpu", "tp", "pp", "ep")
+
+
+def keys(df: pd.DataFrame) -> list[str]:
+    """The columns that name a deployment (ep: absent in tables from before expert parallelism)."""
+    return [k for k in DEPLOYMENT if k in df.columns]
+
+
+def key_label(key: tuple) -> str:
+    """("H200", 2, 1, 1) → "H200 TP2 PP1"; an EP above 1 is named."""
+    ep = f" EP{key[3]}" if len(key) > 3 and int(key[3]) > 1 else ""
+    return f"{key[0]} TP{key[1]}{ep} PP{key[2]}"
+
+
+@dataclass(frozen=True)
+class Tie:
+    label: str  # e.g. "2×(A100-80GB TP2 PP2)"
+    objective: float
+    gap: float  # relative to the best row: (objective − best) / best, ≥ 0
+    reasons: tuple[str, ...]  # why it cannot be ranked below the best
+    breakers: tuple[str, ...]  # what would rank it
+
+    def as_dict(self) -> dict:
+        return {"row": self.label, "objective": self.objective, "gap": self.gap, "reasons": list(self.reasons),
+                "would_break_it": list(self.breakers)}  # fmt: skip
+
+
+def contenders(rows: pd.DataFrame, objective: str) -> pd.DataFrame:
+    """Each deployment's best row by the objective (ties: fewer GPUs), cheapest first."""
+    df = rows.sort_values([objective, "gpus"], kind="stable")
+    return df.groupby(keys(df), sort=False).head(1).reset_index(drop=True)
+
+
+def seed_capacities(searches: pd.DataFrame, base_seed: int) -> dict[tuple, dict[int, float]]:
+    """Per deployment searched at several seeds: its capacity per seed, at its best budget at `base_seed`."""
+    out = {}
+    for key, df in searches.groupby(keys(searches), sort=False):
+        base = df[df["seed"] == base_seed]
+        if base.empty or df["seed"].nunique() < 2:
+            continue
+        budget = base.sort_values(["capacity_qps", "budget"], ascending=[False, True]).iloc[0]["budget"]
+        caps = df[df["budget"] == budget].groupby("seed")["capacity_qps"].max()
+        if len(caps) >= 2:
+            out[tuple(key)] = {int(k): float(v) for k, v in caps.items()}
+    return out
+
+
+def seed_spread(searches: pd.DataFrame, base_seed: int) -> dict[tuple, float]:
+    """(max − min) / mean of each deployment's capacities over the seeds it was searched at: how far another
+    sample of the trace and the arrivals moves it. Empty when no deployment was searched at another seed."""
+    out = {}
+    for key, caps in seed_capacities(searches, base_seed).items():
+        mean = sum(caps.values()) / len(caps)
+        if mean > 0:
+            out[key] = (max(caps.values()) - min(caps.values())) / mean
+    return out
+
+
+def _tolerance_to_break(gap: float) -> str:
+    """A search tolerance that resolves `gap`: half of it, to one significant digit."""
+    t = gap / 2
+    t = math.floor(t / 10 ** math.floor(math.log10(t))) * 10 ** math.floor(math.log10(t)) if t > 0 else 0
+    return f"a tighter search: --tolerance {max(t, 0.001):.1g}"
+
+
+def find_ties(
+    rows: pd.DataFrame,
+    best: pd.Series,
+    objective: str,
+    prices: dict[str, PriceSpec],
+    tolerance: float,
+    spread: dict[tuple, float],
+    requests: int,
+    capacity_based: bool = True,
+) -> list[Tie]:
+    """The contenders tied with `best`. `capacity_based`: the objective moves with the capacity ($ per million
+    output tokens), so the tolerance and the seed spread apply; with --qps the objective is a price per hour
+    and only the price ranges do."""
+    from simserve.plan.report import deployment_label
+
+    b_obj, b_gpu = float(best[objective]), best["gpu"]
+    b_key = tuple(best[k] for k in keys(rows))
+    plan_spread = max(spread.values(), default=None)
+    ties = []
+    for _, row in contenders(rows, objective).iterrows():
+        if tuple(row[k] for k in keys(rows)) == b_key:
+            continue
+        obj = float(row[objective])
+        gap = (obj - b_obj) / b_obj
+        reasons, breakers = [], []
+        if capacity_based and gap < tolerance:
+            reasons.append(f"within the search tolerance ({tolerance:.3g})")
+            breakers.append(_tolerance_to_break(gap if gap > 0 else tolerance / 5))
+        if capacity_based and plan_spread is not None and gap < plan_spread:
+            reasons.append(
+                f"within the seed spread ({plan_spread:.1%}, measured over {len(spread)} deployments)"
+            )
+            breakers.append(f"a plan over more requests per simulation (--requests {4 * requests})")
+        if row["gpu"] != b_gpu:  # objectives scale with each GPU's price; equal GPUs share one
+            p, q = prices[row["gpu"]], prices[b_gpu]
+            if obj * p.low / p.usd_per_gpu_hour < b_obj * q.high / q.usd_per_gpu_hour:
+                reasons.append(
+                    f"within the price ranges ({row['gpu']} ${p.low:g}–{p.high:g}, {b_gpu} ${q.low:g}–{q.high:g})"
+                )
+                breakers.append(
+                    f"firm prices: {row['gpu']} below ${p.usd_per_gpu_hour * b_obj / obj:.3g}/GPU-h (or {b_gpu} "
+                    f"above ${q.usd_per_gpu_hour * obj / b_obj:.3g}) makes it the cheaper, else the first stays"
+                )
+        if not capacity_based and gap == 0 and not reasons:
+            reasons.append("the same cost per hour")
+            breakers.append("the capacity margin over --qps (plan.csv)")
+        if reasons:
+            ties.append(Tie(deployment_label(row), obj, gap, tuple(reasons), tuple(breakers)))
+    return ties
