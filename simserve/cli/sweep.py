@@ -31,7 +31,8 @@ def _numbers(text: str, kind: type, option: str) -> tuple:
     except ValueError:
         raise SimserveError(f"{option} takes a comma-separated list of numbers, got {text!r}") from None
     if not values:
-        raise SimserveError(f"{option} is empty; give at least one value, e.g. {option} 512")
+        example = "0.05,0.1" if kind is float else "128,256"
+        raise SimserveError(f"{option} is empty; give at least one value, e.g. {option} {example}")
     return values
 
 
