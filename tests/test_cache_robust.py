@@ -98,3 +98,18 @@ def test_cache_info_clear_and_the_size_bound(tmp_path, capsys, monkeypatch):
     code, out, _ = _cli(["cache", "info"], capsys)  # every command ends by applying the bound
     assert code == 0 and usage()[0].files == 0
     assert json.dumps([u.files for u in usage()]) == "[0]"
+
+
+def test_a_probe_is_keyed_on_the_profile_the_timer_reads_even_from_simserve_profiles(tmp_path, monkeypatch):
+    import shutil
+
+    from simserve.sim.scenario import Scenario
+
+    scenario = Scenario(model="mistral-7b", gpu="a100", num_requests=8)
+    shipped = probe_key(scenario, 1.0, (0.99,))
+    other = tmp_path / "p" / "a100-80gb" / "mistral-7b"
+    shutil.copytree(Path(__file__).parents[1] / "profiles/a100-80gb/mistral-7b", other)
+    (other / "linear.csv").write_text((other / "linear.csv").read_text().replace(",0.0", ",0.1", 1))
+    monkeypatch.setenv("SIMSERVE_PROFILES", str(tmp_path / "p"))
+    # another profile under $SIMSERVE_PROFILES must not replay the shipped profile's probes
+    assert probe_key(scenario, 1.0, (0.99,)) != shipped

@@ -151,9 +151,10 @@ def test_plan_regenerates_a_cached_roofline_profile_written_with_other_tiles(tmp
     from simserve.plan.profiles import generated_root, resolve_profiles
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
-    dep = Deployment.create("mistral-7b", "h100", 1, 1)
+    # H100 PCIe: Hopper tiles, no shipped profile and no measured tables, so the planner writes a roofline one
+    dep = Deployment.create("mistral-7b", "h100-pcie", 1, 1)
     resolve_profiles([dep])
-    prov_file = generated_root(dep.node) / "h100-sxm" / "mistral-7b" / "provenance.json"
+    prov_file = generated_root(dep.node) / "h100-pcie" / "mistral-7b" / "provenance.json"
     prov = json.loads(prov_file.read_text())
     assert prov["gemm_tiles"]["arch"] == "hopper"
     # As written before Hopper had its own tiles: the cached profile no longer matches the model.

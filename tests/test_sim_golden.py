@@ -4,7 +4,7 @@ The hashes were computed from the code before the tables were streamed to disk (
 start-up path stopped importing pandas/scikit-learn (item 1): any change to the bytes a run writes (a column, a
 float format, a row order, a different fitted timer) fails here. If a change is intended, say why in the commit
 and regenerate with `python tests/test_sim_golden.py`. (summary.json is hashed without its `scenario` echo,
-which gains a key with every new option; it was re-pinned once when it gained the `notes` list; the tables and
+which gains a key with every new option, and without its `profile` label, which names the input profile's kind; it was re-pinned once when it gained the `notes` list; the tables and
 trace kept their hashes. Re-pinned for issue 20 when the fit's baseline NNLS and the reported percentiles moved
 into simserve's own arithmetic: the same hashes then came out under numpy 1.26 / pandas 2.1 / scikit-learn 1.4 /
 scipy 1.12 and numpy 2.3 / pandas 3.1 / scikit-learn 1.9 / scipy 1.17. Re-pinned when the decode-stretch fast paths went (issue 22): the iteration table has
@@ -49,6 +49,7 @@ def _bytes(path: Path) -> bytes:
     doc = json.loads(path.read_text())
     doc.pop("scenario")
     doc.pop("trace_dropped", None)  # added with the context limits: a count beside the results, not a result
+    doc.pop("profile", None)  # which kind of profile the run read (an echo of the input, like the scenario)
     return json.dumps(doc, indent=2, sort_keys=True).encode()
 
 

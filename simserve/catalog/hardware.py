@@ -261,3 +261,144 @@ NETWORKS: Table[NetworkSpec] = Table(
 # The node a GPU lives in when the user names only the GPU: the paper's testbeds where they exist.
 DEFAULT_NODE = {"A100-80GB": "a100-pairwise-nvlink", "A40-48GB": "a40-pairwise-nvlink",
                 "H100-SXM": "dgx-h100", "H200": "hgx-h200", "H100-NVL": "h100-nvl-pairs"}  # fmt: skip
+
+
+# --- GPUs of NVIDIA's measured per-op database ------------------------------------------------------------------
+# Every NVIDIA system the `aiconfigurator-core` package describes (systems/<name>.yaml; simserve/profiling/measured.py
+# maps them), with its usual box. Peaks are dense (no sparsity) BF16 tensor-core rates per GPU. Where the memory a
+# program sees is not published, memory_gib is the package's own mem_capacity (its systems/<name>.yaml), which is
+# what NVIDIA's configurator plans KV caches with. The NVLink bus bandwidths scale the line rate by the 230/300
+# NCCL reaches on NVLink 3 (as dgx-h100 does); not validated against measurements (the package's NCCL tables are:
+# docs/profiling.md, "Measured backend").
+_AIC = "aiconfigurator-core 0.12.0 systems/{}.yaml"
+_DATABASE_GPUS = [
+    GPUSpec(
+        name="B200", memory_gib=180.0, peak_tflops=2250.0, hbm_gbps=7700.0, num_sms=148, arch="blackwell",
+        aliases=("b200", "b200-sxm", "b200-180gb", "hgx-b200-gpu"),
+        source="NVIDIA HGX B200 datasheet (8 GPUs: 36 PF FP16/BF16 with sparsity = 2.25 PF dense each, 1.4 TB "
+               "HBM3e, 62 TB/s = 7.7 TB/s each); 148 SMs (NVIDIA Blackwell architecture technical brief); "
+               f"memory {_AIC.format('b200_sxm')} mem_capacity (180 GiB)",
+    ),
+    GPUSpec(
+        name="B300", memory_gib=268.6, peak_tflops=2250.0, hbm_gbps=7750.0, num_sms=148, arch="blackwell",
+        aliases=("b300", "b300-sxm", "blackwell-ultra", "hgx-b300-gpu"), sm_version=103,
+        source="NVIDIA HGX B300 datasheet (8 GPUs: 36 PF FP16/BF16 with sparsity = 2.25 PF dense each, 2.3 TB "
+               f"HBM3e); bandwidth and memory from {_AIC.format('b300_sxm')} (7.75 TB/s, 288.4e9 B); SMs as B200 "
+               "(the 160-SM die with the same 148 enabled: an assumption, NVIDIA publishes the die count)",
+    ),
+    GPUSpec(
+        name="GB200", memory_gib=185.0, peak_tflops=2500.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
+        aliases=("gb200", "gb200-nvl72-gpu", "b200-grace"),
+        source="NVIDIA GB200 NVL72 datasheet (72 GPUs: 360 PF FP16/BF16 with sparsity = 2.5 PF dense each, "
+               f"13.4 TB HBM3e = 186 GB each, 576 TB/s = 8 TB/s each); memory {_AIC.format('gb200')} (185 GiB)",
+    ),
+    GPUSpec(
+        name="GB300", memory_gib=277.5, peak_tflops=2500.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
+        aliases=("gb300", "gb300-nvl72-gpu", "b300-grace"), sm_version=103,
+        source="NVIDIA GB300 NVL72 datasheet (72 GPUs: 20.7 TB HBM3e = 288 GB each, 576 TB/s = 8 TB/s each); "
+               f"dense BF16 and memory from {_AIC.format('gb300')} (2.5 PF, 298.0e9 B); SMs as GB200 (assumption)",
+    ),
+    GPUSpec(
+        name="L40S", memory_gib=44.99, peak_tflops=362.05, hbm_gbps=864.0, num_sms=142, arch="ada",
+        aliases=("l40s", "l40s-48gb"),
+        source="NVIDIA L40S datasheet (362.05 TF/s BF16 dense, 733 with sparsity; 48 GB GDDR6 at 864 GB/s); 142 SMs "
+               f"(AD102: the datasheet's 18,176 CUDA cores / 128 per SM); memory {_AIC.format('l40s')}",
+    ),
+    GPUSpec(
+        name="RTX-P6000", memory_gib=95.59, peak_tflops=467.8, hbm_gbps=1792.0, num_sms=188, arch="blackwell",
+        aliases=("rtx-pro-6000", "rtx-pro-6000-server", "rtx_pro_6000_server", "rtx-pro-6000-blackwell"),
+        source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (96 GB GDDR7 at 1,792 GB/s; 24,064 CUDA cores "
+               f"= 188 SMs); dense BF16 and memory from {_AIC.format('rtx_pro_6000_server')} (467.8 TF/s, 102.6e9 B)",
+    ),
+    GPUSpec(
+        name="A100-PCIe", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=1935.0, num_sms=108, arch="ampere",
+        aliases=("a100-pcie-80gb", "a100_pcie"),
+        source="NVIDIA A100 datasheet (PCIe 80GB: 312 TF/s dense BF16, 1,935 GB/s HBM2e); memory as A100-80GB",
+    ),
+    GPUSpec(
+        name="A30", memory_gib=23.5, peak_tflops=165.0, hbm_gbps=933.0, num_sms=56, arch="ampere",
+        aliases=("a30", "a30-24gb"),
+        source="NVIDIA A30 datasheet (165 TF/s dense BF16, 24 GB HBM2 at 933 GB/s; 3,584 FP32 cores = 56 SMs); "
+               "memory: 24 GiB less the ~0.5 GiB the driver keeps (as H100: 79.65 GiB in nvidia-smi, 79.11 in torch), "
+               "an estimate",
+    ),
+    GPUSpec(
+        name="H100-PCIe", memory_gib=79.11, peak_tflops=756.0, hbm_gbps=2000.0, num_sms=114, arch="hopper",
+        aliases=("h100-pcie", "h100-pcie-80gb", "h100_pcie"),
+        source="NVIDIA H100 datasheet (PCIe: 756 TF/s dense BF16, 2 TB/s HBM2e, 80 GB); 114 SMs (H100 "
+               "architecture whitepaper, PCIe); memory as H100-SXM",
+    ),
+    GPUSpec(
+        name="L4", memory_gib=22.0, peak_tflops=121.0, hbm_gbps=300.0, num_sms=58, arch="ada",
+        aliases=("l4", "l4-24gb"),
+        source="NVIDIA L4 datasheet (121 TF/s dense BF16, 242 with sparsity; 24 GB GDDR6 at 300 GB/s; 7,424 CUDA "
+               "cores = 58 SMs); memory: 24 GB less ECC and the driver's reserve, an estimate",
+    ),
+]  # fmt: skip
+
+_NVLINK5 = ("NVLink 5 at 1.8 TB/s bidirectional per GPU (900 GB/s per direction); busbw 690 = 900 × 230/300, the "
+            "NVLink 3 fraction (no NVLS in this model); PCIe Gen5 to the host, busbw 40 as dgx-h100")
+_PCIE_BOX = "no NVLink: every collective goes through PCIe and the host"
+_DATABASE_NODES = [
+    NodeSpec(
+        name="dgx-b200", gpu="B200", gpus_per_node=8, kind="nvswitch",
+        nvlink_gbps=900.0, pcie_gbps=64.0, nvlink_bus_gbps=690.0, pcie_bus_gbps=40.0,
+        aliases=("hgx-b200", "b200-nvswitch"),
+        source=f"NVIDIA DGX B200: 8×B200 on NVSwitch; {_NVLINK5}. Not validated against measurements",
+    ),
+    NodeSpec(
+        name="hgx-b300", gpu="B300", gpus_per_node=8, kind="nvswitch",
+        nvlink_gbps=900.0, pcie_gbps=64.0, nvlink_bus_gbps=690.0, pcie_bus_gbps=40.0,
+        aliases=("dgx-b300", "b300-nvswitch"),
+        source=f"NVIDIA HGX B300: 8×B300 on NVSwitch; {_NVLINK5}. Not validated against measurements",
+    ),
+    NodeSpec(
+        name="gb200-nvl72", gpu="GB200", gpus_per_node=72, kind="nvswitch",
+        nvlink_gbps=900.0, pcie_gbps=64.0, nvlink_bus_gbps=690.0, pcie_bus_gbps=40.0,
+        aliases=("gb200-nvl", "nvl72"),
+        source=f"NVIDIA GB200 NVL72: 72 GPUs in one NVLink domain (NVLink switch trays); {_NVLINK5}. Not validated",
+    ),
+    NodeSpec(
+        name="gb300-nvl72", gpu="GB300", gpus_per_node=72, kind="nvswitch",
+        nvlink_gbps=900.0, pcie_gbps=64.0, nvlink_bus_gbps=690.0, pcie_bus_gbps=40.0,
+        aliases=("gb300-nvl",),
+        source=f"NVIDIA GB300 NVL72: 72 GPUs in one NVLink domain; {_NVLINK5}. Not validated",
+    ),
+    NodeSpec(
+        name="l40s-pcie", gpu="L40S", gpus_per_node=8, kind="pcie",
+        nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=20.0,
+        aliases=("l40s-box",),
+        source=f"8×L40S server (L40S has no NVLink); {_PCIE_BOX}; {_PCIE4}",
+    ),
+    NodeSpec(
+        name="rtx-pro-6000-pcie", gpu="RTX-P6000", gpus_per_node=8, kind="pcie",
+        nvlink_gbps=0.0, pcie_gbps=64.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=40.0,
+        aliases=("rtx-pro-6000-server-box",),
+        source=f"8×RTX PRO 6000 Server Edition (no NVLink), PCIe Gen5 x16; {_PCIE_BOX}; busbw 40 ({_NCCL_TESTS})",
+    ),
+    NodeSpec(
+        name="a100-pcie-8x", gpu="A100-PCIe", gpus_per_node=8, kind="pcie",
+        nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=20.0,
+        source=f"8×A100 PCIe without NVLink bridges; {_PCIE_BOX}; {_PCIE4}",
+    ),
+    NodeSpec(
+        name="a30-pcie-8x", gpu="A30", gpus_per_node=8, kind="pcie",
+        nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=20.0,
+        source=f"8×A30 without NVLink bridges; {_PCIE_BOX}; {_PCIE4}",
+    ),
+    NodeSpec(
+        name="h100-pcie-8x", gpu="H100-PCIe", gpus_per_node=8, kind="pcie",
+        nvlink_gbps=0.0, pcie_gbps=64.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=40.0,
+        source=f"8×H100 PCIe without NVLink bridges, PCIe Gen5; {_PCIE_BOX}; busbw 40 ({_NCCL_TESTS})",
+    ),
+    NodeSpec(
+        name="l4-pcie-8x", gpu="L4", gpus_per_node=8, kind="pcie",
+        nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=20.0,
+        source=f"8×L4 server (no NVLink), PCIe Gen4 x16; {_PCIE_BOX}; {_PCIE4}",
+    ),
+]  # fmt: skip
+for _spec in _DATABASE_GPUS:
+    GPU.add(_spec)
+for _node in _DATABASE_NODES:
+    NODES.add(_node)
+    DEFAULT_NODE[_node.gpu] = _node.name

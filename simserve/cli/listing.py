@@ -97,7 +97,23 @@ def _specs(kind: str, wide: bool) -> tuple[list[tuple[str, str]], list[list[obje
         header.append(("experts", "experts"))
         for row, s in zip(rows, specs, strict=True):
             row.append(f"{s.experts_per_token} of {s.num_experts}" if s.num_experts else "")
+    if kind == "gpus":  # which GPUs `--backend measured` (and plan) can build a measured profile for; the
+        header.append(("measured", "measured"))  # engines and releases are listed under the table
+        for row, s in zip(rows, specs, strict=True):
+            row.append(_measured(s.name)[0])
     return header, rows
+
+
+def _measured(gpu: str) -> tuple[str, str]:
+    """(yes / no / ?, the engines and releases NVIDIA's per-op database measured this GPU with)."""
+    from simserve.profiling import measured
+
+    if gpu not in measured.SYSTEMS:
+        return "no", ""
+    if not measured.installed():
+        return "?", f"tables unknown: {measured.INSTALL_HINT}"
+    have = measured.engines(measured.SYSTEMS[gpu])
+    return ("yes" if have else "no"), "; ".join(f"{e} {', '.join(v)}" for e, v in have.items())
 
 
 def _under_table(kind: str, sources: bool, wide: bool) -> list[str]:
@@ -108,6 +124,8 @@ def _under_table(kind: str, sources: bool, wide: bool) -> list[str]:
             lines.append(f"{spec.name} also: {', '.join(spec.aliases)}")
         if sources and getattr(spec, "source", None):
             lines.append(f"{spec.name} source: {spec.source}")
+        if kind == "gpus" and (tables := _measured(spec.name)[1]):
+            lines.append(f"measured tables of {spec.name}: {tables}")
     if not wide:
         lines.append("--wide adds every field and each entry's aliases; --sources the cited sources")
     return lines

@@ -21,7 +21,7 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.profiling.schema import SHIPPED_PROFILES, TABLES, profile_dir, read_profile, write_profile
 
-BACKENDS = ("roofline", "torch")
+BACKENDS = ("roofline", "torch", "measured")
 
 
 def parse_tps(text: str) -> list[int]:
@@ -34,8 +34,8 @@ def parse_tps(text: str) -> list[int]:
     return tps
 
 
-def load_backend(name: str):
-    """The backend's `profile` function; torch is imported only when asked for."""
+def load_backend(name: str, engine: str = "vllm", engine_version: str | None = None):
+    """The backend's `profile` function; torch and the measured database are imported only when asked for."""
     if name == "roofline":
         from simserve.profiling.roofline import profile
 
@@ -49,6 +49,16 @@ def load_backend(name: str):
                 f"machine, or use --backend roofline"
             ) from None
         return profile
+    if name == "measured":
+        import functools
+
+        from simserve.profiling import measured
+
+        if not measured.installed():
+            raise SimserveError(f"the measured backend needs NVIDIA's {measured.PACKAGE} package: {measured.INSTALL_HINT}")
+        from simserve.profiling.measured_backend import profile
+
+        return functools.partial(profile, engine=engine, engine_version=engine_version)
     raise SimserveError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -75,7 +85,14 @@ def profile_command(
     ),
     network: str | None = typer.Option(None, "--network", help="Network between nodes, e.g. ethernet-100g."),
     backend: str = typer.Option(
-        "roofline", "--backend", help="roofline (analytic, no GPU) or torch (measured)."
+        "roofline", "--backend",
+        help="roofline (analytic, no GPU), torch (timed on this GPU) or measured (NVIDIA's per-op database).",
+    ),
+    engine: str = typer.Option(
+        "vllm", "--engine", help="--backend measured: the engine whose kernels were measured (vllm, sglang, trtllm)."
+    ),
+    engine_version: str | None = typer.Option(
+        None, "--engine-version", help="--backend measured: the engine release (default: the database's current)."
     ),
     out: Path = typer.Option(Path("profiles"), "--out", help="Root folder; writes OUT/<gpu>/<model>/."),
     max_model_len: int = typer.Option(
@@ -107,7 +124,9 @@ def profile_command(
             f"{target} is a shipped profile; write yours with --out my-profiles and use it with "
             f"--profiles my-profiles, or pass --force to change the shipped one"
         )
-    run = load_backend(backend)
+    if backend != "measured" and (engine != "vllm" or engine_version):
+        raise SimserveError("--engine and --engine-version choose measured tables; use them with --backend measured")
+    run = load_backend(backend, engine, engine_version)
     # The deployments the profile serves: their checks (heads divisible by TP, layers by PP, a node big enough)
     # fail here with the fix, before any work; a replica spanning nodes brings its network's send/recv rows.
     deps = [Deployment.create(model_spec, gpu_spec, t, pp, node_spec, network_spec, max_model_len=max_model_len,
@@ -116,7 +135,7 @@ def profile_command(
     if network_spec is None:
         network_spec = next((d.network for d in deps if d.num_nodes > 1), None)
 
-    if backend == "roofline":
+    if backend in ("roofline", "measured"):
         extra = {"dtype": dtype, "kv_dtype": kv_dtype, "moe_skew": moe_skew}
     elif (dtype, kv_dtype, moe_skew) != ("bf16", "bf16", 0.0) or model_spec.is_moe or model_spec.is_mla:
         raise SimserveError(
@@ -140,7 +159,10 @@ def profile_command(
     ]
     command += ["--node", node] if node else []
     command += ["--network", network] if network else []
-    command += ["--backend", backend, "--out", str(out), "--max-model-len", str(max_model_len)]
+    command += ["--backend", backend]
+    if backend == "measured":
+        command += ["--engine", engine] + (["--engine-version", engine_version] if engine_version else [])
+    command += ["--out", str(out), "--max-model-len", str(max_model_len)]
     command += ["--max-tokens", str(max_tokens)] + (["--quick"] if quick else [])
     command += ["--dtype", dtype] if dtype != "bf16" else []
     command += ["--kv-dtype", kv_dtype] if kv_dtype != "bf16" else []

@@ -210,13 +210,16 @@ def run_command(
     summary = summarize(raw, dep).as_dict()
     arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
+    from simserve.predictor.load import profile_label
+
+    profile = profile_label(dep, scenario.profiles_root)
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
-               "trace_dropped": workload_drops(scenario)}  # fmt: skip
+               "trace_dropped": workload_drops(scenario), "profile": profile}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes)
+    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
 
 
 @contextlib.contextmanager

@@ -1,9 +1,12 @@
 """The op profile each planned deployment runs on: the shipped (or $SIMSERVE_PROFILES) one when it covers the
-deployment, else an analytic roofline profile written once into $SIMSERVE_CACHE/plan-profiles/.
+deployment, else one written once into $SIMSERVE_CACHE/plan-profiles/: a measured profile from NVIDIA's per-op
+database when it has the GPU (simserve/profiling/measured_backend.py), else an analytic roofline profile.
 
-Most GPUs a plan compares have no measured profile, so the planner writes one with the roofline backend (spec-
-sheet peaks with efficiencies calibrated per compute capability on measured kernels: docs/profiling.md) and labels
-every row that uses it, so nobody mistakes an analytic number for a measured one.
+Every row says which it rests on ("shipped measured", "generated measured", "generated roofline (analytic)"), and
+a roofline label says why no measured profile was built (the GPU is not in the database, or the package is not
+installed), so nobody mistakes an analytic number for a measured one.
+Roofline profiles use spec-sheet peaks with efficiencies calibrated per compute capability on measured kernels
+(docs/profiling.md).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     from simserve.profiling.roofline import link_fields, model_fields
 
     path = profile_dir(root, dep.gpu.name, dep.profile_model)
+    measured_now = measured_source(dep.gpu, dep.model, dep.moe_skew)
     if not path.is_dir():
         return None
     try:
@@ -52,23 +56,50 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     except SimserveError:
         return None
     if current:
-        fields = {**model_fields(dep.gpu, for_node(dep.node)), **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}
+        is_measured = profile.provenance.get("backend") == "measured"
+        if is_measured != (measured_now is None):
+            return None  # the package was installed or removed since: write the kind that can be built now
+        fields = {**({} if is_measured else model_fields(dep.gpu, for_node(dep.node))),
+                  **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}  # fmt: skip
         now = json.loads(json.dumps(fields))
         if any(profile.provenance.get(k) != v for k, v in now.items()):
             return None
+        version = profile.provenance.get("measured", {}).get("package_version")
+        if is_measured and version != measured_package_version():
+            return None
     return str(profile.provenance.get("backend", "unknown backend"))
+
+
+def measured_package_version() -> str | None:
+    from simserve.profiling import measured
+
+    return measured.package_version() if measured.installed() else None
+
+
+def measured_source(gpu: GPUSpec, model: ModelSpec | None = None, moe_skew: float = 0.0) -> str | None:
+    """None when a measured profile can be built for `gpu` (and `model`), else why not (for the roofline label)."""
+    from simserve.profiling import measured
+
+    if model is not None and (model.is_moe or model.is_mla or moe_skew):
+        return "the measured backend reads dense GQA layers only"  # the package's MoE and MLA tables: not yet
+    return measured.unavailable(gpu.name)
 
 
 def generate(
     gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384, dtype: str = "bf16", kv_dtype: str = "bf16",
     moe_skew: float = 0.0,
 ) -> Path:
-    """Write a roofline profile of every power-of-two TP degree that fits `node`, with its node and the default
-    network. Always the same degrees and no date in the provenance: the same inputs write the same bytes, so
-    the fitted-predictor and probe caches (keyed by the profile's content) stay valid across plans."""
-    from simserve.profiling.roofline import profile
+    """Write a measured profile (when the database has the GPU and the model is dense) or else a roofline one, of
+    every power-of-two TP degree that fits `node`, with its node and the default network. Always the same degrees
+    and no date in the provenance: the same inputs write the same bytes, so the fitted-predictor and probe caches
+    (keyed by the profile's content) stay valid across plans."""
+    from simserve.profiling import measured_backend, roofline
 
     tps = [t for t in (1, 2, 4, 8, 16, 32) if t <= node.gpus_per_node and model.num_heads % t == 0]
+    backend = "roofline" if measured_source(gpu, model, moe_skew) else "measured"
+    if backend == "measured":  # the TP degrees whose all-reduce NVIDIA measured (2, 4, 8 in 0.12.0)
+        tps = [t for t in tps if t <= measured_backend.MAX_MEASURED_TP]
+    profile = measured_backend.profile if backend == "measured" else roofline.profile
     network = NETWORKS.get(GENERATED_NETWORK)
     tables, fields = profile(model, gpu, tps, node, network, max_model_len, max_model_len, dtype=dtype,
                              kv_dtype=kv_dtype, moe_skew=moe_skew)  # fmt: skip
@@ -82,7 +113,7 @@ def generate(
         "--tp",
         ",".join(map(str, tps)),
     ]
-    command += ["--node", node.name, "--network", network.name, "--backend", "roofline"]
+    command += ["--node", node.name, "--network", network.name, "--backend", backend]
     command += ["--max-model-len", str(max_model_len), "--max-tokens", str(max_model_len)]
     command += ["--dtype", dtype] if dtype != "bf16" else []
     command += ["--kv-dtype", kv_dtype] if kv_dtype != "bf16" else []
@@ -90,6 +121,7 @@ def generate(
     provenance = {
         "command": shlex.join(command),
         "written_by": "simserve plan (no profile covered this GPU and model)",
+        **({"measured_unavailable": measured_source(gpu, model, moe_skew)} if backend == "roofline" else {}),
         "deployment": {
             "model": model.name,
             "gpu": gpu.name,
@@ -107,8 +139,8 @@ def generate(
 
 
 def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
-    """A profile for every deployment: the default root's when it covers it, else a generated roofline one
-    (written at most once per GPU and model)."""
+    """A profile for every deployment: the default root's when it covers it, else a generated measured one, else a
+    generated roofline one labelled with why (written at most once per GPU and model)."""
     shipped = default_profiles_root()
     out: dict[Deployment, ProfileChoice] = {}
     missing: dict[tuple[str, str, str], list[Deployment]] = {}
@@ -125,6 +157,16 @@ def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
         if any(_covers(root, d, current=True) is None for d in group):
             generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)),
                      first.dtype, first.kv_dtype, first.moe_skew)  # fmt: skip
+        why = measured_source(first.gpu, first.model, first.moe_skew)
+        label = "generated measured" if why is None else "generated roofline (analytic)"
+        if why is not None and first.gpu.name in _measured_systems():
+            label += f"; not measured: {why}"  # the database has this GPU: say why its tables were not used
         for dep in group:
-            out[dep] = ProfileChoice(str(root), "generated roofline (analytic)")
+            out[dep] = ProfileChoice(str(root), label)
     return out
+
+
+def _measured_systems() -> dict:
+    from simserve.profiling import measured
+
+    return measured.SYSTEMS

@@ -76,12 +76,25 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
         cmd += f" --node {dep.node.name}"
     if dep.num_nodes > 1 and dep.network is not None:
         cmd += f" --network {dep.network.name}"
+    cmd += _measured_flags(Path(root) / slug(dep.gpu.name) / slug(dep.profile_model)) if root is not None else ""
     if root is not None and Path(root).resolve() == SHIPPED_PROFILES:
         target = Path(root) / slug(dep.gpu.name) / slug(dep.profile_model)
         if target.exists():
             return f"{cmd} --out my-profiles` and rerun with `--profiles my-profiles"
         root = None  # a new profile may join the shipped ones, which is where `run` looks by default
     return cmd + (f" --out {root}" if root is not None else "")
+
+
+def _measured_flags(path: Path) -> str:
+    """A measured profile grows only with rows made the same way (merge.py): the hint names its engine release."""
+    import json
+
+    try:
+        prov = json.loads((path / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    m = prov.get("measured") if prov.get("backend") == "measured" else None
+    return f" --backend measured --engine {m['engine']} --engine-version {m['engine_version']}" if m else ""
 
 
 def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list[ModelKey]:

@@ -37,7 +37,15 @@ def load_timer(
     path = profile_dir(root, dep.gpu.name, dep.profile_model)
     if not path.exists():
         from simserve.predictor.coverage import profile_command
+        from simserve.profiling import measured
 
+        dense = not (dep.model.is_moe or dep.model.is_mla or dep.moe_skew)
+        if dense and measured.unavailable(dep.gpu.name) is None:  # NVIDIA measured this GPU: say so first
+            cmd = profile_command(dep, root).replace(f" --tp {dep.tp}", f" --tp {dep.tp} --backend measured", 1)
+            raise SimserveError(
+                f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with `{cmd}` (NVIDIA's "
+                f"measured kernel tables; drop --backend measured for the analytic roofline model)"
+            )
         raise SimserveError(
             f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with "
             f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
@@ -60,3 +68,20 @@ def load_timer(
     if tkey is not None:
         timer_cache.store(tkey, timer)
     return timer
+
+
+def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> str:
+    """Which kind of profile `dep`'s times rest on (measured / roofline / torch), from its provenance.json: every
+    run and sweep output says it, so nobody mistakes an analytic number for a measured one."""
+    import json
+
+    root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
+    try:
+        prov = json.loads((profile_dir(root, dep.gpu.name, dep.profile_model) / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return "unknown (no readable provenance.json)"
+    m = prov.get("measured")
+    if prov.get("backend") == "measured" and isinstance(m, dict):
+        return (f"measured ({m.get('package')} {m.get('package_version')}: {m.get('engine')} "
+                f"{m.get('engine_version')} kernels on {m.get('system')})")  # fmt: skip
+    return str(prov.get("backend", "unknown backend"))

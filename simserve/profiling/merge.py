@@ -24,7 +24,10 @@ KEYS = {
 
 def _recipe(provenance: dict) -> dict:
     dep = {k: v for k, v in provenance.get("deployment", {}).items() if k not in PER_RUN}
-    return {"backend": provenance.get("backend"), "deployment": dep, "constants": provenance.get("constants")}
+    # a measured profile's rows mix only with rows from the same package release, GPU tables, engine release, dtype
+    source = {k: v for k, v in (provenance.get("measured") or {}).items() if k not in ("attribution", "license")}
+    return {"backend": provenance.get("backend"), "deployment": dep, "constants": provenance.get("constants"),
+            **({"measured": source} if source else {})}  # fmt: skip
 
 
 def merge_profile(old: Profile, tables: dict[str, pd.DataFrame], provenance: dict) -> tuple[dict, dict]:

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from simserve.io import write_text_atomic
-from simserve.profiling.schema import SHIPPED_PROFILES
 from simserve.shipped import package_dir, version
 from simserve.tune.capacity import SLO, Simulate, quantile_key
 
@@ -68,9 +67,12 @@ def input_digests(scenario: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     fields = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
     if "gpu" in fields and "model" in fields:
+        from simserve.predictor.load import default_profiles_root
         from simserve.profiling.schema import content_hash, profile_dir
 
-        root = fields.get("profiles_root") or SHIPPED_PROFILES
+        # NOTE: the root the timer really reads ($SIMSERVE_PROFILES included): keyed on the shipped root, a sweep
+        # on another profile set replayed the shipped profile's probes.
+        root = fields.get("profiles_root") or default_profiles_root()
         model = _catalog_name("MODELS", fields["model"])
         config = _model_config(str(fields["model"]))
         if config is not None:  # a config.json: its bytes are an input, its spec names the profile

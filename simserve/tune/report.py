@@ -25,6 +25,15 @@ def _num(x: Any) -> Any:
     return None if x is pd.NA else x
 
 
+def profile_of(scenario: Any) -> str:
+    """The kind of profile (measured / roofline / torch) a sweep's scenarios rest on, for its summary and table."""
+    from simserve.predictor.load import profile_label
+
+    if not hasattr(scenario, "deployment"):  # the toy stand-in (tune/toy.py) has closed-form service times
+        return "no (closed-form toy times)"
+    return profile_label(scenario.deployment(), scenario.profiles_root)
+
+
 def summarize(result: SweepResult) -> dict[str, Any]:
     """Per SLO: each policy's best configuration and capacity, Sarathi's best budget, its gain over vLLM."""
     per_slo = []
@@ -71,6 +80,7 @@ def summarize(result: SweepResult) -> dict[str, Any]:
             "start_qps": spec.start_qps,
         },
         "results": per_slo,
+        "profile": profile_of(spec.base),
         "latency_cdfs": {"qps": result.cdf_qps, "reference": result.cdf_reference},
         # NOTE: no timings or cache-hit counts here: the file's bytes must not depend on the cache or the clock.
         "searches": _num(result.stats.get("tasks")),
@@ -80,7 +90,7 @@ def summarize(result: SweepResult) -> dict[str, Any]:
 def summary_table(result: SweepResult) -> Table:
     multi = len(result.spec.slos) > 1
     seeds = len(result.spec.seeds) > 1
-    table = Table(title="Capacity (max QPS within the SLOs)")
+    table = Table(title=f"Capacity (max QPS within the SLOs); {profile_of(result.spec.base)} profile")
     if multi:
         table.add_column("P99 TBT SLO")
     for col in (

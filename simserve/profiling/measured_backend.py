@@ -1,0 +1,234 @@
+"""The measured profiling backend: simserve's profile grid filled from NVIDIA's measured per-op tables.
+
+`simserve profile --backend measured --gpu h200 --model llama-2-70b --tp 2,4,8` reads the `aiconfigurator-core`
+package's tables for the GPU and one engine release (measured.py) and writes the same four tables on the same grid as
+the roofline backend, so the predictor fits them unchanged. Each row says how its time was got (`source` column:
+measured / interpolated / derived / extrapolated / modelled; measured_grid.py) and provenance.json counts them:
+  linear       GEMMs of the model's dtype at each op's (k, n) per GPU: log-log along m between the measured token
+               counts (both sides of each measured tile boundary kept), bilinear in (log n, log k) between shapes;
+  attention    measured_attention.py (heads per GPU, chunked prefill over a prefix, decode over a KV length);
+  collectives  all_reduce: the engine's own all-reduce kernel (CUDA-graph variant) up to its buffer limit, NCCL's
+               measured all_reduce above it, at the TP degrees the package measured; send_recv: the package has no
+               point-to-point table (its own P2P op is analytic), so these rows come from simserve's NCCL model;
+  elementwise  the package has no norm/rotary/activation tables (it models them from bandwidth too), so these rows
+               come from simserve's roofline (roofline.elementwise_ms) and are marked modelled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
+from simserve.deployment import Deployment
+from simserve.errors import SimserveError
+from simserve.ops import attention_shape, linear_ops
+from simserve.profiling import grid, measured
+from simserve.profiling.collectives import collectives_table
+from simserve.profiling.measured_attention import Attention
+from simserve.profiling.measured_grid import KIND_NAMES, bracket, counts, loglog, names, point_kind
+from simserve.profiling.roofline import link_fields as roofline_link_fields
+from simserve.profiling.schema import profiled_deployments
+
+BACKEND = "measured"
+# vLLM's custom all-reduce handles inputs up to its IPC buffer, 8 MiB (vllm/distributed/device_communicators/
+# custom_all_reduce.py: CustomAllreduce(max_size=8192 * 1024)); larger ones go to NCCL. SGLang's has the same default.
+CUSTOM_AR_MAX_BYTES = 8 * 2**20
+MAX_MEASURED_TP = 8  # the package measures all-reduce on 2, 4 and 8 GPUs (2 and 4 on GB200/GB300 trays)
+ACTIVATION_BYTES = 2  # the packaged all-reduce tables count bf16 elements; TP all-reduces move bf16 activations
+
+
+def _between(x0: float, v0: np.ndarray, x1: float, v1: np.ndarray, x: float) -> np.ndarray:
+    slope = np.log(v1 / v0) / np.log(x1 / x0)
+    if not x0 < x < x1:
+        slope = np.clip(slope, 0.0, 2.0)
+    return v0 * np.exp(slope * np.log(x / x0))
+
+
+def gemm_ms(table: pd.DataFrame, tokens: np.ndarray, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens × k) @ (k × n) from one dtype's GEMM rows: along m per measured (n, k), then across n and k."""
+    ns, ks = bracket(table["n"].unique(), n), bracket(table["k"].unique(), k)
+    by_n = []
+    kinds = np.zeros(len(tokens), dtype=int)
+    for nj in ns:
+        by_k = []
+        for kl in ks:
+            s = table[(table["n"] == nj) & (table["k"] == kl)]
+            if s.empty:  # the package skips a few huge shapes (65536 × 65536): step to the shape beside it
+                raise SimserveError(f"no measured GEMM at n={nj}, k={kl} near ({n}, {k}); use --backend roofline")
+            v, kind = loglog(s["m"], s["latency"], tokens)
+            by_k.append(v)
+            kinds = np.maximum(kinds, kind)
+        by_n.append(by_k[0] if len(ks) == 1 else _between(ks[0], by_k[0], ks[1], by_k[1], k))
+    out = by_n[0] if len(ns) == 1 else _between(ns[0], by_n[0], ns[1], by_n[1], n)
+    shape_kind = max(point_kind(table["n"].unique(), n), point_kind(table["k"].unique(), k))
+    return out, np.maximum(kinds, shape_kind)
+
+
+def _gemm_rows(db: measured.Database, dtype: str) -> tuple[pd.DataFrame, str]:
+    df = db.gemm(dtype)
+    sizes = df.groupby("kernel_source").size()
+    kernel = str(sorted(sizes.index, key=lambda k: (-sizes[k], k))[0])  # the kernel measured on the whole grid
+    rows = df[df["kernel_source"] == kernel].groupby(["m", "n", "k"], as_index=False)["latency"].median()
+    return rows, kernel
+
+
+def linear_table(deps: list[Deployment], tokens: np.ndarray, gemms: pd.DataFrame) -> pd.DataFrame:
+    frames = []
+    for dep in deps:
+        for op in linear_ops(dep):
+            t, kind = gemm_ms(gemms, tokens, op.in_features, op.out_features)
+            frames.append(pd.DataFrame({"op": op.name, "tp": dep.tp, "num_tokens": tokens, "time_ms": t,
+                                        "source": names(kind)}))  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
+def attention_table(deps: list[Deployment], db: measured.Database, kv_dtype: str, max_model_len: int,
+                    quick: bool) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+    batches, lengths = grid.decode_batch_sizes(), grid.kv_lengths(max_model_len)
+    chunks, prefixes = grid.prefill_chunks(max_model_len), grid.prefill_prefixes(max_model_len)
+    if quick:
+        batches, lengths, prefixes = batches[::2], lengths[::2], prefixes[::2]
+    b, kv = (a.ravel() for a in np.meshgrid(batches, lengths, indexing="ij"))
+    ch, pre = (a.ravel() for a in np.meshgrid(chunks, prefixes, indexing="ij"))
+    keep = ch + pre <= max_model_len
+    ch, pre = ch[keep], pre[keep]
+    prefill_rows, decode_rows = db.attention("prefill"), db.attention("decode")
+    frames, kernels = [], {}
+    for dep in deps:
+        s, window = attention_shape(dep), dep.model.sliding_window
+        where = f"{db.folder}/attention/{db.engine}/{db.version}"
+        att = Attention(prefill_rows, decode_rows, s.q_heads, s.kv_heads, s.head_dim, kv_dtype, where)
+        kernels = {"prefill": att.prefill_kernel, "decode": att.decode_kernel}
+        dec, k_dec = att.decode(b, kv, window)
+        pre_t, k_pre = att.prefill(ch, pre, window)
+        frames.append(pd.DataFrame({"phase": "decode", "tp": dep.tp, "batch_size": b, "chunk": 1, "kv_len": kv,
+                                    "time_ms": dec, "source": names(k_dec)}))  # fmt: skip
+        frames.append(pd.DataFrame({"phase": "prefill", "tp": dep.tp, "batch_size": 1, "chunk": ch, "kv_len": pre,
+                                    "time_ms": pre_t, "source": names(k_pre)}))  # fmt: skip
+    return pd.concat(frames, ignore_index=True), kernels
+
+
+def collective_table(db: measured.Database, node: NodeSpec, network: NetworkSpec | None, tps: list[int],
+                     quick: bool) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+    sizes = np.array(grid.collective_sizes())
+    if quick:
+        sizes = sizes[::2]
+    elements = sizes / ACTIVATION_BYTES
+    nccl_version, nccl = db.nccl()
+    custom = db.custom_allreduce()
+    info = {"nccl_version": nccl_version, "custom_allreduce_version": custom[0] if custom else None,
+            "custom_allreduce_max_bytes": CUSTOM_AR_MAX_BYTES}  # fmt: skip
+    frames = []
+    for tp in sorted({t for t in tps if t > 1}):
+        rows = nccl[nccl["num_gpus"] == tp]
+        box = measured.BOXES.get(db.system)
+        why = (f"measured in {box}, not {node.name}" if node.name != box
+               else f"no measured rows for {tp} GPUs" if rows.empty else None)  # fmt: skip
+        if why:  # e.g. A100 NVLink pairs (measured: DGX A100), TP 8 on GB200 (measured: a 4-GPU tray): modelled
+            from simserve.profiling.collectives import all_reduce_ms
+
+            frames.append(pd.DataFrame({"op": "all_reduce", "link": node.name, "num_workers": tp, "size_bytes": sizes,
+                                        "time_ms": all_reduce_ms(node, tp, sizes), "source": "modelled",
+                                        "kernel": f"simserve NCCL model (nccl.py): {why}"}))  # fmt: skip
+            continue
+        t, kind = loglog(rows["message_size"], rows["latency"], elements)
+        kernel = np.full(len(sizes), f"nccl {nccl_version}", dtype=object)
+        if custom is not None:
+            c = custom[1]
+            graph = [k for k in c["kernel_source"].unique() if "graph" in str(k).lower()]
+            c = c[(c["num_gpus"] == tp) & (c["kernel_source"].isin(graph) if graph else True)]
+            if not c.empty:
+                small = sizes <= CUSTOM_AR_MAX_BYTES
+                ct, ck = loglog(c["message_size"], c["latency"], elements[small])
+                t[small], kind[small] = ct, ck
+                kernel[small] = f"{db.engine} {custom[0]} custom all-reduce ({c['kernel_source'].iloc[0]})"
+        frames.append(pd.DataFrame({"op": "all_reduce", "link": node.name, "num_workers": tp, "size_bytes": sizes,
+                                    "time_ms": t, "source": names(kind), "kernel": kernel}))  # fmt: skip
+    p2p = collectives_table(node, network, [1], quick)  # send/recv only: no table in the package
+    frames.append(p2p.assign(source="modelled", kernel="simserve NCCL model (nccl.py)"))
+    return pd.concat(frames, ignore_index=True), info
+
+
+def elementwise_table(deps: list[Deployment], tokens: np.ndarray) -> pd.DataFrame:
+    from simserve.profiling import roofline
+
+    return roofline.elementwise_table(deps, tokens).assign(source="modelled")
+
+
+def token_grid(max_tokens: int, quick: bool) -> np.ndarray:
+    tokens = grid.token_counts(max_tokens)
+    if quick:  # as the roofline backend: keep the tile neighbours (multiples of 64 and their +1)
+        tokens = [t for t in tokens if t <= 64 or t % 64 in (0, 1) or t > 4096]
+    return np.array(tokens)
+
+
+def profile(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    tps: list[int],
+    node: NodeSpec | None,
+    network: NetworkSpec | None,
+    max_model_len: int = 16384,
+    max_tokens: int = 16384,
+    quick: bool = False,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    moe_skew: float = 0.0,
+    engine: str = "vllm",
+    engine_version: str | None = None,
+) -> tuple[dict[str, pd.DataFrame], dict]:
+    """The four tables of simserve/profiling/schema.py (ms per layer per GPU) and their provenance fields.
+
+    `dtype` picks the GEMM rows (bf16, fp8: the package's per-tensor-scaled fp8 kernels, fp8_block), `kv_dtype` the
+    attention rows' KV cache (bf16, fp8)."""
+    if model.is_moe or model.is_mla or moe_skew:
+        raise SimserveError(
+            f"the measured backend reads dense GQA layers only ({model.name} is "
+            f"{'MoE' if model.is_moe else 'MLA' if model.is_mla else 'skewed MoE'}); use --backend roofline"
+        )
+    db = measured.open_database(gpu.name, engine, engine_version)
+    deps = profiled_deployments(model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
+    kv_dtype = {"bf16": "bfloat16", "fp8": "fp8"}.get(kv_dtype, kv_dtype)
+    tokens = token_grid(max_tokens, quick)
+    gemms, gemm_kernel = _gemm_rows(db, dtype)
+    attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)
+    collectives, comm = collective_table(db, deps[0].node, network, tps, quick)
+    tables = {
+        "linear": linear_table(deps, tokens, gemms),
+        "elementwise": elementwise_table(deps, tokens),
+        "attention": attention,
+        "collectives": collectives,
+    }
+    row_counts = {name: counts([_KIND[s] for s in df["source"]]) for name, df in tables.items()}
+    extrapolated = sum(c["extrapolated"] for c in row_counts.values())
+    provenance = {
+        "backend": BACKEND,
+        "device": f"{gpu.name} (NVIDIA's measurements on {db.system}; no GPU used to write this profile)",
+        "measured": {
+            "package": measured.PACKAGE,
+            "package_version": measured.package_version(),
+            "system": db.system,
+            "engine": db.engine,
+            "engine_version": db.version,
+            "gemm_dtype": measured.GEMM_DTYPES.get(dtype, dtype),
+            "gemm_kernel": gemm_kernel,
+            "kv_cache_dtype": kv_dtype,
+            "attention_kernels": att_kernels,
+            **comm,
+            "license": measured.LICENSE,
+            "attribution": measured.ATTRIBUTION,
+        },
+        **roofline_link_fields(deps[0].node, network),  # the box and network the modelled rows assume
+        "row_counts": row_counts,
+        "note": (
+            "rows per table by how their time was got (the `source` column): measured on the package's grid, "
+            "interpolated between grid points, derived by a stated identity from measured rows, extrapolated "
+            f"beyond the grid ({extrapolated} rows), or modelled (no table: elementwise ops from the roofline, "
+            "send/recv from simserve's NCCL model); method in simserve/profiling/measured_backend.py"
+        ),
+    }
+    return tables, provenance
+
+
+_KIND = {name: i for i, name in enumerate(KIND_NAMES)}
