@@ -94,10 +94,10 @@ def run_command(
         0, "--long-prefill-token-threshold", help="vllm-v1: cap on one request's chunk (0: off)."
     ),
     max_num_partial_prefills: int = typer.Option(
-        1, "--max-num-partial-prefills", help="vllm-v1: prefills in one batch."
+        1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
     max_long_partial_prefills: int = typer.Option(
-        1, "--max-long-partial-prefills", help="vllm-v1: prefills longer than the threshold in one batch."
+        1, "--max-long-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
