@@ -124,6 +124,13 @@ def test_command_names_parallelism_and_never_a_removed_flag():
         "vllm serve 01-ai/Yi-34B --max-num-batched-tokens 2048 --max-num-seqs 256 "
         "--tensor-parallel-size 2 --pipeline-parallel-size 2 --max-model-len 4096"
     )
+    flags.update({"long-prefill-token-threshold": 256, "long-prefill-token-threshold-adaptive": 1})
+    assert vllm_command(Scenario(), flags) == (
+        "vllm serve mistralai/Mistral-7B-v0.1 --max-num-batched-tokens 2048 --max-num-seqs 256 "
+        "--long-prefill-token-threshold 256 --long-prefill-token-threshold-adaptive --max-model-len 8192"
+    )
+    with pytest.raises(SimserveError, match="is a switch: 0 \\(off\\), 1 \\(on\\)"):
+        parse_grid("vllm", "long-prefill-token-threshold-adaptive=2")
 
 
 def _cli(args, capsys):

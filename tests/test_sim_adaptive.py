@@ -110,6 +110,13 @@ def test_vllm_v1_long_prefill_threshold_and_several_prefills_per_step():
     # With two requests the threshold caps each chunk at 100, both in the same step.
     res = run(*two, "vllm-v1", budget=1000, long_prefill_token_threshold=100, stretch=False)
     assert prefill_chunks(res)[:3] == [200, 200, 200]
+    # Adaptive: the threshold is floored at the budget's fair share, 1000 // 2 = 500 per request.
+    res = run(*two, "vllm-v1", budget=1000, long_prefill_token_threshold=100,
+              long_prefill_token_threshold_adaptive=True, stretch=False)  # fmt: skip
+    assert prefill_chunks(res)[0] == 600
+    res = run([900, 900], [2, 2], [0.0, 0.0], "vllm-v1", budget=1000, long_prefill_token_threshold=100,
+              long_prefill_token_threshold_adaptive=True, stretch=False)  # fmt: skip
+    assert prefill_chunks(res)[0] == 1000  # 500 + 500
     with pytest.raises(SimserveError, match="unrecognized arguments: --max-num-partial-prefills"):
         run(*two, "vllm-v1", budget=1000, max_num_partial_prefills=2, stretch=False)
 

@@ -87,6 +87,7 @@ def cases(draw, policies=POLICY_NAMES):
         time_limit_s=0.3 if stop == "cap" else None,
         tbt_target_s=draw(st.sampled_from([0.005, 0.02, 0.1])),
         long_prefill_token_threshold=draw(st.sampled_from([0, 64])),
+        long_prefill_token_threshold_adaptive=draw(st.booleans()),
         min_budget=draw(st.one_of(st.none(), st.integers(1, 300))),
         watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
         block_size=draw(st.sampled_from([16, 16, 8, 10])),  # 10: the core's division path, not its mask

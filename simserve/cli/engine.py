@@ -16,6 +16,7 @@ HEADERS = {  # the flags' names are too long for a table's columns
     "max-num-batched-tokens": "batched tokens",
     "max-num-seqs": "seqs",
     "long-prefill-token-threshold": "long threshold",
+    "long-prefill-token-threshold-adaptive": "adaptive",
     "capacity_qps": "capacity",
     "capacity_std": "± std",
 }

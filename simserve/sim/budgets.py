@@ -143,7 +143,8 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 # Design note: vLLM 0.33.0's V1 scheduler (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`, FCFS
 # policy, no prefix caching, no speculative decoding, no KV connector), step by step:
 #   1. One budget, max_num_batched_tokens, for everything. `long_prefill_token_threshold` caps one request's
-#      chunk, but only when more than one request is running or waiting ("nobody to starve" otherwise).
+#      chunk, but only when more than one request is running or waiting ("nobody to starve" otherwise);
+#      with `long_prefill_token_threshold_adaptive`, never below budget // (running + waiting).
 #   2. RUNNING requests in `running` order (admission order; a readmitted request goes to the end): each
 #      takes min(tokens it still wants (a decode: 1), threshold, budget left) while budget lasts, and gets
 #      the KV blocks that chunk needs: ceil((computed + chunk) / block) minus the blocks it holds. Out of
@@ -161,7 +162,10 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
     running = rep.running
     assert running is not None, "vllm-v1 needs ReplicaState.running"
     budget = rep.budget
-    thr = cfg.long_prefill_token_threshold if len(running) + len(rep.waiting) > 1 else 0
+    eligible = len(running) + len(rep.waiting)
+    thr = cfg.long_prefill_token_threshold if eligible > 1 else 0
+    if thr and cfg.long_prefill_token_threshold_adaptive:
+        thr = max(thr, rep.budget // eligible)  # never below a fair share of the budget
     prefills: list[tuple[int, int]] = []
     decodes: list[int] = []
     preempted = False

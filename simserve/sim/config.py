@@ -60,6 +60,8 @@ class SimConfig:
     min_budget: int | None = None
     # vllm-v1 (vLLM's flag of the same name; 0 means off, as in vLLM)
     long_prefill_token_threshold: int = 0
+    # vllm-v1: floor the threshold at budget / (running + waiting requests) (vLLM's flag of the same name)
+    long_prefill_token_threshold_adaptive: bool = False
     # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1

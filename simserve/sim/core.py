@@ -356,6 +356,7 @@ class Core:
     tbt_target: cython.double
     pressure_floor: cython.longlong
     long_threshold: cython.longlong
+    long_adaptive: cython.bint
     equal_limit: cython.double
     timer: Timer
     # the event loop
@@ -423,6 +424,7 @@ class Core:
         self.tbt_target = p["tbt_target"]
         self.pressure_floor = p["pressure_floor"]
         self.long_threshold = p["long_threshold"]
+        self.long_adaptive = p["long_adaptive"]
         self.timer = timer
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
@@ -1252,12 +1254,15 @@ class Core:
         is_prefill: cython.bint
         preempted: cython.bint = False
         budget: cython.longlong = self.budget
-        thr: cython.longlong = self.long_threshold if len(rep.running) + len(rep.waiting) > 1 else 0
+        eligible: cython.longlong = len(rep.running) + len(rep.waiting)
+        thr: cython.longlong = self.long_threshold if eligible > 1 else 0
         bs: cython.longlong = self.block_size
         i: cython.Py_ssize_t = 0
         running: list = rep.running
         prefills: list = []
         decodes: list = []
+        if thr and self.long_adaptive:
+            thr = max(thr, self.budget // eligible)
         while i < len(running) and budget > 0:
             rid = running[i]
             if self.pp > 1 and self.inflight[rid]:

@@ -161,6 +161,7 @@ def run(
         tbt_target=cfg.tbt_target_s,
         pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
         long_threshold=cfg.long_prefill_token_threshold,
+        long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
         num_blocks=num_blocks,
         watermark_blocks=int(cfg.kv_watermark() * num_blocks),
         num_replicas=cfg.num_replicas,

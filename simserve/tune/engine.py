@@ -42,7 +42,10 @@ VLLM_FLAGS: dict[str, tuple[str, tuple[int, ...]]] = {
     "max-num-batched-tokens": ("budget", (512, 1024, 2048, 4096, 8192)),
     "max-num-seqs": ("max_batch", (128, 256)),
     "long-prefill-token-threshold": ("long_prefill_token_threshold", (0,)),
+    # a switch (0 off, 1 on): floors the threshold at the budget's fair share
+    "long-prefill-token-threshold-adaptive": ("long_prefill_token_threshold_adaptive", (0,)),
 }
+SWITCHES = ("long-prefill-token-threshold-adaptive",)  # printed as a bare flag when 1, left out when 0
 # Flags earlier vLLM releases had and 0.33.0's `vllm serve` parser refuses ("unrecognized arguments").
 VLLM_REMOVED = {
     "max-num-partial-prefills": "removed in vLLM 0.27 (PR #49244)",
@@ -110,6 +113,8 @@ def parse_grid(
             parsed = tuple(int(v) for v in values.split(",") if v.strip())
         except ValueError:
             parsed = ()
+        if name in SWITCHES and not set(parsed) <= {0, 1}:
+            raise SimserveError(f"--engine-grid {name} is a switch: 0 (off), 1 (on) or both, e.g. {name}=0,1")
         if not sep or not parsed or any(v < 0 for v in parsed):
             raise SimserveError(
                 f"--engine-grid {name} needs non-negative integers, e.g. {name}={','.join(map(str, grid[name]))}"
@@ -172,7 +177,8 @@ def run_engine_sweep(
     spec = None
     for combo in itertools.product(*(grid[f] for f in others)):
         fixed = dict(zip(others, combo, strict=True))
-        spec = make_spec({flags[f][0]: v for f, v in fixed.items()}, grid[SWEPT[0]], grid[SWEPT[1]])
+        overrides = {flags[f][0]: bool(v) if f in SWITCHES else v for f, v in fixed.items()}
+        spec = make_spec(overrides, grid[SWEPT[0]], grid[SWEPT[1]])
         rows = run(spec).rows
         rows = rows.assign(**{f: v for f, v in fixed.items()})
         frames.append(rows)
@@ -206,7 +212,10 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
     for flag, value in best.items():
         if flag in VLLM_REMOVED:
             continue  # NOTE: never printed: the pinned release's parser refuses them
-        if flag in SWEPT or (flag == "long-prefill-token-threshold" and value):
+        if flag in SWITCHES:
+            if value:
+                parts.append(f"--{flag}")
+        elif flag in SWEPT or (flag == "long-prefill-token-threshold" and value):
             parts.append(f"--{flag} {value}")
     if base.tp > 1:
         parts.append(f"--tensor-parallel-size {base.tp}")

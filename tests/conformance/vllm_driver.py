@@ -49,6 +49,7 @@ def main() -> None:
             max_num_batched_tokens=w["max_num_batched_tokens"], max_num_seqs=w["max_num_seqs"],
             max_model_len=w["max_model_len"], enable_chunked_prefill=True, is_encoder_decoder=False,
             long_prefill_token_threshold=w["long_prefill_token_threshold"],
+            long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
         )  # fmt: skip
         config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
         kv = KVCacheConfig(

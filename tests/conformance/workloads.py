@@ -23,7 +23,10 @@ WORKLOADS = {
     "long": (120, (1500, 7000), (20, 200), 4.0, 3000, 2048, 64, 512, 8192, 3),
     # a tiny budget and few sequences: decodes stall behind chunks, max_num_seqs binds, some preemption
     "tight": (250, (10, 600), (5, 120), 1.0, 160, 128, 32, 64, 2048, 4),
+    # mixed prompts, a 128-token threshold floored at the budget's fair share (long_prefill_token_threshold_adaptive)
+    "adaptive": (200, (20, 4000), (10, 200), 1.5, 1500, 2048, 64, 128, 8192, 5),
 }
+ADAPTIVE = ("adaptive",)  # workloads run with long_prefill_token_threshold_adaptive
 
 
 def make(name: str) -> dict:
@@ -37,6 +40,7 @@ def make(name: str) -> dict:
         "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
         "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
         "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
+        "long_prefill_token_threshold_adaptive": name in ADAPTIVE,
     }  # fmt: skip
 
 
@@ -55,6 +59,7 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
         policy="vllm-v1", budget=w["max_num_batched_tokens"], max_batch=w["max_num_seqs"],
         max_model_len=w["max_model_len"], block_size=w["block_size"],
         long_prefill_token_threshold=w["long_prefill_token_threshold"],
+        long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
     ).validate()  # fmt: skip
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["num_blocks"], 1, LogHistogram(), lambda _, rid: done.append(rid))
