@@ -17,7 +17,8 @@ HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes", "head_siz
           "shared_expert_ffn", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
           "qk_rope_head_dim", "v_head_dim", "num_experts", "experts_per_token"}  # fmt: skip
 # Shown with --wide only, so that the default table fits an 80-column terminal without splitting a number.
-DETAIL = {"activation", "norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps"}
+DETAIL = {"activation", "norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps",
+          "nvls_bus_gbps", "sm_version"}  # fmt: skip
 # Column headings with the unit (the fields' `gbps` are gigabytes per second); others are the field's name.
 LABELS = {
     "gpus_per_node": "GPUs",
@@ -28,6 +29,7 @@ LABELS = {
     "pcie_gbps": "PCIe GB/s",
     "nvlink_bus_gbps": "NVLink bus GB/s",
     "pcie_bus_gbps": "PCIe bus GB/s",
+    "nvls_bus_gbps": "NVLS bus GB/s",
     "gbps": "GB/s",
     "bus_gbps": "bus GB/s",
     "latency_us": "latency µs",

@@ -43,9 +43,13 @@ def _load(compiled: bool) -> ModuleType | None:
     """simserve.sim.core as built (None when it is not compiled), or its source run as plain Python."""
     if compiled not in _modules:
         if compiled:
-            from simserve.sim import core
-
-            _modules[True] = core if core.COMPILED else None
+            try:
+                from simserve.sim import core
+            except ModuleNotFoundError as exc:  # no extension built and no Cython to read core.py's types
+                if exc.name != "cython":
+                    raise
+                core = None
+            _modules[True] = core if core is not None and core.COMPILED else None
         else:
             path = Path(__file__).with_name("core.py")
             spec = importlib.util.spec_from_file_location("simserve.sim._core_source", path)
