@@ -13,7 +13,17 @@ from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.sim.scenario import Scenario
 from simserve.tune.capacity import SLO
-from simserve.tune.engine import parse_grid, recommend, run_engine_sweep, vllm_command
+from simserve.tune.engine import (
+    VLLM_FLAGS,
+    check_grid,
+    check_vllm_flags,
+    default_grid,
+    parse_grid,
+    recommend,
+    run_engine_sweep,
+    vllm_command,
+    vllm_defaults,
+)
 
 
 def test_grid_overrides_the_defaults_and_rejects_unknown_flags():
@@ -26,6 +36,42 @@ def test_grid_overrides_the_defaults_and_rejects_unknown_flags():
         parse_grid("vllm", "max-num-seqs=lots")
     with pytest.raises(SimserveError, match="unknown --engine 'trt'"):
         parse_grid("trt", None)
+
+
+@pytest.mark.parametrize("flag", ["max-num-partial-prefills", "--max-long-partial-prefills"])
+def test_flags_the_pinned_release_removed_are_refused_as_its_parser_does(flag):
+    assert flag.removeprefix("--") not in VLLM_FLAGS
+    with pytest.raises(SimserveError, match=r"^vllm serve: error: unrecognized arguments: --max-.*PR #49244"):
+        parse_grid("vllm", f"{flag}=2")
+
+
+def test_per_gpu_defaults_are_vllm_0_33s_server_defaults():
+    # EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER (vllm/engine/arg_utils.py)
+    assert vllm_defaults(79.15, "A100-80GB") == (2048, 256)
+    assert vllm_defaults(79.11, "H100-SXM") == (8192, 1024)
+    assert vllm_defaults(139.8, "H200") == (8192, 1024)
+    assert vllm_defaults(178.4, "B200") == (16384, 1024)
+    assert vllm_defaults(44.35, "A40-48GB") == (2048, 256)
+    for mem, name in ((79.15, "A100-80GB"), (79.11, "H100-SXM"), (178.4, "B200")):
+        grid = default_grid(mem, name)
+        tokens, seqs = vllm_defaults(mem, name)
+        assert tokens in grid["max-num-batched-tokens"] and seqs in grid["max-num-seqs"]
+        check_grid(grid, 8192)  # every default point is one vLLM starts with
+    assert default_grid(79.11, "H100-SXM")["max-num-batched-tokens"] == (2048, 4096, 8192, 16384, 32768)
+    assert parse_grid("vllm", None, 79.11, "H100-SXM")["max-num-seqs"] == (256, 1024)
+
+
+def test_combinations_vllm_refuses_fail_with_its_own_message():
+    with pytest.raises(SimserveError, match=r"^max_num_batched_tokens \(128\) must be greater than or equal to "
+                                            r"max_num_seqs \(256\)"):  # fmt: skip
+        check_vllm_flags(128, 256, 0, 4096)
+    with pytest.raises(SimserveError, match=r"^long_prefill_token_threshold \(5000\) cannot be greater than the "
+                                            r"max_model_len \(4096\)"):  # fmt: skip
+        check_vllm_flags(2048, 256, 5000, 4096)
+    with pytest.raises(SimserveError, match=r"^max_num_batched_tokens \(2048\) is smaller than max_model_len"):
+        check_vllm_flags(2048, 256, 0, 4096, chunked_prefill=False)
+    check_vllm_flags(2048, 256, 0, 4096)  # V1 chunks prefills: a budget below max_model_len is fine
+    check_vllm_flags(256, 256, 256, 4096)  # equality is allowed
 
 
 def fake_run(capacity):
@@ -70,14 +116,21 @@ def test_no_capacity_anywhere_is_an_error_naming_the_fix():
         recommend(table, 0.1, ["max-num-batched-tokens"])
 
 
-def test_command_names_parallelism_and_non_default_partial_prefills():
+def test_command_names_parallelism_and_never_a_removed_flag():
     flags = {"max-num-batched-tokens": 2048, "max-num-seqs": 256, "long-prefill-token-threshold": 0,
              "max-num-partial-prefills": 2, "max-long-partial-prefills": 1}  # fmt: skip
     cmd = vllm_command(Scenario(model="yi-34b", tp=2, pp=2, trace="arxiv"), flags)
     assert cmd == (  # Yi-34B accepts 4096 tokens: the arXiv trace's 16k default is capped at the model's limit
-        "vllm serve 01-ai/Yi-34B --max-num-batched-tokens 2048 --max-num-seqs 256 --max-num-partial-prefills 2 "
+        "vllm serve 01-ai/Yi-34B --max-num-batched-tokens 2048 --max-num-seqs 256 "
         "--tensor-parallel-size 2 --pipeline-parallel-size 2 --max-model-len 4096"
     )
+    flags.update({"long-prefill-token-threshold": 256, "long-prefill-token-threshold-adaptive": 1})
+    assert vllm_command(Scenario(), flags) == (
+        "vllm serve mistralai/Mistral-7B-v0.1 --max-num-batched-tokens 2048 --max-num-seqs 256 "
+        "--long-prefill-token-threshold 256 --long-prefill-token-threshold-adaptive --max-model-len 8192"
+    )
+    with pytest.raises(SimserveError, match="is a switch: 0 \\(off\\), 1 \\(on\\)"):
+        parse_grid("vllm", "long-prefill-token-threshold-adaptive=2")
 
 
 def _cli(args, capsys):
@@ -91,7 +144,13 @@ def _cli(args, capsys):
 @pytest.mark.parametrize(
     ("args", "match"),
     [(["--engine", "trt"], "unknown --engine 'trt'"),
-     (["--engine", "vllm", "--engine-grid", "max-batch=4"], "unknown vllm flag 'max-batch'")],
+     (["--engine", "vllm", "--engine-grid", "max-batch=4"], "unknown vllm flag 'max-batch'"),
+     (["--engine", "vllm", "--engine-grid", "max-num-partial-prefills=2"],
+      "vllm serve: error: unrecognized arguments: --max-num-partial-prefills"),
+     (["--engine", "vllm", "--engine-grid", "max-num-batched-tokens=128;max-num-seqs=256"],
+      "max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256)"),
+     (["--engine", "vllm", "--gpu", "h100", "--engine-grid", "max-num-batched-tokens=512"],
+      "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs (1024)")],
 )  # fmt: skip
 def test_cli_bad_engine_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
     code, _, err = _cli(["sweep", "--out", str(tmp_path / "o"), "--no-cache", *args], capsys)
@@ -108,6 +167,9 @@ def test_cli_engine_sweep_prints_the_command_and_writes_the_files(capsys, tmp_pa
     assert code == 0
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["command"] in stdout.replace("\n", " ") or rec["command"] in stdout
+    assert rec["release"] == "vLLM 0.33.0 (V1 engine)" and "vLLM 0.33.0" in stdout  # table title, comment
+    assert "# for vLLM 0.33.0" in stdout and "partial-prefills" not in stdout
+    assert rec["scenario"]["memory_utilization"] == 0.92  # the release's default: the command omits the flag
     assert rec["command"].startswith("vllm serve mistralai/Mistral-7B-v0.1 --max-num-batched-tokens ")
     table = pd.read_csv(out / "engine.csv")
     assert sorted(table["max-num-batched-tokens"]) == [512, 2048]

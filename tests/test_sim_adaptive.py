@@ -100,17 +100,25 @@ def test_vllm_v1_shares_one_budget_between_decodes_and_chunks():
     assert res.iterations.num_decode_tokens.max() == 2 and res.summary.completed == 3
 
 
-def test_vllm_v1_long_prefill_threshold_and_partial_prefill_limits():
+def test_vllm_v1_long_prefill_threshold_and_several_prefills_per_step():
+    # Alone, a request is never capped (vLLM: "nobody to starve"): one 350-token chunk.
     res = run([350], [2], [0.0], "vllm-v1", budget=1000, long_prefill_token_threshold=100, stretch=False)
-    assert prefill_chunks(res) == [100, 100, 100, 50]
+    assert prefill_chunks(res) == [350]
     two = ([300, 300], [2, 2], [0.0, 0.0])
-    assert prefill_chunks(run(*two, "vllm-v1", budget=1000, stretch=False))[0] == 300  # one partial prefill
-    assert (
-        prefill_chunks(run(*two, "vllm-v1", budget=1000, max_num_partial_prefills=2, stretch=False))[0] == 600
-    )
-    long = dict(budget=1000, long_prefill_token_threshold=100, max_num_partial_prefills=2, stretch=False)
-    assert prefill_chunks(run(*two, "vllm-v1", **long))[0] == 100  # both long: one at a time
-    assert prefill_chunks(run(*two, "vllm-v1", max_long_partial_prefills=2, **long))[0] == 200
+    # V1 has no partial-prefill limit: both prompts share the first step's budget.
+    assert prefill_chunks(run(*two, "vllm-v1", budget=1000, stretch=False))[0] == 600
+    # With two requests the threshold caps each chunk at 100, both in the same step.
+    res = run(*two, "vllm-v1", budget=1000, long_prefill_token_threshold=100, stretch=False)
+    assert prefill_chunks(res)[:3] == [200, 200, 200]
+    # Adaptive: the threshold is floored at the budget's fair share, 1000 // 2 = 500 per request.
+    res = run(*two, "vllm-v1", budget=1000, long_prefill_token_threshold=100,
+              long_prefill_token_threshold_adaptive=True, stretch=False)  # fmt: skip
+    assert prefill_chunks(res)[0] == 600
+    res = run([900, 900], [2, 2], [0.0, 0.0], "vllm-v1", budget=1000, long_prefill_token_threshold=100,
+              long_prefill_token_threshold_adaptive=True, stretch=False)  # fmt: skip
+    assert prefill_chunks(res)[0] == 1000  # 500 + 500
+    with pytest.raises(SimserveError, match="unrecognized arguments: --max-num-partial-prefills"):
+        run(*two, "vllm-v1", budget=1000, max_num_partial_prefills=2, stretch=False)
 
 
 def test_vllm_v1_max_num_seqs_and_preemption_under_kv_pressure():

@@ -54,7 +54,7 @@ def assert_same(ref, got) -> None:
 
 
 @st.composite
-def cases(draw):
+def cases(draw, policies=POLICY_NAMES):
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     n = draw(st.integers(1, 60))
@@ -72,7 +72,7 @@ def cases(draw):
         else LinearTimer(0.003, 2e-5, 3e-8, num_stages=pp),
     )
     case["cfg"] = SimConfig(
-        policy=draw(st.sampled_from(POLICY_NAMES)),
+        policy=draw(st.sampled_from(policies)),
         budget=draw(st.one_of(st.none(), st.integers(1, 600))),
         max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
         max_model_len=max_len,
@@ -87,7 +87,7 @@ def cases(draw):
         time_limit_s=0.3 if stop == "cap" else None,
         tbt_target_s=draw(st.sampled_from([0.005, 0.02, 0.1])),
         long_prefill_token_threshold=draw(st.sampled_from([0, 64])),
-        max_num_partial_prefills=draw(st.integers(1, 3)),
+        long_prefill_token_threshold_adaptive=draw(st.booleans()),
         min_budget=draw(st.one_of(st.none(), st.integers(1, 300))),
         watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
         block_size=draw(st.sampled_from([16, 16, 8, 10])),  # 10: the core's division path, not its mask
@@ -103,6 +103,24 @@ def cases(draw):
 )
 @given(case=cases())
 def test_the_core_gives_the_reference_results_bit_for_bit(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"]
+        )
+
+    assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=cases(policies=("vllm-v1",)))
+def test_the_core_gives_the_reference_results_for_vllm_v1(monkeypatch, mode, case):
+    """vllm-v1's own bookkeeping (running order, per-chunk KV, preempting the last admitted) on small pools."""
+
     def sim():
         return simulate(
             case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"]

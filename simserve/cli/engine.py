@@ -16,8 +16,7 @@ HEADERS = {  # the flags' names are too long for a table's columns
     "max-num-batched-tokens": "batched tokens",
     "max-num-seqs": "seqs",
     "long-prefill-token-threshold": "long threshold",
-    "max-num-partial-prefills": "partial",
-    "max-long-partial-prefills": "long partial",
+    "long-prefill-token-threshold-adaptive": "adaptive",
     "capacity_qps": "capacity",
     "capacity_std": "± std",
 }
@@ -36,13 +35,29 @@ def engine_sweep(
     run: Callable[[Any], Any],
     search: str = "simserve",
 ) -> None:
-    from simserve.tune.engine import check_engine_scenario, parse_grid, run_engine_sweep, write_engine_outputs
+    from simserve.tune.engine import (
+        VLLM_GPU_MEMORY_UTILIZATION,
+        VLLM_RELEASE,
+        check_engine_scenario,
+        check_grid,
+        command_comment,
+        parse_grid,
+        run_engine_sweep,
+        write_engine_outputs,
+    )
     from simserve.tune.sweep import SweepSpec, scenario_fields
 
-    grid = parse_grid(engine, grid_text)  # bad flags fail here, before anything runs
     if hasattr(base, "record"):
+        parse_grid(engine, grid_text)  # bad flags fail first, before anything runs
         raise SimserveError("--engine needs the simulator; drop --toy")
+    from simserve.catalog import GPUSpec
+
+    gpu = GPUSpec.from_name(base.gpu)
+    grid = parse_grid(engine, grid_text, gpu.memory_gib, gpu.name)  # bad flags fail here, before anything runs
+    check_grid(grid, base.max_len)  # ... and combinations the release refuses to start with
     check_engine_scenario(base)
+    # The printed command leaves --gpu-memory-utilization at the release's default: simulate that pool.
+    base = replace(base, memory_utilization=VLLM_GPU_MEMORY_UTILIZATION)
 
     def make_spec(overrides: dict, budgets: tuple[int, ...], max_batches: tuple[int, ...]) -> SweepSpec:
         if any(b < 1 for b in (*budgets, *max_batches)):
@@ -62,12 +77,13 @@ def engine_sweep(
     result = run_engine_sweep(engine, grid, make_spec, run)
     written = write_engine_outputs(result, out, scenario_fields(base))
     console = Console(soft_wrap=True)
-    table = Table(title=f"{engine} flags: capacity (QPS) within the SLO")
+    table = Table(title=f"{VLLM_RELEASE} flags: capacity (QPS) within the SLO")
     for col in result.rows.columns:
         table.add_column(HEADERS.get(col, col), justify="left" if col == "message" else "right")
     for _, row in result.rows.iterrows():
         table.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
     console.print(table)
     console.print(f"best: {result.capacity_qps:.3g} QPS at the {slos[0].tbt_s:g} s SLO with")
+    console.print(command_comment(), highlight=False)
     console.print(result.command, highlight=False)
     console.print(f"wrote {', '.join(p.name for p in written)} to {out}/")

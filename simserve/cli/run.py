@@ -93,11 +93,16 @@ def run_command(
     long_prefill_token_threshold: int = typer.Option(
         0, "--long-prefill-token-threshold", help="vllm-v1: cap on one request's chunk (0: off)."
     ),
+    long_prefill_token_threshold_adaptive: bool = typer.Option(
+        False,
+        "--long-prefill-token-threshold-adaptive",
+        help="vllm-v1: floor the threshold at the budget's fair share (budget / running and waiting requests).",
+    ),
     max_num_partial_prefills: int = typer.Option(
-        1, "--max-num-partial-prefills", help="vllm-v1: prefills in one batch."
+        1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
     max_long_partial_prefills: int = typer.Option(
-        1, "--max-long-partial-prefills", help="vllm-v1: prefills longer than the threshold in one batch."
+        1, "--max-long-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
@@ -192,6 +197,7 @@ def run_command(
         tbt_target_s=tbt_target,
         min_budget=min_budget,
         long_prefill_token_threshold=long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
         dtype=dtype,

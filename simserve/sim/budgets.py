@@ -12,16 +12,11 @@ of new requests in FIFO order) but size each chunk per iteration with the replic
   equal-cost  for pipeline parallelism: each chunk's own predicted cost (stage 0) is at most that of a
               cap-sized chunk with no prefix, so chunks shrink as the prefix grows and stages stay balanced.
 
-vllm-v1 (vLLM's v1 scheduler): one `max_num_batched_tokens` budget shared by everything: running requests in
-admission order each take one decode token or their next prefill chunk (capped by
-`long_prefill_token_threshold`), then waiting requests are admitted while budget and `max_num_seqs` last and
-no request was preempted this step. `max_num_partial_prefills` / `max_long_partial_prefills` bound the
-prefills (all / longer than the threshold) in one batch, as vLLM's V0 scheduler did with those flags.
+vllm-v1: vLLM 0.33.0's V1 `Scheduler.schedule()` (see the design note at `vllm_v1_batch`).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 
 import numpy as np
@@ -145,84 +140,76 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 
 
 # -- vllm-v1 ------------------------------------------------------------------------------------------
+# Design note: vLLM 0.33.0's V1 scheduler (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`, FCFS
+# policy, no prefix caching, no speculative decoding, no KV connector), step by step:
+#   1. One budget, max_num_batched_tokens, for everything. `long_prefill_token_threshold` caps one request's
+#      chunk, but only when more than one request is running or waiting ("nobody to starve" otherwise);
+#      with `long_prefill_token_threshold_adaptive`, never below budget // (running + waiting).
+#   2. RUNNING requests in `running` order (admission order; a readmitted request goes to the end): each
+#      takes min(tokens it still wants (a decode: 1), threshold, budget left) while budget lasts, and gets
+#      the KV blocks that chunk needs: ceil((computed + chunk) / block) minus the blocks it holds. Out of
+#      blocks, the last of `running` is preempted (recompute: KV freed, to the front of waiting) until the
+#      chunk fits; when the request itself was the last, the running loop stops there.
+#   3. WAITING requests in FIFO order, only if nothing was preempted this step: while budget lasts and
+#      fewer than max_num_seqs run, the head is admitted if the blocks of its whole sequence fit
+#      (`scheduler_reserve_full_isl`, default True; watermark 0.0 by default), but only its first chunk's
+#      blocks are allocated. Several prefills share a step (V1 has no max_num_partial_prefills).
+# Checked step by step against the real Scheduler by tests/conformance/ (docs/engines.md).
+# NOTE: a step of vLLM's that only preempts (the running set emptied itself) schedules nothing; the engine
+# steps again at once. Here that empty step costs no time, so the next step is formed right away.
 def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], np.ndarray]:
-    cfg, r = rep.cfg, rep.reqs
+    cfg, r, bs = rep.cfg, rep.reqs, rep.block_size
+    running = rep.running
+    assert running is not None, "vllm-v1 needs ReplicaState.running"
     budget = rep.budget
-    thr = cfg.long_prefill_token_threshold
-    partial = [rid for rid in rep.prefilling if not (rep.pp > 1 and r.inflight[rid])]
+    eligible = len(running) + len(rep.waiting)
+    thr = cfg.long_prefill_token_threshold if eligible > 1 else 0
+    if thr and cfg.long_prefill_token_threshold_adaptive:
+        thr = max(thr, rep.budget // eligible)  # never below a fair share of the budget
     prefills: list[tuple[int, int]] = []
     decodes: list[int] = []
-    n_long = 0
-    # Running requests in admission order (ids are in arrival order): decodes and partial prefills mixed.
-    for rid, is_prefill in heapq.merge(((d, False) for d in rep.paused_decodes().tolist()),
-                                       ((p, True) for p in partial)):  # fmt: skip
-        if budget <= 0:
-            break  # NOTE: the shared budget is what makes decodes stall behind long chunks
-        if not is_prefill:
-            decodes.append(rid)
-            budget -= 1
-            continue
-        long = thr > 0 and int(r.target[rid]) > thr
-        if len(prefills) >= cfg.max_num_partial_prefills or (
-            long and n_long >= cfg.max_long_partial_prefills
-        ):
-            continue
-        n = min(int(r.target[rid] - r.computed[rid]), thr or budget, budget)
-        prefills.append((rid, n))
-        n_long += long
-        budget -= n
-    dec, gone = _grow_decodes(rep, decodes)
-    if gone:
-        return [
-            (rid, n) for rid, n in prefills if rid not in gone
-        ], dec  # vLLM admits nothing in a step that preempted
-    rep.drop_too_long()
-    while rep.waiting and budget > 0 and len(prefills) < cfg.max_num_partial_prefills:
-        rid = rep.waiting[0]
-        if rep.num_running >= rep.max_batch or not rep.kv.can_allocate(rep.admission_blocks(rid)):
-            break
+    preempted = False
+    i = 0
+    while i < len(running) and budget > 0:
+        rid = running[i]
         if rep.pp > 1 and r.inflight[rid]:
-            break
+            i += 1  # vLLM: nothing new to schedule while its micro-batch is in flight
+            continue
+        computed, target = int(r.computed[rid]), int(r.target[rid])
+        is_prefill = computed < target
+        n = min(target - computed if is_prefill else 1, thr or budget, budget)
+        need = -(-(computed + n) // bs) - int(r.blocks[rid])
+        while rep.kv.free < need:
+            victim = running[-1]  # NOTE: never one scheduled already: those are before index i
+            rep.preempt(victim)
+            preempted = True
+            if victim == rid:
+                break
+        if i >= len(running):
+            break  # it preempted itself (it was the last): vLLM stops scheduling running requests
+        rep.kv.allocate(need)
+        r.blocks[rid] += need
+        if is_prefill:
+            prefills.append((rid, n))
+        else:
+            decodes.append(rid)
+        budget -= n
+        i += 1
+    if preempted:
+        if not prefills and not decodes and not running:
+            return vllm_v1_batch(rep, now)  # the empty step that only preempted (see the note above)
+        return prefills, np.array(decodes, dtype=np.int64)
+    rep.drop_too_long()
+    while rep.waiting and budget > 0 and len(running) < rep.max_batch:
+        rid = rep.waiting[0]
+        if rep.pp > 1 and r.inflight[rid]:
+            break  # preempted while in flight (see policies.py)
         want = rep.num_tokens(rid)
-        long = thr > 0 and want > thr
-        if long and n_long >= cfg.max_long_partial_prefills:
-            break  # NOTE: strict FIFO; vLLM V0 let a shorter prompt overtake a blocked long one
+        if not rep.kv.can_allocate(-(-want // bs)):
+            break  # the whole sequence must fit (scheduler_reserve_full_isl)
         n = min(want, thr or budget, budget)
-        rep.admit_head(now)
+        rep.admit_head(now, -(-n // bs))
         prefills.append((rid, n))
-        n_long += long
         budget -= n
         rep.drop_too_long()
-    return prefills, dec
-
-
-def _grow_decodes(rep: ReplicaState, decodes: list[int]) -> tuple[np.ndarray, set[int]]:
-    """A KV slot for each chosen decode; out of blocks, preempt the youngest resident (vLLM: the last of
-    `running`), or the request itself when it is the youngest. Returns the decodes left and the preempted."""
-    r, bs = rep.reqs, rep.block_size
-    dec = np.array(decodes, dtype=np.int64)
-    need = r.computed[dec] % bs == 0
-    n_need = int(np.count_nonzero(need))
-    if rep.kv.free - n_need >= 1 or not n_need:
-        rep.kv.allocate(n_need)
-        r.blocks[dec[need]] += 1
-        return dec, set()
-    out: list[int] = []
-    gone: set[int] = set()
-    for rid in decodes:
-        if rid in gone:
-            continue
-        if r.computed[rid] % bs == 0:
-            while rep.kv.free < 1:
-                victim = max(rep.prefilling[-1:] + rep.decoding[-1:])
-                rep.preempt(victim)
-                gone.add(victim)
-                if victim == rid:
-                    break
-            if rid in gone:
-                continue
-            rep.kv.allocate(1)
-            r.blocks[rid] += 1
-        out.append(rid)
-    out = [rid for rid in out if rid not in gone]
-    return np.array(out, dtype=np.int64), gone
+    return prefills, np.array(decodes, dtype=np.int64)

@@ -19,8 +19,11 @@ DEFAULT_CHUNK = 512  # Sarathi-Serve's default chunk_size
 # The adaptive policies' largest chunk when --budget is not given: they pick smaller ones per iteration.
 DEFAULT_ADAPTIVE_CAP = 2048
 # vLLM v1's defaults for `vllm serve` on an A100-class GPU: --max-num-batched-tokens 2048, --max-num-seqs 256.
+# (`simserve sweep --engine vllm` uses the pinned release's per-GPU defaults: simserve/tune/engine.py.)
 VLLM_V1_TOKENS = 2048
 VLLM_V1_SEQS = 256
+# vLLM 0.33.0's SchedulerConfig.watermark default: V1 keeps no free blocks back at admission.
+VLLM_V1_WATERMARK = 0.0
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,12 @@ class SimConfig:
     tbt_target_s: float = 0.1
     # pressure: the smallest budget it shrinks to (default: a quarter of its cap)
     min_budget: int | None = None
-    # vllm-v1 (vLLM's flags of the same names; 0 means off, as in vLLM)
+    # vllm-v1 (vLLM's flag of the same name; 0 means off, as in vLLM)
     long_prefill_token_threshold: int = 0
+    # vllm-v1: floor the threshold at budget / (running + waiting requests) (vLLM's flag of the same name)
+    long_prefill_token_threshold_adaptive: bool = False
+    # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
+    # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
     max_long_partial_prefills: int = 1
 
@@ -93,11 +100,21 @@ class SimConfig:
             raise SimserveError(
                 f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
             )
-        if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
-            raise SimserveError(
-                "--max-num-partial-prefills and --max-long-partial-prefills must be at least 1"
-            )
+        for flag, value in (("--max-num-partial-prefills", self.max_num_partial_prefills),
+                            ("--max-long-partial-prefills", self.max_long_partial_prefills)):  # fmt: skip
+            if value != 1:
+                raise SimserveError(
+                    f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; the "
+                    "V1 scheduler admits every prefill that fits the token budget): drop it"
+                )
         return self
+
+    def kv_watermark(self) -> float:
+        """Fraction of KV blocks admission keeps free: none for orca/fcfs (they reserve max length) and for
+        vllm-v1 (vLLM 0.33.0's default); `watermark` otherwise (Sarathi-Serve's 0.01)."""
+        if self.policy == "vllm-v1":
+            return VLLM_V1_WATERMARK
+        return 0.0 if self.reserves_max_len else self.watermark
 
     def token_budget(self) -> int:
         """Prefill tokens one iteration may carry (vLLM: the sum of whole prompts in a prefill batch)."""

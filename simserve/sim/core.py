@@ -244,6 +244,7 @@ class Rep:
     waiting: object  # deque of ids
     prefilling: list  # sorted ids
     decoding: list  # sorted ids
+    running: list  # vllm-v1: ids in admission order (ReplicaState.running); unused otherwise
     free: cython.longlong
     num_blocks: cython.longlong
     watermark: cython.longlong
@@ -279,6 +280,7 @@ class Rep:
         self.waiting = deque()
         self.prefilling = []
         self.decoding = []
+        self.running = []
         self.free = num_blocks
         self.num_blocks = num_blocks
         self.watermark = watermark
@@ -354,8 +356,7 @@ class Core:
     tbt_target: cython.double
     pressure_floor: cython.longlong
     long_threshold: cython.longlong
-    max_partial: cython.longlong
-    max_long_partial: cython.longlong
+    long_adaptive: cython.bint
     equal_limit: cython.double
     timer: Timer
     # the event loop
@@ -423,8 +424,7 @@ class Core:
         self.tbt_target = p["tbt_target"]
         self.pressure_floor = p["pressure_floor"]
         self.long_threshold = p["long_threshold"]
-        self.max_partial = p["max_partial"]
-        self.max_long_partial = p["max_long_partial"]
+        self.long_adaptive = p["long_adaptive"]
         self.timer = timer
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
@@ -854,6 +854,8 @@ class Core:
         self.status[rid] = DONE
         self._release(rep, self.blocks[rid])
         self.blocks[rid] = 0
+        if self.policy == P_V1:
+            rep.running.remove(rid)
         rep.outstanding -= 1
         self._on_done(rid)
 
@@ -926,9 +928,11 @@ class Core:
         self._on_done(rid)
 
     @cython.cfunc
-    def _admit_head(self, rep: Rep, now: cython.double) -> cython.longlong:
+    def _admit_head(self, rep: Rep, now: cython.double, blocks: cython.longlong) -> cython.longlong:
+        """blocks < 0: the admission blocks (ReplicaState.admit_head's default); vllm-v1 passes its chunk's."""
         rid: cython.longlong = rep.waiting.popleft()
-        blocks: cython.longlong = self._admission_blocks(rid)
+        if blocks < 0:
+            blocks = self._admission_blocks(rid)
         self._allocate(rep, blocks)
         self.blocks[rid] = blocks
         self.computed[rid] = 0
@@ -937,6 +941,8 @@ class Core:
         if self.scheduled[rid] != self.scheduled[rid]:  # NaN: first admission
             self.scheduled[rid] = now
         _insort(rep.prefilling, rid)
+        if self.policy == P_V1:
+            rep.running.append(rid)
         return rid
 
     @cython.cfunc
@@ -947,6 +953,8 @@ class Core:
         self.req_preemptions[rid] += 1
         if self.inflight[rid]:
             rep.stale.add(rid)
+        if self.policy == P_V1:
+            rep.running.remove(rid)
         if not _remove_sorted(rep.decoding, rid):
             rep.prefilling.remove(rid)
         rep.waiting.appendleft(rid)
@@ -1096,7 +1104,7 @@ class Core:
             n = min(self._num_tokens(rid), self.budget - tokens)
             if n <= 0:
                 break
-            self._admit_head(rep, now)
+            self._admit_head(rep, now, -1)
             out.append((rid, n))
             tokens += n
             self._drop_too_long(rep)
@@ -1122,7 +1130,7 @@ class Core:
                 break
             if self._num_running(rep) + 1 > self.max_batch:
                 break
-            self._admit_head(rep, now)
+            self._admit_head(rep, now, -1)
             out.append((rid, n))
             tokens += n
             self._drop_too_long(rep)
@@ -1167,7 +1175,7 @@ class Core:
             n = self._size(chunks, prefixes, tokens, 0, self._num_tokens(rid), nd, kv_sum, budget)
             if n <= 0:
                 break
-            self._admit_head(rep, now)
+            self._admit_head(rep, now, -1)
             out.append((rid, n))
             chunks.append(n)
             prefixes.append(0)
@@ -1233,97 +1241,73 @@ class Core:
             return self.budget
         return min(self.budget, self.pressure_floor * (1 + len(rep.waiting)))
 
-    # -- vllm-v1 (budgets.vllm_v1_batch) ----------------------------------------------------------------
+    # -- vllm-v1 (budgets.vllm_v1_batch: its design note) ------------------------------------------------
     @cython.cfunc
     def _vllm_v1(self, rep: Rep, now: cython.double) -> tuple:
         rid: cython.longlong
+        victim: cython.longlong
         n: cython.longlong
         want: cython.longlong
+        need: cython.longlong
+        computed: cython.longlong
+        target: cython.longlong
+        is_prefill: cython.bint
+        preempted: cython.bint = False
         budget: cython.longlong = self.budget
-        thr: cython.longlong = self.long_threshold
-        n_long: cython.longlong = 0
-        is_long: cython.bint
+        eligible: cython.longlong = len(rep.running) + len(rep.waiting)
+        thr: cython.longlong = self.long_threshold if eligible > 1 else 0
+        bs: cython.longlong = self.block_size
         i: cython.Py_ssize_t = 0
-        j: cython.Py_ssize_t = 0
-        partial: list = [rid for rid in rep.prefilling if not (self.pp > 1 and self.inflight[rid])]
-        paused: list = self._paused_decodes(rep)
+        running: list = rep.running
         prefills: list = []
         decodes: list = []
-        # running requests in admission order (a merge of two sorted id lists)
-        while i < len(paused) or j < len(partial):
-            if budget <= 0:
-                break
-            if j >= len(partial) or (i < len(paused) and paused[i] < partial[j]):
-                decodes.append(paused[i])
+        if thr and self.long_adaptive:
+            thr = max(thr, self.budget // eligible)
+        while i < len(running) and budget > 0:
+            rid = running[i]
+            if self.pp > 1 and self.inflight[rid]:
                 i += 1
-                budget -= 1
                 continue
-            rid = partial[j]
-            j += 1
-            is_long = thr > 0 and self.target[rid] > thr
-            if len(prefills) >= self.max_partial or (is_long and n_long >= self.max_long_partial):
-                continue
-            n = min(self.target[rid] - self.computed[rid], thr if thr else budget, budget)
-            prefills.append((rid, n))
-            n_long += is_long
-            budget -= n
-        dec, gone = self._grow_decodes(rep, decodes)
-        if gone:
-            return [(rid, n) for rid, n in prefills if rid not in gone], dec
-        self._drop_too_long(rep)
-        while rep.waiting and budget > 0 and len(prefills) < self.max_partial:
-            rid = rep.waiting[0]
-            if self._num_running(rep) >= self.max_batch or not self._can_allocate(
-                rep, self._admission_blocks(rid)
-            ):
+            computed = self.computed[rid]
+            target = self.target[rid]
+            is_prefill = computed < target
+            n = target - computed if is_prefill else 1
+            n = min(n, thr if thr else budget, budget)
+            need = -(-(computed + n) // bs) - self.blocks[rid]
+            while rep.free < need:
+                victim = running[len(running) - 1]
+                self._preempt(rep, victim)
+                preempted = True
+                if victim == rid:
+                    break
+            if i >= len(running):
                 break
+            self._allocate(rep, need)
+            self.blocks[rid] += need
+            if is_prefill:
+                prefills.append((rid, n))
+            else:
+                decodes.append(rid)
+            budget -= n
+            i += 1
+        if preempted:
+            if not prefills and not decodes and not running:
+                return self._vllm_v1(rep, now)
+            return prefills, decodes
+        self._drop_too_long(rep)
+        while rep.waiting and budget > 0 and len(running) < self.max_batch:
+            rid = rep.waiting[0]
             if self.pp > 1 and self.inflight[rid]:
                 break
             want = self._num_tokens(rid)
-            is_long = thr > 0 and want > thr
-            if is_long and n_long >= self.max_long_partial:
+            if not self._can_allocate(rep, -(-want // bs)):
                 break
             n = min(want, thr if thr else budget, budget)
-            self._admit_head(rep, now)
+            self._admit_head(rep, now, -(-n // bs))
             prefills.append((rid, n))
-            n_long += is_long
             budget -= n
             self._drop_too_long(rep)
-        return prefills, dec
-
-    @cython.cfunc
-    @cython.cdivision(True)  # NOTE: only `%` of token counts (never negative): C's % is Python's
-    def _grow_decodes(self, rep: Rep, decodes: list) -> tuple:
-        rid: cython.longlong
-        victim: cython.longlong
-        n_need: cython.longlong = 0
-        for rid in decodes:
-            if self._block_start(self.computed[rid]):
-                n_need += 1
-        if rep.free - n_need >= 1 or not n_need:
-            self._allocate(rep, n_need)
-            for rid in decodes:
-                if self._block_start(self.computed[rid]):
-                    self.blocks[rid] += 1
-            return decodes, set()
-        out: list = []
-        gone: set = set()
-        for rid in decodes:
-            if rid in gone:
-                continue
-            if self._block_start(self.computed[rid]):
-                while rep.free < 1:
-                    victim = _youngest(rep)
-                    self._preempt(rep, victim)
-                    gone.add(victim)
-                    if victim == rid:
-                        break
-                if rid in gone:
-                    continue
-                self._allocate(rep, 1)
-                self.blocks[rid] += 1
-            out.append(rid)
-        return [rid for rid in out if rid not in gone], gone
+        return prefills, decodes
 
     # -- what the caller reads at each check ----------------------------------------------------------
     def replica_totals(self) -> list:
@@ -1372,15 +1356,3 @@ def _remove_sorted(a: list, x: cython.longlong) -> cython.bint:
         del a[lo]
         return True
     return False
-
-
-@cython.cfunc
-def _youngest(rep: Rep) -> cython.longlong:
-    """The youngest resident request (vLLM preempts the last of `running`): the largest id there."""
-    n: cython.Py_ssize_t = len(rep.prefilling)
-    m: cython.Py_ssize_t = len(rep.decoding)
-    if not n:
-        return rep.decoding[m - 1]
-    if not m:
-        return rep.prefilling[n - 1]
-    return max(rep.prefilling[n - 1], rep.decoding[m - 1])

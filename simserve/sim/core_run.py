@@ -165,10 +165,9 @@ def run(
         tbt_target=cfg.tbt_target_s,
         pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
         long_threshold=cfg.long_prefill_token_threshold,
-        max_partial=cfg.max_num_partial_prefills,
-        max_long_partial=cfg.max_long_partial_prefills,
+        long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
         num_blocks=num_blocks,
-        watermark_blocks=int((cfg.watermark if not cfg.reserves_max_len else 0.0) * num_blocks),
+        watermark_blocks=int(cfg.kv_watermark() * num_blocks),
         num_replicas=cfg.num_replicas,
     )
     hist = dict(

@@ -61,6 +61,8 @@ class Scenario:
     long_prefill_token_threshold: int = 0
     max_num_partial_prefills: int = 1
     max_long_partial_prefills: int = 1
+    # SimConfig.long_prefill_token_threshold_adaptive (vLLM 0.33.0's flag); added after outputs were pinned
+    long_prefill_token_threshold_adaptive: bool = field(default=False, metadata={"omit_at_default": True})
     # SimConfig.time_limit_s (the paper's 30-minute trial cap). Added after run outputs and probe caches were
     # pinned: left out of echoes and cache keys while unset (probe.scenario_fields), so those stay as they were.
     time_limit_s: float | None = field(default=None, metadata={"omit_at_default": True})
@@ -112,6 +114,7 @@ class Scenario:
             tbt_target_s=self.tbt_target_s,
             min_budget=self.min_budget,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
+            long_prefill_token_threshold_adaptive=bool(self.long_prefill_token_threshold_adaptive),
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,

@@ -44,7 +44,7 @@ class ReplicaState:
         self.on_done = on_done  # (replica, request) when a request finishes or is ignored
         self.timer = timer  # the BatchTimer: adaptive policies predict an iteration's time with it
         self.dynamic = not cfg.reserves_max_len
-        self.kv = BlockManager(num_blocks, cfg.watermark if self.dynamic else 0.0)
+        self.kv = BlockManager(num_blocks, cfg.kv_watermark())
         self.block_size = cfg.block_size
         self.reserve = -(-cfg.max_model_len // cfg.block_size)  # orca/fcfs: max length up front
         self.budget = cfg.token_budget()
@@ -53,6 +53,9 @@ class ReplicaState:
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []
         self.decoding: list[int] = []
+        # vllm-v1 only: vLLM's `running` list, in admission order (a readmitted request goes to the end, so
+        # this is not id order once something was preempted); None for the other policies.
+        self.running: list[int] | None = [] if cfg.policy == "vllm-v1" else None
         self._decoding_array: np.ndarray | None = None
         self.turn_prefill = True  # chunked: whose turn it is (SimpleChunking alternates)
         self.preemptions = 0  # total, on this replica
@@ -102,11 +105,13 @@ class ReplicaState:
         self.outstanding -= 1
         self.on_done(self.index, rid)
 
-    def admit_head(self, now: float) -> int:
-        """Move the head of waiting into the running set with its KV blocks; returns its id."""
+    def admit_head(self, now: float, blocks: int | None = None) -> int:
+        """Move the head of waiting into the running set with its KV blocks (default: the admission blocks;
+        vllm-v1 passes its first chunk's); returns its id."""
         r = self.reqs
         rid = self.waiting.popleft()
-        blocks = self.admission_blocks(rid)
+        if blocks is None:
+            blocks = self.admission_blocks(rid)
         self.kv.allocate(blocks)
         r.blocks[rid] = blocks
         r.computed[rid] = 0
@@ -115,6 +120,8 @@ class ReplicaState:
         if r.scheduled[rid] != r.scheduled[rid]:  # NaN: first admission
             r.scheduled[rid] = now
         bisect.insort(self.prefilling, rid)
+        if self.running is not None:
+            self.running.append(rid)
         return rid
 
     def preempt(self, rid: int) -> None:
@@ -133,6 +140,8 @@ class ReplicaState:
         self.preemptions += 1
 
     def _remove(self, rid: int) -> None:
+        if self.running is not None:
+            self.running.remove(rid)
         i = bisect.bisect_left(self.decoding, rid)
         if i < len(self.decoding) and self.decoding[i] == rid:
             del self.decoding[i]
@@ -146,6 +155,8 @@ class ReplicaState:
         r.status[rid] = DONE
         self.kv.release(int(r.blocks[rid]))
         r.blocks[rid] = 0
+        if self.running is not None:
+            self.running.remove(rid)
         self.outstanding -= 1
         self.on_done(self.index, rid)
 

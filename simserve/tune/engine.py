@@ -1,11 +1,17 @@
 """`simserve sweep --engine vllm`: search a real engine's scheduler flags instead of a research budget.
 
-The flags map onto the `vllm-v1` policy (simserve/sim/budgets.py): --max-num-batched-tokens is its token
-budget, --max-num-seqs its max batch, the other three its SimConfig fields of the same names. The grid is
-a product of flag values; each point is a capacity search of the ordinary sweep (run once per combination
-of the flags the sweep grid does not know, usually one). The recommendation is the point with the highest
-capacity under the primary SLO; ties go to the earlier grid point (smaller values first), because smaller
-budgets and batches need less activation memory.
+`--engine vllm` is one pinned release, vLLM 0.33.0's V1 engine (`VLLM_RELEASE`), named in every output. Its
+flags map onto the `vllm-v1` policy (simserve/sim/budgets.py): --max-num-batched-tokens is its token budget,
+--max-num-seqs its max batch, --long-prefill-token-threshold(-adaptive) the SimConfig fields of those names.
+Only flags that release's `vllm serve` accepts are searched or printed (--max-num-partial-prefills and
+--max-long-partial-prefills were removed in vLLM 0.27, PR #49244), and a grid point it would refuse to start
+with is refused here with its own message (`check_vllm_flags`, after `SchedulerConfig.verify_max_model_len`
+in vllm/config/scheduler.py). The default grid spans the release's per-GPU server defaults (`vllm_defaults`).
+
+The grid is a product of flag values; each point is a capacity search of the ordinary sweep (run once per
+combination of the flags the sweep grid does not know, usually one). The recommendation is the point with
+the highest capacity under the primary SLO; ties go to the earlier grid point (smaller values first),
+because smaller budgets and batches need less activation memory.
 """
 
 from __future__ import annotations
@@ -23,16 +29,58 @@ from simserve.errors import SimserveError
 from simserve.io import atomic_path
 from simserve.tune.sweep import SweepSpec
 
-# flag → (Scenario field, default values). The default grid is 5 × 2 = 10 searches.
+VLLM_RELEASE = "vLLM 0.33.0 (V1 engine)"
+
+# vLLM's CacheConfig.gpu_memory_utilization default in 0.33.0 (vllm/config/cache.py: `Field(default=0.92)`).
+# NOTE: issue 23 says 0.9 (older releases); the pinned release's source says 0.92, and the printed command
+# leaves the flag out, so the simulated KV pool must use what that release does by itself.
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+
+# flag → (Scenario field, default values). The defaults of the two swept flags depend on the GPU
+# (`vllm_defaults`); the values here are the A100 tier's. The default grid is 5 × 2 = 10 searches.
 VLLM_FLAGS: dict[str, tuple[str, tuple[int, ...]]] = {
     "max-num-batched-tokens": ("budget", (512, 1024, 2048, 4096, 8192)),
     "max-num-seqs": ("max_batch", (128, 256)),
     "long-prefill-token-threshold": ("long_prefill_token_threshold", (0,)),
-    "max-num-partial-prefills": ("max_num_partial_prefills", (1,)),
-    "max-long-partial-prefills": ("max_long_partial_prefills", (1,)),
+    # a switch (0 off, 1 on): floors the threshold at the budget's fair share
+    "long-prefill-token-threshold-adaptive": ("long_prefill_token_threshold_adaptive", (0,)),
+}
+SWITCHES = ("long-prefill-token-threshold-adaptive",)  # printed as a bare flag when 1, left out when 0
+# Flags earlier vLLM releases had and 0.33.0's `vllm serve` parser refuses ("unrecognized arguments").
+VLLM_REMOVED = {
+    "max-num-partial-prefills": "removed in vLLM 0.27 (PR #49244)",
+    "max-long-partial-prefills": "removed in vLLM 0.27 (PR #49244)",
 }
 ENGINES = {"vllm": VLLM_FLAGS}
 SWEPT = ("max-num-batched-tokens", "max-num-seqs")  # the sweep grid's budget and max batch axes
+GIB = 2**30
+
+
+def vllm_defaults(memory_gib: float, name: str) -> tuple[int, int]:
+    """vLLM 0.33.0's `vllm serve` defaults (max_num_batched_tokens, max_num_seqs) on one GPU.
+
+    From vllm/engine/arg_utils.py, `EngineArgs.get_batch_defaults`, UsageContext.OPENAI_API_SERVER: ≥ 160 GiB
+    of device memory (B200, B300): 16384 / 1024; ≥ 70 GiB and not an A100 (H100, H200): 8192 / 1024;
+    otherwise (A100, A40, ...): 2048 / 256. `memory_gib` is what torch reports (GPUSpec.memory_gib)."""
+    if memory_gib >= 160:
+        return 16384, 1024
+    if memory_gib >= 70 and "a100" not in name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def default_grid(memory_gib: float | None = None, name: str = "") -> dict[str, tuple[int, ...]]:
+    """The default search around the GPU's server defaults: the default batched tokens with two halvings
+    and two doublings (A100: 512 ... 8192; H100: 2048 ... 32768), and max-num-seqs at its default and one
+    smaller value (A100: 128 and 256; H100: 256 and 1024). Every point satisfies vLLM's
+    max_num_batched_tokens >= max_num_seqs. Without a GPU: the A100 tier."""
+    if memory_gib is None:
+        return {flag: values for flag, (_, values) in VLLM_FLAGS.items()}
+    tokens, seqs = vllm_defaults(memory_gib, name)
+    grid = {flag: values for flag, (_, values) in VLLM_FLAGS.items()}
+    grid["max-num-batched-tokens"] = tuple(tokens * 2**k // 4 for k in range(5))
+    grid["max-num-seqs"] = (128, 256) if seqs == 256 else (256, seqs)
+    return grid
 
 
 def engine_flags(engine: str) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -41,15 +89,22 @@ def engine_flags(engine: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     return ENGINES[engine]
 
 
-def parse_grid(engine: str, text: str | None) -> dict[str, tuple[int, ...]]:
-    """'max-num-batched-tokens=1024,2048;max-num-seqs=128' over the engine's default grid."""
+def parse_grid(
+    engine: str, text: str | None, memory_gib: float | None = None, gpu_name: str = ""
+) -> dict[str, tuple[int, ...]]:
+    """'max-num-batched-tokens=1024,2048;max-num-seqs=128' over the engine's default grid for the GPU."""
     flags = engine_flags(engine)
-    grid = {flag: values for flag, (_, values) in flags.items()}
+    grid = default_grid(memory_gib, gpu_name)
     for part in (text or "").split(";"):
         if not part.strip():
             continue
         name, sep, values = part.partition("=")
         name = name.strip().removeprefix("--")
+        if name in VLLM_REMOVED:  # what `vllm serve` itself answers, then why
+            raise SimserveError(
+                f"vllm serve: error: unrecognized arguments: --{name} ({VLLM_REMOVED[name]}; "
+                f"{VLLM_RELEASE} schedules every prefill that fits the token budget): drop it from --engine-grid"
+            )
         if name not in flags:
             raise SimserveError(
                 f"unknown {engine} flag {name!r} in --engine-grid; known flags: {', '.join(flags)}"
@@ -58,12 +113,46 @@ def parse_grid(engine: str, text: str | None) -> dict[str, tuple[int, ...]]:
             parsed = tuple(int(v) for v in values.split(",") if v.strip())
         except ValueError:
             parsed = ()
+        if name in SWITCHES and not set(parsed) <= {0, 1}:
+            raise SimserveError(f"--engine-grid {name} is a switch: 0 (off), 1 (on) or both, e.g. {name}=0,1")
         if not sep or not parsed or any(v < 0 for v in parsed):
             raise SimserveError(
                 f"--engine-grid {name} needs non-negative integers, e.g. {name}={','.join(map(str, grid[name]))}"
             )
         grid[name] = parsed
     return grid
+
+
+def check_vllm_flags(tokens: int, seqs: int, threshold: int, max_model_len: int, chunked_prefill: bool = True) -> None:
+    """What vLLM 0.33.0 refuses to start with, in its own words: `SchedulerConfig.verify_max_model_len`
+    (vllm/config/scheduler.py) and the pydantic bounds of its fields (`ge=1`, `ge=0`). V1 always runs
+    with chunked prefill for generative models, and the printed command never turns it off."""
+    if tokens < 1 or seqs < 1:
+        raise SimserveError("--max-num-batched-tokens and --max-num-seqs values must be at least 1 (vLLM: ge=1)")
+    if tokens < max_model_len and not chunked_prefill:
+        raise SimserveError(
+            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len}). This "
+            "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+            "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+        )
+    if tokens < seqs:
+        raise SimserveError(
+            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}). "
+            "(vLLM 0.33.0 refuses this combination: narrow --engine-grid)"
+        )
+    if threshold > max_model_len:
+        raise SimserveError(
+            f"long_prefill_token_threshold ({threshold}) cannot be greater than the max_model_len "
+            f"({max_model_len})."
+        )
+
+
+def check_grid(grid: dict[str, tuple[int, ...]], max_model_len: int) -> None:
+    """Every point of the grid must be one vLLM starts with: the first it refuses fails the sweep."""
+    for tokens, seqs, thr in itertools.product(
+        grid["max-num-batched-tokens"], grid["max-num-seqs"], grid["long-prefill-token-threshold"]
+    ):
+        check_vllm_flags(tokens, seqs, thr, max_model_len)
 
 
 @dataclass(frozen=True)
@@ -88,7 +177,8 @@ def run_engine_sweep(
     spec = None
     for combo in itertools.product(*(grid[f] for f in others)):
         fixed = dict(zip(others, combo, strict=True))
-        spec = make_spec({flags[f][0]: v for f, v in fixed.items()}, grid[SWEPT[0]], grid[SWEPT[1]])
+        overrides = {flags[f][0]: bool(v) if f in SWITCHES else v for f, v in fixed.items()}
+        spec = make_spec(overrides, grid[SWEPT[0]], grid[SWEPT[1]])
         rows = run(spec).rows
         rows = rows.assign(**{f: v for f, v in fixed.items()})
         frames.append(rows)
@@ -114,12 +204,18 @@ def recommend(table: pd.DataFrame, slo_s: float, flags: list[str]) -> dict[str, 
 
 
 def vllm_command(base: Any, best: dict[str, int]) -> str:
-    """The `vllm serve` line; flags at vLLM's defaults (threshold 0, one partial prefill) are left out."""
+    """The `vllm serve` line for VLLM_RELEASE; a threshold at its default (0, off) is left out, and so is
+    --gpu-memory-utilization (the simulation used the release's default, VLLM_GPU_MEMORY_UTILIZATION)."""
     from simserve.catalog import ModelSpec
 
     parts = ["vllm serve", ModelSpec.from_name(base.model).hf_id]
     for flag, value in best.items():
-        if flag in SWEPT or (flag == "long-prefill-token-threshold" and value) or value > 1:
+        if flag in VLLM_REMOVED:
+            continue  # NOTE: never printed: the pinned release's parser refuses them
+        if flag in SWITCHES:
+            if value:
+                parts.append(f"--{flag}")
+        elif flag in SWEPT or (flag == "long-prefill-token-threshold" and value):
             parts.append(f"--{flag} {value}")
     if base.tp > 1:
         parts.append(f"--tensor-parallel-size {base.tp}")
@@ -134,6 +230,11 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
     if getattr(base, "ep", 1) > 1:
         parts.append("--enable-expert-parallel")
     return " ".join(parts)
+
+
+def command_comment() -> str:
+    """The line printed above the command: which release it is for."""
+    return f"# for {VLLM_RELEASE}: `pip install vllm==0.33.0`"
 
 
 def check_engine_scenario(base: Any) -> None:
@@ -152,6 +253,7 @@ def write_engine_outputs(result: EngineResult, out: Path, scenario: dict[str, An
         result.rows.to_csv(tmp / "engine.csv", index=False)
         doc = {
             "engine": "vllm",
+            "release": VLLM_RELEASE,
             "flags": result.best,
             "capacity_qps": result.capacity_qps,
             "command": result.command,

@@ -1,0 +1,104 @@
+"""vLLM 0.33.0's own V1 Scheduler over a conformance workload: run with the vLLM virtual environment's python.
+
+    .venv-vllm/bin/python tests/conformance/vllm_driver.py < workload.json > steps.json
+
+Reads a workload (workloads.make) as JSON on stdin, writes the list of step records on stdout. Nothing of
+simserve is imported: this runs beside vLLM's torch, not simserve's. Construction follows
+notes/vllm-scheduler-on-cpu.md: a model directory holding only a config.json, KV cache sized in blocks, no
+GPU. One more block than simserve's pool is given to vLLM: its BlockPool keeps block 0 as the null block.
+An empty step (it only preempted) is folded into the next one: simserve forms that next step at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # no GPU here: vLLM then picks its CPU platform
+
+# a small Llama: only the scheduler reads the config, and only its shape (heads, layers) matters to nothing
+MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 32000,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "torch_dtype": "float16",
+}  # fmt: skip
+
+
+def main() -> None:
+    w = json.load(sys.stdin)
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    bs = w["block_size"]
+    with tempfile.TemporaryDirectory() as model_dir:
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump(MODEL_CONFIG, f)
+        model = ModelConfig(model=model_dir, skip_tokenizer_init=True, max_model_len=w["max_model_len"],
+                            dtype="float16")  # fmt: skip
+        cache = CacheConfig(block_size=bs, enable_prefix_caching=False)
+        cache.num_gpu_blocks = w["num_blocks"] + 1
+        sched = SchedulerConfig(
+            max_num_batched_tokens=w["max_num_batched_tokens"], max_num_seqs=w["max_num_seqs"],
+            max_model_len=w["max_model_len"], enable_chunked_prefill=True, is_encoder_decoder=False,
+            long_prefill_token_threshold=w["long_prefill_token_threshold"],
+            long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
+        )  # fmt: skip
+        config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
+        kv = KVCacheConfig(
+            num_blocks=w["num_blocks"] + 1, kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer0"], FullAttentionSpec(
+                block_size=bs, num_kv_heads=4, head_size=64, dtype=torch.float16))],
+        )  # fmt: skip
+
+        class Structured:
+            def accept_tokens(self, *args, **kwargs):
+                return True
+
+        s = Scheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
+                      structured_output_manager=Structured(), block_size=bs)  # fmt: skip
+        prompt, output, arrive = w["prompt"], w["output"], w["arrive"]
+        n, nxt, steps, carried = len(prompt), 0, [], []
+        finished = 0
+        while finished < n:
+            while nxt < n and arrive[nxt] <= len(steps):
+                req = Request(str(nxt), [1 + (nxt + k) % 1000 for k in range(prompt[nxt])],
+                              SamplingParams(max_tokens=output[nxt], ignore_eos=True), pooling_params=None,
+                              arrival_time=float(nxt))  # fmt: skip
+                s.add_request(req)
+                nxt += 1
+            if not s.requests and nxt < n:
+                steps.append({"tokens": {}, "preempted": []})  # idle until the next arrival
+                continue
+            so = s.schedule()
+            preempted = carried + sorted(int(r) for r in (so.preempted_req_ids or ()))
+            if not so.num_scheduled_tokens:
+                if not preempted:
+                    raise AssertionError(f"vLLM scheduled nothing at step {len(steps)} with work left")
+                carried = preempted
+                continue
+            carried = []
+            ids = list(so.num_scheduled_tokens)
+            sampled = []
+            for rid in ids:
+                r = s.requests[rid]
+                sampled.append([7] if r.num_computed_tokens >= r.num_tokens else [])
+            out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                    sampled_token_ids=sampled)  # fmt: skip
+            before = len(s.requests)
+            s.update_from_output(so, out)
+            finished += before - len(s.requests)
+            steps.append({"tokens": {int(k): int(v) for k, v in so.num_scheduled_tokens.items()},
+                          "preempted": preempted})  # fmt: skip
+    json.dump(steps, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

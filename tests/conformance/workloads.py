@@ -1,0 +1,130 @@
+"""The request streams the conformance test feeds both schedulers, and simserve's side of it.
+
+A workload is plain data (JSON-able), so the same stream goes to vLLM's own Scheduler in its own virtual
+environment (vllm_driver.py) and to simserve's `vllm-v1` policy here. Arrivals are counted in scheduler
+steps, not seconds: request i joins the waiting queue before the first step at which `arrive[i]` steps that
+scheduled something have run. Every step's outcome is a record {"tokens": {id: tokens}, "preempted": [ids]}.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BLOCK_SIZE = 16
+
+# name → (requests, prompt range, output range, mean steps between arrivals, num KV blocks,
+#         max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold, max_model_len, seed)
+WORKLOADS = {
+    # plenty of KV, short prompts: decodes and chunked prefills share the budget, no preemption
+    "light": (300, (20, 1500), (10, 300), 2.0, 10000, 2048, 256, 0, 4096, 1),
+    # a burst into a small KV pool: preemption of the last running request, readmission at the end
+    "heavy": (400, (50, 1200), (50, 400), 0.3, 400, 512, 128, 0, 4096, 2),
+    # long prompts with the long-prefill threshold on: several capped chunks per step
+    "long": (120, (1500, 7000), (20, 200), 4.0, 3000, 2048, 64, 512, 8192, 3),
+    # a tiny budget and few sequences: decodes stall behind chunks, max_num_seqs binds, some preemption
+    "tight": (250, (10, 600), (5, 120), 1.0, 160, 128, 32, 64, 2048, 4),
+    # mixed prompts, a 128-token threshold floored at the budget's fair share (long_prefill_token_threshold_adaptive)
+    "adaptive": (200, (20, 4000), (10, 200), 1.5, 1500, 2048, 64, 128, 8192, 5),
+}
+ADAPTIVE = ("adaptive",)  # workloads run with long_prefill_token_threshold_adaptive
+
+
+def make(name: str) -> dict:
+    n, (p0, p1), (o0, o1), gap, blocks, budget, seqs, thr, max_len, seed = WORKLOADS[name]
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(p0, p1 + 1, n)
+    output = rng.integers(o0, o1 + 1, n)
+    output = np.minimum(output, max_len - prompt)  # vLLM caps max_tokens at max_model_len as well
+    arrive = np.floor(np.cumsum(rng.exponential(gap, n))).astype(int)
+    return {
+        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
+        "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
+        "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
+        "long_prefill_token_threshold_adaptive": name in ADAPTIVE,
+    }  # fmt: skip
+
+
+def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
+    """Step simserve's reference `vllm-v1` policy (budgets.vllm_v1_batch) over the workload; each batch
+    completes before the next is formed (one GPU, no pipeline), as the driver does for vLLM."""
+    from simserve.sim.config import SimConfig
+    from simserve.sim.histogram import LogHistogram
+    from simserve.sim.policies import vllm_v1
+    from simserve.sim.request import Requests
+    from simserve.sim.state import ReplicaState
+
+    n = len(w["prompt"])
+    reqs = Requests(np.array(w["prompt"]), np.array(w["output"]), np.zeros(n))
+    cfg = SimConfig(
+        policy="vllm-v1", budget=w["max_num_batched_tokens"], max_batch=w["max_num_seqs"],
+        max_model_len=w["max_model_len"], block_size=w["block_size"],
+        long_prefill_token_threshold=w["long_prefill_token_threshold"],
+        long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
+    ).validate()  # fmt: skip
+    done: list[int] = []
+    st = ReplicaState(0, reqs, cfg, w["num_blocks"], 1, LogHistogram(), lambda _, rid: done.append(rid))
+    arrive, nxt, steps = w["arrive"], 0, []
+    while len(done) < n:
+        while nxt < n and arrive[nxt] <= len(steps):
+            st.enqueue(nxt)
+            nxt += 1
+        before = reqs.preemptions.copy()
+        batch = vllm_v1(st, float(len(steps)))
+        if not batch:
+            if nxt < n and not st.num_running and not st.waiting:
+                steps.append({"tokens": {}, "preempted": []})  # idle until the next arrival
+                continue
+            raise AssertionError(f"simserve scheduled nothing at step {len(steps)} with work left")
+        tokens = {int(rid): int(c) for rid, c in batch.prefills}
+        tokens.update({int(rid): 1 for rid in batch.decodes.tolist()})
+        preempted = np.flatnonzero(reqs.preemptions != before).tolist()
+        steps.append({"tokens": tokens, "preempted": preempted})
+        now = float(len(steps))
+        for rid, chunk in batch.prefills:
+            st.complete_chunk(rid, chunk, now)
+        if len(batch.decodes):
+            st.complete_decodes(batch.decodes, now)
+        if len(steps) > max_steps:
+            raise AssertionError("simserve did not drain the workload")
+    return steps
+
+
+def compare(ours: list[dict], theirs: list[dict]) -> list[str]:
+    """Differences, step by step (empty: the schedules are identical)."""
+    out = []
+    if len(ours) != len(theirs):
+        out.append(f"steps: simserve {len(ours)}, vLLM {len(theirs)}")
+    for k, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        a, b = _normal(a), _normal(b)
+        if a != b:
+            out.append(f"step {k}: simserve {a}, vLLM {b}")
+        if len(out) > 10:
+            break
+    return out
+
+
+def _normal(step: dict) -> dict:
+    """JSON turns integer keys into strings; order within a step does not matter."""
+    return {"tokens": {int(k): int(v) for k, v in step["tokens"].items()},
+            "preempted": sorted(int(r) for r in step["preempted"])}  # fmt: skip
+
+
+if __name__ == "__main__":  # the table in docs/engines.md: python tests/conformance/workloads.py VLLM_PYTHON
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    driver = Path(__file__).with_name("vllm_driver.py")
+    print("| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | differences |")
+    print("|---|---|---|---|---|---|---|")
+    for name in WORKLOADS:
+        w = make(name)
+        proc = subprocess.run([sys.argv[1], str(driver)], input=json.dumps(w), capture_output=True, text=True,
+                              check=True)  # fmt: skip
+        theirs, ours = json.loads(proc.stdout), run_simserve(w)
+        tokens = sum(sum(s["tokens"].values()) for s in ours)
+        pre = sum(len(s["preempted"]) for s in ours)
+        widest = max(len(s["tokens"]) for s in ours)
+        print(f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | "
+              f"{len(compare(ours, theirs))} |")  # fmt: skip
