@@ -16,6 +16,15 @@ def token_counts(max_tokens: int = 16384) -> list[int]:
     return sorted(t for t in dense | sparse | big if t <= max(max_tokens, 4096) or t in big)
 
 
+def token_grid(max_tokens: int, quick: bool) -> np.ndarray:
+    """The token counts the analytic and measured backends profile; `quick` thins them but keeps the tile
+    neighbours (multiples of 64 and their +1) so the GEMM steps stay visible."""
+    tokens = token_counts(max_tokens)
+    if quick:
+        tokens = [t for t in tokens if t <= 64 or t % 64 in (0, 1) or t > 4096]
+    return np.array(tokens)
+
+
 def decode_batch_sizes(max_batch: int = 256) -> list[int]:
     sizes = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256}
     return sorted(b for b in sizes if b <= max_batch)

@@ -156,13 +156,6 @@ def elementwise_table(deps: list[Deployment], tokens: np.ndarray) -> pd.DataFram
     return roofline.elementwise_table(deps, tokens).assign(source="modelled")
 
 
-def token_grid(max_tokens: int, quick: bool) -> np.ndarray:
-    tokens = grid.token_counts(max_tokens)
-    if quick:  # as the roofline backend: keep the tile neighbours (multiples of 64 and their +1)
-        tokens = [t for t in tokens if t <= 64 or t % 64 in (0, 1) or t > 4096]
-    return np.array(tokens)
-
-
 def profile(
     model: ModelSpec,
     gpu: GPUSpec,
@@ -190,7 +183,7 @@ def profile(
     db = measured.open_database(gpu.name, engine, engine_version)
     deps = profiled_deployments(model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
     kv_dtype = {"bf16": "bfloat16", "fp8": "fp8"}.get(kv_dtype, kv_dtype)
-    tokens = token_grid(max_tokens, quick)
+    tokens = grid.token_grid(max_tokens, quick)
     gemms, gemm_kernel = _gemm_rows(db, dtype)
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)
     collectives, comm = collective_table(db, deps[0].node, network, tps, quick)

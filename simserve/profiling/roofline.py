@@ -218,13 +218,6 @@ def constants_dict(kernels: KernelConstants = KERNELS, coll: CollectiveConstants
     return out
 
 
-def _token_grid(max_tokens: int, quick: bool) -> np.ndarray:
-    tokens = grid.token_counts(max_tokens)
-    if quick:  # keep the tile neighbours (multiples of 64 and their +1) so the steps stay visible
-        tokens = [t for t in tokens if t <= 64 or t % 64 in (0, 1) or t > 4096]
-    return np.array(tokens)
-
-
 def linear_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:
     from simserve.profiling.roofline_moe import expert_table
 
@@ -322,7 +315,7 @@ def profile(
     """Return the four tables of simserve/profiling/schema.py (ms per layer per GPU) and backend provenance fields."""
     deps = profiled_deployments(dep_model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
     node = deps[0].node
-    tokens = _token_grid(max_tokens, quick)
+    tokens = grid.token_grid(max_tokens, quick)
     coll = collectives.for_node(node)
     tables = {
         "linear": linear_table(deps, tokens),
