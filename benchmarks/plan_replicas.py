@@ -18,7 +18,7 @@ import statistics
 import time
 from dataclasses import replace
 
-from simserve.plan.profiles import resolve_profiles
+from simserve.profiling.generated import resolve_profiles
 from simserve.sim.scenario import Scenario
 from simserve.tune.capacity import SLO
 from simserve.tune.jobs import CapacityTask, solve

@@ -42,7 +42,7 @@ def test_without_the_package_the_backend_says_how_to_install_it(monkeypatch, cap
 
 
 def test_plan_labels_the_roofline_fallback_with_why(monkeypatch) -> None:
-    from simserve.plan.profiles import measured_source
+    from simserve.profiling.generated import measured_source
 
     monkeypatch.setattr(measured, "installed", lambda: False)
     assert "pip install -e '.[measured]'" in measured_source(GPU.get("b200"))

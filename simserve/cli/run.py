@@ -211,6 +211,11 @@ def run_command(
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
         scenario = paper(scenario)
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
+    from simserve.profiling.generated import for_scenario
+
+    scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
+    if generated:
+        Console().print(generated, highlight=False, soft_wrap=True)
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()

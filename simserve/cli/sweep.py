@@ -239,6 +239,12 @@ def sweep(
         from simserve.sim.scenario import paper_setup as paper
 
         base = paper(base)
+    if not toy:  # no shipped profile covers the deployment: build one (measured if it can), as `plan` does
+        from simserve.profiling.generated import for_scenario
+
+        base, generated = for_scenario(base)
+        if generated:
+            Console(soft_wrap=True).print(generated, highlight=False)
     if engine is not None or engine_grid is not None:
         from simserve.cli.engine import engine_sweep
 

@@ -80,8 +80,13 @@ def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> s
         prov = json.loads((profile_dir(root, dep.gpu.name, dep.profile_model) / "provenance.json").read_text())
     except (OSError, ValueError):
         return "unknown (no readable provenance.json)"
+    from simserve.profiling.generated import generated_root
+
+    # A profile `run` or `sweep` wrote because none was shipped says so: "generated measured (…)".
+    made = "generated " if generated_root().resolve() in root.resolve().parents else ""
     m = prov.get("measured")
     if prov.get("backend") == "measured" and isinstance(m, dict):
-        return (f"measured ({m.get('package')} {m.get('package_version')}: {m.get('engine')} "
+        return (f"{made}measured ({m.get('package')} {m.get('package_version')}: {m.get('engine')} "
                 f"{m.get('engine_version')} kernels on {m.get('system')})")  # fmt: skip
-    return str(prov.get("backend", "unknown backend"))
+    why = prov.get("measured_unavailable")
+    return made + str(prov.get("backend", "unknown backend")) + (f"; not measured: {why}" if made and why else "")

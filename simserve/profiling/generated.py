@@ -1,8 +1,8 @@
-"""The op profile each planned deployment runs on: the shipped (or $SIMSERVE_PROFILES) one when it covers the
-deployment, else one written once into $SIMSERVE_CACHE/plan-profiles/: a measured profile from NVIDIA's per-op
-database when it has the GPU (simserve/profiling/measured_backend.py), else an analytic roofline profile.
+"""The op profile a deployment runs on in `plan`, `run` and `sweep`: the shipped (or $SIMSERVE_PROFILES) one when it
+covers the deployment, else one written once into $SIMSERVE_CACHE/plan-profiles/: a measured profile from NVIDIA's
+per-op database when it has the GPU (simserve/profiling/measured_backend.py), else an analytic roofline profile.
 
-Every row says which it rests on ("shipped measured", "generated measured", "generated roofline (analytic)"), and
+Every plan row, run summary and sweep title says which it rests on ("shipped measured", "generated measured", "generated roofline (analytic)"), and
 a roofline label says why no measured profile was built (the GPU is not in the database, or the package is not
 installed), so nobody mistakes an analytic number for a measured one.
 Roofline profiles use spec-sheet peaks with efficiencies calibrated per compute capability on measured kernels
@@ -20,7 +20,6 @@ from simserve.catalog import NETWORKS, GPUSpec, ModelSpec
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.predictor.cache import cache_root
-from simserve.predictor.coverage import profile_keys, require
 from simserve.predictor.load import default_profiles_root
 from simserve.profiling.schema import profile_dir, read_profile, slug, write_profile
 
@@ -43,6 +42,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
     roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
     nothing."""
+    from simserve.predictor.coverage import profile_keys, require  # pandas: not on a warm run's path
     from simserve.profiling.collectives import for_node
     from simserve.profiling.roofline import link_fields, model_fields
 
@@ -88,6 +88,7 @@ def measured_source(gpu: GPUSpec, model: ModelSpec | None = None, moe_skew: floa
 def generate(
     gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384, dtype: str = "bf16", kv_dtype: str = "bf16",
     moe_skew: float = 0.0,
+    not_measured: str | None = None,
 ) -> Path:
     """Write a measured profile (when the database has the GPU and the model is dense) or else a roofline one, of
     every power-of-two TP degree that fits `node`, with its node and the default network. Always the same degrees
@@ -96,7 +97,10 @@ def generate(
     from simserve.profiling import measured_backend, roofline
 
     tps = [t for t in (1, 2, 4, 8, 16, 32) if t <= node.gpus_per_node and model.num_heads % t == 0]
-    backend = "roofline" if measured_source(gpu, model, moe_skew) else "measured"
+    # `not_measured`: why the measured backend, though available, could not write this model (a head dim the
+    # tables lack): a roofline profile that says so
+    not_measured = not_measured or measured_source(gpu, model, moe_skew)
+    backend = "roofline" if not_measured else "measured"
     if backend == "measured":  # the TP degrees whose all-reduce NVIDIA measured (2, 4, 8 in 0.12.0)
         tps = [t for t in tps if t <= measured_backend.MAX_MEASURED_TP]
     profile = measured_backend.profile if backend == "measured" else roofline.profile
@@ -120,8 +124,8 @@ def generate(
     command += ["--moe-skew", f"{moe_skew:g}"] if moe_skew else []
     provenance = {
         "command": shlex.join(command),
-        "written_by": "simserve plan (no profile covered this GPU and model)",
-        **({"measured_unavailable": measured_source(gpu, model, moe_skew)} if backend == "roofline" else {}),
+        "written_by": "simserve plan, run or sweep (no profile covered this GPU and model)",
+        **({"measured_unavailable": not_measured} if backend == "roofline" else {}),
         "deployment": {
             "model": model.name,
             "gpu": gpu.name,
@@ -170,3 +174,50 @@ def _measured_systems() -> dict:
     from simserve.profiling import measured
 
     return measured.SYSTEMS
+
+
+def for_scenario(scenario):
+    """`scenario` on a profile that covers it, and the one line to print when it is a generated one (else None).
+
+    An explicit --profiles or $SIMSERVE_PROFILES is the user's own profile set: it is never replaced, and a
+    profile missing there stays the error naming the command that writes it (load_timer's)."""
+    import os
+    from dataclasses import replace
+
+    if scenario.profiles_root is not None or os.environ.get("SIMSERVE_PROFILES"):
+        return scenario, None
+    from simserve.sim.scenario import check_scenario
+
+    try:
+        check_scenario(scenario)  # a scenario that cannot run (does not fit, bad option) reports that, not this
+    except SimserveError:
+        return scenario, None
+    dep = scenario.deployment()
+    if profile_dir(default_profiles_root(), dep.gpu.name, dep.profile_model).is_dir():
+        return scenario, None  # shipped: load_timer checks its TP degrees and links (reading no table here)
+    root = generated_root(dep.node)
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
+    why = measured_source(dep.gpu, dep.model, dep.moe_skew)
+    args = (dep.gpu, dep.model, dep.node, max(16384, dep.max_model_len), dep.dtype, dep.kv_dtype, dep.moe_skew)
+    if _covers(root, dep, current=True) is None:
+        try:
+            generate(*args)
+        except SimserveError as exc:
+            if why is not None:
+                raise
+            why = str(exc)  # the tables lack this model's shapes: a roofline profile, labelled with why
+            generate(*args, not_measured=why)
+        done = "generated a" if why is None else "generated an"
+    else:
+        done = "reused the"
+        why = read_profile(path).provenance.get("measured_unavailable", why)
+    if why is None:
+        from simserve.profiling import measured
+
+        m = read_profile(path).provenance.get("measured", {})
+        kind = (f"measured profile ({measured.PACKAGE} {m.get('package_version')}, {m.get('engine')} "
+                f"{m.get('engine_version')} kernels)")  # fmt: skip
+    else:
+        kind = f"analytic roofline profile (not measured: {why})"
+    line = f"no shipped profile for {dep.profile_model} on {dep.gpu.name}: {done} {kind} in {path}"
+    return replace(scenario, profiles_root=str(root)), line
