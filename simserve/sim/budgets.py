@@ -68,10 +68,8 @@ def fill_chunks(rep: ReplicaState, now: float, tokens: int, size: ChunkSize) -> 
     rep.drop_too_long()
     while rep.waiting:
         rid = rep.waiting[0]
-        if not rep.kv.can_allocate(rep.admission_blocks(rid)) or rep.num_running >= rep.max_batch:
+        if not rep.head_admissible(rid):
             break
-        if rep.pp > 1 and r.inflight[rid]:
-            break  # preempted while in flight (see policies.py)
         n = size(timed, tokens, 0, rep.num_tokens(rid))
         if n <= 0:
             break

@@ -906,6 +906,13 @@ class Core:
         return len(rep.prefilling) + len(rep.decoding)
 
     @cython.cfunc
+    def _head_admissible(self, rep: Rep, rid: cython.longlong) -> cython.bint:
+        """ReplicaState.head_admissible: blocks fit, the batch has room, not in a micro-batch in flight."""
+        if not self._can_allocate(rep, self._admission_blocks(rid)) or self._num_running(rep) >= self.max_batch:
+            return False
+        return not (self.pp > 1 and self.inflight[rid])
+
+    @cython.cfunc
     def _paused_decodes(self, rep: Rep) -> list:
         if self.pp > 1:
             return [rid for rid in rep.decoding if not self.inflight[rid]]
@@ -1094,12 +1101,7 @@ class Core:
         out: list = []
         while rep.waiting:
             rid = rep.waiting[0]
-            if (
-                not self._can_allocate(rep, self._admission_blocks(rid))
-                or self._num_running(rep) >= self.max_batch
-            ):
-                break
-            if self.pp > 1 and self.inflight[rid]:
+            if not self._head_admissible(rep, rid):
                 break
             n = min(self._num_tokens(rid), self.budget - tokens)
             if n <= 0:
@@ -1165,12 +1167,7 @@ class Core:
         self._drop_too_long(rep)
         while rep.waiting:
             rid = rep.waiting[0]
-            if (
-                not self._can_allocate(rep, self._admission_blocks(rid))
-                or self._num_running(rep) >= self.max_batch
-            ):
-                break
-            if self.pp > 1 and self.inflight[rid]:
+            if not self._head_admissible(rep, rid):
                 break
             n = self._size(chunks, prefixes, tokens, 0, self._num_tokens(rid), nd, kv_sum, budget)
             if n <= 0:

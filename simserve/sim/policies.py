@@ -155,10 +155,8 @@ def _admit_chunked(rep: ReplicaState, now: float, tokens: int) -> list[tuple[int
     rep.drop_too_long()
     while rep.waiting:
         rid = rep.waiting[0]
-        if not rep.kv.can_allocate(rep.admission_blocks(rid)) or rep.num_running >= rep.max_batch:
+        if not rep.head_admissible(rid):
             break
-        if rep.pp > 1 and rep.reqs.inflight[rid]:
-            break  # preempted while in flight: readmitted once that micro-batch has left the pipeline
         n = min(rep.num_tokens(rid), rep.budget - tokens)
         if n <= 0:
             break

@@ -75,6 +75,13 @@ class ReplicaState:
             return self.reserve
         return -(-self.num_tokens(rid) // self.block_size)
 
+    def head_admissible(self, rid: int) -> bool:
+        """The waiting request `rid` can join the running set now: its admission blocks fit, the batch has room,
+        and it is not in a micro-batch still in flight (preempted there: readmitted once it has left)."""
+        if not self.kv.can_allocate(self.admission_blocks(rid)) or self.num_running >= self.max_batch:
+            return False
+        return not (self.pp > 1 and self.reqs.inflight[rid])
+
     def paused_decodes(self) -> np.ndarray:
         """Decoding requests not in a micro-batch in flight, in FCFS order."""
         if self._decoding_array is None:
