@@ -104,14 +104,29 @@ def run_command(
     max_long_partial_prefills: int = typer.Option(
         1, "--max-long-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
-    trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
-    qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
+    trace: str = typer.Option(
+        "sharegpt",
+        "--trace",
+        help="A shipped trace name, a trace file, or a `vllm bench serve` dataset: random[:IN[:OUT[:RATIO]]], "
+        "fixed:IN:OUT, sharegpt-bench[:OUT].",
+    ),
+    qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second); inf: all at t = 0."),
+    max_concurrency: int | None = typer.Option(
+        None,
+        "--max-concurrency",
+        help="Closed-loop client (vllm bench serve's flag): at most N requests in flight; the next is sent when "
+        "one finishes (and not before its --qps time).",
+    ),
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
     seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
-    arrival: str = typer.Option("poisson", "--arrival", help="poisson | poisson-clipped | gamma | replay."),
-    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma arrivals."),
+    arrival: str = typer.Option(
+        "poisson", "--arrival", help="poisson | poisson-clipped | gamma | vllm-bench (its client's gaps) | replay."
+    ),
+    cv: float = typer.Option(
+        1.0, "--cv", help="Coefficient of variation of gamma / vllm-bench gaps (vLLM's --burstiness is 1/cv²)."
+    ),
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Default 8192 (sharegpt), 16384 (arxiv)."
     ),
@@ -205,6 +220,7 @@ def run_command(
         ep=ep,
         moe_skew=moe_skew,
         allow_long_context=allow_long_context,
+        max_concurrency=max_concurrency,
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -219,6 +235,9 @@ def run_command(
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
+    from simserve.sim.bench_report import bench_metrics, format_bench
+
+    bench = bench_metrics(raw, qps)
     arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
     from simserve.predictor.load import profile_label
@@ -228,9 +247,23 @@ def run_command(
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
-               "trace_dropped": workload_drops(scenario), "profile": profile}  # fmt: skip
+               "trace_dropped": workload_drops(scenario), "profile": profile,
+               "vllm_bench_serve": bench}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
+    if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
+        Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+
+
+def _bench_client(scenario, qps: float) -> bool:
+    from simserve.workload.bench_datasets import is_spec
+
+    return (
+        is_spec(scenario.trace)
+        or scenario.max_concurrency is not None
+        or math.isinf(qps)
+        or scenario.arrival == "vllm-bench"
+    )
 
 
 @contextlib.contextmanager
@@ -258,8 +291,11 @@ class _Arrivals:
     @classmethod
     def of(cls, scenario, qps: float, arrived) -> _Arrivals:
         # NOTE: replay ignores --qps (it keeps the trace's recorded times), so a title "at 1 QPS" was false.
+        closed = "" if scenario.max_concurrency is None else f", at most {scenario.max_concurrency} in flight"
+        if scenario.arrival != "replay" and math.isinf(qps):
+            return cls(f"all sent at t = 0{closed}", burst=scenario.max_concurrency is None, replay=False)
         if scenario.arrival != "replay":
-            return cls(f"at {qps:g} QPS", burst=False, replay=False)
+            return cls(f"at {qps:g} QPS{closed}", burst=False, replay=False)
         n, span = len(arrived), float(arrived.max() - arrived.min()) if len(arrived) else 0.0
         if span == 0:
             return cls(f"replayed: a burst of {n} requests at once", burst=True, replay=True)
@@ -289,7 +325,7 @@ def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: 
     elif arrivals.burst:
         # a finite burst always queues, and always drains: say how long that took, not "without bound"
         status = f"[yellow]a burst of {s['num_requests']} requests drained in {s['duration_s']:.1f} s[/yellow]; "
-    elif not s["overloaded"]:
+    elif not s["overloaded"] or scenario.max_concurrency is not None:  # a closed loop cannot queue without bound
         status = ""
     elif arrivals.replay:
         status = "[yellow]the recorded arrivals outpaced service (the queue grew while they played)[/yellow]; "

@@ -34,7 +34,7 @@ class Scenario:
     network: str | None = None
     trace: str = "sharegpt"  # a shipped trace name or a trace file path
     num_requests: int = 2048
-    arrival: str = "poisson"  # poisson | poisson-clipped | gamma | replay
+    arrival: str = "poisson"  # poisson | poisson-clipped | gamma | vllm-bench | replay
     cv: float = 1.0  # gamma arrivals' coefficient of variation
     policy: str = "sarathi"
     budget: int | None = None
@@ -73,6 +73,8 @@ class Scenario:
     ep: int = field(default=1, metadata={"omit_at_default": True})
     moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
+    # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open loop.
+    max_concurrency: int | None = field(default=None, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -118,6 +120,7 @@ class Scenario:
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
+            max_concurrency=self.max_concurrency,
         ).validate()
 
     def deployment(self) -> Deployment:
@@ -186,8 +189,8 @@ def simulate_scenario(
     s: Scenario, qps: float, timer: BatchTimer | None = None, progress=None
 ) -> tuple[RawRun, Deployment]:
     """The raw run (no tables built yet) and its deployment: `simserve run` streams the tables from it."""
-    if not np.isfinite(qps) or qps <= 0:
-        raise SimserveError(f"--qps must be a positive request rate, got {qps}")
+    if np.isnan(qps) or qps <= 0:
+        raise SimserveError(f"--qps must be a positive request rate (or inf: every request at t = 0), got {qps}")
     num_blocks = check_scenario(s)
     cfg, dep = s.sim_config(), s.deployment()
     if s.ray_comm and not s.cpu_overhead:
@@ -241,7 +244,17 @@ def _usable(trace: str, max_len: int):
 
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
-    """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests."""
+    """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests; a bench
+    dataset (workload/bench_datasets.py) gives its n requests in the order vLLM's client sends them."""
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(trace):
+        if replay:
+            raise SimserveError(f"--trace {trace} has no recorded arrival times; pick another --arrival than replay")
+        prompt, output = bench_datasets.lengths(bench_datasets.parse(trace), n, seed)
+        for a in (prompt, output):
+            a.setflags(write=False)
+        return prompt, output, None
     t = _usable(trace, max_len)
     if not len(t):
         raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
@@ -253,6 +266,11 @@ def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
 
 def workload_drops(s: Scenario) -> dict:
     """Trace rows dropped before the run because prompt + output exceeds the max length (for summary.json)."""
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(s.trace):  # generated, not read: nothing dropped (too-long prompts are ignored)
+        return {"too_long": 0, "trace_rows": s.num_requests, "max_model_len": s.max_len,
+                "model_context_limit": context_limit(s.model)}  # fmt: skip
     t = _usable(s.trace, s.max_len)
     return {"too_long": int(t.too_long), "trace_rows": int(t.too_long + len(t)), "max_model_len": s.max_len,
             "model_context_limit": context_limit(s.model)}  # fmt: skip
@@ -260,6 +278,11 @@ def workload_drops(s: Scenario) -> dict:
 
 def workload_notes(s: Scenario) -> list[str]:
     """What the workload did to the trace that a user should know: rows dropped, requests repeated."""
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(s.trace):
+        return [f"requests drawn as `vllm bench serve` draws its {bench_datasets.parse(s.trace).label} dataset "
+                f"(seed {s.seed}), in its send order"]  # fmt: skip
     t = _usable(s.trace, s.max_len)
     notes = []
     if t.too_long and s.capped_by_model:
