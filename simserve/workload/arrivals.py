@@ -56,7 +56,9 @@ def arrival_times(
     if process in ("gamma", "vllm-bench") and (not np.isfinite(cv) or cv <= 0):
         raise SimserveError(f"gamma arrivals need a positive coefficient of variation, got cv={cv}")
     if process == "vllm-bench":
-        return _vllm_bench(n, qps, seed, 1.0 / cv**2)
+        # NOTE: vLLM takes the gamma shape (--burstiness B) where simserve takes cv = 1/sqrt(B); 12 significant
+        # digits undo the round trip (cv = 1/sqrt(0.5) gives back 0.5, not 0.4999999999999999).
+        return _vllm_bench(n, qps, seed, float(f"{1.0 / cv**2:.12g}"))
     rng = np.random.default_rng(seed)
     mean_gap = 1.0 / qps
     if process == "poisson":
