@@ -130,8 +130,10 @@ def run_command(
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Default 8192 (sharegpt), 16384 (arxiv)."
     ),
-    memory_utilization: float = typer.Option(
-        0.85, "--memory-utilization", help="Fraction of GPU memory the engine may use (weights + KV cache)."
+    memory_utilization: float | None = typer.Option(
+        None,
+        "--memory-utilization",
+        help="Fraction of GPU memory the engine may use (0.85; with --engine vllm 0.92, vLLM 0.33.0's default).",
     ),
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
     out: Path | None = typer.Option(
@@ -165,6 +167,14 @@ def run_command(
     ep: int = EP,
     moe_skew: float = MOE_SKEW,
     allow_long_context: bool = ALLOW_LONG_CONTEXT,
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="vllm: run as vLLM 0.33.0's worker does (needs --policy vllm-v1): its memory profile, CUDA graphs.",
+    ),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="--engine vllm: no CUDA graphs (vLLM's flag): no padding, no graph memory."
+    ),
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -203,7 +213,7 @@ def run_command(
         router=router,
         seed=seed,
         max_model_len=max_model_len,
-        memory_utilization=memory_utilization,
+        memory_utilization=_memory_utilization(memory_utilization, engine),
         profiles_root=profiles,
         stretch=not exact,
         stop_when_overloaded=stop_when_overloaded,
@@ -221,6 +231,8 @@ def run_command(
         moe_skew=moe_skew,
         allow_long_context=allow_long_context,
         max_concurrency=max_concurrency,
+        vllm_worker=_engine(engine, enforce_eager),
+        enforce_eager=enforce_eager,
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -240,6 +252,11 @@ def run_command(
     bench = bench_metrics(raw, qps)
     arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
+    memory = scenario.worker_memory()
+    if memory is not None:
+        sizes = scenario.cudagraph_sizes()
+        graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
+        notes.append(f"vLLM 0.33.0 worker: {graphs}; {memory.describe()}")
     from simserve.predictor.load import profile_label
 
     profile = profile_label(dep, scenario.profiles_root)
@@ -249,10 +266,32 @@ def run_command(
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile,
                "vllm_bench_serve": bench}  # fmt: skip
+        if memory is not None:
+            doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
         Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+
+
+def _memory_utilization(value: float | None, engine: str | None) -> float:
+    if value is not None:
+        return value
+    if engine == "vllm":
+        from simserve.tune.engine import VLLM_GPU_MEMORY_UTILIZATION
+
+        return VLLM_GPU_MEMORY_UTILIZATION
+    return 0.85
+
+
+def _engine(engine: str | None, enforce_eager: bool) -> bool:
+    from simserve.errors import SimserveError
+
+    if engine not in (None, "vllm"):
+        raise SimserveError(f"unknown --engine {engine!r}; the one modelled is vllm (vLLM 0.33.0)")
+    if enforce_eager and engine is None:
+        raise SimserveError("--enforce-eager is a vLLM worker flag: add --engine vllm")
+    return engine == "vllm"
 
 
 def _bench_client(scenario, qps: float) -> bool:

@@ -75,6 +75,10 @@ class Scenario:
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
     # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open loop.
     max_concurrency: int | None = field(default=None, metadata={"omit_at_default": True})
+    # vLLM 0.33.0's GPU worker (`--engine vllm`, simserve/vllm_worker.py): its memory profile and, unless
+    # enforce_eager, CUDA-graph padding of every batch of at most the largest captured size. vllm-v1 only.
+    vllm_worker: bool = field(default=False, metadata={"omit_at_default": True})
+    enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -122,6 +126,23 @@ class Scenario:
             time_limit_s=self.time_limit_s,
             max_concurrency=self.max_concurrency,
         ).validate()
+
+    def cudagraph_sizes(self) -> tuple[int, ...]:
+        """The batch sizes (tokens) vLLM captures CUDA graphs for; () when it runs eagerly or is not modelled."""
+        if not self.vllm_worker or self.enforce_eager:
+            return ()
+        from simserve.catalog import GPUSpec
+        from simserve.vllm_worker import capture_sizes
+
+        cfg = self.sim_config()
+        return capture_sizes(cfg.batch_limit(self.pp), cfg.token_budget(), GPUSpec.from_name(self.gpu).compute_capability)
+
+    def worker_memory(self):
+        """vLLM's memory profile of this deployment (vllm_worker.WorkerMemory); None when not modelled."""
+        if not self.vllm_worker:
+            return None
+        cfg = self.sim_config()
+        return _worker_memory(self.deployment(), cfg.token_budget(), cfg.batch_limit(self.pp), self.cudagraph_sizes())
 
     def deployment(self) -> Deployment:
         return _deployment(
@@ -174,6 +195,10 @@ def check_scenario(s: Scenario) -> int:
     if s.num_requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
     dep = s.deployment()
+    if s.vllm_worker:
+        if cfg.policy != "vllm-v1":
+            raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
+        return s.worker_memory().num_blocks
     return _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
 
 
@@ -196,7 +221,7 @@ def simulate_scenario(
     if s.ray_comm and not s.cpu_overhead:
         raise SimserveError("--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it")
     if timer is None:
-        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm)
+        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes())
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
     prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
@@ -227,11 +252,32 @@ def _num_blocks(dep: Deployment, policy: str, budget: int | None, max_batch: int
 
 
 @lru_cache(maxsize=8)
-def _timer(dep: Deployment, profiles_root: str | None, cpu_overhead: bool, ray_comm: bool) -> BatchTimer:
+def _timer(
+    dep: Deployment, profiles_root: str | None, cpu_overhead: bool, ray_comm: bool, cudagraph_sizes: tuple = ()
+) -> BatchTimer:
     from simserve.predictor import CpuOverhead, load_timer
 
     overhead = CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0)
-    return load_timer(dep, profiles_root, overhead=overhead)
+    timer = load_timer(dep, profiles_root, overhead=overhead)
+    if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
+        from simserve.vllm_worker import padded_timer
+
+        timer = padded_timer(timer, cudagraph_sizes)
+    return timer
+
+
+@lru_cache(maxsize=16)
+def _worker_memory(dep: Deployment, max_num_batched_tokens: int, max_num_seqs: int, sizes: tuple):
+    from simserve.vllm_worker import worker_memory
+
+    mem = worker_memory(dep, max_num_batched_tokens, max_num_seqs, sizes)
+    need = -(-dep.max_model_len // dep.block_size)
+    if mem.num_blocks < need:  # vLLM refuses to start (vllm/v1/core/kv_cache_planning.py: "To serve at least one…")
+        raise SimserveError(
+            f"{dep.describe()}: vLLM's KV cache ({mem.describe()}) cannot hold one {dep.max_model_len}-token "
+            f"request; raise --memory-utilization, lower --max-model-len, or use more GPUs"
+        )
+    return mem
 
 
 @lru_cache(maxsize=4)

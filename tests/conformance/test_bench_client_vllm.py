@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from test_vllm_conformance import HERE, VLLM_PYTHON
 
+from simserve.vllm_worker import capture_sizes
 from simserve.workload import arrival_times
 from simserve.workload.bench_datasets import random_lengths
 
@@ -43,3 +44,21 @@ def test_lengths_and_send_times_are_vllms():
         cv = 1 / math.sqrt(case["burstiness"])
         ours = arrival_times(case["n"], rate, "vllm-bench", seed=case["seed"], cv=cv)
         assert np.array_equal(ours, np.array(theirs["sends"])), case
+
+
+CUDAGRAPH_CASES = [  # (max_num_seqs, max_num_batched_tokens, compute capability): the per-GPU defaults and edges
+    (256, 2048, 80), (1024, 8192, 90), (1024, 16384, 100), (8, 2048, 80), (256, 100, 80), (300, 4096, 90),
+    (1, 1, 80), (128, 512, 86), (600, 700, 100), (64, 8192, 103),
+]  # fmt: skip
+
+
+def test_cudagraph_capture_sizes_are_vllms():
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"no vLLM 0.33.0 environment at {VLLM_PYTHON}: build it with `bash tools/vllm_env.sh`")
+    proc = subprocess.run(
+        [str(VLLM_PYTHON), str(HERE / "cudagraph_driver.py")], input=json.dumps(CUDAGRAPH_CASES),
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for case, theirs in zip(CUDAGRAPH_CASES, json.loads(proc.stdout), strict=True):
+        assert list(capture_sizes(*case)) == theirs, case
