@@ -133,3 +133,38 @@ def test_bad_engine_input_is_one_line(capsys, tmp_path, args, word):
     code, _, err = cli(capsys, "run", "--requests", "4", "--out", str(tmp_path / "o"), *args)
     assert code == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+# -- async scheduling -----------------------------------------------------------------------------------------
+def test_async_scheduling_leaves_only_the_sampler_on_the_critical_path():
+    from simserve.predictor.overhead import SAMPLER, CpuOverhead
+
+    sync, both = CpuOverhead(), CpuOverhead(async_scheduling=True)
+    assert both.components() == ("sampler",) and both.total_ms(64) == pytest.approx(SAMPLER[0] + 64 * SAMPLER[1])
+    assert both.stage_coefficients(0, 1) == pytest.approx((SAMPLER[0] * 1e-3, SAMPLER[1] * 1e-3))
+    assert sync.total_ms(64) > both.total_ms(64) + 2.0  # schedule, inputs and 64 requests' outputs: ~2.3 ms
+    assert repr(sync) == "CpuOverhead(include_ray_comm=False, scale=1.0)"  # timer cache keys as before
+
+
+def test_async_scheduling_follows_vllms_defaults_and_refusals():
+    base = dict(policy="vllm-v1", vllm_worker=True)
+    assert Scenario(**base).scheduling_is_async()
+    assert not Scenario(**base, async_scheduling=False).scheduling_is_async()
+    assert not Scenario(**base, model="llama2-70b", gpu="a40", tp=4, pp=2).scheduling_is_async()  # off with PP
+    with pytest.raises(SimserveError, match="pipeline parallelism"):
+        Scenario(**base, model="llama2-70b", gpu="a40", tp=4, pp=2, async_scheduling=True).scheduling_is_async()
+    with pytest.raises(SimserveError, match="--engine vllm"):
+        check_scenario(Scenario(policy="vllm-v1", async_scheduling=True))
+
+
+def test_async_scheduling_shortens_every_step_by_the_hidden_cpu_work():
+    s = Scenario(model="mistral-7b", gpu="a100", policy="vllm-v1", vllm_worker=True)
+    dep = s.deployment()
+    sync = _timer(dep, None, True, False, s.cudagraph_sizes(), False)
+    asyn = _timer(dep, None, True, False, s.cudagraph_sizes(), True)
+    from simserve.predictor.overhead import CpuOverhead
+
+    for batch in ([(512, 0)], [], [(100, 300)]):
+        kv = np.full(32, 900)
+        hidden = (CpuOverhead().total_ms(len(batch) + 32) - CpuOverhead(async_scheduling=True).total_ms(len(batch) + 32))
+        assert sync(batch, kv) - asyn(batch, kv) == pytest.approx(hidden * 1e-3, rel=1e-9)

@@ -175,6 +175,11 @@ def run_command(
     enforce_eager: bool = typer.Option(
         False, "--enforce-eager", help="--engine vllm: no CUDA graphs (vLLM's flag): no padding, no graph memory."
     ),
+    async_scheduling: bool | None = typer.Option(
+        None,
+        "--async-scheduling/--no-async-scheduling",
+        help="--engine vllm: schedule the next step while this one runs (vLLM 0.33.0's default without PP).",
+    ),
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -233,6 +238,7 @@ def run_command(
         max_concurrency=max_concurrency,
         vllm_worker=_engine(engine, enforce_eager),
         enforce_eager=enforce_eager,
+        async_scheduling=async_scheduling,
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -256,7 +262,8 @@ def run_command(
     if memory is not None:
         sizes = scenario.cudagraph_sizes()
         graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
-        notes.append(f"vLLM 0.33.0 worker: {graphs}; {memory.describe()}")
+        sched = "async scheduling (CPU work beside the sampler hidden)" if scenario.scheduling_is_async() else "sync scheduling"
+        notes.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
     from simserve.predictor.load import profile_label
 
     profile = profile_label(dep, scenario.profiles_root)

@@ -79,6 +79,8 @@ class Scenario:
     # enforce_eager, CUDA-graph padding of every batch of at most the largest captured size. vllm-v1 only.
     vllm_worker: bool = field(default=False, metadata={"omit_at_default": True})
     enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
+    # vLLM's --async-scheduling (with vllm_worker): None is the release's default, on unless PP > 1
+    async_scheduling: bool | None = field(default=None, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -136,6 +138,20 @@ class Scenario:
 
         cfg = self.sim_config()
         return capture_sizes(cfg.batch_limit(self.pp), cfg.token_budget(), GPUSpec.from_name(self.gpu).compute_capability)
+
+    def scheduling_is_async(self) -> bool:
+        """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, unless PP > 1,
+        which its V1 model runner does not support with async scheduling: vllm/config/vllm.py)."""
+        if not self.vllm_worker:
+            if self.async_scheduling:
+                raise SimserveError("--async-scheduling is vLLM's flag: add --engine vllm (and --policy vllm-v1)")
+            return False
+        if self.async_scheduling and self.pp > 1:
+            raise SimserveError(
+                "ValueError: Async scheduling is not supported by the V1 model runner with pipeline parallelism "
+                "(vLLM 0.33.0): drop --async-scheduling or use --pp 1"
+            )
+        return self.pp == 1 if self.async_scheduling is None else self.async_scheduling
 
     def worker_memory(self):
         """vLLM's memory profile of this deployment (vllm_worker.WorkerMemory); None when not modelled."""
@@ -195,6 +211,7 @@ def check_scenario(s: Scenario) -> int:
     if s.num_requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
     dep = s.deployment()
+    s.scheduling_is_async()  # refuses --async-scheduling where vLLM would
     if s.vllm_worker:
         if cfg.policy != "vllm-v1":
             raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
@@ -221,7 +238,7 @@ def simulate_scenario(
     if s.ray_comm and not s.cpu_overhead:
         raise SimserveError("--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it")
     if timer is None:
-        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes())
+        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(), s.scheduling_is_async())
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
     prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
@@ -253,11 +270,16 @@ def _num_blocks(dep: Deployment, policy: str, budget: int | None, max_batch: int
 
 @lru_cache(maxsize=8)
 def _timer(
-    dep: Deployment, profiles_root: str | None, cpu_overhead: bool, ray_comm: bool, cudagraph_sizes: tuple = ()
+    dep: Deployment,
+    profiles_root: str | None,
+    cpu_overhead: bool,
+    ray_comm: bool,
+    cudagraph_sizes: tuple = (),
+    async_scheduling: bool = False,
 ) -> BatchTimer:
     from simserve.predictor import CpuOverhead, load_timer
 
-    overhead = CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0)
+    overhead = CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling)
     timer = load_timer(dep, profiles_root, overhead=overhead)
     if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
         from simserve.vllm_worker import padded_timer
