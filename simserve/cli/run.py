@@ -180,6 +180,12 @@ def run_command(
         "--async-scheduling/--no-async-scheduling",
         help="--engine vllm: schedule the next step while this one runs (vLLM 0.33.0's default without PP).",
     ),
+    frontend_ms: float | None = typer.Option(
+        None,
+        "--frontend-ms",
+        help="The serving front end's latency added to TTFT and e2e (HTTP, tokenization, streaming): default 10.2 "
+        "ms, measured for vLLM's API server; 0: engine-side latencies; off with --paper-setup.",
+    ),
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -239,6 +245,7 @@ def run_command(
         vllm_worker=_engine(engine, enforce_eager),
         enforce_eager=enforce_eager,
         async_scheduling=async_scheduling,
+        frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -258,12 +265,16 @@ def run_command(
     bench = bench_metrics(raw, qps)
     arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
+    printed = []  # notes for the terminal only (summary.json holds these numbers as fields)
+    if scenario.frontend_ms:
+        printed.append(f"TTFT and end-to-end include {scenario.frontend_ms:g} ms of serving front end (HTTP, tokenization, "
+                     "streaming; --frontend-ms, 0 for engine-side latencies)")  # fmt: skip
     memory = scenario.worker_memory()
     if memory is not None:
         sizes = scenario.cudagraph_sizes()
         graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
         sched = "async scheduling (CPU work beside the sampler hidden)" if scenario.scheduling_is_async() else "sync scheduling"
-        notes.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
+        printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
     from simserve.predictor.load import profile_label
 
     profile = profile_label(dep, scenario.profiles_root)
@@ -276,9 +287,20 @@ def run_command(
         if memory is not None:
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
+    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
         Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+
+
+def _frontend_ms(value: float | None, paper_setup: bool) -> float:
+    from simserve.errors import SimserveError
+    from simserve.sim.frontend import DEFAULT_FRONTEND_MS, check_frontend_ms
+
+    if value is None:
+        return 0.0 if paper_setup else DEFAULT_FRONTEND_MS
+    if paper_setup and value:
+        raise SimserveError("--paper-setup reports engine-side latencies, as the paper did; drop --frontend-ms")
+    return check_frontend_ms(value)
 
 
 def _memory_utilization(value: float | None, engine: str | None) -> float:

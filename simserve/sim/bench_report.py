@@ -7,7 +7,8 @@ stops when the last one finishes; latencies are measured from when the client se
 per request with more than one output token; ITL is every gap between consecutive streamed tokens (one token a
 chunk). Percentiles interpolate linearly as `np.percentile` does (simserve.numerics). Two differences: the ITL
 median and P99 come from the run's TBT histogram (within 0.1%; the mean is exact), and requests simserve
-ignored as too long count as failed (vLLM's server refuses them).
+ignored as too long count as failed (vLLM's server refuses them). The front end's latency (sim/frontend.py,
+`cfg.frontend_s`) is added to TTFT and E2EL and to the benchmark's end, as a client sees them.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def bench_metrics(run: RawRun, qps: float) -> dict:
     done = r.status == DONE
     sent, first, end = r.arrived[done], r.first_token[done], r.completed[done]
     out, prompt = r.output[done], r.prompt[done]
-    duration = max(float(run.end_time), 1e-12)  # from t = 0, when vLLM's benchmark clock starts
+    front = run.cfg.frontend_s
+    duration = max(float(run.end_time) + front, 1e-12)  # from t = 0, when vLLM's benchmark clock starts
     many = out > 1
     tpot = (end[many] - first[many]) / (out[many] - 1)
     gaps = int((out[many] - 1).sum())
@@ -65,8 +67,9 @@ def bench_metrics(run: RawRun, qps: float) -> dict:
         "request_throughput": float(done.sum()) / duration,
         "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
+        "frontend_ms": front * 1000,
     }
-    for key, values in (("ttft", first - sent), ("tpot", tpot), ("e2el", end - sent)):
+    for key, values in (("ttft", first - sent + front), ("tpot", tpot), ("e2el", end - sent + front)):
         doc[f"mean_{key}_ms"], doc[f"median_{key}_ms"], doc[f"p99_{key}_ms"] = _stats(values)
     doc["mean_itl_ms"], doc["median_itl_ms"], doc["p99_itl_ms"] = itl
     return doc

@@ -133,7 +133,8 @@ class Cluster:
             self.released += 1
             # NOTE: vLLM's client sends it at once if it is due (latency is measured from then, after the
             # semaphore), else at its own time; arrival times stay non-decreasing, so ids stay in FCFS order.
-            self.reqs.arrived[nxt] = max(self.reqs.arrived[nxt], self.env.now)
+            # The front end delays the client's receipt of the last token and the next request's way in.
+            self.reqs.arrived[nxt] = max(self.reqs.arrived[nxt], self.env.now + self.cfg.frontend_s)
             if self.slot_freed is not None:
                 ev, self.slot_freed = self.slot_freed, None
                 ev.succeed()

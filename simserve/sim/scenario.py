@@ -81,6 +81,9 @@ class Scenario:
     enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
     # vLLM's --async-scheduling (with vllm_worker): None is the release's default, on unless PP > 1
     async_scheduling: bool | None = field(default=None, metadata={"omit_at_default": True})
+    # The front end's latency in ms (sim/frontend.py). 0 here (capacity searches: engine-side); `simserve run`
+    # defaults to the published measurement.
+    frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -127,6 +130,7 @@ class Scenario:
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
             max_concurrency=self.max_concurrency,
+            frontend_s=self.frontend_ms / 1000.0,
         ).validate()
 
     def cudagraph_sizes(self) -> tuple[int, ...]:
@@ -201,6 +205,7 @@ def paper_setup(s: Scenario) -> Scenario:
         time_limit_s=PAPER_TIME_LIMIT_S,
         stop_when_overloaded=False,
         stop_tbt=None,
+        frontend_ms=0.0,  # the paper reports engine-side latencies
     )
 
 
