@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simserve.errors import SimserveError
+from simserve.shipped import shipped_dir
 
 NAMES = ("random", "fixed", "sharegpt-bench")
 # Llama and Mistral tokenizers add one special token (BOS) to every encoded text: `num_special_tokens_to_add()`.
@@ -39,6 +40,7 @@ SPECIAL_TOKENS = 1
 # vLLM's is_valid_sequence defaults (datasets.py)
 MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
 USAGE = "random[:IN[:OUT[:RATIO]]], fixed:IN:OUT or sharegpt-bench[:OUT]"
+SHAREGPT_BENCH = shipped_dir("traces") / "sharegpt_bench.csv.gz"  # built by workload/sharegpt_bench.py
 
 
 @dataclass(frozen=True)
@@ -120,23 +122,19 @@ def random_lengths(
     return inputs.astype(np.int64) + special, outputs.astype(np.int64)
 
 
-def sharegpt_lengths(
-    n: int, seed: int, output_len: int | None, special: int = SPECIAL_TOKENS
-) -> tuple[np.ndarray, np.ndarray]:
-    """vLLM's ShareGPTDataset.sample over the shipped trace's first exchanges (see the module docstring)."""
-    from simserve.workload.formats import read_table
-    from simserve.workload.trace import SHIPPED, TRACES_DIR
+def sharegpt_lengths(n: int, seed: int, output_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """vLLM's ShareGPTDataset.sample over the shipped pairs (traces/sharegpt_bench.csv.gz: one per JSON entry,
+    BOS counted in both lengths, as vLLM counts them; see workload/sharegpt_bench.py)."""
+    from simserve.workload.trace import read_trace
 
-    path = TRACES_DIR / SHIPPED["sharegpt"]
-    if not path.is_file():
-        raise SimserveError(f"shipped trace 'sharegpt' is missing at {path}; rebuild it: simserve trace build sharegpt")
-    table = read_table(path)  # text cells, whole numbers in the shipped file
-    first = table[table["round"].astype(str) == "0"]
-    pairs = [
-        (int(p) + special, int(o) + special)
-        for p, o in zip(first["num_prefill_tokens"].tolist(), first["num_decode_tokens"].tolist(), strict=True)
-    ]
-    return sample_like_vllm(pairs, n, seed, output_len)
+    if not SHAREGPT_BENCH.is_file():
+        raise SimserveError(
+            f"{SHAREGPT_BENCH} is missing; build it: simserve trace build sharegpt-bench (needs simserve[traces])"
+        )
+    pairs = read_trace(SHAREGPT_BENCH, "sharegpt-bench")
+    return sample_like_vllm(
+        list(zip(pairs.prompt_tokens.tolist(), pairs.output_tokens.tolist(), strict=True)), n, seed, output_len
+    )
 
 
 def sample_like_vllm(
