@@ -14,13 +14,12 @@ requests in the order vLLM's client sends them (no further shuffle), so `--reque
   RATIO must be in [0, 1), as vLLM checks.
 * `fixed:IN:OUT`: every prompt IN tokens and every output OUT tokens (vLLM's random dataset at RATIO 0).
 * `sharegpt-bench[:OUT]` (vLLM's `--dataset-name sharegpt [--sharegpt-output-len OUT]`,
-  `ShareGPTDataset.sample`): the first exchange of each conversation of the shipped ShareGPT trace (its round-0
-  rows), shuffled with Python's `random.seed(seed); random.shuffle`, then taken in order while
-  `is_valid_sequence` holds (prompt ≥ 4, output ≥ 4 unless OUT is given, prompt ≤ 1024, prompt + output ≤ 2048),
-  and oversampled with `random.seed(seed); random.choice` when too few are valid. vLLM counts both texts with
-  `tokenizer(text).input_ids`, which adds the BOS token to each: the special token is added to both lengths
-  here too. What differs: vLLM's JSON keeps FastChat's conversation pieces, whose first turn may be a reply
-  mid-conversation; the shipped trace merged the pieces, so only real first exchanges are sampled.
+  `ShareGPTDataset.sample`): the (prompt, completion) pairs of traces/sharegpt_bench.csv.gz (one per JSON entry,
+  as vLLM reads the file: workload/sharegpt_bench.py), shuffled with Python's `random.seed(seed);
+  random.shuffle`, then taken in order while `is_valid_sequence` holds (prompt ≥ 4, output ≥ 4 unless OUT is
+  given, prompt ≤ 1024, prompt + output ≤ 2048), and oversampled with `random.seed(seed); random.choice` when
+  too few are valid. The packaged JSON is truncated, so the shuffle runs over a subset of vLLM's list: the same
+  procedure, not the same rows.
 """
 
 from __future__ import annotations
