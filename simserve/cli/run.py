@@ -42,10 +42,11 @@ def _default_out(
     if is_config_path(model):  # a config.json path: the model's folder name, not the path, names the run
         p = Path(model).expanduser()
         model = (p if p.is_dir() else p.parent).name or "model"
-    return (
-        Path("runs")
-        / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{Path(trace).name.split('.')[0]}-qps{qps:g}-s{seed}"
-    )
+    from simserve.workload.bench_datasets import is_spec
+
+    # a bench dataset spec (random:1024:128:0.1) names the run with dashes: no colons or dots in a folder name
+    name = trace.replace(":", "-").replace(".", "p") if is_spec(trace) else Path(trace).name.split(".")[0]
+    return Path("runs") / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{name}-qps{qps:g}-s{seed}"
 
 
 def _jsonable(x):
