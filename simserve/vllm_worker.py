@@ -39,6 +39,9 @@ MIB = 2**20
 NON_TORCH_BYTES = {1: 0.16 * GIB, "tp": 0.20 * GIB}
 # profile_cudagraph_memory: the first (largest) capture of each mode holds the graph pool; each further graph
 # is charged what the second capture took, at least 1 MiB ("Use at least 1 MiB per graph for driver overhead").
+# NOTE: a floor, so the estimate is likely low: vLLM's own logs show more per graph (6-8 MiB at about 100 tokens
+# and 24-28 MiB at about 450 tokens, vllm-project/vllm#22897; 0.13-0.21 GiB for whole capture runs of <= 1B models
+# in V0, vllm-project/vllm#11349, generative-computing/mellea#416). Nothing here is fitted to those.
 PER_GRAPH_BYTES = MIB
 # The sampler's working set per dummy request and vocabulary entry: logits in the model's dtype, their float32
 # copy, and float32 probabilities for top-p/top-k (what _dummy_sampler_run exercises).
