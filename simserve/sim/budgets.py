@@ -159,6 +159,9 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
     cfg, r, bs = rep.cfg, rep.reqs, rep.block_size
     running = rep.running
     assert running is not None, "vllm-v1 needs ReplicaState.running"
+    cache = rep.prefix
+    if cache is not None and rep.finished:
+        rep.release_finished()  # vLLM frees them when the step's output comes back, before it schedules
     budget = rep.budget
     eligible = len(running) + len(rep.waiting)
     thr = cfg.long_prefill_token_threshold if eligible > 1 else 0
@@ -185,8 +188,13 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
                 break
         if i >= len(running):
             break  # it preempted itself (it was the last): vLLM stops scheduling running requests
-        rep.kv.allocate(need)
-        r.blocks[rid] += need
+        if cache is None:
+            rep.kv.allocate(need)
+            r.blocks[rid] += need
+        else:  # its new blocks, and the full blocks of what this step computes join the cache
+            r.blocks[rid] = cache.allocate_slots(
+                rid, (), computed + n, min(computed + n, rep.num_tokens(rid))
+            )
         if is_prefill:
             prefills.append((rid, n))
         else:
@@ -203,11 +211,34 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         if rep.pp > 1 and r.inflight[rid]:
             break  # preempted while in flight (see policies.py)
         want = rep.num_tokens(rid)
-        if not rep.kv.can_allocate(-(-want // bs)):
-            break  # the whole sequence must fit (scheduler_reserve_full_isl)
-        n = min(want, thr or budget, budget)
-        rep.admit_head(now, -(-n // bs))
+        if cache is not None:
+            n = _admit_cached(rep, cache, rid, want, thr, budget, now)
+            if not n:
+                break
+        else:
+            if not rep.kv.can_allocate(-(-want // bs)):
+                break  # the whole sequence must fit (scheduler_reserve_full_isl)
+            n = min(want, thr or budget, budget)
+            rep.admit_head(now, -(-n // bs))
         prefills.append((rid, n))
         budget -= n
         rep.drop_too_long()
     return prefills, np.array(decodes, dtype=np.int64)
+
+
+def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budget: int, now: float) -> int:
+    """vLLM's waiting path with prefix caching: the longest cached prefix is taken as computed, the chunk
+    starts after it, and the whole sequence (less the hit blocks already held by running requests) must fit.
+    Admits the head and returns its chunk, or 0 when it does not fit."""
+    hits = cache.lookup(rid, want)
+    hit = len(hits) * rep.block_size
+    n = min(want - hit, thr or budget, budget)
+    if cache.blocks_to_allocate(rid, min(want, rep.cfg.max_model_len), hits) > cache.free:
+        return 0  # scheduler_reserve_full_isl, counting hit blocks that would leave the free queue
+    if cache.blocks_to_allocate(rid, hit + n, hits) > cache.free:
+        return 0
+    cache.record(bool(rep.reqs.preemptions[rid]), want, hit)
+    blocks = cache.allocate_slots(rid, hits, hit + n, min(hit + n, want))
+    rep.admit_head(now, blocks, hit)
+    rep.reqs.cached_tokens[rid] = hit
+    return n

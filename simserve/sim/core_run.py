@@ -69,6 +69,8 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
         return None
+    if cfg.prefix_caching:
+        return _reference_for_prefix_caching()
     if mode == "python":
         return _load(False)
     core = _load(True)
@@ -80,6 +82,22 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
             file=sys.stderr,
         )
     return core
+
+
+_warned_prefix = False
+
+
+def _reference_for_prefix_caching() -> None:
+    """The compiled core has no prefix cache yet (sim/prefix_cache.py): such runs go to the reference."""
+    global _warned_prefix
+    if not _warned_prefix:
+        _warned_prefix = True
+        print(
+            "simserve: prefix caching runs on the SimPy reference model (the compiled core does not model it "
+            "yet), which is slower; --no-prefix-caching runs on the compiled core",
+            file=sys.stderr,
+        )
+    return None
 
 
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
