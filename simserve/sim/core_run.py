@@ -27,6 +27,7 @@ from simserve.errors import SimserveError
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
+from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.request import Requests
 from simserve.sim.watchdog import Watchdog
 
@@ -69,8 +70,6 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
         return None
-    if cfg.prefix_caching:
-        return _reference_for_prefix_caching()
     if mode == "python":
         return _load(False)
     core = _load(True)
@@ -82,22 +81,6 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
             file=sys.stderr,
         )
     return core
-
-
-_warned_prefix = False
-
-
-def _reference_for_prefix_caching() -> None:
-    """The compiled core has no prefix cache yet (sim/prefix_cache.py): such runs go to the reference."""
-    global _warned_prefix
-    if not _warned_prefix:
-        _warned_prefix = True
-        print(
-            "simserve: prefix caching runs on the SimPy reference model (the compiled core does not model it "
-            "yet), which is slower; --no-prefix-caching runs on the compiled core",
-            file=sys.stderr,
-        )
-    return None
 
 
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
@@ -166,6 +149,11 @@ def run(
     }  # fmt: skip
     arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
     arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
+    arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
+    caches = None
+    if cfg.prefix_caching:  # the reference's own block pool, one per replica: the same rules by construction
+        caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
+                  for _ in range(cfg.num_replicas)]  # fmt: skip
     budget = cfg.token_budget()
     params = dict(
         n=n,
@@ -177,6 +165,8 @@ def run(
         budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
         max_batch=cfg.batch_limit(pp),
         prompt_limit=cfg.prompt_limit(),
+        max_model_len=cfg.max_model_len,
+        caches=caches,
         router=cfg.router,
         check_period=cfg.check_period_s,
         sched_delay_slo=cfg.sched_delay_slo_s,
@@ -235,11 +225,12 @@ def run(
         else:
             rules.check_stall(False, False, num_done, 0)
         c.next_check_at()
-    replicas = [_summary(i, pp, t, num_blocks) for i, t in enumerate(c.replica_totals())]
+    replicas = [_summary(i, pp, t, num_blocks, caches[i] if caches else None)
+                for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
 
 
-def _summary(index: int, pp: int, totals: tuple, num_blocks: int) -> SimpleNamespace:
+def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -> SimpleNamespace:
     in_flight, _, outstanding, free, preemptions, bubble, work = totals
     tokens, pairs, prefill_kv, decode_kv, mbs = work
     kv = SimpleNamespace(free=free, num_blocks=num_blocks, used=num_blocks - free)
@@ -251,5 +242,5 @@ def _summary(index: int, pp: int, totals: tuple, num_blocks: int) -> SimpleNames
         work=_Work(
             tokens=tokens, prefill_pairs=pairs, prefill_kv=prefill_kv, decode_kv=decode_kv, micro_batches=mbs
         ),
-        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions),
+        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix),
     )
