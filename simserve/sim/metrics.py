@@ -61,11 +61,21 @@ class Summary:
     stage_bubble: tuple[float, ...]
     stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
     capped: bool = False  # SimConfig.time_limit_s ended the run; the latencies cover completed requests
+    # prefix caching (vLLM's prefix-cache counters, first admissions; readmissions after preemption apart):
+    # prompt tokens looked up, tokens found cached, and their ratio. None when prefix caching is off.
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_preempted_hits: int | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
         if not self.capped:  # only when it happened, so uncapped summaries stay as they were
             del d["capped"]
+        if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
+            for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
+                      "prefix_cache_preempted_hits"):  # fmt: skip
+                del d[k]
         return d
 
 
@@ -149,7 +159,15 @@ def summarize(run: RawRun, dep=None) -> Summary:
     bubble = tuple(b / duration for rep in run.replicas for b in rep.bubble)
     mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
     bubble = tuple(float(x) for x in bubble)
+    caches = [rep.state.prefix for rep in run.replicas if getattr(rep.state, "prefix", None) is not None]
+    prefix = {}
+    if caches:
+        queries, hits = sum(c.queries for c in caches), sum(c.hits for c in caches)
+        prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
+                      prefix_cache_hit_rate=hits / queries if queries else 0.0,
+                      prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
     summary = Summary(
+        **prefix,
         num_requests=r.n,
         completed=int(done.sum()),
         ignored=int((r.status == IGNORED).sum()),

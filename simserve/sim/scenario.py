@@ -73,6 +73,9 @@ class Scenario:
     ep: int = field(default=1, metadata={"omit_at_default": True})
     moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
+    # vllm-v1: automatic prefix caching (SimConfig.prefix_caching); on by default for `--engine vllm` and
+    # `run --policy vllm-v1`, as in vLLM V1. Added after outputs were pinned: omitted while off.
+    prefix_caching: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -115,6 +118,7 @@ class Scenario:
             min_budget=self.min_budget,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             long_prefill_token_threshold_adaptive=bool(self.long_prefill_token_threshold_adaptive),
+            prefix_caching=bool(self.prefix_caching),
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
@@ -196,11 +200,13 @@ def simulate_scenario(
         timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm)
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
-    prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
+    prompt, output, recorded, prefix = _workload(
+        s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay"
+    )
     from simserve.workload import arrival_times
 
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress), dep
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix), dep
 
 
 @lru_cache(maxsize=16)
@@ -241,14 +247,18 @@ def _usable(trace: str, max_len: int):
 
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
-    """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests."""
+    """(prompt, output, recorded arrivals or None, (prefix group, prefix tokens) or None) of the first n
+    (replay) or n sampled requests. A trace of conversations with recorded arrivals (a multi-turn trace) is
+    taken in file order whatever the arrival process: shuffled, a turn would come before the turn it follows."""
     t = _usable(trace, max_len)
     if not len(t):
         raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
-    t = t.head(n) if replay else t.sample(n, seed)
-    for a in (t.prompt_tokens, t.output_tokens) + ((t.arrived_at,) if t.arrived_at is not None else ()):
-        a.setflags(write=False)  # cached: shared by every later call in this process
-    return t.prompt_tokens, t.output_tokens, t.arrived_at
+    t = t.head(n) if replay or t.in_order else t.sample(n, seed)
+    prefix = None if t.prefix_group is None else (t.prefix_group, t.prefix_tokens)
+    for a in (t.prompt_tokens, t.output_tokens, t.arrived_at, *(prefix or ())):
+        if a is not None:
+            a.setflags(write=False)  # cached: shared by every later call in this process
+    return t.prompt_tokens, t.output_tokens, t.arrived_at, prefix
 
 
 def workload_drops(s: Scenario) -> dict:
