@@ -29,7 +29,8 @@ from simserve.workload.formats import (
 
 TRACES_DIR = shipped_dir("traces")  # the repository's traces/ (or the wheel's copy)
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
-SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz"}
+SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz",
+           "sharegpt-multiturn": "sharegpt_multiturn.csv.gz", "prefix-repetition": "prefix_repetition.csv.gz"}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
 if TYPE_CHECKING:  # pandas parses trace files; a cached trace (trace_cache.py) needs none
     import pandas as pd
