@@ -185,10 +185,9 @@ if __name__ == "__main__":  # the table in docs/engines.md: python tests/conform
     from pathlib import Path
 
     driver = Path(__file__).with_name("vllm_driver.py")
-    print(
-        "| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | differences |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    print("| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | "
+          "admissions with a hit | cached tokens | differences |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in [*WORKLOADS, *PREFIX_WORKLOADS]:
         w = make(name)
         proc = subprocess.run([sys.argv[1], str(driver)], input=json.dumps(w), capture_output=True, text=True,
@@ -197,5 +196,7 @@ if __name__ == "__main__":  # the table in docs/engines.md: python tests/conform
         tokens = sum(sum(s["tokens"].values()) for s in ours)
         pre = sum(len(s["preempted"]) for s in ours)
         widest = max(len(s["tokens"]) for s in ours)
-        print(f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | "
-              f"{len(compare(ours, theirs))} |")  # fmt: skip
+        cached = [c for s in ours for c in s.get("cached", {}).values()]
+        hits = f"{sum(c > 0 for c in cached)} of {len(cached)}" if w["prefix_caching"] else "(off)"
+        print(f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | {hits} | "
+              f"{sum(cached)} | {len(compare(ours, theirs))} |")  # fmt: skip
