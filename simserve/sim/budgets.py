@@ -139,7 +139,7 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 
 # -- vllm-v1 ------------------------------------------------------------------------------------------
 # Design note: vLLM 0.33.0's V1 scheduler (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`, FCFS
-# policy, no prefix caching, no speculative decoding, no KV connector), step by step:
+# policy, no speculative decoding, no KV connector), step by step:
 #   1. One budget, max_num_batched_tokens, for everything. `long_prefill_token_threshold` caps one request's
 #      chunk, but only when more than one request is running or waiting ("nobody to starve" otherwise);
 #      with `long_prefill_token_threshold_adaptive`, never below budget // (running + waiting).
@@ -152,6 +152,10 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 #      fewer than max_num_seqs run, the head is admitted if the blocks of its whole sequence fit
 #      (`scheduler_reserve_full_isl`, default True; watermark 0.0 by default), but only its first chunk's
 #      blocks are allocated. Several prefills share a step (V1 has no max_num_partial_prefills).
+#   4. With prefix caching (`rep.prefix`, sim/prefix_cache.py): a waiting request first takes the longest run
+#      of cached blocks (at most num_tokens - 1 tokens) as computed (`_admit_cached`); every allocation caches
+#      the full blocks of the tokens it schedules; finished requests' blocks go back before the next step, in
+#      the order they were scheduled.
 # Checked step by step against the real Scheduler by tests/conformance/ (docs/engines.md).
 # NOTE: a step of vLLM's that only preempts (the running set emptied itself) schedules nothing; the engine
 # steps again at once. Here that empty step costs no time, so the next step is formed right away.

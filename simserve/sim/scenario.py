@@ -287,11 +287,13 @@ def workload_notes(s: Scenario) -> list[str]:
             f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
             f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
-    if s.arrival != "replay" and s.num_requests > len(t):
+    in_order = s.arrival == "replay" or t.in_order
+    if not in_order and s.num_requests > len(t):
         notes.append(
             f"the trace has {len(t)} usable requests, so {s.num_requests - len(t)} of the {s.num_requests} "
             f"are repeats (fresh shuffles of the same rows)"
         )
-    if s.arrival == "replay" and s.num_requests > len(t):
-        notes.append(f"replay: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
+    if in_order and s.num_requests > len(t):
+        how = "replay" if s.arrival == "replay" else "a multi-turn trace is served in order"
+        notes.append(f"{how}: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
     return notes
