@@ -84,3 +84,37 @@ def test_prefix_caching_computes_less_of_the_multiturn_trace():
     ttft = {k: np.nanmedian(r.reqs.first_token - r.reqs.arrived) for k, r in runs.items()}
     assert ttft[True] < ttft[False]
     assert off.replicas[0].state.prefix is None
+
+
+@pytest.mark.parametrize("name", ["sharegpt-multiturn", "prefix-repetition"])
+def test_the_shipped_trace_is_what_its_builder_makes(capsys, tmp_path, name):
+    from simserve.workload.trace import SHIPPED, TRACES_DIR
+
+    out = tmp_path / SHIPPED[name]
+    main(["trace", "build", name, "--out", str(out)])
+    assert out.read_bytes() == (TRACES_DIR / SHIPPED[name]).read_bytes()
+
+
+def test_run_reports_the_prefix_cache_and_refuses_it_off_vllm_v1(capsys, tmp_path):
+    import json
+
+    main(["run", "--trace", "prefix-repetition", "--policy", "vllm-v1", "--qps", "4", "--requests", "200",
+          "--out", str(tmp_path / "on")])  # fmt: skip
+    summary = json.loads((tmp_path / "on" / "summary.json").read_text())
+    s = summary.get("summary", summary)
+    # 10 prefixes of 256 tokens (16 blocks) among 200 requests, a pool that holds them all: every request but the
+    # first of each prefix finds its 256 prefix tokens cached (a request admitted in the same step as the first
+    # included: blocks are cached when scheduled)
+    assert s["prefix_cache_hits"] == 256 * 190 and s["prefix_cache_queries"] == 200 * 512
+    main(["run", "--trace", "prefix-repetition", "--policy", "vllm-v1", "--qps", "4", "--requests", "200",
+          "--no-prefix-caching", "--out", str(tmp_path / "off")])  # fmt: skip
+    off = json.loads((tmp_path / "off" / "summary.json").read_text())
+    assert "prefix_cache_hits" not in off.get("summary", off)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--policy", "sarathi", "--prefix-caching", "--out", str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--policy vllm-v1 or --no-prefix-caching" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "--no-prefix-caching", "--out", str(tmp_path / "bad")])
+    assert exc.value.code == 2 and "use it with --engine vllm" in capsys.readouterr().err
