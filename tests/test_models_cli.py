@@ -85,7 +85,7 @@ def test_vllm_command_names_precision_and_expert_parallelism():
     from simserve.sim.scenario import Scenario
     from simserve.tune.engine import check_engine_scenario, vllm_command
 
-    s = Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8")
+    s = Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8", prefix_caching=True)
     cmd = vllm_command(s, {"max-num-batched-tokens": 2048, "max-num-seqs": 256})
     assert cmd.endswith(
         "--tensor-parallel-size 8 --max-model-len 8192 --quantization fp8 --kv-cache-dtype fp8 --enable-expert-parallel"

@@ -99,6 +99,11 @@ def run_command(
         "--long-prefill-token-threshold-adaptive",
         help="vllm-v1: floor the threshold at the budget's fair share (budget / running and waiting requests).",
     ),
+    prefix_caching: bool | None = typer.Option(
+        None,
+        "--prefix-caching/--no-prefix-caching",
+        help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on with --policy vllm-v1, as in vLLM).",
+    ),
     max_num_partial_prefills: int = typer.Option(
         1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
@@ -235,6 +240,7 @@ def run_command(
         min_budget=min_budget,
         long_prefill_token_threshold=long_prefill_token_threshold,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+        prefix_caching=policy == "vllm-v1" if prefix_caching is None else prefix_caching,
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
         dtype=dtype,

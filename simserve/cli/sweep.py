@@ -6,6 +6,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -190,6 +191,11 @@ def sweep(
         "--engine-grid",
         help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256'.",
     ),
+    no_prefix_caching: bool = typer.Option(
+        False,
+        "--no-prefix-caching",
+        help="--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1).",
+    ),
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.io import check_out_dir
@@ -245,9 +251,12 @@ def sweep(
         base, generated = for_scenario(base)
         if generated:
             Console(soft_wrap=True).print(generated, highlight=False)
+    if no_prefix_caching and engine is None and engine_grid is None:
+        raise SimserveError("--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm")
     if engine is not None or engine_grid is not None:
         from simserve.cli.engine import engine_sweep
 
+        base = replace(base, prefix_caching=not no_prefix_caching)  # vLLM V1's default: on
         return engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),

@@ -184,6 +184,7 @@ def simulate(
     num_blocks: int,
     cfg: SimConfig,
     progress: Callable[[int, int], None] | None = None,
+    prefix: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> RawRun:
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
 
@@ -206,6 +207,9 @@ def simulate(
     # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
     reqs = Requests(prompt, output, arrived)
+    if prefix is not None:  # (group, tokens on it) per request: which blocks prefix caching can share
+        reqs.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
+        reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
     core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
         log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)

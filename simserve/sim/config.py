@@ -62,6 +62,8 @@ class SimConfig:
     long_prefill_token_threshold: int = 0
     # vllm-v1: floor the threshold at budget / (running + waiting requests) (vLLM's flag of the same name)
     long_prefill_token_threshold_adaptive: bool = False
+    # vllm-v1: automatic prefix caching (vLLM V1's default; sim/prefix_cache.py), `--enable-prefix-caching`
+    prefix_caching: bool = False
     # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
@@ -116,6 +118,11 @@ class SimConfig:
                     f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; the "
                     "V1 scheduler admits every prefill that fits the token budget): drop it"
                 )
+        if self.prefix_caching and self.policy != "vllm-v1":
+            raise SimserveError(
+                f"prefix caching is modelled as vLLM V1 does it; use --policy vllm-v1 or --no-prefix-caching "
+                f"(got --policy {self.policy})"
+            )
         return self
 
     def kv_watermark(self) -> float:

@@ -62,6 +62,12 @@ class Summary:
     stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
     capped: bool = False  # SimConfig.time_limit_s ended the run; the latencies cover completed requests
     frontend_s: float = 0.0  # the front end's latency, included in TTFT, e2e and normalized latency (frontend.py)
+    # prefix caching (vLLM's prefix-cache counters, first admissions; readmissions after preemption apart):
+    # prompt tokens looked up, tokens found cached, and their ratio. None when prefix caching is off.
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_preempted_hits: int | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -69,6 +75,10 @@ class Summary:
             del d["capped"]
         if not self.frontend_s:  # likewise: engine-side summaries keep their keys
             del d["frontend_s"]
+        if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
+            for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
+                      "prefix_cache_preempted_hits"):  # fmt: skip
+                del d[k]
         return d
 
 
@@ -156,7 +166,15 @@ def summarize(run: RawRun, dep=None) -> Summary:
     bubble = tuple(b / duration for rep in run.replicas for b in rep.bubble)
     mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
     bubble = tuple(float(x) for x in bubble)
+    caches = [rep.state.prefix for rep in run.replicas if getattr(rep.state, "prefix", None) is not None]
+    prefix = {}
+    if caches:
+        queries, hits = sum(c.queries for c in caches), sum(c.hits for c in caches)
+        prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
+                      prefix_cache_hit_rate=hits / queries if queries else 0.0,
+                      prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
     summary = Summary(
+        **prefix,
         num_requests=r.n,
         completed=int(done.sum()),
         ignored=int((r.status == IGNORED).sum()),

@@ -84,6 +84,9 @@ class Scenario:
     # The front end's latency in ms (sim/frontend.py). 0 here (capacity searches: engine-side); `simserve run`
     # defaults to the published measurement.
     frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
+    # vllm-v1: automatic prefix caching (SimConfig.prefix_caching); on by default for `--engine vllm` and
+    # `run --policy vllm-v1`, as in vLLM V1. Added after outputs were pinned: omitted while off.
+    prefix_caching: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -126,6 +129,7 @@ class Scenario:
             min_budget=self.min_budget,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             long_prefill_token_threshold_adaptive=bool(self.long_prefill_token_threshold_adaptive),
+            prefix_caching=bool(self.prefix_caching),
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
@@ -246,11 +250,13 @@ def simulate_scenario(
         timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(), s.scheduling_is_async())
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
-    prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
+    prompt, output, recorded, prefix = _workload(
+        s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay"
+    )
     from simserve.workload import arrival_times
 
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress), dep
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix), dep
 
 
 @lru_cache(maxsize=16)
@@ -317,8 +323,10 @@ def _usable(trace: str, max_len: int):
 
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
-    """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests; a bench
-    dataset (workload/bench_datasets.py) gives its n requests in the order vLLM's client sends them."""
+    """(prompt, output, recorded arrivals or None, (prefix group, prefix tokens) or None) of the first n
+    (replay) or n sampled requests. A trace of conversations with recorded arrivals (a multi-turn trace) is
+    taken in file order whatever the arrival process: shuffled, a turn would come before the turn it follows.
+    A bench dataset (workload/bench_datasets.py) gives its n requests in the order vLLM's client sends them."""
     from simserve.workload import bench_datasets
 
     if bench_datasets.is_spec(trace):
@@ -327,14 +335,16 @@ def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
         prompt, output = bench_datasets.lengths(bench_datasets.parse(trace), n, seed)
         for a in (prompt, output):
             a.setflags(write=False)
-        return prompt, output, None
+        return prompt, output, None, None
     t = _usable(trace, max_len)
     if not len(t):
         raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
-    t = t.head(n) if replay else t.sample(n, seed)
-    for a in (t.prompt_tokens, t.output_tokens) + ((t.arrived_at,) if t.arrived_at is not None else ()):
-        a.setflags(write=False)  # cached: shared by every later call in this process
-    return t.prompt_tokens, t.output_tokens, t.arrived_at
+    t = t.head(n) if replay or t.in_order else t.sample(n, seed)
+    prefix = None if t.prefix_group is None else (t.prefix_group, t.prefix_tokens)
+    for a in (t.prompt_tokens, t.output_tokens, t.arrived_at, *(prefix or ())):
+        if a is not None:
+            a.setflags(write=False)  # cached: shared by every later call in this process
+    return t.prompt_tokens, t.output_tokens, t.arrived_at, prefix
 
 
 def workload_drops(s: Scenario) -> dict:
@@ -373,11 +383,13 @@ def workload_notes(s: Scenario) -> list[str]:
             f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
             f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
-    if s.arrival != "replay" and s.num_requests > len(t):
+    in_order = s.arrival == "replay" or t.in_order
+    if not in_order and s.num_requests > len(t):
         notes.append(
             f"the trace has {len(t)} usable requests, so {s.num_requests - len(t)} of the {s.num_requests} "
             f"are repeats (fresh shuffles of the same rows)"
         )
-    if s.arrival == "replay" and s.num_requests > len(t):
-        notes.append(f"replay: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
+    if in_order and s.num_requests > len(t):
+        how = "replay" if s.arrival == "replay" else "a multi-turn trace is served in order"
+        notes.append(f"{how}: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
     return notes

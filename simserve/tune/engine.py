@@ -229,6 +229,8 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
         parts.append("--kv-cache-dtype fp8")
     if getattr(base, "ep", 1) > 1:
         parts.append("--enable-expert-parallel")
+    if not getattr(base, "prefix_caching", True):
+        parts.append("--no-enable-prefix-caching")  # on by default in the V1 engine
     return " ".join(parts)
 
 
