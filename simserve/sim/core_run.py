@@ -91,10 +91,9 @@ def reference_only(mechanism: str) -> None:
     if mechanism in _reference_only or os.environ.get(ENV, "") == "reference":
         return
     _reference_only.add(mechanism)
-    print(
+    sys.stderr.write(  # one write: worker processes that say it at once do not interleave their lines
         f"simserve: {mechanism} runs on the SimPy reference model (the compiled core does not have it yet), "
-        "which is slower",
-        file=sys.stderr,
+        "which is slower\n"
     )
 
 

@@ -59,6 +59,7 @@ class Pool:
     timer: BatchTimer
     num_blocks: int  # KV blocks per replica
     router: str = "rr"
+    cfg: SimConfig | None = None  # the pool's own policy limits (token budget, max batch); None: the run's
 
 
 class PrefillState(ReplicaState):
@@ -147,15 +148,16 @@ class DisaggCluster:
         policy = POLICIES[cfg.policy]
         p = prefill.replicas
         self.prefill = [
-            Replica(env, PrefillState(i, pre, cfg, prefill.num_blocks, prefill.timer.num_stages, self.prefill_tbt,
+            Replica(env, PrefillState(i, pre, prefill.cfg or cfg, prefill.num_blocks, prefill.timer.num_stages, self.prefill_tbt,
                                       self._prefilled, prefill.timer), policy, prefill.timer, self.log, self.route_due)
             for i in range(p)
         ]  # fmt: skip
         self.decode = []
+        dcfg = decode.cfg or cfg
         for j in range(decode.replicas):
-            st = DecodeState(p + j, dec, cfg, decode.num_blocks, decode.timer.num_stages, self.tbt, self._decoded,
+            st = DecodeState(p + j, dec, dcfg, decode.num_blocks, decode.timer.num_stages, self.tbt, self._decoded,
                              decode.timer)  # fmt: skip
-            rep = Replica(env, st, policy, decode.timer, self.log, lambda now, j=j: self._admit(self.decode[j], now))
+            rep = Replica(env, st, POLICIES[dcfg.policy], decode.timer, self.log, lambda now, j=j: self._admit(self.decode[j], now))
             self.decode.append(rep)
         # The watchdog reads arrival, first scheduling and ignoring on the prefill side, the output wanted overall.
         view = Requests(pre.prompt, dec.output, pre.arrived)
@@ -324,8 +326,10 @@ class DisaggRun:
 
 
 def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrived_at: np.ndarray, cfg: SimConfig,
-                    prefill: Pool, decode: Pool, link: KVLink, kv_token_bytes: float) -> DisaggRun:  # fmt: skip
-    """Replay requests through a prefill pool and a decode pool joined by `link` (module docstring)."""
+                    prefill: Pool, decode: Pool, link: KVLink, kv_token_bytes: float, announce: bool = True,
+                    ) -> DisaggRun:  # fmt: skip
+    """Replay requests through a prefill pool and a decode pool joined by `link` (module docstring). `announce`:
+    say (once per process) that the reference runs it; a plan says so once itself, not once per worker."""
     cfg.validate()
     for side, pool in (("prefill", prefill), ("decode", decode)):
         if pool.replicas < 1:
@@ -339,7 +343,8 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
         raise SimserveError("the trace has no requests; pick a trace with at least one request")
     if (prompt < 1).any() or (output < 1).any():
         raise SimserveError("every request needs at least one prompt and one output token")
-    core_run.reference_only("disaggregated serving")
+    if announce:
+        core_run.reference_only("disaggregated serving")
     order = np.argsort(arrived, kind="stable")
     prompt, output, arrived = prompt[order], output[order], arrived[order]
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))

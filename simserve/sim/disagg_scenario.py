@@ -69,6 +69,14 @@ class DisaggScenario:
 
         return f"{one(self.prefill, 'P')}+{one(self.decode, 'D')}"
 
+    def record(self, qps: float, quantiles: tuple[float, ...], cdf_grid: tuple[float, ...]) -> dict:
+        """One capacity probe's record (tune/probe.py): the user's view of the run, as an aggregated probe's."""
+        from simserve.sim.metrics import build_result
+        from simserve.tune.simadapter import record_from_result
+
+        # NOTE: silent about running on the reference: the planner says it once, not once per worker process
+        return record_from_result(build_result(run_disagg(self, qps, announce=False).raw), qps, quantiles, cdf_grid)
+
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not
         fit or the missing link."""
@@ -83,7 +91,8 @@ class DisaggScenario:
         return blocks[0], blocks[1], link
 
 
-def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link: KVLink | None = None) -> DisaggRun:
+def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link: KVLink | None = None,
+               announce: bool = True) -> DisaggRun:  # fmt: skip
     """Simulate `ds` at `qps`; `timers` (prefill, decode) override the profiled predictors, `link` the catalog's."""
     import numpy as np
 
@@ -99,6 +108,6 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
     prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
     prefill = Pool(s.num_replicas, timers[0], pb, s.router)
-    decode = Pool(ds.decode.num_replicas, timers[1], db, ds.decode_router)
+    decode = Pool(ds.decode.num_replicas, timers[1], db, ds.decode_router, ds.decode.sim_config())
     kv = kv_bytes_per_prompt_token(s.deployment())
-    return simulate_disagg(prompt, output, arrived, s.sim_config(), prefill, decode, link or resolved, kv)
+    return simulate_disagg(prompt, output, arrived, s.sim_config(), prefill, decode, link or resolved, kv, announce)
