@@ -26,11 +26,11 @@ def _workload(n=200, seed=0, rate=5.0):
 
 
 def _run(link_gbps=10.0, n=200, pp=1, prefill_replicas=2, decode_replicas=2, router="kv", blocks=(600, 900),
-         policy="sarathi", seed=0):  # fmt: skip
-    prompt, output, arrived = _workload(n, seed)
+         policy="sarathi", seed=0, rate=5.0, stop=False):  # fmt: skip
+    prompt, output, arrived = _workload(n, seed, rate)
     timer = LinearTimer(0.004, 1e-5, 1e-8, num_stages=pp)
     link = KVLink("test", link_gbps, 20e-6, 1, "test")
-    cfg = SimConfig(policy=policy, stop_when_overloaded=False)
+    cfg = SimConfig(policy=policy, stop_when_overloaded=stop)
     return simulate_disagg(prompt, output, arrived, cfg, Pool(prefill_replicas, timer, blocks[0]),
                            Pool(decode_replicas, timer, blocks[1], router), link, KV), prompt, output  # fmt: skip
 
@@ -51,6 +51,18 @@ def test_every_request_is_prefilled_once_moved_once_and_decoded_to_the_end(pp, r
     assert ints[stage0 & pre, 3].sum() == 0  # prefill-only iterations
     # the decode side recomputes each prompt's last token, then decodes output - 1 tokens
     assert ints[stage0 & dec, 2].sum() == len(prompt) and ints[stage0 & dec, 3].sum() == (output - 1).sum()
+
+
+@pytest.mark.parametrize("policy", ["chunked", "hybrid", "slo-aware", "pressure", "equal-cost", "vllm-v1"])
+def test_every_chunking_policy_serves_both_pools(policy):
+    run, _, output = _run(policy=policy, n=80)
+    assert (run.raw.reqs.status == DONE).all() and run.raw.reqs.generated.sum() == output.sum()
+
+
+@pytest.mark.parametrize("policy", ["vllm", "orca", "fcfs"])
+def test_policies_without_chunks_are_refused(policy):
+    with pytest.raises(SimserveError, match="chunked-prefill policy"):
+        _run(policy=policy, n=5)
 
 
 def test_each_step_of_a_request_follows_the_last():
@@ -95,6 +107,15 @@ def test_the_prefill_side_holds_its_kv_until_the_transfer_is_done():
     assert np.nanmedian(slow.raw.reqs.scheduled - slow.raw.reqs.arrived) > np.nanmedian(
         fast.raw.reqs.scheduled - fast.raw.reqs.arrived
     )
+
+
+def test_a_backlog_in_front_of_the_decode_pool_is_an_overload():
+    """A decode pool of 150 blocks (2400 tokens: one or two requests at a time) behind a roomy prefill pool:
+    prefills keep up, so only the decode admission queue grows, and the watchdog must see it."""
+    run, _, _ = _run(n=400, rate=20.0, blocks=(20000, 150), prefill_replicas=2, decode_replicas=1, stop=True)
+    r = run.raw.reqs
+    assert run.raw.overloaded
+    assert np.nanmedian(r.scheduled - r.arrived) < 2.0  # the prefill side never queued that long
 
 
 def test_kv_router_sends_to_the_decode_replica_with_the_most_free_blocks():
@@ -152,6 +173,7 @@ def test_same_seed_same_run():
         (["--prefill", "1xTP2@h100", "--decode", "1xTP4"], "different nodes"),
         (["--prefill", "2xTP2"], "needs both pools"),
         (["--prefill", "two", "--decode", "1xTP4"], "is not a pool"),
+        (["--prefill", "2xTP2", "--decode", "1xTP4", "--policy", "vllm"], "chunked-prefill policy"),
     ],
 )
 def test_bad_layouts_are_one_line_and_exit_2(capsys, tmp_path, args, message):

@@ -159,9 +159,11 @@ class DisaggCluster:
                              decode.timer)  # fmt: skip
             rep = Replica(env, st, POLICIES[dcfg.policy], decode.timer, self.log, lambda now, j=j: self._admit(self.decode[j], now))
             self.decode.append(rep)
-        # The watchdog reads arrival, first scheduling and ignoring on the prefill side, the output wanted overall.
+        # The watchdog's overload rules count a request as scheduled once the decode side has admitted it (its
+        # blocks allocated): a backlog in front of either pool is a queue that grows. Ignoring is the prefill
+        # side's; the TBT stop counts the output wanted overall.
         view = Requests(pre.prompt, dec.output, pre.arrived)
-        view.scheduled, view.status = pre.scheduled, pre.status
+        view.scheduled, view.status = self.transfers.queued, pre.status
         self.rules = Watchdog(view, cfg, self.tbt)
         env.process(self.arrivals())
         env.process(self.watchdog())
@@ -325,6 +327,9 @@ class DisaggRun:
     link: KVLink
 
 
+CHUNKING = ("sarathi", "chunked", "hybrid", "slo-aware", "pressure", "equal-cost", "vllm-v1")
+
+
 def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrived_at: np.ndarray, cfg: SimConfig,
                     prefill: Pool, decode: Pool, link: KVLink, kv_token_bytes: float, announce: bool = True,
                     ) -> DisaggRun:  # fmt: skip
@@ -332,6 +337,12 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
     say (once per process) that the reference runs it; a plan says so once itself, not once per worker."""
     cfg.validate()
     for side, pool in (("prefill", prefill), ("decode", decode)):
+        policy = (pool.cfg or cfg).policy
+        if policy not in CHUNKING:  # the decode side's first step is a one-token chunk of an admitted prompt
+            raise SimserveError(
+                f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy {policy} "
+                f"never schedules the last prompt token of a request whose KV arrived by transfer"
+            )
         if pool.replicas < 1:
             raise SimserveError(f"the {side} pool needs at least one replica, got {pool.replicas}")
         if pool.router not in ROUTERS[side]:

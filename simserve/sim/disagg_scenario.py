@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 
 from simserve.errors import SimserveError
-from simserve.sim.disagg import ROUTERS, DisaggRun, Pool, simulate_disagg
+from simserve.sim.disagg import CHUNKING, ROUTERS, DisaggRun, Pool, simulate_disagg
 from simserve.sim.kvlink import KVLink, kv_bytes_per_prompt_token, resolve_link
 from simserve.sim.scenario import Scenario, _timer, _workload, check_scenario
 
@@ -80,6 +80,11 @@ class DisaggScenario:
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not
         fit or the missing link."""
+        if self.prefill.policy not in CHUNKING:
+            raise SimserveError(
+                f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy "
+                f"{self.prefill.policy} never schedules the last prompt token of a request whose KV arrived by transfer"
+            )
         blocks = []
         for side, s in (("prefill", self.prefill), ("decode", self.decode)):
             try:
