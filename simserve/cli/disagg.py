@@ -42,14 +42,23 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
     run = run_disagg(ds, qps)
     summary = summarize(run.raw).as_dict()
     pools_doc = transfer_summary(run)
+    from simserve.predictor.load import profile_label
+    from simserve.sim.scenario import workload_drops, workload_notes
+
+    profiles = {side: profile_label(s.deployment(), s.profiles_root) for side, s in (("prefill", ds.prefill),
+                                                                                       ("decode", ds.decode))}  # fmt: skip
+    notes = workload_notes(ds.prefill) + [f"{side} op times from a {label} profile" for side, label in profiles.items()]
     with output_dir(out, force) as tmp:
         write_tables(run.raw, tmp, fmt, iterations)
         write_disagg_trace(tmp / "trace.json", run.raw.log, run.num_prefill, run.transfers, run.link)
         _write_transfers(tmp / "transfers.csv", run)
         doc = {"prefill": scenario_fields(ds.prefill), "decode": scenario_fields(ds.decode), "layout": ds.label(),
-               "qps": qps, "summary": summary, "disaggregation": pools_doc}  # fmt: skip
+               "qps": qps, "summary": summary, "disaggregation": pools_doc, "notes": notes,
+               "trace_dropped": workload_drops(ds.prefill), "profiles": profiles}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print(console, ds, qps, summary, pools_doc, out)
+    for note in notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
 
 
 def _write_transfers(path: Path, run) -> None:

@@ -156,8 +156,10 @@ def layout_scenario(spec, lay: Layout, profiles, seed: int | None = None):
                           None, "kv")  # fmt: skip
 
 
-def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict, out_tokens: float):
-    """Screen, then search the kept layouts (and the cheapest again at other seeds): (searches, rows, notes)."""
+def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict, out_tokens: float,
+                  agg_rows: pd.DataFrame | None = None):  # fmt: skip
+    """Screen, then search the kept layouts: (searches, rows, notes). As for aggregated deployments
+    (search._seed_searches), the layouts among the plan's cheapest contenders are searched again at other seeds."""
     from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor
     from simserve.profiling.generated import resolve_profiles
     from simserve.sim.scenario import _timer, _workload
@@ -185,19 +187,33 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     results = _run(tasks, runner, cache, stats, run_tasks)
     rows = [_search_row(lay, t, r, spec, profiles) for lay, t, r in zip(layouts, tasks, results, strict=True)]
     plan = _rows(layouts, results, spec, prices, out_tokens, profiles)
-    if spec.tie_seeds and len(plan):
-        best = plan.sort_values(["usd_per_million_output_tokens", "gpus"], kind="stable").iloc[0]
-        i = next(k for k, lay in enumerate(layouts) if lay.label == best["layout"] and lay.gpu.name == best["gpu"])
+    picked, again = [], []
+    for i in _contenders(layouts, plan, agg_rows, spec) if spec.tie_seeds else []:
         lay, start = layouts[i], max(results[i].capacity_qps, spec.min_qps)
-        again = [CapacityTask(layout_scenario(spec, lay, profiles, seed), spec.slo, spec.tolerance, start,
-                              max_halvings=halvings_to_floor(start, spec.min_qps))
-                 for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds)]  # fmt: skip
-        for t, r in zip(again, _run(again, runner, cache, stats, run_tasks), strict=True):
-            row = _search_row(lay, t, r, spec, profiles)
-            row["status"] = f"seed spread ({row['status']})"
-            rows.append(row)
+        for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
+            again.append(CapacityTask(layout_scenario(spec, lay, profiles, seed), spec.slo, spec.tolerance, start,
+                                      max_halvings=halvings_to_floor(start, spec.min_qps)))  # fmt: skip
+            picked.append(lay)
+    for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks) if again else [], strict=True):
+        row = _search_row(lay, t, r, spec, profiles)
+        row["status"] = f"seed spread ({row['status']})"
+        rows.append(row)
     searches = pd.DataFrame(rows, columns=[*_SEARCH_COLUMNS, "layout"])
     return searches, plan.reindex(columns=[*_PLAN_COLUMNS, "layout"]), notes
+
+
+def _contenders(layouts: list[Layout], plan: pd.DataFrame, agg_rows, spec) -> list[int]:
+    """Indices of the searched layouts among the plan's TIE_DEPLOYMENTS cheapest deployments, agg ones included."""
+    from simserve.plan.search import TIE_DEPLOYMENTS
+    from simserve.plan.ties import contenders
+
+    if plan.empty:
+        return []
+    both = plan if agg_rows is None or agg_rows.empty else pd.concat([agg_rows.assign(layout=LAYOUT_AGG), plan])
+    objective = "usd_per_hour" if spec.target_qps else "usd_per_million_output_tokens"
+    top = contenders(both.reset_index(drop=True), objective).head(TIE_DEPLOYMENTS)
+    wanted = {(r["gpu"], r["layout"]) for _, r in top.iterrows() if r["layout"] != LAYOUT_AGG}
+    return [i for i, lay in enumerate(layouts) if (lay.gpu.name, lay.label) in wanted]
 
 
 def _run(tasks, runner, cache, stats, run_tasks):
