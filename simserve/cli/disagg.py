@@ -26,6 +26,13 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
 
     if prefill is None or decode is None:
         raise SimserveError("a disaggregated run needs both pools: pass --prefill and --decode (e.g. 2xTP2 and 1xTP4)")
+    given = [f"--{k} {v}" for k, v in (("tp", scenario.tp), ("pp", scenario.pp), ("replicas", scenario.num_replicas))
+             if v != 1]  # fmt: skip
+    if given:
+        raise SimserveError(
+            f"{', '.join(given)} describe an aggregated deployment; a disaggregated run takes each pool's replicas, "
+            f"TP and PP in --prefill/--decode (e.g. --prefill 2xTP2 --decode 1xTP4PP2): drop {', '.join(given)}"
+        )
     ds = DisaggScenario.create(scenario, PoolSpec.parse(prefill, "--prefill"), PoolSpec.parse(decode, "--decode"),
                                kv_link, decode_router)  # fmt: skip
     ds.check()  # one line naming the pool that does not fit, or the missing link, before anything is written

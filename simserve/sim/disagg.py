@@ -145,20 +145,19 @@ class DisaggCluster:
         self.prompt_limit = cfg.prompt_limit()
         self.routers = (prefill.router, decode.router)
         self._rr = [0, 0]
-        policy = POLICIES[cfg.policy]
-        p = prefill.replicas
-        self.prefill = [
-            Replica(env, PrefillState(i, pre, prefill.cfg or cfg, prefill.num_blocks, prefill.timer.num_stages, self.prefill_tbt,
-                                      self._prefilled, prefill.timer), policy, prefill.timer, self.log, self.route_due)
-            for i in range(p)
-        ]  # fmt: skip
-        self.decode = []
-        dcfg = decode.cfg or cfg
-        for j in range(decode.replicas):
-            st = DecodeState(p + j, dec, dcfg, decode.num_blocks, decode.timer.num_stages, self.tbt, self._decoded,
-                             decode.timer)  # fmt: skip
-            rep = Replica(env, st, POLICIES[dcfg.policy], decode.timer, self.log, lambda now, j=j: self._admit(self.decode[j], now))
-            self.decode.append(rep)
+        pcfg, dcfg = prefill.cfg or cfg, decode.cfg or cfg
+        self.prefill: list[Replica] = []
+        for i in range(prefill.replicas):
+            timer = prefill.timer
+            st = PrefillState(i, pre, pcfg, prefill.num_blocks, timer.num_stages, self.prefill_tbt, self._prefilled, timer)
+            self.prefill.append(Replica(env, st, POLICIES[pcfg.policy], timer, self.log, self.route_due))
+        self.decode: list[Replica] = []
+        for j in range(decode.replicas):  # decode replicas are numbered after the prefill ones in the log
+            timer = decode.timer
+            st = DecodeState(prefill.replicas + j, dec, dcfg, decode.num_blocks, timer.num_stages, self.tbt,
+                             self._decoded, timer)  # fmt: skip
+            admit = lambda now, j=j: self._admit(self.decode[j], now)  # noqa: E731  (its "route_due")
+            self.decode.append(Replica(env, st, POLICIES[dcfg.policy], timer, self.log, admit))
         # The watchdog's overload rules count a request as scheduled once the decode side has admitted it (its
         # blocks allocated): a backlog in front of either pool is a queue that grows. Ignoring is the prefill
         # side's; the TBT stop counts the output wanted overall.
@@ -230,6 +229,7 @@ class DisaggCluster:
                     st.incoming.popleft()  # larger than this decode pool can ever hold
                     st.outstanding -= 1
                     r.status[rid] = IGNORED
+                    self.pre.status[rid] = IGNORED  # the watchdog's view: never "waiting to be scheduled"
                     self._release_prefill(rid)
                     self._decoded(rep.index, rid)
                     continue
@@ -352,8 +352,12 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
     arrived = np.asarray(arrived_at, dtype=np.float64)
     if len(prompt) == 0:
         raise SimserveError("the trace has no requests; pick a trace with at least one request")
+    if not len(prompt) == len(output) == len(arrived):
+        raise SimserveError("prompt, output and arrival arrays differ in length")
     if (prompt < 1).any() or (output < 1).any():
         raise SimserveError("every request needs at least one prompt and one output token")
+    if not np.isfinite(arrived).all() or (arrived < 0).any():
+        raise SimserveError("arrival times must be finite and non-negative")
     if announce:
         core_run.reference_only("disaggregated serving")
     order = np.argsort(arrived, kind="stable")
