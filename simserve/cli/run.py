@@ -197,6 +197,16 @@ def run_command(
         "--paper-setup",
         help="Run as the paper's trials were: clipped Poisson arrivals, the Ray round trip, a 30-minute cap.",
     ),
+    prefill: str | None = typer.Option(
+        None, "--prefill", help="Disaggregated: the prefill pool, replicas x TP (2xTP2, 1xTP4PP2, 2xTP2@h100)."
+    ),
+    decode: str | None = typer.Option(None, "--decode", help="Disaggregated: the decode pool (as --prefill)."),
+    kv_link: str | None = typer.Option(
+        None, "--kv-link", help="Disaggregated: nvlink | pcie | a network (default: the node's own, if one holds both)."
+    ),
+    decode_router: str = typer.Option(
+        "kv", "--decode-router", help="Disaggregated: rr | lor | kv (most free KV blocks); --router is the prefill's."
+    ),
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
     from rich.console import Console
@@ -258,6 +268,11 @@ def run_command(
         if stop_when_overloaded:
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
         scenario = paper(scenario)
+    if prefill is not None or decode is not None:
+        from simserve.cli.disagg import run_disaggregated
+
+        run_disaggregated(scenario, prefill, decode, kv_link, decode_router, qps, out, force, fmt, iterations)
+        return
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     from simserve.profiling.generated import for_scenario
 

@@ -94,6 +94,21 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     return core
 
 
+_reference_only: set[str] = set()
+
+
+def reference_only(mechanism: str) -> None:
+    """A mechanism the compiled core does not have yet (e.g. "disaggregated serving") runs on the SimPy
+    reference: say so once per process and mechanism, never give a silently different answer."""
+    if mechanism in _reference_only or os.environ.get(ENV, "") == "reference":
+        return
+    _reference_only.add(mechanism)
+    sys.stderr.write(  # one write: worker processes that say it at once do not interleave their lines
+        f"simserve: {mechanism} runs on the SimPy reference model (the compiled core does not have it yet), "
+        "which is slower\n"
+    )
+
+
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
 
 
