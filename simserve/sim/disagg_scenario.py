@@ -108,9 +108,9 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
     pb, db, resolved = ds.check()
     s = ds.prefill
     # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
-    for on, what, fix in ((s.prefix_caching, "prefix caching", "--no-prefix-caching"),
+    for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
                           (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
-                          (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine")):  # fmt: skip
+                          (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm")):  # fmt: skip
         if on:
             raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")
     if timers is None:
