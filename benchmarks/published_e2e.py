@@ -1,24 +1,28 @@
 """Published end-to-end vLLM results beside simserve's simulation of the same setup (issue 23 item 6).
 
-Each `Published` entry holds one number a vLLM run published (with the address it was read from), the setup it
-states, and the closest setup simserve can express. The published numbers are comparison targets only: nothing
-in simserve is fitted or tuned to them, and this script feeds none of them into a run. It prints measured vs
-simulated and the error, and says per entry what the simulation cannot express.
+Each `Published` entry holds what a vLLM run published (the numbers, with the address they were read from), the
+setup it states, and the closest setup simserve can express. The published numbers are comparison targets
+only: nothing in simserve is fitted or tuned to them, and no run here reads them. The script prints measured
+vs simulated and the error; docs/engines.md § Published end-to-end results says what each cannot express.
 
-    python benchmarks/published_e2e.py            # every entry (needs nothing but the shipped profiles/traces)
-    python benchmarks/published_e2e.py --json out.json
+    python benchmarks/published_e2e.py                     # every entry
+    python benchmarks/published_e2e.py --only KEY,KEY --json out.json
 
-The entries come from vLLM's own CI performance benchmark (`.buildkite/nightly-benchmarks`, "Performance
-Benchmark" pipeline): `vllm bench latency` (8 prompts of 32 tokens, 128 output tokens each, one batch, mean
-over 15 iterations) and `vllm bench throughput` (200 prompts sampled from ShareGPT V3, their dataset output
-lengths, all submitted at once, requests per second). Both drive the offline `LLM` engine: no HTTP front end,
-no tokenisation on the clock of interest beyond what the engine does, `ignore_eos`, `--load-format dummy`.
+Two sources, both with the setup stated on the page:
 
-A run here uses what simserve has at the time it runs: the vLLM 0.33.0 `vllm-v1` scheduler with the `LLM`
-class's defaults on H100/H200 (16384 batched tokens, 1024 sequences: `EngineArgs.get_batch_defaults`,
-UsageContext.LLM_CLASS), gpu_memory_utilization 0.92, and — where the simulator has them (branch `bench`:
-`Scenario.vllm_worker`) — CUDA-graph padding, async scheduling and vLLM's worker memory. The printout says
-which were on.
+* vLLM's own CI performance benchmark (`.buildkite/nightly-benchmarks`, buildkite's vllm/performance-benchmark
+  pipeline): `vllm bench latency` (8 prompts of 32 tokens, 128 outputs each, one batch) and `vllm bench
+  throughput` (200 ShareGPT prompts at once). Both drive the offline `LLM` engine (no HTTP front end,
+  `ignore_eos`). The page names no release: simulated as vLLM 0.33.0's V1 engine with the `LLM` class's defaults.
+* SGLang's reproduction of vLLM 0.6.0 (`benchmark/benchmark_vllm_060/README.md`): `vllm serve` (0.6.0 defaults,
+  `--num-scheduler-steps 10`, `--max-model-len 4096`) driven by `sglang.bench_serving` on ShareGPT at 4 and 8
+  requests/s (Poisson) and all at once. Simulated with simserve's V0 `vllm` policy, the scheduler 0.6.0 ran
+  (whole prompts, prefills first; chunked prefill is off at a 4096 max length).
+
+ShareGPT workloads need vLLM's ShareGPT pairs and sampler (traces/sharegpt_bench.csv.gz and
+workload/bench_datasets.py, from branch `bench`); without them those entries are skipped and say so. Where the
+simulator has vLLM's worker (branch `bench`: `Scenario.vllm_worker`, CUDA-graph padding and async scheduling,
+V1 only) and front end (`Scenario.frontend_ms`, added to an online client's TTFT and E2E), runs use them.
 """
 
 from __future__ import annotations
@@ -28,268 +32,283 @@ import dataclasses
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from simserve.errors import SimserveError
 
-# vLLM's CI performance-benchmark page read for the H200 numbers (build 9515 of buildkite's vllm/performance-
-# benchmark pipeline; the stored copy names no vLLM commit or date).
+# vLLM's CI performance-benchmark report with H200 numbers (build 9515; the stored copy names no commit or date).
 H200_PAGE = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
-# The same report's layout with 8xH100 numbers. NOTE: the stored copy sits under an unrelated pipeline's
-# address (elastic/enterprise-search-ruby); its text is vLLM's performance-benchmark report (same test names,
-# same descriptions). Kept, and flagged as such, because it is the only H100 copy found.
+# The same report with 8xH100 numbers. NOTE: the stored copy sits under an unrelated pipeline's address
+# (elastic/enterprise-search-ruby); its text is vLLM's report (same test names, same descriptions). Kept, and
+# flagged in the docs, because it is the only H100 copy found.
 H100_PAGE = "https://buildkite.com/elastic/enterprise-search-ruby/builds/571"
-# What the tests run (model ids, TP, dummy weights, 200 ShareGPT prompts): the test definitions in vLLM's repo.
-TESTS_SOURCE = (
-    "https://github.com/vllm-project/vllm/blob/main/.buildkite/nightly-benchmarks/tests/latency-tests.json, "
-    "throughput-tests.json, latency-tests-header.md"
-)
+SGLANG_060 = "https://github.com/sgl-project/sglang/blob/main/benchmark/benchmark_vllm_060/README.md"
 
-# vLLM 0.33.0's offline-engine (LLM class) defaults on a >= 70 GiB non-A100 GPU (vllm/engine/arg_utils.py,
-# EngineArgs.get_batch_defaults) and CacheConfig's gpu_memory_utilization. The page's own release is older;
-# simserve models 0.33.0 (docs/engines.md).
-LLM_CLASS_BATCHED_TOKENS = 16384
-LLM_CLASS_MAX_SEQS = 1024
-GPU_MEMORY_UTILIZATION = 0.92
+SAMPLES = 20  # ShareGPT draws per entry: the page's draw is not reproducible here (see Workload.seed)
 
-LATENCY_PROMPT, LATENCY_OUTPUT, LATENCY_BATCH = 32, 128, 8
-THROUGHPUT_PROMPTS = 200
-# The page's 200 prompts are one seed-0 draw from the full ShareGPT file; simserve's pairs come from a truncated
-# copy, so its draws are other draws of the same procedure. A burst's span hangs on its longest outputs, so one
-# draw says little: each throughput entry is simulated over this many draws and the median compared.
-SAMPLES = 20
+
+@dataclass(frozen=True)
+class Engine:
+    """The closest simserve configuration of the published engine."""
+
+    policy: str  # vllm-v1 (V1 engine) | vllm (V0: whole prompts, prefills first)
+    budget: int  # --max-num-batched-tokens
+    max_batch: int  # --max-num-seqs
+    memory_utilization: float
+    max_model_len: int
+
+
+# vLLM 0.33.0's LLM class on a >= 70 GiB non-A100 GPU (vllm/engine/arg_utils.py, get_batch_defaults,
+# UsageContext.LLM_CLASS: 16384 tokens, 1024 sequences; CacheConfig.gpu_memory_utilization 0.92).
+V1_OFFLINE = Engine("vllm-v1", 16384, 1024, 0.92, 2048)
+# vLLM 0.6.0's server with --max-model-len 4096: chunked prefill off below 32k, so max_num_batched_tokens =
+# max(max_model_len, 2048) = 4096; max_num_seqs 256; gpu_memory_utilization 0.9 (EngineArgs defaults of 0.6.0).
+V0_SERVER_060 = Engine("vllm", 4096, 256, 0.90, 4096)
+
+
+@dataclass(frozen=True)
+class Workload:
+    dataset: str  # "fixed": every prompt `prompt` tokens, every output `output`; "sharegpt": the bench pairs
+    num_prompts: int
+    qps: float | None  # Poisson rate; None: every request at t = 0
+    prompt: int = 0
+    output: int = 0
+    # The client's sampler seed (vLLM 0, sglang.bench_serving 1). simserve's pairs come from a truncated copy of
+    # the ShareGPT file, so the same seed draws other rows: each entry runs SAMPLES draws from this seed on.
+    seed: int = 0
+    online: bool = False  # through the HTTP server: the client's TTFT and E2E include the front end
 
 
 @dataclass(frozen=True)
 class Published:
     key: str
     source: str
+    release: str  # the vLLM release the page ran, as it states it
     gpu: str
-    model: str  # simserve's catalog name for the published model
-    published_model: str
+    model: str  # simserve's catalog name
     tp: int
-    kind: str  # "latency": one batch of fixed prompts, seconds; "throughput": a ShareGPT burst, requests/s
-    value: float  # the published number (ms for latency, req/s for throughput)
-    unit: str
-    not_expressed: tuple[str, ...] = ()
+    engine: Engine
+    workload: Workload
+    measured: dict = field(default_factory=dict)  # metric (METRICS) -> the published value
 
 
-_COMMON_GAPS = (
-    "the page's vLLM release is not stated (simserve models 0.33.0)",
-    "vLLM's defaults of that release (batched tokens, memory utilization) may differ",
-)
-_LATENCY_GAPS = _COMMON_GAPS + ("the mean over 15 timed iterations after 5 warm-ups: one simulated batch",)
-_THROUGHPUT_GAPS = _COMMON_GAPS + (
-    "the page's 200 prompts are vLLM's seed-0 sample; simserve draws its own 200 from the same pairs",
-)
+METRICS = {  # metric -> unit
+    "batch_latency_ms": "ms",
+    "throughput_rps": "req/s",
+    "median_ttft_ms": "ms",
+    "median_tpot_ms": "ms",
+    "median_e2e_ms": "ms",
+}
 
+LATENCY_8x32x128 = Workload("fixed", 8, None, prompt=32, output=128)
+SHAREGPT_200 = Workload("sharegpt", 200, None, seed=0)
 PUBLISHED: tuple[Published, ...] = (
-    Published("latency-llama3-8b-h200", H200_PAGE, "h200", "llama-3-8b", "Meta-Llama-3(.1)-8B", 1,
-              "latency", 833.421, "ms", _LATENCY_GAPS),
-    Published("latency-llama3-70b-tp4-h200", H200_PAGE, "h200", "llama-3-70b", "Meta-Llama-3-70B-Instruct", 4,
-              "latency", 2077.53, "ms", _LATENCY_GAPS),
-    Published("throughput-llama3-8b-h200", H200_PAGE, "h200", "llama-3-8b", "Meta-Llama-3(.1)-8B", 1,
-              "throughput", 22.5674, "req/s", _THROUGHPUT_GAPS),
-    Published("throughput-llama3-70b-tp4-h200", H200_PAGE, "h200", "llama-3-70b", "Meta-Llama-3-70B-Instruct", 4,
-              "throughput", 9.83905, "req/s", _THROUGHPUT_GAPS),
-    Published("latency-llama3-8b-h100", H100_PAGE, "h100", "llama-3-8b", "Meta-Llama-3(.1)-8B", 1,
-              "latency", 997.542, "ms", _LATENCY_GAPS),
-    Published("latency-llama3-70b-tp4-h100", H100_PAGE, "h100", "llama-3-70b", "Meta-Llama-3-70B-Instruct", 4,
-              "latency", 2444.47, "ms", _LATENCY_GAPS),
-    Published("throughput-llama3-8b-h100", H100_PAGE, "h100", "llama-3-8b", "Meta-Llama-3(.1)-8B", 1,
-              "throughput", 19.5005, "req/s", _THROUGHPUT_GAPS),
-    Published("throughput-llama3-70b-tp4-h100", H100_PAGE, "h100", "llama-3-70b", "Meta-Llama-3-70B-Instruct", 4,
-              "throughput", 8.86239, "req/s", _THROUGHPUT_GAPS),
+    Published("latency-llama3-8b-h200", H200_PAGE, "not stated", "h200", "llama-3-8b", 1, V1_OFFLINE,
+              LATENCY_8x32x128, {"batch_latency_ms": 833.421}),
+    Published("latency-llama3-70b-tp4-h200", H200_PAGE, "not stated", "h200", "llama-3-70b", 4, V1_OFFLINE,
+              LATENCY_8x32x128, {"batch_latency_ms": 2077.53}),
+    Published("latency-llama3-8b-h100", H100_PAGE, "not stated", "h100", "llama-3-8b", 1, V1_OFFLINE,
+              LATENCY_8x32x128, {"batch_latency_ms": 997.542}),
+    Published("latency-llama3-70b-tp4-h100", H100_PAGE, "not stated", "h100", "llama-3-70b", 4, V1_OFFLINE,
+              LATENCY_8x32x128, {"batch_latency_ms": 2444.47}),
+    Published("throughput-llama3-8b-h200", H200_PAGE, "not stated", "h200", "llama-3-8b", 1, V1_OFFLINE,
+              SHAREGPT_200, {"throughput_rps": 22.5674}),
+    Published("throughput-llama3-70b-tp4-h200", H200_PAGE, "not stated", "h200", "llama-3-70b", 4, V1_OFFLINE,
+              SHAREGPT_200, {"throughput_rps": 9.83905}),
+    Published("throughput-llama3-8b-h100", H100_PAGE, "not stated", "h100", "llama-3-8b", 1, V1_OFFLINE,
+              SHAREGPT_200, {"throughput_rps": 19.5005}),
+    Published("throughput-llama3-70b-tp4-h100", H100_PAGE, "not stated", "h100", "llama-3-70b", 4, V1_OFFLINE,
+              SHAREGPT_200, {"throughput_rps": 8.86239}),
+    # Mixture of experts (bf16): docs/models.md § Published end-to-end results
+    Published("latency-mixtral-8x7b-tp2-h200", H200_PAGE, "not stated", "h200", "mixtral-8x7b", 2, V1_OFFLINE,
+              LATENCY_8x32x128, {"batch_latency_ms": 1917.44}),
+    Published("latency-mixtral-8x7b-tp2-h100", H100_PAGE, "not stated", "h100", "mixtral-8x7b", 2, V1_OFFLINE,
+              LATENCY_8x32x128, {"batch_latency_ms": 2326.97}),
+    Published("throughput-mixtral-8x7b-tp2-h200", H200_PAGE, "not stated", "h200", "mixtral-8x7b", 2, V1_OFFLINE,
+              SHAREGPT_200, {"throughput_rps": 8.06251}),
+    Published("throughput-mixtral-8x7b-tp2-h100", H100_PAGE, "not stated", "h100", "mixtral-8x7b", 2, V1_OFFLINE,
+              SHAREGPT_200, {"throughput_rps": 8.15186}),
+    Published("v060-llama31-8b-a100-rps4", SGLANG_060, "0.6.0", "a100", "llama-3.1-8b", 1, V0_SERVER_060,
+              Workload("sharegpt", 1200, 4.0, seed=1, online=True),
+              {"median_ttft_ms": 100.48, "median_tpot_ms": 14.14, "median_e2e_ms": 1691.97}),
+    Published("v060-llama31-8b-a100-rps8", SGLANG_060, "0.6.0", "a100", "llama-3.1-8b", 1, V0_SERVER_060,
+              Workload("sharegpt", 2400, 8.0, seed=1, online=True),
+              {"median_ttft_ms": 120.39, "median_tpot_ms": 17.09, "median_e2e_ms": 2137.16}),
+    Published("v060-llama31-70b-tp4-h100-rps4", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4, V0_SERVER_060,
+              Workload("sharegpt", 1200, 4.0, seed=1, online=True),
+              {"median_ttft_ms": 179.15, "median_tpot_ms": 23.58, "median_e2e_ms": 2915.60}),
+    Published("v060-llama31-70b-tp4-h100-rps8", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4, V0_SERVER_060,
+              Workload("sharegpt", 2400, 8.0, seed=1, online=True),
+              {"median_ttft_ms": 207.12, "median_tpot_ms": 29.15, "median_e2e_ms": 3752.38}),
+    Published("v060-llama31-8b-a100-offline", SGLANG_060, "0.6.0", "a100", "llama-3.1-8b", 1, V0_SERVER_060,
+              Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 21.27}),
+    Published("v060-llama31-70b-tp4-h100-offline", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4,
+              V0_SERVER_060, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 19.04}),
 )  # fmt: skip
 
 
-def _engine_fields() -> dict:
-    """vLLM-worker options the simulator has (branch bench's `Scenario.vllm_worker`: CUDA-graph padding, async
-    scheduling, the worker's memory profile); {} where it has none, and the printout says so."""
+def _scenario_extras(p: Published) -> dict:
+    """The vLLM-worker and front-end options this simserve has (branch bench), for this entry; {} otherwise."""
     from simserve.sim.scenario import Scenario
 
     names = {f.name for f in dataclasses.fields(Scenario)}
-    return {"vllm_worker": True} if "vllm_worker" in names else {}
+    extras = {}
+    if "vllm_worker" in names and p.engine.policy == "vllm-v1":  # the worker model is V1's
+        extras["vllm_worker"] = True
+    if "frontend_ms" in names and p.workload.online:
+        from simserve.sim.frontend import DEFAULT_FRONTEND_MS
+
+        extras["frontend_ms"] = DEFAULT_FRONTEND_MS
+    return extras
 
 
-def _burst_trace(prompt, output, folder: Path, name: str) -> str:
-    """A trace file of these requests, all arriving at t = 0 (an offline `LLM.generate` over the list)."""
-    path = folder / f"{name}.csv"
+def _lengths(w: Workload, seed: int) -> tuple[np.ndarray, np.ndarray] | str:
+    if w.dataset == "fixed":
+        return np.full(w.num_prompts, w.prompt), np.full(w.num_prompts, w.output)
+    try:
+        from simserve.workload.bench_datasets import SHAREGPT_BENCH, sharegpt_lengths
+    except ImportError:
+        SHAREGPT_BENCH = None
+    if SHAREGPT_BENCH is None or not SHAREGPT_BENCH.is_file():
+        return "needs vLLM's ShareGPT pairs and sampler (traces/sharegpt_bench.csv.gz, branch bench)"
+    # vLLM's (and sglang.bench_serving's) sampler: prompt and output >= 4, prompt <= 1024, total <= 2048, the
+    # dataset's own output lengths (both benchmarks ignore EOS: every request generates exactly that many)
+    return sharegpt_lengths(w.num_prompts, seed, None)
+
+
+def _write_trace(prompt, output, arrived, folder: Path) -> str:
+    path = folder / "requests.csv"
     rows = ["num_prefill_tokens,num_decode_tokens,arrived_at"]
-    rows += [f"{int(p)},{int(o)},0" for p, o in zip(prompt, output, strict=True)]
+    rows += [f"{int(p)},{int(o)},{float(a)!r}" for p, o, a in zip(prompt, output, arrived, strict=True)]
     path.write_text("\n".join(rows) + "\n")
     return str(path)
 
 
-def _sharegpt_sampler():
-    """vLLM's ShareGPTDataset.sample over its ShareGPT pairs (branch bench: workload/bench_datasets.py), or None
-    where this simserve has no such sampler or trace."""
-    try:
-        from simserve.workload.bench_datasets import SHAREGPT_BENCH, sharegpt_lengths
-    except ImportError:
-        return None
-    return sharegpt_lengths if SHAREGPT_BENCH.is_file() else None
+def simulate_once(p: Published, seed: int) -> tuple[dict, str, dict] | str:
+    """(metric -> simulated value, profile label, details) of one run, or why it cannot run here."""
+    from simserve.predictor.load import profile_label
+    from simserve.profiling.generated import for_scenario
+    from simserve.sim.request import DONE
+    from simserve.sim.scenario import Scenario, simulate_scenario
+    from simserve.workload import arrival_times
 
-
-def _workload(p: Published, folder: Path, seed: int) -> tuple[str, int, int] | str:
-    """(trace file, requests, max model length) for the entry, or why it cannot run here."""
-    if p.kind == "latency":
-        n = LATENCY_BATCH
-        trace = _burst_trace([LATENCY_PROMPT] * n, [LATENCY_OUTPUT] * n, folder, f"{p.key}-batch")
-        return trace, n, 2048
-    sample = _sharegpt_sampler()
-    if sample is None:
-        return "needs vLLM's ShareGPT pairs and sampler (traces/sharegpt_bench.csv.gz, branch bench)"
-    # vLLM's sampler: prompt and output >= 4, prompt <= 1024, prompt + output <= 2048; the dataset's own output
-    # lengths (`vllm bench throughput` sets ignore_eos, so every request generates exactly that many).
-    prompt, output = sample(THROUGHPUT_PROMPTS, seed, None)
-    trace = _burst_trace(prompt, output, folder, f"{p.key}-sharegpt")
-    return trace, THROUGHPUT_PROMPTS, 2048
+    w, e = p.workload, p.engine
+    lengths = _lengths(w, seed)
+    if isinstance(lengths, str):
+        return lengths
+    prompt, output = lengths
+    # the arrivals written into the trace and replayed: a burst at t = 0, or Poisson at the client's rate
+    arrived = np.zeros(len(prompt)) if w.qps is None else arrival_times(len(prompt), w.qps, "poisson", seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Scenario(
+            model=p.model, gpu=p.gpu, tp=p.tp, trace=_write_trace(prompt, output, arrived, Path(tmp)),
+            num_requests=len(prompt), arrival="replay", policy=e.policy, budget=e.budget, max_batch=e.max_batch,
+            seed=seed, max_model_len=e.max_model_len, memory_utilization=e.memory_utilization,
+            stop_when_overloaded=False, **_scenario_extras(p),
+        )  # fmt: skip
+        # no shipped profile (Llama-3-70B, Llama-3.1): build one, measured where NVIDIA's tables have the GPU
+        scenario, _ = for_scenario(scenario)
+        raw, dep = simulate_scenario(scenario, 1.0)  # replay: the trace's arrival times, not this rate
+    r = raw.reqs
+    if not (r.status == DONE).all():
+        return f"{int((r.status != DONE).sum())} of {r.n} requests not served"
+    front = float(getattr(raw.cfg, "frontend_s", 0.0))  # the client's view; TPOT is the same either way
+    span = float(r.completed.max() - r.arrived.min())
+    many = r.output > 1
+    tpot = (r.completed[many] - r.first_token[many]) / (r.output[many] - 1)
+    values = {
+        "batch_latency_ms": span * 1e3,
+        "throughput_rps": r.n / span,
+        "median_ttft_ms": (float(np.median(r.first_token - r.arrived)) + front) * 1e3,
+        "median_tpot_ms": float(np.median(tpot)) * 1e3,
+        "median_e2e_ms": (float(np.median(r.completed - r.arrived)) + front) * 1e3,
+    }
+    detail = {"requests": int(r.n), "prompt_tokens": int(r.prompt.sum()), "output_tokens": int(r.output.sum()),
+              "longest_output": int(r.output.max()), "iterations": len(raw.log), "frontend_ms": front * 1e3,
+              "kv_blocks": int(raw.num_blocks), "preemptions": int(r.preemptions.sum())}  # fmt: skip
+    return values, profile_label(dep, scenario.profiles_root), detail
 
 
 @dataclass(frozen=True)
 class Outcome:
     entry: Published
-    simulated: float | None  # latency: the batch's span (ms); throughput: the median over the samples (req/s)
-    error_pct: float | None
     skipped: str | None
+    rows: list  # per published metric: (metric, published, simulated median, lowest, highest over the draws)
     profile: str
-    engine: str
     detail: dict
 
 
-def simulate(p: Published, seed: int = 0, samples: int = 1) -> Outcome:
-    """The entry simulated; a throughput entry over `samples` ShareGPT draws (seeds seed, seed + 1, ...)."""
-    extra = _engine_fields()
-    engine = "vllm-v1 + vLLM worker (CUDA graphs, async scheduling)" if extra else "vllm-v1 scheduler only"
-    runs = []
-    for s in range(seed, seed + (samples if p.kind == "throughput" else 1)):
-        one = _simulate_once(p, s, extra)
+def simulate(p: Published, samples: int = SAMPLES) -> Outcome:
+    """The entry simulated; a ShareGPT entry over `samples` draws (the median is compared, the range shown)."""
+    draws = []
+    for k in range(samples if p.workload.dataset == "sharegpt" else 1):
+        one = simulate_once(p, p.workload.seed + k)
         if isinstance(one, str):
-            return Outcome(p, None, None, one, "", engine, {})
-        runs.append(one)
-    values = sorted(r[0] for r in runs)
-    mid = len(values) // 2
-    simulated = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-    detail = dict(runs[0][2])
-    if (
-        len(runs) > 1
-    ):  # a burst's span hangs on its longest requests: how much the 200-prompt draw alone moves it
-        detail.update(samples=len(runs), seeds=[seed, seed + len(runs) - 1], min=values[0], max=values[-1])
-    return Outcome(p, simulated, _err(simulated, p.value), None, runs[0][1], engine, detail)
+            return Outcome(p, one, [], "", {})
+        draws.append(one)
+    rows = []
+    for metric, published in p.measured.items():
+        got = sorted(d[0][metric] for d in draws)
+        rows.append((metric, published, float(np.median(got)), got[0], got[-1]))
+    return Outcome(p, None, rows, draws[0][1], {**draws[0][2], "draws": len(draws)})
 
 
-def _err(simulated: float, published: float) -> float:
+def error_pct(simulated: float, published: float) -> float:
     return 100.0 * (simulated - published) / published
 
 
-def _simulate_once(p: Published, seed: int, extra: dict) -> tuple[float, str, dict] | str:
-    """(the published metric as simulated, profile label, details) of one run, or why it cannot run."""
-    from simserve.predictor.load import profile_label
-    from simserve.profiling.generated import for_scenario
-    from simserve.sim.request import DONE
-    from simserve.sim.scenario import Scenario, simulate_scenario
-
-    with tempfile.TemporaryDirectory() as tmp:
-        work = _workload(p, Path(tmp), seed)
-        if isinstance(work, str):
-            return work
-        trace, n, max_len = work
-        scenario = Scenario(
-            model=p.model, gpu=p.gpu, tp=p.tp, trace=trace, num_requests=n, arrival="replay",
-            policy="vllm-v1", budget=LLM_CLASS_BATCHED_TOKENS, max_batch=LLM_CLASS_MAX_SEQS, seed=seed,
-            max_model_len=max_len, memory_utilization=GPU_MEMORY_UTILIZATION, stop_when_overloaded=False, **extra,
-        )  # fmt: skip
-        # no shipped profile (Llama-3-70B): build one, measured where NVIDIA's tables have the GPU
-        scenario, _ = for_scenario(scenario)
-        raw, dep = simulate_scenario(scenario, 1.0)  # replay: the trace's own arrival times (all 0)
-    r = raw.reqs
-    done = r.status == DONE
-    if not done.all():
-        return f"{int((~done).sum())} requests not served"
-    span = float(r.completed.max() - r.arrived.min())
-    tpot = (r.completed - r.first_token) / (r.output - 1)
-    detail = {
-        "requests": int(r.n),
-        "prompt_tokens": int(r.prompt.sum()),
-        "output_tokens": int(r.output.sum()),
-        "longest_output": int(r.output.max()),
-        "span_s": span,
-        "mean_ttft_ms": float((r.first_token - r.arrived).mean() * 1e3),
-        "mean_tpot_ms": float(tpot.mean() * 1e3),
-        "iterations": len(raw.log),
-    }
-    value = span * 1e3 if p.kind == "latency" else n / span
-    return value, profile_label(dep, scenario.profiles_root), detail
+def compare(keys: set[str], samples: int) -> list[dict]:
+    out = []
+    print(f"{'entry':34} {'metric':16} {'published':>10} {'simserve':>9} {'error':>7}  draws: min..max error")
+    for p in PUBLISHED:
+        if keys and p.key not in keys:
+            continue
+        o = simulate(p, samples)
+        if o.skipped:
+            print(f"{p.key:34} skipped: {o.skipped}")
+            out.append({"key": p.key, "source": p.source, "skipped": o.skipped})
+            continue
+        for metric, published, sim, lo, hi in o.rows:
+            spread = f"{error_pct(lo, published):+.0f}..{error_pct(hi, published):+.0f}%" if hi > lo else ""
+            print(
+                f"{p.key:34} {metric:16} {published:>10.4g} {sim:>9.4g} {error_pct(sim, published):>+6.1f}%  {spread}"
+            )
+            out.append({"key": p.key, "source": p.source, "release": p.release, "metric": metric,
+                        "unit": METRICS[metric], "published": published, "simulated": sim, "min": lo, "max": hi,
+                        "error_pct": error_pct(sim, published), "profile": o.profile, **o.detail})  # fmt: skip
+    errors = sorted(abs(r["error_pct"]) for r in out if "error_pct" in r)
+    if errors:
+        print(
+            f"|error| median {float(np.median(errors)):.1f}%, max {errors[-1]:.1f}% over {len(errors)} numbers"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="Comma-separated entry keys (default: all).")
     ap.add_argument(
-        "--seed", type=int, default=0, help="First seed of the throughput entries' ShareGPT draws."
-    )
-    ap.add_argument(
-        "--samples", type=int, default=SAMPLES, help="ShareGPT draws per throughput entry (median reported)."
+        "--samples", type=int, default=SAMPLES, help="ShareGPT draws per entry (median compared)."
     )
     ap.add_argument("--json", type=Path, default=None, help="Also write the rows to this JSON file.")
     args = ap.parse_args(argv)
     keys = {k for k in args.only.split(",") if k}
-    unknown = keys - {p.key for p in PUBLISHED}
-    if unknown:
-        print(
-            f"error: unknown entry {sorted(unknown)}; known: {', '.join(p.key for p in PUBLISHED)}",
-            file=sys.stderr,
-        )
-        return 2
     try:
+        unknown = sorted(keys - {p.key for p in PUBLISHED})
+        if unknown:
+            raise SimserveError(f"unknown entry {unknown}; known: {', '.join(p.key for p in PUBLISHED)}")
         if args.samples < 1:
             raise SimserveError(f"--samples must be at least 1, got {args.samples}")
-        rows = _compare(keys, args.seed, args.samples)
-    except SimserveError as exc:  # a profile that cannot be built, a model that does not fit: one line
+        rows = compare(keys, args.samples)
+    except SimserveError as exc:  # a bad key, a profile that cannot be built: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
-
-
-def _compare(keys: set[str], seed: int, samples: int) -> list[dict]:
-    rows = []
-    print(
-        f"{'entry':32} {'published':>13} {'simserve':>9} {'error':>7}  {'draws min-max (error)':<24} profile"
-    )
-    for p in PUBLISHED:
-        if keys and p.key not in keys:
-            continue
-        o = simulate(p, seed, samples)
-        if o.skipped:
-            print(f"{p.key:32} {p.value:>7.4g} {p.unit:<5} {'skipped':>9}  {o.skipped}")
-        else:
-            d = o.detail
-            spread = (
-                f"{d['min']:.4g}-{d['max']:.4g} ({_err(d['min'], p.value):+.0f}..{_err(d['max'], p.value):+.0f}%)"
-                if "min" in d
-                else "-"
-            )
-            print(
-                f"{p.key:32} {p.value:>7.4g} {p.unit:<5} {o.simulated:>9.4g} {o.error_pct:>+6.1f}%  {spread:<24} "
-                f"{o.profile}"
-            )
-        rows.append({"key": p.key, "source": p.source, "published": p.value, "unit": p.unit,
-                     "simulated": o.simulated, "error_pct": o.error_pct, "skipped": o.skipped, "profile": o.profile,
-                     "engine": o.engine, "not_expressed": list(p.not_expressed), **o.detail})  # fmt: skip
-    if rows:
-        print(f"engine model: {rows[0]['engine']}; LLM-class defaults {LLM_CLASS_BATCHED_TOKENS} batched tokens, "
-              f"{LLM_CLASS_MAX_SEQS} sequences, gpu_memory_utilization {GPU_MEMORY_UTILIZATION}")  # fmt: skip
-    errors = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None]
-    if errors:
-        errors.sort()
-        mid = len(errors) // 2
-        median = errors[mid] if len(errors) % 2 else (errors[mid - 1] + errors[mid]) / 2
-        print(f"|error| median {median:.1f}%, max {max(errors):.1f}% over {len(errors)} entries")
-    return rows
 
 
 if __name__ == "__main__":
