@@ -19,16 +19,15 @@ Two sources, both with the setup stated on the page:
   requests/s (Poisson) and all at once. Simulated with simserve's V0 `vllm` policy, the scheduler 0.6.0 ran
   (whole prompts, prefills first; chunked prefill is off at a 4096 max length).
 
-ShareGPT workloads need vLLM's ShareGPT pairs and sampler (traces/sharegpt_bench.csv.gz and
-workload/bench_datasets.py, from branch `bench`); without them those entries are skipped and say so. Where the
-simulator has vLLM's worker (branch `bench`: `Scenario.vllm_worker`, CUDA-graph padding and async scheduling,
-V1 only) and front end (`Scenario.frontend_ms`, added to an online client's TTFT and E2E), runs use them.
+ShareGPT workloads use vLLM's ShareGPT pairs and sampler (`--trace sharegpt-bench`: workload/bench_datasets.py,
+traces/sharegpt_bench.csv.gz). V1 entries run vLLM's worker (`--engine vllm`: CUDA-graph padding, async
+scheduling, its memory profile); online entries add the front end's published 10.2 ms to TTFT and E2E
+(sim/frontend.py). Results and their reading: docs/engines.md § Published end-to-end results.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
@@ -150,30 +149,23 @@ PUBLISHED: tuple[Published, ...] = (
 )  # fmt: skip
 
 
-def _scenario_extras(p: Published) -> dict:
-    """The vLLM-worker and front-end options this simserve has (branch bench), for this entry; {} otherwise."""
-    from simserve.sim.scenario import Scenario
+def _scenario_extras(p: Published, async_scheduling: bool) -> dict:
+    """vLLM's worker model for V1 entries (it models V1's worker only), the front end for online clients."""
+    from simserve.sim.frontend import DEFAULT_FRONTEND_MS
 
-    names = {f.name for f in dataclasses.fields(Scenario)}
-    extras = {}
-    if "vllm_worker" in names and p.engine.policy == "vllm-v1":  # the worker model is V1's
-        extras["vllm_worker"] = True
-    if "frontend_ms" in names and p.workload.online:
-        from simserve.sim.frontend import DEFAULT_FRONTEND_MS
-
+    extras = (
+        {"vllm_worker": True, "async_scheduling": async_scheduling} if p.engine.policy == "vllm-v1" else {}
+    )
+    if p.workload.online:
         extras["frontend_ms"] = DEFAULT_FRONTEND_MS
     return extras
 
 
-def _lengths(w: Workload, seed: int) -> tuple[np.ndarray, np.ndarray] | str:
+def _lengths(w: Workload, seed: int) -> tuple[np.ndarray, np.ndarray]:
     if w.dataset == "fixed":
         return np.full(w.num_prompts, w.prompt), np.full(w.num_prompts, w.output)
-    try:
-        from simserve.workload.bench_datasets import SHAREGPT_BENCH, sharegpt_lengths
-    except ImportError:
-        SHAREGPT_BENCH = None
-    if SHAREGPT_BENCH is None or not SHAREGPT_BENCH.is_file():
-        return "needs vLLM's ShareGPT pairs and sampler (traces/sharegpt_bench.csv.gz, branch bench)"
+    from simserve.workload.bench_datasets import sharegpt_lengths
+
     # vLLM's (and sglang.bench_serving's) sampler: prompt and output >= 4, prompt <= 1024, total <= 2048, the
     # dataset's own output lengths (both benchmarks ignore EOS: every request generates exactly that many)
     return sharegpt_lengths(w.num_prompts, seed, None)
@@ -187,8 +179,8 @@ def _write_trace(prompt, output, arrived, folder: Path) -> str:
     return str(path)
 
 
-def simulate_once(p: Published, seed: int) -> tuple[dict, str, dict] | str:
-    """(metric -> simulated value, profile label, details) of one run, or why it cannot run here."""
+def simulate_once(p: Published, seed: int, async_scheduling: bool = True) -> tuple[dict, str, dict] | str:
+    """(metric -> simulated value, profile label, details) of one run, or why it has no answer."""
     from simserve.predictor.load import profile_label
     from simserve.profiling.generated import for_scenario
     from simserve.sim.request import DONE
@@ -196,10 +188,7 @@ def simulate_once(p: Published, seed: int) -> tuple[dict, str, dict] | str:
     from simserve.workload import arrival_times
 
     w, e = p.workload, p.engine
-    lengths = _lengths(w, seed)
-    if isinstance(lengths, str):
-        return lengths
-    prompt, output = lengths
+    prompt, output = _lengths(w, seed)
     # the arrivals written into the trace and replayed: a burst at t = 0, or Poisson at the client's rate
     arrived = np.zeros(len(prompt)) if w.qps is None else arrival_times(len(prompt), w.qps, "poisson", seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,7 +196,7 @@ def simulate_once(p: Published, seed: int) -> tuple[dict, str, dict] | str:
             model=p.model, gpu=p.gpu, tp=p.tp, trace=_write_trace(prompt, output, arrived, Path(tmp)),
             num_requests=len(prompt), arrival="replay", policy=e.policy, budget=e.budget, max_batch=e.max_batch,
             seed=seed, max_model_len=e.max_model_len, memory_utilization=e.memory_utilization,
-            stop_when_overloaded=False, **_scenario_extras(p),
+            stop_when_overloaded=False, **_scenario_extras(p, async_scheduling),
         )  # fmt: skip
         # no shipped profile (Llama-3-70B, Llama-3.1): build one, measured where NVIDIA's tables have the GPU
         scenario, _ = for_scenario(scenario)
@@ -215,7 +204,7 @@ def simulate_once(p: Published, seed: int) -> tuple[dict, str, dict] | str:
     r = raw.reqs
     if not (r.status == DONE).all():
         return f"{int((r.status != DONE).sum())} of {r.n} requests not served"
-    front = float(getattr(raw.cfg, "frontend_s", 0.0))  # the client's view; TPOT is the same either way
+    front = raw.cfg.frontend_s  # the client's view; TPOT is the same either way
     span = float(r.completed.max() - r.arrived.min())
     many = r.output > 1
     tpot = (r.completed[many] - r.first_token[many]) / (r.output[many] - 1)
@@ -241,11 +230,11 @@ class Outcome:
     detail: dict
 
 
-def simulate(p: Published, samples: int = SAMPLES) -> Outcome:
+def simulate(p: Published, samples: int = SAMPLES, async_scheduling: bool = True) -> Outcome:
     """The entry simulated; a ShareGPT entry over `samples` draws (the median is compared, the range shown)."""
     draws = []
     for k in range(samples if p.workload.dataset == "sharegpt" else 1):
-        one = simulate_once(p, p.workload.seed + k)
+        one = simulate_once(p, p.workload.seed + k, async_scheduling)
         if isinstance(one, str):
             return Outcome(p, one, [], "", {})
         draws.append(one)
@@ -260,13 +249,13 @@ def error_pct(simulated: float, published: float) -> float:
     return 100.0 * (simulated - published) / published
 
 
-def compare(keys: set[str], samples: int) -> list[dict]:
+def compare(keys: set[str], samples: int, async_scheduling: bool = True) -> list[dict]:
     out = []
     print(f"{'entry':34} {'metric':16} {'published':>10} {'simserve':>9} {'error':>7}  draws: min..max error")
     for p in PUBLISHED:
         if keys and p.key not in keys:
             continue
-        o = simulate(p, samples)
+        o = simulate(p, samples, async_scheduling)
         if o.skipped:
             print(f"{p.key:34} skipped: {o.skipped}")
             out.append({"key": p.key, "source": p.source, "skipped": o.skipped})
@@ -293,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--samples", type=int, default=SAMPLES, help="ShareGPT draws per entry (median compared)."
     )
+    ap.add_argument(
+        "--no-async-scheduling",
+        action="store_true",
+        help="V1 entries without async scheduling (every CPU step on the critical path, as older releases ran).",
+    )
     ap.add_argument("--json", type=Path, default=None, help="Also write the rows to this JSON file.")
     args = ap.parse_args(argv)
     keys = {k for k in args.only.split(",") if k}
@@ -302,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SimserveError(f"unknown entry {unknown}; known: {', '.join(p.key for p in PUBLISHED)}")
         if args.samples < 1:
             raise SimserveError(f"--samples must be at least 1, got {args.samples}")
-        rows = compare(keys, args.samples)
+        rows = compare(keys, args.samples, not args.no_async_scheduling)
     except SimserveError as exc:  # a bad key, a profile that cannot be built: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2
