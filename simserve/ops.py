@@ -8,7 +8,9 @@ dimensions their cost models need.
 Beyond the dense GQA layer (LINEAR_OPS): latent attention (DeepSeek) projects through low-rank q and kv
 (MLA_LINEAR_OPS) and caches one latent vector per token; a mixture-of-experts layer adds a replicated router, any
 shared experts (plain linear ops) and the routed experts as grouped GEMMs (`expert_ops`), whose work depends on
-how many distinct experts a batch touches (`expert_load`). An op's `share` is the fraction of the layers that
+how many distinct experts a batch touches (`expert_load`). A profile times the routed experts as ONE fused op
+(`fused_expert_name`: gate+up GEMM, SiLU·up, down GEMM, as vLLM's fused-MoE kernel runs them and as NVIDIA's
+measured MoE tables time them), so the `act` elementwise op leaves the routed rows out. An op's `share` is the fraction of the layers that
 run it (DeepSeek-V3: the dense FFN on 3 of 61 layers, the experts on 58).
 """
 
@@ -76,10 +78,12 @@ class ExpertOp:
     local_experts: int
     share: float
 
-    def profile_name(self, dep: Deployment) -> str:
-        """The op's name in a profile: its work depends on EP and the routing spread as well as TP."""
-        skew = f"z{dep.moe_skew:g}" if dep.moe_skew else ""
-        return f"{self.name}@ep{dep.ep}{skew}"
+
+def fused_expert_name(dep: Deployment) -> str:
+    """The routed experts' fused op in a profile (`moe@ep4`, `moe@ep8z1` with skew 1): its work depends on EP and
+    the routing spread as well as TP."""
+    skew = f"z{dep.moe_skew:g}" if dep.moe_skew else ""
+    return f"moe@ep{dep.ep}{skew}"
 
 
 def linear_ops(dep: Deployment) -> list[LinearOp]:
@@ -132,7 +136,10 @@ def expert_ops(dep: Deployment) -> list[ExpertOp]:
 
 def timed_linear_ops(dep: Deployment) -> list[tuple[str, float]]:
     """(profile op name, share of layers) of every GEMM a layer of `dep` runs: what the predictor sums."""
-    return [(op.name, op.share) for op in linear_ops(dep)] + [(op.profile_name(dep), op.share) for op in expert_ops(dep)]
+    out = [(op.name, op.share) for op in linear_ops(dep)]
+    if dep.model.is_moe:  # the routed experts: one fused op (gate+up, activation, down) on the MoE layers
+        out.append((fused_expert_name(dep), dep.model.moe_layers / dep.model.num_layers))
+    return out
 
 
 def expert_popularity(num_experts: int, top_k: int, skew: float) -> np.ndarray:
@@ -181,8 +188,9 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
     rotary_bytes = 2 * (dep.heads_per_gpu + dep.kv_heads_per_gpu) * hd * b  # q and k, read and written
     ffn = m.ffn // dep.tp
     act_bytes = (3 * ffn if m.activation == "swiglu" else 2 * ffn) * b  # SiLU(gate)·up reads two, writes one
-    if m.is_moe:  # averaged over the layers: dense FFN where there is one, else top-k expert rows + shared experts
-        moe = 3 * (m.experts_per_token * m.expert_ffn + m.shared_expert_ffn) // dep.tp * b
+    if m.is_moe:  # averaged over the layers: dense FFN where there is one, else the shared experts' (the routed
+        # experts' activation is part of their fused op, `fused_expert_name`)
+        moe = 3 * m.shared_expert_ffn // dep.tp * b
         act_bytes = round((m.dense_layers * act_bytes + m.moe_layers * moe) / m.num_layers)
     if m.is_mla:  # rope on the per-head rope part of q and on the one shared rope key
         rotary_bytes = 2 * (dep.heads_per_gpu + 1) * m.qk_rope_head_dim * b
@@ -190,7 +198,7 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
         ElementwiseOp("attn_norm", norm_bytes, 1),
         ElementwiseOp("mlp_norm", norm_bytes, 1),
         ElementwiseOp("rotary", rotary_bytes, 1),
-        ElementwiseOp("act", act_bytes, 1),
+        ElementwiseOp("act", act_bytes, 1 if act_bytes else 0),  # 0: every FFN is a fused routed-expert op
         ElementwiseOp("residual_add", 3 * m.hidden * b, 2),
     ]
 
