@@ -15,7 +15,14 @@ error at few tokens (≤ 64: decode steps) and many (≥ 1024: prefill chunks):
   MLA decode / prefill DeepSeek-V3's whole attention module (its four projections from roofline.gemm_ms plus
                        roofline_moe's MLA attention) against the package's MLA module rows at 128/64/32/16 heads per
                        GPU (TP 1–8), bf16 projections and KV; decode batch 1–256 over 128–16384 cached tokens,
-                       prefill one prompt of 128–16384 tokens.
+                       prefill one prompt of 128–16384 tokens;
+  DP exchange          attention DP's dispatch + combine as simserve models vLLM's default all2all backend (an
+                       all-gather and a reduce-scatter of every rank's hidden states, each timed as a ring
+                       all-reduce of half of them: ops.exchange_bytes; roofline NCCL model, the package's box) against the package's DeepEP
+                       dispatch + combine (low-latency and high-throughput kernels; hidden 4096 and 7168, top-8 of
+                       256, EP 8 on one node, EP 4 on a GB200/GB300 tray). Not the same algorithm: DeepEP is vLLM's
+                       opt-in backend (--all2all-backend deepep_*), so this bounds the modelled exchange, it does not
+                       score it.
 
 Nothing here is fitted. The roofline's constants (roofline.ARCH_KERNELS) were calibrated on dense bf16 GEMMs and
 attention only — sm80 on Vidur's A100 profiles, sm90 on Vidur's H100 profile and the package's H100 bf16 GEMMs,
@@ -129,6 +136,31 @@ def mla_errors(db: measured.Database, gpu, phase: str) -> tuple[np.ndarray, np.n
     return (np.concatenate(errs), np.concatenate(toks)) if errs else (np.array([]), np.array([]))
 
 
+def exchange_errors(db: measured.Database, backend: str) -> tuple[np.ndarray, np.ndarray]:
+    """simserve's attention-DP dispatch + combine (ops.dispatch_combine_bytes through the roofline's NCCL all-reduce
+    model over EP ranks) against the package's DeepEP dispatch + combine at the same tokens per rank."""
+    from simserve.catalog import NODES
+    from simserve.profiling.collectives import all_reduce_ms
+
+    path = db.folder / "comm" / db.engine / db.version / "moe_a2a_perf.parquet"
+    if not path.exists() or db.system not in measured.BOXES:
+        return np.array([]), np.array([])
+    df = measured.read_table(path, ["comm_backend", "phase", "ep_size", "node_num", "hidden_size", "topk",
+                                    "num_experts", "num_tokens", "latency"])  # fmt: skip
+    df = df[(df["comm_backend"] == backend) & (df["node_num"] == 1) & (df["topk"] == 8)
+            & (df["num_experts"] == 256) & df["hidden_size"].isin([4096, 7168])]  # fmt: skip
+    both = df.pivot_table(index=["ep_size", "hidden_size", "num_tokens"], columns="phase", values="latency")
+    both = both.dropna().reset_index()
+    if both.empty:
+        return np.array([]), np.array([])
+    node = NODES.get(measured.BOXES[db.system])
+    ep, tokens = both["ep_size"].to_numpy(), both["num_tokens"].to_numpy(dtype=float)
+    half = ep * tokens * both["hidden_size"].to_numpy() * 2 / 2  # ops.exchange_bytes: half of every rank's states
+    pred = np.array([2 * float(all_reduce_ms(node, int(e), np.array([b]))[0]) for e, b in zip(ep, half, strict=True)])
+    meas = (both["dispatch"] + both["combine"]).to_numpy() / 1e3  # the a2a table's latency is in µs
+    return pred / meas - 1.0, tokens
+
+
 def _row(err: np.ndarray, tokens: np.ndarray) -> str:
     if len(err) == 0:
         return "0 | – | – | – | – | –"
@@ -161,6 +193,8 @@ def table(engine: str) -> str:
             "fp8 GEMM": fp8_gemm_errors(db, gpu),
             "MLA decode": mla_errors(db, gpu, "decode"),
             "MLA prefill": mla_errors(db, gpu, "prefill"),
+            "DP exchange vs DeepEP LL": exchange_errors(db, "deepep_ll"),
+            "DP exchange vs DeepEP HT": exchange_errors(db, "deepep_ht"),
         }
         for path, (err, tok) in paths.items():
             if len(err):

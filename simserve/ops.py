@@ -225,6 +225,23 @@ def all_reduce_bytes(dep: Deployment, num_tokens: int) -> int:
     return num_tokens * dep.model.hidden * dep.model.dtype_bytes
 
 
+def expert_tokens(dep: Deployment, num_tokens):
+    """Tokens the routed experts of one GPU see for a rank's batch of `num_tokens`: the rank's own, or under
+    attention DP those of all dp ranks (each taken to carry as many as this one: the ranks run their MoE layers
+    in lockstep, and a rank's step waits for the slowest)."""
+    return dep.dp * num_tokens
+
+
+def exchange_bytes(dep: Deployment, num_tokens: int) -> float:
+    """Attention DP: the all-reduce size that times ONE of a MoE layer's two collectives (dispatch, combine).
+
+    vLLM's default all2all backend (allgather_reducescatter) all-gathers the hidden states of the dp ranks' tokens
+    (S = dp·T·hidden bf16 bytes in all) before the experts and reduce-scatters their outputs after. A ring
+    all-gather or reduce-scatter of S moves (dp−1)/dp·S bytes per GPU, as a ring all-reduce of S/2 does, with one
+    collective's launch: the timer charges two all-reduces of S/2 per MoE layer."""
+    return dep.dp * num_tokens * dep.model.hidden * dep.model.dtype_bytes / 2
+
+
 def send_recv_bytes(dep: Deployment, num_tokens: int) -> int:
     """Activations one pipeline stage hands the next."""
     return num_tokens * dep.model.hidden * dep.model.dtype_bytes

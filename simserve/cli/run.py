@@ -26,6 +26,12 @@ EP = typer.Option(
 MOE_SKEW = typer.Option(
     0.0, "--moe-skew", help="Router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (busiest GPU)."
 )
+DP_ATTENTION = typer.Option(
+    1,
+    "--dp-attention",
+    help="Attention data parallelism of a MoE model (vLLM --data-parallel-size with --enable-expert-parallel): "
+    "DP ranks of --tp GPUs, each with its own requests and KV cache, sharing experts over --ep = DP x TP GPUs.",
+)
 ALLOW_LONG_CONTEXT = typer.Option(
     False,
     "--allow-long-context",
@@ -149,6 +155,7 @@ def run_command(
     kv_dtype: str = KV_DTYPE,
     ep: int = EP,
     moe_skew: float = MOE_SKEW,
+    dp_attention: int = DP_ATTENTION,
     allow_long_context: bool = ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
@@ -204,6 +211,7 @@ def run_command(
         kv_dtype=kv_dtype,
         ep=ep,
         moe_skew=moe_skew,
+        dp_attention=dp_attention,
         allow_long_context=allow_long_context,
     )
     if paper_setup:

@@ -63,7 +63,8 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
     profile is never changed by a hint: for one, the command writes beside it, into a folder of the user's.
     """
     model = dep.model.source if Path(dep.model.source).is_file() else slug(dep.model.name)  # a config.json
-    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {model} --tp {dep.tp}"
+    tps = ",".join(str(t) for t in sorted({dep.tp, dep.dp} - {1} or {1}))  # attention DP: all-reduce rows for dp
+    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {model} --tp {tps}"
     if dep.dtype != "bf16":
         cmd += f" --dtype {dep.dtype}"
     if dep.kv_dtype != "bf16":
@@ -125,6 +126,13 @@ def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list
                 f"run `{cmd}`"
             )
         needed.append(ar)
+    if dep.dp > 1:  # attention DP: each MoE layer's dispatch and combine over the dp ranks (ops.exchange_bytes)
+        if (a2a := find_collective(keys, "all_reduce", node_link(dep), dep.dp)) is None:
+            raise SimserveError(
+                f"profile {where} has no all_reduce rows for {dep.dp} workers over {node_link(dep)} (the "
+                f"dispatch and combine of {dep.dp} attention-DP ranks); run `{cmd}`"
+            )
+        needed.append(a2a)
     for stage in range(dep.pp - 1):
         link = stage_link(dep, stage)
         if (sr := find_collective(keys, "send_recv", link, None)) is None:

@@ -62,11 +62,20 @@ def fused_expert_ms(dep: Deployment, tokens: np.ndarray, c: KernelConstants | No
 
 
 def expert_deployments(deps: list[Deployment]) -> list[Deployment]:
-    """Every EP degree each MoE deployment's TP degree allows (a profile holds them all: `--ep` picks one)."""
+    """Every EP degree each MoE deployment's TP degree allows (a profile holds them all: `--ep` picks one): EP
+    dividing TP, and under attention DP (dp ranks of this TP on one node) EP = dp·TP with whole experts."""
     import dataclasses
 
-    return [dataclasses.replace(base, ep=ep) for base in deps if base.model.is_moe
-            for ep in range(1, base.tp + 1) if base.tp % ep == 0 and base.model.num_experts % ep == 0]  # fmt: skip
+    out = []
+    for base in deps:
+        m, gpus = base.model, base.node.gpus_per_node if base.node else base.tp
+        if not m.is_moe:
+            continue
+        out += [dataclasses.replace(base, ep=ep) for ep in range(1, base.tp + 1)
+                if base.tp % ep == 0 and m.num_experts % ep == 0]  # fmt: skip
+        out += [dataclasses.replace(base, ep=dp * base.tp, dp=dp) for dp in range(2, gpus // base.tp + 1)
+                if m.num_experts % (dp * base.tp) == 0]  # fmt: skip
+    return out
 
 
 def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:

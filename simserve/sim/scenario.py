@@ -72,6 +72,9 @@ class Scenario:
     kv_dtype: str = field(default="bf16", metadata={"omit_at_default": True})
     ep: int = field(default=1, metadata={"omit_at_default": True})
     moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
+    # Attention data parallelism (Deployment.dp): each of the dp ranks is simulated as a replica of its own
+    # (requests, scheduler, KV cache), so a run has num_replicas x dp_attention of them.
+    dp_attention: int = field(default=1, metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
@@ -105,7 +108,7 @@ class Scenario:
             budget=self.budget,
             max_batch=self.max_batch,
             max_model_len=self.max_len,
-            num_replicas=self.num_replicas,
+            num_replicas=self.num_replicas * self.dp_attention,
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
@@ -134,6 +137,7 @@ class Scenario:
             self.kv_dtype,
             self.ep,
             self.moe_skew,
+            self.dp_attention,
         )
 
 
@@ -204,8 +208,8 @@ def simulate_scenario(
 
 
 @lru_cache(maxsize=16)
-def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew) -> Deployment:
-    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew)
+def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp=1) -> Deployment:
+    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp)
 
 
 @lru_cache(maxsize=64)

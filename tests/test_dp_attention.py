@@ -1,0 +1,108 @@
+"""Attention data parallelism for MoE models: DP ranks with their own batches, experts shared over DP x TP GPUs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simserve.cli import main
+from simserve.deployment import Deployment
+from simserve.errors import SimserveError
+from simserve.memory import weights_bytes_per_gpu
+
+MIXTRAL = "mixtral-8x7b"
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def profile_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("profiles")
+    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "1,2", "--dtype", "fp8", "--quick",
+          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
+    return root
+
+
+def test_ranks_share_the_experts_and_keep_their_own_attention():
+    tp2 = Deployment.create("deepseek-v3", "h200", 2, ep=2, dtype="fp8")
+    dp4 = Deployment.create("deepseek-v3", "h200", 2, ep=8, dtype="fp8", dp=4)
+    assert (dp4.local_experts, dp4.expert_tp) == (32, 1)  # 256 experts over 8 GPUs, whole
+    m = dp4.model
+    # the same attention and dense layers per GPU; the routed experts on 8 GPUs instead of 2
+    saved = m.moe_layers * m.expert_params * (1 / 2 - 1 / 8)  # fp8: one byte per weight
+    assert weights_bytes_per_gpu(tp2) - weights_bytes_per_gpu(dp4) == pytest.approx(saved, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"model": "deepseek-v3", "tp": 2, "ep": 2, "dp": 4}, "use --ep 8"),
+        ({"model": "llama-3.1-8b", "tp": 2, "ep": 1, "dp": 2}, "Llama-3.1-8B is dense: use --replicas 2"),
+        ({"model": "deepseek-v3", "tp": 8, "ep": 16, "dp": 2}, "attention DP is modelled inside one hgx-h200"),
+    ],
+)
+def test_bad_layouts_say_what_to_use(kwargs, words):
+    model = kwargs.pop("model")
+    with pytest.raises(SimserveError, match=words):
+        Deployment.create(model, "h200", dtype="fp8", **kwargs)
+
+
+def test_a_rank_times_its_experts_on_every_ranks_tokens_and_pays_the_exchange(profile_root):
+    from simserve.ops import exchange_bytes, timed_linear_ops
+    from simserve.predictor.coverage import find_collective, node_link
+    from simserve.predictor.fit import ModelKey, fit
+    from simserve.predictor.tables import CollectiveCurve, token_tables
+
+    dep = Deployment.create(MIXTRAL, "h100", 1, ep=2, dtype="fp8", dp=2, max_model_len=4096)
+    pred = fit(profile_root / "h100-sxm" / "mixtral-8x7b-fp8", use_cache=False)
+    tok = token_tables(pred, dep)
+    t = 300
+    # linear: every op at the rank's 300 tokens, the experts (moe@ep2 at TP 1) at both ranks' 600
+    want = 0.0
+    for op, share in timed_linear_ops(dep):
+        x = 2 * t if op == "moe@ep2" else t
+        want += share * max(float(pred.models[ModelKey("linear", op, 1)].model.predict(np.array([x]))[0]), 0.0)
+    assert tok.linear[t] == pytest.approx(dep.layers_per_stage * 1e-3 * want, rel=1e-9)
+    # TP 1 has no all-reduce of its own: the component is the dispatch and the combine of 2·300 tokens' hidden
+    # states over the 2 ranks, each timed as an all-reduce of half the gathered bytes, on all 32 (MoE) layers
+    curve = CollectiveCurve.build(pred.models[find_collective(pred.models, "all_reduce", node_link(dep), 2)])
+    one = float(curve(np.array([2 * t * 4096 * 2 / 2]))[0])
+    assert exchange_bytes(dep, t) == 2 * t * 4096 * 2 / 2
+    assert tok.all_reduce[t] == pytest.approx(32 * 2 * one)
+    assert tok.all_reduce[t] > 0
+
+
+def test_dp_run_simulates_one_replica_per_rank(capsys, tmp_path, profile_root):
+    code, out, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "1", "--ep", "2",
+                          "--dp-attention", "2", "--dtype", "fp8", "--max-model-len", "4096", "--profiles",
+                          str(profile_root), "--requests", "40", "--qps", "4", "--iterations", "none",
+                          "--out", str(tmp_path / "dp"))  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((tmp_path / "dp" / "summary.json").read_text())
+    assert summary["scenario"]["dp_attention"] == 2 and summary["summary"]["completed"] == 40
+    import pandas as pd
+
+    req = pd.read_csv(tmp_path / "dp" / "requests.csv")
+    assert sorted(req["replica"].unique()) == [0, 1]  # both ranks served requests
+
+
+def test_a_profile_without_the_ranks_all_reduce_names_the_command(capsys, tmp_path):
+    root = tmp_path / "p"
+    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "2", "--dtype", "fp8", "--quick",
+          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
+    capsys.readouterr()
+    code, _, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "2", "--ep", "8",
+                        "--dp-attention", "4", "--dtype", "fp8", "--max-model-len", "4096", "--profiles", str(root),
+                        "--requests", "5", "--out", str(tmp_path / "o"))  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "all_reduce rows for 4 workers" in err and "--tp 2,4" in err
