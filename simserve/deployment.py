@@ -34,6 +34,8 @@ class Deployment:
     # of dp ranks, each with its own requests, KV cache and TP group of `tp` GPUs for attention; the routed
     # experts are spread over all dp·tp GPUs (ep = dp·tp), whose MoE layers run the tokens of every rank together.
     dp: int = 1
+    # How attention-DP ranks exchange the experts' tokens: vLLM's --all2all-backend (ops.ALL2ALL_BACKENDS).
+    all2all: str = "allgather_reducescatter"
 
     @classmethod
     def create(
@@ -51,6 +53,7 @@ class Deployment:
         ep: int = 1,
         moe_skew: float = 0.0,
         dp: int = 1,
+        all2all: str = "allgather_reducescatter",
     ) -> Deployment:
         """Resolve names and check the parallelism; raises SimserveError with the fix on bad input."""
         model = resolve_model(model)
@@ -79,7 +82,8 @@ class Deployment:
         dtype = precision.check_dtype(dtype, "--dtype")
         kv_dtype = precision.check_dtype(kv_dtype, "--kv-dtype")
         _check_experts(model, tp, ep, moe_skew, dp)
-        extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp)
+        _check_all2all(all2all, dp)
+        extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp, all2all)
         dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
         if node is not None and tp > node.gpus_per_node:
             raise SimserveError(
@@ -167,6 +171,16 @@ class Deployment:
         dt = "" if (self.dtype, self.kv_dtype) == ("bf16", "bf16") else f", {self.dtype} weights, {self.kv_dtype} KV"
         par = f"TP{self.tp}, PP{self.pp}{ep}{dt}"
         return f"{self.model.name} on {self.num_gpus}×{self.gpu.name} ({par}){where}{net}"
+
+
+def _check_all2all(backend: str, dp: int) -> None:
+    from simserve.ops import ALL2ALL_BACKENDS
+
+    if backend not in ALL2ALL_BACKENDS:
+        raise SimserveError(f"--all2all-backend {backend!r} is not modelled; use one of {', '.join(ALL2ALL_BACKENDS)}")
+    if backend != ALL2ALL_BACKENDS[0] and dp < 2:
+        raise SimserveError(f"--all2all-backend {backend} exchanges tokens between attention-DP ranks; add "
+                            f"--dp-attention (and --ep = DP x TP), or drop it")  # fmt: skip
 
 
 def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1) -> None:

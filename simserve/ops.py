@@ -29,6 +29,9 @@ EXPERT_OPS = ("moe_up", "moe_down")
 ELEMENTWISE_OPS = ("attn_norm", "mlp_norm", "rotary", "act", "residual_add")
 ATTENTION_PHASES = ("prefill", "decode")
 COLLECTIVE_OPS = ("all_reduce", "send_recv")
+# vLLM's --all2all-backend values simserve models, its default first: allgather_reducescatter from the all-reduce
+# rows (exchange_bytes), the DeepEP kernels from NVIDIA's measured dispatch + combine rows (`a2a_op`).
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,17 @@ def exchange_bytes(dep: Deployment, num_tokens: int) -> float:
     all-gather or reduce-scatter of S moves (dp−1)/dp·S bytes per GPU, as a ring all-reduce of S/2 does, with one
     collective's launch: the timer charges two all-reduces of S/2 per MoE layer."""
     return dep.dp * num_tokens * dep.model.hidden * dep.model.dtype_bytes / 2
+
+
+def a2a_op(dep: Deployment) -> str | None:
+    """The collectives.csv op of a measured DeepEP dispatch + combine (`a2a_deepep_low_latency`), None for the
+    default backend (timed from the all-reduce rows) or without attention DP."""
+    return f"a2a_{dep.all2all}" if dep.dp > 1 and dep.all2all != ALL2ALL_BACKENDS[0] else None
+
+
+def a2a_bytes(dep: Deployment, num_tokens: int) -> int:
+    """The size key of DeepEP rows: one rank's tokens' hidden states (bf16), what each rank dispatches."""
+    return num_tokens * dep.model.hidden * dep.model.dtype_bytes
 
 
 def send_recv_bytes(dep: Deployment, num_tokens: int) -> int:

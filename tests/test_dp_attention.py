@@ -106,3 +106,50 @@ def test_a_profile_without_the_ranks_all_reduce_names_the_command(capsys, tmp_pa
                         "--requests", "5", "--out", str(tmp_path / "o"))  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "all_reduce rows for 4 workers" in err and "--tp 2,4" in err
+
+
+def test_deepep_needs_attention_dp_and_a_known_backend():
+    with pytest.raises(SimserveError, match="exchanges tokens between attention-DP ranks"):
+        Deployment.create("deepseek-v3", "h200", 8, dtype="fp8", all2all="deepep_low_latency")
+    with pytest.raises(SimserveError, match="use one of allgather_reducescatter, deepep_low_latency"):
+        Deployment.create("deepseek-v3", "h200", 1, ep=8, dp=8, dtype="fp8", all2all="pplx")
+
+
+def test_deepep_on_a_roofline_profile_says_it_is_measured_only(capsys, tmp_path, profile_root):
+    code, _, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "1", "--ep", "2",
+                        "--dp-attention", "2", "--all2all-backend", "deepep_low_latency", "--dtype", "fp8",
+                        "--max-model-len", "4096", "--profiles", str(profile_root), "--requests", "5",
+                        "--out", str(tmp_path / "o"))  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no a2a_deepep_low_latency rows for EP 2" in err and "--backend measured" in err
+
+
+@pytest.mark.skipif(not __import__("simserve.profiling.measured", fromlist=["installed"]).installed(),
+                    reason="needs aiconfigurator-core (pip install -e '.[measured]')")  # fmt: skip
+def test_deepep_rows_are_the_measured_dispatch_plus_combine_and_the_timer_charges_them_once(tmp_path):
+    import pandas as pd
+
+    from simserve.ops import a2a_bytes
+    from simserve.predictor.coverage import find_collective, node_link
+    from simserve.predictor.fit import fit
+    from simserve.predictor.tables import CollectiveCurve, token_tables
+    from simserve.profiling import measured
+
+    main(["profile", "--backend", "measured", "--gpu", "h200", "--model", "deepseek-v3", "--tp", "1", "--dtype",
+          "fp8", "--quick", "--max-model-len", "2048", "--max-tokens", "2048", "--out", str(tmp_path)])  # fmt: skip
+    prof = tmp_path / "h200" / "deepseek-v3-fp8"
+    col = pd.read_csv(prof / "collectives.csv")
+    ll = col[col["op"] == "a2a_deepep_low_latency"].sort_values("size_bytes")
+    raw = pd.read_parquet(measured.open_database("H200").folder / "comm" / "vllm" / "0.24.0" / "moe_a2a_perf.parquet")
+    raw = raw[(raw["comm_backend"] == "deepep_ll") & (raw["hidden_size"] == 7168) & (raw["topk"] == 8)
+              & (raw["num_experts"] == 256) & (raw["num_tokens"] == 64)]  # fmt: skip
+    row = ll[ll["size_bytes"] == 64 * 7168 * 2]
+    assert (ll["num_workers"] == 8).all() and (ll["source"] == "measured").all()
+    assert row["time_ms"].iloc[0] == pytest.approx(raw["latency"].sum() / 1e3, rel=1e-5)  # dispatch + combine, µs → ms (6 digits in the CSV)
+    dep = Deployment.create("deepseek-v3", "h200", 1, ep=8, dp=8, dtype="fp8", all2all="deepep_low_latency",
+                            max_model_len=2048)  # fmt: skip
+    pred = fit(prof, use_cache=False)
+    tok = token_tables(pred, dep)
+    curve = CollectiveCurve.build(pred.models[find_collective(pred.models, "a2a_deepep_low_latency", node_link(dep), 8)])
+    t = 64
+    assert tok.all_reduce[t] == pytest.approx(58 * float(curve(np.array([a2a_bytes(dep, t)]))[0]))  # 58 MoE layers

@@ -32,6 +32,12 @@ DP_ATTENTION = typer.Option(
     help="Attention data parallelism of a MoE model (vLLM --data-parallel-size with --enable-expert-parallel): "
     "DP ranks of --tp GPUs, each with its own requests and KV cache, sharing experts over --ep = DP x TP GPUs.",
 )
+ALL2ALL_BACKEND = typer.Option(
+    "allgather_reducescatter",
+    "--all2all-backend",
+    help="With --dp-attention: how ranks exchange expert tokens, vLLM's --all2all-backend: allgather_reducescatter "
+    "(its default; NCCL model/all-reduce rows) | deepep_low_latency | deepep_high_throughput (measured profiles only).",
+)
 ALLOW_LONG_CONTEXT = typer.Option(
     False,
     "--allow-long-context",
@@ -156,6 +162,7 @@ def run_command(
     ep: int = EP,
     moe_skew: float = MOE_SKEW,
     dp_attention: int = DP_ATTENTION,
+    all2all_backend: str = ALL2ALL_BACKEND,
     allow_long_context: bool = ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
@@ -212,6 +219,7 @@ def run_command(
         ep=ep,
         moe_skew=moe_skew,
         dp_attention=dp_attention,
+        all2all_backend=all2all_backend,
         allow_long_context=allow_long_context,
     )
     if paper_setup:

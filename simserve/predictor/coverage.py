@@ -7,7 +7,7 @@ from pathlib import Path
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.ops import ELEMENTWISE_OPS, timed_linear_ops
+from simserve.ops import ELEMENTWISE_OPS, a2a_op, timed_linear_ops
 from simserve.predictor.fit import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
@@ -126,7 +126,16 @@ def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list
                 f"run `{cmd}`"
             )
         needed.append(ar)
-    if dep.dp > 1:  # attention DP: each MoE layer's dispatch and combine over the dp ranks (ops.exchange_bytes)
+    if (op := a2a_op(dep)) is not None:  # DeepEP dispatch + combine: measured rows only
+        if (a2a := find_collective(keys, op, node_link(dep), dep.ep)) is None:
+            raise SimserveError(
+                f"profile {where} has no {op} rows for EP {dep.ep} over {node_link(dep)}: DeepEP's dispatch and "
+                f"combine come only from NVIDIA's measured tables (EP 8 on one HGX/DGX node, EP 4 on a GB200/GB300 "
+                f"tray; hidden 3072-7168, top-6/8); build a measured profile (`{cmd}` with --backend measured) or "
+                f"use --all2all-backend allgather_reducescatter"
+            )
+        needed.append(a2a)
+    elif dep.dp > 1:  # attention DP: each MoE layer's dispatch and combine over the dp ranks (ops.exchange_bytes)
         if (a2a := find_collective(keys, "all_reduce", node_link(dep), dep.dp)) is None:
             raise SimserveError(
                 f"profile {where} has no all_reduce rows for {dep.dp} workers over {node_link(dep)} (the "

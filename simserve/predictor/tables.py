@@ -18,6 +18,8 @@ from simserve import numerics
 from simserve.deployment import Deployment
 from simserve.ops import (
     ELEMENTWISE_OPS,
+    a2a_bytes,
+    a2a_op,
     all_reduce_bytes,
     all_reduces_per_layer,
     elementwise_ops,
@@ -127,11 +129,15 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         ends = layers * n_ar * curve(tokens[1:] * per_token)
         ar_slope = (ends[1] - ends[0]) / (far - end)
     if dep.dp > 1:  # each MoE layer's dispatch + combine over the DP ranks (ops.exchange_bytes), with the all-reduces
-        curve = CollectiveCurve.build(
-            _model(predictor, find_collective(predictor.models, "all_reduce", node_link(dep), dep.dp))
-        )
-        moe_layers = 2 * layers * dep.model.moe_layers / dep.model.num_layers  # two collectives per MoE layer
-        per_token = exchange_bytes(dep, 1)
+        if (op := a2a_op(dep)) is not None:  # DeepEP: the measured dispatch + combine of one rank's tokens
+            curve = CollectiveCurve.build(_model(predictor, find_collective(predictor.models, op, node_link(dep), dep.ep)))
+            moe_layers, per_token = layers * dep.model.moe_layers / dep.model.num_layers, a2a_bytes(dep, 1)
+        else:  # allgather_reducescatter: two collectives per MoE layer
+            curve = CollectiveCurve.build(
+                _model(predictor, find_collective(predictor.models, "all_reduce", node_link(dep), dep.dp))
+            )
+            moe_layers = 2 * layers * dep.model.moe_layers / dep.model.num_layers
+            per_token = exchange_bytes(dep, 1)
         ar = ar + moe_layers * curve(t * per_token)
         ends = moe_layers * curve(tokens[1:] * per_token)
         ar_slope += (ends[1] - ends[0]) / (far - end)

@@ -29,7 +29,7 @@ from simserve.profiling import grid, measured
 from simserve.profiling.collectives import collectives_table
 from simserve.profiling.measured_attention import Attention
 from simserve.profiling.measured_grid import DERIVED, KIND_NAMES, bracket, counts, loglog, names, point_kind
-from simserve.profiling.measured_moe import read_moe
+from simserve.profiling.measured_moe import deepep_table, read_moe
 from simserve.profiling.roofline import link_fields as roofline_link_fields
 from simserve.profiling.schema import profiled_deployments
 
@@ -218,6 +218,9 @@ def profile(
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)
     collectives, comm = collective_table(db, deps[0].node, network, tps, quick)
     moe, moe_where = read_moe(db) if model.is_moe else (None, "")
+    if model.is_moe:  # DeepEP dispatch + combine, for attention-DP runs that ask for it (--all2all-backend)
+        a2a, comm["deepep_unavailable"] = deepep_table(db, model, deps[0].node)
+        collectives = pd.concat([collectives, a2a], ignore_index=True)
     tables = {
         "linear": linear_table(deps, tokens, gemms, gemm_kernel, moe, moe_where),
         "elementwise": elementwise_table(deps, tokens),

@@ -107,3 +107,53 @@ def read_moe(db) -> tuple[pd.DataFrame | None, str]:
     if df.empty:
         raise SimserveError(f"{path}: no rows; reinstall {measured.PACKAGE}")
     return df, where
+
+
+A2A_COLUMNS = ["comm_backend", "phase", "ep_size", "node_num", "hidden_size", "topk", "num_experts", "num_tokens",
+               "latency"]  # fmt: skip
+DEEPEP = {"deepep_ll": "deepep_low_latency", "deepep_ht": "deepep_high_throughput"}  # package → vLLM's names
+
+
+def deepep_table(db, model, node) -> tuple[pd.DataFrame, str | None]:
+    """collectives.csv rows of DeepEP's dispatch + combine for attention-DP runs (`--all2all-backend deepep_*`):
+    op `a2a_<vLLM backend>`, num_workers = the package's EP size, size_bytes = one rank's tokens × hidden × 2, the
+    two phases' measured latencies (µs in the table) summed. Only the model's hidden size and top-k on one node in
+    the box the package measured in; the expert count is the measured one nearest the model's (DeepEP moves each
+    token to the ranks its top-k experts sit on, which the count barely changes at EP 8), `derived` when it
+    differs. (rows, None), or (empty, why not)."""
+    from simserve.profiling import measured
+    from simserve.profiling.measured_grid import DERIVED, MEASURED
+
+    path = db.folder / "comm" / db.engine / db.version / "moe_a2a_perf.parquet"
+    where = f"{db.system}/comm/{db.engine}/{db.version}"
+    if not model.is_moe:
+        return pd.DataFrame(), "not a MoE model"
+    if not path.exists():
+        return pd.DataFrame(), f"no DeepEP table at {where}"
+    if node.name != measured.BOXES.get(db.system):
+        return pd.DataFrame(), f"DeepEP measured in {measured.BOXES.get(db.system)}, not {node.name}"
+    df = measured.read_table(path, A2A_COLUMNS)
+    df = df[(df["node_num"] == 1) & (df["hidden_size"] == model.hidden) & (df["topk"] == model.experts_per_token)]
+    if df.empty:
+        return pd.DataFrame(), (f"no DeepEP rows for hidden {model.hidden}, top-{model.experts_per_token} in {where}")
+    have = np.array(sorted(df["num_experts"].unique()), dtype=float)
+    experts = int(have[np.argmin(np.abs(np.log(have / model.num_experts)))])
+    df = df[df["num_experts"] == experts]
+    frames = []
+    for (backend, ep), g in df.groupby(["comm_backend", "ep_size"], sort=True):
+        if backend not in DEEPEP:
+            continue
+        both = g.pivot_table(index="num_tokens", columns="phase", values="latency", aggfunc="median").dropna()
+        if both.empty or not {"dispatch", "combine"} <= set(both.columns):
+            continue
+        tokens = both.index.to_numpy(dtype=float)
+        frames.append(pd.DataFrame({
+            "op": f"a2a_{DEEPEP[backend]}", "link": node.name, "num_workers": int(ep),
+            "size_bytes": tokens * model.hidden * model.dtype_bytes,
+            "time_ms": (both["dispatch"] + both["combine"]).to_numpy() / 1e3,
+            "source": names(np.full(len(tokens), MEASURED if experts == model.num_experts else DERIVED)),
+            "kernel": f"DeepEP {backend} dispatch + combine ({experts} experts measured)",
+        }))  # fmt: skip
+    if not frames:
+        return pd.DataFrame(), f"no DeepEP dispatch + combine pairs in {where}"
+    return pd.concat(frames, ignore_index=True), None

@@ -75,6 +75,7 @@ class Scenario:
     # Attention data parallelism (Deployment.dp): each of the dp ranks is simulated as a replica of its own
     # (requests, scheduler, KV cache), so a run has num_replicas x dp_attention of them.
     dp_attention: int = field(default=1, metadata={"omit_at_default": True})
+    all2all_backend: str = field(default="allgather_reducescatter", metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
@@ -138,6 +139,7 @@ class Scenario:
             self.ep,
             self.moe_skew,
             self.dp_attention,
+            self.all2all_backend,
         )
 
 
@@ -208,8 +210,10 @@ def simulate_scenario(
 
 
 @lru_cache(maxsize=16)
-def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp=1) -> Deployment:
-    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp)
+def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp=1,
+                all2all="allgather_reducescatter") -> Deployment:  # fmt: skip
+    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp,
+                             all2all)  # fmt: skip
 
 
 @lru_cache(maxsize=64)
