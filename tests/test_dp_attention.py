@@ -153,3 +153,16 @@ def test_deepep_rows_are_the_measured_dispatch_plus_combine_and_the_timer_charge
     curve = CollectiveCurve.build(pred.models[find_collective(pred.models, "a2a_deepep_low_latency", node_link(dep), 8)])
     t = 64
     assert tok.all_reduce[t] == pytest.approx(58 * float(curve(np.array([a2a_bytes(dep, t)]))[0]))  # 58 MoE layers
+
+
+def test_the_vllm_command_of_a_dp_run_names_its_data_parallel_size():
+    from simserve.sim.scenario import Scenario
+    from simserve.tune.engine import check_engine_scenario, vllm_command
+
+    base = Scenario(model="deepseek-v3", gpu="h200", tp=2, ep=8, dp_attention=4, dtype="fp8",
+                    all2all_backend="deepep_low_latency")  # fmt: skip
+    check_engine_scenario(base)  # EP = DP x TP is what vLLM's flags give: no error
+    cmd = vllm_command(base, {"max-num-batched-tokens": 8192, "max-num-seqs": 1024})
+    for flag in ("--tensor-parallel-size 2", "--data-parallel-size 4", "--enable-expert-parallel",
+                 "--all2all-backend deepep_low_latency", "--quantization fp8"):  # fmt: skip
+        assert flag in cmd
