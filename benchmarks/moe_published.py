@@ -10,14 +10,14 @@ Qwen3-235B-A22B-Instruct-2507-FP8 and DeepSeek-R1-0528 are both block-scaled fp8
 fp8), KV cache bf16 (vLLM's `auto`), vLLM 0.11's defaults on H100/H200: --max-num-batched-tokens 8192 (16384 where
 the run set it), --max-num-seqs 1024, --gpu-memory-utilization 0.9.
 
-The simulated workload: simserve's ShareGPT trace is built from the same ShareGPT file (a part of it, Mistral's
-tokenizer); its first-turn rows under vLLM's filter, 1000 drawn with seed 0, lengths scaled so that the totals
-equal the published run's "Total input tokens" and "Total generated tokens" (the model stops at EOS before the
-reply's length, and the tokenizers differ: the totals are part of the published setup, not of its result).
-Random prompts: every request the published mean lengths. All arrive at t = 0. simserve runs `--policy vllm-v1`
-with the flags above, on a profile of each backend written to a temporary folder (measured: NVIDIA's vLLM 0.24.0
-kernel tables, the nearest release the package has; roofline: analytic). Compared: the benchmark duration (the
-last completion), total token throughput, mean TTFT and mean TPOT ((e2e − TTFT) / (output − 1), averaged over
+The simulated workload is `vllm bench serve`'s own, as simserve models it (`--trace sharegpt-bench`: vLLM 0.33's
+ShareGPT sampler over the packaged ShareGPT file, Mistral's tokenizer; `--trace random:4000:200`; `--qps inf`:
+every request at t = 0), so the token totals differ from the published ones (another tokenizer; the published
+model stops at EOS before a reply's length): the table shows both. simserve runs `--policy vllm-v1 --engine vllm
+--no-async-scheduling` (vLLM's worker: memory profile, CUDA graphs; 0.11 scheduled synchronously) with the flags
+above, on a profile of each backend written to a temporary folder (measured: NVIDIA's vLLM 0.24.0 kernel tables,
+the nearest release the package has; roofline: analytic). Compared: the benchmark duration (the last
+completion), total token throughput, mean TTFT and mean TPOT ((e2e − TTFT) / (output − 1), averaged over
 requests with more than one output token, as vllm bench computes it). Nothing is fitted to these numbers.
 """
 
@@ -31,7 +31,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +50,7 @@ class Case:
     ep: int
     budget: int
     dataset: str  # sharegpt | random
-    requests: int
+    requests: int  # successful requests of the published run (it sent REQUESTS[dataset])
     input_tokens: int  # published totals (successful requests)
     output_tokens: int
     duration_s: float  # published results
@@ -79,22 +78,7 @@ CASES = (
 )  # fmt: skip
 
 
-def workload(case: Case, path: Path) -> None:
-    """The burst trace of `case`: lengths as the module docstring says, every arrival at 0."""
-    n = case.requests
-    if case.dataset == "random":
-        prompt = np.full(n, round(case.input_tokens / n))
-        output = np.full(n, round(case.output_tokens / n))
-    else:
-        df = pd.read_csv(ROOT / "traces" / "sharegpt.csv.gz")
-        first = df[df["round"] == 0]
-        p, o = first["num_prefill_tokens"], first["num_decode_tokens"]
-        rows = first[(p >= 4) & (o >= 4) & (p <= 1024) & (p + o <= 2048)].sample(n, random_state=0)
-        p, o = rows["num_prefill_tokens"].to_numpy(float), rows["num_decode_tokens"].to_numpy(float)
-        prompt = np.maximum(1, np.round(p * case.input_tokens / p.sum()))
-        output = np.maximum(1, np.round(o * case.output_tokens / o.sum()))
-    pd.DataFrame({"num_prefill_tokens": prompt.astype(int), "num_decode_tokens": output.astype(int),
-                  "arrived_at": 0.0}).to_csv(path, index=False)  # fmt: skip
+REQUESTS = {"sharegpt": 1000, "random": 500}  # the published `--num-prompts`
 
 
 def simserve(*args: str) -> None:
@@ -111,13 +95,13 @@ def simulate(case: Case, backend: str, tmp: Path) -> dict:
         simserve("profile", "--backend", backend, "--gpu", case.gpu, "--model", case.model, "--tp", tps,
                  "--dtype", "fp8", "--max-model-len", "8192", "--out", str(profiles), "--force")  # fmt: skip
         key.touch()
-    trace, out = tmp / f"{case.name}.csv".replace(" ", "_").replace("/", "-"), tmp / "run"
-    workload(case, trace)
+    out = tmp / "run"
+    trace = "sharegpt-bench" if case.dataset == "sharegpt" else "random:4000:200"
     simserve("run", "--model", case.model, "--gpu", case.gpu, "--tp", str(case.tp), "--ep", str(case.ep),
-             "--dtype", "fp8", "--policy", "vllm-v1", "--budget", str(case.budget), "--max-batch", "1024",
-             "--memory-utilization", "0.9", "--max-model-len", "8192", "--trace", str(trace), "--arrival", "replay",
-             "--requests", str(case.requests), "--profiles", str(profiles), "--iterations", "none",
-             "--out", str(out), "--force")  # fmt: skip
+             "--dtype", "fp8", "--policy", "vllm-v1", "--engine", "vllm", "--no-async-scheduling",
+             "--budget", str(case.budget), "--max-batch", "1024", "--memory-utilization", "0.9",
+             "--max-model-len", "8192", "--trace", trace, "--qps", "inf", "--requests", str(REQUESTS[case.dataset]),
+             "--profiles", str(profiles), "--iterations", "none", "--out", str(out), "--force")  # fmt: skip
     req = pd.read_csv(out / "requests.csv")
     req = req[req["status"] == "completed"]
     duration = float(req["completed_at_s"].max())
@@ -125,14 +109,15 @@ def simulate(case: Case, backend: str, tmp: Path) -> dict:
     many = req[req["output_tokens"] > 1]
     tpot = ((many["completed_at_s"] - many["first_token_at_s"]) / (many["output_tokens"] - 1)).mean()
     tokens = float((req["prompt_tokens"] + req["output_tokens"]).sum())
-    return {"duration_s": duration, "tps": tokens / duration, "ttft_ms": 1e3 * ttft, "tpot_ms": 1e3 * tpot}
+    return {"duration_s": duration, "tps": tokens / duration, "ttft_ms": 1e3 * ttft, "tpot_ms": 1e3 * tpot,
+            "input": int(req["prompt_tokens"].sum()), "output": int(req["output_tokens"].sum())}
 
 
 def table(backends: list[str]) -> str:
     lines = [
-        "| published run (vLLM v0.11.0 flags) | profile | duration s: published / simulated (error) | total tok/s | "
-        "mean TTFT s | mean TPOT ms |",
-        "|---|---|---|---|---|---|",
+        "| published run (vLLM v0.11.0 flags) | profile | tokens in / out: published; simulated | duration s: "
+        "published / simulated (error) | total tok/s | mean TTFT s | mean TPOT ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -146,6 +131,7 @@ def table(backends: list[str]) -> str:
 
                 lines.append(
                     f"| [{case.name}]({case.source}) `{case.vllm}` | {backend} | "
+                    f"{case.input_tokens:,} / {case.output_tokens:,}; {s['input']:,} / {s['output']:,} | "
                     f"{cell(case.duration_s, s['duration_s'])} | {cell(tps, s['tps'], '{:.0f}')} | "
                     f"{cell(case.ttft_ms / 1e3, s['ttft_ms'] / 1e3)} | {cell(case.tpot_ms, s['tpot_ms'], '{:.0f}')} |"
                 )
