@@ -33,7 +33,7 @@ def fp8_profile(tmp_path_factory) -> Path:
 def test_profile_of_a_config_json_has_expert_rows_per_ep(fp8_profile):
     prof = fp8_profile / "h100-sxm" / "mixtral-8x7b-fp8-kvfp8"  # the config's folder name, marked fp8
     linear = (prof / "linear.csv").read_text()
-    assert "moe_up@ep1" in linear and "moe_up@ep2" in linear and "router" in linear
+    assert "moe@ep1" in linear and "moe@ep2" in linear and "router" in linear
     assert json.loads((prof / "provenance.json").read_text())["precision"]["weights"] == "fp8"
 
 

@@ -26,6 +26,18 @@ EP = typer.Option(
 MOE_SKEW = typer.Option(
     0.0, "--moe-skew", help="Router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (busiest GPU)."
 )
+DP_ATTENTION = typer.Option(
+    1,
+    "--dp-attention",
+    help="Attention data parallelism of a MoE model (vLLM --data-parallel-size with --enable-expert-parallel): "
+    "DP ranks of --tp GPUs, each with its own requests and KV cache, sharing experts over --ep = DP x TP GPUs.",
+)
+ALL2ALL_BACKEND = typer.Option(
+    "allgather_reducescatter",
+    "--all2all-backend",
+    help="With --dp-attention: how ranks exchange expert tokens, vLLM's --all2all-backend: allgather_reducescatter "
+    "(its default; NCCL model/all-reduce rows) | deepep_low_latency | deepep_high_throughput (measured profiles only).",
+)
 ALLOW_LONG_CONTEXT = typer.Option(
     False,
     "--allow-long-context",
@@ -172,6 +184,8 @@ def run_command(
     kv_dtype: str = KV_DTYPE,
     ep: int = EP,
     moe_skew: float = MOE_SKEW,
+    dp_attention: int = DP_ATTENTION,
+    all2all_backend: str = ALL2ALL_BACKEND,
     allow_long_context: bool = ALLOW_LONG_CONTEXT,
     engine: str | None = typer.Option(
         None,
@@ -257,6 +271,8 @@ def run_command(
         kv_dtype=kv_dtype,
         ep=ep,
         moe_skew=moe_skew,
+        dp_attention=dp_attention,
+        all2all_backend=all2all_backend,
         allow_long_context=allow_long_context,
         max_concurrency=max_concurrency,
         vllm_worker=_engine(engine, enforce_eager),

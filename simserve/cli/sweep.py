@@ -51,10 +51,13 @@ def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) 
     return Scenario(**given)
 
 
-def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool) -> dict:
+def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool,
+                      dp_attention: int = 1, all2all_backend: str = "allgather_reducescatter") -> dict:  # fmt: skip
     """The Scenario fields of the shared options, left out at their defaults (probe-cache keys stay as they were)."""
-    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context}
-    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False}
+    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context,
+             "dp_attention": dp_attention, "all2all_backend": all2all_backend}  # fmt: skip
+    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False,
+                "dp_attention": 1, "all2all_backend": "allgather_reducescatter"}  # fmt: skip
     return {k: v for k, v in given.items() if v != defaults[k]}
 
 
@@ -175,6 +178,8 @@ def sweep(
     kv_dtype: str = options.KV_DTYPE,
     ep: int = options.EP,
     moe_skew: float = options.MOE_SKEW,
+    dp_attention: int = options.DP_ATTENTION,
+    all2all_backend: str = options.ALL2ALL_BACKEND,
     allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
@@ -232,7 +237,7 @@ def sweep(
         network=network,
         trace=trace,
         num_requests=requests,
-        **_precision_fields(dtype, kv_dtype, ep, moe_skew, allow_long_context),
+        **_precision_fields(dtype, kv_dtype, ep, moe_skew, allow_long_context, dp_attention, all2all_backend),
     )
     if search == "paper" and not paper_setup:
         raise SimserveError(

@@ -72,6 +72,10 @@ class Scenario:
     kv_dtype: str = field(default="bf16", metadata={"omit_at_default": True})
     ep: int = field(default=1, metadata={"omit_at_default": True})
     moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
+    # Attention data parallelism (Deployment.dp): each of the dp ranks is simulated as a replica of its own
+    # (requests, scheduler, KV cache), so a run has num_replicas x dp_attention of them.
+    dp_attention: int = field(default=1, metadata={"omit_at_default": True})
+    all2all_backend: str = field(default="allgather_reducescatter", metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
     # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open loop.
     max_concurrency: int | None = field(default=None, metadata={"omit_at_default": True})
@@ -119,7 +123,7 @@ class Scenario:
             budget=self.budget,
             max_batch=self.max_batch,
             max_model_len=self.max_len,
-            num_replicas=self.num_replicas,
+            num_replicas=self.num_replicas * self.dp_attention,
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
@@ -182,6 +186,8 @@ class Scenario:
             self.kv_dtype,
             self.ep,
             self.moe_skew,
+            self.dp_attention,
+            self.all2all_backend,
         )
 
 
@@ -260,8 +266,10 @@ def simulate_scenario(
 
 
 @lru_cache(maxsize=16)
-def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew) -> Deployment:
-    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew)
+def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp=1,
+                all2all="allgather_reducescatter") -> Deployment:  # fmt: skip
+    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp,
+                             all2all)  # fmt: skip
 
 
 @lru_cache(maxsize=64)
