@@ -140,6 +140,8 @@ SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0),
     "slo-aware": (Scenario(**MISTRAL, policy="slo-aware", tbt_target_s=0.05), 1.5),
     "vllm-v1-2rep": (Scenario(**MISTRAL, policy="vllm-v1", num_replicas=2, router="lor"), 4.0),
+    # vLLM's worker: CUDA-graph padding composed into the timer's tables, its memory profile
+    "vllm-worker": (Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=True, memory_utilization=0.92), 4.0),
     "overloaded": (Scenario(**MISTRAL, budget=512), 12.0),
     "pp2": (Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=120, stretch=False), 0.8),
 }

@@ -16,12 +16,12 @@ trace_app = typer.Typer(
 )
 app.add_typer(trace_app, name="trace")
 
-BUILDERS = ("sharegpt", "arxiv")
+BUILDERS = ("sharegpt", "arxiv", "sharegpt-bench")
 
 
 @trace_app.command()
 def build(
-    dataset: str = typer.Argument(..., help="Which trace to build: sharegpt | arxiv."),
+    dataset: str = typer.Argument(..., help="Which trace to build: sharegpt | arxiv | sharegpt-bench (vLLM bench's ShareGPT pairs)."),
     source: Path | None = typer.Option(
         None,
         "--from",
@@ -43,9 +43,17 @@ def build(
 
     if dataset not in BUILDERS:
         raise SimserveError(f"unknown trace {dataset!r} to build; choose one of {', '.join(BUILDERS)}")
-    target = out or TRACES_DIR / SHIPPED[dataset]
+    from simserve.workload.bench_datasets import SHAREGPT_BENCH
+
+    target = out or (SHAREGPT_BENCH if dataset == "sharegpt-bench" else TRACES_DIR / SHIPPED[dataset])
     command = f"simserve trace build {dataset}" + (f" --out {out}" if out else "")
-    if dataset == "sharegpt":
+    if dataset == "sharegpt-bench":
+        if synthetic:
+            raise SimserveError("--synthetic applies to arxiv only; build sharegpt-bench from the real dataset")
+        from simserve.workload.sharegpt_bench import build_sharegpt_bench
+
+        result = build_sharegpt_bench(target, source, command=command + (f" --from {source}" if source else ""))
+    elif dataset == "sharegpt":
         if synthetic:
             raise SimserveError("--synthetic applies to arxiv only; build sharegpt from the real dataset")
         from simserve.workload.sharegpt import build_sharegpt

@@ -66,6 +66,11 @@ class SimConfig:
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
     max_long_partial_prefills: int = 1
+    # A closed-loop client (`vllm bench serve --max-concurrency N`): at most N requests in flight; request i is
+    # sent at its arrival time or when the (i − N + 1)-th request finishes, whichever is later. None: open loop.
+    max_concurrency: int | None = None
+    # The front end's latency (sim/frontend.py): added to what a client sees; 0: engine-side latencies only.
+    frontend_s: float = 0.0
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:
@@ -100,6 +105,10 @@ class SimConfig:
             raise SimserveError(
                 f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
             )
+        if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
+            raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise SimserveError(f"--max-concurrency must be at least 1 (vLLM: greater than 0), got {self.max_concurrency}")
         for flag, value in (("--max-num-partial-prefills", self.max_num_partial_prefills),
                             ("--max-long-partial-prefills", self.max_long_partial_prefills)):  # fmt: skip
             if value != 1:

@@ -32,6 +32,7 @@ from simserve.sim.watchdog import Watchdog
 
 ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
 _warned = False
+_warned_closed_loop = False
 _modules: dict[bool, ModuleType | None] = {}
 
 
@@ -66,8 +67,18 @@ def compiled_available() -> bool:
 def choose(cfg: SimConfig, timer) -> ModuleType | None:
     """The core module to run this case on, or None for the SimPy reference."""
     global _warned
+    global _warned_closed_loop
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
+        return None
+    if cfg.max_concurrency is not None:
+        if not _warned_closed_loop:
+            _warned_closed_loop = True
+            print(
+                "simserve: a closed-loop client (--max-concurrency) runs on the SimPy reference model: the "
+                "compiled core does not have arrivals that wait for completions yet (same results, slower)",
+                file=sys.stderr,
+            )
         return None
     if mode == "python":
         return _load(False)
