@@ -10,9 +10,11 @@ calibration (roofline_validation.calibrate). The in-sample rows are fixed before
 * NVIDIA's database (aiconfigurator-core): the shapes perfdb_validation marks "calibration" (n and k powers of two);
   other shapes and the whole H200 are held out.
 
-Where two sources measure one architecture (Hopper: Vidur's H100 profile and the database's H100 GEMMs) each
-source weighs the same in the loss, however many rows it has. Nothing is fitted on elementwise ops of Ada or
-Blackwell (no measurement of them here): they borrow sm86's and sm90's (same memory technology, nearest SM design).
+Where two sources measure one architecture's GEMMs each weighs the same in the loss, however many rows it has;
+Hopper's GEMMs are the exception, fitted on the database alone (GEMM_FROM_DATABASE_ONLY says why). Nothing is
+fitted on elementwise ops of Ada or Blackwell (no measurement of them here): they borrow sm86's and sm90's (same
+memory technology, nearest SM design). Attention (fit_attention) is fitted per capability on the database's
+context and generation tables of one GPU each (perfdb_validation.ATTENTION_SYSTEMS).
 """
 
 from __future__ import annotations

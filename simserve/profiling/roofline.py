@@ -4,9 +4,10 @@ Every kernel costs a minimum duration plus the smooth maximum sqrt(Tc² + Tm²) 
 memory time Tm (compute and HBM traffic overlap, but not perfectly near the ridge point). Peaks come from
 `simserve/catalog/hardware.py`; the achieved fractions of peak and the minimum durations were calibrated once on
 measured kernels per compute capability (ARCH_KERNELS): sm80 on Vidur's A100 profiles, sm86 on its A40 profile,
-sm90 on its H100 profile and NVIDIA's H100 GEMM database (aiconfigurator-core), sm89/sm100 GEMMs on that database's
-L40S/B200 tables — each on in-sample rows only, with held-out models, shapes and the H200 reported apart in
-docs/kernel-validation.md. A GPU's numbers follow from its spec sheet, its compute capability's efficiencies and
+sm90's elementwise ops on its H100 profile, the GEMMs of sm89/sm90/sm100/sm103/sm120 on NVIDIA's database
+(aiconfigurator-core: L40S, H100, B200, B300, RTX PRO 6000) — each on in-sample rows only, with held-out models,
+shapes and the H200, GB200 and GB300 reported apart in docs/kernel-validation.md. Attention of today's kernels is
+roofline_attention.py; the legacy A100 attention kernel below stays for latent attention and the shipped A100 profiles. A GPU's numbers follow from its spec sheet, its compute capability's efficiencies and
 its architecture's GEMM tiles (gemm_tiles.py). `python benchmarks/validate_kernels.py --calibrate` refits them.
 """
 
@@ -100,7 +101,7 @@ KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur prof
 # --- Per compute capability: what each architecture's kernels achieve of its own spec-sheet peaks ------------------
 # Calibrated by `python benchmarks/validate_kernels.py --calibrate` on each one's in-sample rows only (the split is
 # fixed in roofline_validation.py and perfdb_validation.py; docs/kernel-validation.md reports in- and out-of-sample
-# errors apart). Attention keeps the A100 constants everywhere: only A100 attention is measured in the reference.
+# errors apart). Attention of GQA/MHA models has its own constants per capability (roofline_attention.py).
 def _arch(gemm: tuple[float, ...], elementwise: dict[str, tuple[float, float]]) -> KernelConstants:
     """KERNELS with another architecture's (min µs, compute fraction, memory fraction[, streaming n½ per SM]) and
     elementwise costs."""

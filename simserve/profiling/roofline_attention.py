@@ -113,7 +113,7 @@ def decode_ms(
         length = np.minimum(length, window)
     kv_bytes = b * 2 * kv_heads * head_dim * length * dtype_bytes
     qo_bytes = b * 2 * q_heads * head_dim * 2
-    units = b * kv_heads * np.ceil(length / c.kv_split)
+    units = b * kv_heads * np.maximum(np.ceil(length / c.kv_split), 1)  # an empty cache still runs one split
     occ = units / (units + c.decode_half_units_per_sm * gpu.num_sms)
     tm = (kv_bytes + qo_bytes) / (c.decode_memory_eff * gpu.hbm_gbps * 1e9)
     tc = 4.0 * b * q_heads * head_dim * length / (c.prefill_compute_eff * gpu.peak_tflops * 1e12)
