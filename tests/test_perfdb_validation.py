@@ -16,8 +16,11 @@ def gemms():
 
 
 def test_split_holds_out_h200_and_non_power_of_two_shapes(gemms):
-    for system in ("h200_sxm", "gb200", "gb300"):  # each the die of a fitted GPU: held out whole
+    for system in ("h200_sxm", "gb200", "gb300", "a100_sxm"):  # dies of fitted GPUs; sm80 is fitted on Vidur
         assert (gemms[gemms["system"] == system]["set"] == "held out").all()
+    from simserve.profiling.arch_calibration import SOURCES
+
+    assert {s for _, systems in SOURCES.values() for s in systems} == set(pv.GEMM_FIT_SYSTEMS)
     cal = gemms[gemms["set"] == "calibration"]
     assert ((cal["n"] & (cal["n"] - 1)) == 0).all() and ((cal["k"] & (cal["k"] - 1)) == 0).all()
     assert gemms["m"].max() <= 4096 and gemms["n"].min() >= 1024

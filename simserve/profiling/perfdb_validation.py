@@ -8,9 +8,9 @@ The product backend that builds profiles from the database is simserve/profiling
 roofline's calibration and validation set.
 
 The split, fixed before any fit (docs/kernel-validation.md, "The split"): within the serving window (m ≤ 4096
-tokens, n and k 1024-32768), a row is in-sample when both n and k are powers of two and out-of-sample otherwise
-(1536, 2560, 3072, 3584, 5120, 6144, 7168, 10240, 12288 — most real models' widths); H200 is held out whole (the
-die of the H100: it checks that Hopper's constants move with the spec sheet's bandwidth alone).
+tokens, n and k 1024-32768), a row of a GEMM_FIT_SYSTEMS GPU is in-sample when both n and k are powers of two and
+out-of-sample otherwise (1536, 2560, 3072, 3584, 5120, 6144, 7168, 10240, 12288 — most real models' widths); every
+other GPU (A100, H200, GB200, GB300) is held out whole. Attention: load_attention says its split.
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ ENGINE = "vllm"
 # database system -> catalog GPU name
 SYSTEMS = {"a100_sxm": "a100", "l40s": "l40s", "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200",
            "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "rtx_pro_6000_server": "rtx-p6000"}
-# Held out whole: each is the die of a fitted GPU in another package (H200: H100's with HBM3e; GB200: B200's beside
-# a Grace CPU; GB300: B300's), so they check that a compute capability's constants move with the spec sheet alone.
-HELD_OUT_SYSTEMS = ("h200_sxm", "gb200", "gb300")
+# The systems whose power-of-two GEMMs fit a compute capability (arch_calibration.SOURCES): only their rows can be
+# in-sample. Every other system is held out whole: H200, GB200 and GB300 are the dies of the H100, B200 and B300 in
+# other packages, so they check that a capability's constants move with the spec sheet alone; the A100's rows are
+# out-of-sample because sm80 is fitted on Vidur's A100 profiles.
+GEMM_FIT_SYSTEMS = ("l40s", "h100_sxm", "b200_sxm", "b300_sxm", "rtx_pro_6000_server")
 WINDOW = {"m": (1, 4096), "n": (1024, 32768), "k": (1024, 32768)}
 
 # GPUs the database measured that the built-in catalog may not hold yet (issue 21 item 2 adds them there; the
@@ -101,8 +103,7 @@ def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataF
         df = df[df["gemm_dtype"] == "bfloat16"]
         for col, (lo, hi) in WINDOW.items():
             df = df[df[col].between(lo, hi)]
-        held = system in HELD_OUT_SYSTEMS
-        in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (not held)
+        in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (system in GEMM_FIT_SYSTEMS)
         frames.append(pd.DataFrame({
             "gpu": gpu_for(system).name, "system": system, "version": f"{ENGINE} {path.parent.name}",
             "m": df["m"].to_numpy(), "n": df["n"].to_numpy(), "k": df["k"].to_numpy(),
