@@ -7,7 +7,7 @@ reported as the signed median (bias; + means the roofline is too slow), the medi
   GEMM        the package's bf16 GEMMs with m ≤ --max-m and n, k in 1024–32768, against `roofline.gemm_ms`;
   attention   decode (batch 1–256, 128–16384 cached tokens) and whole-prompt prefill (batch 1, 128–16384 tokens)
               rows of the head shapes 8B (32/8 heads per GPU) and 70B at TP 4 (16/2) and TP 8 (8/1), head dim 128,
-              against `roofline.decode_attention_ms` / `prefill_attention_ms`;
+              against `roofline_attention.decode_ms` / `prefill_ms` (each compute capability's FlashAttention);
   all-reduce  what the measured backend uses (the engine's all-reduce up to 8 MiB, NCCL above; 16 KiB–256 MiB,
               2/4/8 GPUs) against the roofline profile's NCCL model, both in the box the package measured in.
   --vidur     an independent check of the measured backend itself: Vidur's measured H100 linear ops
@@ -25,6 +25,7 @@ import numpy as np
 from simserve.catalog import GPU
 from simserve.profiling import measured
 from simserve.profiling import roofline as rl
+from simserve.profiling import roofline_attention as ra
 
 
 def gemm_errors(gpu_name: str, engine: str, max_m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,10 +57,10 @@ def attention_errors(gpu_name: str, engine: str, phase: str) -> np.ndarray:
         if phase == "decode":
             s = s.assign(length=s["isl"] + s["step"])
             s = s[s["batch_size"].between(1, 256) & s["length"].between(128, 16384)]
-            pred = rl.decode_attention_ms(gpu, q, kv, 128, s["batch_size"].to_numpy(), s["length"].to_numpy())
+            pred = ra.decode_ms(gpu, q, kv, 128, s["batch_size"].to_numpy(), s["length"].to_numpy())
         else:
             s = s[(s["batch_size"] == 1) & s["isl"].between(128, 16384)]
-            pred = rl.prefill_attention_ms(gpu, q, kv, 128, s["isl"].to_numpy(), np.zeros(len(s)))
+            pred = ra.prefill_ms(gpu, q, kv, 128, s["isl"].to_numpy(), np.zeros(len(s)))
         errs.append(pred / s["latency"].to_numpy() - 1.0)
     return np.concatenate(errs)
 

@@ -96,3 +96,56 @@ def test_a_model_the_tables_cannot_serve_gets_a_roofline_profile_labelled_with_w
     assert "generated an analytic roofline profile (not measured: no prefill rows for head dim 64)" in out
     summary = json.loads((tmp_path / "a/summary.json").read_text())
     assert summary["profile"] == "generated roofline (analytic); not measured: no prefill rows for head dim 64"
+
+
+A100 = ["run", "--gpu", "a100", "--model", "mistral-7b", "--requests", "20", "--qps", "1", "--max-model-len", "4096"]
+A100_TP8 = [*A100, "--tp", "8", "--node", "dgx-a100"]
+
+
+def test_a_shipped_profile_lacking_the_tp_degree_gets_it_built_and_says_so(cache, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(measured, "installed", lambda: False)  # the roofline backend: fast, no package needed
+    code, out, err = _run(capsys, *A100_TP8, "--out", str(tmp_path / "a"))
+    assert code == 0, err
+    line = next(s for s in out.splitlines() if s.startswith("the shipped profile"))
+    assert "mistral-7b has TP 1, 2, 4, not TP 8: generated an analytic roofline profile (not measured:" in line
+    prov = json.loads(next(cache.glob("plan-profiles/*/a100-80gb/mistral-7b/provenance.json")).read_text())
+    assert 8 in prov["deployment"]["tp"] and prov["backend"].startswith("roofline")
+    summary = json.loads((tmp_path / "a/summary.json").read_text())
+    assert summary["profile"].startswith("generated roofline") and summary["summary"]["completed"] == 20
+    # a TP degree the shipped profile has still runs on it, with no line
+    code, out, err = _run(capsys, *A100, "--tp", "4", "--out", str(tmp_path / "b"))
+    assert code == 0 and "the shipped profile" not in out and "no shipped profile" not in out
+    assert not json.loads((tmp_path / "b/summary.json").read_text())["profile"].startswith("generated")
+
+
+def test_the_users_own_profile_lacking_the_tp_degree_stays_an_error_with_its_fix(cache, tmp_path, capsys):
+    import shutil
+
+    from simserve.shipped import shipped_dir
+
+    mine = tmp_path / "mine"
+    shutil.copytree(shipped_dir("profiles") / "a100-80gb" / "mistral-7b", mine / "a100-80gb" / "mistral-7b")
+    code, out, err = _run(capsys, *A100_TP8, "--profiles", str(mine), "--out", str(tmp_path / "a"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "has no TP 8 rows (it has TP 1, 2, 4)" in err and "simserve profile --gpu a100-80gb" in err
+    assert not (tmp_path / "a").exists()
+
+
+@needs_db
+def test_plan_falls_back_to_a_roofline_profile_when_the_measured_one_cannot_be_built(cache, monkeypatch):
+    from simserve.deployment import Deployment
+    from simserve.errors import SimserveError
+    from simserve.profiling import generated, measured_backend
+
+    def lacks_shapes(*args, **kwargs):
+        raise SimserveError("the measured attention tables have no head dim 128 rows for this engine release")
+
+    monkeypatch.setattr(measured_backend, "profile", lacks_shapes)
+    dep = Deployment.create("mistral-7b", "b200", 1, 1)
+    label = generated.resolve_profiles([dep])[dep].label
+    assert label == ("generated roofline (analytic); not measured: the measured attention tables have no head dim "
+                     "128 rows for this engine release")  # fmt: skip
+    # written once: the next plan reuses the fallback (the same package release would fail the same way)
+    prov = next(cache.glob("plan-profiles/*/b200/mistral-7b/provenance.json"))
+    written = prov.read_bytes()
+    assert generated.resolve_profiles([dep])[dep].label == label and prov.read_bytes() == written

@@ -16,7 +16,11 @@ def gemms():
 
 
 def test_split_holds_out_h200_and_non_power_of_two_shapes(gemms):
-    assert (gemms[gemms["system"] == "h200_sxm"]["set"] == "held out").all()
+    for system in ("h200_sxm", "gb200", "gb300", "a100_sxm"):  # dies of fitted GPUs; sm80 is fitted on Vidur
+        assert (gemms[gemms["system"] == system]["set"] == "held out").all()
+    from simserve.profiling.arch_calibration import SOURCES
+
+    assert {s for _, systems in SOURCES.values() for s in systems} == set(pv.GEMM_FIT_SYSTEMS)
     cal = gemms[gemms["set"] == "calibration"]
     assert ((cal["n"] & (cal["n"] - 1)) == 0).all() and ((cal["k"] & (cal["k"] - 1)) == 0).all()
     assert gemms["m"].max() <= 4096 and gemms["n"].min() >= 1024
@@ -24,11 +28,13 @@ def test_split_holds_out_h200_and_non_power_of_two_shapes(gemms):
 
 def test_out_of_sample_gemm_errors_per_gpu(gemms):
     held = gemms[gemms["set"] == "held out"].groupby("gpu")["ape"].median()
-    assert {"A100-80GB", "H100-SXM", "H200", "L40S", "B200"} <= set(held.index)
-    # Goal 8%: met by A100 and B200; L40S at ~8%; Hopper at ~9% because the database and Vidur's H100 disagree
-    # by 13% and Hopper is fitted on both (was 26-27% too slow before the per-architecture calibration).
-    assert held["A100-80GB"] <= 8.0 and held["B200"] <= 8.0, held.to_dict()
-    assert held["L40S"] <= 9.0 and held["H100-SXM"] <= 10.0 and held["H200"] <= 10.0, held.to_dict()
+    every = {"A100-80GB", "H100-SXM", "H200", "L40S", "B200", "GB200", "B300", "GB300", "RTX-P6000"}
+    assert every <= set(held.index)
+    # Goal 8%: met by every GPU but the L40S (~8.1%: its small weight matrices stay in the 96 MB L2 between the
+    # benchmark's repeats, up to 1.35 TB/s from a 864 GB/s GDDR6 bus); 26-27% on Hopper before per-architecture
+    # constants, 9-10% before the tile choice (gemm_tiles.chosen_tile_seconds).
+    assert all(held[g] <= 8.0 for g in every - {"L40S"}), held.to_dict()
+    assert held["L40S"] <= 9.0, held.to_dict()
 
 
 def test_unknown_system_has_no_table(tmp_path):
@@ -36,12 +42,16 @@ def test_unknown_system_has_no_table(tmp_path):
     assert pv.load_gemm(tmp_path).empty
 
 
-def test_attention_rows_of_every_gpu_are_predicted():
+def test_attention_rows_of_every_gpu_are_predicted_in_and_out_of_sample():
     att = pv.load_attention(ROOT)
-    assert {"A100-80GB", "H100-SXM", "H200", "L40S", "B200"} <= set(att["gpu"])
+    assert {"A100-80GB", "H100-SXM", "H200", "L40S", "B200", "GB200", "B300", "GB300", "RTX-P6000"} <= set(att["gpu"])
     assert set(att["phase"]) == {"prefill", "decode"} and (att["kv_heads"] <= att["q_heads"]).all()
+    for system in ("h200_sxm", "gb200", "gb300"):
+        assert (att[att["system"] == system]["set"] == "held out").all()
     err = v.with_errors(att, pv.predict_attention(att))
     assert err["predicted_ms"].gt(0).all() and len(err) == len(att)
-    # reported, not a target: decode on the Hopper GPUs stays within 20% at the median
-    dec = err[err["phase"] == "decode"].groupby("gpu")["ape"].median()
-    assert dec["H100-SXM"] <= 20.0 and dec["H200"] <= 20.0, dec.to_dict()
+    held = err[(err["set"] == "held out") & (err["head_dim"] == 128)].groupby(["phase", "gpu"])["ape"].median()
+    # reported, not a hard goal: causal prefill within 20% at the median out-of-sample on every GPU (was 53-153%
+    # too slow with the legacy A100 kernel), decode within 21% (GDDR GPUs ~18-20%, HBM ones 5-11%)
+    assert (held["prefill"] <= 20.0).all() and (held["decode"] <= 21.0).all(), held.to_dict()
+    assert held["decode"][["H100-SXM", "H200", "B300"]].max() <= 8.0, held.to_dict()

@@ -98,9 +98,11 @@ def test_a40_and_h100_kernels_out_of_sample(per_gpu):
     lin = held[held["kind"] == "linear"].groupby("gpu")["ape"].median()
     ew = held[held["kind"] == "elementwise"].groupby("gpu")["ape"].median()
     assert lin["A40-48GB"] <= 8.0 and ew["A40-48GB"] <= 15.0, (lin, ew)
-    # H100: Vidur's GEMMs run 13% slower than the database's at the same shapes (docs/kernel-validation.md), and
-    # Hopper's constants are fitted on both: the held-out median sits at ~8%, not comfortably under it.
-    assert lin["H100-SXM"] <= 9.0 and ew["H100-SXM"] <= 15.0, (lin, ew)
+    # H100: Vidur's GEMMs (an older cuBLAS) run 13% slower than the database's at the same shapes
+    # (docs/kernel-validation.md), and Hopper's GEMMs are fitted on the database alone: the roofline predicts
+    # Vidur's H100 GEMMs too fast by about that offset, never too slow at the median.
+    bias = (held["predicted_ms"] / held["measured_ms"] - 1)[(held["kind"] == "linear") & (held["gpu"] == "H100-SXM")]
+    assert lin["H100-SXM"] <= 18.0 and bias.median() < 0 and ew["H100-SXM"] <= 15.0, (lin, ew)
 
 
 def test_per_architecture_constants_are_the_refitted_ones():
@@ -111,7 +113,7 @@ def test_per_architecture_constants_are_the_refitted_ones():
     ccs = [86, 90] if db_root is not None else [86]  # sm90's GEMM fit also reads the database
     for cc in ccs:
         fitted, used = ac.fit(cc, REF, db_root), rl.constants_dict(rl.ARCH_KERNELS[cc])
-        for name in ac.GEMM_NAMES:
+        for name in ac.gemm_names(cc):
             assert used[name] == pytest.approx(fitted[name], rel=0.05, abs=0.1), (cc, name)
         for op, (t0, eff) in fitted["elementwise_cost"].items():
             assert used["elementwise_cost"][op]["min_us"] == pytest.approx(t0, rel=0.1, abs=0.15), (cc, op)

@@ -306,6 +306,7 @@ _DATABASE_GPUS = [
     ),
     GPUSpec(
         name="RTX-P6000", memory_gib=95.59, peak_tflops=467.8, hbm_gbps=1792.0, num_sms=188, arch="blackwell",
+        sm_version=120,  # GB202: compute capability 12.0 (CUDA C Programming Guide), not the B200's 10.0
         aliases=("rtx-pro-6000", "rtx-pro-6000-server", "rtx_pro_6000_server", "rtx-pro-6000-blackwell"),
         source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (96 GB GDDR7 at 1,792 GB/s; 24,064 CUDA cores "
                f"= 188 SMs); dense BF16 and memory from {_AIC.format('rtx_pro_6000_server')} (467.8 TF/s, 102.6e9 B)",

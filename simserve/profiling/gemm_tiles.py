@@ -30,7 +30,15 @@ class ArchTiles:
     cols: int  # output features per CTA tile (only used where `persistent`)
     persistent: bool  # one CTA per SM looping over tiles: a partly filled last wave costs a full one
     source: str
+    # (token rows, features) CTA tiles the library chooses among per problem, the fastest for each shape; empty:
+    # the fixed tiles above (Ampere, Ada: their calibration). See chosen_tile_seconds.
+    choices: tuple[tuple[int, int], ...] = ()
+    split_k_min: int = 256  # k per split at least: a split needs a few pipelined k-stages to pay its reduction
 
+
+# The CTA tiles (token rows, features) a Hopper/Blackwell library picks among: 64-256 on each side up to the
+# 128x256 accumulator one warpgroup pair holds (cuBLAS sm90_xmma tilesizes 64x128 ... 256x128; CUTLASS 3 defaults).
+SM90_CHOICES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64), (128, 256), (256, 128))
 
 ARCH_TILES: dict[str, ArchTiles] = {
     tiles.arch: tiles
@@ -48,26 +56,23 @@ ARCH_TILES: dict[str, ArchTiles] = {
         ArchTiles("ada", small_rows=64, rows=128, large_from=256, cols=128, persistent=False,
                   source="CUTLASS: sm89 runs the sm80 tensor-op kernels (no wgmma/TMA on Ada); same tiles as Ampere"),
         # Hopper (sm90): warp-specialized persistent kernels (TMA + wgmma). H100 traces of LLM serving show cuBLAS 12
-        # running `sm90_xmma_gemm_*_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off` (128 features ×
-        # 256 tokens, data-parallel: segment-K off) and `tilesize256x128x64`, and `tilesize64x128x64_..._segment_k_on`
-        # (split-K) for small problems; CUTLASS 3 pairs 128-row CTAs in 2x1 clusters. So tokens come in 256-row
-        # steps from 256 on, 64-row below, and the grid is the SM count: waves are quantised by it. (128-row tiles
-        # cannot give the measured H100 step of +39% at 256 -> 264: they give +23%, docs/kernel-validation.md.)
-        # No wave term (persistent=False), measured: on the database's H100 GEMMs and Vidur's H100 profile (in-sample
-        # rows, constants refitted for each variant) the wave term raises the P90 error from ~23% to ~31-40%
-        # (docs/kernel-validation.md, "Hopper tile ablation"): cuBLAS 12.4+ picks per problem among data-parallel,
-        # split-K and stream-K schedules, which fills the last wave.
+        # running `sm90_xmma_gemm_*_tilesize128x256x64_..._segment_k_off` (128 features × 256 tokens), `tilesize256x128x64`
+        # and `tilesize64x128x64_..._segment_k_on` (split-K) for small problems: the library picks a tile per problem.
+        # So `choices`: the GEMM runs on the fastest of them, split-K below one wave, whole waves on the SMs
+        # (chosen_tile_seconds). A step at a tile boundary is small where another tile shape fills the waves (the
+        # database's H100 GEMMs: +3% at 256 -> 257 tokens for 8192 x 8192) and large only where few tiles cover the
+        # output (+24% at 128 -> 129 for 4096 x 1024). The fixed 256-row tiles it replaced predicted +96% at 257 there.
+        # `rows`/`persistent` below are what grouped (MoE) GEMMs use (roofline_moe.py: Triton grids, not cuBLAS).
         ArchTiles("hopper", small_rows=64, rows=256, large_from=256, cols=128, persistent=False,
                   source="cuBLAS 12 sm90_xmma_gemm tilesize128x256x64 / 256x128x64 (segment_k_off) and 64x128x64 "
                          "(segment_k_on) kernels in H100 traces; CUTLASS 3 sm90 KernelTmaWarpSpecialized* "
-                         "128x256x64 tiles, cluster 2x1x1 (CUTLASS profiler default cluster)"),
-        # Blackwell (sm100): CUTLASS's sm100 kernels issue 2-SM MMAs over 256-row CTA pairs from persistent CTAs, but
-        # the database's in-sample B200 GEMMs (cuBLAS under torch, vLLM 0.24) fit 128-row tiles with no wave term
-        # best: mean |log error| 0.114 against 0.146 for 256-row persistent tiles (constants refitted for each;
-        # docs/kernel-validation.md, "Tile ablation"). cuBLAS's sm100 heuristics pick smaller tiles and stream-K.
+                         "64-256 x 64-256 tiles on persistent CTAs", choices=SM90_CHOICES),
+        # Blackwell (sm100): CUTLASS's sm100 tcgen05 kernels, persistent CTAs over 64-256-row tiles chosen per problem
+        # as on Hopper (the same choice model; the database's B200 GEMMs: docs/kernel-validation.md).
         ArchTiles("blackwell", small_rows=64, rows=128, large_from=256, cols=128, persistent=False,
-                  source="selected on the in-sample B200 GEMMs of aiconfigurator-core 0.12.0 (vllm 0.24.0) among "
-                         "Ampere-like 128-row and CUTLASS sm100 2-SM 256-row persistent tiles"),
+                  source="CUTLASS sm100 tcgen05 kernels: 64-256 x 64-256 CTA tiles on persistent CTAs, chosen per "
+                         "problem; checked on aiconfigurator-core 0.12.0's B200 GEMMs (vllm 0.24.0)",
+                  choices=SM90_CHOICES),
     )
 }  # fmt: skip
 
@@ -110,3 +115,24 @@ def padded_flops(tiles: ArchTiles, m, k: int, n: int) -> np.ndarray:
     """2·m·k·n on the padded token rows; persistent kernels also pad the features to whole tiles."""
     cols = math.ceil(n / tiles.cols) * tiles.cols if tiles.persistent else n
     return 2.0 * padded_rows(tiles, m) * k * cols
+
+
+def chosen_tile_seconds(tiles: ArchTiles, m, k: int, n: int, num_sms: int, flops_per_s: float) -> np.ndarray:
+    """Tensor-core time of an (m × k) @ (k × n) GEMM on the fastest of `tiles.choices` (a library picks per
+    problem): each choice pads m and n to whole tiles, splits k while its tiles fill fewer than the SMs (each split
+    keeping at least `split_k_min` of k), and runs whole waves of tiles on persistent CTAs, one per SM, each SM at
+    `flops_per_s` / num_sms. So a GEMM steps at a tile boundary only where no other tile shape fills the waves."""
+    m = np.maximum(np.asarray(m, dtype=float), 1)
+    per_sm = flops_per_s / num_sms
+    best = np.full(m.shape, np.inf)
+    for rows, cols in tiles.choices:
+        count = np.ceil(m / rows) * math.ceil(n / cols)
+        split = np.minimum(np.maximum(1, np.floor(num_sms / count)), max(1, k // tiles.split_k_min))
+        wave_count = np.ceil(count * split / num_sms)
+        best = np.minimum(best, wave_count * 2.0 * rows * cols * (k / split) / per_sm)
+    return best
+
+
+def streaming_tiles(m, n: int) -> np.ndarray:
+    """128 × 128 output tiles of an (m × n) GEMM: the CTAs that stream its weights when it is memory-bound."""
+    return np.ceil(np.maximum(np.asarray(m, dtype=float), 1) / 128) * math.ceil(n / 128)

@@ -57,7 +57,11 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
         return None
     if current:
         is_measured = profile.provenance.get("backend") == "measured"
-        if is_measured != (measured_now is None):
+        # a roofline profile written because the measured tables lacked this model's shapes stays current while
+        # the same package release is installed (building the measured one again would fail the same way)
+        fell_back = (measured_now is None and "measured_unavailable" in profile.provenance
+                     and profile.provenance.get("measured_package_version") == measured_package_version())  # fmt: skip
+        if is_measured != (measured_now is None) and not fell_back:
             return None  # the package was installed or removed since: write the kind that can be built now
         fields = {**({} if is_measured else model_fields(dep.gpu, for_node(dep.node))),
                   **link_fields(dep.node, NETWORKS.get(GENERATED_NETWORK))}  # fmt: skip
@@ -126,6 +130,7 @@ def generate(
         "command": shlex.join(command),
         "written_by": "simserve plan, run or sweep (no profile covered this GPU and model)",
         **({"measured_unavailable": not_measured} if backend == "roofline" else {}),
+        **({"measured_package_version": measured_package_version()} if backend == "roofline" else {}),
         "deployment": {
             "model": model.name,
             "gpu": gpu.name,
@@ -158,16 +163,33 @@ def resolve_profiles(deps: list[Deployment]) -> dict[Deployment, ProfileChoice]:
     for group in missing.values():
         first = group[0]
         root = generated_root(first.node)  # a box's deployments share one profile (plan/candidates.best_box)
-        if any(_covers(root, d, current=True) is None for d in group):
-            generate(first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)),
-                     first.dtype, first.kv_dtype, first.moe_skew)  # fmt: skip
         why = measured_source(first.gpu, first.model, first.moe_skew)
+        args = (first.gpu, first.model, first.node, max(16384, *(d.max_model_len for d in group)), first.dtype,
+                first.kv_dtype, first.moe_skew)  # fmt: skip
+        if any(_covers(root, d, current=True) is None for d in group):
+            why = _generate_or_fall_back(args, why)
+        else:
+            prov = profile_dir(root, first.gpu.name, first.profile_model) / "provenance.json"
+            why = json.loads(prov.read_text()).get("measured_unavailable", why)
         label = "generated measured" if why is None else "generated roofline (analytic)"
         if why is not None and first.gpu.name in _measured_systems():
             label += f"; not measured: {why}"  # the database has this GPU: say why its tables were not used
         for dep in group:
             out[dep] = ProfileChoice(str(root), label)
     return out
+
+
+def _generate_or_fall_back(args: tuple, why: str | None) -> str | None:
+    """generate(*args); where the measured backend cannot write this model (the tables lack its shapes), a roofline
+    profile instead that records why. Returns why the profile is not measured (None: it is)."""
+    try:
+        generate(*args)
+    except SimserveError as exc:
+        if why is not None:
+            raise  # the roofline backend itself failed: nothing to fall back to
+        why = str(exc)
+        generate(*args, not_measured=why)
+    return why
 
 
 def _measured_systems() -> dict:
@@ -193,20 +215,19 @@ def for_scenario(scenario):
     except SimserveError:
         return scenario, None
     dep = scenario.deployment()
-    if profile_dir(default_profiles_root(), dep.gpu.name, dep.profile_model).is_dir():
-        return scenario, None  # shipped: load_timer checks its TP degrees and links (reading no table here)
+    shipped = profile_dir(default_profiles_root(), dep.gpu.name, dep.profile_model)
+    lacking = None
+    if shipped.is_dir():
+        tps = _profiled_tps(shipped)
+        if tps is None or dep.tp in tps or not _generable(dep):
+            return scenario, None  # shipped: load_timer checks its TP degrees and links (reading no table here)
+        lacking = f"the shipped profile {shipped} has TP {', '.join(map(str, tps))}, not TP {dep.tp}"
     root = generated_root(dep.node)
     path = profile_dir(root, dep.gpu.name, dep.profile_model)
     why = measured_source(dep.gpu, dep.model, dep.moe_skew)
     args = (dep.gpu, dep.model, dep.node, max(16384, dep.max_model_len), dep.dtype, dep.kv_dtype, dep.moe_skew)
     if _covers(root, dep, current=True) is None:
-        try:
-            generate(*args)
-        except SimserveError as exc:
-            if why is not None:
-                raise
-            why = str(exc)  # the tables lack this model's shapes: a roofline profile, labelled with why
-            generate(*args, not_measured=why)
+        why = _generate_or_fall_back(args, why)
         done = "generated a" if why is None else "generated an"
     else:
         done = "reused the"
@@ -219,5 +240,24 @@ def for_scenario(scenario):
                 f"{m.get('engine_version')} kernels)")  # fmt: skip
     else:
         kind = f"analytic roofline profile (not measured: {why})"
-    line = f"no shipped profile for {dep.profile_model} on {dep.gpu.name}: {done} {kind} in {path}"
-    return replace(scenario, profiles_root=str(root)), line
+    head = lacking or f"no shipped profile for {dep.profile_model} on {dep.gpu.name}"
+    return replace(scenario, profiles_root=str(root)), f"{head}: {done} {kind} in {path}"
+
+
+def _profiled_tps(path: Path) -> list[int] | None:
+    """The TP degrees a profile's provenance.json says it holds (None when it does not say: load_timer decides)."""
+    try:
+        tps = json.loads((path / "provenance.json").read_text()).get("deployment", {}).get("tp")
+    except (OSError, ValueError):
+        return None
+    return sorted(int(t) for t in tps) if isinstance(tps, list) else None
+
+
+def _generable(dep: Deployment) -> bool:
+    """Whether generate() writes `dep`'s TP degree: it fits the box and divides the heads (and, for a measured
+    profile, is one whose all-reduce NVIDIA measured)."""
+    from simserve.profiling import measured_backend
+
+    fits = dep.node is not None and dep.tp <= dep.node.gpus_per_node and dep.model.num_heads % dep.tp == 0
+    measured_now = measured_source(dep.gpu, dep.model, dep.moe_skew) is None
+    return fits and (not measured_now or dep.tp <= measured_backend.MAX_MEASURED_TP)

@@ -8,9 +8,9 @@ The product backend that builds profiles from the database is simserve/profiling
 roofline's calibration and validation set.
 
 The split, fixed before any fit (docs/kernel-validation.md, "The split"): within the serving window (m ≤ 4096
-tokens, n and k 1024-32768), a row is in-sample when both n and k are powers of two and out-of-sample otherwise
-(1536, 2560, 3072, 3584, 5120, 6144, 7168, 10240, 12288 — most real models' widths); H200 is held out whole (the
-die of the H100: it checks that Hopper's constants move with the spec sheet's bandwidth alone).
+tokens, n and k 1024-32768), a row of a GEMM_FIT_SYSTEMS GPU is in-sample when both n and k are powers of two and
+out-of-sample otherwise (1536, 2560, 3072, 3584, 5120, 6144, 7168, 10240, 12288 — most real models' widths); every
+other GPU (A100, H200, GB200, GB300) is held out whole. Attention: load_attention says its split.
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ from simserve.catalog import GPU, GPUSpec
 
 ENGINE = "vllm"
 # database system -> catalog GPU name
-SYSTEMS = {"a100_sxm": "a100", "l40s": "l40s", "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
-HELD_OUT_SYSTEMS = ("h200_sxm",)
+SYSTEMS = {"a100_sxm": "a100", "l40s": "l40s", "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200",
+           "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "rtx_pro_6000_server": "rtx-p6000"}
+# The systems whose power-of-two GEMMs fit a compute capability (arch_calibration.SOURCES): only their rows can be
+# in-sample. Every other system is held out whole: H200, GB200 and GB300 are the dies of the H100, B200 and B300 in
+# other packages, so they check that a capability's constants move with the spec sheet alone; the A100's rows are
+# out-of-sample because sm80 is fitted on Vidur's A100 profiles.
+GEMM_FIT_SYSTEMS = ("l40s", "h100_sxm", "b200_sxm", "b300_sxm", "rtx_pro_6000_server")
 WINDOW = {"m": (1, 4096), "n": (1024, 32768), "k": (1024, 32768)}
 
 # GPUs the database measured that the built-in catalog may not hold yet (issue 21 item 2 adds them there; the
@@ -98,8 +103,7 @@ def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataF
         df = df[df["gemm_dtype"] == "bfloat16"]
         for col, (lo, hi) in WINDOW.items():
             df = df[df[col].between(lo, hi)]
-        held = system in HELD_OUT_SYSTEMS
-        in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (not held)
+        in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (system in GEMM_FIT_SYSTEMS)
         frames.append(pd.DataFrame({
             "gpu": gpu_for(system).name, "system": system, "version": f"{ENGINE} {path.parent.name}",
             "m": df["m"].to_numpy(), "n": df["n"].to_numpy(), "k": df["k"].to_numpy(),
@@ -127,7 +131,10 @@ def predict(df: pd.DataFrame, kernels=None, tiles=None) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- attention
 
-ATTN_WINDOW = {"head_dim": 128, "isl_max": 16384, "batch_max": 256, "kv_len_max": 16384}
+ATTN_WINDOW = {"isl_max": 16384, "batch_max": 256, "kv_len_max": 16384}
+# compute capability -> the system whose attention tables fit its constants (arch_calibration.fit_attention)
+ATTENTION_SYSTEMS = {80: "a100_sxm", 89: "l40s", 90: "h100_sxm", 100: "b200_sxm", 103: "b300_sxm",
+                     120: "rtx_pro_6000_server"}
 
 
 def attention_file(root: Path, system: str, phase: str) -> Path | None:
@@ -140,11 +147,15 @@ def attention_file(root: Path, system: str, phase: str) -> Path | None:
 
 
 def load_attention(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataFrame:
-    """gpu, system, phase, batch, q_heads, kv_heads, tokens (prefill: prompt length; decode: KV length), measured_ms.
+    """gpu, system, phase, batch, q_heads, kv_heads, head_dim, tokens (prefill: prompt length; decode: KV length),
+    measured_ms, set, kernel.
 
-    bf16 KV cache, head dim 128, no sliding window; the fastest kernel the engine offers for each shape (vLLM picks
-    one backend per GPU; the table measures each it has). All out-of-sample: attention constants are the A100's."""
+    bf16 KV cache, no sliding window; the fastest kernel the engine offers for each shape (vLLM picks one backend per
+    GPU; the table measures each it has). In-sample ("calibration"): head dim 128 with a power-of-two number of
+    query heads on a system of ATTENTION_SYSTEMS; every other head count and head dim, and every other system
+    (H200, GB200, GB300), is held out."""
     frames = []
+    fitted = set(ATTENTION_SYSTEMS.values())
     for system in systems:
         for phase in ("context", "generation"):
             path = attention_file(root, system, phase)
@@ -153,41 +164,42 @@ def load_attention(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.
             df = pd.read_parquet(path)
             if "window_size" not in df:  # older tables measured full attention only
                 df = df.assign(window_size=0)
-            df = df[(df["head_dim"] == ATTN_WINDOW["head_dim"]) & (df["kv_cache_dtype"] == "bfloat16")
-                    & (df["window_size"] == 0) & (df["batch_size"] <= ATTN_WINDOW["batch_max"])]  # fmt: skip
+            df = df[(df["kv_cache_dtype"] == "bfloat16") & (df["window_size"] == 0)
+                    & (df["batch_size"] <= ATTN_WINDOW["batch_max"])]  # fmt: skip
             df = df[df["num_heads"] >= df["num_key_value_heads"]]
-            tokens = df["isl"] if phase == "context" else df["step"] + 1
+            tokens = df["isl"] if phase == "context" else df["isl"] + df["step"]
             df = df.assign(tokens=tokens)[tokens <= (ATTN_WINDOW["isl_max"] if phase == "context" else
                                                      ATTN_WINDOW["kv_len_max"])]  # fmt: skip
-            keys = ["batch_size", "num_heads", "num_key_value_heads", "tokens"]
-            best = df.groupby(keys, as_index=False)["latency"].min()
+            keys = ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "tokens"]
+            best = df.sort_values("latency").groupby(keys, as_index=False).first()
+            in_sample = (best["head_dim"] == 128) & _pow2(best["num_heads"]) & (system in fitted)
             frames.append(pd.DataFrame({
                 "gpu": gpu_for(system).name, "system": system,
                 "phase": "prefill" if phase == "context" else "decode",
                 "batch": best["batch_size"].to_numpy(), "q_heads": best["num_heads"].to_numpy(),
-                "kv_heads": best["num_key_value_heads"].to_numpy(), "tokens": best["tokens"].to_numpy(),
-                "measured_ms": best["latency"].to_numpy(dtype=float), "set": "held out",
+                "kv_heads": best["num_key_value_heads"].to_numpy(), "head_dim": best["head_dim"].to_numpy(),
+                "tokens": best["tokens"].to_numpy(), "measured_ms": best["latency"].to_numpy(dtype=float),
+                "set": np.where(in_sample, "calibration", "held out"), "kernel": best["kernel_source"].to_numpy(),
             }))  # fmt: skip
     if not frames:
-        return pd.DataFrame(
-            columns=["gpu", "system", "phase", "batch", "q_heads", "kv_heads", "tokens", "measured_ms"]
-        )
+        return pd.DataFrame(columns=["gpu", "system", "phase", "batch", "q_heads", "kv_heads", "head_dim", "tokens",
+                                     "measured_ms", "set", "kernel"])  # fmt: skip
     out = pd.concat(frames, ignore_index=True)
     return out[out["measured_ms"] > 0].reset_index(drop=True)
 
 
-def predict_attention(df: pd.DataFrame) -> np.ndarray:
-    """Roofline attention times: decode over `tokens` of KV; prefill of `batch` prompts of `tokens`, one kernel
-    (the minimum duration once, the work `batch` times)."""
-    from simserve.profiling import roofline as rl
+def predict_attention(df: pd.DataFrame, constants=None) -> np.ndarray:
+    """Roofline attention times (roofline_attention.py): decode over `tokens` of KV; prefill of `batch` prompts of
+    `tokens` from an empty cache in one kernel. `constants` (an AttentionConstants) replaces each GPU's own."""
+    from simserve.profiling import roofline_attention as ra
 
     out = np.empty(len(df))
-    for (system, phase, q, kv), idx in df.groupby(["system", "phase", "q_heads", "kv_heads"]).groups.items():
+    keys = ["system", "phase", "q_heads", "kv_heads", "head_dim"]
+    for (system, phase, q, kv, hd), idx in df.groupby(keys).groups.items():
         gpu, rows, pos = gpu_for(system), df.loc[idx], df.index.get_indexer(idx)
         b, t = rows["batch"].to_numpy(dtype=float), rows["tokens"].to_numpy(dtype=float)
         if phase == "decode":
-            out[pos] = rl.decode_attention_ms(gpu, int(q), int(kv), 128, b, t)
+            out[pos] = ra.decode_ms(gpu, int(q), int(kv), int(hd), b, t, c=constants)
         else:
-            t0 = rl.KERNELS.attn_prefill_min_us * 1e-3
-            out[pos] = t0 + b * (rl.prefill_attention_ms(gpu, int(q), int(kv), 128, t, 0) - t0)
+            out[pos] = ra.prefill_ms(gpu, int(q), int(kv), int(hd), t, 0, c=constants, batch=b)
     return out

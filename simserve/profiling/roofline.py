@@ -4,9 +4,10 @@ Every kernel costs a minimum duration plus the smooth maximum sqrt(Tc² + Tm²) 
 memory time Tm (compute and HBM traffic overlap, but not perfectly near the ridge point). Peaks come from
 `simserve/catalog/hardware.py`; the achieved fractions of peak and the minimum durations were calibrated once on
 measured kernels per compute capability (ARCH_KERNELS): sm80 on Vidur's A100 profiles, sm86 on its A40 profile,
-sm90 on its H100 profile and NVIDIA's H100 GEMM database (aiconfigurator-core), sm89/sm100 GEMMs on that database's
-L40S/B200 tables — each on in-sample rows only, with held-out models, shapes and the H200 reported apart in
-docs/kernel-validation.md. A GPU's numbers follow from its spec sheet, its compute capability's efficiencies and
+sm90's elementwise ops on its H100 profile, the GEMMs of sm89/sm90/sm100/sm103/sm120 on NVIDIA's database
+(aiconfigurator-core: L40S, H100, B200, B300, RTX PRO 6000) — each on in-sample rows only, with held-out models,
+shapes and the H200, GB200 and GB300 reported apart in docs/kernel-validation.md. Attention of today's kernels is
+roofline_attention.py; the legacy A100 attention kernel below stays for latent attention and the shipped A100 profiles. A GPU's numbers follow from its spec sheet, its compute capability's efficiencies and
 its architecture's GEMM tiles (gemm_tiles.py). `python benchmarks/validate_kernels.py --calibrate` refits them.
 """
 
@@ -22,7 +23,7 @@ from simserve import precision
 from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, elementwise_ops, linear_ops
-from simserve.profiling import collectives, gemm_tiles, grid
+from simserve.profiling import collectives, gemm_tiles, grid, roofline_attention
 from simserve.profiling.collectives import CollectiveConstants, collectives_table
 from simserve.profiling.schema import profiled_deployments
 
@@ -79,6 +80,9 @@ class KernelConstants:
     gemm_min_us: float = GEMM_MIN_US
     gemm_compute_eff: float = GEMM_COMPUTE_EFF
     gemm_memory_eff: float = GEMM_MEMORY_EFF
+    # Streaming weights needs bytes in flight: with u output tiles streaming, a memory-bound GEMM reaches the fraction
+    # u / (u + n½) of its bandwidth, n½ = this × num_SMs (0: always all of it, the Ampere/Ada calibration).
+    gemm_stream_half_tiles_per_sm: float = 0.0
     elementwise_cost: tuple[tuple[str, float, float], ...] = tuple(
         (k, *v) for k, v in ELEMENTWISE_COST.items()
     )
@@ -97,12 +101,14 @@ KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur prof
 # --- Per compute capability: what each architecture's kernels achieve of its own spec-sheet peaks ------------------
 # Calibrated by `python benchmarks/validate_kernels.py --calibrate` on each one's in-sample rows only (the split is
 # fixed in roofline_validation.py and perfdb_validation.py; docs/kernel-validation.md reports in- and out-of-sample
-# errors apart). Attention keeps the A100 constants everywhere: only A100 attention is measured in the reference.
-def _arch(gemm: tuple[float, float, float], elementwise: dict[str, tuple[float, float]]) -> KernelConstants:
-    """KERNELS with another architecture's (min µs, compute fraction, memory fraction) and elementwise costs."""
+# errors apart). Attention of GQA/MHA models has its own constants per capability (roofline_attention.py).
+def _arch(gemm: tuple[float, ...], elementwise: dict[str, tuple[float, float]]) -> KernelConstants:
+    """KERNELS with another architecture's (min µs, compute fraction, memory fraction[, streaming n½ per SM]) and
+    elementwise costs."""
     costs = tuple((op, *elementwise[op]) for op in ELEMENTWISE_COST)
+    stream = gemm[3] if len(gemm) > 3 else 0.0
     return dataclasses.replace(KERNELS, gemm_min_us=gemm[0], gemm_compute_eff=gemm[1], gemm_memory_eff=gemm[2],
-                               elementwise_cost=costs)  # fmt: skip
+                               gemm_stream_half_tiles_per_sm=stream, elementwise_cost=costs)  # fmt: skip
 
 
 # sm86 (A40, GA102 + GDDR6), fitted on the A40 profile's internlm-20b and Qwen-72B. GEMMs reach 0.79 of their
@@ -111,10 +117,11 @@ def _arch(gemm: tuple[float, float, float], elementwise: dict[str, tuple[float, 
 # HBM2e's: the same per-SM bytes in flight (Little's law) cover far more of a 696 GB/s bus than of a 2 TB/s one.
 SM86_ELEMENTWISE = {"attn_norm": (2.7, 0.60), "mlp_norm": (2.7, 0.60), "rotary": (1.2, 0.77), "act": (1.5, 0.78),
                     "residual_add": (0.6, 0.84)}  # fmt: skip
-# sm90 (H100/H200), fitted on the H100 profile's internlm-20b and Qwen-72B and the database's in-sample H100
-# GEMMs, each source weighing half. Large GEMMs reach 0.78 of 989 TF/s, skinny ones 0.92 of HBM3; 3.6 µs floor.
-# Elementwise kernels reach 0.42-0.58 of 3.35 TB/s (the residual add 1.09: its 3 operands stay in the 50 MB L2
-# between the profiler's repeats at most sizes).
+# sm90 (H100/H200): GEMMs fitted on the database's in-sample H100 GEMMs (Vidur's older-cuBLAS H100 GEMMs are
+# reported apart: arch_calibration.GEMM_FROM_DATABASE_ONLY), on the fastest tile per problem (gemm_tiles.py): large
+# GEMMs reach 0.87 of 989 TF/s, weight streaming 0.95 of HBM3 (the bound) once ~3 output tiles per SM stream, 3.0 µs
+# floor. Elementwise (Vidur's internlm-20b and Qwen-72B) reach 0.42-0.58 of 3.35 TB/s (the residual add 1.09: its 3
+# operands stay in the 50 MB L2 between the profiler's repeats at most sizes).
 SM90_ELEMENTWISE = {"attn_norm": (2.4, 0.42), "mlp_norm": (2.4, 0.42), "rotary": (1.8, 0.50), "act": (1.8, 0.58),
                     "residual_add": (1.0, 1.09)}  # fmt: skip
 ARCH_KERNELS: dict[int, KernelConstants] = {
@@ -123,10 +130,15 @@ ARCH_KERNELS: dict[int, KernelConstants] = {
     # sm89 (L40S), GEMMs fitted on the database's in-sample L40S GEMMs: 0.67 of 362 TF/s (FP32-accumulate peak;
     # AD102 throttles its clock under sustained tensor load), 1.3 µs floor. Elementwise: sm86's (GDDR6 too), unmeasured.
     89: _arch((1.3, 0.67, 0.83), SM86_ELEMENTWISE),
-    90: _arch((3.6, 0.78, 0.92), SM90_ELEMENTWISE),
-    # sm100 (B200), GEMMs fitted on the database's in-sample B200 GEMMs: 0.75 of 2.25 PF/s dense BF16, 0.85 of
-    # 8 TB/s HBM3e, 3.3 µs floor. Elementwise: sm90's (HBM), unmeasured.
-    100: _arch((3.3, 0.75, 0.85), SM90_ELEMENTWISE),
+    90: _arch((3.0, 0.87, 0.95, 0.021), SM90_ELEMENTWISE),
+    # sm100 (B200; GB200 held out), GEMMs fitted on the database's in-sample B200 GEMMs, tiles chosen per problem:
+    # 0.75 of 2.25 PF/s dense BF16, 0.95 of HBM3e (the bound), 2.6 µs floor. Elementwise: sm90's (HBM), unmeasured.
+    100: _arch((2.6, 0.75, 0.95, 0.074), SM90_ELEMENTWISE),
+    # sm103 (B300, Blackwell Ultra; GB300 held out), fitted on the database's in-sample B300 GEMMs: 0.84 of 2.25 PF/s.
+    103: _arch((2.5, 0.84, 0.95, 0.072), SM90_ELEMENTWISE),
+    # sm120 (RTX PRO 6000, GB202 + GDDR7), fitted on the database's in-sample RTX PRO 6000 GEMMs: 0.85 of 468 TF/s,
+    # 0.93 of 1.79 TB/s, 1.0 µs floor. Elementwise: sm86's (GDDR), unmeasured.
+    120: _arch((1.0, 0.85, 0.93, 0.015), SM86_ELEMENTWISE),
 }
 
 
@@ -155,9 +167,15 @@ def gemm_ms(
     m = np.asarray(m, dtype=float)
     c = c or kernels_for(gpu)
     tiles = tiles or gemm_tiles.arch_tiles(gpu)
-    busy = gemm_tiles.wave_utilisation(tiles, m, n, gpu.num_sms)
-    tc = gemm_tiles.padded_flops(tiles, m, k, n) / (c.gemm_compute_eff * _peak(gpu) * busy)
+    if tiles.choices:  # Hopper, Blackwell: the fastest tile per problem, split-K, whole waves (gemm_tiles.py)
+        tc = gemm_tiles.chosen_tile_seconds(tiles, m, k, n, gpu.num_sms, c.gemm_compute_eff * _peak(gpu))
+    else:
+        busy = gemm_tiles.wave_utilisation(tiles, m, n, gpu.num_sms)
+        tc = gemm_tiles.padded_flops(tiles, m, k, n) / (c.gemm_compute_eff * _peak(gpu) * busy)
     tm = dtype_bytes * (m * k + k * n + m * n) / (c.gemm_memory_eff * _hbm(gpu))
+    if c.gemm_stream_half_tiles_per_sm:
+        units = gemm_tiles.streaming_tiles(m, n)
+        tm = tm * (units + c.gemm_stream_half_tiles_per_sm * gpu.num_sms) / units
     return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
 
 
@@ -245,6 +263,10 @@ def elementwise_table(
 def attention_table(
     deps: list[Deployment], max_model_len: int, quick: bool, c: KernelConstants = KERNELS
 ) -> pd.DataFrame:
+    """Attention rows: today's FlashAttention kernels per compute capability (roofline_attention.py) for GQA/MHA
+    models; latent attention (MLA) keeps the legacy A100-fitted kernel `c` (roofline_moe.py)."""
+    from simserve.profiling import roofline_attention as ra
+
     batches = grid.decode_batch_sizes()
     lengths = grid.kv_lengths(max_model_len)
     chunks = grid.prefill_chunks(max_model_len)
@@ -265,8 +287,8 @@ def attention_table(
             dec = mla_decode_attention_ms(dep.gpu, s, b, kv, dep.kv_bytes, c)
             pre_t = mla_prefill_attention_ms(dep.gpu, s, ch, pre, dep.kv_bytes, c)
         else:  # an fp8 KV cache halves the bytes read; the kernels compute in bf16 (simserve/precision.py)
-            dec = decode_attention_ms(dep.gpu, *shape, b, kv, dep.kv_bytes, m.sliding_window, c)
-            pre_t = prefill_attention_ms(dep.gpu, *shape, ch, pre, dep.kv_bytes, m.sliding_window, c)
+            dec = ra.decode_ms(dep.gpu, *shape, b, kv, dep.kv_bytes, m.sliding_window)
+            pre_t = ra.prefill_ms(dep.gpu, *shape, ch, pre, dep.kv_bytes, m.sliding_window)
         frames.append(pd.DataFrame({"phase": "decode", "tp": dep.tp, "batch_size": b, "chunk": 1, "kv_len": kv,
                                     "time_ms": dec}))  # fmt: skip
         frames.append(pd.DataFrame({"phase": "prefill", "tp": dep.tp, "batch_size": 1, "chunk": ch, "kv_len": pre,
@@ -287,6 +309,7 @@ def model_fields(gpu: GPUSpec, coll: CollectiveConstants | None = None) -> dict:
         },  # fmt: skip
         "constants": constants_dict(kernels_for(gpu), coll),
         "gemm_tiles": dataclasses.asdict(gemm_tiles.arch_tiles(gpu)),
+        "attention": roofline_attention.provenance(gpu),
     }
 
 
