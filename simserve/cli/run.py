@@ -58,6 +58,10 @@ def _jsonable(x):
     return x
 
 
+# The engine release a policy follows, named in the summary's title (simserve/tune/engine.py, sglang.py).
+RELEASE_OF = {"sglang": "SGLang 0.5.23"}
+
+
 @app.command("run")
 def run_command(
     model: str = typer.Option("mistral-7b", "--model", help="Model name (see `simserve list models`)."),
@@ -71,18 +75,20 @@ def run_command(
     policy: str = typer.Option(
         "sarathi",
         "--policy",
-        help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1.",
+        help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1 | "
+        "sglang (SGLang 0.5.23's scheduler).",
     ),
     budget: int | None = typer.Option(
         None,
         "--budget",
         help="Token budget: sarathi/chunked chunk (512); vllm prefill tokens (max length); adaptive policies: "
-        "largest chunk (2048); vllm-v1: --max-num-batched-tokens (2048).",
+        "largest chunk (2048); vllm-v1: --max-num-batched-tokens (2048); sglang: --chunked-prefill-size (8192).",
     ),
     max_batch: int | None = typer.Option(
         None,
         "--max-batch",
-        help="Resident requests (128; orca/fcfs 16, 8 with PP; vllm-v1 256 = --max-num-seqs).",
+        help="Resident requests (128; orca/fcfs 16, 8 with PP; vllm-v1 256 = --max-num-seqs; sglang: "
+        "--max-running-requests, default from the KV pool).",
     ),
     tbt_target: float = typer.Option(
         0.1, "--tbt-target", help="slo-aware/pressure: predicted iteration time to stay under (seconds)."
@@ -104,6 +110,22 @@ def run_command(
     max_long_partial_prefills: int = typer.Option(
         1, "--max-long-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
+    enable_mixed_chunk: bool = typer.Option(
+        False, "--enable-mixed-chunk", help="sglang: decodes ride along with prefill batches (SGLang's flag)."
+    ),
+    schedule_policy: str = typer.Option(
+        "fcfs", "--schedule-policy", help="sglang: the waiting queue's order, fcfs | lof | lpm (SGLang's flag)."
+    ),
+    schedule_conservativeness: float = typer.Option(
+        1.0, "--schedule-conservativeness", help="sglang: scales new_token_ratio's start (SGLang's flag)."
+    ),
+    page_size: int = typer.Option(1, "--page-size", help="sglang: KV page size in tokens (SGLang's flag)."),
+    ignore_eos: bool = typer.Option(
+        True,
+        "--ignore-eos/--no-ignore-eos",
+        help="sglang: the client sends ignore_eos (sglang.bench_serving's default), so admission reserves each "
+        "running request's remaining output; without it SGLang's new_token_ratio estimate.",
+    ),
     trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
     qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
@@ -115,8 +137,11 @@ def run_command(
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Default 8192 (sharegpt), 16384 (arxiv)."
     ),
-    memory_utilization: float = typer.Option(
-        0.85, "--memory-utilization", help="Fraction of GPU memory the engine may use (weights + KV cache)."
+    memory_utilization: float | None = typer.Option(
+        None,
+        "--memory-utilization",
+        help="Fraction of GPU memory the engine may use (weights + KV cache); default 0.85, for sglang "
+        "SGLang's --mem-fraction-static default on the GPU.",
     ),
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
     out: Path | None = typer.Option(
@@ -188,7 +213,7 @@ def run_command(
         router=router,
         seed=seed,
         max_model_len=max_model_len,
-        memory_utilization=memory_utilization,
+        memory_utilization=_memory_utilization(memory_utilization, policy, model, gpu, tp, pp, budget),
         profiles_root=profiles,
         stretch=not exact,
         stop_when_overloaded=stop_when_overloaded,
@@ -205,6 +230,11 @@ def run_command(
         ep=ep,
         moe_skew=moe_skew,
         allow_long_context=allow_long_context,
+        enable_mixed_chunk=enable_mixed_chunk,
+        schedule_policy=schedule_policy,
+        schedule_conservativeness=schedule_conservativeness,
+        page_size=page_size,
+        ignore_eos=ignore_eos,
     )
     if paper_setup:
         if stop_when_overloaded:
@@ -229,8 +259,26 @@ def run_command(
         write_chrome_trace(tmp / "trace.json", raw.log)
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile}  # fmt: skip
+        if scenario.policy in RELEASE_OF:
+            doc["release"] = RELEASE_OF[scenario.policy]
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
+
+
+def _memory_utilization(
+    given: float | None, policy: str, model: str, gpu: str, tp: int, pp: int, budget: int | None
+) -> float:
+    """--memory-utilization, else 0.85 (the paper's), or for sglang the pinned release's default
+    --mem-fraction-static for the GPU and chunk size (weights + KV; activations set aside)."""
+    if given is not None:
+        return given
+    if policy != "sglang":
+        return 0.85
+    from simserve.catalog import GPUSpec, ModelSpec
+    from simserve.tune.sglang import sglang_defaults
+
+    hf_id = ModelSpec.from_name(model).hf_id
+    return sglang_defaults(GPUSpec.from_name(gpu).memory_gib, tp, pp, hf_id, budget).mem_fraction_static
 
 
 @contextlib.contextmanager
@@ -267,8 +315,11 @@ class _Arrivals:
 
 
 def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]) -> None:
+    policy = scenario.policy
+    if policy in RELEASE_OF:
+        policy = f"{policy} ({RELEASE_OF[policy]})"
     table = Table(
-        title=f"{scenario.policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
+        title=f"{policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
         f"{scenario.trace} {arrivals.load}"
     )
     for col in ("metric", "p50", "p90", "p99"):

@@ -183,12 +183,14 @@ def sweep(
     engine: str | None = typer.Option(
         None,
         "--engine",
-        help="Search a real engine's flags instead of --policies (vllm): engine.csv + the command.",
+        help="Search a real engine's flags instead of --policies (vllm: vLLM 0.33.0; sglang: SGLang 0.5.23): "
+        "engine.csv + the command.",
     ),
     engine_grid: str | None = typer.Option(
         None,
         "--engine-grid",
-        help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256'.",
+        help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256' (vllm), "
+        "'chunked-prefill-size=4096,8192;max-running-requests=256;enable-mixed-chunk=0,1' (sglang).",
     ),
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""

@@ -32,6 +32,19 @@ from simserve.sim.watchdog import Watchdog
 
 ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
 _warned = False
+# Policies the core does not implement yet: they run on the SimPy reference, said once per process.
+REFERENCE_ONLY = ("sglang",)
+_said: set[str] = set()
+
+
+def _say_reference_once(policy: str) -> None:
+    if policy not in _said:
+        _said.add(policy)
+        print(
+            f"simserve: --policy {policy} runs on the SimPy reference model (the compiled core does not cover it "
+            "yet): slower, same answers",
+            file=sys.stderr,
+        )
 _modules: dict[bool, ModuleType | None] = {}
 
 
@@ -68,6 +81,9 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     global _warned
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
+        return None
+    if cfg.policy in REFERENCE_ONLY:
+        _say_reference_once(cfg.policy)
         return None
     if mode == "python":
         return _load(False)

@@ -73,6 +73,13 @@ class Scenario:
     ep: int = field(default=1, metadata={"omit_at_default": True})
     moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
+    # sglang (SimConfig documents them; SGLang's flags of these names)
+    enable_mixed_chunk: bool = field(default=False, metadata={"omit_at_default": True})
+    schedule_policy: str = field(default="fcfs", metadata={"omit_at_default": True})
+    schedule_conservativeness: float = field(default=1.0, metadata={"omit_at_default": True})
+    page_size: int = field(default=1, metadata={"omit_at_default": True})
+    max_prefill_tokens: int = field(default=16384, metadata={"omit_at_default": True})
+    ignore_eos: bool = field(default=True, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -118,6 +125,12 @@ class Scenario:
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
+            enable_mixed_chunk=bool(self.enable_mixed_chunk),
+            schedule_policy=self.schedule_policy,
+            schedule_conservativeness=self.schedule_conservativeness,
+            page_size=self.page_size,
+            max_prefill_tokens=self.max_prefill_tokens,
+            ignore_eos=bool(self.ignore_eos),
         ).validate()
 
     def deployment(self) -> Deployment:
