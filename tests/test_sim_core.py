@@ -193,6 +193,7 @@ def test_a_broken_invariant_is_one_line_naming_it(monkeypatch):
 def test_policies_the_core_lacks_run_on_the_reference_and_say_so_once(capsys, monkeypatch):
     monkeypatch.delenv(core_run.ENV, raising=False)
     monkeypatch.setattr(core_run, "_said", set())
+    monkeypatch.setenv(core_run._SAID_ENV, "")  # restored after the test: the function sets it
     for policy in REFERENCE_ONLY:
         cfg = SimConfig(policy=policy)
         assert core_run.choose(cfg, ConstantTimer(0.01)) is None

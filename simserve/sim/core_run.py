@@ -35,11 +35,14 @@ _warned = False
 # Policies the core does not implement yet: they run on the SimPy reference, said once per process.
 REFERENCE_ONLY = ("sglang",)
 _said: set[str] = set()
+_SAID_ENV = "SIMSERVE_SAID_REFERENCE"  # inherited by worker processes: a sweep says it once, not per worker
 
 
-def _say_reference_once(policy: str) -> None:
-    if policy not in _said:
+def say_reference_once(policy: str) -> None:
+    said = os.environ.get(_SAID_ENV, "").split(",")
+    if policy not in _said and policy not in said:
         _said.add(policy)
+        os.environ[_SAID_ENV] = ",".join([*filter(None, said), policy])
         print(
             f"simserve: --policy {policy} runs on the SimPy reference model (the compiled core does not cover it "
             "yet): slower, same answers",
@@ -83,7 +86,7 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     if mode == "reference" or timer_params(timer) is None:
         return None
     if cfg.policy in REFERENCE_ONLY:
-        _say_reference_once(cfg.policy)
+        say_reference_once(cfg.policy)
         return None
     if mode == "python":
         return _load(False)

@@ -15,7 +15,7 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
              memory  free KV tokens minus what admitted and running requests are expected to still need:
                      a running request holds back min(max_new_tokens − output so far, 4096) × new_token_ratio
                      (× 1 with ignore_eos), an admitted one its page-ceiled chunk + one page + (when it is not
-                     cut short) its remaining output. A request is admitted only if its prompt + remaining
+                     cut short) min(max_new_tokens, 4096). A request is admitted only if its prompt + remaining
                      output + a page is strictly below what is left (`PrefillBudget.check_prefill`).
            With --enable-mixed-chunk each decode takes one token of the chunk and input budgets, and the
            decodes join the prefill batch when their next tokens fit in the KV pool.
@@ -155,7 +155,8 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
         r.blocks[chunked] += need
         out.append((chunked, n))
         ext = _pages(n, page) * page
-        rest = 0 if n < want else min(int(r.output[chunked] - r.generated[chunked]), CLIP_MAX_NEW_TOKENS)
+        # NOTE: the reservation takes max_new_tokens whole, not what is left of it (add_chunked_req)
+        rest = 0 if n < want else min(int(r.output[chunked]), CLIP_MAX_NEW_TOKENS)
         total_offset += ext + page + rest
         current_offset += ext + page
         rem_chunk -= ext
@@ -177,7 +178,10 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
             s.full = bool(out) or bool(running)
             break
         n = extend
-        if _pages(extend, page) * page > rem_chunk:  # PrefillAdder._select_prefill_admission: cut it short
+        # the check above counts the outputs still to come; the reservation max_new_tokens whole, or nothing
+        # for a request cut short (PrefillAdder._select_prefill_admission)
+        rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
+        if _pages(extend, page) * page > rem_chunk:  # cut it short
             n = rem_chunk // page * page
             if n <= 0:
                 break
