@@ -233,3 +233,26 @@ def test_cli_sglang_engine_sweep_names_the_release_and_prints_its_command(capsys
     table = pd.read_csv(out / "engine.csv")
     assert sorted(table["chunked-prefill-size"]) == [2048, 8192] and set(table["max-running-requests"]) == {128}
     assert rec["capacity_qps"] == table.capacity_qps.max() > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [(["--policy", "sglang", "--pp", "2"], "models SGLang without pipeline parallelism"),
+     (["--policy", "sglang", "--schedule-policy", "random"], "--schedule-policy 'random' is not modelled"),
+     (["--policy", "sglang", "--budget", "1000", "--page-size", "16"], "must be divisible by page_size"),
+     (["--enable-mixed-chunk"], "--enable-mixed-chunk is an SGLang flag: use it with --policy sglang")],
+)  # fmt: skip
+def test_cli_bad_sglang_run_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
+    code, _, err = _cli(["run", "--requests", "8", "--out", str(tmp_path / "o"), *args], capsys)
+    assert code == 2 and err.startswith("error: ") and match in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_run_names_the_release_and_uses_its_memory_default(capsys, tmp_path: Path):
+    out = tmp_path / "o"
+    code, stdout, _ = _cli(["run", "--policy", "sglang", "--requests", "16", "--qps", "2", "--out", str(out)], capsys)
+    assert code == 0 and "sglang (SGLang 0.5.23)" in stdout
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["release"] == "SGLang 0.5.23"
+    # mistral-7b on the A100-80GB at the 8192 chunk: SGLang's default --mem-fraction-static
+    assert doc["scenario"]["memory_utilization"] == sglang_defaults(79.15).mem_fraction_static == 0.828

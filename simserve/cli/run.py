@@ -195,6 +195,12 @@ def run_command(
     from simserve.tune.probe import scenario_fields
 
     check_options(fmt, iterations)
+    sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
+                    "--schedule-conservativeness": schedule_conservativeness != 1.0, "--page-size": page_size != 1,
+                    "--no-ignore-eos": not ignore_eos}  # fmt: skip
+    given = [flag for flag, set_ in sglang_flags.items() if set_]
+    if given and policy != "sglang":
+        raise SimserveError(f"{given[0]} is an SGLang flag: use it with --policy sglang, or drop it")
     scenario = Scenario(
         model=model,
         gpu=gpu,

@@ -183,6 +183,11 @@ def check_scenario(s: Scenario) -> int:
     cfg = s.sim_config()
     if s.num_requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
+    if cfg.policy == "sglang" and s.pp > 1:
+        raise SimserveError(
+            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
+            "use --pp 1"
+        )
     dep = s.deployment()
     return _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
 
