@@ -72,7 +72,7 @@ class SGLangScheduler:
         self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.ratio = self.init
         self.full = False  # ScheduleBatch.batch_is_full
-        self.finished_seen = 0  # ReplicaState.finished when `full` was last looked at
+        self.finished_seen = 0  # ReplicaState.num_finished when `full` was last looked at
 
 
 def setup(rep: ReplicaState) -> None:
@@ -115,9 +115,9 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
     chunked = rep.prefilling[0] if rep.prefilling else -1  # at most one: only the last admitted is cut short
     running = rep.decoding
     # ScheduleBatch.batch_is_full: set when admission ran out of room, cleared when a request leaves the batch
-    if rep.finished != s.finished_seen or not running:
+    if rep.num_finished != s.finished_seen or not running:
         s.full = False
-        s.finished_seen = rep.finished
+        s.finished_seen = rep.num_finished
     if chunked < 0 and (s.full or not rep.waiting):
         return []
     if chunked < 0 and len(running) >= rep.max_batch:  # get_num_allocatable_reqs <= 0

@@ -138,6 +138,8 @@ def check_sglang_scenario(base) -> None:
     """What simserve's sglang model cannot be told: pipeline parallelism, EP other than 1 or TP."""
     if base.pp > 1:
         raise SimserveError("--engine sglang models SGLang without pipeline parallelism: use --pp 1")
+    if getattr(base, "dp_attention", 1) > 1:
+        raise SimserveError("--engine sglang does not model data-parallel attention: use --dp-attention 1")
     ep = getattr(base, "ep", 1)
     if ep not in (1, base.tp):
         raise SimserveError(f"--engine sglang runs experts over the TP group (--ep-size {base.tp}) or not (EP 1); use --ep 1 or --ep {base.tp}")
