@@ -207,7 +207,8 @@ def _cli(args, capsys):
     [(["--engine-grid", "max-num-seqs=4"], "unknown sglang flag 'max-num-seqs'"),
      (["--engine-grid", "enable-mixed-chunk=2"], "enable-mixed-chunk is a switch"),
      (["--engine-grid", "chunked-prefill-size=0"], "must be at least 1 here"),
-     (["--pp", "2"], "models SGLang without pipeline parallelism")],
+     (["--pp", "2"], "models SGLang without pipeline parallelism"),
+     (["--no-prefix-caching"], "--no-prefix-caching is vLLM's prefix cache")],
 )  # fmt: skip
 def test_cli_bad_sglang_engine_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
     code, _, err = _cli(["sweep", "--engine", "sglang", "--out", str(tmp_path / "o"), "--no-cache", *args], capsys)
@@ -240,7 +241,8 @@ def test_cli_sglang_engine_sweep_names_the_release_and_prints_its_command(capsys
     [(["--policy", "sglang", "--pp", "2"], "models SGLang without pipeline parallelism"),
      (["--policy", "sglang", "--schedule-policy", "random"], "--schedule-policy 'random' is not modelled"),
      (["--policy", "sglang", "--budget", "1000", "--page-size", "16"], "must be divisible by page_size"),
-     (["--enable-mixed-chunk"], "--enable-mixed-chunk is an SGLang flag: use it with --policy sglang")],
+     (["--enable-mixed-chunk"], "--enable-mixed-chunk is an SGLang flag: use it with --policy sglang"),
+     (["--engine", "sglang", "--policy", "orca"], "--engine sglang runs the sglang policy: drop --policy orca")],
 )  # fmt: skip
 def test_cli_bad_sglang_run_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
     code, _, err = _cli(["run", "--requests", "8", "--out", str(tmp_path / "o"), *args], capsys)
@@ -250,7 +252,7 @@ def test_cli_bad_sglang_run_input_is_one_line_and_exit_2(args, match, capsys, tm
 
 def test_cli_run_names_the_release_and_uses_its_memory_default(capsys, tmp_path: Path):
     out = tmp_path / "o"
-    code, stdout, _ = _cli(["run", "--policy", "sglang", "--requests", "16", "--qps", "2", "--out", str(out)], capsys)
+    code, stdout, _ = _cli(["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(out)], capsys)
     assert code == 0 and "sglang (SGLang 0.5.23)" in stdout
     doc = json.loads((out / "summary.json").read_text())
     assert doc["release"] == "SGLang 0.5.23"
