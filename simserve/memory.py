@@ -86,8 +86,13 @@ def profile_tokens(policy: str, max_model_len: int, budget: int | None, max_batc
     """Tokens in the forward pass the serving engine profiles memory with (Sarathi-Serve's model_runner).
 
     Sarathi and chunked prefills profile one chunk; vLLM one max-length prompt; Orca and request-level FCFS
-    `max_batch` max-length prompts, which is why the paper ran Orca with a batch of only 8 or 16.
+    `max_batch` max-length prompts, which is why the paper ran Orca with a batch of only 8 or 16; SGLang none
+    (its memory fraction leaves activations out).
     """
+    if policy == "sglang":
+        # SGLang's --mem-fraction-static is weights + KV pool only: its default already sets the activations
+        # and CUDA graphs aside (handle_gpu_memory_settings, simserve/tune/sglang.py), so none is taken here.
+        return 0
     if policy in ("sarathi", "chunked", "hybrid", "slo-aware", "pressure", "equal-cost", "vllm-v1"):
         return min(budget or max_model_len, max_model_len)  # the adaptive ones: their largest chunk
     if policy == "vllm":

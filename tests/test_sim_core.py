@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from simserve.sim import SimConfig, build_result, core_run, simulate
 from simserve.sim.config import POLICY_NAMES
+from simserve.sim.core_run import REFERENCE_ONLY
 from simserve.sim.scenario import Scenario, simulate_scenario
 from simserve.sim.testing import ConstantTimer, LinearTimer
 
@@ -65,8 +66,12 @@ def assert_same(ref, got) -> None:
     assert build_result(ref).summary.as_dict() == build_result(got).summary.as_dict()
 
 
+# The policies the core implements; the others run on the reference (core_run.REFERENCE_ONLY, checked below).
+CORE_POLICIES = tuple(p for p in POLICY_NAMES if p not in REFERENCE_ONLY)
+
+
 @st.composite
-def cases(draw, policies=POLICY_NAMES):
+def cases(draw, policies=CORE_POLICIES):
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     n = draw(st.integers(1, 60))
@@ -226,3 +231,15 @@ def test_a_broken_invariant_is_one_line_naming_it(monkeypatch):
         simulate([100] * 8, [50] * 8, [0.0] * 8, ConstantTimer(0.01), 10, SimConfig(stretch=False))
     msg = str(e.value)
     assert "free KV blocks went negative" in msg and "\n" not in msg
+
+
+def test_policies_the_core_lacks_run_on_the_reference_and_say_so_once(capsys, monkeypatch):
+    monkeypatch.delenv(core_run.ENV, raising=False)
+    monkeypatch.setattr(core_run, "_said", set())
+    monkeypatch.setenv(core_run._SAID_ENV, "")  # restored after the test: the function sets it
+    for policy in REFERENCE_ONLY:
+        cfg = SimConfig(policy=policy)
+        assert core_run.choose(cfg, ConstantTimer(0.01)) is None
+        assert core_run.choose(cfg, ConstantTimer(0.01)) is None
+    err = capsys.readouterr().err
+    assert all(err.count(f"--policy {p} runs on the SimPy reference") == 1 for p in REFERENCE_ONLY)

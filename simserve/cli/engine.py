@@ -17,6 +17,9 @@ HEADERS = {  # the flags' names are too long for a table's columns
     "max-num-seqs": "seqs",
     "long-prefill-token-threshold": "long threshold",
     "long-prefill-token-threshold-adaptive": "adaptive",
+    "chunked-prefill-size": "chunk",
+    "max-running-requests": "running",
+    "enable-mixed-chunk": "mixed",
     "capacity_qps": "capacity",
     "capacity_std": "± std",
 }
@@ -36,8 +39,9 @@ def engine_sweep(
     search: str = "simserve",
 ) -> None:
     from simserve.tune.engine import (
+        ENGINE_POLICY,
+        RELEASES,
         VLLM_GPU_MEMORY_UTILIZATION,
-        VLLM_RELEASE,
         check_engine_scenario,
         check_grid,
         command_comment,
@@ -53,19 +57,25 @@ def engine_sweep(
     from simserve.catalog import GPUSpec
 
     gpu = GPUSpec.from_name(base.gpu)
-    grid = parse_grid(engine, grid_text, gpu.memory_gib, gpu.name)  # bad flags fail here, before anything runs
-    check_grid(grid, base.max_len)  # ... and combinations the release refuses to start with
-    check_engine_scenario(base)
-    # The printed command leaves --gpu-memory-utilization at the release's default: simulate that pool.
-    # ... and as the release's worker runs: its memory profile and CUDA graphs (simserve/vllm_worker.py).
-    base = replace(base, memory_utilization=VLLM_GPU_MEMORY_UTILIZATION, vllm_worker=True)
+    if engine == "sglang":
+        grid, memory_for = _sglang_grid(grid_text, base, gpu)
+    else:
+        grid = parse_grid(engine, grid_text, gpu.memory_gib, gpu.name)  # bad flags fail here, before anything runs
+        check_grid(grid, base.max_len)  # ... and combinations the release refuses to start with
+        check_engine_scenario(base)
+        # The printed command leaves --gpu-memory-utilization at the release's default: simulate that pool.
+        # ... and as the release's worker runs: its memory profile and CUDA graphs (simserve/vllm_worker.py).
+        base = replace(base, memory_utilization=VLLM_GPU_MEMORY_UTILIZATION, vllm_worker=True)
 
     def make_spec(overrides: dict, budgets: tuple[int, ...], max_batches: tuple[int, ...]) -> SweepSpec:
         if any(b < 1 for b in (*budgets, *max_batches)):
             raise SimserveError("--max-num-batched-tokens and --max-num-seqs values must be at least 1")
+        spec_base = replace(base, **overrides)
+        if engine == "sglang":  # one chunk size per sweep: its default memory fraction (tune/sglang.py)
+            spec_base = replace(spec_base, memory_utilization=memory_for(budgets[0]))
         return SweepSpec(
-            replace(base, **overrides),
-            policies=("vllm-v1",),
+            spec_base,
+            policies=(ENGINE_POLICY[engine],),
             budgets=budgets,
             max_batches=max_batches,
             seeds=tuple(range(seed, seed + seeds)),
@@ -76,15 +86,48 @@ def engine_sweep(
         )
 
     result = run_engine_sweep(engine, grid, make_spec, run)
-    written = write_engine_outputs(result, out, scenario_fields(base))
+    if engine == "sglang":  # echo what the recommended point simulated (its chunk's memory fraction)
+        chunk = result.best["chunked-prefill-size"]
+        base = replace(base, policy="sglang", budget=chunk, memory_utilization=memory_for(chunk))
+    written = write_engine_outputs(result, out, scenario_fields(base), engine)
     console = Console(soft_wrap=True)
-    table = Table(title=f"{VLLM_RELEASE} flags: capacity (QPS) within the SLO")
+    table = Table(title=f"{RELEASES[engine]} flags: capacity (QPS) within the SLO")
     for col in result.rows.columns:
         table.add_column(HEADERS.get(col, col), justify="left" if col == "message" else "right")
     for _, row in result.rows.iterrows():
         table.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
     console.print(table)
     console.print(f"best: {result.capacity_qps:.3g} QPS at the {slos[0].tbt_s:g} s SLO with")
-    console.print(command_comment(), highlight=False)
+    console.print(command_comment(engine), highlight=False)
     console.print(result.command, highlight=False)
     console.print(f"wrote {', '.join(p.name for p in written)} to {out}/")
+
+
+def _sglang_grid(grid_text: str | None, base: Any, gpu: Any) -> tuple[dict, Callable[[int], float]]:
+    """SGLang's grid for this deployment and, per --chunked-prefill-size, the --mem-fraction-static its
+    default gives (the simulated KV pool follows it). The --max-running-requests default comes from the KV
+    pool of the default chunk size."""
+    from simserve.catalog import ModelSpec
+    from simserve.deployment import BLOCK_SIZE
+    from simserve.sim import core_run
+    from simserve.sim.scenario import check_scenario
+    from simserve.sim.sglang import default_max_running_requests
+    from simserve.tune.engine import parse_grid
+    from simserve.tune.sglang import check_sglang_flags, check_sglang_scenario, sglang_defaults
+
+    parse_grid("sglang", grid_text, gpu.memory_gib)  # bad flags fail first, before anything is sized
+    check_sglang_scenario(base)
+    core_run.say_reference_once("sglang")  # here, before the sweep's workers start (they inherit it)
+    hf_id = ModelSpec.from_name(base.model).hf_id
+
+    def memory_for(chunk: int) -> float:
+        return sglang_defaults(gpu.memory_gib, base.tp, base.pp, hf_id, chunk).mem_fraction_static
+
+    chunk = sglang_defaults(gpu.memory_gib, base.tp, base.pp, hf_id).chunked_prefill_size
+    sized = replace(base, policy="sglang", budget=chunk, memory_utilization=memory_for(chunk))
+    running = default_max_running_requests(check_scenario(sized) * BLOCK_SIZE, base.max_len)
+    grid = parse_grid("sglang", grid_text, gpu.memory_gib, gpu.name, running)
+    for c in grid["chunked-prefill-size"]:
+        for m in grid["max-running-requests"]:
+            check_sglang_flags(c, m, getattr(base, "page_size", 1))
+    return grid, memory_for

@@ -71,6 +71,10 @@ def _jsonable(x):
     return x
 
 
+# The engine release a policy follows, named in the summary's title (simserve/tune/engine.py, sglang.py).
+RELEASE_OF = {"sglang": "SGLang 0.5.23"}
+
+
 @app.command("run")
 def run_command(
     model: str = typer.Option("mistral-7b", "--model", help="Model name (see `simserve list models`)."),
@@ -84,18 +88,20 @@ def run_command(
     policy: str = typer.Option(
         "sarathi",
         "--policy",
-        help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1.",
+        help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1 | "
+        "sglang (SGLang 0.5.23's scheduler).",
     ),
     budget: int | None = typer.Option(
         None,
         "--budget",
         help="Token budget: sarathi/chunked chunk (512); vllm prefill tokens (max length); adaptive policies: "
-        "largest chunk (2048); vllm-v1: --max-num-batched-tokens (2048).",
+        "largest chunk (2048); vllm-v1: --max-num-batched-tokens (2048); sglang: --chunked-prefill-size (8192).",
     ),
     max_batch: int | None = typer.Option(
         None,
         "--max-batch",
-        help="Resident requests (128; orca/fcfs 16, 8 with PP; vllm-v1 256 = --max-num-seqs).",
+        help="Resident requests (128; orca/fcfs 16, 8 with PP; vllm-v1 256 = --max-num-seqs; sglang: "
+        "--max-running-requests, default from the KV pool).",
     ),
     tbt_target: float = typer.Option(
         0.1, "--tbt-target", help="slo-aware/pressure: predicted iteration time to stay under (seconds)."
@@ -121,6 +127,22 @@ def run_command(
     ),
     max_long_partial_prefills: int = typer.Option(
         1, "--max-long-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
+    ),
+    enable_mixed_chunk: bool = typer.Option(
+        False, "--enable-mixed-chunk", help="sglang: decodes ride along with prefill batches (SGLang's flag)."
+    ),
+    schedule_policy: str = typer.Option(
+        "fcfs", "--schedule-policy", help="sglang: the waiting queue's order, fcfs | lof | lpm (SGLang's flag)."
+    ),
+    schedule_conservativeness: float = typer.Option(
+        1.0, "--schedule-conservativeness", help="sglang: scales new_token_ratio's start (SGLang's flag)."
+    ),
+    page_size: int = typer.Option(1, "--page-size", help="sglang: KV page size in tokens (SGLang's flag)."),
+    ignore_eos: bool = typer.Option(
+        True,
+        "--ignore-eos/--no-ignore-eos",
+        help="sglang: the client sends ignore_eos (sglang.bench_serving's default), so admission reserves each "
+        "running request's remaining output; without it SGLang's new_token_ratio estimate.",
     ),
     trace: str = typer.Option(
         "sharegpt",
@@ -151,7 +173,8 @@ def run_command(
     memory_utilization: float | None = typer.Option(
         None,
         "--memory-utilization",
-        help="Fraction of GPU memory the engine may use (0.85; with --engine vllm 0.92, vLLM 0.33.0's default).",
+        help="Fraction of GPU memory the engine may use (0.85; with --engine vllm 0.92, vLLM 0.33.0's default; "
+        "for sglang SGLang 0.5.23's --mem-fraction-static default on the GPU).",
     ),
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
     out: Path | None = typer.Option(
@@ -190,7 +213,8 @@ def run_command(
     engine: str | None = typer.Option(
         None,
         "--engine",
-        help="vllm: run as vLLM 0.33.0's worker does (needs --policy vllm-v1): its memory profile, CUDA graphs.",
+        help="vllm: run as vLLM 0.33.0's worker does (needs --policy vllm-v1): its memory profile, CUDA graphs; "
+        "sglang: SGLang 0.5.23 (the sglang policy).",
     ),
     enforce_eager: bool = typer.Option(
         False, "--enforce-eager", help="--engine vllm: no CUDA graphs (vLLM's flag): no padding, no graph memory."
@@ -236,6 +260,16 @@ def run_command(
     from simserve.tune.probe import scenario_fields
 
     check_options(fmt, iterations)
+    if engine == "sglang":  # SGLang 0.5.23 is the sglang policy (docs/engines.md)
+        if policy not in ("sarathi", "sglang"):
+            raise SimserveError(f"--engine sglang runs the sglang policy: drop --policy {policy}")
+        policy = "sglang"
+    sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
+                    "--schedule-conservativeness": schedule_conservativeness != 1.0, "--page-size": page_size != 1,
+                    "--no-ignore-eos": not ignore_eos}  # fmt: skip
+    given = [flag for flag, set_ in sglang_flags.items() if set_]
+    if given and policy != "sglang":
+        raise SimserveError(f"{given[0]} is an SGLang flag: use it with --policy sglang, or drop it")
     scenario = Scenario(
         model=model,
         gpu=gpu,
@@ -254,7 +288,7 @@ def run_command(
         router=router,
         seed=seed,
         max_model_len=max_model_len,
-        memory_utilization=_memory_utilization(memory_utilization, engine),
+        memory_utilization=_memory_utilization(memory_utilization, engine, policy, model, gpu, tp, pp, budget),
         profiles_root=profiles,
         stretch=not exact,
         stop_when_overloaded=stop_when_overloaded,
@@ -274,6 +308,11 @@ def run_command(
         dp_attention=dp_attention,
         all2all_backend=all2all_backend,
         allow_long_context=allow_long_context,
+        enable_mixed_chunk=enable_mixed_chunk,
+        schedule_policy=schedule_policy,
+        schedule_conservativeness=schedule_conservativeness,
+        page_size=page_size,
+        ignore_eos=ignore_eos,
         max_concurrency=max_concurrency,
         vllm_worker=_engine(engine, enforce_eager),
         enforce_eager=enforce_eager,
@@ -322,6 +361,8 @@ def run_command(
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile,
                "vllm_bench_serve": bench}  # fmt: skip
+        if scenario.policy in RELEASE_OF:
+            doc["release"] = RELEASE_OF[scenario.policy]
         if memory is not None:
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
@@ -341,21 +382,13 @@ def _frontend_ms(value: float | None, paper_setup: bool) -> float:
     return check_frontend_ms(value)
 
 
-def _memory_utilization(value: float | None, engine: str | None) -> float:
-    if value is not None:
-        return value
-    if engine == "vllm":
-        from simserve.tune.engine import VLLM_GPU_MEMORY_UTILIZATION
-
-        return VLLM_GPU_MEMORY_UTILIZATION
-    return 0.85
-
-
 def _engine(engine: str | None, enforce_eager: bool) -> bool:
     from simserve.errors import SimserveError
 
-    if engine not in (None, "vllm"):
-        raise SimserveError(f"unknown --engine {engine!r}; the one modelled is vllm (vLLM 0.33.0)")
+    if engine not in (None, "vllm", "sglang"):
+        raise SimserveError(
+            f"unknown --engine {engine!r}; choose vllm (vLLM 0.33.0) or sglang (SGLang 0.5.23, the sglang policy)"
+        )
     if enforce_eager and engine is None:
         raise SimserveError("--enforce-eager is a vLLM worker flag: add --engine vllm")
     return engine == "vllm"
@@ -370,6 +403,27 @@ def _bench_client(scenario, qps: float) -> bool:
         or math.isinf(qps)
         or scenario.arrival == "vllm-bench"
     )
+
+
+def _memory_utilization(
+    given: float | None, engine: str | None, policy: str, model: str, gpu: str, tp: int, pp: int, budget: int | None
+) -> float:
+    """--memory-utilization, else 0.85 (the paper's); with --engine vllm vLLM 0.33.0's default; for sglang the
+    pinned release's default --mem-fraction-static for the GPU and chunk size (weights + KV; activations set
+    aside)."""
+    if given is not None:
+        return given
+    if engine == "vllm":
+        from simserve.tune.engine import VLLM_GPU_MEMORY_UTILIZATION
+
+        return VLLM_GPU_MEMORY_UTILIZATION
+    if policy != "sglang":
+        return 0.85
+    from simserve.catalog import GPUSpec, ModelSpec
+    from simserve.tune.sglang import sglang_defaults
+
+    hf_id = ModelSpec.from_name(model).hf_id
+    return sglang_defaults(GPUSpec.from_name(gpu).memory_gib, tp, pp, hf_id, budget).mem_fraction_static
 
 
 @contextlib.contextmanager
@@ -409,8 +463,11 @@ class _Arrivals:
 
 
 def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]) -> None:
+    policy = scenario.policy
+    if policy in RELEASE_OF:
+        policy = f"{policy} ({RELEASE_OF[policy]})"
     table = Table(
-        title=f"{scenario.policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
+        title=f"{policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
         f"{scenario.trace} {arrivals.load}"
     )
     for col in ("metric", "p50", "p90", "p99"):

@@ -189,12 +189,14 @@ def sweep(
     engine: str | None = typer.Option(
         None,
         "--engine",
-        help="Search a real engine's flags instead of --policies (vllm): engine.csv + the command.",
+        help="Search a real engine's flags instead of --policies (vllm: vLLM 0.33.0; sglang: SGLang 0.5.23): "
+        "engine.csv + the command.",
     ),
     engine_grid: str | None = typer.Option(
         None,
         "--engine-grid",
-        help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256'.",
+        help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256' (vllm), "
+        "'chunked-prefill-size=4096,8192;max-running-requests=256;enable-mixed-chunk=0,1' (sglang).",
     ),
     no_prefix_caching: bool = typer.Option(
         False,
@@ -261,7 +263,10 @@ def sweep(
     if engine is not None or engine_grid is not None:
         from simserve.cli.engine import engine_sweep
 
-        base = replace(base, prefix_caching=not no_prefix_caching)  # vLLM V1's default: on
+        if engine == "sglang" and no_prefix_caching:
+            raise SimserveError("--no-prefix-caching is vLLM's prefix cache; --engine sglang has none modelled: drop it")
+        # vLLM V1's default: on (the sglang model has no radix cache: docs/engines.md, SGLang)
+        base = replace(base, prefix_caching=not no_prefix_caching and engine != "sglang")
         return engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from simserve.errors import SimserveError
 
 ADAPTIVE_POLICIES = ("slo-aware", "pressure", "equal-cost")  # the prefill budget changes per iteration
-POLICY_NAMES = ("fcfs", "orca", "vllm", "sarathi", "chunked", "hybrid", *ADAPTIVE_POLICIES, "vllm-v1")
-CHUNKING_POLICIES = ("sarathi", "chunked", *ADAPTIVE_POLICIES, "vllm-v1")  # `budget` caps prefill chunks
+POLICY_NAMES = ("fcfs", "orca", "vllm", "sarathi", "chunked", "hybrid", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")
+CHUNKING_POLICIES = ("sarathi", "chunked", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")  # `budget` caps prefill chunks
 ROUTER_NAMES = ("rr", "lor")
 RESERVING_POLICIES = ("fcfs", "orca")  # reserve max_model_len of KV at admission; never preempt
 DEFAULT_CHUNK = 512  # Sarathi-Serve's default chunk_size
@@ -24,6 +24,10 @@ VLLM_V1_TOKENS = 2048
 VLLM_V1_SEQS = 256
 # vLLM 0.33.0's SchedulerConfig.watermark default: V1 keeps no free blocks back at admission.
 VLLM_V1_WATERMARK = 0.0
+# sglang (simserve/sim/sglang.py): the pinned release's --chunked-prefill-size on an 80 GB GPU (A100-80GB, H100),
+# for `simserve run`; `sweep --engine sglang` uses its per-GPU defaults (simserve/tune/sglang.py).
+SGLANG_CHUNK = 8192
+SGLANG_SCHEDULE_POLICIES = ("fcfs", "lof", "lpm")  # the --schedule-policy values simserve models
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,18 @@ class SimConfig:
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
     max_long_partial_prefills: int = 1
+    # sglang (SGLang's flags of these names; simserve/sim/sglang.py): decodes ride along with a prefill batch
+    # (--enable-mixed-chunk); the waiting queue's order (--schedule-policy); how much of running requests'
+    # future output admission holds back (--schedule-conservativeness); KV page size in tokens (--page-size);
+    # the prefill batch's token cap (--max-prefill-tokens); and whether the client sends ignore_eos with
+    # max_new_tokens = the output length (`python -m sglang.bench_serving`'s default), so admission reserves
+    # every running request's whole remaining output, or not (then SGLang's new_token_ratio estimate).
+    enable_mixed_chunk: bool = False
+    schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0
+    page_size: int = 1
+    max_prefill_tokens: int = 16384
+    ignore_eos: bool = True
     # A closed-loop client (`vllm bench serve --max-concurrency N`): at most N requests in flight; request i is
     # sent at its arrival time or when the (i − N + 1)-th request finishes, whichever is later. None: open loop.
     max_concurrency: int | None = None
@@ -107,6 +123,20 @@ class SimConfig:
             raise SimserveError(
                 f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
             )
+        if self.schedule_policy not in SGLANG_SCHEDULE_POLICIES:
+            raise SimserveError(
+                f"--schedule-policy {self.schedule_policy!r} is not modelled; choose one of "
+                f"{', '.join(SGLANG_SCHEDULE_POLICIES)} (docs/engines.md, SGLang)"
+            )
+        if not self.schedule_conservativeness > 0 or self.page_size < 1 or self.max_prefill_tokens < 1:
+            raise SimserveError(
+                "--schedule-conservativeness must be positive and --page-size, --max-prefill-tokens at least 1"
+            )
+        if self.policy == "sglang" and self.token_budget() % self.page_size:
+            raise SimserveError(  # SGLang's own words (arg_groups/validation_hook.py), then the fix
+                f"chunked_prefill_size must be divisible by page_size ({self.token_budget()} % {self.page_size}): "
+                "choose a multiple of --page-size"
+            )
         if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
             raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
@@ -128,7 +158,7 @@ class SimConfig:
     def kv_watermark(self) -> float:
         """Fraction of KV blocks admission keeps free: none for orca/fcfs (they reserve max length) and for
         vllm-v1 (vLLM 0.33.0's default); `watermark` otherwise (Sarathi-Serve's 0.01)."""
-        if self.policy == "vllm-v1":
+        if self.policy in ("vllm-v1", "sglang"):  # SGLang: admission checks its own token budget instead
             return VLLM_V1_WATERMARK
         return 0.0 if self.reserves_max_len else self.watermark
 
@@ -140,6 +170,8 @@ class SimConfig:
             return self.budget or DEFAULT_ADAPTIVE_CAP
         if self.policy == "vllm-v1":  # --max-num-batched-tokens: decodes and prefill chunks together
             return self.budget or VLLM_V1_TOKENS
+        if self.policy == "sglang":  # --chunked-prefill-size
+            return self.budget or SGLANG_CHUNK
         if self.policy == "vllm":
             return min(self.budget or self.max_model_len, self.max_model_len)
         if self.policy == "hybrid":

@@ -33,6 +33,22 @@ from simserve.sim.watchdog import Watchdog
 
 ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
 _warned = False
+# Policies the core does not implement yet: they run on the SimPy reference, said once per process.
+REFERENCE_ONLY = ("sglang",)
+_said: set[str] = set()
+_SAID_ENV = "SIMSERVE_SAID_REFERENCE"  # inherited by worker processes: a sweep says it once, not per worker
+
+
+def say_reference_once(policy: str) -> None:
+    said = os.environ.get(_SAID_ENV, "").split(",")
+    if policy not in _said and policy not in said:
+        _said.add(policy)
+        os.environ[_SAID_ENV] = ",".join([*filter(None, said), policy])
+        print(
+            f"simserve: --policy {policy} runs on the SimPy reference model (the compiled core does not cover it "
+            "yet): slower, same answers",
+            file=sys.stderr,
+        )
 _warned_closed_loop = False
 _modules: dict[bool, ModuleType | None] = {}
 
@@ -71,6 +87,9 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     global _warned_closed_loop
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
+        return None
+    if cfg.policy in REFERENCE_ONLY:
+        say_reference_once(cfg.policy)
         return None
     if cfg.max_concurrency is not None:
         if not _warned_closed_loop:

@@ -18,6 +18,8 @@ prompt is in), and a policy hands out tokens under its limits:
            sarathi's batch with the prefill chunks sized each iteration from the BatchTimer's prediction
            (budgets.py): under a TBT target, by queue pressure, or at equal cost per chunk (for PP).
   vllm-v1  vLLM's v1 scheduler: one token budget shared by decodes and prefill chunks (budgets.py).
+  sglang   SGLang's scheduler: a prefill batch (chunked, under a token and a KV-reservation budget) when one
+           can be formed, else a decode step with retraction (sglang.py).
 
 A policy mutates the state the way the real scheduler does (admits, allocates KV, preempts) and returns
 `Batch(prefills=[(request, chunk tokens)], decodes=array of requests)`. Admission is strict FIFO: the
@@ -34,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simserve.sim import budgets
+from simserve.sim import budgets, sglang
 from simserve.sim.state import ReplicaState
 
 _NO_DECODES = np.zeros(0, dtype=np.int64)
@@ -114,6 +116,10 @@ def vllm_v1(rep: ReplicaState, now: float) -> Batch:
     return Batch(*budgets.vllm_v1_batch(rep, now))
 
 
+def sglang_policy(rep: ReplicaState, now: float) -> Batch:
+    return Batch(*sglang.sglang_batch(rep, now))
+
+
 POLICIES: dict[str, Callable[[ReplicaState, float], Batch]] = {
     "fcfs": fcfs,
     "orca": orca,
@@ -125,6 +131,7 @@ POLICIES: dict[str, Callable[[ReplicaState, float], Batch]] = {
     "pressure": pressure,
     "equal-cost": equal_cost,
     "vllm-v1": vllm_v1,
+    "sglang": sglang_policy,
 }
 
 

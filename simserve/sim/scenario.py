@@ -77,6 +77,13 @@ class Scenario:
     dp_attention: int = field(default=1, metadata={"omit_at_default": True})
     all2all_backend: str = field(default="allgather_reducescatter", metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
+    # sglang (SimConfig documents them; SGLang's flags of these names)
+    enable_mixed_chunk: bool = field(default=False, metadata={"omit_at_default": True})
+    schedule_policy: str = field(default="fcfs", metadata={"omit_at_default": True})
+    schedule_conservativeness: float = field(default=1.0, metadata={"omit_at_default": True})
+    page_size: int = field(default=1, metadata={"omit_at_default": True})
+    max_prefill_tokens: int = field(default=16384, metadata={"omit_at_default": True})
+    ignore_eos: bool = field(default=True, metadata={"omit_at_default": True})
     # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open loop.
     max_concurrency: int | None = field(default=None, metadata={"omit_at_default": True})
     # vLLM 0.33.0's GPU worker (`--engine vllm`, simserve/vllm_worker.py): its memory profile and, unless
@@ -137,6 +144,12 @@ class Scenario:
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
+            enable_mixed_chunk=bool(self.enable_mixed_chunk),
+            schedule_policy=self.schedule_policy,
+            schedule_conservativeness=self.schedule_conservativeness,
+            page_size=self.page_size,
+            max_prefill_tokens=self.max_prefill_tokens,
+            ignore_eos=bool(self.ignore_eos),
             max_concurrency=self.max_concurrency,
             frontend_s=self.frontend_ms / 1000.0,
         ).validate()
@@ -225,6 +238,11 @@ def check_scenario(s: Scenario) -> int:
     cfg = s.sim_config()
     if s.num_requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
+    if cfg.policy == "sglang" and s.pp > 1:
+        raise SimserveError(
+            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
+            "use --pp 1"
+        )
     dep = s.deployment()
     s.scheduling_is_async()  # refuses --async-scheduling where vLLM would
     if s.vllm_worker:

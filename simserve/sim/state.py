@@ -71,6 +71,12 @@ class ReplicaState:
         self.preemptions = 0  # total, on this replica
         self.stale: set[int] = set()  # preempted while in a micro-batch in flight: its work there is dropped
         self.outstanding = 0  # routed here and not yet finished (the lor router's load)
+        self.num_finished = 0  # requests finished here (sglang: a batch that lost one may admit again)
+        self.sglang = None  # sglang only: its scheduler's own state (simserve/sim/sglang.py)
+        if cfg.policy == "sglang":
+            from simserve.sim import sglang
+
+            sglang.setup(self)
 
     # -- queries -----------------------------------------------------------------------------------
     @property
@@ -146,8 +152,8 @@ class ReplicaState:
             self.running.append(rid)
         return rid
 
-    def preempt(self, rid: int) -> None:
-        """Recompute preemption: drop the KV, go to the front of waiting."""
+    def preempt(self, rid: int, to_back: bool = False) -> None:
+        """Recompute preemption: drop the KV, go to the front of waiting (SGLang's retraction: the back)."""
         r = self.reqs
         if self.prefix is None:
             self.kv.release(int(r.blocks[rid]))
@@ -161,8 +167,21 @@ class ReplicaState:
         if r.inflight[rid]:
             self.stale.add(rid)
         self._remove(rid)
-        self.waiting.appendleft(rid)
+        if to_back:
+            self.waiting.append(rid)
+        else:
+            self.waiting.appendleft(rid)
         self.preemptions += 1
+
+    def abort(self, rid: int) -> None:
+        """A running request the engine gives up on (SGLang: out of KV even alone): freed, counted ignored."""
+        r = self.reqs
+        self.kv.release(int(r.blocks[rid]))
+        r.blocks[rid] = 0
+        r.status[rid] = IGNORED
+        self._remove(rid)
+        self.outstanding -= 1
+        self.on_done(self.index, rid)
 
     def _remove(self, rid: int) -> None:
         if self.running is not None:
@@ -186,6 +205,7 @@ class ReplicaState:
         if self.running is not None:
             self.running.remove(rid)
         self.outstanding -= 1
+        self.num_finished += 1
         self.on_done(self.index, rid)
 
     def release_finished(self) -> None:

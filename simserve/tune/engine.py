@@ -27,6 +27,12 @@ import pandas as pd
 
 from simserve.errors import SimserveError
 from simserve.io import atomic_path
+from simserve.tune.sglang import (
+    SGLANG_FLAGS,
+    SGLANG_RELEASE,
+    SGLANG_SWITCHES,
+    sglang_command,
+)
 from simserve.tune.sweep import SweepSpec
 
 VLLM_RELEASE = "vLLM 0.33.0 (V1 engine)"
@@ -51,8 +57,15 @@ VLLM_REMOVED = {
     "max-num-partial-prefills": "removed in vLLM 0.27 (PR #49244)",
     "max-long-partial-prefills": "removed in vLLM 0.27 (PR #49244)",
 }
-ENGINES = {"vllm": VLLM_FLAGS}
 SWEPT = ("max-num-batched-tokens", "max-num-seqs")  # the sweep grid's budget and max batch axes
+ENGINES = {"vllm": VLLM_FLAGS, "sglang": SGLANG_FLAGS}
+RELEASES = {"vllm": VLLM_RELEASE, "sglang": SGLANG_RELEASE}
+ENGINE_SWITCHES = {"vllm": SWITCHES, "sglang": SGLANG_SWITCHES}
+# Flags searched inside one capacity sweep (its budget and max batch axes); the others are one sweep per value.
+# NOTE: SGLang's default --mem-fraction-static follows --chunked-prefill-size (tune/sglang.sglang_defaults), so
+# each chunk size is its own sweep with its own KV pool, and only --max-running-requests is a sweep axis.
+ENGINE_SWEPT = {"vllm": SWEPT, "sglang": (None, "max-running-requests")}
+ENGINE_POLICY = {"vllm": "vllm-v1", "sglang": "sglang"}
 GIB = 2**30
 
 
@@ -90,17 +103,27 @@ def engine_flags(engine: str) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def parse_grid(
-    engine: str, text: str | None, memory_gib: float | None = None, gpu_name: str = ""
+    engine: str,
+    text: str | None,
+    memory_gib: float | None = None,
+    gpu_name: str = "",
+    max_running_default: int | None = None,
 ) -> dict[str, tuple[int, ...]]:
-    """'max-num-batched-tokens=1024,2048;max-num-seqs=128' over the engine's default grid for the GPU."""
+    """'max-num-batched-tokens=1024,2048;max-num-seqs=128' over the engine's default grid for the GPU
+    (sglang: `max_running_default`, its --max-running-requests default for the KV pool)."""
     flags = engine_flags(engine)
-    grid = default_grid(memory_gib, gpu_name)
+    if engine == "sglang":
+        from simserve.tune.sglang import default_grid as sglang_grid
+
+        grid = sglang_grid(memory_gib, max_running_default)
+    else:
+        grid = default_grid(memory_gib, gpu_name)
     for part in (text or "").split(";"):
         if not part.strip():
             continue
         name, sep, values = part.partition("=")
         name = name.strip().removeprefix("--")
-        if name in VLLM_REMOVED:  # what `vllm serve` itself answers, then why
+        if engine == "vllm" and name in VLLM_REMOVED:  # what `vllm serve` itself answers, then why
             raise SimserveError(
                 f"vllm serve: error: unrecognized arguments: --{name} ({VLLM_REMOVED[name]}; "
                 f"{VLLM_RELEASE} schedules every prefill that fits the token budget): drop it from --engine-grid"
@@ -113,7 +136,7 @@ def parse_grid(
             parsed = tuple(int(v) for v in values.split(",") if v.strip())
         except ValueError:
             parsed = ()
-        if name in SWITCHES and not set(parsed) <= {0, 1}:
+        if name in ENGINE_SWITCHES[engine] and not set(parsed) <= {0, 1}:
             raise SimserveError(f"--engine-grid {name} is a switch: 0 (off), 1 (on) or both, e.g. {name}=0,1")
         if not sep or not parsed or any(v < 0 for v in parsed):
             raise SimserveError(
@@ -172,25 +195,29 @@ def run_engine_sweep(
     """`make_spec(base_overrides, budgets, max_batches)` builds the sweep for one combination of the other
     flags; `run(spec)` runs it (the CLI's executor and cache). Returns every point and the recommendation."""
     flags = engine_flags(engine)
-    others = [f for f in flags if f not in SWEPT]
+    swept, switches = ENGINE_SWEPT[engine], ENGINE_SWITCHES[engine]
+    others = [f for f in flags if f not in swept]
     frames = []
     spec = None
     for combo in itertools.product(*(grid[f] for f in others)):
         fixed = dict(zip(others, combo, strict=True))
-        overrides = {flags[f][0]: bool(v) if f in SWITCHES else v for f, v in fixed.items()}
-        spec = make_spec(overrides, grid[SWEPT[0]], grid[SWEPT[1]])
+        overrides = {flags[f][0]: bool(v) if f in switches else v for f, v in fixed.items()}
+        budgets = grid[swept[0]] if swept[0] else (overrides.pop("budget"),)
+        spec = make_spec(overrides, budgets, grid[swept[1]])
         rows = run(spec).rows
-        rows = rows.assign(**{f: v for f, v in fixed.items()})
+        rows = rows.assign(**{f: v for f, v in fixed.items() if flags[f][0] != "budget"})
         frames.append(rows)
     table = pd.concat(frames, ignore_index=True)
-    table = table.rename(columns={"budget": SWEPT[0], "max_batch": SWEPT[1]})
-    table[SWEPT[0]] = table[SWEPT[0]].astype(int)
+    budget_flag = next(f for f, (field, _) in flags.items() if field == "budget")
+    table = table.rename(columns={"budget": budget_flag, "max_batch": swept[1]})
+    table[budget_flag] = table[budget_flag].astype(int)
     cols = [*flags, "slo_s", "capacity_qps", "capacity_std", "seeds", "message"]
     table = table[[c for c in cols if c in table.columns]]
     assert spec is not None
     best = recommend(table, spec.slos[0].tbt_s, list(flags))
     base = spec.base
-    return EngineResult(table, best["flags"], best["capacity_qps"], vllm_command(base, best["flags"]))
+    command = sglang_command(base, best["flags"]) if engine == "sglang" else vllm_command(base, best["flags"])
+    return EngineResult(table, best["flags"], best["capacity_qps"], command)
 
 
 def recommend(table: pd.DataFrame, slo_s: float, flags: list[str]) -> dict[str, Any]:
@@ -238,8 +265,12 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
     return " ".join(parts)
 
 
-def command_comment() -> str:
+def command_comment(engine: str = "vllm") -> str:
     """The line printed above the command: which release it is for."""
+    if engine == "sglang":
+        from simserve.tune.sglang import SGLANG_VERSION
+
+        return f"# for {SGLANG_RELEASE}: `pip install sglang=={SGLANG_VERSION}`"
     return f"# for {VLLM_RELEASE}: `pip install vllm==0.33.0`"
 
 
@@ -255,13 +286,15 @@ def check_engine_scenario(base: Any) -> None:
         )
 
 
-def write_engine_outputs(result: EngineResult, out: Path, scenario: dict[str, Any]) -> list[Path]:
+def write_engine_outputs(
+    result: EngineResult, out: Path, scenario: dict[str, Any], engine: str = "vllm"
+) -> list[Path]:
     with atomic_path(out) as tmp:
         tmp.mkdir()
         result.rows.to_csv(tmp / "engine.csv", index=False)
         doc = {
-            "engine": "vllm",
-            "release": VLLM_RELEASE,
+            "engine": engine,
+            "release": RELEASES[engine],
             "flags": result.best,
             "capacity_qps": result.capacity_qps,
             "command": result.command,

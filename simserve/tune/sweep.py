@@ -26,8 +26,9 @@ from simserve.tune.jobs import CapacityTask, run_tasks
 from simserve.tune.probe import MemoryCache, ProbeCache, scenario_fields  # noqa: F401  (re-exported)
 from simserve.tune.toy import TOY_POLICIES
 
-# policies whose token budget is swept (equal-cost: its first chunk; vllm-v1: --max-num-batched-tokens)
-BUDGETED = ("sarathi", "chunked", "equal-cost", "vllm-v1")
+# policies whose token budget is swept (equal-cost: its first chunk; vllm-v1: --max-num-batched-tokens;
+# sglang: --chunked-prefill-size)
+BUDGETED = ("sarathi", "chunked", "equal-cost", "vllm-v1", "sglang")
 RESERVING = ("fcfs", "orca")  # reserve max_model_len per request: the paper ran them with a small batch
 # Tile-aligned budgets and their +1 neighbours: a budget one past a GEMM tile pays for a whole extra tile.
 TILE_BUDGETS = (128, 129, 256, 257, 384, 512, 513, 768, 1024, 1025, 1536, 2048, 2049)

@@ -1,0 +1,258 @@
+"""The `sglang` policy: SGLang 0.5.23's scheduler (`python -m sglang.launch_server`), one step at a time.
+
+Design note. SGLang keeps a waiting queue and a running (decode) batch, and each step
+(`Scheduler.get_next_batch_to_run`, sglang/srt/managers/scheduler.py) either runs a prefill batch, when one
+can be formed, or else decodes the whole running batch: `prefill.schedule(budget) or decode.schedule()`.
+Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk` lets them ride along.
+
+  prefill  (`Scheduler._get_new_batch_prefill_raw` + `PrefillAdder`, managers/schedule_policy.py)
+           Nothing when the waiting queue is empty and no request is half-prefilled, or when the running
+           batch is full (max_running_requests). Otherwise the half-prefilled ("chunked") request first, then
+           waiting requests in queue order, while three budgets last:
+             chunk   --chunked-prefill-size tokens of prompt per step (only the last admitted request can be
+                     cut short; it becomes the chunked request and continues first next step);
+             input   --max-prefill-tokens (16384);
+             memory  free KV tokens minus what admitted and running requests are expected to still need:
+                     a running request holds back min(max_new_tokens − output so far, 4096) × new_token_ratio
+                     (× 1 with ignore_eos), an admitted one its page-ceiled chunk + one page + (when it is not
+                     cut short) min(max_new_tokens, 4096). A request is admitted only if its prompt + remaining
+                     output + a page is strictly below what is left (`PrefillBudget.check_prefill`).
+           With --enable-mixed-chunk each decode takes one token of the chunk and input budgets, and the
+           decodes join the prefill batch when their next tokens fit in the KV pool.
+  decode   (`Scheduler.update_running_batch`) Every running request, one token each. When the pool cannot
+           give each a new token, `ScheduleBatch.retract_decode` retracts requests, fewest output tokens first
+           (among equals the longest prompt), always at least one and never the last: their KV is freed,
+           they go to the END of the waiting queue and are prefilled again with their outputs so far. Then
+           new_token_ratio = min(1, (Σ outputs so far + 20·remaining) / (Σ max_new_tokens + 1)) over the
+           requests that stayed; a decode step with no retraction lowers it by (init − min) / 600 down to
+           min = 0.14·init, init = min(0.7 × --schedule-conservativeness, 1); an idle step resets it.
+
+The KV pool counts tokens in pages of --page-size (1 by default on CUDA): a request holds its computed tokens,
+page-ceiled. Requests carry max_new_tokens = their output length, as `sglang.bench_serving` sends them.
+Not modelled (docs/engines.md): the radix cache's prefix hits (the traces share no prefixes; with no shared
+prefix `lpm` orders the queue as `fcfs`), the overlap scheduler, pipeline parallelism, priority scheduling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.errors import SimserveError
+from simserve.sim.kvcache import BlockManager
+from simserve.sim.state import ReplicaState
+
+# managers/schedule_policy.py: CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
+CLIP_MAX_NEW_TOKENS = 4096
+# srt/environ.py defaults: SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def default_max_running_requests(pool_tokens: int, context_len: int) -> int:
+    """SGLang's max_running_requests when the flag is not given, from the KV pool's size in tokens
+    (mem_cache/kv_cache_configurator.py, `resolve_max_num_reqs`): pool / context length × 512, clamped to
+    [2048, 4096], and never above half the pool."""
+    estimated = max(min(int(pool_tokens / context_len * 512), 4096), 2048)
+    return max(min(estimated, pool_tokens // 2), 1)
+
+
+class SGLangScheduler:
+    """What SGLang's scheduler keeps between steps beyond the queues: new_token_ratio (NewTokenRatioTracker)."""
+
+    __slots__ = ("init", "min", "decay", "ratio", "full", "finished_seen")
+
+    def __init__(self, conservativeness: float):
+        self.init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+        self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.ratio = self.init
+        self.full = False  # ScheduleBatch.batch_is_full
+        self.finished_seen = 0  # ReplicaState.num_finished when `full` was last looked at
+
+
+def setup(rep: ReplicaState) -> None:
+    """Give a replica SGLang's token pool, its max_running_requests default and its scheduler state."""
+    cfg = rep.cfg
+    if rep.pp > 1:
+        raise SimserveError(
+            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
+            "use --pp 1"
+        )
+    # The pool was sized in simserve's 16-token blocks (memory.plan_memory); SGLang counts it in pages.
+    tokens = rep.kv.num_blocks * cfg.block_size
+    rep.kv = BlockManager(tokens // cfg.page_size, 0.0)
+    rep.block_size = cfg.page_size
+    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it
+    rep.max_batch = (
+        max(min(cfg.max_batch, tokens // 2), 1)
+        if cfg.max_batch
+        else default_max_running_requests(tokens, cfg.max_model_len)
+    )
+    rep.sglang = SGLangScheduler(cfg.schedule_conservativeness)
+
+
+def _pages(tokens: int, page: int) -> int:
+    return -(-tokens // page)
+
+
+def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], np.ndarray]:
+    prefills = _prefill(rep, now)
+    if prefills:
+        return prefills, _mixed_decodes(rep) if rep.cfg.enable_mixed_chunk else _NONE
+    decodes = _decode(rep)
+    if not len(decodes) and not rep.waiting and not rep.prefilling:
+        rep.sglang.ratio = rep.sglang.init  # Scheduler.on_idle: NewTokenRatioTracker.reset
+    return [], decodes
+
+
+def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
+    cfg, r, page, s = rep.cfg, rep.reqs, rep.block_size, rep.sglang
+    chunked = rep.prefilling[0] if rep.prefilling else -1  # at most one: only the last admitted is cut short
+    running = rep.decoding
+    # ScheduleBatch.batch_is_full: set when admission ran out of room, cleared when a request leaves the batch
+    if rep.num_finished != s.finished_seen or not running:
+        s.full = False
+        s.finished_seen = rep.num_finished
+    if chunked < 0 and (s.full or not rep.waiting):
+        return []
+    if chunked < 0 and len(running) >= rep.max_batch:  # get_num_allocatable_reqs <= 0
+        s.full = True
+        return []
+    if cfg.schedule_policy == "lof":  # SchedulePolicy._sort_by_longest_output: max_new_tokens, descending
+        rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=lambda i: -int(r.output[i])))
+    mixed = len(running) if cfg.enable_mixed_chunk else 0  # each decode takes a token of both budgets
+    rem_chunk = rep.budget - mixed
+    rem_input = cfg.max_prefill_tokens - mixed
+    ratio = 1.0 if cfg.ignore_eos else s.ratio
+    held = 0.0  # PrefillAdder: running requests' expected future tokens (_get_running_request_total_token_offset)
+    for rid in running:
+        held += min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS) * ratio
+    # NOTE: SGLang allocates after the adder has chosen, so the free pool it compares against stays fixed
+    # while the offsets grow; simserve allocates as it admits, so it reads the pool once.
+    free = rep.kv.free * page
+    total_offset = mixed + held
+    current_offset = float(mixed)
+    out: list[tuple[int, int]] = []
+    if chunked >= 0:  # PrefillAdder.add_chunked_req
+        want = int(r.target[chunked] - r.computed[chunked])
+        room = min(rem_chunk, int(free - total_offset))
+        room = room if room > 0 else rem_chunk  # a continuation must progress to release its KV
+        n = min(want, room)
+        need = _pages(int(r.computed[chunked]) + n, page) - int(r.blocks[chunked])
+        if need > rep.kv.free:
+            # NOTE: SGLang's allocation would fail here (only reachable when mixed-chunk decodes ate the room
+            # the admission check left); simserve takes what fits, or lets a decode step retract first.
+            n = (int(r.blocks[chunked]) + rep.kv.free) * page - int(r.computed[chunked])
+            if n <= 0:
+                return []
+            need = rep.kv.free
+        rep.kv.allocate(need)
+        r.blocks[chunked] += need
+        out.append((chunked, n))
+        ext = _pages(n, page) * page
+        # NOTE: the reservation takes max_new_tokens whole, not what is left of it (add_chunked_req)
+        rest = 0 if n < want else min(int(r.output[chunked]), CLIP_MAX_NEW_TOKENS)
+        total_offset += ext + page + rest
+        current_offset += ext + page
+        rem_chunk -= ext
+        rem_input -= ext
+    rep.drop_too_long()
+    while rep.waiting:  # Scheduler._get_new_batch_prefill_raw's loop over the waiting queue
+        # PrefillAdder.budget_state: out of memory (NO_TOKEN) is checked first, and only OTHER (a compute
+        # budget spent) stops the loop here; NO_TOKEN falls through to the admission check below.
+        no_token = free - total_offset <= 0 or free - current_offset <= 0
+        if not no_token and (rem_input <= 0 or rem_chunk <= 0):
+            break
+        if len(out) + len(running) >= rep.max_batch:  # get_num_allocatable_reqs: the batch is full
+            s.full = True
+            break
+        rid = rep.waiting[0]
+        extend = rep.num_tokens(rid)
+        rest = min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS)
+        if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+            s.full = bool(out) or bool(running)
+            break
+        n = extend
+        # the check above counts the outputs still to come; the reservation max_new_tokens whole, or nothing
+        # for a request cut short (PrefillAdder._select_prefill_admission)
+        rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
+        if _pages(extend, page) * page > rem_chunk:  # cut it short
+            n = rem_chunk // page * page
+            if n <= 0:
+                break
+            rest = 0
+        rep.admit_head(now, _pages(n, page))
+        out.append((rid, n))
+        ext = _pages(n, page) * page
+        total_offset += ext + page + rest
+        current_offset += ext + page
+        rem_chunk -= ext
+        rem_input -= ext
+        if free - total_offset <= 0 or free - current_offset <= 0:  # add_one_req's verdict: NO_TOKEN
+            s.full = True
+            break
+        rep.drop_too_long()
+    return out
+
+
+def _decode_pages(rep: ReplicaState, ids) -> int:
+    """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages."""
+    page, computed = rep.block_size, rep.reqs.computed
+    return sum(1 for rid in ids if computed[rid] % page == 0)
+
+
+def _mixed_decodes(rep: ReplicaState) -> np.ndarray:
+    """--enable-mixed-chunk: the running batch joins the prefill batch if its next tokens fit (otherwise it
+    sits this step out; a mixed step never retracts)."""
+    running = rep.decoding
+    if not running:
+        return _NONE
+    need = _decode_pages(rep, running)
+    if need > rep.kv.free:
+        return _NONE
+    return _grow(rep, list(running), need)
+
+
+def _decode(rep: ReplicaState) -> np.ndarray:
+    """Scheduler.update_running_batch: decode every running request, retracting when the pool is short."""
+    keep = list(rep.decoding)
+    if not keep:
+        return _NONE
+    s, r = rep.sglang, rep.reqs
+    if _decode_pages(rep, keep) <= rep.kv.free:
+        s.ratio = max(s.ratio - s.decay, s.min)  # NewTokenRatioTracker.decay_step
+        return _grow(rep, keep, _decode_pages(rep, keep))
+    # ScheduleBatch._get_decode_retraction_order: keep most (output so far, −prompt) first, retract from the
+    # end. NOTE: ties fall to request id order (SGLang: the running batch's order, i.e. admission order).
+    keep.sort(key=lambda i: (int(r.generated[i]), -int(r.prompt[i])), reverse=True)
+    first = True
+    while first or _decode_pages(rep, keep) > rep.kv.free:
+        if len(keep) == 1:
+            break  # always keep one
+        first = False
+        rep.preempt(keep.pop(), to_back=True)
+    s.full = False  # the batch shrank
+    if _decode_pages(rep, keep) > rep.kv.free:
+        # Even one request cannot grow: SGLang aborts it ("Out of memory even after retracting ...").
+        rep.abort(keep.pop())
+    # NewTokenRatioTracker.estimate_new_token_ratio_after_retract over the requests that stayed
+    decoded = sum(int(r.generated[i]) for i in keep)
+    wanted = sum(int(r.output[i]) for i in keep)
+    s.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (wanted + 1))
+    keep.sort()
+    return _grow(rep, keep, _decode_pages(rep, keep))
+
+
+def _grow(rep: ReplicaState, ids: list[int], need: int) -> np.ndarray:
+    """Allocate the decode step's new pages; returns the ids as the batch's decodes."""
+    dec = np.array(ids, dtype=np.int64)
+    if need:
+        full = rep.reqs.computed[dec] % rep.block_size == 0
+        rep.kv.allocate(need)
+        rep.reqs.blocks[dec[full]] += 1
+    return dec
