@@ -8,7 +8,10 @@
 $SIMSERVE_CORE=python runs core.py uncompiled (plain Python, slow): how tests exercise the source itself.
 
 The driver below is the reference's watchdog process (cluster.Cluster.watchdog) around `Core.run`, which
-returns at each overload check with the shared request arrays and histogram up to date.
+returns at an overload check with the shared request arrays and histogram up to date. It returns only at
+the checks where a rule could act (Core._check_due: a progress callback, the trial cap, the TBT stop count,
+the stall check's idle moments, or a request the overload scan would count); at the others evaluating the
+rules would change nothing, so the core schedules the next check itself.
 """
 
 from __future__ import annotations
@@ -162,6 +165,7 @@ def run(
         router=cfg.router,
         check_period=cfg.check_period_s,
         sched_delay_slo=cfg.sched_delay_slo_s,
+        overload_wait=cfg.overload_wait_s,
         tbt_target=cfg.tbt_target_s,
         pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
         long_threshold=cfg.long_prefill_token_threshold,
@@ -184,6 +188,8 @@ def run(
         np.zeros((rows, 2), dtype=np.float64),
     )
     rules = Watchdog(reqs, cfg, tbt)
+    bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
+    c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded = stopped_early = capped = False
     while True:
         code = c.run()
@@ -216,6 +222,7 @@ def run(
             rules.check_stall(True, any(t[0] for t in totals), num_done, sum(t[1] for t in totals))
         else:
             rules.check_stall(False, False, num_done, 0)
+        c.watch(not overloaded, *rules.positions())
         c.next_check_at()
     replicas = [_summary(i, pp, t, num_blocks) for i, t in enumerate(c.replica_totals())]
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
