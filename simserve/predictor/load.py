@@ -71,9 +71,26 @@ def load_timer(
     return timer
 
 
+def timer_cached(
+    dep: Deployment, profiles_root: str | Path | None = None, overhead: CpuOverhead | None = None, seed: int = 0
+) -> bool:
+    """Is `dep`'s compiled timer in the on-disk cache (what load_timer would load instead of fitting)?"""
+    root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
+    if not (path / "linear.csv").exists():
+        return False
+    return timer_cache.has(timer_cache.key(content_hash(path), dep, overhead or CpuOverhead(), seed))
+
+
 # Profiles read in this process, by content hash (a plan compiles the timers of many deployments on one profile;
 # reading and validating its CSVs again for each was ~0.05 s a time). Read-only to every caller.
 _PROFILES: dict[str, object] = {}
+
+
+def read_profile_cached(path: str | Path):
+    """read_profile(path), reusing this process's read when the directory's content hash is the same."""
+    path = Path(path)
+    return _read_profile(path, content_hash(path) if (path / "linear.csv").exists() else None)
 
 
 def _read_profile(path: Path, digest: str | None):

@@ -225,10 +225,33 @@ def _num_blocks(dep: Deployment, policy: str, budget: int | None, max_batch: int
 
 @lru_cache(maxsize=8)
 def _timer(dep: Deployment, profiles_root: str | None, cpu_overhead: bool, ray_comm: bool) -> BatchTimer:
-    from simserve.predictor import CpuOverhead, load_timer
+    from simserve.predictor import load_timer
 
-    overhead = CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0)
-    return load_timer(dep, profiles_root, overhead=overhead)
+    return load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm))
+
+
+def _overhead(cpu_overhead: bool, ray_comm: bool):
+    from simserve.predictor import CpuOverhead
+
+    return CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0)
+
+
+def timer_cached(s: Scenario) -> bool:
+    """Is the scenario's compiled timer in the on-disk timer cache already?"""
+    from simserve.predictor.load import timer_cached as cached
+
+    return cached(s.deployment(), s.profiles_root, _overhead(s.cpu_overhead, s.ray_comm))
+
+
+def build_timers(scenarios: list[Scenario]) -> None:
+    """Fit and compile each scenario's timer into the on-disk cache (a job: `plan` hands the deployments that
+    share a profile to one worker, which then fits each shared model once). A scenario that cannot run is
+    skipped: its probes report why, as without this."""
+    for s in scenarios:
+        try:
+            _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm)
+        except SimserveError:
+            continue
 
 
 @lru_cache(maxsize=4)
