@@ -95,7 +95,7 @@ def timer_params(timer) -> tuple[int, dict] | None:
 
     kind = type(timer)
     if kind is BatchTimer:
-        if timer not in _tables:  # NOTE: a few ms from the timer's lists: once per timer, not per run
+        if timer not in _tables:  # NOTE: views of the timer's arrays; kept per timer, not per run
             _tables[timer] = _table_arrays(timer)
         return 0, _tables[timer]
     if kind is LinearTimer:
@@ -107,15 +107,15 @@ def timer_params(timer) -> tuple[int, dict] | None:
 
 def _table_arrays(t) -> dict:
     return dict(
-        tok=np.array(t._tok, dtype=np.float64),
+        tok=np.ascontiguousarray(t._tok_np, dtype=np.float64),
         tend=int(t._tend),
         tslope=np.array(t._tslope, dtype=np.float64),
-        dec=np.array(t._dec, dtype=np.float64),
+        dec=np.ascontiguousarray(t._dec_np, dtype=np.float64),
         dl=float(t._dl),
         bmax=int(t._bmax),
         bhalf=int(t._bhalf),
         jlast=int(t._jlast),
-        pre=np.array(t._pre, dtype=np.float64),
+        pre=np.ascontiguousarray(t._pre_np, dtype=np.float64),
         dc=float(t._dc),
         dp=float(t._dp),
         ilast=int(t._ilast),
