@@ -26,14 +26,13 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as e:  # noqa: BLE001
-            self._skip(e)
+            self._skip(e, ext.name)
 
-    def _skip(self, e: Exception) -> None:
-        print(
-            f"simserve: not building the compiled simulation core ({type(e).__name__}: {e}); "
-            "simserve will run the slower SimPy reference model",
-            file=sys.stderr,
-        )
+    def _skip(self, e: Exception, name: str = "") -> None:
+        what = {
+            "simserve.sim._textrows": "the compiled table formatter (tables are then written by Python, same bytes)",
+        }.get(name, "the compiled simulation core (simserve will run the slower SimPy reference model)")
+        print(f"simserve: not building {what}: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def extensions() -> list[Extension]:
