@@ -30,6 +30,12 @@ class Deployment:
     kv_dtype: str = "bf16"  # KV cache: bf16 | fp8
     ep: int = 1  # expert parallelism: each GPU of a stage holds num_experts/ep experts, each split tp/ep ways
     moe_skew: float = 0.0  # router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (ops.expert_load)
+    # Attention data parallelism (vLLM --data-parallel-size dp --enable-expert-parallel): this deployment is ONE
+    # of dp ranks, each with its own requests, KV cache and TP group of `tp` GPUs for attention; the routed
+    # experts are spread over all dp·tp GPUs (ep = dp·tp), whose MoE layers run the tokens of every rank together.
+    dp: int = 1
+    # How attention-DP ranks exchange the experts' tokens: vLLM's --all2all-backend (ops.ALL2ALL_BACKENDS).
+    all2all: str = "allgather_reducescatter"
 
     @classmethod
     def create(
@@ -46,6 +52,8 @@ class Deployment:
         kv_dtype: str = "bf16",
         ep: int = 1,
         moe_skew: float = 0.0,
+        dp: int = 1,
+        all2all: str = "allgather_reducescatter",
     ) -> Deployment:
         """Resolve names and check the parallelism; raises SimserveError with the fix on bad input."""
         model = resolve_model(model)
@@ -73,13 +81,20 @@ class Deployment:
             raise SimserveError(f"max model length must be at least 1, got {max_model_len}")
         dtype = precision.check_dtype(dtype, "--dtype")
         kv_dtype = precision.check_dtype(kv_dtype, "--kv-dtype")
-        _check_experts(model, tp, ep, moe_skew)
-        extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew))
+        _check_experts(model, tp, ep, moe_skew, dp)
+        _check_all2all(all2all, dp)
+        extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp, all2all)
         dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
         if node is not None and tp > node.gpus_per_node:
             raise SimserveError(
                 f"TP {tp} spans more GPUs than one {node.name} node holds ({node.gpus_per_node}); "
                 f"tensor parallelism across nodes is not modeled: lower --tp and raise --pp"
+            )
+        if dp > 1 and (pp > 1 or (node is not None and dp * tp > node.gpus_per_node)):
+            raise SimserveError(
+                f"--dp-attention {dp} x TP {tp} x PP {pp}: attention DP is modelled inside one "
+                f"{node.name if node else 'node'} ({node.gpus_per_node if node else '?'} GPUs) with PP 1, where "
+                f"the experts' all-to-all stays on the node's links; lower --dp-attention or --tp"
             )
         if dep.num_nodes > 1 and network is None:
             dep = cls(
@@ -104,8 +119,8 @@ class Deployment:
 
     @property
     def expert_tp(self) -> int:
-        """How many GPUs split one expert's intermediate dimension."""
-        return self.tp // self.ep
+        """How many GPUs split one expert's intermediate dimension (1 under attention DP: whole experts)."""
+        return max(1, self.tp // self.ep)
 
     @property
     def profile_model(self) -> str:
@@ -152,15 +167,42 @@ class Deployment:
         where = f" on {self.node.name}" if self.node else ""
         net = f" over {self.network.name}" if self.num_nodes > 1 and self.network else ""
         ep = f", EP{self.ep}" if self.ep > 1 else ""
+        ep += f", one of {self.dp} attention-DP ranks" if self.dp > 1 else ""
         dt = "" if (self.dtype, self.kv_dtype) == ("bf16", "bf16") else f", {self.dtype} weights, {self.kv_dtype} KV"
         par = f"TP{self.tp}, PP{self.pp}{ep}{dt}"
         return f"{self.model.name} on {self.num_gpus}×{self.gpu.name} ({par}){where}{net}"
 
 
-def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float) -> None:
-    """EP groups whole experts inside one stage's TP group: it must divide both the experts and TP."""
+def _check_all2all(backend: str, dp: int) -> None:
+    from simserve.ops import ALL2ALL_BACKENDS
+
+    if backend not in ALL2ALL_BACKENDS:
+        raise SimserveError(f"--all2all-backend {backend!r} is not modelled; use one of {', '.join(ALL2ALL_BACKENDS)}")
+    if backend != ALL2ALL_BACKENDS[0] and dp < 2:
+        raise SimserveError(f"--all2all-backend {backend} exchanges tokens between attention-DP ranks; add "
+                            f"--dp-attention (and --ep = DP x TP), or drop it")  # fmt: skip
+
+
+def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1) -> None:
+    """EP groups whole experts inside one stage's TP group: it must divide both the experts and TP. Under
+    attention DP the experts span every rank's GPUs instead, as vLLM's --enable-expert-parallel does: EP = DP·TP."""
     if ep < 1:
         raise SimserveError(f"--ep must be at least 1 (got {ep})")
+    if dp < 1:
+        raise SimserveError(f"--dp-attention must be at least 1 (got {dp})")
+    if dp > 1:
+        if not model.is_moe:
+            raise SimserveError(f"--dp-attention {dp} needs a mixture-of-experts model; {model.name} is dense: "
+                                f"use --replicas {dp} for independent copies")  # fmt: skip
+        if ep != dp * tp:
+            raise SimserveError(f"--dp-attention {dp} with TP {tp} spreads the experts over all {dp * tp} GPUs "
+                                f"(vLLM's --enable-expert-parallel: EP = DP x TP); use --ep {dp * tp}")  # fmt: skip
+        if model.num_experts % ep:
+            raise SimserveError(f"EP {ep} (DP {dp} x TP {tp}) does not divide {model.name}'s {model.num_experts} "
+                                f"experts; use a DP degree with DP x TP dividing {model.num_experts}")  # fmt: skip
+        if skew < 0:
+            raise SimserveError(f"--moe-skew must be >= 0 (0: balanced routing), got {skew}")
+        return
     if skew < 0:
         raise SimserveError(f"--moe-skew must be >= 0 (0: balanced routing), got {skew}")
     if not model.is_moe:

@@ -26,7 +26,8 @@ def weights_bytes_per_gpu(dep: Deployment) -> float:
 
     Linear-layer weights take dep.weight_bytes each (fp8: 1); norms, embeddings and the LM head stay bf16. A
     MoE layer's routed experts are split over the stage's TP group whatever the EP degree (EP·expert-TP = TP), so
-    every GPU holds num_experts/TP experts' worth; the router is replicated on every GPU.
+    every GPU holds num_experts/TP experts' worth — num_experts/(DP·TP) under attention DP, whose ranks share
+    them; the router is replicated on every GPU.
     """
     m = dep.model
     act = m.dtype_bytes
@@ -38,6 +39,8 @@ def weights_bytes_per_gpu(dep: Deployment) -> float:
     attn = (m.attention_params * wb + m.norm_params * act) / dep.tp
     dense_mlp = m.dense_mlp_params * wb / dep.tp
     moe = (m.expert_params + 3 * m.hidden * m.shared_expert_ffn) * wb / dep.tp + m.hidden * m.num_experts * act
+    if dep.dp > 1:  # the ranks share the routed experts: DP x TP GPUs hold them, not TP
+        moe -= m.expert_params * wb * (1 / dep.tp - 1 / dep.ep)
     embed = m.vocab * m.hidden * act / dep.tp  # vocab-parallel: one of input embedding / LM head per end stage
     per_stage = []
     for s, (dense, sparse) in enumerate(stage_layer_counts(dep)):

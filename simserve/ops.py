@@ -8,7 +8,9 @@ dimensions their cost models need.
 Beyond the dense GQA layer (LINEAR_OPS): latent attention (DeepSeek) projects through low-rank q and kv
 (MLA_LINEAR_OPS) and caches one latent vector per token; a mixture-of-experts layer adds a replicated router, any
 shared experts (plain linear ops) and the routed experts as grouped GEMMs (`expert_ops`), whose work depends on
-how many distinct experts a batch touches (`expert_load`). An op's `share` is the fraction of the layers that
+how many distinct experts a batch touches (`expert_load`). A profile times the routed experts as ONE fused op
+(`fused_expert_name`: gate+up GEMM, SiLU·up, down GEMM, as vLLM's fused-MoE kernel runs them and as NVIDIA's
+measured MoE tables time them), so the `act` elementwise op leaves the routed rows out. An op's `share` is the fraction of the layers that
 run it (DeepSeek-V3: the dense FFN on 3 of 61 layers, the experts on 58).
 """
 
@@ -27,6 +29,9 @@ EXPERT_OPS = ("moe_up", "moe_down")
 ELEMENTWISE_OPS = ("attn_norm", "mlp_norm", "rotary", "act", "residual_add")
 ATTENTION_PHASES = ("prefill", "decode")
 COLLECTIVE_OPS = ("all_reduce", "send_recv")
+# vLLM's --all2all-backend values simserve models, its default first: allgather_reducescatter from the all-reduce
+# rows (exchange_bytes), the DeepEP kernels from NVIDIA's measured dispatch + combine rows (`a2a_op`).
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
 
 
 @dataclass(frozen=True)
@@ -76,10 +81,12 @@ class ExpertOp:
     local_experts: int
     share: float
 
-    def profile_name(self, dep: Deployment) -> str:
-        """The op's name in a profile: its work depends on EP and the routing spread as well as TP."""
-        skew = f"z{dep.moe_skew:g}" if dep.moe_skew else ""
-        return f"{self.name}@ep{dep.ep}{skew}"
+
+def fused_expert_name(dep: Deployment) -> str:
+    """The routed experts' fused op in a profile (`moe@ep4`, `moe@ep8z1` with skew 1): its work depends on EP and
+    the routing spread as well as TP."""
+    skew = f"z{dep.moe_skew:g}" if dep.moe_skew else ""
+    return f"moe@ep{dep.ep}{skew}"
 
 
 def linear_ops(dep: Deployment) -> list[LinearOp]:
@@ -132,7 +139,10 @@ def expert_ops(dep: Deployment) -> list[ExpertOp]:
 
 def timed_linear_ops(dep: Deployment) -> list[tuple[str, float]]:
     """(profile op name, share of layers) of every GEMM a layer of `dep` runs: what the predictor sums."""
-    return [(op.name, op.share) for op in linear_ops(dep)] + [(op.profile_name(dep), op.share) for op in expert_ops(dep)]
+    out = [(op.name, op.share) for op in linear_ops(dep)]
+    if dep.model.is_moe:  # the routed experts: one fused op (gate+up, activation, down) on the MoE layers
+        out.append((fused_expert_name(dep), dep.model.moe_layers / dep.model.num_layers))
+    return out
 
 
 def expert_popularity(num_experts: int, top_k: int, skew: float) -> np.ndarray:
@@ -181,8 +191,9 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
     rotary_bytes = 2 * (dep.heads_per_gpu + dep.kv_heads_per_gpu) * hd * b  # q and k, read and written
     ffn = m.ffn // dep.tp
     act_bytes = (3 * ffn if m.activation == "swiglu" else 2 * ffn) * b  # SiLU(gate)·up reads two, writes one
-    if m.is_moe:  # averaged over the layers: dense FFN where there is one, else top-k expert rows + shared experts
-        moe = 3 * (m.experts_per_token * m.expert_ffn + m.shared_expert_ffn) // dep.tp * b
+    if m.is_moe:  # averaged over the layers: dense FFN where there is one, else the shared experts' (the routed
+        # experts' activation is part of their fused op, `fused_expert_name`)
+        moe = 3 * m.shared_expert_ffn // dep.tp * b
         act_bytes = round((m.dense_layers * act_bytes + m.moe_layers * moe) / m.num_layers)
     if m.is_mla:  # rope on the per-head rope part of q and on the one shared rope key
         rotary_bytes = 2 * (dep.heads_per_gpu + 1) * m.qk_rope_head_dim * b
@@ -190,7 +201,7 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
         ElementwiseOp("attn_norm", norm_bytes, 1),
         ElementwiseOp("mlp_norm", norm_bytes, 1),
         ElementwiseOp("rotary", rotary_bytes, 1),
-        ElementwiseOp("act", act_bytes, 1),
+        ElementwiseOp("act", act_bytes, 1 if act_bytes else 0),  # 0: every FFN is a fused routed-expert op
         ElementwiseOp("residual_add", 3 * m.hidden * b, 2),
     ]
 
@@ -214,6 +225,34 @@ def all_reduces_per_layer(dep: Deployment) -> int:
 
 
 def all_reduce_bytes(dep: Deployment, num_tokens: int) -> int:
+    return num_tokens * dep.model.hidden * dep.model.dtype_bytes
+
+
+def expert_tokens(dep: Deployment, num_tokens):
+    """Tokens the routed experts of one GPU see for a rank's batch of `num_tokens`: the rank's own, or under
+    attention DP those of all dp ranks (each taken to carry as many as this one: the ranks run their MoE layers
+    in lockstep, and a rank's step waits for the slowest)."""
+    return dep.dp * num_tokens
+
+
+def exchange_bytes(dep: Deployment, num_tokens: int) -> float:
+    """Attention DP: the all-reduce size that times ONE of a MoE layer's two collectives (dispatch, combine).
+
+    vLLM's default all2all backend (allgather_reducescatter) all-gathers the hidden states of the dp ranks' tokens
+    (S = dp·T·hidden bf16 bytes in all) before the experts and reduce-scatters their outputs after. A ring
+    all-gather or reduce-scatter of S moves (dp−1)/dp·S bytes per GPU, as a ring all-reduce of S/2 does, with one
+    collective's launch: the timer charges two all-reduces of S/2 per MoE layer."""
+    return dep.dp * num_tokens * dep.model.hidden * dep.model.dtype_bytes / 2
+
+
+def a2a_op(dep: Deployment) -> str | None:
+    """The collectives.csv op of a measured DeepEP dispatch + combine (`a2a_deepep_low_latency`), None for the
+    default backend (timed from the all-reduce rows) or without attention DP."""
+    return f"a2a_{dep.all2all}" if dep.dp > 1 and dep.all2all != ALL2ALL_BACKENDS[0] else None
+
+
+def a2a_bytes(dep: Deployment, num_tokens: int) -> int:
+    """The size key of DeepEP rows: one rank's tokens' hidden states (bf16), what each rank dispatches."""
     return num_tokens * dep.model.hidden * dep.model.dtype_bytes
 
 

@@ -89,7 +89,7 @@ def fake_run(capacity):
 
 
 def make_spec(overrides, budgets, max_batches):
-    base = Scenario(**overrides)
+    base = Scenario(prefix_caching=True, **overrides)  # the engine sweep's default (vLLM V1: on)
     return SimpleNamespace(base=base, budgets=budgets, max_batches=max_batches, slos=(SLO(0.2),))
 
 
@@ -119,16 +119,18 @@ def test_no_capacity_anywhere_is_an_error_naming_the_fix():
 def test_command_names_parallelism_and_never_a_removed_flag():
     flags = {"max-num-batched-tokens": 2048, "max-num-seqs": 256, "long-prefill-token-threshold": 0,
              "max-num-partial-prefills": 2, "max-long-partial-prefills": 1}  # fmt: skip
-    cmd = vllm_command(Scenario(model="yi-34b", tp=2, pp=2, trace="arxiv"), flags)
+    cmd = vllm_command(Scenario(model="yi-34b", tp=2, pp=2, trace="arxiv", prefix_caching=True), flags)
     assert cmd == (  # Yi-34B accepts 4096 tokens: the arXiv trace's 16k default is capped at the model's limit
         "vllm serve 01-ai/Yi-34B --max-num-batched-tokens 2048 --max-num-seqs 256 "
         "--tensor-parallel-size 2 --pipeline-parallel-size 2 --max-model-len 4096"
     )
     flags.update({"long-prefill-token-threshold": 256, "long-prefill-token-threshold-adaptive": 1})
-    assert vllm_command(Scenario(), flags) == (
+    assert vllm_command(Scenario(prefix_caching=True), flags) == (
         "vllm serve mistralai/Mistral-7B-v0.1 --max-num-batched-tokens 2048 --max-num-seqs 256 "
         "--long-prefill-token-threshold 256 --long-prefill-token-threshold-adaptive --max-model-len 8192"
     )
+    # prefix caching is on in vLLM V1 unless switched off (`sweep --engine vllm --no-prefix-caching`)
+    assert vllm_command(Scenario(), flags).endswith("--max-model-len 8192 --no-enable-prefix-caching")
     with pytest.raises(SimserveError, match="is a switch: 0 \\(off\\), 1 \\(on\\)"):
         parse_grid("vllm", "long-prefill-token-threshold-adaptive=2")
 

@@ -232,12 +232,70 @@ def test_an_fp8_deployment_reads_the_fp8_gemm_and_kv_rows() -> None:
 
 
 @needs_db
-def test_moe_and_mla_models_are_refused_with_the_roofline_fix(tmp_path, capsys) -> None:
-    from simserve.cli import main
+def test_moe_rows_are_the_packaged_fused_moe_times_or_say_why_not() -> None:
+    from simserve.deployment import Deployment
+    from simserve.profiling.measured_backend import profile
+    from simserve.profiling.measured_moe import read_moe
 
-    moe = next(m for m in MODELS if m.is_moe)
-    with pytest.raises(SystemExit) as exc:
-        main(["profile", "--backend", "measured", "--gpu", "h200", "--model", moe.name, "--tp", "8",
-              "--out", str(tmp_path)])  # fmt: skip
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and "dense GQA layers only" in err and "--backend roofline" in err
+    model = MODELS.get("qwen3-235b-a22b")
+    tables, prov = profile(model, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True, dtype="fp8")
+    lin = tables["linear"]
+    ep4 = lin[lin["op"] == "moe@ep4"]
+    # EP 4 = TP 4 is what vLLM runs with --enable-expert-parallel: the package's (moe_tp 1, moe_ep 4) rows,
+    # block-scaled fp8 (Qwen's published fp8 checkpoint format), balanced routing, read as they are on the grid
+    db = measured.open_database("H200")
+    raw, _ = read_moe(db)
+    want = raw[(raw["hidden_size"] == 4096) & (raw["inter_size"] == 1536) & (raw["topk"] == 8)
+               & (raw["num_experts"] == 128) & (raw["moe_tp_size"] == 1) & (raw["moe_ep_size"] == 4)
+               & (raw["moe_dtype"] == "fp8_block") & (raw["distribution"] == "balanced")]  # fmt: skip
+    kernel = ep4["kernel"].iloc[0].split(" ")[0]
+    want = want[want["kernel_source"] == kernel].groupby("num_tokens")["latency"].median()
+    on_grid = ep4[ep4["num_tokens"].isin(want.index)]
+    assert len(on_grid) >= 5 and (on_grid["source"] == "measured").all()
+    assert on_grid["time_ms"].tolist() == pytest.approx(want[on_grid["num_tokens"]].tolist())
+    # EP 2 inside TP 4 (experts split 2 ways as well): vLLM runs no such layout and the package has no rows, so
+    # the rows are the roofline's, marked modelled, and say what the package lacks
+    ep2 = lin[lin["op"] == "moe@ep2"]
+    assert (ep2["source"] == "modelled").all() and "no fp8_block MoE rows for expert TP 2 × EP 2" in ep2["kernel"].iloc[0]
+    assert prov["row_counts"]["linear"]["modelled"] == len(ep2)
+    assert Deployment.create(model, "h200", 4, ep=4, dtype="fp8").expert_tp == 1
+
+
+@needs_db
+def test_mla_attention_is_the_module_less_its_projections() -> None:
+    from simserve.deployment import Deployment
+    from simserve.ops import linear_ops
+    from simserve.profiling import measured_mla
+    from simserve.profiling.measured_backend import _gemm_rows, gemm_ms, profile
+
+    model = MODELS.get("deepseek-v3")
+    tables, prov = profile(model, GPU.get("h200"), [8], None, None, 4096, 4096, quick=True, dtype="fp8")
+    att = tables["attention"]
+    assert set(att["source"]) <= {"derived", "extrapolated"} and "MLA module" in prov["measured"]["attention_kernels"]["decode"]
+    # a measured decode module (16 heads per GPU at TP 8, one request) = the profile's attention + the MLA
+    # projections from the bf16 GEMM table, where the grid meets the package's (batch 1, context 1024)
+    db = measured.open_database("H200")
+    mods, _ = measured_mla.read_modules(db)
+    dec = mods["decode"]
+    row = dec[(dec["num_heads"] == 16) & (dec["batch_size"] == 1) & (dec["step"] == 1024)
+              & (dec["gemm_type"] == "bfloat16") & (dec["kv_cache_dtype"] == "bfloat16")]  # fmt: skip
+    dep = Deployment.create(model, "h200", 8, ep=8, dtype="fp8")
+    rows, _ = _gemm_rows(db, "bf16")
+    proj = sum(gemm_ms(rows, np.array([1.0]), op.in_features, op.out_features)[0][0] for op in linear_ops(dep)
+               if op.name in ("qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj"))  # fmt: skip
+    att_obj, _ = measured_mla.attention(mods, dep, "bfloat16", gemm_ms, rows, "h200")
+    t, _ = att_obj.decode(np.array([1]), np.array([1024 + 1]), None)
+    assert t[0] + proj == pytest.approx(row["latency"].median(), rel=1e-6)
+    # decode attention grows with context and batch, as the kernel's bytes do
+    d = att[att["phase"] == "decode"]
+    b1 = d[d["batch_size"] == 1].sort_values("kv_len")["time_ms"].to_numpy()
+    assert b1[-1] > b1[0]
+    # routed experts of DeepSeek-V3 at EP 8: the package's block-fp8 rows
+    lin = tables["linear"]
+    assert (lin[lin["op"] == "moe@ep8"]["source"] != "modelled").all()
+
+
+def test_skewed_routing_gets_a_roofline_profile_with_why() -> None:
+    from simserve.profiling.generated import measured_source
+
+    assert "no Zipf-skewed routing" in measured_source(GPU.get("h200"), MODELS.get("qwen3-235b-a22b"), 1.0)

@@ -33,7 +33,7 @@ def fp8_profile(tmp_path_factory) -> Path:
 def test_profile_of_a_config_json_has_expert_rows_per_ep(fp8_profile):
     prof = fp8_profile / "h100-sxm" / "mixtral-8x7b-fp8-kvfp8"  # the config's folder name, marked fp8
     linear = (prof / "linear.csv").read_text()
-    assert "moe_up@ep1" in linear and "moe_up@ep2" in linear and "router" in linear
+    assert "moe@ep1" in linear and "moe@ep2" in linear and "router" in linear
     assert json.loads((prof / "provenance.json").read_text())["precision"]["weights"] == "fp8"
 
 
@@ -85,7 +85,7 @@ def test_vllm_command_names_precision_and_expert_parallelism():
     from simserve.sim.scenario import Scenario
     from simserve.tune.engine import check_engine_scenario, vllm_command
 
-    s = Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8")
+    s = Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8", prefix_caching=True)
     cmd = vllm_command(s, {"max-num-batched-tokens": 2048, "max-num-seqs": 256})
     assert cmd.endswith(
         "--tensor-parallel-size 8 --max-model-len 8192 --quantization fp8 --kv-cache-dtype fp8 --enable-expert-parallel"

@@ -81,3 +81,21 @@ def test_skewed_routing_slows_expert_parallel_more_than_tensor_parallel():
     assert expert_ms(8, 0.0) < expert_ms(1, 0.0)
     # skewed: with TP-sharded experts every GPU shares the hot experts; with EP one GPU holds them
     assert expert_ms(8, 1.0) > 1.5 * expert_ms(1, 1.0)
+
+
+def test_routed_experts_are_one_fused_op_with_their_activation():
+    from simserve.ops import elementwise_ops
+    from simserve.profiling.roofline import elementwise_ms
+    from simserve.profiling.roofline_moe import fused_expert_ms
+
+    dep = Deployment.create("qwen3-235b-a22b", "h100", 4, ep=4)
+    up, down = expert_ops(dep)
+    tokens = np.array([1.0, 512.0])
+    touched, rows = expert_load(dep, tokens)
+    gemms = sum(grouped_gemm_ms(dep.gpu, touched, rows, op.in_features, op.out_features) for op in (up, down))
+    act = elementwise_ms(dep.gpu, "act", rows * 3 * 1536 * 2)  # SiLU(gate)·up on every routed row, bf16
+    assert fused_expert_ms(dep, tokens) == pytest.approx(gemms + act)
+    # no shared experts and no dense layers: the `act` elementwise op has nothing left to time
+    assert {op.name: op.count for op in elementwise_ops(dep)}["act"] == 0
+    ds = {op.name: op for op in elementwise_ops(Deployment.create("deepseek-v3", "h200", 8))}["act"]
+    assert ds.count == 1 and ds.bytes_per_token > 0  # DeepSeek-V3: the shared expert and the 3 dense layers

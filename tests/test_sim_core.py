@@ -9,6 +9,7 @@ per-replica counters exactly. The core runs compiled when the install built it, 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ needs_cython = pytest.mark.skipif(not HAS_CYTHON, reason="core.py uncompiled nee
 CORES = (["python"] if HAS_CYTHON else []) + (["compiled"] if core_run.compiled_available() else [])
 ARRAYS = (
     "scheduled", "first_token", "completed", "last_token", "tbt_max", "computed", "target", "generated",
-    "blocks", "preemptions", "inflight", "status", "replica",
+    "blocks", "preemptions", "inflight", "status", "replica", "cached_tokens",
 )  # fmt: skip
 
 
@@ -55,6 +56,12 @@ def assert_same(ref, got) -> None:
         assert (x.state.outstanding, x.state.kv.free, x.state.preemptions) == (
             y.state.outstanding, y.state.kv.free, y.state.preemptions,
         )  # fmt: skip
+        px, py = x.state.prefix, y.state.prefix
+        assert (px is None) == (py is None)
+        if px is not None:  # the cache's own state too: its free queue, keys and counters
+            assert list(px.queue) == list(py.queue) and px.key == py.key and px.ref == py.ref
+            assert (px.queries, px.hits, px.preempted_queries, px.preempted_hits, px.evictions) == (
+                py.queries, py.hits, py.preempted_queries, py.preempted_hits, py.evictions)  # fmt: skip
     assert build_result(ref).summary.as_dict() == build_result(got).summary.as_dict()
 
 
@@ -135,12 +142,48 @@ def test_the_core_gives_the_reference_results_for_vllm_v1(monkeypatch, mode, cas
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
+@st.composite
+def prefix_cases(draw):
+    """vllm-v1 with prefix caching: requests sharing streams (a few groups, shared lengths from nothing to
+    past the whole request: conversation turns), on pools small enough to evict and preempt."""
+    case = draw(cases(policies=("vllm-v1",)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    groups = draw(st.integers(1, 4))
+    case["prefix"] = (
+        np.where(rng.random(n) < 0.8, rng.integers(0, groups, n), -1),
+        rng.integers(0, case["cfg"].max_model_len + 50, n),
+    )
+    case["cfg"] = replace(case["cfg"], prefix_caching=True, watermark=0.0)
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=prefix_cases())
+def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
 MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=200, stretch=False)
 SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "sarathi": (Scenario(**MISTRAL, budget=512), 2.0),
     "vllm": (Scenario(**MISTRAL, policy="vllm"), 2.0),
     "slo-aware": (Scenario(**MISTRAL, policy="slo-aware", tbt_target_s=0.05), 1.5),
     "vllm-v1-2rep": (Scenario(**MISTRAL, policy="vllm-v1", num_replicas=2, router="lor"), 4.0),
+    # vLLM's worker: CUDA-graph padding composed into the timer's tables, its memory profile
+    "vllm-worker": (Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=True, memory_utilization=0.92), 4.0),
     "overloaded": (Scenario(**MISTRAL, budget=512), 12.0),
     "pp2": (Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=120, stretch=False), 0.8),
 }

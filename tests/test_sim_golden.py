@@ -9,7 +9,10 @@ trace kept their hashes. Re-pinned for issue 20 when the fit's baseline NNLS and
 into simserve's own arithmetic: the same hashes then came out under numpy 1.26 / pandas 2.1 / scikit-learn 1.4 /
 scipy 1.12 and numpy 2.3 / pandas 3.1 / scikit-learn 1.9 / scipy 1.17. Re-pinned when the decode-stretch fast paths went (issue 22): the iteration table has
 one row per iteration instead of compressed stretch rows, so iterations.csv and trace.json moved, and sarathi's
-summary with them (its stage-busy sum over the rows, 0.9999999999999999 → 1.0); requests.csv kept its hashes.)
+summary with them (its stage-busy sum over the rows, 0.9999999999999999 → 1.0); requests.csv kept its hashes. Re-pinned for issue 23 when summary.json gained `vllm_bench_serve`, the run
+reported as `vllm bench serve` prints it, and again when `simserve run`'s TTFT, end-to-end and normalized
+latencies came to include the serving front end's 10.2 ms (sim/frontend.py, `--frontend-ms`; summary.json's
+`frontend_s`); the tables, the trace, TBT and scheduling delay did not move.)
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
 
 GOLDEN = {
     "orca-arxiv": {"requests.csv": "6d379d9818ae3953", "iterations.csv": "2f91616a92084ae3",
-                  "summary.json": "c459c71be3af2570", "trace.json": "bdfd59871ac385b8"},
+                  "summary.json": "5825233d96ec73a6", "trace.json": "bdfd59871ac385b8"},
     "sarathi": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
-               "summary.json": "da5368a310ccc235", "trace.json": "6b2c038fbbd93798"},
+               "summary.json": "ab2ebc679d2dafd8", "trace.json": "6b2c038fbbd93798"},
     "vllm-exact-2rep": {"requests.csv": "32938e6f751e7a6a", "iterations.csv": "2de6a89dd91a0c6f",
-                       "summary.json": "fbf66f97c0576d48", "trace.json": "90bb8fe6fcf444bd"},
+                       "summary.json": "f55911f9ba437253", "trace.json": "90bb8fe6fcf444bd"},
 }
 
 

@@ -169,3 +169,23 @@ def test_collectives_run_across_spawned_processes(torch):
     assert sorted(rows["op"]) == ["all_reduce", "send_recv"]
     assert (rows["num_workers"] == 2).all() and (rows["size_bytes"] == 4096).all()
     assert (rows["time_ms"] > 0).all()
+
+
+def test_shipped_gpu_timed_profiles_are_real_gpu_runs_and_fit(tmp_path, monkeypatch):
+    """profiles/torch/ holds profiles the torch backend timed on the GPU they name (not a CPU quick run), and the
+    predictor fits each at every TP degree it holds."""
+    from simserve.predictor.load import default_profiles_root, load_timer
+    from simserve.profiling.schema import read_profile
+
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
+    root = default_profiles_root() / "torch"
+    dirs = sorted(p for p in root.glob("*/*") if (p / "provenance.json").is_file())
+    assert dirs, f"no GPU-timed profiles under {root}"
+    for path in dirs:
+        prof = read_profile(path)
+        prov = prof.provenance
+        assert prov["backend"] == "torch" and prov["device_is_requested_gpu"] and not prov["quick"], path
+        assert prov["device"].lower() == f"nvidia {prov['gpu']}".lower(), path
+        for tp in sorted(set(prof.linear["tp"])):
+            dep = Deployment.create(prov["model"].lower(), prov["gpu"].lower(), int(tp))
+            assert load_timer(dep, root, cache=False)([(512, 0)], [512] * 8) > 0

@@ -202,3 +202,18 @@ def test_stats_command_prints_table_and_saves_histogram(tmp_path, capsys):
     # prompts 1..10: median 5.5, P90 9.1 (linear interpolation), population std sqrt(8.25) = 2.9
     assert "10 requests" in out and "5.5" in out and "9.1" in out and "2.9" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_build_sharegpt_bench_keeps_vllms_first_two_turns_per_piece(tmp_path, tokenizer):
+    from simserve.workload.sharegpt_bench import build_sharegpt_bench
+
+    out = tmp_path / "bench.csv.gz"
+    result = build_sharegpt_bench(out, FIXTURES / "sharegpt_tiny.json", command="test")
+    with open(FIXTURES / "sharegpt_tiny.json", encoding="utf-8") as f:
+        pieces = [p for p in read_json_array_prefix(f).items if len(p["conversations"]) >= 2]
+    # every piece in file order, split pieces not merged: a continuation starts with whatever turn it has
+    first = [tokenizer.count([p["conversations"][0]["value"], p["conversations"][1]["value"]]) for p in pieces]
+    table = pd.read_csv(out)
+    assert table.num_prefill_tokens.tolist() == [a + 1 for a, _ in first]  # BOS counted, as vLLM's tokenizer()
+    assert table.num_decode_tokens.tolist() == [b + 1 for _, b in first]
+    assert json.loads(result.provenance.read_text())["counts"]["rows"] == len(pieces)

@@ -57,7 +57,8 @@ def engine_sweep(
     check_grid(grid, base.max_len)  # ... and combinations the release refuses to start with
     check_engine_scenario(base)
     # The printed command leaves --gpu-memory-utilization at the release's default: simulate that pool.
-    base = replace(base, memory_utilization=VLLM_GPU_MEMORY_UTILIZATION)
+    # ... and as the release's worker runs: its memory profile and CUDA graphs (simserve/vllm_worker.py).
+    base = replace(base, memory_utilization=VLLM_GPU_MEMORY_UTILIZATION, vllm_worker=True)
 
     def make_spec(overrides: dict, budgets: tuple[int, ...], max_batches: tuple[int, ...]) -> SweepSpec:
         if any(b < 1 for b in (*budgets, *max_batches)):

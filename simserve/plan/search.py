@@ -59,8 +59,18 @@ class PlanSpec:
     # The cheapest deployments are searched again at this many other seeds (seed+1, …): the seed spread that
     # decides ties (plan/ties.py) is measured, not assumed. 0: not measured, and ties ignore it.
     tie_seeds: int = 2
+    # Which layouts to search: "agg" (replicas that prefill and decode) and/or "disagg" (a prefill pool and a
+    # decode pool, plan/disagg.py), and how many screened disaggregated layouts to search.
+    layouts: tuple[str, ...] = ("agg",)
+    disagg_layouts: int = 4
 
     def __post_init__(self) -> None:
+        from simserve.plan.disagg import LAYOUTS
+
+        if not self.layouts or any(x not in LAYOUTS for x in self.layouts):
+            raise SimserveError(f"--layouts takes {' and/or '.join(LAYOUTS)}, comma-separated; got {','.join(self.layouts)}")
+        if self.disagg_layouts < 1:
+            raise SimserveError(f"--disagg-layouts must be at least 1, got {self.disagg_layouts}")
         if not self.gpus:
             raise SimserveError("--gpus is empty; name at least one GPU, e.g. --gpus a100,h100")
         if self.max_gpus < 1:
@@ -209,6 +219,8 @@ def run_plan(
     cands, rejected, prices = prepare(spec)
     profiles = resolve_profiles([c.deployment for c in cands])
     queue = [_Deployment(c, prices[c.deployment.gpu.name], budget_order(c.budgets)) for c in cands]
+    if "agg" not in spec.layouts:
+        queue = []
     queue.sort(key=lambda d: (d.usd_per_hour(1), d.cand.num_gpus * d.price.usd_per_gpu_hour, *d.key))
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     total = sum(len(d.order) for d in queue)
@@ -245,6 +257,16 @@ def run_plan(
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
         again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats)
         searches = pd.concat([searches, again], ignore_index=True) if len(again) else searches
+        if "disagg" in spec.layouts:
+            from simserve.plan.disagg import search_disagg
+
+            d_searches, d_rows, notes = search_disagg(spec, prices, runner, cache, stats, out_tokens, rows)
+            stats["disagg_notes"] = notes
+            searches = _with_layouts(searches, d_searches)
+            rows = _with_layouts(rows, d_rows)
+            rows["pareto"] = pareto_mask(rows)
+            rows = rows.sort_values(["usd_per_hour", "capacity_qps"], ascending=[True, False], kind="stable")
+            rows = rows.reset_index(drop=True)
     stats["elapsed_s"] = time.perf_counter() - t0
     return PlanResult(spec, searches, rows, prices, rejected, out_tokens, stats)
 
@@ -268,6 +290,15 @@ def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, prof
     jobs = sorted(groups.values(), key=len, reverse=True)  # the biggest first: the workers end together
     for _ in runner.map(build_timers, [(g,) for g in jobs]):
         pass
+
+
+def _with_layouts(agg: pd.DataFrame, disagg: pd.DataFrame) -> pd.DataFrame:
+    """Aggregated and disaggregated rows in one table, a `layout` column telling them apart ('agg' or xPyD)."""
+    agg = agg.assign(layout="agg")
+    parts = [df for df in (agg, disagg) if len(df)]
+    if not parts:
+        return agg
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
 
 
 TIE_DEPLOYMENTS = 3  # the cheapest deployments searched again at other seeds: the contenders for a tie

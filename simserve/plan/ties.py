@@ -17,7 +17,7 @@ import pandas as pd
 
 from simserve.catalog.prices import PriceSpec
 
-DEPLOYMENT = ("gpu", "tp", "pp", "ep")
+DEPLOYMENT = ("gpu", "tp", "pp", "ep", "layout")  # layout: 'agg' or a disaggregated xPyD (plan/disagg.py)
 
 
 def keys(df: pd.DataFrame) -> list[str]:
@@ -26,7 +26,9 @@ def keys(df: pd.DataFrame) -> list[str]:
 
 
 def key_label(key: tuple) -> str:
-    """("H200", 2, 1, 1) → "H200 TP2 PP1"; an EP above 1 is named."""
+    """("H200", 2, 1, 1) → "H200 TP2 PP1"; an EP above 1 is named; a disaggregated layout by its xPyD."""
+    if len(key) > 4 and key[4] not in (None, "agg") and isinstance(key[4], str):
+        return f"{key[0]} {key[4]}"
     ep = f" EP{key[3]}" if len(key) > 3 and int(key[3]) > 1 else ""
     return f"{key[0]} TP{key[1]}{ep} PP{key[2]}"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
-from simserve.ops import ELEMENTWISE_OPS, timed_linear_ops
+from simserve.ops import ELEMENTWISE_OPS, a2a_op, timed_linear_ops
 from simserve.predictor.fit import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
@@ -63,7 +63,8 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
     profile is never changed by a hint: for one, the command writes beside it, into a folder of the user's.
     """
     model = dep.model.source if Path(dep.model.source).is_file() else slug(dep.model.name)  # a config.json
-    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {model} --tp {dep.tp}"
+    tps = ",".join(str(t) for t in sorted({dep.tp, dep.dp} - {1} or {1}))  # attention DP: all-reduce rows for dp
+    cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {model} --tp {tps}"
     if dep.dtype != "bf16":
         cmd += f" --dtype {dep.dtype}"
     if dep.kv_dtype != "bf16":
@@ -125,6 +126,22 @@ def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list
                 f"run `{cmd}`"
             )
         needed.append(ar)
+    if (op := a2a_op(dep)) is not None:  # DeepEP dispatch + combine: measured rows only
+        if (a2a := find_collective(keys, op, node_link(dep), dep.ep)) is None:
+            raise SimserveError(
+                f"profile {where} has no {op} rows for EP {dep.ep} over {node_link(dep)}: DeepEP's dispatch and "
+                f"combine come only from NVIDIA's measured tables (EP 8 on one HGX/DGX node, EP 4 on a GB200/GB300 "
+                f"tray; hidden 3072-7168, top-6/8); build a measured profile (`{cmd}` with --backend measured) or "
+                f"use --all2all-backend allgather_reducescatter"
+            )
+        needed.append(a2a)
+    elif dep.dp > 1:  # attention DP: each MoE layer's dispatch and combine over the dp ranks (ops.exchange_bytes)
+        if (a2a := find_collective(keys, "all_reduce", node_link(dep), dep.dp)) is None:
+            raise SimserveError(
+                f"profile {where} has no all_reduce rows for {dep.dp} workers over {node_link(dep)} (the "
+                f"dispatch and combine of {dep.dp} attention-DP ranks); run `{cmd}`"
+            )
+        needed.append(a2a)
     for stage in range(dep.pp - 1):
         link = stage_link(dep, stage)
         if (sr := find_collective(keys, "send_recv", link, None)) is None:

@@ -19,9 +19,14 @@ from simserve import numerics
 from simserve.deployment import Deployment
 from simserve.ops import (
     ELEMENTWISE_OPS,
+    a2a_bytes,
+    a2a_op,
     all_reduce_bytes,
     all_reduces_per_layer,
     elementwise_ops,
+    exchange_bytes,
+    expert_tokens,
+    fused_expert_name,
     send_recv_bytes,
     timed_linear_ops,
 )
@@ -127,9 +132,15 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         grid = ("tokens", x.tobytes())
         return layers * MS * sum(c * np.maximum(_predict(f, grid, x), 0.0) for f, c in parts)
 
-    lin_parts = [(f, share) for f, (_, share) in zip(fits, linear, strict=True)]
+    # Under attention DP the routed experts run every rank's tokens (ops.expert_tokens): their op is read there.
+    experts = fused_expert_name(dep) if dep.dp > 1 else None
+    lin_parts = [(f, share) for f, (op, share) in zip(fits, linear, strict=True) if op != experts]
+    moe_parts = [(f, share) for f, (op, share) in zip(fits, linear, strict=True) if op == experts]
     lin, ew = total(lin_parts, t), total(ew_fits, t)
     lin_probe, ew_probe = total(lin_parts, probe), total(ew_fits, probe)
+    if moe_parts:
+        lin = lin + total(moe_parts, expert_tokens(dep, t))
+        lin_probe = lin_probe + total(moe_parts, expert_tokens(dep, probe))
     tokens = np.array([0.0, float(end), float(far)])
     ar = np.zeros(end + 1)
     ar_slope = 0.0
@@ -141,6 +152,19 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         ar = layers * n_ar * curve(t * per_token)
         ends = layers * n_ar * curve(tokens[1:] * per_token)
         ar_slope = (ends[1] - ends[0]) / (far - end)
+    if dep.dp > 1:  # each MoE layer's dispatch + combine over the DP ranks (ops.exchange_bytes), with the all-reduces
+        if (op := a2a_op(dep)) is not None:  # DeepEP: the measured dispatch + combine of one rank's tokens
+            curve = CollectiveCurve.build(_model(predictor, find_collective(predictor.models, op, node_link(dep), dep.ep)))
+            moe_layers, per_token = layers * dep.model.moe_layers / dep.model.num_layers, a2a_bytes(dep, 1)
+        else:  # allgather_reducescatter: two collectives per MoE layer
+            curve = CollectiveCurve.build(
+                _model(predictor, find_collective(predictor.models, "all_reduce", node_link(dep), dep.dp))
+            )
+            moe_layers = 2 * layers * dep.model.moe_layers / dep.model.num_layers
+            per_token = exchange_bytes(dep, 1)
+        ar = ar + moe_layers * curve(t * per_token)
+        ends = moe_layers * curve(tokens[1:] * per_token)
+        ar_slope += (ends[1] - ends[0]) / (far - end)
     sr, sr_slopes = [], []
     hidden_bytes = send_recv_bytes(dep, 1)
     for stage in range(dep.pp):

@@ -81,8 +81,8 @@ def measured_source(gpu: GPUSpec, model: ModelSpec | None = None, moe_skew: floa
     """None when a measured profile can be built for `gpu` (and `model`), else why not (for the roofline label)."""
     from simserve.profiling import measured
 
-    if model is not None and (model.is_moe or model.is_mla or moe_skew):
-        return "the measured backend reads dense GQA layers only"  # the package's MoE and MLA tables: not yet
+    if moe_skew:  # the package measured balanced and its own power-law routing, not simserve's Zipf skew
+        return f"the measured MoE tables have no Zipf-skewed routing (--moe-skew {moe_skew:g})"
     return measured.unavailable(gpu.name)
 
 

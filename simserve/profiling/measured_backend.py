@@ -6,7 +6,9 @@ the roofline backend, so the predictor fits them unchanged. Each row says how it
 measured / interpolated / derived / extrapolated / modelled; measured_grid.py) and provenance.json counts them:
   linear       GEMMs of the model's dtype at each op's (k, n) per GPU: log-log along m between the measured token
                counts (both sides of each measured tile boundary kept), bilinear in (log n, log k) between shapes;
+               a MoE model's routed experts as the package's fused-MoE times per EP degree (measured_moe.py);
   attention    measured_attention.py (heads per GPU, chunked prefill over a prefix, decode over a KV length);
+               latent attention (DeepSeek) from the measured MLA modules less their projections (measured_mla.py);
   collectives  all_reduce: the engine's own all-reduce kernel (CUDA-graph variant) up to its buffer limit, NCCL's
                measured all_reduce above it, at the TP degrees the package measured; send_recv: the package has no
                point-to-point table (its own P2P op is analytic), so these rows come from simserve's NCCL model;
@@ -26,7 +28,8 @@ from simserve.ops import attention_shape, linear_ops
 from simserve.profiling import grid, measured
 from simserve.profiling.collectives import collectives_table
 from simserve.profiling.measured_attention import Attention
-from simserve.profiling.measured_grid import KIND_NAMES, bracket, counts, loglog, names, point_kind
+from simserve.profiling.measured_grid import DERIVED, KIND_NAMES, bracket, counts, loglog, names, point_kind
+from simserve.profiling.measured_moe import deepep_table, read_moe
 from simserve.profiling.roofline import link_fields as roofline_link_fields
 from simserve.profiling.schema import profiled_deployments
 
@@ -73,13 +76,17 @@ def _gemm_rows(db: measured.Database, dtype: str) -> tuple[pd.DataFrame, str]:
     return rows, kernel
 
 
-def linear_table(deps: list[Deployment], tokens: np.ndarray, gemms: pd.DataFrame) -> pd.DataFrame:
+def linear_table(deps: list[Deployment], tokens: np.ndarray, gemms: pd.DataFrame, kernel: str,
+                 moe: pd.DataFrame | None = None, moe_where: str = "") -> pd.DataFrame:  # fmt: skip
+    from simserve.profiling.measured_moe import expert_table
+
     frames = []
     for dep in deps:
         for op in linear_ops(dep):
             t, kind = gemm_ms(gemms, tokens, op.in_features, op.out_features)
             frames.append(pd.DataFrame({"op": op.name, "tp": dep.tp, "num_tokens": tokens, "time_ms": t,
-                                        "source": names(kind)}))  # fmt: skip
+                                        "source": names(kind), "kernel": kernel}))  # fmt: skip
+    frames.append(expert_table(deps, tokens, moe, moe_where))  # MoE models: the fused routed experts per EP degree
     return pd.concat(frames, ignore_index=True)
 
 
@@ -93,20 +100,48 @@ def attention_table(deps: list[Deployment], db: measured.Database, kv_dtype: str
     ch, pre = (a.ravel() for a in np.meshgrid(chunks, prefixes, indexing="ij"))
     keep = ch + pre <= max_model_len
     ch, pre = ch[keep], pre[keep]
-    prefill_rows, decode_rows = db.attention("prefill"), db.attention("decode")
     frames, kernels = [], {}
+    rows = {} if deps[0].model.is_mla else {phase: db.attention(phase) for phase in ("prefill", "decode")}
     for dep in deps:
-        s, window = attention_shape(dep), dep.model.sliding_window
-        where = f"{db.folder}/attention/{db.engine}/{db.version}"
-        att = Attention(prefill_rows, decode_rows, s.q_heads, s.kv_heads, s.head_dim, kv_dtype, where)
-        kernels = {"prefill": att.prefill_kernel, "decode": att.decode_kernel}
-        dec, k_dec = att.decode(b, kv, window)
-        pre_t, k_pre = att.prefill(ch, pre, window)
+        if dep.model.is_mla:
+            dec, k_dec, pre_t, k_pre, kernels = _mla_attention(dep, db, kv_dtype, b, kv, ch, pre)
+        else:
+            s, window = attention_shape(dep), dep.model.sliding_window
+            where = f"{db.folder}/attention/{db.engine}/{db.version}"
+            att = Attention(rows["prefill"], rows["decode"], s.q_heads, s.kv_heads, s.head_dim, kv_dtype, where)
+            kernels = {"prefill": att.prefill_kernel, "decode": att.decode_kernel}
+            dec, k_dec = att.decode(b, kv, window)
+            pre_t, k_pre = att.prefill(ch, pre, window)
+            k_dec, k_pre = names(k_dec), names(k_pre)
         frames.append(pd.DataFrame({"phase": "decode", "tp": dep.tp, "batch_size": b, "chunk": 1, "kv_len": kv,
-                                    "time_ms": dec, "source": names(k_dec)}))  # fmt: skip
+                                    "time_ms": dec, "source": k_dec, "kernel": kernels["decode"]}))  # fmt: skip
         frames.append(pd.DataFrame({"phase": "prefill", "tp": dep.tp, "batch_size": 1, "chunk": ch, "kv_len": pre,
-                                    "time_ms": pre_t, "source": names(k_pre)}))  # fmt: skip
+                                    "time_ms": pre_t, "source": k_pre, "kernel": kernels["prefill"]}))  # fmt: skip
     return pd.concat(frames, ignore_index=True), kernels
+
+
+def _mla_attention(dep: Deployment, db: measured.Database, kv_dtype: str, b, kv, ch, pre) -> tuple:
+    """Latent attention: the measured MLA modules less their projections (measured_mla.py), or the roofline's MLA
+    kernels marked modelled, with the reason, where the package has no module rows for the deployment."""
+    from simserve.profiling import measured_mla
+    from simserve.profiling.roofline_moe import mla_decode_attention_ms, mla_prefill_attention_ms
+
+    modules, where = measured_mla.read_modules(db)
+    why = measured_mla.why_unmeasured(modules, dep, kv_dtype, where)
+    if why:
+        s, reason = attention_shape(dep), f"simserve roofline: {why}"
+        dec = mla_decode_attention_ms(dep.gpu, s, b, kv, dep.kv_bytes)
+        pre_t = mla_prefill_attention_ms(dep.gpu, s, ch, pre, dep.kv_bytes)
+        return dec, "modelled", pre_t, "modelled", {"prefill": reason, "decode": reason}
+    gemm_type, gemm_dtype = measured_mla.DERIVE_GEMM
+    gemm_rows, _ = _gemm_rows(db, gemm_dtype)
+    att, info = measured_mla.attention(modules, dep, kv_dtype, gemm_ms, gemm_rows, where)
+    dec, k_dec = att.decode(b, kv, None)
+    pre_t, k_pre = att.prefill(ch, pre, None)
+    derived = np.full(len(dec), DERIVED)  # module less its projections: DERIVED at best
+    kernels = {phase: f"{k} MLA module less {gemm_type} projections ({info['clamped'][phase]} rows at the floor)"
+               for phase, k in info["kernels"].items()}  # fmt: skip
+    return (dec, names(np.maximum(k_dec, derived)), pre_t, names(np.maximum(k_pre, DERIVED)), kernels)
 
 
 def collective_table(db: measured.Database, node: NodeSpec, network: NetworkSpec | None, tps: list[int],
@@ -175,11 +210,6 @@ def profile(
 
     `dtype` picks the GEMM rows (bf16, fp8: the package's per-tensor-scaled fp8 kernels, fp8_block), `kv_dtype` the
     attention rows' KV cache (bf16, fp8)."""
-    if model.is_moe or model.is_mla or moe_skew:
-        raise SimserveError(
-            f"the measured backend reads dense GQA layers only ({model.name} is "
-            f"{'MoE' if model.is_moe else 'MLA' if model.is_mla else 'skewed MoE'}); use --backend roofline"
-        )
     db = measured.open_database(gpu.name, engine, engine_version)
     deps = profiled_deployments(model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
     kv_dtype = {"bf16": "bfloat16", "fp8": "fp8"}.get(kv_dtype, kv_dtype)
@@ -187,8 +217,12 @@ def profile(
     gemms, gemm_kernel = _gemm_rows(db, dtype)
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)
     collectives, comm = collective_table(db, deps[0].node, network, tps, quick)
+    moe, moe_where = read_moe(db) if model.is_moe else (None, "")
+    if model.is_moe:  # DeepEP dispatch + combine, for attention-DP runs that ask for it (--all2all-backend)
+        a2a, comm["deepep_unavailable"] = deepep_table(db, model, deps[0].node)
+        collectives = pd.concat([collectives, a2a], ignore_index=True)
     tables = {
-        "linear": linear_table(deps, tokens, gemms),
+        "linear": linear_table(deps, tokens, gemms, gemm_kernel, moe, moe_where),
         "elementwise": elementwise_table(deps, tokens),
         "attention": attention,
         "collectives": collectives,
@@ -208,6 +242,7 @@ def profile(
             "gemm_kernel": gemm_kernel,
             "kv_cache_dtype": kv_dtype,
             "attention_kernels": att_kernels,
+            **({"moe_table": moe_where or None} if model.is_moe else {}),
             **comm,
             "license": measured.LICENSE,
             "attribution": measured.ATTRIBUTION,
@@ -218,7 +253,8 @@ def profile(
             "rows per table by how their time was got (the `source` column): measured on the package's grid, "
             "interpolated between grid points, derived by a stated identity from measured rows, extrapolated "
             f"beyond the grid ({extrapolated} rows), or modelled (no table: elementwise ops from the roofline, "
-            "send/recv from simserve's NCCL model); method in simserve/profiling/measured_backend.py"
+            "send/recv from simserve's NCCL model; MoE and MLA shapes the package lacks from the roofline, the "
+            "`kernel` column saying what it lacks); method in simserve/profiling/measured_backend.py"
         ),
     }
     return tables, provenance

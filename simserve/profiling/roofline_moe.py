@@ -4,7 +4,8 @@ They reuse roofline.py's form and constants unchanged (t = t0 + sqrt(Tc² + Tm²
 fractions of peak), so a recalibration there carries over; none of these kernels has been measured here
 (docs/models.md says what is validated and what is not).
 
-- Grouped GEMM (fused MoE): one kernel over the experts a batch touches on this GPU. Compute: each touched
+- Grouped GEMM (fused MoE): one kernel per projection over the experts a batch touches on this GPU, timed with
+  the activation between them as one fused op (fused_expert_ms), as the measured MoE tables time vLLM's kernel. Compute: each touched
   expert's rows padded to the GEMM tile; memory: every touched expert's weight slice once, plus the routed rows'
   activations in and out (the permuted copies, k per token). Expected touched experts and rows: ops.expert_load.
 - MLA decode (vLLM's weight-absorbed form): every query head reads the one cached latent (kv_lora_rank + rope)
@@ -23,7 +24,7 @@ import pandas as pd
 from simserve import precision
 from simserve.catalog import GPUSpec
 from simserve.deployment import Deployment
-from simserve.ops import AttentionShape, expert_load, expert_ops
+from simserve.ops import AttentionShape, expert_load, expert_ops, fused_expert_name
 from simserve.profiling import gemm_tiles
 from simserve.profiling.roofline import KernelConstants, kernels_for
 
@@ -46,23 +47,41 @@ def grouped_gemm_ms(
     return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
 
 
-def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:
-    """linear.csv rows of the routed experts for every EP degree each TP degree allows (ops.ExpertOp names)."""
+def fused_expert_ms(dep: Deployment, tokens: np.ndarray, c: KernelConstants | None = None) -> np.ndarray:
+    """The routed experts of one MoE layer on the busiest GPU for batches of `tokens` tokens: the gate+up grouped
+    GEMM, SiLU(gate)·up over the routed rows (roofline.elementwise_ms's `act` cost) and the down grouped GEMM."""
+    from simserve.profiling.roofline import elementwise_ms
+
+    touched, rows = expert_load(dep, tokens)
+    gpu = precision.gemm_gpu(dep.gpu, dep.dtype)
+    up, down = expert_ops(dep)
+    t = sum(grouped_gemm_ms(gpu, touched, rows, op.in_features, op.out_features, dep.weight_bytes, c)
+            for op in (up, down))  # fmt: skip
+    act_bytes = rows * 3 * down.in_features * precision.ACTIVATION_BYTES  # reads gate and up, writes one
+    return t + elementwise_ms(dep.gpu, "act", act_bytes, c)
+
+
+def expert_deployments(deps: list[Deployment]) -> list[Deployment]:
+    """Every EP degree each MoE deployment's TP degree allows (a profile holds them all: `--ep` picks one): EP
+    dividing TP, and under attention DP (dp ranks of this TP on one node) EP = dp·TP with whole experts."""
     import dataclasses
 
-    frames = []
+    out = []
     for base in deps:
-        m = base.model
+        m, gpus = base.model, base.node.gpus_per_node if base.node else base.tp
         if not m.is_moe:
             continue
-        for ep in [e for e in range(1, base.tp + 1) if base.tp % e == 0 and m.num_experts % e == 0]:
-            dep = dataclasses.replace(base, ep=ep)
-            touched, rows = expert_load(dep, tokens)
-            gpu = precision.gemm_gpu(dep.gpu, dep.dtype)
-            for op in expert_ops(dep):
-                t = grouped_gemm_ms(gpu, touched, rows, op.in_features, op.out_features, dep.weight_bytes, c)
-                frames.append(pd.DataFrame({"op": op.profile_name(dep), "tp": dep.tp, "num_tokens": tokens,
-                                            "time_ms": t}))  # fmt: skip
+        out += [dataclasses.replace(base, ep=ep) for ep in range(1, base.tp + 1)
+                if base.tp % ep == 0 and m.num_experts % ep == 0]  # fmt: skip
+        out += [dataclasses.replace(base, ep=dp * base.tp, dp=dp) for dp in range(2, gpus // base.tp + 1)
+                if m.num_experts % (dp * base.tp) == 0]  # fmt: skip
+    return out
+
+
+def expert_table(deps: list[Deployment], tokens: np.ndarray, c: KernelConstants | None = None) -> pd.DataFrame:
+    """linear.csv rows of the routed experts' fused op (ops.fused_expert_name) for every EP degree."""
+    frames = [pd.DataFrame({"op": fused_expert_name(dep), "tp": dep.tp, "num_tokens": tokens,
+                            "time_ms": fused_expert_ms(dep, tokens, c)}) for dep in expert_deployments(deps)]  # fmt: skip
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

@@ -124,8 +124,11 @@ class Attention:
             lens = torch.full((batch,), kv_len, dtype=torch.int32, device=self.device)
             return lambda: self.flash.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)
         k, v = self._kv(batch, kv_len, heads_first=True)
-        q = q.transpose(1, 2)
-        return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=self.hq != self.hkv)
+        # One query token per request and no mask: the query heads sharing a kv head are folded into that head's
+        # query rows, (batch, kv heads, group, d), as decode kernels pack GQA; no head-expanding fallback path
+        # (SDPA's math backend copies K and V once per query head) can be picked.
+        q = q.reshape(batch, self.hkv, self.hq // self.hkv, self.d)
+        return lambda: F.scaled_dot_product_attention(q, k, v).view(batch, self.hq, 1, self.d)
 
 
 def _flash_attn(torch: Any, device: Any) -> Any:
@@ -150,21 +153,34 @@ def attention_rows(
     rows, skipped = [], 0
     for b in g["batches"]:
         for kv in g["kv"]:
-            if not attn.fits(b, kv):
+            stats = _time_if_fits(attn, timer, b, kv, lambda b=b, kv=kv: attn.decode(b, kv))
+            if stats is None:
                 skipped += 1
                 continue
-            stats = timer(attn.decode(b, kv))
             rows.append({"phase": "decode", "tp": tp, "batch_size": b, "chunk": 1, "kv_len": kv, **stats})
     for c in g["chunks"]:
         for p in g["prefixes"]:
             if c + p > max_model_len:
                 continue
-            if not attn.fits(1, p + c):
+            stats = _time_if_fits(attn, timer, 1, p + c, lambda c=c, p=p: attn.prefill(c, p))
+            if stats is None:
                 skipped += 1
                 continue
-            stats = timer(attn.prefill(c, p))
             rows.append({"phase": "prefill", "tp": tp, "batch_size": 1, "chunk": c, "kv_len": p, **stats})
     return rows, skipped
+
+
+def _time_if_fits(attn: Attention, timer: Timer, b: int, n: int, call: Callable[[], Any]) -> dict | None:
+    """The point's times, or None when its KV exceeds the preallocated cache or its kernel's workspace does not
+    fit in what the GPU has left (the row is then absent and counted, never a partial profile)."""
+    if not attn.fits(b, n):
+        return None
+    cuda = attn.torch.cuda
+    try:
+        return timer(call())
+    except cuda.OutOfMemoryError:
+        cuda.empty_cache()
+        return None
 
 
 def kv_capacity(torch: Any, device: Any, dep: Deployment, g: dict[str, list[int]], dtype: Any) -> int:

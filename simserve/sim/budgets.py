@@ -139,7 +139,7 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 
 # -- vllm-v1 ------------------------------------------------------------------------------------------
 # Design note: vLLM 0.33.0's V1 scheduler (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`, FCFS
-# policy, no prefix caching, no speculative decoding, no KV connector), step by step:
+# policy, no speculative decoding, no KV connector), step by step:
 #   1. One budget, max_num_batched_tokens, for everything. `long_prefill_token_threshold` caps one request's
 #      chunk, but only when more than one request is running or waiting ("nobody to starve" otherwise);
 #      with `long_prefill_token_threshold_adaptive`, never below budget // (running + waiting).
@@ -152,6 +152,10 @@ def equal_cost_size(rep: ReplicaState) -> ChunkSize:
 #      fewer than max_num_seqs run, the head is admitted if the blocks of its whole sequence fit
 #      (`scheduler_reserve_full_isl`, default True; watermark 0.0 by default), but only its first chunk's
 #      blocks are allocated. Several prefills share a step (V1 has no max_num_partial_prefills).
+#   4. With prefix caching (`rep.prefix`, sim/prefix_cache.py): a waiting request first takes the longest run
+#      of cached blocks (at most num_tokens - 1 tokens) as computed (`_admit_cached`); every allocation caches
+#      the full blocks of the tokens it schedules; finished requests' blocks go back before the next step, in
+#      the order they were scheduled.
 # Checked step by step against the real Scheduler by tests/conformance/ (docs/engines.md).
 # NOTE: a step of vLLM's that only preempts (the running set emptied itself) schedules nothing; the engine
 # steps again at once. Here that empty step costs no time, so the next step is formed right away.
@@ -159,6 +163,9 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
     cfg, r, bs = rep.cfg, rep.reqs, rep.block_size
     running = rep.running
     assert running is not None, "vllm-v1 needs ReplicaState.running"
+    cache = rep.prefix
+    if cache is not None and rep.finished:
+        rep.release_finished()  # vLLM frees them when the step's output comes back, before it schedules
     budget = rep.budget
     eligible = len(running) + len(rep.waiting)
     thr = cfg.long_prefill_token_threshold if eligible > 1 else 0
@@ -185,8 +192,13 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
                 break
         if i >= len(running):
             break  # it preempted itself (it was the last): vLLM stops scheduling running requests
-        rep.kv.allocate(need)
-        r.blocks[rid] += need
+        if cache is None:
+            rep.kv.allocate(need)
+            r.blocks[rid] += need
+        else:  # its new blocks, and the full blocks of what this step computes join the cache
+            r.blocks[rid] = cache.allocate_slots(
+                rid, (), computed + n, min(computed + n, rep.num_tokens(rid))
+            )
         if is_prefill:
             prefills.append((rid, n))
         else:
@@ -203,11 +215,34 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         if rep.pp > 1 and r.inflight[rid]:
             break  # preempted while in flight (see policies.py)
         want = rep.num_tokens(rid)
-        if not rep.kv.can_allocate(-(-want // bs)):
-            break  # the whole sequence must fit (scheduler_reserve_full_isl)
-        n = min(want, thr or budget, budget)
-        rep.admit_head(now, -(-n // bs))
+        if cache is not None:
+            n = _admit_cached(rep, cache, rid, want, thr, budget, now)
+            if not n:
+                break
+        else:
+            if not rep.kv.can_allocate(-(-want // bs)):
+                break  # the whole sequence must fit (scheduler_reserve_full_isl)
+            n = min(want, thr or budget, budget)
+            rep.admit_head(now, -(-n // bs))
         prefills.append((rid, n))
         budget -= n
         rep.drop_too_long()
     return prefills, np.array(decodes, dtype=np.int64)
+
+
+def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budget: int, now: float) -> int:
+    """vLLM's waiting path with prefix caching: the longest cached prefix is taken as computed, the chunk
+    starts after it, and the whole sequence (less the hit blocks already held by running requests) must fit.
+    Admits the head and returns its chunk, or 0 when it does not fit."""
+    hits = cache.lookup(rid, want)
+    hit = len(hits) * rep.block_size
+    n = min(want - hit, thr or budget, budget)
+    if cache.blocks_to_allocate(rid, min(want, rep.cfg.max_model_len), hits) > cache.free:
+        return 0  # scheduler_reserve_full_isl, counting hit blocks that would leave the free queue
+    if cache.blocks_to_allocate(rid, hit + n, hits) > cache.free:
+        return 0
+    cache.record(bool(rep.reqs.preemptions[rid]), want, hit)
+    blocks = cache.allocate_slots(rid, hits, hit + n, min(hit + n, want))
+    rep.admit_head(now, blocks, hit)
+    rep.reqs.cached_tokens[rid] = hit
+    return n

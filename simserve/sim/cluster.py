@@ -1,6 +1,7 @@
 """The cluster: arrivals → router → replicas, plus the overload watchdog. `simulate` runs one experiment.
 
-Processes: `arrivals` routes each request when it arrives (replicas also route whatever is due before they
+Processes: `arrivals` routes each request when it arrives (with a closed-loop client, `cfg.max_concurrency`,
+only once a finished request has freed its slot: see `_on_done`) (replicas also route whatever is due before they
 schedule, so a batch formed at time t sees every arrival at or before t, whatever SimPy's event order);
 `watchdog` evaluates the overload, TBT-stop and trial-cap rules (watchdog.py) every `check_period_s`; each
 replica runs its scheduler loop and pipeline stages (replica.py). `simulate` runs this SimPy model, the
@@ -55,6 +56,10 @@ class Cluster:
         self.env, self.reqs, self.cfg = env, reqs, cfg
         self.n = reqs.n
         self.next = 0  # next request to arrive
+        # Requests the client may have sent: all of them (open loop), or N plus one per finished request
+        # (`vllm bench serve --max-concurrency N`: an asyncio.Semaphore(N), whose waiters go in FIFO order).
+        self.released = reqs.n if cfg.max_concurrency is None else min(cfg.max_concurrency, reqs.n)
+        self.slot_freed: simpy.Event | None = None  # the arrivals process waits on it for a free slot
         self.num_done = 0  # finished or ignored
         self.num_ignored = 0
         self.finished = env.event()
@@ -89,6 +94,10 @@ class Cluster:
     def arrivals(self):
         env, arrived = self.env, self.reqs.arrived
         while self.next < self.n:
+            if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
+                self.slot_freed = env.event()
+                yield self.slot_freed
+                continue
             t = arrived[self.next]
             while t > env.now:
                 yield env.timeout(t - env.now)
@@ -96,7 +105,7 @@ class Cluster:
 
     def route_due(self, now: float) -> None:
         r = self.reqs
-        while self.next < self.n and r.arrived[self.next] <= now:
+        while self.next < self.released and r.arrived[self.next] <= now:
             rid = self.next
             self.next += 1
             if r.prompt[rid] > self.prompt_limit:
@@ -119,6 +128,16 @@ class Cluster:
         self.num_done += 1
         if self.reqs.status[rid] == IGNORED:
             self.num_ignored += 1
+        if self.released < self.n:  # closed loop: the finished request's slot goes to the next one
+            nxt = self.released
+            self.released += 1
+            # NOTE: vLLM's client sends it at once if it is due (latency is measured from then, after the
+            # semaphore), else at its own time; arrival times stay non-decreasing, so ids stay in FCFS order.
+            # The front end delays the client's receipt of the last token and the next request's way in.
+            self.reqs.arrived[nxt] = max(self.reqs.arrived[nxt], self.env.now + self.cfg.frontend_s)
+            if self.slot_freed is not None:
+                ev, self.slot_freed = self.slot_freed, None
+                ev.succeed()
         if self.num_done == self.n and not self.finished.triggered:
             self.finished.succeed()
 
@@ -165,6 +184,7 @@ def simulate(
     num_blocks: int,
     cfg: SimConfig,
     progress: Callable[[int, int], None] | None = None,
+    prefix: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> RawRun:
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
 
@@ -187,6 +207,9 @@ def simulate(
     # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
     reqs = Requests(prompt, output, arrived)
+    if prefix is not None:  # (group, tokens on it) per request: which blocks prefix caching can share
+        reqs.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
+        reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
     core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
         log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)

@@ -62,10 +62,17 @@ class SimConfig:
     long_prefill_token_threshold: int = 0
     # vllm-v1: floor the threshold at budget / (running + waiting requests) (vLLM's flag of the same name)
     long_prefill_token_threshold_adaptive: bool = False
+    # vllm-v1: automatic prefix caching (vLLM V1's default; sim/prefix_cache.py), `--enable-prefix-caching`
+    prefix_caching: bool = False
     # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
     max_long_partial_prefills: int = 1
+    # A closed-loop client (`vllm bench serve --max-concurrency N`): at most N requests in flight; request i is
+    # sent at its arrival time or when the (i − N + 1)-th request finishes, whichever is later. None: open loop.
+    max_concurrency: int | None = None
+    # The front end's latency (sim/frontend.py): added to what a client sees; 0: engine-side latencies only.
+    frontend_s: float = 0.0
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:
@@ -100,6 +107,10 @@ class SimConfig:
             raise SimserveError(
                 f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
             )
+        if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
+            raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise SimserveError(f"--max-concurrency must be at least 1 (vLLM: greater than 0), got {self.max_concurrency}")
         for flag, value in (("--max-num-partial-prefills", self.max_num_partial_prefills),
                             ("--max-long-partial-prefills", self.max_long_partial_prefills)):  # fmt: skip
             if value != 1:
@@ -107,6 +118,11 @@ class SimConfig:
                     f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; the "
                     "V1 scheduler admits every prefill that fits the token budget): drop it"
                 )
+        if self.prefix_caching and self.policy != "vllm-v1":
+            raise SimserveError(
+                f"prefix caching is modelled as vLLM V1 does it; use --policy vllm-v1 or --no-prefix-caching "
+                f"(got --policy {self.policy})"
+            )
         return self
 
     def kv_watermark(self) -> float:

@@ -247,6 +247,12 @@ class Rep:
     prefilling: list  # sorted ids
     decoding: list  # sorted ids
     running: list  # vllm-v1: ids in admission order (ReplicaState.running); unused otherwise
+    # vllm-v1 with prefix caching: the same PrefixCache object the reference uses (sim/prefix_cache.py); `free`
+    # mirrors its free queue after every change. finished / admit_seq / admitted: ReplicaState's.
+    cache: object
+    finished: list
+    admit_seq: dict
+    admitted: cython.longlong
     free: cython.longlong
     num_blocks: cython.longlong
     watermark: cython.longlong
@@ -276,13 +282,18 @@ class Rep:
     w_micro_batches: cython.longlong
 
     def __init__(
-        self, index: cython.int, num_blocks: cython.longlong, watermark: cython.longlong, pp: cython.int
-    ):
+        self, index: cython.int, num_blocks: cython.longlong, watermark: cython.longlong, pp: cython.int,
+        cache: object = None,
+    ):  # fmt: skip
         self.index = index
         self.waiting = deque()
         self.prefilling = []
         self.decoding = []
         self.running = []
+        self.cache = cache
+        self.finished = []
+        self.admit_seq = {}
+        self.admitted = 0
         self.free = num_blocks
         self.num_blocks = num_blocks
         self.watermark = watermark
@@ -332,6 +343,7 @@ class Core:
     status: cython.schar[:]
     replica: cython.longlong[:]
     stamp: cython.longlong[:]  # the batch each request was last put in (the scheduled-twice check)
+    cached_tokens: cython.longlong[:]
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     counts: cython.double[:]
     zeros: cython.double
@@ -351,6 +363,7 @@ class Core:
     unlimited: cython.bint
     max_batch: cython.longlong
     prompt_limit: cython.longlong
+    max_model_len: cython.longlong
     router_rr: cython.bint
     rr: cython.longlong
     check_period: cython.double
@@ -418,6 +431,7 @@ class Core:
         self.blocks, self.req_preemptions = arrays["blocks"], arrays["preemptions"]
         self.inflight, self.status, self.replica = arrays["inflight"], arrays["status"], arrays["replica"]
         self.stamp = arrays["stamp"]
+        self.cached_tokens = arrays["cached_tokens"]
         self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
         self.zeros = hist["zeros"]
@@ -435,6 +449,7 @@ class Core:
         self.budget = 0 if self.unlimited else p["budget"]
         self.max_batch = p["max_batch"]
         self.prompt_limit = p["prompt_limit"]
+        self.max_model_len = p["max_model_len"]
         self.router_rr = p["router"] == "rr"
         self.rr = 0
         self.check_period = p["check_period"]
@@ -450,8 +465,9 @@ class Core:
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
         self.now = 0.0
         self.eid = 0
+        caches = p["caches"] or [None] * p["num_replicas"]
         self.reps = [
-            Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp) for i in range(p["num_replicas"])
+            Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp, caches[i]) for i in range(p["num_replicas"])
         ]
         self.next = 0
         self.num_done = 0
@@ -953,7 +969,10 @@ class Core:
     def _finish(self, rep: Rep, rid: cython.longlong, now: cython.double) -> cython.void:
         self.completed[rid] = now
         self.status[rid] = DONE
-        self._release(rep, self.blocks[rid])
+        if rep.cache is None:
+            self._release(rep, self.blocks[rid])
+        else:
+            rep.finished.append(rid)
         self.blocks[rid] = 0
         if self.policy == P_V1:
             rep.running.remove(rid)
@@ -1041,7 +1060,11 @@ class Core:
         rid: cython.longlong = rep.waiting.popleft()
         if blocks < 0:
             blocks = self._admission_blocks(rid)
-        self._allocate(rep, blocks)
+        if rep.cache is None:
+            self._allocate(rep, blocks)
+        else:
+            rep.admit_seq[rid] = rep.admitted
+            rep.admitted += 1
         self.blocks[rid] = blocks
         self.computed[rid] = 0
         self.target[rid] = self._num_tokens(rid)
@@ -1055,7 +1078,11 @@ class Core:
 
     @cython.cfunc
     def _preempt(self, rep: Rep, rid: cython.longlong) -> cython.void:
-        self._release(rep, self.blocks[rid])
+        if rep.cache is None:
+            self._release(rep, self.blocks[rid])
+        else:
+            rep.cache.free_request(rid)
+            rep.free = rep.cache.free
         self.blocks[rid] = 0
         self.computed[rid] = 0
         self.req_preemptions[rid] += 1
@@ -1359,6 +1386,9 @@ class Core:
         running: list = rep.running
         prefills: list = []
         decodes: list = []
+        cache: object = rep.cache
+        if cache is not None and rep.finished:
+            self._release_finished(rep)
         if thr and self.long_adaptive:
             thr = max(thr, self.budget // eligible)
         while i < len(running) and budget > 0:
@@ -1380,8 +1410,13 @@ class Core:
                     break
             if i >= len(running):
                 break
-            self._allocate(rep, need)
-            self.blocks[rid] += need
+            if cache is None:
+                self._allocate(rep, need)
+                self.blocks[rid] += need
+            else:
+                want = min(computed + n, self._num_tokens(rid))
+                self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
+                rep.free = cache.free
             if is_prefill:
                 prefills.append((rid, n))
             else:
@@ -1398,14 +1433,52 @@ class Core:
             if self.pp > 1 and self.inflight[rid]:
                 break
             want = self._num_tokens(rid)
-            if not self._can_allocate(rep, -(-want // bs)):
-                break
-            n = min(want, thr if thr else budget, budget)
-            self._admit_head(rep, now, -(-n // bs))
+            if cache is not None:
+                n = self._admit_cached(rep, rid, want, thr, budget, now)
+                if not n:
+                    break
+            else:
+                if not self._can_allocate(rep, -(-want // bs)):
+                    break
+                n = min(want, thr if thr else budget, budget)
+                self._admit_head(rep, now, -(-n // bs))
             prefills.append((rid, n))
             budget -= n
             self._drop_too_long(rep)
         return prefills, decodes
+
+    @cython.cfunc
+    def _admit_cached(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
+                      budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
+        """budgets._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
+        cache: object = rep.cache
+        hits: list = cache.lookup(rid, want)
+        hit: cython.longlong = len(hits) * self.block_size
+        n: cython.longlong = min(want - hit, thr if thr else budget, budget)
+        free: cython.longlong = cache.free
+        if cache.blocks_to_allocate(rid, min(want, self.max_model_len), hits) > free:
+            return 0
+        if cache.blocks_to_allocate(rid, hit + n, hits) > free:
+            return 0
+        cache.record(self.req_preemptions[rid] > 0, want, hit)
+        blocks: cython.longlong = cache.allocate_slots(rid, hits, hit + n, min(hit + n, want))
+        rep.free = cache.free
+        self._admit_head(rep, now, blocks)
+        self.computed[rid] = hit
+        self.cached_tokens[rid] = hit
+        return n
+
+    @cython.cfunc
+    def _release_finished(self, rep: Rep) -> cython.void:
+        """ReplicaState.release_finished: finished requests' blocks back, in admission order."""
+        rid: cython.longlong
+        if len(rep.finished) > 1:
+            rep.finished.sort(key=rep.admit_seq.__getitem__)
+        for rid in rep.finished:
+            rep.cache.free_request(rid)
+            del rep.admit_seq[rid]
+        rep.finished.clear()
+        rep.free = rep.cache.free
 
     # -- what the caller reads at each check ----------------------------------------------------------
     def replica_totals(self) -> list:

@@ -30,11 +30,13 @@ from simserve.errors import SimserveError
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
+from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.request import Requests
 from simserve.sim.watchdog import Watchdog
 
 ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
 _warned = False
+_warned_closed_loop = False
 _modules: dict[bool, ModuleType | None] = {}
 
 
@@ -69,8 +71,18 @@ def compiled_available() -> bool:
 def choose(cfg: SimConfig, timer) -> ModuleType | None:
     """The core module to run this case on, or None for the SimPy reference."""
     global _warned
+    global _warned_closed_loop
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
+        return None
+    if cfg.max_concurrency is not None:
+        if not _warned_closed_loop:
+            _warned_closed_loop = True
+            print(
+                "simserve: a closed-loop client (--max-concurrency) runs on the SimPy reference model: the "
+                "compiled core does not have arrivals that wait for completions yet (same results, slower)",
+                file=sys.stderr,
+            )
         return None
     if mode == "python":
         return _load(False)
@@ -83,6 +95,21 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
             file=sys.stderr,
         )
     return core
+
+
+_reference_only: set[str] = set()
+
+
+def reference_only(mechanism: str) -> None:
+    """A mechanism the compiled core does not have yet (e.g. "disaggregated serving") runs on the SimPy
+    reference: say so once per process and mechanism, never give a silently different answer."""
+    if mechanism in _reference_only or os.environ.get(ENV, "") == "reference":
+        return
+    _reference_only.add(mechanism)
+    sys.stderr.write(  # one write: worker processes that say it at once do not interleave their lines
+        f"simserve: {mechanism} runs on the SimPy reference model (the compiled core does not have it yet), "
+        "which is slower\n"
+    )
 
 
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
@@ -151,6 +178,11 @@ def run(
     }  # fmt: skip
     arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
     arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
+    arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
+    caches = None
+    if cfg.prefix_caching:  # the reference's own block pool, one per replica: the same rules by construction
+        caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
+                  for _ in range(cfg.num_replicas)]  # fmt: skip
     budget = cfg.token_budget()
     params = dict(
         n=n,
@@ -162,6 +194,8 @@ def run(
         budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
         max_batch=cfg.batch_limit(pp),
         prompt_limit=cfg.prompt_limit(),
+        max_model_len=cfg.max_model_len,
+        caches=caches,
         router=cfg.router,
         check_period=cfg.check_period_s,
         sched_delay_slo=cfg.sched_delay_slo_s,
@@ -224,11 +258,12 @@ def run(
             rules.check_stall(False, False, num_done, 0)
         c.watch(not overloaded, *rules.positions())
         c.next_check_at()
-    replicas = [_summary(i, pp, t, num_blocks) for i, t in enumerate(c.replica_totals())]
+    replicas = [_summary(i, pp, t, num_blocks, caches[i] if caches else None)
+                for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
 
 
-def _summary(index: int, pp: int, totals: tuple, num_blocks: int) -> SimpleNamespace:
+def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -> SimpleNamespace:
     in_flight, _, outstanding, free, preemptions, bubble, work = totals
     tokens, pairs, prefill_kv, decode_kv, mbs = work
     kv = SimpleNamespace(free=free, num_blocks=num_blocks, used=num_blocks - free)
@@ -240,5 +275,5 @@ def _summary(index: int, pp: int, totals: tuple, num_blocks: int) -> SimpleNames
         work=_Work(
             tokens=tokens, prefill_pairs=pairs, prefill_kv=prefill_kv, decode_kv=decode_kv, micro_batches=mbs
         ),
-        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions),
+        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix),
     )

@@ -61,11 +61,24 @@ class Summary:
     stage_bubble: tuple[float, ...]
     stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
     capped: bool = False  # SimConfig.time_limit_s ended the run; the latencies cover completed requests
+    frontend_s: float = 0.0  # the front end's latency, included in TTFT, e2e and normalized latency (frontend.py)
+    # prefix caching (vLLM's prefix-cache counters, first admissions; readmissions after preemption apart):
+    # prompt tokens looked up, tokens found cached, and their ratio. None when prefix caching is off.
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_preempted_hits: int | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
         if not self.capped:  # only when it happened, so uncapped summaries stay as they were
             del d["capped"]
+        if not self.frontend_s:  # likewise: engine-side summaries keep their keys
+            del d["frontend_s"]
+        if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
+            for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
+                      "prefix_cache_preempted_hits"):  # fmt: skip
+                del d[k]
         return d
 
 
@@ -139,8 +152,12 @@ def summarize(run: RawRun, dep=None) -> Summary:
     out = r.output[done]
     start = float(r.arrived[0])
     duration = max(float(run.end_time) - start, 1e-12)
-    ttft, sched, e2e = _pct(f - a), _pct(s - a), _pct(c - a)
-    norm = _pct((c - a) / out)
+    front = run.cfg.frontend_s
+    if front:  # what the client sees: the front end's way in and out (frontend.py); sched delay stays engine-side
+        ttft, e2e, norm = _pct(f - a + front), _pct(c - a + front), _pct((c - a + front) / out)
+    else:
+        ttft, e2e, norm = _pct(f - a), _pct(c - a), _pct((c - a) / out)
+    sched = _pct(s - a)
     # Busy time from the table, clipped at the end: an overloaded run stops in the middle of iterations.
     per_stage, num_iterations = _busy_and_iterations(run.log, float(run.end_time))
     busy = tuple(
@@ -149,7 +166,15 @@ def summarize(run: RawRun, dep=None) -> Summary:
     bubble = tuple(b / duration for rep in run.replicas for b in rep.bubble)
     mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
     bubble = tuple(float(x) for x in bubble)
+    caches = [rep.state.prefix for rep in run.replicas if getattr(rep.state, "prefix", None) is not None]
+    prefix = {}
+    if caches:
+        queries, hits = sum(c.queries for c in caches), sum(c.hits for c in caches)
+        prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
+                      prefix_cache_hit_rate=hits / queries if queries else 0.0,
+                      prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
     summary = Summary(
+        **prefix,
         num_requests=r.n,
         completed=int(done.sum()),
         ignored=int((r.status == IGNORED).sum()),
@@ -182,6 +207,7 @@ def summarize(run: RawRun, dep=None) -> Summary:
         mbu=mbu,
         stage_busy=busy,
         stage_bubble=bubble,
+        frontend_s=front,
     )
     return summary
 

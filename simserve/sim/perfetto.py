@@ -190,3 +190,32 @@ def write_chrome_trace(path, iterations: pd.DataFrame | IterationLog, max_events
 def _dumps(x) -> str:
     # json.dumps, not json.dump: only the one-shot encoder uses the C accelerator (same text, ~10x less CPU)
     return json.dumps(x, separators=(",", ":"))
+
+
+def write_disagg_trace(path, log: IterationLog, num_prefill: int, transfers, link,
+                       max_events: int = MAX_EVENTS) -> None:  # fmt: skip
+    """A disaggregated run: the prefill and decode replicas as processes named by pool, and one more process,
+    the KV link, with one event per transfer while it holds the link (its latency follows, off the link)."""
+    doc = chrome_trace_from_log(log, max_events)
+    for ev in doc["traceEvents"]:
+        if ev.get("name") == "process_name":
+            pid = ev["pid"]
+            side, i = ("prefill", pid) if pid < num_prefill else ("decode", pid - num_prefill)
+            ev["args"] = {"name": f"{side} replica {i}"}
+    moved = np.flatnonzero(~np.isnan(transfers.end))
+    step = max(1, math.ceil(len(moved) / max_events))
+    link_pid = max([num_prefill, *(ev["pid"] + 1 for ev in doc["traceEvents"])])
+    events = [{"name": "process_name", "ph": "M", "pid": link_pid, "args": {"name": f"KV link: {link.describe()}"}}]
+    for rid in moved[::step].tolist():
+        start = float(transfers.start[rid])
+        events.append({
+            "name": "kv transfer", "cat": "transfer", "ph": "X", "pid": link_pid, "tid": 0,
+            "ts": round(start * 1e6, 3), "dur": round(link.occupancy_s(float(transfers.nbytes[rid])) * 1e6, 3),
+            "args": {"request": rid, "bytes": float(transfers.nbytes[rid]),
+                     "prefill_replica": int(transfers.prefill_replica[rid]),
+                     "queued_s": float(transfers.start[rid] - transfers.queued[rid])},
+        })  # fmt: skip
+    doc["traceEvents"] += events
+    doc["otherData"]["transfers_sampled_every"] = step
+    with open(path, "w") as f:
+        f.write(_dumps(doc))

@@ -41,6 +41,11 @@ class Requests:
         self.inflight = np.zeros(n, dtype=bool)  # in a micro-batch that has not left the last stage
         self.status = np.full(n, WAITING, dtype=np.int8)
         self.replica = np.full(n, -1, dtype=np.int64)
+        # Prefix caching (sim/prefix_cache.py): the token stream a request shares with others (-1: none) and
+        # how many of its tokens lie on it; the tokens its last admission found cached.
+        self.prefix_group = np.full(n, -1, dtype=np.int64)
+        self.prefix_tokens = np.zeros(n, dtype=np.int64)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)
 
     def num_tokens(self, rid: int) -> int:
         return int(self.prompt[rid] + self.generated[rid])

@@ -34,7 +34,7 @@ class Scenario:
     network: str | None = None
     trace: str = "sharegpt"  # a shipped trace name or a trace file path
     num_requests: int = 2048
-    arrival: str = "poisson"  # poisson | poisson-clipped | gamma | replay
+    arrival: str = "poisson"  # poisson | poisson-clipped | gamma | vllm-bench | replay
     cv: float = 1.0  # gamma arrivals' coefficient of variation
     policy: str = "sarathi"
     budget: int | None = None
@@ -72,7 +72,25 @@ class Scenario:
     kv_dtype: str = field(default="bf16", metadata={"omit_at_default": True})
     ep: int = field(default=1, metadata={"omit_at_default": True})
     moe_skew: float = field(default=0.0, metadata={"omit_at_default": True})
+    # Attention data parallelism (Deployment.dp): each of the dp ranks is simulated as a replica of its own
+    # (requests, scheduler, KV cache), so a run has num_replicas x dp_attention of them.
+    dp_attention: int = field(default=1, metadata={"omit_at_default": True})
+    all2all_backend: str = field(default="allgather_reducescatter", metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
+    # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open loop.
+    max_concurrency: int | None = field(default=None, metadata={"omit_at_default": True})
+    # vLLM 0.33.0's GPU worker (`--engine vllm`, simserve/vllm_worker.py): its memory profile and, unless
+    # enforce_eager, CUDA-graph padding of every batch of at most the largest captured size. vllm-v1 only.
+    vllm_worker: bool = field(default=False, metadata={"omit_at_default": True})
+    enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
+    # vLLM's --async-scheduling (with vllm_worker): None is the release's default, on unless PP > 1
+    async_scheduling: bool | None = field(default=None, metadata={"omit_at_default": True})
+    # The front end's latency in ms (sim/frontend.py). 0 here (capacity searches: engine-side); `simserve run`
+    # defaults to the published measurement.
+    frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
+    # vllm-v1: automatic prefix caching (SimConfig.prefix_caching); on by default for `--engine vllm` and
+    # `run --policy vllm-v1`, as in vLLM V1. Added after outputs were pinned: omitted while off.
+    prefix_caching: bool = field(default=False, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -105,7 +123,7 @@ class Scenario:
             budget=self.budget,
             max_batch=self.max_batch,
             max_model_len=self.max_len,
-            num_replicas=self.num_replicas,
+            num_replicas=self.num_replicas * self.dp_attention,
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
@@ -115,10 +133,44 @@ class Scenario:
             min_budget=self.min_budget,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             long_prefill_token_threshold_adaptive=bool(self.long_prefill_token_threshold_adaptive),
+            prefix_caching=bool(self.prefix_caching),
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
+            max_concurrency=self.max_concurrency,
+            frontend_s=self.frontend_ms / 1000.0,
         ).validate()
+
+    def cudagraph_sizes(self) -> tuple[int, ...]:
+        """The batch sizes (tokens) vLLM captures CUDA graphs for; () when it runs eagerly or is not modelled."""
+        if not self.vllm_worker or self.enforce_eager:
+            return ()
+        from simserve.catalog import GPUSpec
+        from simserve.vllm_worker import capture_sizes
+
+        cfg = self.sim_config()
+        return capture_sizes(cfg.batch_limit(self.pp), cfg.token_budget(), GPUSpec.from_name(self.gpu).compute_capability)
+
+    def scheduling_is_async(self) -> bool:
+        """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, unless PP > 1,
+        which its V1 model runner does not support with async scheduling: vllm/config/vllm.py)."""
+        if not self.vllm_worker:
+            if self.async_scheduling:
+                raise SimserveError("--async-scheduling is vLLM's flag: add --engine vllm (and --policy vllm-v1)")
+            return False
+        if self.async_scheduling and self.pp > 1:
+            raise SimserveError(
+                "ValueError: Async scheduling is not supported by the V1 model runner with pipeline parallelism "
+                "(vLLM 0.33.0): drop --async-scheduling or use --pp 1"
+            )
+        return self.pp == 1 if self.async_scheduling is None else self.async_scheduling
+
+    def worker_memory(self):
+        """vLLM's memory profile of this deployment (vllm_worker.WorkerMemory); None when not modelled."""
+        if not self.vllm_worker:
+            return None
+        cfg = self.sim_config()
+        return _worker_memory(self.deployment(), cfg.token_budget(), cfg.batch_limit(self.pp), self.cudagraph_sizes())
 
     def deployment(self) -> Deployment:
         return _deployment(
@@ -134,6 +186,8 @@ class Scenario:
             self.kv_dtype,
             self.ep,
             self.moe_skew,
+            self.dp_attention,
+            self.all2all_backend,
         )
 
 
@@ -161,6 +215,7 @@ def paper_setup(s: Scenario) -> Scenario:
         time_limit_s=PAPER_TIME_LIMIT_S,
         stop_when_overloaded=False,
         stop_tbt=None,
+        frontend_ms=0.0,  # the paper reports engine-side latencies
     )
 
 
@@ -171,6 +226,11 @@ def check_scenario(s: Scenario) -> int:
     if s.num_requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
     dep = s.deployment()
+    s.scheduling_is_async()  # refuses --async-scheduling where vLLM would
+    if s.vllm_worker:
+        if cfg.policy != "vllm-v1":
+            raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
+        return s.worker_memory().num_blocks
     return _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
 
 
@@ -186,26 +246,30 @@ def simulate_scenario(
     s: Scenario, qps: float, timer: BatchTimer | None = None, progress=None
 ) -> tuple[RawRun, Deployment]:
     """The raw run (no tables built yet) and its deployment: `simserve run` streams the tables from it."""
-    if not np.isfinite(qps) or qps <= 0:
-        raise SimserveError(f"--qps must be a positive request rate, got {qps}")
+    if np.isnan(qps) or qps <= 0:
+        raise SimserveError(f"--qps must be a positive request rate (or inf: every request at t = 0), got {qps}")
     num_blocks = check_scenario(s)
     cfg, dep = s.sim_config(), s.deployment()
     if s.ray_comm and not s.cpu_overhead:
         raise SimserveError("--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it")
     if timer is None:
-        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm)
+        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(), s.scheduling_is_async())
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
-    prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
+    prompt, output, recorded, prefix = _workload(
+        s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay"
+    )
     from simserve.workload import arrival_times
 
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress), dep
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix), dep
 
 
 @lru_cache(maxsize=16)
-def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew) -> Deployment:
-    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew)
+def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp=1,
+                all2all="allgather_reducescatter") -> Deployment:  # fmt: skip
+    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp,
+                             all2all)  # fmt: skip
 
 
 @lru_cache(maxsize=64)
@@ -224,23 +288,37 @@ def _num_blocks(dep: Deployment, policy: str, budget: int | None, max_batch: int
 
 
 @lru_cache(maxsize=8)
-def _timer(dep: Deployment, profiles_root: str | None, cpu_overhead: bool, ray_comm: bool) -> BatchTimer:
+def _timer(
+    dep: Deployment,
+    profiles_root: str | None,
+    cpu_overhead: bool,
+    ray_comm: bool,
+    cudagraph_sizes: tuple = (),
+    async_scheduling: bool = False,
+) -> BatchTimer:
     from simserve.predictor import load_timer
 
-    return load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm))
+    timer = load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling))
+    if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
+        from simserve.vllm_worker import padded_timer
+
+        timer = padded_timer(timer, cudagraph_sizes)
+    return timer
 
 
-def _overhead(cpu_overhead: bool, ray_comm: bool):
+def _overhead(cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False):
     from simserve.predictor import CpuOverhead
 
-    return CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0)
+    return CpuOverhead(
+        include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling
+    )
 
 
 def timer_cached(s: Scenario) -> bool:
     """Is the scenario's compiled timer in the on-disk timer cache already?"""
     from simserve.predictor.load import timer_cached as cached
 
-    return cached(s.deployment(), s.profiles_root, _overhead(s.cpu_overhead, s.ray_comm))
+    return cached(s.deployment(), s.profiles_root, _overhead(s.cpu_overhead, s.ray_comm, s.scheduling_is_async()))
 
 
 def build_timers(scenarios: list[Scenario]) -> None:
@@ -249,9 +327,24 @@ def build_timers(scenarios: list[Scenario]) -> None:
     skipped: its probes report why, as without this."""
     for s in scenarios:
         try:
-            _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm)
+            _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(),
+                   s.scheduling_is_async())  # fmt: skip
         except SimserveError:
             continue
+
+
+@lru_cache(maxsize=16)
+def _worker_memory(dep: Deployment, max_num_batched_tokens: int, max_num_seqs: int, sizes: tuple):
+    from simserve.vllm_worker import worker_memory
+
+    mem = worker_memory(dep, max_num_batched_tokens, max_num_seqs, sizes)
+    need = -(-dep.max_model_len // dep.block_size)
+    if mem.num_blocks < need:  # vLLM refuses to start (vllm/v1/core/kv_cache_planning.py: "To serve at least one…")
+        raise SimserveError(
+            f"{dep.describe()}: vLLM's KV cache ({mem.describe()}) cannot hold one {dep.max_model_len}-token "
+            f"request; raise --memory-utilization, lower --max-model-len, or use more GPUs"
+        )
+    return mem
 
 
 @lru_cache(maxsize=4)
@@ -264,18 +357,37 @@ def _usable(trace: str, max_len: int):
 
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
-    """(prompt, output, recorded arrivals or None) of the first n (replay) or n sampled requests."""
+    """(prompt, output, recorded arrivals or None, (prefix group, prefix tokens) or None) of the first n
+    (replay) or n sampled requests. A trace of conversations with recorded arrivals (a multi-turn trace) is
+    taken in file order whatever the arrival process: shuffled, a turn would come before the turn it follows.
+    A bench dataset (workload/bench_datasets.py) gives its n requests in the order vLLM's client sends them."""
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(trace):
+        if replay:
+            raise SimserveError(f"--trace {trace} has no recorded arrival times; pick another --arrival than replay")
+        prompt, output = bench_datasets.lengths(bench_datasets.parse(trace), n, seed)
+        for a in (prompt, output):
+            a.setflags(write=False)
+        return prompt, output, None, None
     t = _usable(trace, max_len)
     if not len(t):
         raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
-    t = t.head(n) if replay else t.sample(n, seed)
-    for a in (t.prompt_tokens, t.output_tokens) + ((t.arrived_at,) if t.arrived_at is not None else ()):
-        a.setflags(write=False)  # cached: shared by every later call in this process
-    return t.prompt_tokens, t.output_tokens, t.arrived_at
+    t = t.head(n) if replay or t.in_order else t.sample(n, seed)
+    prefix = None if t.prefix_group is None else (t.prefix_group, t.prefix_tokens)
+    for a in (t.prompt_tokens, t.output_tokens, t.arrived_at, *(prefix or ())):
+        if a is not None:
+            a.setflags(write=False)  # cached: shared by every later call in this process
+    return t.prompt_tokens, t.output_tokens, t.arrived_at, prefix
 
 
 def workload_drops(s: Scenario) -> dict:
     """Trace rows dropped before the run because prompt + output exceeds the max length (for summary.json)."""
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(s.trace):  # generated, not read: nothing dropped (too-long prompts are ignored)
+        return {"too_long": 0, "trace_rows": s.num_requests, "max_model_len": s.max_len,
+                "model_context_limit": context_limit(s.model)}  # fmt: skip
     t = _usable(s.trace, s.max_len)
     return {"too_long": int(t.too_long), "trace_rows": int(t.too_long + len(t)), "max_model_len": s.max_len,
             "model_context_limit": context_limit(s.model)}  # fmt: skip
@@ -283,6 +395,11 @@ def workload_drops(s: Scenario) -> dict:
 
 def workload_notes(s: Scenario) -> list[str]:
     """What the workload did to the trace that a user should know: rows dropped, requests repeated."""
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(s.trace):
+        return [f"requests drawn as `vllm bench serve` draws its {bench_datasets.parse(s.trace).label} dataset "
+                f"(seed {s.seed}), in its send order"]  # fmt: skip
     t = _usable(s.trace, s.max_len)
     notes = []
     if t.too_long and s.capped_by_model:
@@ -300,11 +417,13 @@ def workload_notes(s: Scenario) -> list[str]:
             f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
             f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
-    if s.arrival != "replay" and s.num_requests > len(t):
+    in_order = s.arrival == "replay" or t.in_order
+    if not in_order and s.num_requests > len(t):
         notes.append(
             f"the trace has {len(t)} usable requests, so {s.num_requests - len(t)} of the {s.num_requests} "
             f"are repeats (fresh shuffles of the same rows)"
         )
-    if s.arrival == "replay" and s.num_requests > len(t):
-        notes.append(f"replay: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
+    if in_order and s.num_requests > len(t):
+        how = "replay" if s.arrival == "replay" else "a multi-turn trace is served in order"
+        notes.append(f"{how}: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
     return notes

@@ -19,6 +19,7 @@ import numpy as np
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.kvcache import BlockManager
+from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.request import DONE, IGNORED, RUNNING, Requests
 
 _count = np.count_nonzero  # NOTE: much cheaper than ndarray.any() on the small masks of one batch
@@ -44,7 +45,16 @@ class ReplicaState:
         self.on_done = on_done  # (replica, request) when a request finishes or is ignored
         self.timer = timer  # the BatchTimer: adaptive policies predict an iteration's time with it
         self.dynamic = not cfg.reserves_max_len
-        self.kv = BlockManager(num_blocks, cfg.kv_watermark())
+        # vllm-v1 with prefix caching: vLLM's block pool (hashed blocks, LRU free queue); else a count
+        self.prefix: PrefixCache | None = None
+        if cfg.prefix_caching:
+            self.prefix = PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
+        self.kv = self.prefix if self.prefix is not None else BlockManager(num_blocks, cfg.kv_watermark())
+        # prefix caching: finished requests whose blocks go back at the next step, in `running` order (vLLM
+        # frees them in the order it scheduled them, and that order is the free queue's LRU order)
+        self.finished: list[int] = []
+        self.admitted = 0  # admissions so far: running is in admission order
+        self.admit_seq: dict[int, int] = {}
         self.block_size = cfg.block_size
         self.reserve = -(-cfg.max_model_len // cfg.block_size)  # orca/fcfs: max length up front
         self.budget = cfg.token_budget()
@@ -112,16 +122,21 @@ class ReplicaState:
         self.outstanding -= 1
         self.on_done(self.index, rid)
 
-    def admit_head(self, now: float, blocks: int | None = None) -> int:
+    def admit_head(self, now: float, blocks: int | None = None, computed: int = 0) -> int:
         """Move the head of waiting into the running set with its KV blocks (default: the admission blocks;
-        vllm-v1 passes its first chunk's); returns its id."""
+        vllm-v1 passes its first chunk's; with prefix caching it has allocated them, and `computed` tokens
+        were found cached); returns its id."""
         r = self.reqs
         rid = self.waiting.popleft()
         if blocks is None:
             blocks = self.admission_blocks(rid)
-        self.kv.allocate(blocks)
+        if self.prefix is None:
+            self.kv.allocate(blocks)
+        else:
+            self.admit_seq[rid] = self.admitted
+            self.admitted += 1
         r.blocks[rid] = blocks
-        r.computed[rid] = 0
+        r.computed[rid] = computed
         r.target[rid] = self.num_tokens(rid)
         r.status[rid] = RUNNING
         if r.scheduled[rid] != r.scheduled[rid]:  # NaN: first admission
@@ -134,7 +149,10 @@ class ReplicaState:
     def preempt(self, rid: int) -> None:
         """Recompute preemption: drop the KV, go to the front of waiting."""
         r = self.reqs
-        self.kv.release(int(r.blocks[rid]))
+        if self.prefix is None:
+            self.kv.release(int(r.blocks[rid]))
+        else:
+            self.prefix.free_request(rid)
         r.blocks[rid] = 0
         r.computed[rid] = 0
         r.preemptions[rid] += 1
@@ -160,12 +178,25 @@ class ReplicaState:
         r = self.reqs
         r.completed[rid] = now
         r.status[rid] = DONE
-        self.kv.release(int(r.blocks[rid]))
+        if self.prefix is None:
+            self.kv.release(int(r.blocks[rid]))
+        else:
+            self.finished.append(rid)
         r.blocks[rid] = 0
         if self.running is not None:
             self.running.remove(rid)
         self.outstanding -= 1
         self.on_done(self.index, rid)
+
+    def release_finished(self) -> None:
+        """Prefix caching: give the blocks of the requests finished since the last step back, in the order
+        they were scheduled (`running` order, which is admission order)."""
+        if len(self.finished) > 1:
+            self.finished.sort(key=self.admit_seq.__getitem__)
+        for rid in self.finished:
+            self.prefix.free_request(rid)
+            del self.admit_seq[rid]
+        self.finished.clear()
 
     # -- the decode part of a batch: KV growth and preemption ----------------------------------------
     def schedule_decodes(self) -> np.ndarray:

@@ -227,8 +227,14 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
         parts.append("--quantization fp8")  # an fp8 checkpoint is detected by itself; a bf16 one is quantised
     if getattr(base, "kv_dtype", "bf16") == "fp8":
         parts.append("--kv-cache-dtype fp8")
+    if getattr(base, "dp_attention", 1) > 1:  # attention DP: one engine per rank, experts over all of them
+        parts.append(f"--data-parallel-size {base.dp_attention}")
     if getattr(base, "ep", 1) > 1:
         parts.append("--enable-expert-parallel")
+    if getattr(base, "all2all_backend", "allgather_reducescatter") != "allgather_reducescatter":
+        parts.append(f"--all2all-backend {base.all2all_backend}")
+    if not getattr(base, "prefix_caching", True):
+        parts.append("--no-enable-prefix-caching")  # on by default in the V1 engine
     return " ".join(parts)
 
 
@@ -239,7 +245,9 @@ def command_comment() -> str:
 
 def check_engine_scenario(base: Any) -> None:
     """What vLLM cannot be told: EP other than 1 or TP (its --enable-expert-parallel spans the TP group)."""
-    ep = getattr(base, "ep", 1)
+    ep, dp = getattr(base, "ep", 1), getattr(base, "dp_attention", 1)
+    if dp > 1 and ep == dp * base.tp:  # --data-parallel-size with --enable-expert-parallel
+        return
     if ep not in (1, base.tp):
         raise SimserveError(
             f"vLLM runs experts TP-sharded (EP 1) or over the whole TP group (--enable-expert-parallel, EP = TP "

@@ -38,7 +38,7 @@ def throughput_bound(scenario: Any) -> float | None:
     s = scenario
     try:
         cfg, dep = s.sim_config(), s.deployment()
-        prompt, output, _ = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
+        prompt, output, _, _ = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
         timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm)
         blocks = _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
     except SimserveError:

@@ -73,6 +73,9 @@ def input_digests(scenario: Any) -> dict[str, str]:
     """Content hashes of the files a scenario reads: its profile directory and its trace file."""
     out: dict[str, str] = {}
     fields = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
+    for name, value in fields.items():  # a disaggregated scenario: each pool's profile
+        if _is_scenario(value):
+            out.update({f"{name}.{k}": v for k, v in input_digests(value).items()})
     if "gpu" in fields and "model" in fields:
         from simserve.predictor.load import default_profiles_root
         from simserve.profiling.schema import profile_dir
@@ -172,7 +175,15 @@ def _canonical(d: dict) -> dict:
 
 
 def _jsonable(d: Mapping) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
+    # A disaggregated scenario's pools are scenarios: each keys by its own fields, canonical names included.
+    return {
+        k: _canonical(_jsonable(scenario_fields(v))) if _is_scenario(v) else (str(v) if isinstance(v, Path) else v)
+        for k, v in d.items()
+    }
+
+
+def _is_scenario(v: Any) -> bool:
+    return dataclasses.is_dataclass(v) and not isinstance(v, type)
 
 
 class ProbeCache:

@@ -8,6 +8,12 @@ at the first gap (not at 0), so the same seed gives identical arrivals and the m
   (`min(-ln(1-U)/qps, 3/qps)`). The mean gap becomes (1 - e^-3)/qps = 0.9502/qps, so the real rate is about
   5.2% higher than the nominal qps. Use it only to reproduce the paper's numbers.
 * `gamma`: gamma gaps with mean 1/qps and coefficient of variation `cv` (cv = 1 is Poisson; cv > 1 is burstier).
+* `vllm-bench`: `vllm bench serve`'s request generator (vLLM 0.33.0, `vllm/benchmarks/serve.py`, `get_request`):
+  gamma gaps of shape `burstiness` = 1/cv² and mean 1/qps drawn one by one from numpy's legacy global generator
+  as `main_async` seeds it (`np.random.seed(seed)`; `np.random.RandomState(seed)` here, whose stream NumPy keeps
+  fixed), summed, then rescaled so that the last request is sent at exactly n/qps ("to close the gap" between
+  seeds). With the same --seed the send times are the ones vLLM's client computes.
+* `qps = inf` (any synthetic process): every request at t = 0, as `vllm bench serve --request-rate inf`.
 * `replay`: the first n recorded arrival times, shifted so the first request arrives at 0 and multiplied by
   `time_scale` (0.5 replays twice as fast). `replay_time_scale` gives the scale for a target rate.
 """
@@ -18,7 +24,7 @@ import numpy as np
 
 from simserve.errors import SimserveError
 
-PROCESSES = ("poisson", "poisson-clipped", "gamma", "replay")
+PROCESSES = ("poisson", "poisson-clipped", "gamma", "vllm-bench", "replay")
 CLIP_GAPS_AT = 3.0  # in units of the mean gap 1/qps, as in Sarathi-Serve's PoissonRequestIntervalGenerator
 
 
@@ -33,17 +39,26 @@ def arrival_times(
 ) -> np.ndarray:
     """n non-decreasing arrival times in seconds (float64).
 
-    qps is the nominal request rate of the synthetic processes; `replay` ignores it (it keeps the recorded rate,
-    scaled by time_scale) but still requires it to be positive, so one call site serves every process.
+    qps is the nominal request rate of the synthetic processes (inf: all at t = 0); `replay` ignores it (it keeps
+    the recorded rate, scaled by time_scale) but still requires it to be positive, so one call site serves every
+    process.
     """
     if process not in PROCESSES:
         raise SimserveError(f"unknown arrival process {process!r}; choose one of {', '.join(PROCESSES)}")
     if n < 0:
         raise SimserveError(f"cannot generate {n} arrivals; n must be >= 0")
-    if not np.isfinite(qps) or qps <= 0:
-        raise SimserveError(f"qps must be a positive request rate, got {qps}")
+    if np.isnan(qps) or qps <= 0:
+        raise SimserveError(f"qps must be a positive request rate (or inf: all at once), got {qps}")
     if process == "replay":
         return _replay(n, recorded, time_scale)
+    if np.isinf(qps):  # vLLM's get_request: `delay_ts.append(0)` when the rate is inf
+        return np.zeros(n)
+    if process in ("gamma", "vllm-bench") and (not np.isfinite(cv) or cv <= 0):
+        raise SimserveError(f"gamma arrivals need a positive coefficient of variation, got cv={cv}")
+    if process == "vllm-bench":
+        # NOTE: vLLM takes the gamma shape (--burstiness B) where simserve takes cv = 1/sqrt(B); 12 significant
+        # digits undo the round trip (cv = 1/sqrt(0.5) gives back 0.5, not 0.4999999999999999).
+        return _vllm_bench(n, qps, seed, float(f"{1.0 / cv**2:.12g}"))
     rng = np.random.default_rng(seed)
     mean_gap = 1.0 / qps
     if process == "poisson":
@@ -51,11 +66,25 @@ def arrival_times(
     elif process == "poisson-clipped":
         gaps = np.minimum(rng.exponential(mean_gap, size=n), CLIP_GAPS_AT * mean_gap)
     else:
-        if not np.isfinite(cv) or cv <= 0:
-            raise SimserveError(f"gamma arrivals need a positive coefficient of variation, got cv={cv}")
         shape = 1.0 / cv**2  # gamma CV = 1/sqrt(shape); scale keeps the mean at 1/qps
         gaps = rng.gamma(shape, mean_gap / shape, size=n)
     return np.cumsum(gaps)
+
+
+def _vllm_bench(n: int, qps: float, seed: int, burstiness: float) -> np.ndarray:
+    """vLLM 0.33.0's `get_request` send times (no ramp-up): per request `np.random.gamma(shape=burstiness,
+    scale=1/(rate·burstiness))`, a running sum, then every time scaled by (n/rate)/last."""
+    if n == 0:
+        return np.zeros(0)
+    legacy = np.random.RandomState(seed)  # NOTE: main_async's np.random.seed(seed); nothing draws from it before
+    theta = 1.0 / (qps * burstiness)
+    delays = [float(legacy.gamma(shape=burstiness, scale=theta)) for _ in range(n)]
+    for i in range(1, n):  # vLLM's loop, in Python floats: the same sums bit for bit
+        delays[i] += delays[i - 1]
+    if delays[-1] != 0:
+        factor = (n / qps) / delays[-1]
+        delays = [d * factor for d in delays]
+    return np.array(delays, dtype=np.float64)
 
 
 def _replay(n: int, recorded: np.ndarray | None, time_scale: float) -> np.ndarray:

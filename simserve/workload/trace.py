@@ -29,7 +29,8 @@ from simserve.workload.formats import (
 
 TRACES_DIR = shipped_dir("traces")  # the repository's traces/ (or the wheel's copy)
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
-SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz"}
+SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz",
+           "sharegpt-multiturn": "sharegpt_multiturn.csv.gz", "prefix-repetition": "prefix_repetition.csv.gz"}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
 if TYPE_CHECKING:  # pandas parses trace files; a cached trace (trace_cache.py) needs none
     import pandas as pd
@@ -44,6 +45,12 @@ class Trace:
     output_tokens: np.ndarray  # int64, > 0
     arrived_at: np.ndarray | None = None  # float64 seconds from trace start, non-decreasing, or None
     too_long: int = 0  # rows load_trace dropped for exceeding its max_total_tokens (reported, not silent)
+    # Which requests share tokens (prefix caching, sim/prefix_cache.py), or None: the token stream each
+    # request's first `prefix_tokens` tokens come from (-1: none). A conversation is one stream and each of its
+    # turns lies on it whole (prompt and answer: the next turn's prompt carries both); a shared system prompt
+    # is a stream its requests share for its length.
+    prefix_group: np.ndarray | None = None
+    prefix_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # NOTE: loaders validate row by row with file context; this only guards traces built in code.
@@ -64,6 +71,27 @@ class Trace:
             if len(arrived) and (arrived[0] < 0 or (np.diff(arrived) < 0).any()):
                 raise SimserveError(f"trace {self.name!r}: arrived_at must be >= 0 and non-decreasing")
             object.__setattr__(self, "arrived_at", arrived)
+        if (self.prefix_group is None) != (self.prefix_tokens is None):
+            raise SimserveError(f"trace {self.name!r}: prefix_group and prefix_tokens go together")
+        if self.prefix_group is not None:
+            group = np.asarray(self.prefix_group, dtype=np.int64)
+            shared = np.asarray(self.prefix_tokens, dtype=np.int64)
+            if group.shape != prompt.shape or shared.shape != prompt.shape:
+                raise SimserveError(f"trace {self.name!r}: prefix columns must have one value per request")
+            if (group < -1).any() or (shared < 0).any():
+                raise SimserveError(f"trace {self.name!r}: prefix groups are >= -1 and prefix tokens >= 0")
+            object.__setattr__(self, "prefix_group", group)
+            object.__setattr__(self, "prefix_tokens", shared)
+
+    @property
+    def in_order(self) -> bool:
+        """A multi-turn trace (conversations with recorded arrivals): its rows are served in file order."""
+        return self.prefix_group is not None and self.arrived_at is not None
+
+    def _rows(self, idx, arrived) -> Trace:
+        group = None if self.prefix_group is None else self.prefix_group[idx]
+        shared = None if self.prefix_tokens is None else self.prefix_tokens[idx]
+        return Trace(self.name, self.prompt_tokens[idx], self.output_tokens[idx], arrived, 0, group, shared)
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -71,7 +99,7 @@ class Trace:
     def head(self, n: int) -> Trace:
         """The first n requests (arrival times kept: a prefix of a sorted series is sorted)."""
         arrived = None if self.arrived_at is None else self.arrived_at[:n]
-        return Trace(self.name, self.prompt_tokens[:n], self.output_tokens[:n], arrived)
+        return self._rows(slice(0, n), arrived)
 
     def sample(self, n: int, seed: int) -> Trace:
         """n requests in a seeded random order; for n > len, whole fresh shuffles are concatenated.
@@ -86,11 +114,11 @@ class Trace:
         rounds = -(-n // len(self)) if n else 0
         order = np.concatenate([rng.permutation(len(self)) for _ in range(rounds)] or [np.zeros(0, np.int64)])
         idx = order[:n]
-        return Trace(self.name, self.prompt_tokens[idx], self.output_tokens[idx], None)
+        return self._rows(idx, None)
 
     def select(self, keep: np.ndarray) -> Trace:
         arrived = None if self.arrived_at is None else self.arrived_at[keep]
-        return Trace(self.name, self.prompt_tokens[keep], self.output_tokens[keep], arrived)
+        return self._rows(keep, arrived)
 
 
 def load_trace(name_or_path: str, max_total_tokens: int | None = None) -> Trace:
@@ -102,10 +130,12 @@ def load_trace(name_or_path: str, max_total_tokens: int | None = None) -> Trace:
     cache_key = trace_cache.key(path)
     cached = trace_cache.load(cache_key)
     if cached is not None:
-        trace = Trace(name, *cached)
+        prompt, output, arrived, group, shared = cached
+        trace = Trace(name, prompt, output, arrived, 0, group, shared)
     else:
         trace = read_trace(path, name)
-        trace_cache.store(cache_key, trace.prompt_tokens, trace.output_tokens, trace.arrived_at)
+        trace_cache.store(cache_key, trace.prompt_tokens, trace.output_tokens, trace.arrived_at,
+                          trace.prefix_group, trace.prefix_tokens)  # fmt: skip
     if max_total_tokens is None:
         return trace
     if max_total_tokens <= 0:
@@ -149,7 +179,65 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
     present = [c for c in ARRIVAL_COLUMNS if c in table.columns]
     if present:
         arrived = _arrival_times(path, table, present[0])
-    return Trace(name or path.name, prompt, output, arrived)
+    group, shared = _prefix_columns(path, table, prompt, output)
+    return Trace(name or path.name, prompt, output, arrived, 0, group, shared)
+
+
+CONVERSATION_COLUMNS = ("conversation_id", "conversation")
+TURN_COLUMNS = ("round", "turn")
+
+
+def _prefix_columns(path: Path, table: pd.DataFrame, prompt: np.ndarray, output: np.ndarray):
+    """(prefix group, prefix tokens) per row, or (None, None): from a conversation and its turn number (every
+    turn lies whole on its conversation's stream), or given as `prefix_group` / `prefix_tokens` columns."""
+    conv = [c for c in CONVERSATION_COLUMNS if c in table.columns]
+    turn = [c for c in TURN_COLUMNS if c in table.columns]
+    if conv and turn:
+        return _conversations(path, table, conv[0], turn[0], prompt, output)
+    if "prefix_group" in table.columns or "prefix_tokens" in table.columns:
+        if "prefix_group" not in table.columns or "prefix_tokens" not in table.columns:
+            raise SimserveError(f"{path}: prefix_group and prefix_tokens go together; give both columns or none")
+        group = _whole(path, table, "prefix_group", -1)
+        return group, np.where(group >= 0, _whole(path, table, "prefix_tokens", 0), 0)
+    return None, None
+
+
+def _whole(path: Path, table: pd.DataFrame, column: str, lowest: int) -> np.ndarray:
+    values = _numbers(path, table, column)
+    _first_bad(path, [
+        (values != np.round(values), lambda i: f"{column} is {values[i]:g}, not a whole number"),
+        (values < lowest, lambda i: f"{column} is {values[i]:g}; it must be >= {lowest}"),
+        (values > _MAX_TOKENS, lambda i: f"{column} is {values[i]:g}; it must be <= {_MAX_TOKENS}"),
+    ])  # fmt: skip
+    return values.astype(np.int64)
+
+
+def _conversations(path, table, conv_col, turn_col, prompt, output):
+    """Conversation ids become stream numbers (first seen first); each turn must come after the turn before it
+    in the file and carry it: its prompt at least the previous turn's prompt plus answer."""
+    turns = _whole(path, table, turn_col, 0)
+    ids: dict[str, int] = {}
+    group = np.empty(len(turns), dtype=np.int64)
+    last: dict[int, int] = {}  # stream -> its latest row so far
+    for i, cid in enumerate(table[conv_col].astype(str).tolist()):
+        g = group[i] = ids.setdefault(cid, len(ids))
+        j = last.get(g)
+        last[g] = i
+        if j is None:
+            continue
+        if turns[i] <= turns[j]:
+            raise SimserveError(
+                f"{path}: data row {i + 1}: conversation {cid!r} {turn_col} {turns[i]} comes after its "
+                f"{turn_col} {turns[j]} (data row {j + 1}): a turn is listed before the turn it follows; "
+                f"sort each conversation's turns in order"
+            )
+        if prompt[i] < prompt[j] + output[j]:
+            raise SimserveError(
+                f"{path}: data row {i + 1}: conversation {cid!r} {turn_col} {turns[i]} has a {prompt[i]}-token "
+                f"prompt, shorter than {turn_col} {turns[j]}'s prompt and answer ({prompt[j]} + {output[j]}, data "
+                f"row {j + 1}); a turn's prompt carries the conversation so far"
+            )
+    return group, prompt + output
 
 
 def _numbers(path: Path, table: pd.DataFrame, column: str) -> np.ndarray:

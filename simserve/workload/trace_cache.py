@@ -19,7 +19,7 @@ import numpy as np
 from simserve.cachedir import cache_root
 from simserve.io import atomic_path
 
-FORMAT = 1  # bump when the parsed arrays change meaning
+FORMAT = 2  # bump when the parsed arrays change meaning (2: prefix groups and tokens)
 
 
 def key(source: Path) -> str:
@@ -31,25 +31,36 @@ def _entry(cache_key: str) -> Path:
     return cache_root() / "trace" / f"{cache_key}.npz"
 
 
-def load(cache_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """(prompt tokens, output tokens, arrival times or None) parsed earlier, or None."""
+def load(cache_key: str):
+    """(prompt tokens, output tokens, arrival times or None, prefix groups or None, prefix tokens or None)
+    parsed earlier, or None."""
     try:
         with np.load(_entry(cache_key), allow_pickle=False) as z:
             prompt, output = z["prompt"], z["output"]
             arrived = z["arrived"] if "arrived" in z.files else None
+            group = z["group"] if "group" in z.files else None
+            shared = z["shared"] if "shared" in z.files else None
     except Exception:  # missing, truncated, corrupt or foreign: not cached
+        return None
+    for a in (group, shared):
+        if a is not None and (a.dtype != np.int64 or a.shape != prompt.shape):
+            return None
+    if (group is None) != (shared is None):
         return None
     if prompt.dtype != np.int64 or output.dtype != np.int64 or prompt.ndim != 1 or output.shape != prompt.shape:
         return None
     if arrived is not None and (arrived.dtype != np.float64 or arrived.shape != prompt.shape):
         return None
-    return prompt, output, arrived
+    return prompt, output, arrived, group, shared
 
 
-def store(cache_key: str, prompt: np.ndarray, output: np.ndarray, arrived: np.ndarray | None) -> None:
+def store(cache_key: str, prompt: np.ndarray, output: np.ndarray, arrived: np.ndarray | None,
+          group: np.ndarray | None = None, shared: np.ndarray | None = None) -> None:  # fmt: skip
     arrays = {"prompt": prompt, "output": output}
     if arrived is not None:
         arrays["arrived"] = arrived
+    if group is not None:
+        arrays["group"], arrays["shared"] = group, shared
     try:
         with atomic_path(_entry(cache_key)) as tmp, tmp.open("wb") as fh:
             np.savez(fh, **arrays)

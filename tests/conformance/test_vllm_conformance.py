@@ -48,6 +48,28 @@ def test_simserve_schedules_every_step_as_vllm_does(name):
     assert (preemptions > 0) == (name != "light")
 
 
+@pytest.mark.parametrize("name", list(workloads.PREFIX_WORKLOADS))
+def test_prefix_caching_schedules_and_hits_as_vllm_does(name):
+    """Prefix caching on both sides (real token ids realise the shared streams for vLLM): the same batches,
+    preemptions, and tokens found cached by every newly admitted request, step by step."""
+    w = workloads.make(name)
+    theirs = vllm_steps(w)
+    ours = workloads.run_simserve(w)
+    assert workloads.compare(ours, theirs) == []
+    # hits, misses and preemptions all happen: the cache is doing work, and under pressure
+    cached = [c for s in ours for c in s.get("cached", {}).values()]
+    assert len(ours) >= 1000 and sum(c > 0 for c in cached) > 300 and sum(c == 0 for c in cached) > 0
+    assert sum(len(s["preempted"]) for s in ours) > 0
+
+
+def test_prefix_caching_changes_the_schedule():
+    """The prefix workloads are not scheduled the same with the cache off: the comparison tests the cache."""
+    w = workloads.make("shared")
+    off = workloads.run_simserve({**w, "prefix_caching": False})
+    on = workloads.run_simserve(w)
+    assert len(on) < len(off)
+
+
 def test_the_comparison_sees_a_difference():
     """A schedule that differs in one token count, or in one preemption, is reported."""
     w = workloads.make("tight")

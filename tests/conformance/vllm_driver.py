@@ -27,6 +27,30 @@ MODEL_CONFIG = {
 }  # fmt: skip
 
 
+def token_streams(w: dict) -> list[list[int]]:
+    """Each request's tokens, prompt then outputs: the first `shared[i]` from its group's stream, the rest
+    its own. Without prefix caching ids do not matter to the scheduler."""
+    import numpy as np
+
+    prompt, output = w["prompt"], w["output"]
+    if not w["prefix_caching"]:
+        return [
+            [1 + (i + k) % 1000 for k in range(p + o)]
+            for i, (p, o) in enumerate(zip(prompt, output, strict=True))
+        ]
+    streams: dict[int, np.ndarray] = {}
+    out = []
+    for i, (p, o) in enumerate(zip(prompt, output, strict=True)):
+        g, k = w["group"][i], w["shared"][i] if w["group"][i] >= 0 else 0
+        own = np.random.default_rng([2, i]).integers(1, 32000, p + o)
+        if k:
+            if g not in streams or len(streams[g]) < k:
+                streams[g] = np.random.default_rng([1, g]).integers(1, 32000, max(k, w["max_model_len"]))
+            own[:k] = streams[g][:k]
+        out.append(own.tolist())
+    return out
+
+
 def main() -> None:
     w = json.load(sys.stdin)
     import torch
@@ -35,7 +59,7 @@ def main() -> None:
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.v1.request import Request, RequestStatus
 
     bs = w["block_size"]
     with tempfile.TemporaryDirectory() as model_dir:
@@ -43,7 +67,7 @@ def main() -> None:
             json.dump(MODEL_CONFIG, f)
         model = ModelConfig(model=model_dir, skip_tokenizer_init=True, max_model_len=w["max_model_len"],
                             dtype="float16")  # fmt: skip
-        cache = CacheConfig(block_size=bs, enable_prefix_caching=False)
+        cache = CacheConfig(block_size=bs, enable_prefix_caching=w["prefix_caching"])
         cache.num_gpu_blocks = w["num_blocks"] + 1
         sched = SchedulerConfig(
             max_num_batched_tokens=w["max_num_batched_tokens"], max_num_seqs=w["max_num_seqs"],
@@ -64,19 +88,30 @@ def main() -> None:
 
         s = Scheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
                       structured_output_manager=Structured(), block_size=bs)  # fmt: skip
+        hasher = None
+        if w["prefix_caching"]:  # as EngineCore sets it up: without a hasher a request has no block hashes
+            from vllm.utils.hashing import get_hash_fn_by_name
+            from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+            hash_fn = get_hash_fn_by_name(cache.prefix_caching_hash_algo)
+            init_none_hash(hash_fn)
+            hasher = get_request_block_hasher(bs, hash_fn)
         prompt, output, arrive = w["prompt"], w["output"], w["arrive"]
         n, nxt, steps, carried = len(prompt), 0, [], []
+        seqs = token_streams(w)
         finished = 0
         while finished < n:
             while nxt < n and arrive[nxt] <= len(steps):
-                req = Request(str(nxt), [1 + (nxt + k) % 1000 for k in range(prompt[nxt])],
+                req = Request(str(nxt), seqs[nxt][: prompt[nxt]],
                               SamplingParams(max_tokens=output[nxt], ignore_eos=True), pooling_params=None,
-                              arrival_time=float(nxt))  # fmt: skip
+                              arrival_time=float(nxt), block_hasher=hasher)  # fmt: skip
                 s.add_request(req)
                 nxt += 1
             if not s.requests and nxt < n:
                 steps.append({"tokens": {}, "preempted": []})  # idle until the next arrival
                 continue
+            waiting = {rid for rid, r in s.requests.items()
+                       if r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)}  # fmt: skip
             so = s.schedule()
             preempted = carried + sorted(int(r) for r in (so.preempted_req_ids or ()))
             if not so.num_scheduled_tokens:
@@ -89,14 +124,25 @@ def main() -> None:
             sampled = []
             for rid in ids:
                 r = s.requests[rid]
-                sampled.append([7] if r.num_computed_tokens >= r.num_tokens else [])
+                # the next token of its stream: a later turn of the conversation carries it in its prompt
+                sampled.append(
+                    [seqs[int(rid)][r.num_tokens]] if r.num_computed_tokens >= r.num_tokens else []
+                )
             out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                     sampled_token_ids=sampled)  # fmt: skip
             before = len(s.requests)
+            if w["prefix_caching"]:
+                step_cached = {int(rid): s.requests[rid].num_computed_tokens - so.num_scheduled_tokens[rid]
+                               for rid in ids if rid in waiting}  # fmt: skip
             s.update_from_output(so, out)
             finished += before - len(s.requests)
-            steps.append({"tokens": {int(k): int(v) for k, v in so.num_scheduled_tokens.items()},
-                          "preempted": preempted})  # fmt: skip
+            step = {
+                "tokens": {int(k): int(v) for k, v in so.num_scheduled_tokens.items()},
+                "preempted": preempted,
+            }
+            if w["prefix_caching"]:  # schedule() advanced computed tokens by the chunk: the rest came cached
+                step["cached"] = step_cached
+            steps.append(step)
     json.dump(steps, sys.stdout)
 
 

@@ -28,8 +28,26 @@ WORKLOADS = {
 }
 ADAPTIVE = ("adaptive",)  # workloads run with long_prefill_token_threshold_adaptive
 
+# Prefix caching on (vLLM's default): requests that share token streams. name → (kind, requests, num KV
+# blocks, max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold, max_model_len, seed).
+#   shared   `vllm bench serve --dataset-name prefix_repetition`'s shape: a few shared prefixes, each
+#            request one of them plus its own suffix; a pool that holds a few prefixes, so cached blocks
+#            are evicted and requests preempted
+#   chat     conversations whose every turn carries the conversation so far (its prompt is the previous
+#            turn's prompt and answer plus a new user message), follow-up turns arriving some steps later,
+#            a pool that cannot keep every conversation: hits, misses after eviction, preemption
+#   crowded  the shared shape in a pool of 120 blocks with a 64-token threshold: hits on blocks a request
+#            admitted earlier in the same step is still computing, duplicate blocks, heavy preemption
+PREFIX_WORKLOADS = {
+    "shared": ("shared", 400, 700, 1024, 64, 0, 4096, 11),
+    "chat": ("chat", 360, 900, 2048, 128, 256, 8192, 12),
+    "crowded": ("shared", 300, 120, 256, 32, 64, 2048, 13),
+}
+
 
 def make(name: str) -> dict:
+    if name in PREFIX_WORKLOADS:
+        return make_prefix(name)
     n, (p0, p1), (o0, o1), gap, blocks, budget, seqs, thr, max_len, seed = WORKLOADS[name]
     rng = np.random.default_rng(seed)
     prompt = rng.integers(p0, p1 + 1, n)
@@ -40,7 +58,45 @@ def make(name: str) -> dict:
         "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
         "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
         "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
-        "long_prefill_token_threshold_adaptive": name in ADAPTIVE,
+        "long_prefill_token_threshold_adaptive": name in ADAPTIVE, "prefix_caching": False,
+    }  # fmt: skip
+
+
+def make_prefix(name: str) -> dict:
+    """A workload with shared token streams: `group[i]` is request i's stream (-1: none) and `shared[i]` how
+    many of its tokens (prompt, then outputs) lie on it; the rest are its own. vllm_driver.py turns streams
+    into token ids; simserve gets the two columns (Requests.prefix_group / prefix_tokens)."""
+    kind, n, blocks, budget, seqs, thr, max_len, seed = PREFIX_WORKLOADS[name]
+    rng = np.random.default_rng(seed)
+    if kind == "shared":
+        prefixes = rng.integers(max_len // 16, max_len // 3, 6)
+        group = rng.integers(0, len(prefixes), n)
+        shared = prefixes[group]
+        prompt = shared + rng.integers(1, max_len // 8, n)
+        output = np.minimum(rng.integers(5, 150, n), max_len - prompt)
+        arrive = np.floor(np.cumsum(rng.exponential(1.0, n))).astype(int)
+    else:  # chat: conversations of 1-6 turns
+        rows = []  # (arrival step, conversation, prompt, output)
+        conv, start = 0, 0.0
+        while len(rows) < n:
+            start += rng.exponential(12.0)
+            t, context = start, 0
+            for _turn in range(int(rng.integers(1, 7))):
+                user, answer = int(rng.integers(10, 400)), int(rng.integers(5, 300))
+                if context + user + answer > max_len:
+                    break
+                rows.append((int(t), conv, context + user, answer))
+                context += user + answer
+                t += rng.exponential(60.0)  # the next turn comes later (the answer streams, the user types)
+            conv += 1
+        rows = sorted(rows[:n], key=lambda x: (x[0], x[1], x[2]))
+        arrive, group, prompt, output = (np.array(c) for c in zip(*rows, strict=True))
+        shared = prompt + output  # every token of a turn is on its conversation's stream
+    return {
+        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
+        "group": group.tolist(), "shared": shared.tolist(), "num_blocks": blocks, "block_size": BLOCK_SIZE,
+        "max_num_batched_tokens": budget, "max_num_seqs": seqs, "long_prefill_token_threshold": thr,
+        "max_model_len": max_len, "long_prefill_token_threshold_adaptive": False, "prefix_caching": True,
     }  # fmt: skip
 
 
@@ -55,11 +111,15 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
 
     n = len(w["prompt"])
     reqs = Requests(np.array(w["prompt"]), np.array(w["output"]), np.zeros(n))
+    if w["prefix_caching"]:
+        reqs.prefix_group[:] = w["group"]
+        reqs.prefix_tokens[:] = w["shared"]
     cfg = SimConfig(
         policy="vllm-v1", budget=w["max_num_batched_tokens"], max_batch=w["max_num_seqs"],
         max_model_len=w["max_model_len"], block_size=w["block_size"],
         long_prefill_token_threshold=w["long_prefill_token_threshold"],
         long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
+        prefix_caching=w["prefix_caching"],
     ).validate()  # fmt: skip
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["num_blocks"], 1, LogHistogram(), lambda _, rid: done.append(rid))
@@ -69,6 +129,7 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
             st.enqueue(nxt)
             nxt += 1
         before = reqs.preemptions.copy()
+        waiting = set(st.waiting)
         batch = vllm_v1(st, float(len(steps)))
         if not batch:
             if nxt < n and not st.num_running and not st.waiting:
@@ -78,7 +139,12 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
         tokens = {int(rid): int(c) for rid, c in batch.prefills}
         tokens.update({int(rid): 1 for rid in batch.decodes.tolist()})
         preempted = np.flatnonzero(reqs.preemptions != before).tolist()
-        steps.append({"tokens": tokens, "preempted": preempted})
+        step = {"tokens": tokens, "preempted": preempted}
+        if w["prefix_caching"]:  # tokens found cached by each request admitted in this step
+            step["cached"] = {
+                int(rid): int(reqs.cached_tokens[rid]) for rid, _ in batch.prefills if rid in waiting
+            }
+        steps.append(step)
         now = float(len(steps))
         for rid, chunk in batch.prefills:
             st.complete_chunk(rid, chunk, now)
@@ -105,8 +171,11 @@ def compare(ours: list[dict], theirs: list[dict]) -> list[str]:
 
 def _normal(step: dict) -> dict:
     """JSON turns integer keys into strings; order within a step does not matter."""
-    return {"tokens": {int(k): int(v) for k, v in step["tokens"].items()},
-            "preempted": sorted(int(r) for r in step["preempted"])}  # fmt: skip
+    out = {"tokens": {int(k): int(v) for k, v in step["tokens"].items()},
+           "preempted": sorted(int(r) for r in step["preempted"])}  # fmt: skip
+    if "cached" in step:
+        out["cached"] = {int(k): int(v) for k, v in step["cached"].items()}
+    return out
 
 
 if __name__ == "__main__":  # the table in docs/engines.md: python tests/conformance/workloads.py VLLM_PYTHON
@@ -116,9 +185,10 @@ if __name__ == "__main__":  # the table in docs/engines.md: python tests/conform
     from pathlib import Path
 
     driver = Path(__file__).with_name("vllm_driver.py")
-    print("| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | differences |")
-    print("|---|---|---|---|---|---|---|")
-    for name in WORKLOADS:
+    print("| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | "
+          "admissions with a hit | cached tokens | differences |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in [*WORKLOADS, *PREFIX_WORKLOADS]:
         w = make(name)
         proc = subprocess.run([sys.argv[1], str(driver)], input=json.dumps(w), capture_output=True, text=True,
                               check=True)  # fmt: skip
@@ -126,5 +196,7 @@ if __name__ == "__main__":  # the table in docs/engines.md: python tests/conform
         tokens = sum(sum(s["tokens"].values()) for s in ours)
         pre = sum(len(s["preempted"]) for s in ours)
         widest = max(len(s["tokens"]) for s in ours)
-        print(f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | "
-              f"{len(compare(ours, theirs))} |")  # fmt: skip
+        cached = [c for s in ours for c in s.get("cached", {}).values()]
+        hits = f"{sum(c > 0 for c in cached)} of {len(cached)}" if w["prefix_caching"] else "(off)"
+        print(f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | {hits} | "
+              f"{sum(cached)} | {len(compare(ours, theirs))} |")  # fmt: skip

@@ -1,0 +1,266 @@
+"""Disaggregated layouts in a plan: which xPyD splits to search, their capacity searches, and their plan rows.
+
+A layout is x prefill replicas of TP t_p and y decode replicas of TP t_d of one GPU kind in one box (the KV moves
+over its NVLink: sim/kvlink.py); PP 1 in both pools (the hook for PP and EP is the pool's Scenario). The search
+space is every (t_p, t_d, x, y) that fits the box and --max-gpus, too many to simulate, so it is screened with
+what each pool can do alone, from the same BatchTimer the simulation uses:
+
+  prefill rate per replica  μ_p = 1 / (time to prefill the sample's mean prompt in budget-sized chunks)
+  decode rate per replica   μ_d = B / (mean output × t_dec(B)), B = the most requests decoding at once that
+                            fit the replica's KV (mean prompt + mean output each) and --max-batch, lowered until
+                            one decode iteration t_dec(B) meets the TBT SLO (a decode pool has no prefill to
+                            stall it, so its TBT is its iteration time)
+
+A layout serves about min(x·μ_p, y·μ_d): x beyond y·μ_d/μ_p only adds idle prefill GPUs, fewer starves the decode
+pool, so per (t_p, t_d, y) only the two x around the balance are kept; then the `disagg_layouts` layouts of
+lowest estimated dollars per request are searched (a screen, never a reported number: every capacity in the
+plan is simulated). The prefill pool runs the largest --budgets value that fits (prefill-only batches: a larger
+chunk is more efficient, and there are no decodes to stall); the decode pool the smallest (its memory goes to KV).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from simserve.catalog import GPU, GPUSpec, NodeSpec
+from simserve.catalog.prices import PriceSpec
+from simserve.deployment import Deployment
+from simserve.errors import SimserveError
+from simserve.memory import plan_memory, profile_tokens
+from simserve.plan.candidates import best_box, parallelisms
+
+LAYOUT_AGG = "agg"
+LAYOUTS = ("agg", "disagg")
+
+
+@dataclass(frozen=True)
+class Layout:
+    gpu: GPUSpec
+    node: NodeSpec
+    prefill: Deployment
+    decode: Deployment
+    x: int  # prefill replicas
+    y: int  # decode replicas
+    prefill_budget: int
+    decode_budget: int
+    estimate_qps: float  # the screen's min(x·μ_p, y·μ_d)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.x * self.prefill.num_gpus + self.y * self.decode.num_gpus
+
+    @property
+    def label(self) -> str:
+        return f"{self.x}xTP{self.prefill.tp}P+{self.y}xTP{self.decode.tp}D"
+
+
+def _fitting_budgets(dep: Deployment, budgets, max_batch: int) -> list[int]:
+    ok = []
+    for b in sorted(budgets):
+        try:
+            plan_memory(dep, profile_tokens("sarathi", dep.max_model_len, b, max_batch))
+        except SimserveError:
+            continue
+        ok.append(b)
+    return ok
+
+
+def pool_rates(timer, blocks: int, block_size: int, prompt: float, output: float, budget: int, max_batch: int,
+               tbt_s: float | None) -> tuple[float, float]:  # fmt: skip
+    """(μ_p, μ_d): requests per second one replica prefills, and decodes, alone (module docstring)."""
+    p = max(1, round(prompt))
+    t, done = 0.0, 0
+    while done < p:
+        c = min(budget, p - done)
+        t += sum(timer([(c, done)], [], s) for s in range(timer.num_stages))
+        done += c
+    mu_p = 1.0 / t
+    ctx = max(1, round(prompt + output / 2))
+    b = max(1, min(max_batch, blocks * block_size // max(1, round(prompt + output))))
+
+    def step(n: int) -> float:
+        return sum(timer([], [ctx] * n, s) for s in range(timer.num_stages))
+
+    while b > 1 and tbt_s is not None and step(b) > tbt_s:
+        b = max(1, b * 3 // 4)
+    return mu_p, b / (max(output, 1.0) * step(b))
+
+
+def enumerate_layouts(spec, prices: dict[str, PriceSpec], profiles_for, timer_for, lengths) -> tuple[list[Layout], list[str]]:  # noqa: E501
+    """The screened layouts, cheapest estimated $ per request first, and why a GPU has none."""
+    from simserve.catalog.models import resolve_model
+
+    model = resolve_model(spec.model)
+    prompt, output = lengths
+    kept, notes = [], []
+    for gpu in dict.fromkeys(GPU.get(g) for g in spec.gpus):
+        node = best_box(gpu, min(spec.max_gpus, 8), 1)
+        if node is None or node.kind != "nvswitch":
+            notes.append(f"{gpu.name}: no NVSwitch box in the catalog for both pools (disaggregation needs one link)")
+            continue
+        room = min(spec.max_gpus, node.gpus_per_node)
+        pools = {}
+        for tp, pp in parallelisms(model, room):
+            if pp != 1 or tp > room - 1:  # PP 1 in both pools; the other pool needs a GPU too
+                continue
+            dep = Deployment.create(model, gpu, tp, 1, node, None, spec.memory_utilization, spec.max_len,
+                                    spec.dtype, spec.kv_dtype, 1, spec.moe_skew)  # fmt: skip
+            ok = _fitting_budgets(dep, spec.budgets, spec.max_batch)
+            if ok:
+                pools[tp] = (dep, ok)
+        if not pools:
+            notes.append(f"{gpu.name}: no TP degree fits one pool in {room - 1} GPUs")
+            continue
+        profiles_for([d for d, _ in pools.values()])
+        rates = {}
+        for tp, (dep, ok) in pools.items():
+            timer = timer_for(dep)
+            blocks = plan_memory(dep, profile_tokens("sarathi", dep.max_model_len, ok[0], spec.max_batch)).num_blocks
+            mu_p, _ = pool_rates(timer, blocks, dep.block_size, prompt, output, ok[-1], spec.max_batch,
+                                 spec.slo.tbt_s)  # fmt: skip
+            _, mu_d = pool_rates(timer, blocks, dep.block_size, prompt, output, ok[0], spec.max_batch, spec.slo.tbt_s)
+            rates[tp] = (mu_p, mu_d)
+        for tp_p, (dep_p, ok_p) in pools.items():
+            for tp_d, (dep_d, ok_d) in pools.items():
+                mu_p, mu_d = rates[tp_p][0], rates[tp_d][1]
+                for y in range(1, (room - tp_p) // tp_d + 1):
+                    balance = y * mu_d / mu_p
+                    for x in sorted({max(1, math.floor(balance)), max(1, math.ceil(balance))}):
+                        if x * tp_p + y * tp_d > room:
+                            continue
+                        est = min(x * mu_p, y * mu_d)
+                        kept.append(Layout(gpu, node, dep_p, dep_d, x, y, ok_p[-1], ok_d[0], est))
+        if not any(lay.gpu == gpu for lay in kept):
+            notes.append(f"{gpu.name}: no xPyD split fits {room} GPUs")
+
+    def cost(lay: Layout) -> float:
+        return prices[lay.gpu.name].usd_per_hour(lay.num_gpus, 1) / lay.estimate_qps
+
+    kept.sort(key=lambda lay: (cost(lay), lay.num_gpus, lay.label, lay.gpu.name))
+    return kept[: spec.disagg_layouts], notes
+
+
+def layout_scenario(spec, lay: Layout, profiles, seed: int | None = None):
+    """The layout as a DisaggScenario: each pool the plan's aggregated scenario of its deployment."""
+    from simserve.plan.candidates import Candidate
+    from simserve.sim.disagg_scenario import DisaggScenario
+
+    def pool(dep: Deployment, budget: int, replicas: int):
+        s = spec.scenario(Candidate(dep, (budget,), 0), budget, profiles[dep], seed)
+        return replace(s, num_replicas=replicas, node=dep.node.name)
+
+    return DisaggScenario(pool(lay.prefill, lay.prefill_budget, lay.x), pool(lay.decode, lay.decode_budget, lay.y),
+                          None, "kv")  # fmt: skip
+
+
+def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict, out_tokens: float,
+                  agg_rows: pd.DataFrame | None = None):  # fmt: skip
+    """Screen, then search the kept layouts: (searches, rows, notes). As for aggregated deployments
+    (search._seed_searches), the layouts among the plan's cheapest contenders are searched again at other seeds."""
+    from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor
+    from simserve.profiling.generated import resolve_profiles
+    from simserve.sim.scenario import _timer, _workload
+    from simserve.tune.jobs import CapacityTask, run_tasks
+
+    profiles: dict = {}
+
+    def profiles_for(deps):
+        profiles.update(resolve_profiles([d for d in deps if d not in profiles]))
+
+    def timer_for(dep):
+        return _timer(dep, profiles[dep].root, True, False)
+
+    from simserve.sim import core_run
+
+    core_run.reference_only("disaggregated serving")
+    prompt, output, _, _ = _workload(spec.trace, spec.max_len, spec.num_requests, spec.seed, False)
+    layouts, notes = enumerate_layouts(spec, prices, profiles_for, timer_for,
+                                       (float(prompt.mean()), float(output.mean())))  # fmt: skip
+    tasks = []
+    for lay in layouts:
+        start = max(float(f"{lay.estimate_qps:.3g}"), spec.min_qps)
+        tasks.append(CapacityTask(layout_scenario(spec, lay, profiles), spec.slo, spec.tolerance, start,
+                                  max_halvings=halvings_to_floor(start, spec.min_qps)))  # fmt: skip
+    results = _run(tasks, runner, cache, stats, run_tasks)
+    rows = [_search_row(lay, t, r, spec, profiles) for lay, t, r in zip(layouts, tasks, results, strict=True)]
+    plan = _rows(layouts, results, spec, prices, out_tokens, profiles)
+    picked, again = [], []
+    for i in _contenders(layouts, plan, agg_rows, spec) if spec.tie_seeds else []:
+        lay, start = layouts[i], max(results[i].capacity_qps, spec.min_qps)
+        for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
+            again.append(CapacityTask(layout_scenario(spec, lay, profiles, seed), spec.slo, spec.tolerance, start,
+                                      max_halvings=halvings_to_floor(start, spec.min_qps)))  # fmt: skip
+            picked.append(lay)
+    for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks) if again else [], strict=True):
+        row = _search_row(lay, t, r, spec, profiles)
+        row["status"] = f"seed spread ({row['status']})"
+        rows.append(row)
+    searches = pd.DataFrame(rows, columns=[*_SEARCH_COLUMNS, "layout"])
+    return searches, plan.reindex(columns=[*_PLAN_COLUMNS, "layout"]), notes
+
+
+def _contenders(layouts: list[Layout], plan: pd.DataFrame, agg_rows, spec) -> list[int]:
+    """Indices of the searched layouts among the plan's TIE_DEPLOYMENTS cheapest deployments, agg ones included."""
+    from simserve.plan.search import TIE_DEPLOYMENTS
+    from simserve.plan.ties import contenders
+
+    if plan.empty:
+        return []
+    both = plan if agg_rows is None or agg_rows.empty else pd.concat([agg_rows.assign(layout=LAYOUT_AGG), plan])
+    objective = "usd_per_hour" if spec.target_qps else "usd_per_million_output_tokens"
+    top = contenders(both.reset_index(drop=True), objective).head(TIE_DEPLOYMENTS)
+    wanted = {(r["gpu"], r["layout"]) for _, r in top.iterrows() if r["layout"] != LAYOUT_AGG}
+    return [i for i, lay in enumerate(layouts) if (lay.gpu.name, lay.label) in wanted]
+
+
+def _run(tasks, runner, cache, stats, run_tasks):
+    round_stats: dict = {}
+    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
+    for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
+        stats[key] = stats.get(key, 0) + round_stats.get(key, 0)
+    return results
+
+
+def _search_row(lay: Layout, task, r, spec, profiles) -> dict:
+    capacity, status = r.capacity_qps, "searched"
+    if capacity < spec.min_qps:
+        capacity, status = 0.0, "below floor"
+    return {
+        "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": 1, "ep": 1, "node": lay.node.name,
+        "gpus_per_replica": lay.num_gpus, "nodes_per_replica": 1, "seed": task.scenario.prefill.seed,
+        "budget": lay.prefill_budget, "capacity_qps": capacity, "status": status, "start_qps": task.start_qps,
+        "probes": len(r.probes), "limited_by": r.limited_by, "message": r.message, "kv_blocks": 0,
+        "profile": profiles[lay.prefill].label, "layout": lay.label,
+    }  # fmt: skip
+
+
+def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.DataFrame:
+    """Plan rows: r copies of each layout (r·capacity, whole rental units), as plan_rows does for replicas."""
+    out = []
+    for lay, r in zip(layouts, results, strict=True):
+        c, g = r.capacity_qps, lay.num_gpus
+        if c < spec.min_qps:
+            continue
+        price = prices[lay.gpu.name]
+        for k in range(1, spec.max_gpus // g + 1):
+            if spec.target_qps is not None and (k * c < spec.target_qps or (k > 1 and (k - 1) * c >= spec.target_qps)):
+                continue
+            qps, usd, rented = k * c, price.usd_per_hour(g, k), price.gpus_rented(g, k)
+            out.append({
+                "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": 1, "ep": 1, "node": lay.node.name, "replicas": k,
+                "gpus": k * g, "gpus_rented": rented, "budget": lay.prefill_budget, "capacity_qps": qps,
+                "capacity_per_gpu_qps": qps / (k * g), "output_tokens_per_s": qps * out_tokens,
+                "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented, "usd_per_hour": usd,
+                "usd_per_million_output_tokens": usd / (qps * out_tokens * 3600) * 1e6,
+                "profile": profiles[lay.prefill].label, "layout": lay.label,
+            })  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def layout_of(row) -> str:
+    """A plan row's layout: 'agg', or the xPyD label of a disaggregated row."""
+    v = row.get("layout", LAYOUT_AGG) if hasattr(row, "get") else LAYOUT_AGG
+    return v if isinstance(v, str) and v else LAYOUT_AGG

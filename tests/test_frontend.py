@@ -1,0 +1,72 @@
+"""The serving front end's latency (sim/frontend.py): in what a client sees, nowhere else."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simserve.cli import main
+from simserve.sim import simulate
+from simserve.sim.bench_report import bench_metrics
+from simserve.sim.config import SimConfig
+from simserve.sim.frontend import DEFAULT_FRONTEND_MS
+from simserve.sim.metrics import summarize
+from simserve.sim.testing import ConstantTimer
+
+
+def cli(capsys, *args):
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_run_adds_the_front_end_to_ttft_and_e2e_only(capsys, tmp_path):
+    docs = {}
+    for name, extra in (("default", []), ("engine", ["--frontend-ms", "0"]), ("slow", ["--frontend-ms", "50"])):
+        code, out, _ = cli(capsys, "run", "--requests", "40", "--seed", "2", *extra, "--out", str(tmp_path / name))
+        assert code == 0
+        docs[name] = json.loads((tmp_path / name / "summary.json").read_text())["summary"]
+        if name == "default":
+            assert "10.2 ms of serving front end" in " ".join(out.split())
+    assert DEFAULT_FRONTEND_MS == 10.2 and docs["default"]["frontend_s"] == pytest.approx(0.0102)
+    assert "frontend_s" not in docs["engine"]  # an engine-side summary keeps its old keys
+    for name, f in (("default", 0.0102), ("slow", 0.05)):
+        for key in ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p90_s"):
+            assert docs[name][key] - docs["engine"][key] == pytest.approx(f, abs=1e-12)
+        for key in ("tbt_p50_s", "tbt_p99_s", "scheduling_delay_p50_s", "duration_s", "throughput_tps"):
+            assert docs[name][key] == docs["engine"][key]
+    assert (tmp_path / "default" / "requests.csv").read_bytes() == (tmp_path / "engine" / "requests.csv").read_bytes()
+
+
+def test_paper_setup_runs_without_it(capsys, tmp_path):
+    code, _, _ = cli(capsys, "run", "--requests", "10", "--paper-setup", "--out", str(tmp_path / "p"))
+    assert code == 0
+    assert "frontend_s" not in json.loads((tmp_path / "p" / "summary.json").read_text())["summary"]
+    code, _, err = cli(capsys, "run", "--requests", "10", "--paper-setup", "--frontend-ms", "5", "--out", str(tmp_path / "q"))
+    assert code == 2 and err.count("\n") == 1 and "--frontend-ms" in err
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_bad_value_is_one_line(capsys, tmp_path, value):
+    code, _, err = cli(capsys, "run", "--requests", "4", "--frontend-ms", value, "--out", str(tmp_path / "o"))
+    assert code == 2 and err.count("\n") == 1 and "--frontend-ms" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_closed_loop_client_waits_the_front_end_out_and_back_in():
+    # one slot, each request 0.4 s at the engine: the next reaches the engine 0.05 s after the last token
+    cfg = SimConfig(policy="vllm-v1", max_concurrency=1, frontend_s=0.05)
+    raw = simulate(np.full(4, 100), np.full(4, 4), np.zeros(4), ConstantTimer(0.1), 4000, cfg)
+    assert raw.reqs.arrived.tolist() == pytest.approx([0.0, 0.45, 0.9, 1.35])
+    m = bench_metrics(raw, math.inf)
+    assert m["mean_ttft_ms"] == pytest.approx(150.0) and m["median_e2el_ms"] == pytest.approx(450.0)
+    assert m["mean_tpot_ms"] == pytest.approx(100.0) and m["duration"] == pytest.approx(1.8)  # the last reply's way out
+    s = summarize(raw)
+    assert s.ttft_p50_s == pytest.approx(0.15) and s.scheduling_delay_p50_s == 0.0
