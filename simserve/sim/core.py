@@ -867,6 +867,14 @@ class Core:
                     rep.stale -= dropped
                     dec = [rid for rid in dec if rid not in dropped]
                     prefills = [(rid, chunk) for rid, chunk in prefills if rid not in dropped]
+        if self.pp == 1:  # `dec` may be rep.decoding itself (_paused_decodes): the decodes first, then the
+            # prefills whose last chunk moves them into it (the reference's order the other way round gives the
+            # same state: the two sets of requests are disjoint and the histogram's counts are integers)
+            if dec:
+                self._complete_decodes(rep, dec, now)
+            for rid, chunk in prefills:
+                self._complete_chunk(rep, rid, chunk, now)
+            return
         for rid, chunk in prefills:
             self._complete_chunk(rep, rid, chunk, now)
         if dec:
@@ -1036,7 +1044,9 @@ class Core:
     def _paused_decodes(self, rep: Rep) -> list:
         if self.pp > 1:
             return [rid for rid in rep.decoding if not self.inflight[rid]]
-        return list(rep.decoding)
+        # NOTE: PP = 1: the list itself, not a copy (an allocation per iteration): nothing changes it while the
+        # batch is in flight, and _complete takes the batch's decodes before its prefills' last chunks join it
+        return rep.decoding
 
     @cython.cfunc
     def _drop_too_long(self, rep: Rep) -> cython.void:
