@@ -1,5 +1,6 @@
-"""Build the compiled simulation core (simserve/sim/core.py, Cython pure-Python mode) when a C compiler is
-there; install without it when not (simserve then runs the SimPy reference model and says so once).
+"""Build the compiled simulation core (simserve/sim/core.py, Cython pure-Python mode) and the table text
+formatter (simserve/sim/_textrows.pyx) when a C compiler is there; install without them when not (simserve
+then runs the SimPy reference model and says so once, and formats its tables in Python).
 
 Everything else about the package is in pyproject.toml.
 """
@@ -25,14 +26,13 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as e:  # noqa: BLE001
-            self._skip(e)
+            self._skip(e, ext.name)
 
-    def _skip(self, e: Exception) -> None:
-        print(
-            f"simserve: not building the compiled simulation core ({type(e).__name__}: {e}); "
-            "simserve will run the slower SimPy reference model",
-            file=sys.stderr,
-        )
+    def _skip(self, e: Exception, name: str = "") -> None:
+        what = {
+            "simserve.sim._textrows": "the compiled table formatter (tables are then written by Python, same bytes)",
+        }.get(name, "the compiled simulation core (simserve will run the slower SimPy reference model)")
+        print(f"simserve: not building {what}: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def extensions() -> list[Extension]:
@@ -46,8 +46,10 @@ def extensions() -> list[Extension]:
         # NOTE: results must match the reference to the last bit: no fused multiply-add, no fast-math.
         extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
     )
+    # The text of the output tables and trace.json (writers.py and perfetto.py fall back to Python without it).
+    text = Extension("simserve.sim._textrows", ["simserve/sim/_textrows.pyx"], extra_compile_args=["-O2"])
     return cythonize(
-        [ext],
+        [ext, text],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

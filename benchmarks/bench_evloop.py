@@ -32,7 +32,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 def prepare(s: Scenario, qps: float):
     cfg, dep = s.sim_config(), s.deployment()
     num_blocks = _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
-    prompt, output, recorded = _workload(s.trace, s.max_len, s.num_requests, s.seed, False)
+    prompt, output, recorded, _prefix = _workload(s.trace, s.max_len, s.num_requests, s.seed, False)
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
     return prompt, output, arrived, _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm), num_blocks, cfg
 

@@ -48,7 +48,7 @@ def mark(name):
     marks.append((name, T()))
 import numpy; mark("import numpy")
 import typer; mark("import typer (+ its click)")
-import typer._adapters; mark("import pydantic (typer coerces every option value with it)")
+import simserve.cli; mark("import simserve.cli (plain option values without pydantic: cli/coercion.py)")
 import rich.console, rich.table; mark("import rich")
 import simserve.cli.run, simserve.sim.scenario, simserve.sim.writers, simserve.sim.perfetto, simserve.io
 mark("import simserve's run path")
@@ -67,6 +67,8 @@ summarize(raw, dep); mark("summary")
 out.mkdir(parents=True, exist_ok=True)
 write_tables(raw, out); mark("write requests.csv, iterations.csv")
 write_chrome_trace(out / "trace.json", raw.log); mark("write trace.json")
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pandas", "pydantic", "sklearn", "scipy"})
+print(f"  imported of pandas, pydantic, scikit-learn, scipy: {heavy or 'none'}")
 for (_, a), (name, b) in zip(marks, marks[1:]):
     print(f"  {name:60s} {b - a:6.3f} s")
 print(f"  {'total':60s} {marks[-1][1] - marks[0][1]:6.3f} s")

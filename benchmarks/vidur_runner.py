@@ -20,6 +20,7 @@ import hashlib
 import json
 import lzma
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -111,6 +112,8 @@ class VidurResult:
     sim_s: float  # the event loop alone
     num_blocks: int  # KV blocks Vidur ran with (its own planner's count when VidurSetup.num_blocks is None)
     out_dir: Path
+    cpu_s: float = float("nan")  # CPU (user + system) of the whole subprocess
+    sim_cpu_s: float = float("nan")  # CPU of the event loop alone
 
 
 def ensure_venv(venv: Path = VENV) -> Path:
@@ -274,19 +277,23 @@ from vidur.config import SimulationConfig
 from vidur.simulator import Simulator
 from vidur.utils.random import set_seeds
 t0 = time.perf_counter()
+c0 = time.process_time()
 config = SimulationConfig.create_from_cli_args()
 set_seeds(config.seed)
 sim = Simulator(config)
 t1 = time.perf_counter()
+c1 = time.process_time()
 write = sim._write_output
 sim._write_output = lambda: None
 sim.run()
 t2 = time.perf_counter()
+c2 = time.process_time()
 write()
 t3 = time.perf_counter()
 out = config.metrics_config.output_dir
 blocks = config.cluster_config.cache_config.num_blocks  # set by the replica scheduler when not given
-json.dump({"setup_s": t1 - t0, "sim_s": t2 - t1, "write_s": t3 - t2, "num_blocks": blocks, "out": out},
+json.dump({"setup_s": t1 - t0, "sim_s": t2 - t1, "write_s": t3 - t2, "num_blocks": blocks, "out": out,
+           "sim_cpu_s": c2 - c1},
           open(out + "/timing.json", "w"))
 """
 
@@ -311,8 +318,11 @@ def run_vidur(
     driver = "\n".join((prelude, _DRIVER, epilogue))
     cmd = [str(python), "-c", driver, *vidur_args(setup, staged, trace_csv, out_dir)]
     t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter() - t0
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     log = done.stdout + done.stderr
     (out_dir / "vidur.log").write_text(" ".join(cmd[3:]) + "\n\n" + log)
     runs = sorted(p for p in out_dir.iterdir() if (p / "timing.json").exists())
@@ -330,6 +340,8 @@ def run_vidur(
         timing["sim_s"],
         int(timing["num_blocks"]),
         runs[-1],
+        cpu,
+        timing.get("sim_cpu_s", float("nan")),
     )
 
 

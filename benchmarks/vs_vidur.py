@@ -81,6 +81,8 @@ class Side:
     setup_s: float
     sim_s: float
     num_blocks: int
+    cpu_s: float = float("nan")  # CPU (user + system) of the whole run, and of the simulation alone
+    sim_cpu_s: float = float("nan")
 
 
 def workload(b: Bench, qps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,19 +113,19 @@ def sim_config(b: Bench, policy: str) -> SimConfig:
 
 def run_simserve(dep: Deployment, cfg: SimConfig, work, overhead: CpuOverhead | None = None) -> Side:
     prompt, output, arrived = work
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     timer = load_timer(dep, overhead=overhead)  # fitted predictor is cached by profile hash
     blocks = plan_memory(
         dep, profile_tokens(cfg.policy, cfg.max_model_len, cfg.memory_budget, cfg.batch_limit(dep.pp))
     )
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     res = build_result(simulate(prompt, output, arrived, timer, blocks.num_blocks, cfg), dep)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     done = res.requests[res.requests.status == "completed"]
     if len(done) != len(prompt):
         raise RuntimeError(f"simserve completed {len(done)} of {len(prompt)} requests")
     stats = latency_stats(done, res.summary.tbt_p50_s, res.summary.tbt_p99_s)
-    return Side(stats, t2 - t0, t1 - t0, t2 - t1, blocks.num_blocks)
+    return Side(stats, t2 - t0, t1 - t0, t2 - t1, blocks.num_blocks, c2 - c0, c2 - c1)
 
 
 def vidur_setup(b: Bench, policy: str, num_blocks: int | None) -> vr.VidurSetup:
@@ -145,7 +147,7 @@ def run_vidur(
         raise RuntimeError("Vidur's arrivals differ from the replayed ones")
     q = res.tbt_quantiles
     stats = latency_stats(res.requests, float(q.loc[0.5]), float(q.loc[0.99]))
-    return Side(stats, res.wall_s, res.setup_s, res.sim_s, res.num_blocks), res
+    return Side(stats, res.wall_s, res.setup_s, res.sim_s, res.num_blocks, res.cpu_s, res.sim_cpu_s), res
 
 
 def dep_for(b: Bench) -> Deployment:

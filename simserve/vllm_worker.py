@@ -90,10 +90,9 @@ def padded_timer(timer, sizes: tuple[int, ...]):
         all_reduce=tok.all_reduce[index],
         send_recv=[s[index] for s in tok.send_recv],
     )
-    out._tok = [
-        (out._tokens.linear + out._tokens.elementwise + out._tokens.all_reduce + out._tokens.send_recv[s]).tolist()
-        for s in range(timer.num_stages)
-    ]
+    # the per-stage sums as the compiled core reads them (arrays) and as the SimPy reference does (lists)
+    out._tok_np = out._stage_tables()
+    out._tok = [row.tolist() for row in out._tok_np]
     out.cudagraph_sizes = sizes
     return out
 

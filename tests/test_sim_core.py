@@ -98,6 +98,7 @@ def cases(draw, policies=CORE_POLICIES):
         stretch=False,
         # the watchdog's ways to end a run, so the core's returns to Python are exercised too
         sched_delay_slo_s=0.05 if stop == "overload" else 1e9,
+        stop_when_overloaded=draw(st.booleans()),  # False: overloaded, the run goes on (and skips its checks)
         overload_wait_s=0.5 if stop == "overload" else 1e9,
         check_period_s=draw(st.sampled_from([0.01, 0.1, 1.0])),
         stop_tbt=(0.02, 0.5) if stop == "tbt" else None,

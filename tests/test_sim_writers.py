@@ -97,3 +97,28 @@ def test_bad_iterations_option_is_one_line_and_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.startswith("error: ") and "--iterations" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(writers._csv_rows is None, reason="the compiled table formatter is not built")
+def test_the_compiled_formatter_writes_the_python_text():
+    """simserve/sim/_textrows.pyx against the Python formatting it replaces, on floats whose repr is hard."""
+    import numpy as np
+
+    from simserve.sim import perfetto
+    from simserve.sim.iterations import COLUMNS
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    odd = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e16, 1e-5, 1.5e300, 5e-324, 0.1 + 0.2, 123456789012345678.0]
+    floats = np.concatenate([10 ** rng.uniform(-320, 308, n - len(odd)) * rng.choice([-1, 1], n - len(odd)), odd])
+    ints = rng.integers(-(2**63), 2**63 - 1, n)
+    ints[:4] = [0, -1, 2**63 - 1, -(2**63)]
+    cols = {"x": floats, "k": ints, "status": rng.integers(0, 4, n).astype(np.int8), "rep": np.repeat(floats[:300], 10)}
+    assert writers._csv_lines(cols) == writers._csv_lines_python(cols)
+    assert writers._csv_lines({k: v[:0] for k, v in cols.items()}) == ""
+    rows = {c: rng.integers(0, 600, n) for c in COLUMNS}
+    rows["start_s"] = np.cumsum(rng.random(n))
+    rows["end_s"] = rows["start_s"] + rng.random(n) * 0.1
+    rows["num_iterations"] = rng.integers(1, 4, n)
+    for view in (rows, {c: v[::3] for c, v in rows.items()}):
+        assert perfetto._batch_text(view) == perfetto._batch_text_python(view)

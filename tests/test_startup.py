@@ -1,5 +1,5 @@
-"""Start-up cost of `simserve run` (issue 11, item 1): a warm run loads the compiled timer and the parsed
-trace from the cache, and imports neither scikit-learn nor pandas.
+"""Start-up cost of `simserve run` (issue 11, item 1; issue 22 item 4): a warm run loads the compiled timer and
+the parsed trace from the cache, and imports neither scikit-learn nor pandas nor pydantic.
 
 Checked in a fresh interpreter, since this test session has long since imported everything.
 """
@@ -22,10 +22,10 @@ PROBE = """
 import json, sys
 from simserve.cli import main
 main(["run", "--requests", "50", "--qps", "2", "--out", sys.argv[1]])
-HEAVY = {"sklearn", "scipy", "matplotlib", "torch", "pandas", "pyarrow"}
+HEAVY = {"sklearn", "scipy", "matplotlib", "torch", "pandas", "pyarrow", "pydantic"}
 heavy = sorted({m.split(".")[0] for m in sys.modules} & HEAVY)
-# other commands' modules; options and metavars are what every command shares, not commands
-SHARED = {"simserve.cli.run", "simserve.cli.options", "simserve.cli.metavars"}
+# other commands' modules; options, metavars and coercion are what every command shares, not commands
+SHARED = {"simserve.cli.run", "simserve.cli.options", "simserve.cli.metavars", "simserve.cli.coercion"}
 heavy += sorted(m for m in sys.modules if m.startswith("simserve.cli.") and m not in SHARED)
 print("HEAVY=" + json.dumps(heavy))
 """

@@ -11,6 +11,7 @@ import pytest
 from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.memory import GIB, activation_bytes_per_token, kv_bytes_per_block, weights_bytes_per_gpu
+from simserve.sim import SimConfig, core_run, simulate
 from simserve.sim.scenario import Scenario, _timer, check_scenario, simulate_scenario
 from simserve.vllm_worker import MIB, NON_TORCH_BYTES, capture_sizes, padded, padded_timer, worker_memory
 
@@ -168,3 +169,22 @@ def test_async_scheduling_shortens_every_step_by_the_hidden_cpu_work():
         kv = np.full(32, 900)
         hidden = (CpuOverhead().total_ms(len(batch) + 32) - CpuOverhead(async_scheduling=True).total_ms(len(batch) + 32))
         assert sync(batch, kv) - asyn(batch, kv) == pytest.approx(hidden * 1e-3, rel=1e-9)
+
+
+@pytest.mark.skipif(not core_run.compiled_available(), reason="the compiled core is not built")
+def test_the_core_runs_a_padded_timer_as_the_reference_does(timer, monkeypatch):
+    """The core reads the timer's arrays, the reference its lists: padding must reach both."""
+    graphs = padded_timer(timer, capture_sizes(256, 2048, A100))
+
+    def run(t, mode):
+        monkeypatch.setenv(core_run.ENV, mode)
+        rng = np.random.default_rng(0)
+        n = 40
+        return simulate(rng.integers(20, 600, n), rng.integers(2, 60, n), np.cumsum(rng.exponential(0.05, n)), t,
+                        4000, SimConfig(policy="vllm-v1", budget=512))  # fmt: skip
+
+    ref, got, plain = run(graphs, "reference"), run(graphs, ""), run(timer, "")
+    assert core_run.choose(SimConfig(policy="vllm-v1", budget=512), graphs) is not None  # the core ran it
+    assert not np.array_equal(plain.reqs.completed, ref.reqs.completed)  # padding matters in this workload
+    assert np.array_equal(ref.reqs.completed, got.reqs.completed)
+    assert np.array_equal(ref.log.column("end_s"), got.log.column("end_s"))

@@ -10,8 +10,11 @@ from collections.abc import Iterator
 
 import typer
 
+from simserve.cli.coercion import install as _plain_option_values
 from simserve.cli.metavars import plain_metavars
 from simserve.errors import Reported, SimserveError
+
+_plain_option_values()  # str/int/float/bool/Path options converted without importing pydantic (coercion.py)
 
 app = typer.Typer(
     name="simserve",

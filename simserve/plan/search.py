@@ -229,6 +229,8 @@ def run_plan(
     seen: list[_Deployment] = []
     active: list[_Deployment] = []
     with Runner(executor, workers, address) as runner, progress_bar(progress) as bar:
+        if runner.shares_filesystem:
+            _build_timers(runner, queue, spec, profiles)
         tid = bar.add_task("plan searches", total=total)
         while queue or active:
             while queue and len(active) < ROUND:
@@ -267,6 +269,27 @@ def run_plan(
             rows = rows.reset_index(drop=True)
     stats["elapsed_s"] = time.perf_counter() - t0
     return PlanResult(spec, searches, rows, prices, rejected, out_tokens, stats)
+
+
+def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, profiles) -> None:
+    """Compile the timers no cache holds yet, one job per profile, before the searches start.
+
+    Every deployment gets at least one probe, so every timer is needed; built inside the probes, each worker
+    fitted the models of whichever deployments its probes met (the same model in both workers, and again for
+    each PP degree of a TP degree after the in-process cache had evicted it). One job per profile fits each of
+    its models once (fit.py's in-process reuse) and leaves the timers in the on-disk cache the probes read.
+    Timers only: the searches and their answers are unchanged."""
+    from simserve.sim.scenario import build_timers, timer_cached
+
+    groups: dict[tuple, list[Scenario]] = {}
+    for d in queue:
+        dep = d.cand.deployment
+        scenario = spec.scenario(d.cand, d.order[0], profiles[dep])
+        if not timer_cached(scenario):
+            groups.setdefault((scenario.profiles_root, dep.gpu.name, dep.profile_model), []).append(scenario)
+    jobs = sorted(groups.values(), key=len, reverse=True)  # the biggest first: the workers end together
+    for _ in runner.map(build_timers, [(g,) for g in jobs]):
+        pass
 
 
 def _with_layouts(agg: pd.DataFrame, disagg: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ profile's content hash (cache.py).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,14 @@ def _stats(ape: np.ndarray) -> dict[str, float]:
     }
 
 
+# Models fitted with `only`, by (profile content hash, seed, key), most recently used last: a plan builds the
+# timers of many deployments on one profile (every PP degree of a TP degree reads the same linear, elementwise
+# and attention rows), and a group's fit depends on its rows and the seed alone (_fit_group), so a model fitted
+# for one deployment is the model another would fit. Bounded: ~1 MB of trees per model.
+_FITTED: OrderedDict[tuple[str, int, ModelKey], Fitted] = OrderedDict()
+MAX_FITTED = 64
+
+
 def fit_profile(profile: Profile, seed: int = 0, only: Collection[ModelKey] | None = None) -> Predictor:
     """Fit every model of `profile` (no cache). Deterministic: same profile and seed, same models.
 
@@ -150,10 +159,20 @@ def fit_profile(profile: Profile, seed: int = 0, only: Collection[ModelKey] | No
     deployment reads 12 of the shipped Mistral-7B profile's 37 models), at about a sixth of the cost."""
     models: dict[ModelKey, Fitted] = {}
     rows, pooled = [], {f: [] for f in FAMILIES}
+    digest = _hash(profile) if only is not None else ""
     for key, group, cols in _groups(profile):
         if only is not None and key not in only:
             continue
-        fitted, ape = _fit_group(key, group, cols, seed, held_out=only is None)
+        memo = (digest, seed, key) if digest else None
+        if memo is not None and memo in _FITTED:
+            fitted, ape = _FITTED[memo], np.array([])
+            _FITTED.move_to_end(memo)
+        else:
+            fitted, ape = _fit_group(key, group, cols, seed, held_out=only is None)
+            if memo is not None:
+                _FITTED[memo] = fitted
+                if len(_FITTED) > MAX_FITTED:
+                    _FITTED.popitem(last=False)
         models[key] = fitted
         pooled[key.family].append(ape)
         rows.append({**key.__dict__, "rows": len(group), "held_out": ape.size, **_stats(ape)})

@@ -51,23 +51,59 @@ def load_timer(
             f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
         )
     overhead = overhead or CpuOverhead()
-    tkey = None
-    if cache and (path / "linear.csv").exists():
-        tkey = timer_cache.key(content_hash(path), dep, overhead, seed)
+    tkey = digest = None
+    if (path / "linear.csv").exists():
+        digest = content_hash(path)
+    if cache and digest is not None:
+        tkey = timer_cache.key(digest, dep, overhead, seed)
         hit = timer_cache.load(tkey)
         if isinstance(hit, BatchTimer):
             return hit
     from simserve.predictor.coverage import needed_keys, profile_keys
     from simserve.predictor.fit import fit
-    from simserve.profiling.schema import read_profile
 
-    profile = read_profile(path)
+    profile = _read_profile(path, digest)
     needed = needed_keys(profile_keys(profile), dep, path)
     # Only the models this deployment reads are fitted (a cached full fit, e.g. from `simserve fit`, is reused).
     timer = fit(profile, seed=seed, use_cache=cache, only=set(needed)).compile(dep, overhead)
     if tkey is not None:
         timer_cache.store(tkey, timer)
     return timer
+
+
+def timer_cached(
+    dep: Deployment, profiles_root: str | Path | None = None, overhead: CpuOverhead | None = None, seed: int = 0
+) -> bool:
+    """Is `dep`'s compiled timer in the on-disk cache (what load_timer would load instead of fitting)?"""
+    root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
+    path = profile_dir(root, dep.gpu.name, dep.profile_model)
+    if not (path / "linear.csv").exists():
+        return False
+    return timer_cache.has(timer_cache.key(content_hash(path), dep, overhead or CpuOverhead(), seed))
+
+
+# Profiles read in this process, by content hash (a plan compiles the timers of many deployments on one profile;
+# reading and validating its CSVs again for each was ~0.05 s a time). Read-only to every caller.
+_PROFILES: dict[str, object] = {}
+
+
+def read_profile_cached(path: str | Path):
+    """read_profile(path), reusing this process's read when the directory's content hash is the same."""
+    path = Path(path)
+    return _read_profile(path, content_hash(path) if (path / "linear.csv").exists() else None)
+
+
+def _read_profile(path: Path, digest: str | None):
+    from simserve.profiling.schema import read_profile
+
+    if digest is None:
+        return read_profile(path)
+    key = f"{path.resolve()}:{digest}"
+    if key not in _PROFILES:
+        if len(_PROFILES) >= 4:
+            _PROFILES.pop(next(iter(_PROFILES)))
+        _PROFILES[key] = read_profile(path)
+    return _PROFILES[key]
 
 
 def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> str:

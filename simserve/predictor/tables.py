@@ -9,6 +9,7 @@ physics baseline (regressor.py); beyond the tables, times grow linearly with the
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,28 @@ def _model(predictor: Predictor, key: ModelKey) -> Fitted:
     return predictor.models[key]
 
 
+# Raw model predictions on a table's grid, by (model, grid): deployments that share a model (fit.py keeps one
+# fitted model per profile, seed and key in a process) and a grid — every PP degree of one TP degree — get the
+# very array the first one computed, instead of running the trees again. Values are the model's own output
+# (before the per-deployment scaling), never written to by the callers. Keyed by the model object, which the
+# entry holds, so its id cannot be reused while the entry exists.
+_PREDICTED: OrderedDict[tuple, tuple[Fitted, np.ndarray]] = OrderedDict()
+MAX_PREDICTED = 64
+
+
+def _predict(fitted: Fitted, grid: tuple, *columns: np.ndarray) -> np.ndarray:
+    key = (id(fitted), grid)
+    hit = _PREDICTED.get(key)
+    if hit is not None and hit[0] is fitted:
+        _PREDICTED.move_to_end(key)
+        return hit[1]
+    out = fitted.model.predict(*columns)
+    _PREDICTED[key] = (fitted, out)
+    if len(_PREDICTED) > MAX_PREDICTED:
+        _PREDICTED.popitem(last=False)
+    return out
+
+
 @dataclass(frozen=True)
 class TokenTables:
     """Per-stage time of everything that depends only on the batch's token count T, for T = 0..end."""
@@ -106,7 +129,8 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
     probe = np.array([end, far], dtype=float)
 
     def total(parts: list[tuple[Fitted, int]], x: np.ndarray) -> np.ndarray:
-        return layers * MS * sum(c * np.maximum(f.model.predict(x), 0.0) for f, c in parts)
+        grid = ("tokens", x.tobytes())
+        return layers * MS * sum(c * np.maximum(_predict(f, grid, x), 0.0) for f, c in parts)
 
     # Under attention DP the routed experts run every rank's tokens (ops.expert_tokens): their op is read there.
     experts = fused_expert_name(dep) if dep.dp > 1 else None
@@ -175,7 +199,7 @@ def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, flo
     b, kv = np.meshgrid(
         np.arange(1, bmax + 1, dtype=float), np.arange(cols, dtype=float) * step, indexing="ij"
     )
-    ms = np.maximum(fitted.model.predict(b.ravel(), kv.ravel()), 0.0).reshape(b.shape)
+    ms = np.maximum(_predict(fitted, ("decode", bmax, cols, step), b.ravel(), kv.ravel()), 0.0).reshape(b.shape)
     table = np.vstack([np.zeros((1, cols)), ms * MS * dep.layers_per_stage])
     return table, float(step)
 
@@ -193,5 +217,5 @@ def prefill_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, fl
         np.arange(rows, dtype=float) * CHUNK_STEP, np.arange(cols, dtype=float) * PREFIX_STEP, indexing="ij"
     )
     c[0, :] = 1.0  # the chunk-0 row holds the 1-token chunk, so chunks 1..15 interpolate from it
-    ms = np.maximum(fitted.model.predict(c.ravel(), p.ravel()), 0.0).reshape(c.shape)
+    ms = np.maximum(_predict(fitted, ("prefill", rows, cols), c.ravel(), p.ravel()), 0.0).reshape(c.shape)
     return ms * MS * dep.layers_per_stage, float(CHUNK_STEP), float(PREFIX_STEP)

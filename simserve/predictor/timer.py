@@ -44,26 +44,40 @@ class BatchTimer:
         tok = token_tables(predictor, dep)
         self._tokens = tok
         self._tend = tok.end
-        per_stage = [tok.linear + tok.elementwise + tok.all_reduce + tok.send_recv[s] for s in range(dep.pp)]
-        self._tok = [arr.tolist() for arr in per_stage]
+        self._tok_np = self._stage_tables()
         common = tok.slopes["linear"] + tok.slopes["elementwise"] + tok.slopes["all_reduce"]
         self._tslope = [common + tok.send_recv_slopes[s] for s in range(dep.pp)]
 
         dec, self._dl = decode_table(predictor, dep)
         self._dec_np = dec
-        self._dec = dec.tolist()
         self._bmax = dec.shape[0] - 1
         self._bhalf = max(self._bmax // 2, 1)
         self._jlast = dec.shape[1] - 2  # last interpolation cell; beyond it the cell's slope extrapolates
 
         pre, self._dc, self._dp = prefill_table(predictor, dep)
-        self._pre = pre.tolist()
+        self._pre_np = pre
         self._ilast = pre.shape[0] - 2
         self._klast = pre.shape[1] - 2
 
         coeffs = [overhead.stage_coefficients(s, dep.pp) for s in range(dep.pp)]
         self._cpu_a = [a for a, _ in coeffs]
         self._cpu_b = [b for _, b in coeffs]
+
+    def _stage_tables(self) -> np.ndarray:
+        tok = self._tokens
+        return np.array([tok.linear + tok.elementwise + tok.all_reduce + tok.send_recv[s] for s in range(self.num_stages)])
+
+    # NOTE: the tables as Python lists (_tok, _dec, _pre: indexing a list is several times faster than indexing
+    # an array element by element) are built on first use, by this hook for attributes not yet set: a run on
+    # the compiled core reads the arrays (_tok_np, _dec_np, _pre_np) and never needs them; building them was
+    # ~20 ms of every timer a plan's workers loaded. The lists hold the arrays' floats: the same times.
+    def __getattr__(self, name: str):
+        if name in ("_tok", "_dec", "_pre"):
+            self._tok = [row.tolist() for row in self._tok_np]
+            self._dec = self._dec_np.tolist()
+            self._pre = self._pre_np.tolist()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- lookups ------------------------------------------------------------------------------------------
 
@@ -166,19 +180,17 @@ class BatchTimer:
     # hold the same floats, so a cached timer gives bit-identical times.
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for name in ("_tok", "_dec"):
-            del state[name]
-        state["_pre"] = np.array(self._pre, dtype=np.float64)
+        for name in ("_tok", "_dec", "_pre", "_tok_np", "_pre_np"):
+            state.pop(name, None)
+        state["_pre"] = self._pre_np  # the pickled layout of timer_cache FORMAT 3: _pre as an array
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        pre = state.pop("_pre")
         self.__dict__.update(state)
-        tok = self._tokens
-        self._tok = [
-            (tok.linear + tok.elementwise + tok.all_reduce + tok.send_recv[s]).tolist() for s in range(self.num_stages)
-        ]
-        self._dec = self._dec_np.tolist()
-        self._pre = state["_pre"].tolist()
+        self._pre_np = np.asarray(pre, dtype=np.float64)
+        self._tok_np = self._stage_tables()
 
 
 def compile_timer(predictor: Predictor, dep: Deployment, overhead: CpuOverhead | None = None) -> BatchTimer:

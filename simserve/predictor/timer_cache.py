@@ -30,6 +30,10 @@ def key(profile_digest: str, dep, overhead, seed: int) -> str:
     return f"{profile_digest}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
+def has(cache_key: str) -> bool:
+    return (_root() / f"{cache_key}.pkl").is_file()
+
+
 def load(cache_key: str):
     f = _root() / f"{cache_key}.pkl"
     if not f.is_file():

@@ -43,6 +43,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
     nothing."""
     from simserve.predictor.coverage import profile_keys, require  # pandas: not on a warm run's path
+    from simserve.predictor.load import read_profile_cached
     from simserve.profiling.collectives import for_node
     from simserve.profiling.roofline import link_fields, model_fields
 
@@ -51,7 +52,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     if not path.is_dir():
         return None
     try:
-        profile = read_profile(path)
+        profile = read_profile_cached(path)  # NOTE: a plan asks this for every deployment on one profile
         require(profile_keys(profile), dep, path)
     except SimserveError:
         return None

@@ -47,28 +47,41 @@ class HeadTable:
     rows: pd.DataFrame  # batch_size, length, latency
     length_first: bool  # interpolate along length per batch (prefill), else along batch per length (decode)
 
+    def __post_init__(self) -> None:
+        # NOTE: the rows of each outer grid value as arrays, in table order (what a boolean selection gives),
+        # and each decode interpolation along batch once per (grid length, batch): a decode table asks for
+        # every length of the profile grid, and selecting rows with pandas per length was most of a cold plan.
+        outer, inner = ("batch_size", "length") if self.length_first else ("length", "batch_size")
+        keys = self.rows[outer].to_numpy()
+        inner_v, lat = self.rows[inner].to_numpy(), self.rows["latency"].to_numpy()
+        self._grid = self.rows[outer].unique()
+        self._groups = {x: (inner_v[keys == x], lat[keys == x]) for x in self._grid.tolist()}
+        self._along_batch: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+
+    def _group(self, x: float) -> tuple[np.ndarray, np.ndarray]:
+        return self._groups[x]
+
     def time(self, batch: float, lengths) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.atleast_1d(np.asarray(lengths, dtype=float))
-        outer, inner = ("batch_size", "length") if self.length_first else ("length", "batch_size")
-        at_outer = batch if self.length_first else None
         if self.length_first:
-            xs = bracket(self.rows[outer].unique(), at_outer)
+            xs = bracket(self._grid, batch)
             vals, kinds = [], []
             for x in xs:
-                s = self.rows[self.rows[outer] == x]
-                v, k = loglog(s[inner], s["latency"], lengths)
+                inner, lat = self._group(x)
+                v, k = loglog(inner, lat, lengths)
                 vals.append(v)
                 kinds.append(k)
-            return _combine(xs, vals, at_outer, kinds, self.rows[outer].unique())
+            return _combine(xs, vals, batch, kinds, self._grid)
         # decode: per measured length, along batch; then across lengths, one requested length at a time
         out, kind = np.empty(len(lengths)), np.empty(len(lengths), dtype=int)
-        grid = self.rows["length"].unique()
+        grid = self._grid
         for i, length in enumerate(lengths):
             xs = bracket(grid, length)
             vals, kinds = [], []
             for x in xs:
-                s = self.rows[self.rows["length"] == x]
-                v, k = loglog(s["batch_size"], s["latency"], [batch])
+                v, k = self._along_batch.get((x, batch), (None, None))
+                if v is None:
+                    v, k = self._along_batch[(x, batch)] = loglog(*self._group(x), [batch])
                 vals.append(v)
                 kinds.append(k)
             v, k = _combine(xs, vals, length, kinds, grid)

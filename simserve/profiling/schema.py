@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,7 +92,7 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
         import pandas as pd
 
         values = pd.Series(parse_floats(df[col].tolist()), index=df.index)
-        bad = values.isna() | (values < 0) | ~values.map(lambda v: math.isfinite(v) if v == v else False)
+        bad = values.isna() | (values < 0) | ~np.isfinite(values.to_numpy())
         if bad.any():
             row = int(bad.to_numpy().nonzero()[0][0])
             raise SimserveError(

@@ -14,8 +14,10 @@ What it reproduces, and how:
     arrivals, the watchdog, the run's end), and the next event is the smallest key among a few slots.
   - Every float operation in the same order (iteration times, TBT gaps, bubbles), and the TBT histogram's
     buckets through libm's log, as `LogHistogram.add` does.
-  - The watchdog stays in Python: `run` returns at each overload check, with the shared request arrays and
+  - The watchdog stays in Python: `run` returns at an overload check, with the shared request arrays and
     histogram up to date, and the caller (core_run.py) applies the rules of watchdog.py as cluster.Cluster does.
+    It returns only at the checks where a rule could act (`_check_due`); at the others (most of them, at light
+    load) it schedules the next check itself, as the caller would have.
 
 State is shared, not copied: the request arrays and the histogram counts are the numpy arrays of the
 reference's `Requests`/`LogHistogram`, seen through typed memoryviews. An internal inconsistency sets
@@ -35,9 +37,9 @@ import numpy as np
 COMPILED = cython.compiled  # False when this file runs as plain Python
 
 if cython.compiled:
-    from cython.cimports.libc.math import ceil, log
+    from cython.cimports.libc.math import ceil, exp, log
 else:
-    from math import ceil, log
+    from math import ceil, exp, log
 
 # request status (request.py)
 WAITING = 0
@@ -46,7 +48,7 @@ DONE = 2
 IGNORED = 3
 
 # what `run` returns
-CHECK = 1  # the watchdog's timeout fired: evaluate the overload rules, then next_check() or end_run()
+CHECK = 1  # a watchdog check where a rule may act: evaluate the rules, then watch() + next_check_at() or end_run()
 FINISHED = 2  # the run's `finished` event was processed: the simulation is over
 FAILED = 3  # an invariant broke: `error` names it
 
@@ -367,6 +369,7 @@ class Core:
     check_period: cython.double
     sched_delay_slo: cython.double
     tbt_target: cython.double
+    overload_wait: cython.double
     pressure_floor: cython.longlong
     long_threshold: cython.longlong
     long_adaptive: cython.bint
@@ -388,6 +391,21 @@ class Core:
     num_ignored: cython.longlong
     finished: cython.bint  # the `finished` event was triggered (scheduled)
     next_check: cython.double
+    # what the watchdog's rules look at (_check_due): set by configure_watch() and, after each check the
+    # caller evaluated, watch()
+    watch_always: cython.bint  # a progress callback: every check returns
+    watch_overload: cython.bint  # the overload rule is still evaluated (the run is not yet overloaded)
+    cap: cython.double  # the trial cap (inf: none)
+    tbt_bucket: cython.longlong  # the TBT stop rule: its first bucket above the limit (-1: no rule) ...
+    tbt_need: cython.double  # ... and how many gaps there settle it
+    tbt_above: cython.double  # gaps counted from tbt_bucket up (the rule's count_from, kept as they arrive)
+    w_late: cython.longlong  # the overload rule's scan (Watchdog.positions()) at the last evaluated check
+    w_ptr: cython.longlong
+    w_oldest: cython.longlong
+    # the TBT histogram's last bucket, and the values surely inside it (_hist_add skips the log for them)
+    h_index: cython.longlong
+    h_lo: cython.double
+    h_hi: cython.double
     batch_no: cython.longlong
     b_prefills: list  # the batch the policy formed (_policy)
     b_decodes: list
@@ -437,6 +455,7 @@ class Core:
         self.check_period = p["check_period"]
         self.sched_delay_slo = p["sched_delay_slo"]
         self.tbt_target = p["tbt_target"]
+        self.overload_wait = p["overload_wait"]
         self.pressure_floor = p["pressure_floor"]
         self.long_threshold = p["long_threshold"]
         self.long_adaptive = p["long_adaptive"]
@@ -455,6 +474,15 @@ class Core:
         self.num_ignored = 0
         self.finished = False
         self.next_check = 0.0
+        self.watch_always = True  # until configure_watch(): every check returns, as before it existed
+        self.watch_overload = True
+        self.cap = float("inf")
+        self.tbt_bucket = -1
+        self.tbt_need = 0.0
+        self.tbt_above = 0.0
+        self.w_late = self.w_ptr = self.w_oldest = 0
+        self.h_index = 0
+        self.h_lo = self.h_hi = 0.0  # an empty interval: the first value takes the log
         self.batch_no = 0
         self.error = 0
         self.log = log
@@ -526,8 +554,10 @@ class Core:
                     if not self.watchdog_started:  # the process's start: its first timeout
                         self.watchdog_started = True
                         self.next_check_at()
-                    else:
+                    elif self._check_due():
                         return CHECK  # NOTE: the rows stay here: nothing reads the log before the end
+                    else:  # no rule can act at this check: loop, as the caller would (same time, same id)
+                        self.next_check_at()
                 else:
                     self.flush_rows()
                     return FINISHED
@@ -540,6 +570,62 @@ class Core:
         """The watchdog loops: its next check one period from now."""
         self.next_check = self.now + self.check_period
         self._schedule(self.now + self.check_period, NORMAL, self.slot0 + SLOT_WATCHDOG)
+
+    def configure_watch(self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong,
+                        tbt_need: cython.double) -> None:  # fmt: skip
+        """What the caller's rules need: `always` (a progress callback: return at every check), the trial cap,
+        the TBT stop rule's bucket and count (bucket -1: no such rule)."""
+        self.watch_always = always
+        self.cap = cap
+        self.tbt_bucket = tbt_bucket
+        self.tbt_need = tbt_need
+
+    def watch(self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong,
+              oldest: cython.longlong) -> None:  # fmt: skip
+        """After a check the caller evaluated: is the overload rule still evaluated, and where its scan stands."""
+        self.watch_overload = overload
+        self.w_late, self.w_ptr, self.w_oldest = late, ptr, oldest
+
+    @cython.cfunc
+    def _check_due(self) -> cython.bint:
+        """Could any rule of watchdog.py act at this check (Cluster.watchdog's order)? False only when each
+        surely would not, and evaluating it would leave the rules' state as skipping it does.
+
+        The overload rule's scan counts the requests that arrived more than the SLO ago and were not
+        scheduled within it (unless ignored). A request scheduled in time, or ignored, is so for good: the
+        scan passes it without counting whenever it runs. So the scan is skipped only while it would meet
+        nothing else; the request it would count is left for the caller's scan (which the caller's
+        watch() then reports). The oldest-waiter half reads a pointer over ids that are final the same way.
+        The stall check only matters when every request has arrived and no replica has a micro-batch in
+        flight; between two such checks, any micro-batch in flight changes its progress mark."""
+        rid: cython.longlong
+        s: cython.double
+        rep: Rep
+        if self.watch_always or self.now >= self.cap:
+            return True
+        if self.tbt_bucket >= 0 and self.tbt_above >= self.tbt_need:
+            return True
+        if self.next >= self.n:
+            for rep in self.reps:
+                if rep.in_flight:
+                    break
+            else:
+                return True
+        if not self.watch_overload:
+            return False
+        if 2 * self.w_late > self.n - self.num_ignored:
+            return True
+        while self.w_ptr < self.next and self.arrived[self.w_ptr] < self.now - self.sched_delay_slo:
+            rid = self.w_ptr
+            s = self.scheduled[rid]
+            if self.status[rid] != IGNORED and (s != s or s - self.arrived[rid] > self.sched_delay_slo):
+                return True
+            self.w_ptr += 1
+        while self.w_oldest < self.next and (
+            self.status[self.w_oldest] == IGNORED or self.scheduled[self.w_oldest] == self.scheduled[self.w_oldest]
+        ):
+            self.w_oldest += 1
+        return self.w_oldest < self.next and self.now - self.arrived[self.w_oldest] > self.overload_wait
 
     @cython.ccall
     def end_run(self) -> cython.bint:
@@ -781,6 +867,14 @@ class Core:
                     rep.stale -= dropped
                     dec = [rid for rid in dec if rid not in dropped]
                     prefills = [(rid, chunk) for rid, chunk in prefills if rid not in dropped]
+        if self.pp == 1:  # `dec` may be rep.decoding itself (_paused_decodes): the decodes first, then the
+            # prefills whose last chunk moves them into it (the reference's order the other way round gives the
+            # same state: the two sets of requests are disjoint and the histogram's counts are integers)
+            if dec:
+                self._complete_decodes(rep, dec, now)
+            for rid, chunk in prefills:
+                self._complete_chunk(rep, rid, chunk, now)
+            return
         for rid, chunk in prefills:
             self._complete_chunk(rep, rid, chunk, now)
         if dec:
@@ -791,15 +885,30 @@ class Core:
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _hist_add(self, value: cython.double, weight: cython.double) -> cython.void:
         i: cython.longlong
+        j: cython.double
         if value <= 0.0:
             self.zeros += weight
             return
-        i = cython.cast(cython.longlong, ceil(log(value) / self.log_gamma)) - self.offset
-        if i < 0:
-            i = 0
-        if i > self.num_buckets - 1:
-            i = self.num_buckets - 1
+        if self.h_lo < value < self.h_hi:  # NOTE: most gaps fall in the last one's bucket: no log for them
+            i = self.h_index
+        else:
+            i = cython.cast(cython.longlong, ceil(log(value) / self.log_gamma)) - self.offset
+            if i < 0:
+                i = 0
+            if i > self.num_buckets - 1:
+                i = self.num_buckets - 1
+            # bucket i holds (gamma^(j-1), gamma^j], j = i + offset; the interval kept is narrower by a
+            # relative 1e-9, which moves log(v) / log_gamma by ~5e-7, far above the ~1e-12 rounding of that
+            # expression: a value inside it takes bucket i through the log too. Clamped buckets: never kept.
+            self.h_index = i
+            self.h_lo = self.h_hi = 0.0
+            if 0 < i < self.num_buckets - 1:
+                j = i + self.offset
+                self.h_lo = exp((j - 1) * self.log_gamma) * (1.0 + 1e-9)
+                self.h_hi = exp(j * self.log_gamma) * (1.0 - 1e-9)
         self.counts[i] += weight
+        if self.tbt_bucket >= 0 and i >= self.tbt_bucket:
+            self.tbt_above += weight
 
     # -- results of a finished micro-batch (state.ReplicaState) ---------------------------------------------
     @cython.cfunc
@@ -935,7 +1044,9 @@ class Core:
     def _paused_decodes(self, rep: Rep) -> list:
         if self.pp > 1:
             return [rid for rid in rep.decoding if not self.inflight[rid]]
-        return list(rep.decoding)
+        # NOTE: PP = 1: the list itself, not a copy (an allocation per iteration): nothing changes it while the
+        # batch is in flight, and _complete takes the batch's decodes before its prefills' last chunks join it
+        return rep.decoding
 
     @cython.cfunc
     def _drop_too_long(self, rep: Rep) -> cython.void:

@@ -8,7 +8,10 @@
 $SIMSERVE_CORE=python runs core.py uncompiled (plain Python, slow): how tests exercise the source itself.
 
 The driver below is the reference's watchdog process (cluster.Cluster.watchdog) around `Core.run`, which
-returns at each overload check with the shared request arrays and histogram up to date.
+returns at an overload check with the shared request arrays and histogram up to date. It returns only at
+the checks where a rule could act (Core._check_due: a progress callback, the trial cap, the TBT stop count,
+the stall check's idle moments, or a request the overload scan would count); at the others evaluating the
+rules would change nothing, so the core schedules the next check itself.
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ def timer_params(timer) -> tuple[int, dict] | None:
 
     kind = type(timer)
     if kind is BatchTimer:
-        if timer not in _tables:  # NOTE: a few ms from the timer's lists: once per timer, not per run
+        if timer not in _tables:  # NOTE: views of the timer's arrays; kept per timer, not per run
             _tables[timer] = _table_arrays(timer)
         return 0, _tables[timer]
     if kind is LinearTimer:
@@ -150,15 +153,15 @@ def timer_params(timer) -> tuple[int, dict] | None:
 
 def _table_arrays(t) -> dict:
     return dict(
-        tok=np.array(t._tok, dtype=np.float64),
+        tok=np.ascontiguousarray(t._tok_np, dtype=np.float64),
         tend=int(t._tend),
         tslope=np.array(t._tslope, dtype=np.float64),
-        dec=np.array(t._dec, dtype=np.float64),
+        dec=np.ascontiguousarray(t._dec_np, dtype=np.float64),
         dl=float(t._dl),
         bmax=int(t._bmax),
         bhalf=int(t._bhalf),
         jlast=int(t._jlast),
-        pre=np.array(t._pre, dtype=np.float64),
+        pre=np.ascontiguousarray(t._pre_np, dtype=np.float64),
         dc=float(t._dc),
         dp=float(t._dp),
         ilast=int(t._ilast),
@@ -215,6 +218,7 @@ def run(
         router=cfg.router,
         check_period=cfg.check_period_s,
         sched_delay_slo=cfg.sched_delay_slo_s,
+        overload_wait=cfg.overload_wait_s,
         tbt_target=cfg.tbt_target_s,
         pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
         long_threshold=cfg.long_prefill_token_threshold,
@@ -237,6 +241,8 @@ def run(
         np.zeros((rows, 2), dtype=np.float64),
     )
     rules = Watchdog(reqs, cfg, tbt)
+    bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
+    c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded = stopped_early = capped = False
     while True:
         code = c.run()
@@ -269,6 +275,7 @@ def run(
             rules.check_stall(True, any(t[0] for t in totals), num_done, sum(t[1] for t in totals))
         else:
             rules.check_stall(False, False, num_done, 0)
+        c.watch(not overloaded, *rules.positions())
         c.next_check_at()
     replicas = [_summary(i, pp, t, num_blocks, caches[i] if caches else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip

@@ -22,6 +22,11 @@ from simserve.sim.iterations import COLUMNS, IterationLog
 if TYPE_CHECKING:
     import pandas as pd
 
+try:  # the compiled formatter (setup.py builds it; the same text as _batch_text_python, faster)
+    from simserve.sim._textrows import batch_events as _batch_events_text
+except ImportError:  # built without a C compiler
+    _batch_events_text = None
+
 MAX_EVENTS = 200_000  # about 30 MB of JSON: still loads in the Perfetto UI
 CHUNK_EVENTS = 16_384  # events built and written at a time
 
@@ -120,6 +125,30 @@ _EVENT = (
 
 def _batch_text(rows: dict[str, np.ndarray]) -> str:
     """The text of _dumps(_batch_events(rows)) without its brackets."""
+    if _batch_events_text is None:
+        return _batch_text_python(rows)
+    cols = [np.ascontiguousarray(rows[c]) for c in COLUMNS]
+    start_us = np.round(cols[2] * 1e6, 3)
+    dur_us = np.round((cols[3] - cols[2]) * 1e6, 3)
+    prefill, decode, iters = cols[4], cols[5], cols[8]
+    # the event's name: mixed / prefill / decode (as _name), with " ×k" for rows of k iterations
+    kind = np.where(prefill > 0, np.where(decode > 0, 0, 1), 2)
+    keys = kind * (int(iters.max()) + 1 if len(iters) else 1) + iters
+    names: dict[int, int] = {}
+    texts: list[str] = []
+    name_of = np.empty(len(keys), dtype=np.int64)
+    for key in np.flatnonzero(np.bincount(keys)).tolist() if len(keys) else []:
+        names[key] = len(texts)
+        i = int(np.argmax(keys == key))
+        texts.append(json.dumps(_name(int(prefill[i]), int(decode[i]), int(iters[i]))))
+    for key, k in names.items():
+        name_of[keys == key] = k
+    return _batch_events_text(texts, name_of, cols[0], cols[1], start_us, dur_us, prefill, decode, cols[6],
+                              cols[7], iters)  # fmt: skip
+
+
+def _batch_text_python(rows: dict[str, np.ndarray]) -> str:
+    """_batch_text in Python: the fallback without the compiled formatter, and what tests compare it with."""
     cols = [rows[c] for c in COLUMNS]
     start_us = np.round(cols[2] * 1e6, 3).tolist()
     dur_us = np.round((cols[3] - cols[2]) * 1e6, 3).tolist()

@@ -314,15 +314,41 @@ def _timer(
     cudagraph_sizes: tuple = (),
     async_scheduling: bool = False,
 ) -> BatchTimer:
-    from simserve.predictor import CpuOverhead, load_timer
+    from simserve.predictor import load_timer
 
-    overhead = CpuOverhead(include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling)
-    timer = load_timer(dep, profiles_root, overhead=overhead)
+    timer = load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling))
     if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
         from simserve.vllm_worker import padded_timer
 
         timer = padded_timer(timer, cudagraph_sizes)
     return timer
+
+
+def _overhead(cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False):
+    from simserve.predictor import CpuOverhead
+
+    return CpuOverhead(
+        include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling
+    )
+
+
+def timer_cached(s: Scenario) -> bool:
+    """Is the scenario's compiled timer in the on-disk timer cache already?"""
+    from simserve.predictor.load import timer_cached as cached
+
+    return cached(s.deployment(), s.profiles_root, _overhead(s.cpu_overhead, s.ray_comm, s.scheduling_is_async()))
+
+
+def build_timers(scenarios: list[Scenario]) -> None:
+    """Fit and compile each scenario's timer into the on-disk cache (a job: `plan` hands the deployments that
+    share a profile to one worker, which then fits each shared model once). A scenario that cannot run is
+    skipped: its probes report why, as without this."""
+    for s in scenarios:
+        try:
+            _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(),
+                   s.scheduling_is_async())  # fmt: skip
+        except SimserveError:
+            continue
 
 
 @lru_cache(maxsize=16)

@@ -37,6 +37,10 @@ class Watchdog:
         overloaded, self._late, self._late_ptr, self._oldest = self.overload_rule(now, arrived, num_ignored)
         return overloaded
 
+    def positions(self) -> tuple[int, int, int]:
+        """The overload rule's saved scan: (late, scan pointer, oldest), for the compiled core's skip test."""
+        return self._late, self._late_ptr, self._oldest
+
     def overload_rule(self, now: float, arrived: int, num_ignored: int) -> tuple[bool, int, int, int]:
         """The overload rule at `now`, and the scan positions after evaluating it (unsaved)."""
         r, cfg = self.reqs, self.cfg
