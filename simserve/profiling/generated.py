@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from simserve.catalog import NETWORKS, GPUSpec, ModelSpec
@@ -42,7 +43,7 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     """The profile's backend when the profile under `root` covers `dep`, else None. With `current`, a profile the
     roofline backend would now write differently (its tiles, constants, GPU, node or network spec changed) covers
     nothing."""
-    from simserve.predictor.coverage import profile_keys, require  # pandas: not on a warm run's path
+    from simserve.predictor.coverage import require  # pandas: not on a warm run's path
     from simserve.profiling.collectives import for_node
     from simserve.profiling.roofline import link_fields, model_fields
 
@@ -51,8 +52,8 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
     if not path.is_dir():
         return None
     try:
-        profile = read_profile(path)
-        require(profile_keys(profile), dep, path)
+        profile, keys = _read(str(path), _stamp(path))
+        require(keys, dep, path)
     except SimserveError:
         return None
     if current:
@@ -68,6 +69,21 @@ def _covers(root: Path, dep: Deployment, current: bool = False) -> str | None:
         if is_measured and version != measured_package_version():
             return None
     return str(profile.provenance.get("backend", "unknown backend"))
+
+
+def _stamp(path: Path) -> tuple:
+    """(name, mtime, size) of every file in a profile directory: a rewritten profile reads afresh."""
+    return tuple(sorted((f.name, st.st_mtime_ns, st.st_size) for f in path.iterdir() if (st := f.stat())))
+
+
+@lru_cache(maxsize=4)
+def _read(path: str, stamp: tuple):
+    """A profile and the (op, TP, …) keys it covers, read once per plan: every deployment of one GPU and model
+    in a box shares the profile, and the plan asks about each (a read is ~0.3 CPU-s of exact CSV parsing)."""
+    from simserve.predictor.coverage import profile_keys
+
+    profile = read_profile(Path(path))
+    return profile, profile_keys(profile)
 
 
 def measured_package_version() -> str | None:

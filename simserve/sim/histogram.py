@@ -109,16 +109,25 @@ class LogHistogram:
 
     def quantile(self, q: float) -> float:
         """The value at rank q·(count − 1), within 0.1% (NaN when empty)."""
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs) -> list[float]:
+        """quantile(q) for each q, from one cumulative sum (a probe record asks for ~70: a CDF curve)."""
         total = self.total
         if total <= 0:
-            return math.nan
-        rank = q * (total - 1)
-        if rank < self.zeros:
-            return 0.0
-        cum = np.cumsum(self.counts) + self.zeros
-        i = int(np.searchsorted(cum, rank, side="right"))
-        i = min(i, _NUM - 1)
-        return 2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0)
+            return [math.nan] * len(qs)
+        cum = None
+        out = []
+        for q in qs:
+            rank = q * (total - 1)
+            if rank < self.zeros:
+                out.append(0.0)
+                continue
+            if cum is None:
+                cum = np.cumsum(self.counts) + self.zeros
+            i = min(int(np.searchsorted(cum, rank, side="right")), _NUM - 1)
+            out.append(2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0))
+        return out
 
     def first_bucket_above(self, limit: float) -> int:
         """The lowest bucket whose reported value exceeds `limit`: quantile() > limit iff its rank falls at or

@@ -60,10 +60,10 @@ def record_from_result(
     for family, values in latencies.items():
         for q, v in zip(quantiles, _quantiles(values, quantiles), strict=True):
             metrics[quantile_key(family, q)] = v
-    for q in quantiles:
-        metrics[quantile_key("tbt", q)] = float(result.tbt.quantile(q))
+    for q, v in zip(quantiles, result.tbt.quantiles(quantiles), strict=True):
+        metrics[quantile_key("tbt", q)] = float(v)
     cdf = {family: _quantiles(values, cdf_grid) for family, values in latencies.items()}
-    cdf["tbt"] = [float(result.tbt.quantile(float(q))) for q in cdf_grid]
+    cdf["tbt"] = [float(v) for v in result.tbt.quantiles([float(q) for q in cdf_grid])]
     return {"metrics": metrics, "cdf": cdf}
 
 
