@@ -9,13 +9,15 @@ none of its code is copied here. It needs the model's HuggingFace config.json; t
 HuggingFace, so the script writes one from simserve's catalog entry (the published config's fields).
 
 Both tools get: the model, the GPU (H200 SXM), the GPU count, every request 1700 prompt and 400 output tokens
-(for simserve: a trace file of such requests, Poisson arrivals), and the latency SLAs. AIConfigurator is asked
-with `--database-mode SILICON` (its measured kernel tables) and `--backend vllm`; its TTFT and TPOT are steady-
-state per-request values. simserve is asked twice: with the SLAs at the tail (P99 TTFT and P99 TBT) and at the
-median (P50 TTFT and P50 TBT, the closest it has to a steady-state mean), and at the median with 256 resident
-requests per replica instead of the default 128 (AIConfigurator's answer batches 176), each from a cold cache. Recorded per
-run: the answer, its request rate, output tokens/s per GPU, and the CPU seconds (user + sys of the process and
-its children) and wall seconds.
+(for simserve: a trace file of such requests, Poisson arrivals), and the latency SLAs, and both are asked for
+aggregated AND disaggregated (xPyD) deployments. AIConfigurator is asked with `--database-mode SILICON` (its
+measured kernel tables) and `--backend vllm`; its TTFT and TPOT are steady-state per-request values. simserve
+is asked (`plan --layouts agg,disagg`) with the SLAs at the tail (P99 TTFT and P99 TBT) and at the median (P50
+TTFT and P50 TBT, the closest it has to a steady-state mean), and at the median with 256 resident requests per
+replica instead of the default 128 (AIConfigurator's answer batches 176), each from a cold cache. Recorded per
+run: the best aggregated and the best disaggregated answer (replicas × TP; x prefill and y decode workers with
+each pool's TP), its request rate and output tokens/s per GPU, and the CPU seconds (user + sys of the process
+and its children) and wall seconds of the run (both layouts together).
 """
 
 from __future__ import annotations
@@ -83,25 +85,31 @@ def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
     for mode in ("agg", "disagg"):
         (table,) = out.glob(f"*/{mode}/best_config_topn.csv")
         rows = list(csv.DictReader(table.open()))
-        best = max(rows, key=lambda r: float(r["tokens/s/gpu"]))
-        found[mode] = best
+        found[mode] = max(rows, key=lambda r: float(r["tokens/s/gpu"])) if rows else None
+    tool = "AIConfigurator 0.12.0 (--database-mode SILICON, --backend vllm)"
+    command = ("aiconfigurator " + shlex.join(cmd[1:]).replace(str(model_dir), "<config.json dir>")
+               .replace(str(out), "<out>"))  # fmt: skip
+    answers = {}
     agg = found["agg"]
-    replicas = args.gpus // int(agg["num_total_gpus"])
-    return {
-        "tool": "AIConfigurator 0.12.0 (--database-mode SILICON, --backend vllm)",
-        "command": "aiconfigurator " + shlex.join(cmd[1:]).replace(str(model_dir), "<config.json dir>")
-        .replace(str(out), "<out>"),
-        "answer": f"agg: {replicas}×TP{agg['tp']} PP{agg['pp']}, batch {agg['bs']}",
-        "req_per_s": replicas * float(agg["seq/s"]),
-        "tokens_per_s_per_gpu": float(agg["tokens/s/gpu"]),
-        "latency": f"TTFT {float(agg['ttft']):.0f} ms, TPOT {float(agg['tpot']):.1f} ms (steady state)",
-        "disagg": (
-            f"{float(found['disagg']['tokens/s/gpu']):.0f} tokens/s/GPU, {float(found['disagg']['seq/s']):.2f} req/s, "
-            f"TTFT {float(found['disagg']['ttft']):.0f} ms, TPOT {float(found['disagg']['tpot']):.1f} ms"
-        ),
-        "cpu_s": cpu,
-        "wall_s": wall,
-    }  # fmt: skip
+    if agg is not None:
+        replicas = args.gpus // int(agg["num_total_gpus"])
+        answers["agg"] = {
+            "answer": f"{replicas}×TP{agg['tp']} PP{agg['pp']}, batch {agg['bs']}",
+            "req_per_s": replicas * float(agg["seq/s"]),
+            "tokens_per_s_per_gpu": float(agg["tokens/s/gpu"]),
+            "latency": f"TTFT {float(agg['ttft']):.0f} ms, TPOT {float(agg['tpot']):.1f} ms (steady state)",
+        }
+    dis = found["disagg"]
+    if dis is not None:
+        copies = args.gpus // int(dis["num_total_gpus"])  # AIConfigurator's "replicas" of one xPyD unit
+        layout = f"{dis['(p)workers']}xTP{dis['(p)tp']}P+{dis['(d)workers']}xTP{dis['(d)tp']}D"
+        answers["disagg"] = {
+            "answer": f"{copies}×({layout}), decode batch {dis['(d)bs']}",
+            "req_per_s": copies * float(dis["seq/s"]),
+            "tokens_per_s_per_gpu": float(dis["tokens/s/gpu"]),
+            "latency": f"TTFT {float(dis['ttft']):.0f} ms, TPOT {float(dis['tpot']):.1f} ms (steady state)",
+        }
+    return {"tool": tool, "command": command, "answers": answers, "cpu_s": cpu, "wall_s": wall}
 
 
 def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int = 128) -> dict:
@@ -109,7 +117,7 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int =
     flags = ["--model", "llama-2-70b", "--gpus", "h200", "--max-gpus", str(args.gpus), "--trace", str(trace),
              "--slo", f"{args.tpot:g}", "--tbt-quantile", f"{quantile:g}", "--ttft-slo", f"{args.ttft:g}",
              "--ttft-quantile", f"{quantile:g}", "--max-batch", str(max_batch),
-             "--workers", str(args.workers)]  # fmt: skip
+             "--layouts", "agg,disagg", "--workers", str(args.workers)]  # fmt: skip
     cmd = [
         sys.executable,
         "-c",
@@ -124,20 +132,45 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int =
     env = {**os.environ, "SIMSERVE_CACHE": str(cache), "COLUMNS": "200"}
     res, cpu, wall = timed(cmd, env)
     doc = json.loads((out / "plan.json").read_text())
-    best = doc["recommendation"]
+    plan = list(csv.DictReader((out / "plan.csv").open()))
     searches = list(csv.DictReader((out / "searches.csv").open()))
-    (search,) = [r for r in searches if (r["gpu"], r["tp"], r["pp"], r["budget"], r["seed"]) ==
-                 (best["gpu"], str(best["tp"]), str(best["pp"]), str(best["budget"]), "0")]  # fmt: skip
-    ties = [t["row"] for t in doc["ties"]]
-    tie_note = f" (tied with {', '.join(ties)})" if ties else ""
+    first = doc["recommendation"]
+    ties = {t["row"] for t in doc["ties"]}
+    answers = {}
+    for mode in ("agg", "disagg"):
+        rows = [r for r in plan if (r.get("layout") or "agg") == "agg"] if mode == "agg" else \
+            [r for r in plan if (r.get("layout") or "agg") != "agg"]  # fmt: skip
+        if not rows:
+            answers[mode] = None
+            continue
+        # the plan's own objective: $ per million output tokens (one H200 node: the same order as tokens/s per GPU)
+        best = min(rows, key=lambda r: (float(r["usd_per_million_output_tokens"]), -float(r["capacity_qps"])))
+        layout = best.get("layout") or "agg"
+        search = [r for r in searches if (r.get("layout") or "agg") == layout and r["seed"] == "0" and
+                  (r["gpu"], r["tp"], r["pp"], r["budget"]) == (best["gpu"], best["tp"], best["pp"], best["budget"])]
+        shape = f"TP{best['tp']} PP{best['pp']}" if layout == "agg" else layout
+        chosen = (first.get("layout", "agg") == layout and str(first["tp"]) == best["tp"] and
+                  str(first["pp"]) == best["pp"] and int(first["replicas"]) == int(best["replicas"]))  # fmt: skip
+        note = " (the plan's first row)" if chosen else ""
+        if chosen and ties:
+            note = f" (the plan's first row, tied with {', '.join(sorted(ties))})"
+        budget = "budget" if layout == "agg" else "prefill budget"
+        if mode == "disagg":  # the screen's other layouts: searched, or pruned (proven off the front by one probe)
+            others = [r for r in searches if (r.get("layout") or "agg") not in ("agg", layout) and r["seed"] == "0"]
+            cut = [f"{r['layout']} fails at {float(r['start_qps']):.3g}" for r in others if r["status"] == "pruned"]
+            kept = [f"{r['layout']} {float(r['capacity_qps']):.3g}" for r in others if r["status"] != "pruned"]
+            note += "; " + "; ".join(filter(None, [f"searched: {', '.join(kept)}" if kept else "",
+                                                    f"pruned: {', '.join(cut)} req/s" if cut else ""]))  # fmt: skip
+        answers[mode] = {
+            "answer": f"{best['replicas']}×({shape}), {budget} {best['budget']}{note}; {best['profile']} profile",
+            "req_per_s": float(best["capacity_qps"]),
+            "tokens_per_s_per_gpu": float(best["output_tokens_per_s"]) / float(best["gpus"]),
+            "latency": f"{doc['slo']}; the bound met last: {search[0]['limited_by'] if search else '?'}",
+        }
     return {
-        "tool": f"simserve plan, P{100 * quantile:g} TTFT and TBT, max batch {max_batch}",
+        "tool": f"simserve plan --layouts agg,disagg, P{100 * quantile:g} TTFT and TBT, max batch {max_batch}",
         "command": "simserve plan " + shlex.join(flags).replace(str(trace), "<1700/400 trace>"),
-        "answer": f"agg: {best['replicas']}×TP{best['tp']} PP{best['pp']}, budget {best['budget']}{tie_note}",
-        "req_per_s": best["capacity_qps"],
-        "tokens_per_s_per_gpu": best["output_tokens_per_s"] / best["gpus"],
-        "latency": f"{doc['slo']}; the bound met last: {search['limited_by']}",
-        "disagg": "not modeled (issue 25 item 1)",
+        "answers": answers,
         "cpu_s": cpu,
         "wall_s": wall,
     }
@@ -173,11 +206,16 @@ def main() -> None:
         rows.append(run_simserve(args, trace, 0.5, tmp, max_batch=256))
     print(f"# Llama-2-70B, {args.gpus}×H200, ISL/OSL {args.isl}/{args.osl}, TTFT ≤ {args.ttft:g} s, "
           f"TPOT/TBT ≤ {args.tpot:g} s; {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")  # fmt: skip
-    print("| tool | answer | req/s | output tokens/s per GPU | latency bound | disagg | CPU s | wall s |")
+    print("| tool | layout | answer | req/s | output tokens/s per GPU | latency | CPU s (run) | wall s (run) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['tool']} | {r['answer']} | {r['req_per_s']:.2f} | {r['tokens_per_s_per_gpu']:.0f} | "
-              f"{r['latency']} | {r['disagg']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")  # fmt: skip
+        for mode in ("agg", "disagg"):
+            a = r["answers"].get(mode)
+            if a is None:
+                print(f"| {r['tool']} | {mode} | none meets the SLAs | | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")
+                continue
+            print(f"| {r['tool']} | {mode} | {a['answer']} | {a['req_per_s']:.2f} | {a['tokens_per_s_per_gpu']:.0f} | "
+                  f"{a['latency']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")  # fmt: skip
     print()
     for r in rows:
         print(f"- {r['tool']}: `{r['command']}`")

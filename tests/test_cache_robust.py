@@ -113,3 +113,24 @@ def test_a_probe_is_keyed_on_the_profile_the_timer_reads_even_from_simserve_prof
     monkeypatch.setenv("SIMSERVE_PROFILES", str(tmp_path / "p"))
     # another profile under $SIMSERVE_PROFILES must not replay the shipped profile's probes
     assert probe_key(scenario, 1.0, (0.99,)) != shipped
+
+
+def test_a_profile_rewritten_in_place_changes_the_probe_key(tmp_path, monkeypatch):
+    """The profile's hash is remembered per process (tune/probe._dir_digest), keyed by each file's mtime and
+    size: a rewritten file must not keep the old key."""
+    import os
+    import shutil
+
+    from simserve.sim.scenario import Scenario
+
+    other = tmp_path / "p" / "a100-80gb" / "mistral-7b"
+    shutil.copytree(Path(__file__).parents[1] / "profiles/a100-80gb/mistral-7b", other)
+    monkeypatch.setenv("SIMSERVE_PROFILES", str(tmp_path / "p"))
+    scenario = Scenario(model="mistral-7b", gpu="a100", num_requests=8)
+    before = probe_key(scenario, 1.0, (0.99,))
+    assert probe_key(scenario, 1.0, (0.99,)) == before
+    f = other / "linear.csv"
+    st = f.stat()
+    f.write_text(f.read_text().replace(",0.0", ",0.1", 1))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # a rewrite within the same clock tick still moves it
+    assert probe_key(scenario, 1.0, (0.99,)) != before

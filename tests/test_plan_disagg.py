@@ -85,3 +85,37 @@ def test_unknown_layout_is_one_line(tmp_path, capsys):
         main(["plan", "--layouts", "agg,pd", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and "\n" not in err and "--layouts takes agg and/or disagg" in err
+
+
+def test_disagg_layouts_off_the_front_are_pruned_as_aggregated_ones_are(tmp_path, monkeypatch):
+    """The screen's first layout is searched whole; every other one starts with one probe at the rate the front
+    demands of it (plan/prune.py) and stops there when that fails. Each pruned layout really is slower than that
+    rate (its unpruned search says so), and the disaggregated rows on the front are the unpruned plan's."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    spec = replace(SPEC, max_gpus=4, disagg_layouts=4, num_requests=256)  # 32 requests pass at any rate
+    pruned = run_plan(spec, executor="serial")
+    full = run_plan(spec, executor="serial", prune=False)
+
+    def disagg(searches):
+        s = searches[(searches["layout"] != "agg") & (searches["seed"] == 0)]
+        return {r["layout"]: r for _, r in s.iterrows()}
+
+    p, f = disagg(pruned.searches), disagg(full.searches)
+    assert list(p) == list(f) and len(p) == 4
+    first = next(iter(p))
+    assert p[first]["status"] == "searched" and p[first]["capacity_qps"] == f[first]["capacity_qps"]
+    cut = [lay for lay, r in p.items() if r["status"] == "pruned"]
+    assert cut, "no layout was pruned: the case does not test pruning"
+    for lay in cut:
+        assert p[lay]["probes"] == 1 and f[lay]["capacity_qps"] < p[lay]["start_qps"]
+    for lay, r in p.items():
+        if r["status"] == "searched":
+            assert r["capacity_qps"] == pytest.approx(f[lay]["capacity_qps"], rel=spec.tolerance)
+
+    def front(plan):
+        rows = plan.rows
+        return sorted(rows[(rows["layout"] != "agg") & rows["pareto"]]["layout"])
+
+    assert front(pruned) == front(full)

@@ -41,6 +41,9 @@ def test_histogram_quantiles_are_within_a_tenth_of_a_percent():
     for q in (0.5, 0.9, 0.99):
         assert h.quantile(q) == pytest.approx(np.quantile(ref, q, method="lower"), rel=2.5e-3)
     assert h.total == len(ref)
+    h.add(0.0)  # zeros rank first
+    qs = (0.0, 1e-9, 0.5, 0.9, 0.99, 1.0)
+    assert h.quantiles(qs) == [h.quantile(q) for q in qs]  # one cumulative sum, the same answers
 
 
 def test_a_steady_decode_run_has_one_row_per_iteration():

@@ -85,8 +85,8 @@ def plan(
     no_prune: bool = typer.Option(
         False,
         "--no-prune",
-        help="Search every deployment and budget whole, even those that cannot reach the "
-        "Pareto front (slower; gives every deployment's capacity).",
+        help="Search every deployment, budget and disaggregated layout whole, even those that cannot reach "
+        "the Pareto front (slower; gives every deployment's capacity).",
     ),  # fmt: skip
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""

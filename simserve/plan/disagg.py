@@ -31,6 +31,7 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.memory import plan_memory, profile_tokens
 from simserve.plan.candidates import best_box, parallelisms
+from simserve.plan.prune import front_threshold
 
 LAYOUT_AGG = "agg"
 LAYOUTS = ("agg", "disagg")
@@ -157,15 +158,21 @@ def layout_scenario(spec, lay: Layout, profiles, seed: int | None = None):
 
 
 def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict, out_tokens: float,
-                  agg_rows: pd.DataFrame | None = None):  # fmt: skip
+                  agg_rows: pd.DataFrame | None = None, profiles: dict | None = None, prune: bool = True):  # fmt: skip
     """Screen, then search the kept layouts: (searches, rows, notes). As for aggregated deployments
-    (search._seed_searches), the layouts among the plan's cheapest contenders are searched again at other seeds."""
+    (search._seed_searches), the layouts among the plan's cheapest contenders are searched again at other seeds.
+
+    With `prune`, as for aggregated deployments (plan/prune.py): the screen's first layout is searched whole (the
+    plan's answer to "and disaggregated?"), every other one starts with one probe at the rate it must beat to
+    reach the Pareto front of the aggregated rows and that first layout; a failure there proves every row of it
+    dominated (pass/fail is monotone in load), so it is not searched further ("pruned" in searches.csv).
+    `profiles`: the aggregated searches' profile choices, reused (resolving one reads its profile)."""
     from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor
     from simserve.profiling.generated import resolve_profiles
     from simserve.sim.scenario import _timer, _workload
     from simserve.tune.jobs import CapacityTask, run_tasks
 
-    profiles: dict = {}
+    profiles = dict(profiles or {})
 
     def profiles_for(deps):
         profiles.update(resolve_profiles([d for d in deps if d not in profiles]))
@@ -179,13 +186,30 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     prompt, output, _, _ = _workload(spec.trace, spec.max_len, spec.num_requests, spec.seed, False)
     layouts, notes = enumerate_layouts(spec, prices, profiles_for, timer_for,
                                        (float(prompt.mean()), float(output.mean())))  # fmt: skip
-    tasks = []
-    for lay in layouts:
+
+    def whole(lay: Layout) -> CapacityTask:
         start = max(float(f"{lay.estimate_qps:.3g}"), spec.min_qps)
-        tasks.append(CapacityTask(layout_scenario(spec, lay, profiles), spec.slo, spec.tolerance, start,
-                                  max_halvings=halvings_to_floor(start, spec.min_qps)))  # fmt: skip
-    results = _run(tasks, runner, cache, stats, run_tasks)
-    rows = [_search_row(lay, t, r, spec, profiles) for lay, t, r in zip(layouts, tasks, results, strict=True)]
+        return CapacityTask(layout_scenario(spec, lay, profiles), spec.slo, spec.tolerance, start,
+                            max_halvings=halvings_to_floor(start, spec.min_qps))  # fmt: skip
+
+    pruning = prune and spec.target_qps is None and len(layouts) > 1
+    head = layouts[:1] if pruning else layouts
+    tasks, thresholds = [whole(lay) for lay in head], [0.0] * len(head)
+    results = _run(tasks, runner, cache, stats, run_tasks) if tasks else []
+    if pruning:
+        found = _found(agg_rows) + _found(_rows(head, results, spec, prices, out_tokens, profiles))
+        rest = []
+        for lay in layouts[1:]:
+            costs = [prices[lay.gpu.name].usd_per_hour(lay.num_gpus, k) for k in range(1, spec.max_gpus // lay.num_gpus + 1)]
+            threshold = front_threshold(found, costs)
+            thresholds.append(threshold)
+            rest.append(CapacityTask(layout_scenario(spec, lay, profiles), spec.slo, spec.tolerance, threshold,
+                                     max_halvings=0) if threshold > 0 else whole(lay))  # fmt: skip
+        tasks += rest
+        results += _run(rest, runner, cache, stats, run_tasks) if rest else []
+    rows = [_search_row(lay, t, r, spec, profiles, th)
+            for lay, t, r, th in zip(layouts, tasks, results, thresholds, strict=True)]  # fmt: skip
+    stats["searches_pruned"] = stats.get("searches_pruned", 0) + sum(r["status"] == "pruned" for r in rows)
     plan = _rows(layouts, results, spec, prices, out_tokens, profiles)
     picked, again = [], []
     for i in _contenders(layouts, plan, agg_rows, spec) if spec.tie_seeds else []:
@@ -200,6 +224,13 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
         rows.append(row)
     searches = pd.DataFrame(rows, columns=[*_SEARCH_COLUMNS, "layout"])
     return searches, plan.reindex(columns=[*_PLAN_COLUMNS, "layout"]), notes
+
+
+def _found(rows: pd.DataFrame | None) -> list[tuple[float, float]]:
+    """(capacity, $ per hour) of plan rows: what a layout must beat to reach the front (prune.front_threshold)."""
+    if rows is None or rows.empty:
+        return []
+    return list(zip(rows["capacity_qps"].astype(float), rows["usd_per_hour"].astype(float), strict=True))
 
 
 def _contenders(layouts: list[Layout], plan: pd.DataFrame, agg_rows, spec) -> list[int]:
@@ -224,15 +255,18 @@ def _run(tasks, runner, cache, stats, run_tasks):
     return results
 
 
-def _search_row(lay: Layout, task, r, spec, profiles) -> dict:
-    capacity, status = r.capacity_qps, "searched"
-    if capacity < spec.min_qps:
+def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) -> dict:
+    capacity, status, message = r.capacity_qps, "searched", r.message
+    if capacity == 0 and threshold > 0:
+        status = "pruned"
+        message = f"fails at {r.probes[0].qps:.4g} qps per layout, so cannot beat the Pareto front found so far"
+    elif capacity < spec.min_qps:
         capacity, status = 0.0, "below floor"
     return {
         "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": 1, "ep": 1, "node": lay.node.name,
         "gpus_per_replica": lay.num_gpus, "nodes_per_replica": 1, "seed": task.scenario.prefill.seed,
         "budget": lay.prefill_budget, "capacity_qps": capacity, "status": status, "start_qps": task.start_qps,
-        "probes": len(r.probes), "limited_by": r.limited_by, "message": r.message, "kv_blocks": 0,
+        "probes": len(r.probes), "limited_by": r.limited_by, "message": message, "kv_blocks": 0,
         "profile": profiles[lay.prefill].label, "layout": lay.label,
     }  # fmt: skip
 

@@ -260,7 +260,8 @@ def run_plan(
         if "disagg" in spec.layouts:
             from simserve.plan.disagg import search_disagg
 
-            d_searches, d_rows, notes = search_disagg(spec, prices, runner, cache, stats, out_tokens, rows)
+            d_searches, d_rows, notes = search_disagg(spec, prices, runner, cache, stats, out_tokens, rows, profiles,
+                                                       prune)  # fmt: skip
             stats["disagg_notes"] = notes
             searches = _with_layouts(searches, d_searches)
             rows = _with_layouts(rows, d_rows)

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.ensemble import ExtraTreesRegressor
 
 from simserve import numerics
 from simserve.predictor.nnls import nnls
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import ExtraTreesRegressor
 
 # Small enough to pickle quickly (the fit cache), large enough that held-out error stops improving.
 N_TREES = 16
@@ -97,6 +100,9 @@ class PhysicsTimesTrees:
         # baseline can never cross zero and blow up the ratio the trees learn.
         self.baseline = nnls(base_x, yy, 1.0 / yy**2)
         ratio = yy / self._base(base_x)
+        # NOTE: imported at fit time: a warm plan never fits, so it never pays for importing scikit-learn
+        from sklearn.ensemble import ExtraTreesRegressor
+
         self.correction = ExtraTreesRegressor(
             n_estimators=N_TREES, min_samples_leaf=MIN_LEAF, random_state=self.seed, n_jobs=1
         )
