@@ -282,6 +282,8 @@ def simulate(
     core = None
     if follow is not None:
         core_run.reference_only("answer-driven conversation arrivals (--arrival conversation)")
+    elif cfg.policy == "sglang" and cfg.prefix_caching:
+        core_run.reference_only("SGLang's radix cache (--policy sglang --prefix-caching)")
     else:
         core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
