@@ -120,7 +120,8 @@ def run_command(
     prefix_caching: bool | None = typer.Option(
         None,
         "--prefix-caching/--no-prefix-caching",
-        help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on with --policy vllm-v1, as in vLLM).",
+        help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on, as in vLLM); sglang: SGLang's radix "
+        "cache (default: off; SGLang's own default is on).",
     ),
     max_num_partial_prefills: int = typer.Option(
         1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
