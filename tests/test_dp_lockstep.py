@@ -110,3 +110,21 @@ def test_lockstep_runs_are_deterministic_and_say_they_run_on_the_reference(timer
     assert np.array_equal(a.reqs.completed, b.reqs.completed) and np.array_equal(a.reqs.replica, b.reqs.replica)
     err = capsys.readouterr().err
     assert err.count("attention-DP ranks stepping in lockstep runs on the SimPy reference") <= 1
+
+
+def test_under_cuda_graphs_every_rank_runs_padded_to_the_largest(timer):
+    from simserve.sim.lockstep import padded_tokens
+    from simserve.vllm_worker import padded_timer
+
+    sizes = (1, 2, 4, 8, 16)
+    assert padded_tokens([3, 1], sizes) == 4  # the largest rank's 3 tokens run as the captured 4, on both ranks
+    assert padded_tokens([3, 17], sizes) == 0  # one rank past the largest graph runs eagerly: nobody pads
+    assert padded_tokens([3, 1], ()) == 0  # no CUDA graphs
+    # three 10-token prompts at once: two on rank 0, one on rank 1; then decode steps of 2 and 1 tokens
+    args = ([10, 10, 10], [6, 6, 6], [0.0, 0.0, 0.0], DP2)
+    plain, a = _cluster(timer, *args)
+    graphs, b = _cluster(padded_timer(timer, sizes), *args)
+    assert a.replica.tolist() == b.replica.tolist() == [0, 1, 0]
+    assert plain.groups[0].padded_steps == 0 and graphs.groups[0].padded_steps == 5  # the 20-token prefill: eager
+    assert timer.experts_time(4) > timer.experts_time(3)
+    assert (b.completed > a.completed).all()  # every decode step paid the experts of 2 × 2 tokens, not 2 + 1

@@ -152,10 +152,13 @@ class BatchTimer:
 
     # -- attention DP's lockstep step (simserve/sim/lockstep.py) --------------------------------------------
 
-    def own_time(self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray) -> tuple[float, int]:
+    def own_time(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, pad_to: int = 0
+    ) -> tuple[float, int]:
         """One DP rank's own part of a lockstep step and its token count: everything __call__ charges except
         the routed experts and the ranks' exchange (attention, dense and shared-expert layers, TP all-reduces,
-        CPU overhead). Attention DP runs at PP 1 (Deployment refuses more), so this is stage 0."""
+        CPU overhead). Attention DP runs at PP 1 (Deployment refuses more), so this is stage 0. `pad_to`: the
+        token count the rank's layers run at when vLLM pads every rank to the largest (CUDA graphs)."""
         nd = len(decode_kv)
         t = nd
         attn = 0.0
@@ -167,8 +170,8 @@ class BatchTimer:
             attn += self._decode(nd, kv_sum)
         elif t == 0:
             return 0.0, 0
-        end = self._tend
-        tok = self._own[t] if t <= end else self._own[end] + (t - end) * self._tokens.own_slope
+        end, x = self._tend, max(t, pad_to)
+        tok = self._own[x] if x <= end else self._own[end] + (x - end) * self._tokens.own_slope
         return tok + attn + self._cpu_a[0] + self._cpu_b[0] * (len(prefills) + nd), t
 
     def experts_time(self, tokens: int) -> float:

@@ -14,9 +14,9 @@ So one step of a deployment here is
 
 (BatchTimer.own_time / experts_time; an idle rank counts one dummy token). Every rank waits for the slowest;
 with equal loads this is the per-rank approximation `--dp-attention` used before (experts read at D × a
-rank's tokens). What it leaves out: the padding of every rank to the largest rank's tokens when the step runs
-under CUDA graphs (vllm/v1/worker/dp_utils.py `_post_process_dp_padding`), and the ≤ dp_sync_interval (16)
-dummy steps after the last request of a wave finishes, which delay nothing that is simulated here.
+rank's tokens). With vLLM's CUDA graphs (`--engine vllm`, vllm_worker.py) every rank runs padded to the largest
+rank's captured size when all ranks are under the largest one (`padded_tokens`). Left out: the ≤ dp_sync_interval
+(16) dummy steps after the last request of a wave finishes, which delay nothing that is simulated here.
 
 Requests reach a rank as vLLM's front end sends them (`DPLBAsyncMPClient.get_core_engine_for_request`,
 vllm/v1/engine/core_client.py): the least loaded rank by in-flight requests, plus a penalty of 6 × waiting ×
@@ -35,6 +35,19 @@ import simpy
 from simserve.sim.replica import MicroBatch, Replica
 
 DUMMY_KV = np.ones(1, dtype=np.int64)  # an idle rank's dummy batch: one decode token over one KV slot
+
+
+def padded_tokens(counts: list[int], sizes: tuple[int, ...]) -> int:
+    """The token count every rank runs at when vLLM pads the ranks to the largest (0: no padding, each its own).
+
+    Under CUDA graphs the ranks agree on one size (`coordinate_batch_across_dp`, `_post_process_dp_padding` in
+    vllm/v1/worker/dp_utils.py): the largest rank's, itself padded to a captured size. A rank past the largest
+    captured size runs eagerly, which makes the synced mode NONE for all: no padding then."""
+    if not sizes or max(counts) > sizes[-1]:
+        return 0
+    from simserve.vllm_worker import padded
+
+    return padded(max(counts), sizes)
 
 
 class Rank(Replica):
@@ -75,7 +88,9 @@ class DpGroup:
         for rank in ranks:
             rank.group = self
         self.wake: simpy.Event | None = None
+        self.sizes: tuple[int, ...] = getattr(timer, "cudagraph_sizes", ())  # vLLM's CUDA graphs (vllm_worker.py)
         self.steps = 0
+        self.padded_steps = 0  # steps every rank ran padded to the largest rank's captured size
         self.dummy_steps = [0] * len(ranks)  # steps a rank ran a dummy batch for the others
         self.lockstep_wait = [0.0] * len(ranks)  # seconds a rank with work waited for a slower rank
         env.process(self.step_loop())
@@ -104,27 +119,36 @@ class DpGroup:
                 self.wake = env.event()
                 yield self.wake
                 continue
-            owns: list[float] = []
-            tokens = 0
-            flights: list[tuple[Rank, MicroBatch] | None] = []
-            for i, (rank, batch) in enumerate(zip(ranks, batches, strict=True)):
+            # each rank's batch as the timer reads it: (prefills, decode KV lengths, tokens); None for a dummy
+            inputs: list[tuple | None] = []
+            for rank, batch in zip(ranks, batches, strict=True):
                 if not batch:
-                    own, t = timer.own_time((), DUMMY_KV)
+                    inputs.append(None)
+                    continue
+                computed = rank.state.reqs.computed
+                prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
+                kv = computed[batch.decodes] + 1
+                inputs.append((prefills, kv, len(kv) + sum(c for c, _ in prefills)))
+            counts = [1 if x is None else x[2] for x in inputs]
+            pad = padded_tokens(counts, self.sizes)
+            owns: list[float] = []
+            flights: list[tuple[Rank, MicroBatch] | None] = []
+            for i, (rank, batch, x) in enumerate(zip(ranks, batches, inputs, strict=True)):
+                if x is None:
+                    own, _ = timer.own_time((), DUMMY_KV, pad)
                     self.dummy_steps[i] += 1
                     flights.append(None)
                 else:
-                    r = rank.state.reqs
-                    computed = r.computed
-                    prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
-                    dec = batch.decodes
-                    kv = computed[dec] + 1
-                    own, t = timer.own_time(prefills, kv)
-                    ids = [rid for rid, _ in batch.prefills] + dec.tolist()
+                    prefills, kv, _ = x
+                    own, _ = timer.own_time(prefills, kv, pad)
+                    ids = [rid for rid, _ in batch.prefills] + batch.decodes.tolist()
                     assert len(set(ids)) == len(ids), "a request was scheduled twice"
                     num_prefill = rank._count_work(prefills, kv)
-                    flights.append((rank, MicroBatch(batch.prefills, dec, [own], num_prefill, rank.state.kv.used)))
+                    mb = MicroBatch(batch.prefills, batch.decodes, [own], num_prefill, rank.state.kv.used)
+                    flights.append((rank, mb))
                 owns.append(own)
-                tokens += t
+            tokens = pad * len(ranks) if pad else sum(counts)
+            self.padded_steps += pad > 0
             slowest = max(owns)
             step = slowest + timer.experts_time(tokens)
             assert step >= 0, "simulated time went backwards (a negative iteration time)"
