@@ -91,6 +91,9 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
         return None
+    if cfg.dp_attention > 1:  # the ranks' lockstep steps (sim/lockstep.py) are not in the core yet
+        reference_only("attention-DP ranks stepping in lockstep")
+        return None
     if cfg.policy in REFERENCE_ONLY:
         say_reference_once(cfg.policy)
         return None
