@@ -273,6 +273,8 @@ SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "vllm-worker": (Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=True, memory_utilization=0.92), 4.0),
     "overloaded": (Scenario(**MISTRAL, budget=512), 12.0),
     "pp2": (Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=120, stretch=False), 0.8),
+    "sglang-mixed": (Scenario(**MISTRAL, policy="sglang", enable_mixed_chunk=True, budget=2048), 4.0),
+    "closed-loop": (Scenario(**MISTRAL, policy="vllm-v1", max_concurrency=8, frontend_ms=2.0), 6.0),
 }
 
 
