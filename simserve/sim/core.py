@@ -93,9 +93,6 @@ POLICY_CODES = {
     "chunked": P_CHUNKED, "slo-aware": P_SLO, "pressure": P_PRESSURE, "equal-cost": P_EQUAL,
     "vllm-v1": P_V1, "sglang": P_SGLANG,
 }  # fmt: skip
-# sglang.py's constants (SGLang's defaults; the core reads them from there in core_run.py's params)
-CLIP_MAX_NEW_TOKENS = 4096
-RETRACT_DECODE_STEPS = 20
 
 PROGRESS_FLOOR = 16  # budgets.PROGRESS_FLOOR
 # NOTE: returned for "no prefills / no chunks" on the hot path instead of a fresh list; never mutated (callers
@@ -395,6 +392,8 @@ class Core:
     sg_init: cython.double  # new_token_ratio's start, floor and decay per decode step
     sg_min: cython.double
     sg_decay: cython.double
+    sg_clip: cython.longlong  # sglang.CLIP_MAX_NEW_TOKENS
+    sg_retract_steps: cython.longlong  # sglang.RETRACT_DECODE_STEPS
     timer: Timer
     # the event loop
     now: cython.double
@@ -494,6 +493,8 @@ class Core:
         self.sg_init = sg.get("init", 0.0)
         self.sg_min = sg.get("min", 0.0)
         self.sg_decay = sg.get("decay", 0.0)
+        self.sg_clip = sg.get("clip", 0)
+        self.sg_retract_steps = sg.get("retract_steps", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
@@ -1621,7 +1622,7 @@ class Core:
         ratio = 1.0 if self.sg_ignore_eos else rep.sg_ratio
         held = 0.0
         for rid in running:
-            held += min(self.output[rid] - self.generated[rid], CLIP_MAX_NEW_TOKENS) * ratio
+            held += min(self.output[rid] - self.generated[rid], self.sg_clip) * ratio
         free = rep.free * page
         total_offset = mixed + held
         current_offset = mixed
@@ -1643,7 +1644,7 @@ class Core:
             self.blocks[chunked] += need
             out.append((chunked, n))
             ext = self._pages(n) * page
-            rest = 0 if n < want else min(self.output[chunked], CLIP_MAX_NEW_TOKENS)
+            rest = 0 if n < want else min(self.output[chunked], self.sg_clip)
             total_offset += ext + page + rest
             current_offset += ext + page
             rem_chunk -= ext
@@ -1658,12 +1659,12 @@ class Core:
                 break
             rid = rep.waiting[0]
             extend = self._num_tokens(rid)
-            rest = min(self.output[rid] - self.generated[rid], CLIP_MAX_NEW_TOKENS)
+            rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
             if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
                 rep.sg_full = len(out) > 0 or len(running) > 0
                 break
             n = extend
-            rest = min(self.output[rid], CLIP_MAX_NEW_TOKENS)
+            rest = min(self.output[rid], self.sg_clip)
             if self._pages(extend) * page > rem_chunk:  # cut it short
                 n = rem_chunk // page * page
                 if n <= 0:
@@ -1733,7 +1734,7 @@ class Core:
             wanted += self.output[rid]
         rep.sg_ratio = min(
             1.0,
-            cython.cast(cython.double, decoded + RETRACT_DECODE_STEPS * len(keep))
+            cython.cast(cython.double, decoded + self.sg_retract_steps * len(keep))
             / cython.cast(cython.double, wanted + 1),
         )
         keep.sort()

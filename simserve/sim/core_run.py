@@ -211,6 +211,8 @@ def run(
             init=ratio.init,
             min=ratio.min,
             decay=ratio.decay,
+            clip=sglang.CLIP_MAX_NEW_TOKENS,
+            retract_steps=sglang.RETRACT_DECODE_STEPS,
         )
     params = dict(
         n=n,
