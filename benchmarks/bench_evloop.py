@@ -1,12 +1,15 @@
 """Event-loop speed: simulated requests per CPU-second of `simulate` alone (issue 11, item 2).
 
     python benchmarks/bench_evloop.py [--repeats 3] [--requests 2048] [--profile] [--update-docs]
+        [--reference] [--policy sglang] [--max-concurrency N]
 
 Mistral-7B on one A100 (TP1), chat trace (sharegpt), Sarathi B=512, at light load (0.5 and 1 QPS: few
 residents, many small decode iterations) and near capacity (3.5 QPS). Start-up (imports, trace, predictor,
 memory plan) and building the output tables are excluded: the trace, timer and KV pool are prepared once,
 then only `simulate(...)` is timed with time.process_time (best of --repeats). `--profile` prints the
 cProfile top functions of one run per case instead; `--update-docs` writes the table into docs/simulator.md.
+`--policy` swaps Sarathi for another policy (sglang: its default chunk, 8192), `--max-concurrency N` makes the
+client a closed loop; both are for comparing the core with `--reference`, so they leave the docs table alone.
 """
 
 from __future__ import annotations
@@ -44,10 +47,16 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--reference", action="store_true", help="time the SimPy reference model, not the compiled core")
     ap.add_argument("--update-docs", action="store_true", help=f"write the table into {DOC.name}")
+    ap.add_argument("--policy", default="sarathi", help="the batching policy (default sarathi, B = 512)")
+    ap.add_argument("--max-concurrency", type=int, default=None, help="a closed-loop client with N slots")
     args = ap.parse_args()
     if args.reference:
         os.environ["SIMSERVE_CORE"] = "reference"
-    s = Scenario(model="mistral-7b", gpu="a100", budget=512, num_requests=args.requests)
+    if args.update_docs and (args.policy != "sarathi" or args.max_concurrency is not None):
+        sys.exit("--update-docs writes the Sarathi open-loop table only")
+    budget = 512 if args.policy == "sarathi" else None
+    s = Scenario(model="mistral-7b", gpu="a100", budget=budget, num_requests=args.requests, policy=args.policy,
+                 max_concurrency=args.max_concurrency)  # fmt: skip
     lines = ["| QPS | CPU s | requests / CPU s | iterations | table rows |", "|---|---|---|---|---|"]
     print("\n".join(lines))
     for qps in LOADS:

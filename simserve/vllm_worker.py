@@ -89,10 +89,14 @@ def padded_timer(timer, sizes: tuple[int, ...]):
         elementwise=tok.elementwise[index],
         all_reduce=tok.all_reduce[index],
         send_recv=[s[index] for s in tok.send_recv],
+        # attention DP: a rank's own layers run padded too; the experts are padded across ranks (sim/lockstep.py)
+        own=None if tok.own is None else tok.own[index],
     )
     # the per-stage sums as the compiled core reads them (arrays) and as the SimPy reference does (lists)
     out._tok_np = out._stage_tables()
     out._tok = [row.tolist() for row in out._tok_np]
+    out.__dict__.pop("_own", None)  # the lockstep's list copies: rebuilt from the padded table on first use
+    out.__dict__.pop("_exp", None)
     out.cudagraph_sizes = sizes
     return out
 

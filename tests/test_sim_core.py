@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from simserve.sim import SimConfig, build_result, core_run, simulate
 from simserve.sim.config import POLICY_NAMES
 from simserve.sim.core_run import REFERENCE_ONLY
+from simserve.sim.request import IGNORED
 from simserve.sim.scenario import Scenario, simulate_scenario
 from simserve.sim.testing import ConstantTimer, LinearTimer
 
@@ -27,8 +28,8 @@ HAS_CYTHON = importlib.util.find_spec("cython") is not None
 needs_cython = pytest.mark.skipif(not HAS_CYTHON, reason="core.py uncompiled needs Cython (pip install -e '.[dev]')")
 CORES = (["python"] if HAS_CYTHON else []) + (["compiled"] if core_run.compiled_available() else [])
 ARRAYS = (
-    "scheduled", "first_token", "completed", "last_token", "tbt_max", "computed", "target", "generated",
-    "blocks", "preemptions", "inflight", "status", "replica", "cached_tokens",
+    "arrived", "scheduled", "first_token", "completed", "last_token", "tbt_max", "computed", "target",
+    "generated", "blocks", "preemptions", "inflight", "status", "replica", "cached_tokens",
 )  # fmt: skip
 
 
@@ -77,7 +78,8 @@ def cases(draw, policies=CORE_POLICIES):
     n = draw(st.integers(1, 60))
     max_len = draw(st.sampled_from([64, 200, 1024]))
     min_blocks = -(-max_len // 16)
-    pp = draw(st.integers(1, 3))
+    policy = draw(st.sampled_from(policies))
+    pp = 1 if policy == "sglang" else draw(st.integers(1, 3))  # sglang models SGLang without PP
     stop = draw(st.sampled_from(["none", "overload", "tbt", "cap"]))
     case = dict(
         prompt=rng.integers(1, max_len + 40, n),  # a few are too long: ignored
@@ -89,7 +91,7 @@ def cases(draw, policies=CORE_POLICIES):
         else LinearTimer(0.003, 2e-5, 3e-8, num_stages=pp),
     )
     case["cfg"] = SimConfig(
-        policy=draw(st.sampled_from(policies)),
+        policy=policy,
         budget=draw(st.one_of(st.none(), st.integers(1, 600))),
         max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
         max_model_len=max_len,
@@ -109,6 +111,9 @@ def cases(draw, policies=CORE_POLICIES):
         min_budget=draw(st.one_of(st.none(), st.integers(1, 300))),
         watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
         block_size=draw(st.sampled_from([16, 16, 8, 10])),  # 10: the core's division path, not its mask
+        # a closed-loop client (its send times move with completions) or the open loop
+        max_concurrency=draw(st.one_of(st.none(), st.integers(1, 12))),
+        frontend_s=draw(st.sampled_from([0.0, 0.0, 0.003])),
     )
     return case
 
@@ -145,6 +150,83 @@ def test_the_core_gives_the_reference_results_for_vllm_v1(monkeypatch, mode, cas
         )
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
+
+
+@st.composite
+def sglang_cases(draw):
+    """sglang at PP 1 (all it models) with its own knobs, on pools small enough to retract (and to abort a
+    request that cannot grow even alone): without ignore_eos and with a low conservativeness, admission
+    holds back a fraction of the running requests' outputs, so long outputs outgrow the pool."""
+    case = draw(cases(policies=("sglang",)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    cfg = case["cfg"]
+    n = draw(st.integers(1, 60))
+    if draw(st.booleans()):  # retraction-heavy: short prompts, long outputs, a pool of a few requests
+        cfg = replace(cfg, max_model_len=1024, sched_delay_slo_s=1e9, overload_wait_s=1e9, time_limit_s=None,
+                      num_replicas=1)  # fmt: skip
+        case["prompt"] = rng.integers(1, 64, n)
+        case["output"] = rng.integers(100, 1000, n)
+        case["blocks"] = draw(st.integers(16, 320))
+    else:
+        max_len = cfg.max_model_len
+        case["prompt"] = rng.integers(1, draw(st.sampled_from([32, max_len + 40])), n)
+        case["output"] = rng.integers(1, draw(st.sampled_from([40, 120, 400])), n)
+        case["blocks"] = draw(st.integers(1, 4 * (-(-max_len // 16))))
+    case["arrived"] = np.cumsum(rng.exponential(draw(st.sampled_from([0.001, 0.02])), n))
+    case["cfg"] = replace(
+        cfg,
+        budget=draw(st.one_of(st.none(), st.integers(1, 40).map(lambda k: k * 16))),  # a multiple of any page
+        enable_mixed_chunk=draw(st.booleans()),
+        schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm"])),
+        schedule_conservativeness=draw(st.sampled_from([0.1, 0.3, 1.0, 1.5])),
+        page_size=draw(st.sampled_from([1, 1, 4, 16])),
+        max_prefill_tokens=draw(st.sampled_from([16384, 64, 300])),
+        ignore_eos=draw(st.sampled_from([False, False, True])),
+        block_size=16,
+    )
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=sglang_cases())
+def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case):
+    """sglang's prefill-first steps, chunking, reservation with new_token_ratio, retraction to the back of the
+    queue and abort, mixed chunks, fcfs/lof and page-size KV."""
+
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"]
+        )
+
+    assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("mode", CORES)
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypatch, mode, mixed):
+    """Retraction-heavy by construction: admission holds back 7 % of the running requests' outputs
+    (conservativeness 0.1, no ignore_eos), so they outgrow the pool; and outputs past SGLang's 4096-token
+    clip are admitted with too little room, so one alone outgrows the pool and is aborted."""
+    rng = np.random.default_rng(7)
+    n = 60
+    prompt = np.concatenate([rng.integers(1, 64, n), [10, 12]])
+    output = np.concatenate([rng.integers(300, 600, n), [6000, 6000]])
+    arrived = np.concatenate([np.cumsum(rng.exponential(0.002, n)), [1.0, 1.0]])
+    cfg = SimConfig(policy="sglang", max_model_len=8192, ignore_eos=False, schedule_conservativeness=0.1,
+                    enable_mixed_chunk=mixed, page_size=4, budget=256, sched_delay_slo_s=1e9,
+                    overload_wait_s=1e9)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8), 263, cfg)
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert ref.reqs.preemptions.sum() > 10 and (ref.reqs.status == IGNORED).sum() >= 1
+    assert_same(ref, _run(monkeypatch, mode, sim))
 
 
 @st.composite
@@ -191,6 +273,8 @@ SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "vllm-worker": (Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=True, memory_utilization=0.92), 4.0),
     "overloaded": (Scenario(**MISTRAL, budget=512), 12.0),
     "pp2": (Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=120, stretch=False), 0.8),
+    "sglang-mixed": (Scenario(**MISTRAL, policy="sglang", enable_mixed_chunk=True, budget=2048), 4.0),
+    "closed-loop": (Scenario(**MISTRAL, policy="vllm-v1", max_concurrency=8, frontend_ms=2.0), 6.0),
 }
 
 
@@ -234,13 +318,25 @@ def test_a_broken_invariant_is_one_line_naming_it(monkeypatch):
     assert "free KV blocks went negative" in msg and "\n" not in msg
 
 
-def test_policies_the_core_lacks_run_on_the_reference_and_say_so_once(capsys, monkeypatch):
+@needs_cython
+def test_every_policy_and_the_closed_loop_client_run_on_the_core(capsys, monkeypatch):
+    monkeypatch.setenv(core_run.ENV, "python")
+    for policy in POLICY_NAMES:
+        for limit in (None, 4):
+            assert (
+                core_run.choose(SimConfig(policy=policy, max_concurrency=limit), ConstantTimer(0.01))
+                is not None
+            )
+    assert capsys.readouterr().err == ""
+
+
+def test_a_policy_the_core_lacks_would_run_on_the_reference_and_say_so_once(capsys, monkeypatch):
+    """The routing stays for the next mechanism that lands in the reference first."""
     monkeypatch.delenv(core_run.ENV, raising=False)
     monkeypatch.setattr(core_run, "_said", set())
+    monkeypatch.setattr(core_run, "REFERENCE_ONLY", ("sglang",))
     monkeypatch.setenv(core_run._SAID_ENV, "")  # restored after the test: the function sets it
-    for policy in REFERENCE_ONLY:
-        cfg = SimConfig(policy=policy)
-        assert core_run.choose(cfg, ConstantTimer(0.01)) is None
-        assert core_run.choose(cfg, ConstantTimer(0.01)) is None
-    err = capsys.readouterr().err
-    assert all(err.count(f"--policy {p} runs on the SimPy reference") == 1 for p in REFERENCE_ONLY)
+    cfg = SimConfig(policy="sglang")
+    assert core_run.choose(cfg, ConstantTimer(0.01)) is None
+    assert core_run.choose(cfg, ConstantTimer(0.01)) is None
+    assert capsys.readouterr().err.count("--policy sglang runs on the SimPy reference") == 1

@@ -109,7 +109,6 @@ def _sglang_grid(grid_text: str | None, base: Any, gpu: Any) -> tuple[dict, Call
     pool of the default chunk size."""
     from simserve.catalog import ModelSpec
     from simserve.deployment import BLOCK_SIZE
-    from simserve.sim import core_run
     from simserve.sim.scenario import check_scenario
     from simserve.sim.sglang import default_max_running_requests
     from simserve.tune.engine import parse_grid
@@ -117,7 +116,6 @@ def _sglang_grid(grid_text: str | None, base: Any, gpu: Any) -> tuple[dict, Call
 
     parse_grid("sglang", grid_text, gpu.memory_gib)  # bad flags fail first, before anything is sized
     check_sglang_scenario(base)
-    core_run.say_reference_once("sglang")  # here, before the sweep's workers start (they inherit it)
     hf_id = ModelSpec.from_name(base.model).hf_id
 
     def memory_for(chunk: int) -> float:

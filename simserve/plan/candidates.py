@@ -26,7 +26,8 @@ class Candidate:
 
     @property
     def num_gpus(self) -> int:
-        return self.deployment.num_gpus
+        """GPUs of one copy of the deployment: all its attention-DP ranks (Deployment is one rank)."""
+        return self.deployment.num_gpus * self.deployment.dp
 
 
 def parallelisms(model: ModelSpec, max_gpus: int) -> list[tuple[int, int]]:
@@ -70,6 +71,29 @@ def expert_parallelisms(model: ModelSpec, tp: int) -> list[int]:
     return [1, tp]
 
 
+def data_parallelisms(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int, max_gpus: int) -> tuple[list[int], str]:
+    """Attention-DP degrees D a plan tries beside TP/EP for a MoE model (vLLM's `--data-parallel-size D
+    --enable-expert-parallel`: D ranks of TP `tp`, the experts whole over EP = D·TP GPUs of one box, PP 1), and
+    why the others are not tried ('' when nothing was left out on physical grounds).
+
+    Physical rule: attention DP pays for a copy of the attention weights on every rank; what it buys is KV
+    capacity where TP cannot shard the KV cache: multi-head latent attention (one latent per token kept whole
+    on every TP rank) or fewer KV heads than the D·TP GPUs (TP replicates each KV head on TP/kv_heads GPUs).
+    A model whose KV heads already shard over D·TP GPUs (Mixtral's 8 on 8 GPUs) gains no KV cache from DP, only
+    the copies, so its DP layouts are not searched."""
+    if not model.is_moe or pp != 1:
+        return [], ""
+    box = max((n.gpus_per_node for n in NODES if n.gpu == gpu.name), default=0)
+    degrees = [d for d in (2, 4, 8, 16, 32) if d * tp <= min(max_gpus, box) and model.num_experts % (d * tp) == 0]
+    kept = [d for d in degrees if model.is_mla or model.num_kv_heads < d * tp]
+    if kept == degrees:
+        return kept, ""
+    why = (f"attention DP {'/'.join(map(str, sorted(set(degrees) - set(kept))))} x TP{tp} not searched: "
+           f"{model.name}'s {model.num_kv_heads} KV heads already shard over those GPUs under TP, so DP would "
+           f"only copy the attention weights, not add KV cache")  # fmt: skip
+    return kept, why
+
+
 def enumerate_candidates(
     model: ModelSpec,
     gpus: list[GPUSpec],
@@ -84,21 +108,27 @@ def enumerate_candidates(
 ) -> tuple[list[Candidate], list[str]]:
     """The deployments that fit, and one line per (GPU, TP, PP) that does not (why)."""
     fits, rejected = [], []
-    layouts = [(tp, pp, ep) for tp, pp in parallelisms(model, max_gpus) for ep in expert_parallelisms(model, tp)]
     for gpu in gpus:
         if not any(n.gpu == gpu.name for n in NODES):  # its collectives and PP hops need a box's links
             raise SimserveError(
                 f"the catalog has no box (node) that holds {gpu.name}; add one under 'nodes:' in a --catalog "
                 f"file (fields and sources: docs/collectives.md) or drop it from --gpus"
             )
-        for tp, pp, ep in layouts:
+        layouts = []  # (tp, pp, ep, dp): TP/EP layouts, then attention-DP ones (ep = dp·tp)
+        for tp, pp in parallelisms(model, max_gpus):
+            layouts += [(tp, pp, ep, 1) for ep in expert_parallelisms(model, tp)]
+            dps, why = data_parallelisms(model, gpu, tp, pp, max_gpus)
+            layouts += [(tp, pp, d * tp, d) for d in dps]
+            if why:
+                rejected.append(f"{gpu.name} TP{tp} PP{pp}: {why}")
+        for tp, pp, ep, dp in layouts:
+            name = f"{gpu.name} {f'DP{dp} x ' if dp > 1 else ''}TP{tp} PP{pp}"
             try:
-                box = best_box(gpu, tp, pp)
-                dep = Deployment.create(
-                    model, gpu, tp, pp, box, None, memory_utilization, max_model_len, dtype, kv_dtype, ep, moe_skew
-                )
+                box = best_box(gpu, dp * tp, pp)
+                dep = Deployment.create(model, gpu, tp, pp, box, None, memory_utilization, max_model_len, dtype,
+                                        kv_dtype, ep, moe_skew, dp)  # fmt: skip
             except SimserveError as exc:  # e.g. TP larger than the GPU's box
-                rejected.append(f"{gpu.name} TP{tp} PP{pp}: {exc}")
+                rejected.append(f"{name}: {exc}")
                 continue
             ok, blocks = [], None
             for b in sorted(budgets):
@@ -112,7 +142,7 @@ def enumerate_candidates(
             if ok:
                 fits.append(Candidate(dep, tuple(ok), blocks or 0))
             else:
-                rejected.append(f"{gpu.name} TP{tp} PP{pp}: {why}")
+                rejected.append(f"{name}: {why}")
     return fits, rejected
 
 

@@ -44,6 +44,8 @@ def vllm_serve(
         args += ["--quantization", "fp8"]  # an fp8 checkpoint is detected by itself; a bf16 one is quantised
     if kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
+    if ep > tp:  # attention DP (EP = DP × TP): one engine core per rank, in lockstep (sim/lockstep.py)
+        args += ["--data-parallel-size", str(ep // tp)]
     if ep > 1:
         args += ["--enable-expert-parallel"]
     return args
@@ -66,7 +68,7 @@ def replica_commands(
     """A shell line per replica. Replicas that fit a node get consecutive GPUs (CUDA_VISIBLE_DEVICES) and ports
     from 8000, counted per node; a replica larger than a node runs on a Ray cluster of its nodes (vLLM's
     multi-node serving) and is started from its head node."""
-    g = tp * pp
+    g = tp * pp * max(ep // tp, 1)  # GPUs of one replica: every attention-DP rank's
     base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep)
     lines = []
     # replicas side by side in one node (0: a replica needs several nodes); no box known: all in one machine

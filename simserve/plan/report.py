@@ -27,8 +27,10 @@ def deployment_label(row: pd.Series) -> str:
 
     if layout_of(row) != LAYOUT_AGG:
         return f"{int(row['replicas'])}×({row['gpu']} {layout_of(row)})"
-    ep = f" EP{int(row['ep'])}" if int(row.get("ep", 1)) > 1 else ""
-    return f"{int(row['replicas'])}×({row['gpu']} TP{int(row['tp'])}{ep} PP{int(row['pp'])})"
+    ep = int(row.get("ep", 1))
+    dp = f"DP{ep // int(row['tp'])}×" if ep > int(row["tp"]) else ""  # attention DP: EP = DP × TP
+    ep_label = f" EP{ep}" if ep > 1 else ""
+    return f"{int(row['replicas'])}×({row['gpu']} {dp}TP{int(row['tp'])}{ep_label} PP{int(row['pp'])})"
 
 
 def pareto_plot(rows: pd.DataFrame, title: str = "") -> Figure:

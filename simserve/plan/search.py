@@ -115,6 +115,8 @@ class PlanSpec:
     ) -> Scenario:
         dep = cand.deployment
         ep = {"ep": dep.ep} if dep.ep > 1 else {}
+        if dep.dp > 1:  # attention DP: the scenario simulates all the deployment's ranks in lockstep
+            ep["dp_attention"] = dep.dp
         from simserve.catalog.hf_config import is_config_path
 
         # a config.json path resolves in any worker process; a catalog entry by its canonical name
@@ -401,7 +403,7 @@ def _search_row(
             )
     return {
         "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "node": getattr(dep.node, "name", ""),
-        "gpus_per_replica": dep.num_gpus, "nodes_per_replica": dep.num_nodes, "seed": task.scenario.seed,
+        "gpus_per_replica": d.cand.num_gpus, "nodes_per_replica": dep.num_nodes, "seed": task.scenario.seed,
         "budget": task.scenario.budget, "capacity_qps": capacity,
         "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
         "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,

@@ -30,7 +30,8 @@ def key_label(key: tuple) -> str:
     if len(key) > 4 and key[4] not in (None, "agg") and isinstance(key[4], str):
         return f"{key[0]} {key[4]}"
     ep = f" EP{key[3]}" if len(key) > 3 and int(key[3]) > 1 else ""
-    return f"{key[0]} TP{key[1]}{ep} PP{key[2]}"
+    dp = f"DP{int(key[3]) // int(key[1])}×" if len(key) > 3 and int(key[3]) > int(key[1]) else ""  # EP = DP × TP
+    return f"{key[0]} {dp}TP{key[1]}{ep} PP{key[2]}"
 
 
 @dataclass(frozen=True)

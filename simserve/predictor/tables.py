@@ -110,6 +110,13 @@ class TokenTables:
     send_recv: list[np.ndarray]  # per stage; zeros on the last stage
     slopes: dict[str, float]  # seconds per token beyond `end`, per component
     send_recv_slopes: list[float]
+    # Attention DP's lockstep (sim/lockstep.py): one rank's own time on T tokens (everything but the routed
+    # experts and the ranks' exchange), and the experts + exchange of X tokens summed over all ranks, for
+    # X = 0..dp·end; None when dp is 1.
+    own: np.ndarray | None = None
+    experts: np.ndarray | None = None
+    own_slope: float = 0.0
+    experts_slope: float = 0.0
 
 
 def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
@@ -138,6 +145,7 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
     moe_parts = [(f, share) for f, (op, share) in zip(fits, linear, strict=True) if op == experts]
     lin, ew = total(lin_parts, t), total(ew_fits, t)
     lin_probe, ew_probe = total(lin_parts, probe), total(ew_fits, probe)
+    lin_own, lin_own_probe = lin, lin_probe
     if moe_parts:
         lin = lin + total(moe_parts, expert_tokens(dep, t))
         lin_probe = lin_probe + total(moe_parts, expert_tokens(dep, probe))
@@ -152,6 +160,8 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         ar = layers * n_ar * curve(t * per_token)
         ends = layers * n_ar * curve(tokens[1:] * per_token)
         ar_slope = (ends[1] - ends[0]) / (far - end)
+    ar_own, ar_own_slope = ar.copy(), ar_slope
+    lockstep = {}
     if dep.dp > 1:  # each MoE layer's dispatch + combine over the DP ranks (ops.exchange_bytes), with the all-reduces
         if (op := a2a_op(dep)) is not None:  # DeepEP: the measured dispatch + combine of one rank's tokens
             curve = CollectiveCurve.build(_model(predictor, find_collective(predictor.models, op, node_link(dep), dep.ep)))
@@ -165,6 +175,8 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         ar = ar + moe_layers * curve(t * per_token)
         ends = moe_layers * curve(tokens[1:] * per_token)
         ar_slope += (ends[1] - ends[0]) / (far - end)
+        lockstep = _lockstep_tables(dep, total, moe_parts, curve, moe_layers, per_token, end, far, t, lin_own,
+                                    lin_own_probe, ew, ew_probe, ar_own, ar_own_slope)  # fmt: skip
     sr, sr_slopes = [], []
     hidden_bytes = send_recv_bytes(dep, 1)
     for stage in range(dep.pp):
@@ -184,7 +196,39 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         "elementwise": float((ew_probe[1] - ew_probe[0]) / (far - end)),
         "all_reduce": float(ar_slope),
     }
-    return TokenTables(end, lin, ew, ar, sr, slopes, sr_slopes)
+    return TokenTables(end, lin, ew, ar, sr, slopes, sr_slopes, **lockstep)
+
+
+def _lockstep_tables(dep, total, moe_parts, curve, moe_layers, per_token, end, far, t, lin_own, lin_own_probe, ew,
+                     ew_probe, ar_own, ar_own_slope) -> dict:  # fmt: skip
+    """TokenTables' `own` and `experts` for attention DP's lockstep step (sim/lockstep.py).
+
+    The per-rank tables above read the experts at dp × the rank's tokens (the balanced case); here they are
+    read at the tokens all ranks hold together, X = 0..dp·end, so a step's experts see each rank's real load.
+    exchange_bytes(dep, 1) is per rank token × dp, so its curve is read at X·per_token/dp: the same bytes at X =
+    dp·T as the per-rank table at T."""
+    own = lin_own + ew + ar_own
+    own[0] = 0.0
+    own_slope = float((lin_own_probe[1] - lin_own_probe[0]) / (far - end)) + float(
+        (ew_probe[1] - ew_probe[0]) / (far - end)
+    ) + float(ar_own_slope)
+    x_end = dep.dp * end
+    x = np.arange(x_end + 1, dtype=float)
+    x[0] = 1.0
+    per_x = per_token / dep.dp  # exchange bytes per token summed over the ranks
+    experts = moe_layers * curve(x * per_x)
+    xp = np.array([float(x_end), float(dep.dp * far)])
+    ends = moe_layers * curve(xp * per_x)
+    if moe_parts:
+        experts = experts + total(moe_parts, x)
+        ends = ends + total(moe_parts, xp)
+    experts[0] = 0.0
+    return {
+        "own": own,
+        "experts": experts,
+        "own_slope": own_slope,
+        "experts_slope": float((ends[1] - ends[0]) / (xp[1] - xp[0])),
+    }
 
 
 def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float]:

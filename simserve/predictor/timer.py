@@ -72,6 +72,12 @@ class BatchTimer:
     # the compiled core reads the arrays (_tok_np, _dec_np, _pre_np) and never needs them; building them was
     # ~20 ms of every timer a plan's workers loaded. The lists hold the arrays' floats: the same times.
     def __getattr__(self, name: str):
+        if name in ("_own", "_exp"):  # attention DP's lockstep tables (TokenTables.own / experts)
+            tok = self._tokens
+            if tok.own is None:
+                raise ValueError("own_time/experts_time need an attention-DP deployment (dp > 1)")
+            self._own, self._exp = tok.own.tolist(), tok.experts.tolist()
+            return self.__dict__[name]
         if name in ("_tok", "_dec", "_pre"):
             self._tok = [row.tolist() for row in self._tok_np]
             self._dec = self._dec_np.tolist()
@@ -144,6 +150,38 @@ class BatchTimer:
         tok = self._tok[stage][t] if t <= self._tend else self._token_time(t, stage)
         return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * (len(prefills) + nd)
 
+    # -- attention DP's lockstep step (simserve/sim/lockstep.py) --------------------------------------------
+
+    def own_time(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, pad_to: int = 0
+    ) -> tuple[float, int]:
+        """One DP rank's own part of a lockstep step and its token count: everything __call__ charges except
+        the routed experts and the ranks' exchange (attention, dense and shared-expert layers, TP all-reduces,
+        CPU overhead). Attention DP runs at PP 1 (Deployment refuses more), so this is stage 0. `pad_to`: the
+        token count the rank's layers run at when vLLM pads every rank to the largest (CUDA graphs)."""
+        nd = len(decode_kv)
+        t = nd
+        attn = 0.0
+        for chunk, prefix in prefills:
+            t += chunk
+            attn += self._prefill(chunk, prefix)
+        if nd:
+            kv_sum = float(_add_reduce(decode_kv)) if isinstance(decode_kv, np.ndarray) else sum(decode_kv)
+            attn += self._decode(nd, kv_sum)
+        elif t == 0:
+            return 0.0, 0
+        end, x = self._tend, max(t, pad_to)
+        tok = self._own[x] if x <= end else self._own[end] + (x - end) * self._tokens.own_slope
+        return tok + attn + self._cpu_a[0] + self._cpu_b[0] * (len(prefills) + nd), t
+
+    def experts_time(self, tokens: int) -> float:
+        """The routed experts and the DP ranks' exchange for `tokens` summed over every rank of the step."""
+        exp = self._exp
+        last = len(exp) - 1
+        if tokens <= last:
+            return exp[tokens]
+        return exp[last] + (tokens - last) * self._tokens.experts_slope
+
     def breakdown(
         self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
     ) -> dict[str, float]:
@@ -180,7 +218,7 @@ class BatchTimer:
     # hold the same floats, so a cached timer gives bit-identical times.
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for name in ("_tok", "_dec", "_pre", "_tok_np", "_pre_np"):
+        for name in ("_tok", "_dec", "_pre", "_tok_np", "_pre_np", "_own", "_exp"):
             state.pop(name, None)
         state["_pre"] = self._pre_np  # the pickled layout of timer_cache FORMAT 3: _pre as an array
         return state

@@ -91,17 +91,25 @@ class Cluster:
 
         policy = POLICIES[cfg.policy]
         pp = timer.num_stages
-        self.replicas = [
-            Replica(
-                env,
-                ReplicaState(i, reqs, cfg, num_blocks, pp, self.tbt, self._on_done, timer),
-                policy,
-                timer,
-                self.log,
-                self.route_due,
+        self.groups: list = []  # attention DP: each deployment's ranks, stepping in lockstep (lockstep.py)
+        if cfg.dp_attention > 1:
+            from simserve.sim import lockstep
+
+            self.replicas, self.groups = lockstep.build(
+                env, reqs, cfg, timer, num_blocks, self.tbt, self._on_done, self.log, self.route_due
             )
-            for i in range(cfg.num_replicas)
-        ]
+        else:
+            self.replicas = [
+                Replica(
+                    env,
+                    ReplicaState(i, reqs, cfg, num_blocks, pp, self.tbt, self._on_done, timer),
+                    policy,
+                    timer,
+                    self.log,
+                    self.route_due,
+                )
+                for i in range(cfg.num_replicas)
+            ]
         self._rr = 0
         env.process(self.arrivals())
         env.process(self.watchdog())
@@ -160,6 +168,15 @@ class Cluster:
         rep.notify()
 
     def _pick(self) -> Replica:
+        if self.groups:  # attention DP: the router picks a deployment, vLLM's DP load balancer its rank
+            from simserve.sim.lockstep import pick_rank
+
+            if self.cfg.router == "rr":
+                group = self.groups[self._rr % len(self.groups)]
+                self._rr += 1
+            else:
+                group = min(self.groups, key=lambda g: sum(rank.state.outstanding for rank in g.ranks))
+            return pick_rank(group.ranks)
         if self.cfg.router == "rr":
             rep = self.replicas[self._rr % len(self.replicas)]
             self._rr += 1

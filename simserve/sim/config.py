@@ -89,6 +89,9 @@ class SimConfig:
     max_concurrency: int | None = None
     # The front end's latency (sim/frontend.py): added to what a client sees; 0: engine-side latencies only.
     frontend_s: float = 0.0
+    # Attention data parallelism (sim/lockstep.py): each run of this many consecutive replicas is one
+    # deployment's DP ranks, which step together (vLLM's DP engine cores in lockstep). 1: independent replicas.
+    dp_attention: int = 1
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:
@@ -101,6 +104,9 @@ class SimConfig:
             raise SimserveError(f"--max-batch must be at least 1, got {self.max_batch}")
         if self.num_replicas < 1:
             raise SimserveError(f"--replicas must be at least 1, got {self.num_replicas}")
+        if self.dp_attention < 1 or self.num_replicas % self.dp_attention:
+            raise SimserveError(f"--dp-attention {self.dp_attention} must be at least 1 and divide the "
+                                f"{self.num_replicas} simulated ranks")  # fmt: skip
         if self.max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {self.max_model_len}")
         if not self.sched_delay_slo_s > 0:

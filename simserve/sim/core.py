@@ -87,10 +87,11 @@ P_SLO = 5
 P_PRESSURE = 6
 P_EQUAL = 7
 P_V1 = 8
+P_SGLANG = 9
 POLICY_CODES = {
     "fcfs": P_FCFS, "orca": P_ORCA, "vllm": P_VLLM, "sarathi": P_SARATHI, "hybrid": P_SARATHI,
     "chunked": P_CHUNKED, "slo-aware": P_SLO, "pressure": P_PRESSURE, "equal-cost": P_EQUAL,
-    "vllm-v1": P_V1,
+    "vllm-v1": P_V1, "sglang": P_SGLANG,
 }  # fmt: skip
 
 PROGRESS_FLOOR = 16  # budgets.PROGRESS_FLOOR
@@ -258,6 +259,11 @@ class Rep:
     watermark: cython.longlong
     turn_prefill: cython.bint
     preemptions: cython.longlong
+    num_finished: cython.longlong  # requests finished here (sglang: a batch that lost one may admit again)
+    # sglang: its scheduler's state (sglang.SGLangScheduler): new_token_ratio and batch_is_full
+    sg_ratio: cython.double
+    sg_full: cython.bint
+    sg_finished_seen: cython.longlong
     stale: set
     outstanding: cython.longlong
     # the scheduler loop
@@ -299,6 +305,10 @@ class Rep:
         self.watermark = watermark
         self.turn_prefill = True
         self.preemptions = 0
+        self.num_finished = 0
+        self.sg_ratio = 0.0
+        self.sg_full = False
+        self.sg_finished_seen = 0
         self.stale = set()
         self.outstanding = 0
         self.in_flight = 0
@@ -374,6 +384,16 @@ class Core:
     long_threshold: cython.longlong
     long_adaptive: cython.bint
     equal_limit: cython.double
+    # sglang (sglang.py; block_size is its page size there)
+    sg_mixed: cython.bint  # --enable-mixed-chunk
+    sg_lof: cython.bint  # --schedule-policy lof
+    sg_ignore_eos: cython.bint
+    sg_max_prefill: cython.longlong  # --max-prefill-tokens
+    sg_init: cython.double  # new_token_ratio's start, floor and decay per decode step
+    sg_min: cython.double
+    sg_decay: cython.double
+    sg_clip: cython.longlong  # sglang.CLIP_MAX_NEW_TOKENS
+    sg_retract_steps: cython.longlong  # sglang.RETRACT_DECODE_STEPS
     timer: Timer
     # the event loop
     now: cython.double
@@ -387,6 +407,11 @@ class Core:
     watchdog_started: cython.bint
     reps: list
     next: cython.longlong  # next request to arrive
+    # the closed-loop client (cluster.Cluster, cfg.max_concurrency): requests it may have sent (n: open loop),
+    # whether the arrivals process waits for a slot to free, the front end's delay on the next one's way in
+    released: cython.longlong
+    slot_waits: cython.bint
+    frontend: cython.double
     num_done: cython.longlong
     num_ignored: cython.longlong
     finished: cython.bint  # the `finished` event was triggered (scheduled)
@@ -460,6 +485,16 @@ class Core:
         self.long_threshold = p["long_threshold"]
         self.long_adaptive = p["long_adaptive"]
         self.timer = timer
+        sg = p.get("sglang") or {}
+        self.sg_mixed = sg.get("mixed", False)
+        self.sg_lof = sg.get("lof", False)
+        self.sg_ignore_eos = sg.get("ignore_eos", True)
+        self.sg_max_prefill = sg.get("max_prefill", 0)
+        self.sg_init = sg.get("init", 0.0)
+        self.sg_min = sg.get("min", 0.0)
+        self.sg_decay = sg.get("decay", 0.0)
+        self.sg_clip = sg.get("clip", 0)
+        self.sg_retract_steps = sg.get("retract_steps", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
@@ -469,7 +504,13 @@ class Core:
         self.reps = [
             Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp, caches[i]) for i in range(p["num_replicas"])
         ]
+        rep: Rep
+        for rep in self.reps:
+            rep.sg_ratio = self.sg_init
         self.next = 0
+        self.released = p["released"]
+        self.slot_waits = False
+        self.frontend = p["frontend_s"]
         self.num_done = 0
         self.num_ignored = 0
         self.finished = False
@@ -664,6 +705,9 @@ class Core:
     def _arrivals(self) -> cython.void:
         t: cython.double
         while self.next < self.n:
+            if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
+                self.slot_waits = True
+                return
             t = self.arrived[self.next]
             if t > self.now:
                 self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
@@ -674,7 +718,7 @@ class Core:
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
-        while self.next < self.n and self.arrived[self.next] <= now:
+        while self.next < self.released and self.arrived[self.next] <= now:
             rid = self.next
             self.next += 1
             if self.prompt[rid] > self.prompt_limit:
@@ -712,9 +756,18 @@ class Core:
 
     @cython.cfunc
     def _on_done(self, rid: cython.longlong) -> cython.void:
+        nxt: cython.longlong
         self.num_done += 1
         if self.status[rid] == IGNORED:
             self.num_ignored += 1
+        if self.released < self.n:  # closed loop: the finished request's slot goes to the next one (_on_done)
+            nxt = self.released
+            self.released += 1
+            # Cluster._on_done: sent now if due (plus the front end's delay), else at its own time
+            self.arrived[nxt] = max(self.arrived[nxt], self.now + self.frontend)
+            if self.slot_waits:  # the arrivals process waited on `slot_freed`: its succeed() event
+                self.slot_waits = False
+                self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
         if self.num_done == self.n and not self.finished:
             self.finished = True
             self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
@@ -985,6 +1038,7 @@ class Core:
         if self.policy == P_V1:
             rep.running.remove(rid)
         rep.outstanding -= 1
+        rep.num_finished += 1
         self._on_done(rid)
 
     # -- KV blocks (kvcache.BlockManager) -------------------------------------------------------------------
@@ -1087,7 +1141,8 @@ class Core:
         return rid
 
     @cython.cfunc
-    def _preempt(self, rep: Rep, rid: cython.longlong) -> cython.void:
+    def _preempt(self, rep: Rep, rid: cython.longlong, to_back: cython.bint = False) -> cython.void:
+        """Recompute preemption: KV dropped, to the front of waiting (sglang's retraction: the back)."""
         if rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
@@ -1102,8 +1157,22 @@ class Core:
             rep.running.remove(rid)
         if not _remove_sorted(rep.decoding, rid):
             rep.prefilling.remove(rid)
-        rep.waiting.appendleft(rid)
+        if to_back:
+            rep.waiting.append(rid)
+        else:
+            rep.waiting.appendleft(rid)
         rep.preemptions += 1
+
+    @cython.cfunc
+    def _abort(self, rep: Rep, rid: cython.longlong) -> cython.void:
+        """ReplicaState.abort: a running request the engine gives up on, freed and counted ignored."""
+        self._release(rep, self.blocks[rid])
+        self.blocks[rid] = 0
+        self.status[rid] = IGNORED
+        if not _remove_sorted(rep.decoding, rid):
+            rep.prefilling.remove(rid)
+        rep.outstanding -= 1
+        self._on_done(rid)
 
     # -- the decode part of a batch: KV growth and preemption ---------------------------------------------
     @cython.cfunc
@@ -1181,6 +1250,8 @@ class Core:
             prefills, decodes = self._chunked(rep, now)
         elif pol == P_V1:
             prefills, decodes = self._vllm_v1(rep, now)
+        elif pol == P_SGLANG:
+            prefills, decodes = self._sglang(rep, now)
         else:
             decodes = self._schedule_decodes(rep)
             prefills = self._fill_chunks(rep, now, len(decodes), decodes)
@@ -1489,6 +1560,196 @@ class Core:
             del rep.admit_seq[rid]
         rep.finished.clear()
         rep.free = rep.cache.free
+
+    # -- sglang (sglang.py: its design note; the same steps in the same order) ------------------------------
+    @cython.cfunc
+    def _sglang(self, rep: Rep, now: cython.double) -> tuple:
+        prefills: list = self._sg_prefill(rep, now)
+        if prefills:
+            return prefills, (self._sg_mixed_decodes(rep) if self.sg_mixed else _NONE)
+        decodes: list = self._sg_decode(rep)
+        if not decodes and not rep.waiting and not rep.prefilling:
+            rep.sg_ratio = self.sg_init  # Scheduler.on_idle: NewTokenRatioTracker.reset
+        return _NONE, decodes
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _pages(self, tokens: cython.longlong) -> cython.longlong:
+        return -(-tokens // self.block_size)
+
+    @cython.cfunc
+    def _sg_prefill(self, rep: Rep, now: cython.double) -> list:
+        rid: cython.longlong
+        chunked: cython.longlong = rep.prefilling[0] if rep.prefilling else -1
+        page: cython.longlong = self.block_size
+        mixed: cython.longlong
+        rem_chunk: cython.longlong
+        rem_input: cython.longlong
+        free: cython.longlong
+        want: cython.longlong
+        room: cython.longlong
+        n: cython.longlong
+        need: cython.longlong
+        ext: cython.longlong
+        rest: cython.longlong
+        extend: cython.longlong
+        ratio: cython.double
+        held: cython.double
+        total_offset: cython.double
+        current_offset: cython.double
+        no_token: cython.bint
+        keyed: list
+        k: cython.Py_ssize_t = 0
+        running: list = rep.decoding
+        if rep.num_finished != rep.sg_finished_seen or not running:
+            rep.sg_full = False
+            rep.sg_finished_seen = rep.num_finished
+        if chunked < 0 and (rep.sg_full or not rep.waiting):
+            return _NONE
+        if chunked < 0 and len(running) >= self.max_batch:
+            rep.sg_full = True
+            return _NONE
+        if self.sg_lof:  # max_new_tokens descending; equals keep their queue order (a stable sort)
+            keyed = []
+            for rid in rep.waiting:
+                keyed.append((-self.output[rid], k, rid))
+                k += 1
+            keyed.sort()
+            rep.waiting = deque([item[2] for item in keyed])
+        mixed = len(running) if self.sg_mixed else 0
+        rem_chunk = self.budget - mixed
+        rem_input = self.sg_max_prefill - mixed
+        ratio = 1.0 if self.sg_ignore_eos else rep.sg_ratio
+        held = 0.0
+        for rid in running:
+            held += min(self.output[rid] - self.generated[rid], self.sg_clip) * ratio
+        free = rep.free * page
+        total_offset = mixed + held
+        current_offset = mixed
+        out: list = []
+        if chunked >= 0:  # PrefillAdder.add_chunked_req
+            want = self.target[chunked] - self.computed[chunked]
+            room = min(rem_chunk, cython.cast(cython.longlong, free - total_offset) if cython.compiled
+                       else int(free - total_offset))  # fmt: skip
+            if room <= 0:
+                room = rem_chunk
+            n = min(want, room)
+            need = self._pages(self.computed[chunked] + n) - self.blocks[chunked]
+            if need > rep.free:
+                n = (self.blocks[chunked] + rep.free) * page - self.computed[chunked]
+                if n <= 0:
+                    return _NONE
+                need = rep.free
+            self._allocate(rep, need)
+            self.blocks[chunked] += need
+            out.append((chunked, n))
+            ext = self._pages(n) * page
+            rest = 0 if n < want else min(self.output[chunked], self.sg_clip)
+            total_offset += ext + page + rest
+            current_offset += ext + page
+            rem_chunk -= ext
+            rem_input -= ext
+        self._drop_too_long(rep)
+        while rep.waiting:
+            no_token = free - total_offset <= 0 or free - current_offset <= 0
+            if not no_token and (rem_input <= 0 or rem_chunk <= 0):
+                break
+            if len(out) + len(running) >= self.max_batch:
+                rep.sg_full = True
+                break
+            rid = rep.waiting[0]
+            extend = self._num_tokens(rid)
+            rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
+            if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+                rep.sg_full = len(out) > 0 or len(running) > 0
+                break
+            n = extend
+            rest = min(self.output[rid], self.sg_clip)
+            if self._pages(extend) * page > rem_chunk:  # cut it short
+                n = rem_chunk // page * page
+                if n <= 0:
+                    break
+                rest = 0
+            self._admit_head(rep, now, self._pages(n))
+            out.append((rid, n))
+            ext = self._pages(n) * page
+            total_offset += ext + page + rest
+            current_offset += ext + page
+            rem_chunk -= ext
+            rem_input -= ext
+            if free - total_offset <= 0 or free - current_offset <= 0:
+                rep.sg_full = True
+                break
+            self._drop_too_long(rep)
+        return out
+
+    @cython.cfunc
+    def _sg_decode_pages(self, ids: list) -> cython.longlong:
+        """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages."""
+        rid: cython.longlong
+        need: cython.longlong = 0
+        for rid in ids:
+            if self._block_start(self.computed[rid]):
+                need += 1
+        return need
+
+    @cython.cfunc
+    def _sg_mixed_decodes(self, rep: Rep) -> list:
+        need: cython.longlong
+        if not rep.decoding:
+            return _NONE
+        need = self._sg_decode_pages(rep.decoding)
+        if need > rep.free:
+            return _NONE
+        return self._sg_grow(rep, list(rep.decoding), need)
+
+    @cython.cfunc
+    def _sg_decode(self, rep: Rep) -> list:
+        """Scheduler.update_running_batch: decode every running request, retracting when the pool is short."""
+        rid: cython.longlong
+        decoded: cython.longlong = 0
+        wanted: cython.longlong = 0
+        first: cython.bint = True
+        keep: list = list(rep.decoding)
+        if not keep:
+            return _NONE
+        if self._sg_decode_pages(keep) <= rep.free:
+            rep.sg_ratio = max(rep.sg_ratio - self.sg_decay, self.sg_min)  # NewTokenRatioTracker.decay_step
+            return self._sg_grow(rep, keep, self._sg_decode_pages(keep))
+        # the retraction order: most output so far first, then the shortest prompt, then id (the reference's
+        # stable reverse sort of the id-ordered list); retract from the end
+        keyed: list = [(-self.generated[rid], self.prompt[rid], rid) for rid in keep]
+        keyed.sort()
+        keep = [item[2] for item in keyed]
+        while first or self._sg_decode_pages(keep) > rep.free:
+            if len(keep) == 1:
+                break
+            first = False
+            self._preempt(rep, keep.pop(), True)
+        rep.sg_full = False
+        if self._sg_decode_pages(keep) > rep.free:
+            self._abort(rep, keep.pop())
+        for rid in keep:
+            decoded += self.generated[rid]
+            wanted += self.output[rid]
+        rep.sg_ratio = min(
+            1.0,
+            cython.cast(cython.double, decoded + self.sg_retract_steps * len(keep))
+            / cython.cast(cython.double, wanted + 1),
+        )
+        keep.sort()
+        return self._sg_grow(rep, keep, self._sg_decode_pages(keep))
+
+    @cython.cfunc
+    def _sg_grow(self, rep: Rep, ids: list, need: cython.longlong) -> list:
+        """Allocate the decode step's new pages; returns the ids as the batch's decodes."""
+        rid: cython.longlong
+        if need:
+            for rid in ids:
+                if self._block_start(self.computed[rid]):
+                    self.blocks[rid] += 1
+            self._allocate(rep, need)
+        return ids
 
     # -- what the caller reads at each check ----------------------------------------------------------
     def replica_totals(self) -> list:

@@ -27,6 +27,7 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 
 from simserve.errors import SimserveError
+from simserve.sim import sglang
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
@@ -37,12 +38,14 @@ from simserve.sim.watchdog import Watchdog
 ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
 _warned = False
 # Policies the core does not implement yet: they run on the SimPy reference, said once per process.
-REFERENCE_ONLY = ("sglang",)
+REFERENCE_ONLY: tuple[str, ...] = ()
 _said: set[str] = set()
 _SAID_ENV = "SIMSERVE_SAID_REFERENCE"  # inherited by worker processes: a sweep says it once, not per worker
 
 
 def say_reference_once(policy: str) -> None:
+    if policy not in REFERENCE_ONLY:  # the core runs it: nothing to say
+        return
     said = os.environ.get(_SAID_ENV, "").split(",")
     if policy not in _said and policy not in said:
         _said.add(policy)
@@ -52,7 +55,8 @@ def say_reference_once(policy: str) -> None:
             "yet): slower, same answers",
             file=sys.stderr,
         )
-_warned_closed_loop = False
+
+
 _modules: dict[bool, ModuleType | None] = {}
 
 
@@ -87,21 +91,14 @@ def compiled_available() -> bool:
 def choose(cfg: SimConfig, timer) -> ModuleType | None:
     """The core module to run this case on, or None for the SimPy reference."""
     global _warned
-    global _warned_closed_loop
     mode = os.environ.get(ENV, "")
     if mode == "reference" or timer_params(timer) is None:
         return None
+    if cfg.dp_attention > 1:  # the ranks' lockstep steps (sim/lockstep.py) are not in the core yet
+        reference_only("attention-DP ranks stepping in lockstep")
+        return None
     if cfg.policy in REFERENCE_ONLY:
         say_reference_once(cfg.policy)
-        return None
-    if cfg.max_concurrency is not None:
-        if not _warned_closed_loop:
-            _warned_closed_loop = True
-            print(
-                "simserve: a closed-loop client (--max-concurrency) runs on the SimPy reference model: the "
-                "compiled core does not have arrivals that wait for completions yet (same results, slower)",
-                file=sys.stderr,
-            )
         return None
     if mode == "python":
         return _load(False)
@@ -203,15 +200,32 @@ def run(
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
     budget = cfg.token_budget()
+    block_size, max_batch, pool = cfg.block_size, cfg.batch_limit(pp), num_blocks
+    sg = None
+    if cfg.policy == "sglang":  # SGLang's page pool and running-request cap (sglang.setup), its flags
+        pool, max_batch = sglang.pool(cfg, num_blocks, pp)
+        block_size = cfg.page_size
+        ratio = sglang.SGLangScheduler(cfg.schedule_conservativeness)
+        sg = dict(
+            mixed=cfg.enable_mixed_chunk,
+            lof=cfg.schedule_policy == "lof",
+            ignore_eos=cfg.ignore_eos,
+            max_prefill=cfg.max_prefill_tokens,
+            init=ratio.init,
+            min=ratio.min,
+            decay=ratio.decay,
+            clip=sglang.CLIP_MAX_NEW_TOKENS,
+            retract_steps=sglang.RETRACT_DECODE_STEPS,
+        )
     params = dict(
         n=n,
         pp=pp,
         policy=cfg.policy,
         dynamic=not cfg.reserves_max_len,
-        block_size=cfg.block_size,
+        block_size=block_size,
         reserve=-(-cfg.max_model_len // cfg.block_size),
         budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
-        max_batch=cfg.batch_limit(pp),
+        max_batch=max_batch,
         prompt_limit=cfg.prompt_limit(),
         max_model_len=cfg.max_model_len,
         caches=caches,
@@ -223,9 +237,12 @@ def run(
         pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
         long_threshold=cfg.long_prefill_token_threshold,
         long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
-        num_blocks=num_blocks,
-        watermark_blocks=int(cfg.kv_watermark() * num_blocks),
+        num_blocks=pool,
+        watermark_blocks=int(cfg.kv_watermark() * pool),
         num_replicas=cfg.num_replicas,
+        released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
+        frontend_s=cfg.frontend_s,
+        sglang=sg,
     )
     hist = dict(
         counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
@@ -277,7 +294,7 @@ def run(
             rules.check_stall(False, False, num_done, 0)
         c.watch(not overloaded, *rules.positions())
         c.next_check_at()
-    replicas = [_summary(i, pp, t, num_blocks, caches[i] if caches else None)
+    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
 

@@ -64,6 +64,8 @@ class MicroBatch:
 
 
 class Replica:
+    runs_own_loop = True
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -90,9 +92,10 @@ class Replica:
         self.busy_since = 0.0
         self.inflight_acc = 0.0
         self.work = Work()
-        env.process(self.schedule())
-        for s in range(1, self.pp):
-            env.process(self.stage(s))
+        if self.runs_own_loop:  # an attention-DP rank is stepped by its group instead (sim/lockstep.py)
+            env.process(self.schedule())
+            for s in range(1, self.pp):
+                env.process(self.stage(s))
 
     def notify(self) -> None:
         """Something changed (an arrival, a completion): wake the scheduler if it is idle."""

@@ -152,6 +152,7 @@ class Scenario:
             ignore_eos=bool(self.ignore_eos),
             max_concurrency=self.max_concurrency,
             frontend_s=self.frontend_ms / 1000.0,
+            dp_attention=self.dp_attention,
         ).validate()
 
     def cudagraph_sizes(self) -> tuple[int, ...]:

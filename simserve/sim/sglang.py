@@ -86,28 +86,35 @@ class SGLangScheduler:
         self.finished_seen = 0  # ReplicaState.num_finished when `full` was last looked at
 
 
-def setup(rep: ReplicaState) -> None:
-    """Give a replica SGLang's token pool, its max_running_requests default and its scheduler state."""
-    cfg = rep.cfg
-    if rep.pp > 1:
+def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
+    """(KV pages, max_running_requests) of a replica whose pool was sized as `num_blocks` of simserve's
+    blocks; the compiled core (core_run.py) reads the same."""
+    if pp > 1:
         raise SimserveError(
             "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
             "use --pp 1"
         )
     # The pool was sized in simserve's 16-token blocks (memory.plan_memory); SGLang counts it in pages.
-    tokens = rep.kv.num_blocks * cfg.block_size
-    if cfg.prefix_caching:  # SGLang's default; its pool is the radix cache's (vLLM's block pool is not used)
-        rep.kv = rep.radix = RadixCache(tokens // cfg.page_size, cfg.page_size, rep.reqs)
-        rep.prefix = None
-    else:
-        rep.kv = BlockManager(tokens // cfg.page_size, 0.0)
-    rep.block_size = cfg.page_size
+    tokens = num_blocks * cfg.block_size
     # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it
-    rep.max_batch = (
+    max_running = (
         max(min(cfg.max_batch, tokens // 2), 1)
         if cfg.max_batch
         else default_max_running_requests(tokens, cfg.max_model_len)
     )
+    return tokens // cfg.page_size, max_running
+
+
+def setup(rep: ReplicaState) -> None:
+    """Give a replica SGLang's token pool, its max_running_requests default and its scheduler state."""
+    cfg = rep.cfg
+    pages, rep.max_batch = pool(cfg, rep.kv.num_blocks, rep.pp)
+    if cfg.prefix_caching:  # SGLang's radix cache is the pool (vLLM's block pool is not used)
+        rep.kv = rep.radix = RadixCache(pages, cfg.page_size, rep.reqs)
+        rep.prefix = None
+    else:
+        rep.kv = BlockManager(pages, 0.0)
+    rep.block_size = cfg.page_size
     rep.sglang = SGLangScheduler(cfg.schedule_conservativeness)
 
 
