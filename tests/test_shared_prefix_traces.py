@@ -114,7 +114,7 @@ def test_run_reports_the_prefix_cache_and_refuses_it_off_vllm_v1(capsys, tmp_pat
     with pytest.raises(SystemExit) as exc:
         main(["run", "--policy", "sarathi", "--prefix-caching", "--out", str(tmp_path / "bad")])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and "--policy vllm-v1 or --no-prefix-caching" in err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "use --policy vllm-v1 or sglang, or --no-prefix-caching" in err
     with pytest.raises(SystemExit) as exc:
         main(["sweep", "--no-prefix-caching", "--out", str(tmp_path / "bad")])
     assert exc.value.code == 2 and "use it with --engine vllm" in capsys.readouterr().err

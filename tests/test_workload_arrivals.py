@@ -106,8 +106,8 @@ def test_synthetic_arrivals_are_positive_and_non_decreasing(n, qps, process, see
     assert (times > 0).all() and (np.diff(times) >= 0).all()
 
 
-def test_processes_are_the_documented_five():
-    assert PROCESSES == ("poisson", "poisson-clipped", "gamma", "vllm-bench", "replay")
+def test_processes_are_the_documented_six():
+    assert PROCESSES == ("poisson", "poisson-clipped", "gamma", "vllm-bench", "replay", "conversation")
 
 
 def test_replay_of_the_azure_conversation_trace():

@@ -120,7 +120,8 @@ def run_command(
     prefix_caching: bool | None = typer.Option(
         None,
         "--prefix-caching/--no-prefix-caching",
-        help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on with --policy vllm-v1, as in vLLM).",
+        help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on, as in vLLM); sglang: SGLang's radix "
+        "cache (default: off; SGLang's own default is on).",
     ),
     max_num_partial_prefills: int = typer.Option(
         1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
@@ -162,7 +163,11 @@ def run_command(
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
     arrival: str = typer.Option(
-        "poisson", "--arrival", help="poisson | poisson-clipped | gamma | vllm-bench (its client's gaps) | replay."
+        "poisson", "--arrival", help="poisson | poisson-clipped | gamma | vllm-bench (its client's gaps) | replay | conversation (a multi-turn "
+        "trace's rounds, each sent its recorded gap after the previous round's answer)."
+    ),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="replay / conversation: multiply the recorded times (and think times) by this."
     ),
     cv: float = typer.Option(
         1.0, "--cv", help="Coefficient of variation of gamma / vllm-bench gaps (vLLM's --burstiness is 1/cv²)."
@@ -281,6 +286,7 @@ def run_command(
         num_requests=requests,
         arrival=arrival,
         cv=cv,
+        time_scale=time_scale,
         policy=policy,
         budget=budget,
         max_batch=max_batch,
@@ -452,9 +458,10 @@ class _Arrivals:
     def of(cls, scenario, qps: float, arrived) -> _Arrivals:
         # NOTE: replay ignores --qps (it keeps the trace's recorded times), so a title "at 1 QPS" was false.
         closed = "" if scenario.max_concurrency is None else f", at most {scenario.max_concurrency} in flight"
-        if scenario.arrival != "replay" and math.isinf(qps):
+        replayed = scenario.arrival in ("replay", "conversation")  # both keep the trace's own times
+        if not replayed and math.isinf(qps):
             return cls(f"all sent at t = 0{closed}", burst=scenario.max_concurrency is None, replay=False)
-        if scenario.arrival != "replay":
+        if not replayed:
             return cls(f"at {qps:g} QPS{closed}", burst=False, replay=False)
         n, span = len(arrived), float(arrived.max() - arrived.min()) if len(arrived) else 0.0
         if span == 0:

@@ -4,12 +4,15 @@ Processes: `arrivals` routes each request when it arrives (with a closed-loop cl
 only once a finished request has freed its slot: see `_on_done`) (replicas also route whatever is due before they
 schedule, so a batch formed at time t sees every arrival at or before t, whatever SimPy's event order);
 `watchdog` evaluates the overload, TBT-stop and trial-cap rules (watchdog.py) every `check_period_s`; each
-replica runs its scheduler loop and pipeline stages (replica.py). `simulate` runs this SimPy model, the
+replica runs its scheduler loop and pipeline stages (replica.py). With answer-driven conversations
+(`conversation.py`) a follow-up round is released when the round before it completes and arrives a think time
+later; routing then goes by a heap of released arrival times instead of id order. `simulate` runs this SimPy model, the
 reference, or the compiled core (core.py, chosen by core_run.py), which gives the same results faster.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,6 +22,7 @@ import numpy as np
 from simserve.errors import SimserveError
 from simserve.sim import core_run
 from simserve.sim.config import SimConfig
+from simserve.sim.conversation import think_times
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.policies import POLICIES
@@ -51,8 +55,9 @@ class RawRun:
 
 class Cluster:
     def __init__(
-        self, env: simpy.Environment, reqs: Requests, cfg: SimConfig, timer: BatchTimer, num_blocks: int
-    ):
+        self, env: simpy.Environment, reqs: Requests, cfg: SimConfig, timer: BatchTimer, num_blocks: int,
+        follow: tuple[np.ndarray, np.ndarray] | None = None,
+    ):  # fmt: skip
         self.env, self.reqs, self.cfg = env, reqs, cfg
         self.n = reqs.n
         self.next = 0  # next request to arrive
@@ -60,6 +65,17 @@ class Cluster:
         # (`vllm bench serve --max-concurrency N`: an asyncio.Semaphore(N), whose waiters go in FIFO order).
         self.released = reqs.n if cfg.max_concurrency is None else min(cfg.max_concurrency, reqs.n)
         self.slot_freed: simpy.Event | None = None  # the arrivals process waits on it for a free slot
+        # Answer-driven conversations: (next round's id or -1, its think time) per request; the rounds released so
+        # far wait in a heap of (arrival, id) until they arrive, and `routed` lists ids in arrival order.
+        self.follow = follow
+        self.due: list[tuple[float, int]] = []
+        self.routed: list[int] | None = None
+        if follow is not None:
+            self.routed = []
+            first = np.ones(self.n, dtype=bool)
+            first[follow[0][follow[0] >= 0]] = False
+            self.due = [(float(reqs.arrived[i]), int(i)) for i in np.flatnonzero(first)]
+            heapq.heapify(self.due)
         self.num_done = 0  # finished or ignored
         self.num_ignored = 0
         self.finished = env.event()
@@ -68,7 +84,7 @@ class Cluster:
         self.tbt = LogHistogram()
         self.stopped_early = False
         self.capped = False
-        self.rules = Watchdog(reqs, cfg, self.tbt)
+        self.rules = Watchdog(reqs, cfg, self.tbt, self.routed)
         self.log = IterationLog()
         self.prompt_limit = cfg.prompt_limit()
         from simserve.sim.replica import Replica
@@ -101,6 +117,9 @@ class Cluster:
     # -- arrivals and routing ----------------------------------------------------------------------
     def arrivals(self):
         env, arrived = self.env, self.reqs.arrived
+        if self.follow is not None:
+            yield from self._conversation_arrivals()
+            return
         while self.next < self.n:
             if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
                 self.slot_freed = env.event()
@@ -111,19 +130,42 @@ class Cluster:
                 yield env.timeout(t - env.now)
             self.route_due(env.now)
 
+    def _conversation_arrivals(self):
+        env = self.env
+        while self.next < self.n:
+            if not self.due:  # every released round has arrived: wait for an answer to release the next
+                self.slot_freed = env.event()
+                yield self.slot_freed
+                continue
+            t = self.due[0][0]
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            self.route_due(env.now)
+
     def route_due(self, now: float) -> None:
         r = self.reqs
+        if self.routed is not None:
+            while self.due and self.due[0][0] <= now:
+                rid = heapq.heappop(self.due)[1]
+                self.routed.append(rid)
+                self.next += 1
+                self._route(rid)
+            return
         while self.next < self.released and r.arrived[self.next] <= now:
             rid = self.next
             self.next += 1
-            if r.prompt[rid] > self.prompt_limit:
-                r.status[rid] = IGNORED  # longer than the deployment accepts (Sarathi-Serve ignores it)
-                self._on_done(-1, rid)
-                continue
-            rep = self._pick()
-            r.replica[rid] = rep.index
-            rep.state.enqueue(rid)
-            rep.notify()
+            self._route(rid)
+
+    def _route(self, rid: int) -> None:
+        r = self.reqs
+        if r.prompt[rid] > self.prompt_limit:
+            r.status[rid] = IGNORED  # longer than the deployment accepts (Sarathi-Serve ignores it)
+            self._on_done(-1, rid)
+            return
+        rep = self._pick()
+        r.replica[rid] = rep.index
+        rep.state.enqueue(rid)
+        rep.notify()
 
     def _pick(self) -> Replica:
         if self.groups:  # attention DP: the router picks a deployment, vLLM's DP load balancer its rank
@@ -152,6 +194,14 @@ class Cluster:
             # semaphore), else at its own time; arrival times stay non-decreasing, so ids stay in FCFS order.
             # The front end delays the client's receipt of the last token and the next request's way in.
             self.reqs.arrived[nxt] = max(self.reqs.arrived[nxt], self.env.now + self.cfg.frontend_s)
+            if self.slot_freed is not None:
+                ev, self.slot_freed = self.slot_freed, None
+                ev.succeed()
+        if self.follow is not None and self.follow[0][rid] >= 0:
+            # the client has the answer once the front end delivered its last token; the user thinks, then sends
+            nxt = int(self.follow[0][rid])
+            self.reqs.arrived[nxt] = self.env.now + self.cfg.frontend_s + self.follow[1][nxt]
+            heapq.heappush(self.due, (float(self.reqs.arrived[nxt]), nxt))
             if self.slot_freed is not None:
                 ev, self.slot_freed = self.slot_freed, None
                 ev.succeed()
@@ -202,8 +252,12 @@ def simulate(
     cfg: SimConfig,
     progress: Callable[[int, int], None] | None = None,
     prefix: tuple[np.ndarray, np.ndarray] | None = None,
+    conversation: np.ndarray | None = None,
 ) -> RawRun:
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
+
+    `conversation` (answer-driven conversations, conversation.py): per request, the position of the round it
+    follows (-1: a first round); a follow-up then arrives its recorded gap after that round completes.
 
     `progress(done, total)` is called once per overload check (each simulated second), for a progress bar.
     """
@@ -219,7 +273,22 @@ def simulate(
         raise SimserveError("every request needs at least one prompt and one output token")
     if not np.isfinite(arrived).all() or (arrived < 0).any():
         raise SimserveError("arrival times must be finite and non-negative")
+    follow = None
+    if conversation is not None:
+        if cfg.max_concurrency is not None:
+            raise SimserveError(
+                "--arrival conversation paces each conversation by its answers already; drop --max-concurrency"
+            )
+        parent = np.asarray(conversation, dtype=np.int64)
+        gaps = think_times(arrived, parent)
     order = np.argsort(arrived, kind="stable")  # ids in arrival order: FCFS is id order
+    if conversation is not None:  # in ids: the next round of each request, and the think time before each
+        ids = np.empty(len(order), dtype=np.int64)
+        ids[order] = np.arange(len(order))
+        child = np.full(len(order), -1, dtype=np.int64)
+        has = parent >= 0
+        child[ids[parent[has]]] = ids[np.flatnonzero(has)]
+        follow = (child, gaps[order])
     prompt, output, arrived = prompt[order], output[order], arrived[order]
     # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
@@ -227,14 +296,20 @@ def simulate(
     if prefix is not None:  # (group, tokens on it) per request: which blocks prefix caching can share
         reqs.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
         reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
-    core = core_run.choose(cfg, timer)
+    core = None
+    if follow is not None:
+        core_run.reference_only("answer-driven conversation arrivals (--arrival conversation)")
+    elif cfg.policy == "sglang" and cfg.prefix_caching:
+        core_run.reference_only("SGLang's radix cache (--policy sglang --prefix-caching)")
+    else:
+        core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
         log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)
         return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped)
     import simpy
 
     env = simpy.Environment()
-    cluster = Cluster(env, reqs, cfg, timer, num_blocks)
+    cluster = Cluster(env, reqs, cfg, timer, num_blocks, follow)
     cluster.progress = progress
     env.run(until=cluster.finished)
     return RawRun(

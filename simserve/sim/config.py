@@ -154,9 +154,10 @@ class SimConfig:
                     f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; the "
                     "V1 scheduler admits every prefill that fits the token budget): drop it"
                 )
-        if self.prefix_caching and self.policy != "vllm-v1":
+        if self.prefix_caching and self.policy not in ("vllm-v1", "sglang"):
             raise SimserveError(
-                f"prefix caching is modelled as vLLM V1 does it; use --policy vllm-v1 or --no-prefix-caching "
+                f"prefix caching is modelled as vLLM V1 and SGLang do it; use --policy vllm-v1 or sglang, or "
+                f"--no-prefix-caching "
                 f"(got --policy {self.policy})"
             )
         return self

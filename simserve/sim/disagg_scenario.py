@@ -110,6 +110,7 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
     # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
     for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
                           (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
+                          (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
                           (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm")):  # fmt: skip
         if on:
             raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")

@@ -166,7 +166,9 @@ def summarize(run: RawRun, dep=None) -> Summary:
     bubble = tuple(b / duration for rep in run.replicas for b in rep.bubble)
     mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
     bubble = tuple(float(x) for x in bubble)
-    caches = [rep.state.prefix for rep in run.replicas if getattr(rep.state, "prefix", None) is not None]
+    # vLLM's block pool (vllm-v1) or SGLang's radix cache (sglang): the same counters
+    caches = [c for rep in run.replicas
+              if (c := getattr(rep.state, "prefix", None) or getattr(rep.state, "radix", None)) is not None]  # fmt: skip
     prefix = {}
     if caches:
         queries, hits = sum(c.queries for c in caches), sum(c.hits for c in caches)

@@ -276,12 +276,22 @@ def simulate_scenario(
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
     prompt, output, recorded, prefix = _workload(
-        s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay"
+        s.trace, s.max_len, s.num_requests, s.seed, s.arrival in ("replay", "conversation")
     )
     from simserve.workload import arrival_times
 
+    follows = None
+    if s.arrival == "conversation":
+        from simserve.sim.conversation import parents
+
+        if prefix is None or recorded is None:
+            raise SimserveError(
+                f"--arrival conversation needs a multi-turn trace (conversation_id and round columns, recorded "
+                f"arrivals); {s.trace} has none (build one with `simserve trace build sharegpt-multiturn`)"
+            )
+        follows = parents(prefix[0], prompt, output)
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix), dep
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows), dep
 
 
 @lru_cache(maxsize=16)
@@ -436,13 +446,13 @@ def workload_notes(s: Scenario) -> list[str]:
             f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
             f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
-    in_order = s.arrival == "replay" or t.in_order
+    in_order = s.arrival in ("replay", "conversation") or t.in_order
     if not in_order and s.num_requests > len(t):
         notes.append(
             f"the trace has {len(t)} usable requests, so {s.num_requests - len(t)} of the {s.num_requests} "
             f"are repeats (fresh shuffles of the same rows)"
         )
     if in_order and s.num_requests > len(t):
-        how = "replay" if s.arrival == "replay" else "a multi-turn trace is served in order"
+        how = s.arrival if s.arrival in ("replay", "conversation") else "a multi-turn trace is served in order"
         notes.append(f"{how}: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
     return notes

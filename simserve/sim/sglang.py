@@ -29,8 +29,13 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
 
 The KV pool counts tokens in pages of --page-size (1 by default on CUDA): a request holds its computed tokens,
 page-ceiled. Requests carry max_new_tokens = their output length, as `sglang.bench_serving` sends them.
-Not modelled (docs/engines.md): the radix cache's prefix hits (the traces share no prefixes; with no shared
-prefix `lpm` orders the queue as `fcfs`), the overlap scheduler, pipeline parallelism, priority scheduling.
+With --prefix-caching the pool is SGLang's radix cache (radix_cache.py): a waiting request starts with its
+longest cached prefix computed, the chunked request publishes its computed pages each step, a finished one its
+KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
+prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
+tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching).
+Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang. Not modelled (docs/engines.md): the
+overlap scheduler, pipeline parallelism, priority scheduling.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 
 from simserve.errors import SimserveError
 from simserve.sim.kvcache import BlockManager
+from simserve.sim.radix_cache import RadixCache
 from simserve.sim.state import ReplicaState
 
 # managers/schedule_policy.py: CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
@@ -49,6 +55,11 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
+# managers/schedule_policy.py: WAITING_QUEUE_PREFIX_MATCH_MAX, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
+# IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD (env defaults)
+LPM_MAX_WAITING = 128
+IN_BATCH_CHECK = 32
+IN_BATCH_DEPRIORITIZE = 32
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -98,7 +109,11 @@ def setup(rep: ReplicaState) -> None:
     """Give a replica SGLang's token pool, its max_running_requests default and its scheduler state."""
     cfg = rep.cfg
     pages, rep.max_batch = pool(cfg, rep.kv.num_blocks, rep.pp)
-    rep.kv = BlockManager(pages, 0.0)
+    if cfg.prefix_caching:  # SGLang's radix cache is the pool (vLLM's block pool is not used)
+        rep.kv = rep.radix = RadixCache(pages, cfg.page_size, rep.reqs)
+        rep.prefix = None
+    else:
+        rep.kv = BlockManager(pages, 0.0)
     rep.block_size = cfg.page_size
     rep.sglang = SGLangScheduler(cfg.schedule_conservativeness)
 
@@ -118,7 +133,23 @@ def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], 
 
 
 def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
+    radix = rep.radix
+    if radix is None:
+        return _choose_prefill(rep, now, None)
+    if rep.prefilling:  # Scheduler.stash_chunked_request: the chunked request publishes what it computed
+        rid = rep.prefilling[0]
+        radix.checkpoint(rid, int(rep.reqs.computed[rid]))
+    # SGLang chooses the whole prefill batch first, locking each admitted request's prefix as it commits it,
+    # and allocates after (prepare_for_extend): one admission's allocation cannot evict what a later one matched
+    pending: list[int] = []  # pages to allocate
+    out = _choose_prefill(rep, now, pending)
+    radix.allocate(sum(pending))
+    return out
+
+
+def _choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[tuple[int, int]]:
     cfg, r, page, s = rep.cfg, rep.reqs, rep.block_size, rep.sglang
+    radix = rep.radix
     chunked = rep.prefilling[0] if rep.prefilling else -1  # at most one: only the last admitted is cut short
     running = rep.decoding
     # ScheduleBatch.batch_is_full: set when admission ran out of room, cleared when a request leaves the batch
@@ -132,6 +163,8 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
         return []
     if cfg.schedule_policy == "lof":  # SchedulePolicy._sort_by_longest_output: max_new_tokens, descending
         rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=lambda i: -int(r.output[i])))
+    elif cfg.schedule_policy == "lpm" and radix is not None and len(rep.waiting) <= LPM_MAX_WAITING:
+        _sort_by_longest_prefix(rep)
     mixed = len(running) if cfg.enable_mixed_chunk else 0  # each decode takes a token of both budgets
     rem_chunk = rep.budget - mixed
     rem_input = cfg.max_prefill_tokens - mixed
@@ -158,7 +191,10 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
             if n <= 0:
                 return []
             need = rep.kv.free
-        rep.kv.allocate(need)
+        if pending is None:
+            rep.kv.allocate(need)
+        else:
+            pending.append(need)
         r.blocks[chunked] += need
         out.append((chunked, n))
         ext = _pages(n, page) * page
@@ -180,8 +216,13 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
             break
         rid = rep.waiting[0]
         extend = rep.num_tokens(rid)
+        hit, node, pinned = 0, None, 0
+        if radix is not None:  # Req.init_next_round_input: its longest cached prefix
+            hit, node = radix.match(rid, extend)
+            pinned = radix.unlocked_pages(node) * page  # the check pins the prefix: not evictable for it
+            extend -= hit * page
         rest = min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS)
-        if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+        if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
             s.full = bool(out) or bool(running)
             break
         n = extend
@@ -193,7 +234,13 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
             if n <= 0:
                 break
             rest = 0
-        rep.admit_head(now, _pages(n, page))
+        if radix is None:
+            rep.admit_head(now, _pages(n, page))
+        else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next ones
+            radix.admit(rid, hit, node, extend + hit * page, bool(r.preemptions[rid]))
+            rep.admit_head(now, hit + _pages(n, page), hit * page)
+            pending.append(_pages(n, page))
+            free = rep.kv.free * page  # available + evictable: only the lock changed it (nothing allocated yet)
         out.append((rid, n))
         ext = _pages(n, page) * page
         total_offset += ext + page + rest
@@ -205,6 +252,29 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
             break
         rep.drop_too_long()
     return out
+
+
+def _sort_by_longest_prefix(rep: ReplicaState) -> None:
+    """SchedulePolicy.calc_priority for `lpm`: match every waiting request (which touches and splits the tree
+    as SGLang's matching does), then sort by cached prefix, longest first, stably; a request whose cached prefix
+    is at most IN_BATCH_CHECK tokens but which shares IN_BATCH_DEPRIORITIZE or more tokens with an earlier
+    waiting request goes last (computing one of them first lets the others hit)."""
+    radix, r = rep.radix, rep.reqs
+    matched: dict[int, float] = {}
+    queued: dict[int, int] = {}  # the waiting-queue tree: per stream, the longest run an earlier request put in it
+    for rid in rep.waiting:
+        n = rep.num_tokens(rid)
+        hit = radix.match(rid, n)[0] * rep.block_size
+        matched[rid] = -hit
+        if hit > IN_BATCH_CHECK:
+            continue
+        g = int(r.prefix_group[rid])
+        mine = min(int(r.prefix_tokens[rid]), n) if g >= 0 else 0  # its tokens on a shared stream
+        if g >= 0 and min(mine, queued.get(g, 0)) >= IN_BATCH_DEPRIORITIZE:
+            matched[rid] = float("inf")
+        elif g >= 0:
+            queued[g] = max(queued.get(g, 0), mine)
+    rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=matched.__getitem__))
 
 
 def _decode_pages(rep: ReplicaState, ids) -> int:

@@ -73,6 +73,7 @@ class ReplicaState:
         self.outstanding = 0  # routed here and not yet finished (the lor router's load)
         self.num_finished = 0  # requests finished here (sglang: a batch that lost one may admit again)
         self.sglang = None  # sglang only: its scheduler's own state (simserve/sim/sglang.py)
+        self.radix = None  # sglang with prefix caching: SGLang's radix cache, also the pool (radix_cache.py)
         if cfg.policy == "sglang":
             from simserve.sim import sglang
 
@@ -136,7 +137,9 @@ class ReplicaState:
         rid = self.waiting.popleft()
         if blocks is None:
             blocks = self.admission_blocks(rid)
-        if self.prefix is None:
+        if self.radix is not None:
+            pass  # sglang locks its prefix and allocates once its whole prefill batch is chosen (sglang.py)
+        elif self.prefix is None:
             self.kv.allocate(blocks)
         else:
             self.admit_seq[rid] = self.admitted
@@ -155,7 +158,9 @@ class ReplicaState:
     def preempt(self, rid: int, to_back: bool = False) -> None:
         """Recompute preemption: drop the KV, go to the front of waiting (SGLang's retraction: the back)."""
         r = self.reqs
-        if self.prefix is None:
+        if self.radix is not None:
+            self.radix.retract(rid)
+        elif self.prefix is None:
             self.kv.release(int(r.blocks[rid]))
         else:
             self.prefix.free_request(rid)
@@ -176,7 +181,10 @@ class ReplicaState:
     def abort(self, rid: int) -> None:
         """A running request the engine gives up on (SGLang: out of KV even alone): freed, counted ignored."""
         r = self.reqs
-        self.kv.release(int(r.blocks[rid]))
+        if self.radix is not None:
+            self.radix.retract(rid)
+        else:
+            self.kv.release(int(r.blocks[rid]))
         r.blocks[rid] = 0
         r.status[rid] = IGNORED
         self._remove(rid)
@@ -197,7 +205,9 @@ class ReplicaState:
         r = self.reqs
         r.completed[rid] = now
         r.status[rid] = DONE
-        if self.prefix is None:
+        if self.radix is not None:
+            self.radix.finish(rid)
+        elif self.prefix is None:
             self.kv.release(int(r.blocks[rid]))
         else:
             self.finished.append(rid)
@@ -275,6 +285,8 @@ class ReplicaState:
         if r.generated[rid] >= r.output[rid]:
             self.finish(rid, now)
         else:
+            if self.radix is not None:  # SGLang's checkpoint_kv_cache: a prefilled prompt joins the tree
+                self.radix.checkpoint(rid, int(r.computed[rid]))
             bisect.insort(self.decoding, rid)
             self._decoding_array = None
 

@@ -22,8 +22,11 @@ from simserve.sim.request import IGNORED, Requests
 
 
 class Watchdog:
-    def __init__(self, reqs: Requests, cfg: SimConfig, tbt: LogHistogram):
+    def __init__(self, reqs: Requests, cfg: SimConfig, tbt: LogHistogram, routed: list[int] | None = None):
         self.reqs, self.cfg, self.tbt = reqs, cfg, tbt
+        # the ids in arrival order: ids themselves (None), or the routing order of answer-driven conversations,
+        # whose follow-up rounds arrive in an order known only as answers complete (conversation.py)
+        self.routed = routed
         self.n = reqs.n
         self._late = 0  # requests certain to miss the scheduling-delay SLO
         self._late_ptr = 0
@@ -46,6 +49,8 @@ class Watchdog:
         r, cfg = self.reqs, self.cfg
         slo = cfg.sched_delay_slo_s
         late, ptr, oldest = self._late, self._late_ptr, self._oldest
+        if self.routed is not None:
+            return self._routed_rule(now, arrived, num_ignored, late, ptr, oldest)
         while ptr < arrived and r.arrived[ptr] < now - slo:
             s = r.scheduled[ptr]
             if r.status[ptr] != IGNORED and (s != s or s - r.arrived[ptr] > slo):
@@ -58,6 +63,24 @@ class Watchdog:
         ):
             oldest += 1
         return oldest < arrived and now - r.arrived[oldest] > cfg.overload_wait_s, late, ptr, oldest
+
+    def _routed_rule(self, now, arrived, num_ignored, late, ptr, oldest) -> tuple[bool, int, int, int]:
+        """The same rule over positions in routing order (positions, not ids, are what it saves)."""
+        r, cfg, ids = self.reqs, self.cfg, self.routed
+        slo = cfg.sched_delay_slo_s
+        while ptr < arrived and r.arrived[ids[ptr]] < now - slo:
+            i = ids[ptr]
+            s = r.scheduled[i]
+            if r.status[i] != IGNORED and (s != s or s - r.arrived[i] > slo):
+                late += 1
+            ptr += 1
+        if 2 * late > self.n - num_ignored:
+            return True, late, ptr, oldest
+        while oldest < arrived and (
+            r.status[ids[oldest]] == IGNORED or r.scheduled[ids[oldest]] == r.scheduled[ids[oldest]]
+        ):
+            oldest += 1
+        return oldest < arrived and now - r.arrived[ids[oldest]] > cfg.overload_wait_s, late, ptr, oldest
 
     def _tbt_stop_rule(self, stop: tuple[float, float] | None) -> tuple[int, float] | None:
         """(first bucket above the limit, gaps there that make the quantile exceed it whatever follows).

@@ -16,6 +16,8 @@ at the first gap (not at 0), so the same seed gives identical arrivals and the m
 * `qps = inf` (any synthetic process): every request at t = 0, as `vllm bench serve --request-rate inf`.
 * `replay`: the first n recorded arrival times, shifted so the first request arrives at 0 and multiplied by
   `time_scale` (0.5 replays twice as fast). `replay_time_scale` gives the scale for a target rate.
+* `conversation`: the replayed times of a multi-turn trace, of which the simulator keeps only each
+  conversation's first round as an arrival; later rounds wait for the answer before them (sim/conversation.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from simserve.errors import SimserveError
 
-PROCESSES = ("poisson", "poisson-clipped", "gamma", "vllm-bench", "replay")
+PROCESSES = ("poisson", "poisson-clipped", "gamma", "vllm-bench", "replay", "conversation")
 CLIP_GAPS_AT = 3.0  # in units of the mean gap 1/qps, as in Sarathi-Serve's PoissonRequestIntervalGenerator
 
 
@@ -49,7 +51,7 @@ def arrival_times(
         raise SimserveError(f"cannot generate {n} arrivals; n must be >= 0")
     if np.isnan(qps) or qps <= 0:
         raise SimserveError(f"qps must be a positive request rate (or inf: all at once), got {qps}")
-    if process == "replay":
+    if process in ("replay", "conversation"):
         return _replay(n, recorded, time_scale)
     if np.isinf(qps):  # vLLM's get_request: `delay_ts.append(0)` when the rate is inf
         return np.zeros(n)

@@ -8,8 +8,9 @@ sharegpt-multiturn   The real ShareGPT conversations of the shipped chat trace (
                      a Poisson process (`conversation_rate`); each follow-up round arrives an exponentially
                      distributed gap after the round before it (`think_time_s`, the mean). The gap counts from
                      the earlier round's arrival, so it covers that round's answer as well as the user's reading
-                     and typing: simserve's arrivals are open-loop, and a follow-up is not held back until the
-                     answer is complete. No published think-time distribution of ShareGPT users exists (the
+                     and typing: replayed (`--arrival replay`), a follow-up is not held back until the
+                     answer is complete; `--arrival conversation` (sim/conversation.py) uses the same gap as
+                     the think time after the answer instead. No published think-time distribution of ShareGPT users exists (the
                      dump has no timestamps), so the mean is a flag, recorded in the provenance; replay the
                      trace with `--arrival replay --time-scale` to stretch or squeeze it.
 prefix-repetition    vLLM 0.33.0's `PrefixRepetitionRandomDataset` (vllm/benchmarks/datasets/datasets.py):

@@ -1,0 +1,289 @@
+"""SGLang 0.5.23's radix cache (`mem_cache/radix_cache.py`), in pages of `--page-size`, for the `sglang` policy.
+
+A radix tree over token pages: every node holds a run of pages, its children start with different pages. What
+SGLang does with it, reduced to what scheduling sees:
+
+- **Identity.** As for vLLM's prefix cache (prefix_cache.py): simserve's requests have no token ids; page k of a
+  request is its prefix group's page k while the whole page lies within its `prefix_tokens`, its own page k
+  after. Two requests' pages at the same depth match exactly when they come from the same stream, so a node's
+  pages are a few runs of (stream, depth range) instead of token ids.
+- **Matching** (`match_prefix`): the longest cached run of pages from the root, at most `num_tokens - 1` tokens
+  (`Req._compute_max_prefix_len`), page-aligned down. A match ending inside a node splits it there. Every node
+  on the path gets the call's access time (the LRU clock).
+- **Inserting** (`_insert_cache`, from `checkpoint` and `release_kv_cache(checkpoint=True)`): a chunked request's
+  computed pages after each chunk, a finished request's pages when it finishes (its KV up to its last computed
+  token, page-aligned down). Pages the tree already held are the request's duplicates: they are freed; new ones
+  move to the tree. The request then locks the node its pages end at (`inc_lock_ref` up to the root).
+- **Locking**: a node locked by a running request is protected; an unlocked one is evictable. SGLang's
+  admission sees `available + evictable` as free (`PrefillBudget._available_and_evictable`), and so does `free`.
+- **Eviction** (`evict`): when an allocation finds too few free pages, the least recently accessed unlocked
+  leaves go first, whole nodes at a time; a parent left childless and unlocked joins the candidates.
+  NOTE: SGLang keeps its leaves in a set and breaks ties of access time by set order (object ids); simserve
+  breaks them by node creation order, so runs are deterministic.
+- **Retraction** (`release_kv_cache(checkpoint=False)`): the request's own pages are freed and its lock released;
+  nothing is inserted (its prefix from the tree stays cached).
+
+Per request the tree-owned (protected) pages are `protected[rid]`; the rest of `reqs.blocks[rid]` are its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+
+class _Node:
+    __slots__ = ("id", "parent", "children", "start", "end", "runs", "lock_ref", "last_access")
+
+    def __init__(self, nid: int, parent, start: int, end: int, runs: list[tuple[int, int]], last_access: int):
+        self.id, self.parent, self.start, self.end, self.runs = nid, parent, start, end, runs
+        self.children: dict[int, _Node] = {}  # first page's stream -> child
+        self.lock_ref = 0
+        self.last_access = last_access
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def stream_at(self, depth: int) -> int:
+        for stream, end in self.runs:
+            if depth < end:
+                return stream
+        raise IndexError(depth)
+
+
+class RadixCache:
+    """SGLang's RadixCache and token pool for one replica, in pages; `free` is available + evictable."""
+
+    def __init__(self, num_pages: int, page_size: int, reqs):
+        if num_pages < 1:
+            raise ValueError(f"a KV pool needs at least one page, got {num_pages}")
+        self.num_blocks = num_pages
+        self.page = page_size
+        self.reqs = reqs
+        self.available = num_pages  # the allocator's free pages
+        self.evictable = 0  # tree pages no running request locks
+        self.protected = 0  # tree pages some running request locks
+        self._ids = itertools.count()
+        self._clock = itertools.count(1)
+        self.root = _Node(next(self._ids), None, 0, 0, [], 0)
+        self.root.lock_ref = 1  # never evicted (SGLang: root_node.lock_ref = 1)
+        self.leaves: set[_Node] = set()  # evictable leaves
+        self.lock: dict[int, _Node] = {}  # request -> the node it locks
+        self.protected_pages: dict[int, int] = {}  # request -> its pages the tree owns
+        # prefix-cache counters, as summary.json reports vLLM's: tokens looked up and hit at admission
+        self.queries = self.hits = self.preempted_queries = self.preempted_hits = 0
+        self.evictions = 0  # pages evicted
+
+    # -- the count interface the sglang scheduler uses --------------------------------------------------
+    @property
+    def free(self) -> int:
+        return self.available + self.evictable
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - self.free
+
+    def can_allocate(self, pages: int) -> bool:
+        return pages <= self.free
+
+    def allocate(self, pages: int) -> None:
+        if pages > self.available:
+            self.evict(pages - self.available)
+        if pages > self.available:
+            raise RuntimeError(f"allocating {pages} pages with {self.available} free")
+        self.available -= pages
+
+    def release(self, pages: int) -> None:
+        self.available += pages
+
+    # -- identity -------------------------------------------------------------------------------------
+    def _streams(self, rid: int) -> tuple[int, int, int]:
+        """(shared stream, pages on it, own stream) of a request."""
+        g = int(self.reqs.prefix_group[rid])
+        shared = int(self.reqs.prefix_tokens[rid]) // self.page if g >= 0 else 0
+        return g, shared, -(rid + 1)
+
+    def _runs(self, rid: int, start: int, end: int) -> list[tuple[int, int]]:
+        g, m, own = self._streams(rid)
+        runs = []
+        if start < m:
+            runs.append((g, min(m, end)))
+        if end > m:
+            runs.append((own, end))
+        return runs
+
+    def _match_in(self, node: _Node, rid: int, depth: int, limit: int) -> int:
+        """How many of node's pages from `depth` on (below `limit`) are the request's."""
+        g, m, own = self._streams(rid)
+        x = depth
+        for stream, end in node.runs:
+            if end <= x:
+                continue
+            seg = min(end, limit)
+            while x < seg:
+                mine, mine_end = (g, min(m, seg)) if x < m else (own, seg)
+                if mine != stream:
+                    return x - depth
+                x = mine_end
+            if x >= limit:
+                break
+        return x - depth
+
+    def _first_stream(self, rid: int, depth: int) -> int:
+        g, m, own = self._streams(rid)
+        return g if depth < m else own
+
+    def _split(self, child: _Node, at: int) -> _Node:
+        """`_split_node`: a new node for child's pages before depth `at`, child keeps the rest."""
+        upper = _Node(next(self._ids), child.parent, child.start, at, _clip(child.runs, child.start, at),
+                      child.last_access)  # fmt: skip
+        upper.lock_ref = child.lock_ref
+        child.parent.children[child.stream_at(child.start)] = upper
+        child.runs = _clip(child.runs, at, child.end)
+        child.start = at
+        child.parent = upper
+        upper.children[child.stream_at(at)] = child
+        return upper
+
+    def _walk(self, rid: int, pages: int, now: int) -> tuple[int, _Node]:
+        node, d = self.root, 0
+        node.last_access = now
+        while d < pages:
+            child = node.children.get(self._first_stream(rid, d))
+            if child is None:
+                break
+            child.last_access = now
+            k = self._match_in(child, rid, d, pages)
+            if k < len(child):
+                node = self._split(child, d + k)
+                d += k
+                break
+            node, d = child, child.end
+        return d, node
+
+    # -- SGLang's operations ---------------------------------------------------------------------------
+    def match(self, rid: int, num_tokens: int) -> tuple[int, _Node]:
+        """`match_prefix` for a request of num_tokens tokens: (cached pages, the node they end at)."""
+        return self._walk(rid, max(num_tokens - 1, 0) // self.page, next(self._clock))
+
+    def insert(self, rid: int, pages: int) -> int:
+        """`insert` of the request's first `pages` pages; returns how many the tree already held."""
+        now = next(self._clock)
+        d, node = self._walk(rid, pages, now)
+        if d < pages:  # the walk ended where the request's pages leave the tree: the rest is a new leaf
+            new = _Node(next(self._ids), node, d, pages, self._runs(rid, d, pages), now)
+            node.children[self._first_stream(rid, d)] = new
+            self.evictable += len(new)
+            self._leaf_status(node)
+            self._leaf_status(new)
+        return d
+
+    def unlocked_pages(self, node: _Node) -> int:
+        """Pages on the path to `node` that no request locks (evictable until it locks them)."""
+        pages = 0
+        while node is not self.root and node.lock_ref == 0:  # a locked node's ancestors are locked too
+            pages += len(node)
+            node = node.parent
+        return pages
+
+    def inc_lock(self, node: _Node) -> None:
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable -= len(node)
+                self.protected += len(node)
+            node.lock_ref += 1
+            self._leaf_status(node)
+            node = node.parent
+
+    def dec_lock(self, node: _Node) -> None:
+        while node is not self.root:
+            if node.lock_ref == 1:
+                self.evictable += len(node)
+                self.protected -= len(node)
+            node.lock_ref -= 1
+            self._leaf_status(node)
+            node = node.parent
+
+    def evict(self, pages: int) -> None:
+        heap = [(n.last_access, n.id, n) for n in self.leaves]
+        heapq.heapify(heap)
+        evicted = 0
+        while evicted < pages and heap:
+            _, _, x = heapq.heappop(heap)
+            self.available += len(x)
+            evicted += len(x)
+            self.evictions += len(x)
+            parent = x.parent
+            del parent.children[x.stream_at(x.start)]
+            self.evictable -= len(x)
+            self.leaves.discard(x)
+            self._leaf_status(parent)
+            if not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+
+    def _leaf_status(self, node: _Node) -> None:
+        if node.lock_ref > 0 or node.children:
+            self.leaves.discard(node)
+        else:
+            self.leaves.add(node)
+
+    # -- a request's life -------------------------------------------------------------------------------
+    def admit(self, rid: int, pages: int, node: _Node | None, num_tokens: int, readmitted: bool) -> None:
+        """A request admitted with `pages` cached pages ending at `node` (from `match`): it locks them. None:
+        a chunked request continuing (it holds its lock already)."""
+        if node is None:
+            return
+        self.inc_lock(node)
+        self.lock[rid] = node
+        self.protected_pages[rid] = pages
+        hit = pages * self.page
+        if readmitted:
+            self.preempted_queries += num_tokens
+            self.preempted_hits += hit
+        else:
+            self.queries += num_tokens
+            self.hits += hit
+
+    def checkpoint(self, rid: int, computed: int) -> None:
+        """`RadixCache.checkpoint`: publish the request's computed pages; its duplicates are freed, and it
+        locks the node they end at instead of the one it held."""
+        pages = computed // self.page
+        held = self.protected_pages[rid]
+        if pages <= held:
+            return
+        already = self.insert(rid, pages)
+        if already > held:  # the tree had these pages from another request: free this request's copies
+            self.available += already - held
+        node = self.match(rid, pages * self.page + 1)[1]
+        self.dec_lock(self.lock[rid])
+        self.inc_lock(node)
+        self.lock[rid] = node
+        self.protected_pages[rid] = pages
+
+    def finish(self, rid: int) -> None:
+        """`release_kv_cache(checkpoint=True)`: insert, free the rest of its own pages, unlock."""
+        self.checkpoint(rid, int(self.reqs.computed[rid]))
+        self._drop(rid)
+
+    def retract(self, rid: int) -> None:
+        """`release_kv_cache(checkpoint=False)`: free its own pages, unlock; the tree keeps its prefix."""
+        self._drop(rid)
+
+    def _drop(self, rid: int) -> None:
+        held = self.protected_pages.pop(rid, 0)
+        self.available += int(self.reqs.blocks[rid]) - held
+        node = self.lock.pop(rid, None)
+        if node is not None:
+            self.dec_lock(node)
+
+
+def _clip(runs: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """The runs covering pages [start, end) (runs hold (stream, end depth), each from the previous end)."""
+    out = []
+    for stream, e in runs:
+        if e <= start:
+            continue
+        out.append((stream, min(e, end)))
+        if e >= end:
+            break
+    return out
