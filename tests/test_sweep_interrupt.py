@@ -55,8 +55,10 @@ def start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, set[int]]:
         "vllm,sarathi",
         "--budgets",
         "256,512,1024",
+        # Probes long enough (~0.1 s each on the compiled core) that two workers finishing theirs after a signal
+        # are told apart from one write racing it; at 1,024 requests a probe takes ~10 ms and both can race.
         "--requests",
-        "1024",
+        "16384",
         "--workers",
         "2",
         "--cache",
