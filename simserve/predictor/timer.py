@@ -126,6 +126,21 @@ class BatchTimer:
 
     # -- the simulator's API ------------------------------------------------------------------------------
 
+    def _batch_attention(
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray
+    ) -> tuple[int, int, float]:
+        """(decodes, tokens, attention seconds) of a batch: what __call__ and own_time both charge."""
+        nd = len(decode_kv)
+        t = nd
+        attn = 0.0
+        for chunk, prefix in prefills:
+            t += chunk
+            attn += self._prefill(chunk, prefix)
+        if nd:
+            kv_sum = float(_add_reduce(decode_kv)) if isinstance(decode_kv, np.ndarray) else sum(decode_kv)
+            attn += self._decode(nd, kv_sum)
+        return nd, t, attn
+
     def __call__(
         self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
     ) -> float:
@@ -136,16 +151,8 @@ class BatchTimer:
         """
         if not 0 <= stage < self.num_stages:
             self._check_stage(stage)
-        nd = len(decode_kv)
-        t = nd
-        attn = 0.0
-        for chunk, prefix in prefills:
-            t += chunk
-            attn += self._prefill(chunk, prefix)
-        if nd:
-            kv_sum = float(_add_reduce(decode_kv)) if isinstance(decode_kv, np.ndarray) else sum(decode_kv)
-            attn += self._decode(nd, kv_sum)
-        elif t == 0:
+        nd, t, attn = self._batch_attention(prefills, decode_kv)
+        if t == 0:  # no decodes and no prefill tokens
             return 0.0
         tok = self._tok[stage][t] if t <= self._tend else self._token_time(t, stage)
         return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * (len(prefills) + nd)
@@ -159,16 +166,8 @@ class BatchTimer:
         the routed experts and the ranks' exchange (attention, dense and shared-expert layers, TP all-reduces,
         CPU overhead). Attention DP runs at PP 1 (Deployment refuses more), so this is stage 0. `pad_to`: the
         token count the rank's layers run at when vLLM pads every rank to the largest (CUDA graphs)."""
-        nd = len(decode_kv)
-        t = nd
-        attn = 0.0
-        for chunk, prefix in prefills:
-            t += chunk
-            attn += self._prefill(chunk, prefix)
-        if nd:
-            kv_sum = float(_add_reduce(decode_kv)) if isinstance(decode_kv, np.ndarray) else sum(decode_kv)
-            attn += self._decode(nd, kv_sum)
-        elif t == 0:
+        nd, t, attn = self._batch_attention(prefills, decode_kv)
+        if t == 0:  # no decodes and no prefill tokens
             return 0.0, 0
         end, x = self._tend, max(t, pad_to)
         tok = self._own[x] if x <= end else self._own[end] + (x - end) * self._tokens.own_slope

@@ -243,6 +243,23 @@ class Cluster:
         return True
 
 
+def request_arrays(prompt_tokens, output_tokens, arrived_at) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The workload as typed arrays, checked: at least one request, equal lengths, ≥ 1 prompt and output token
+    each, finite non-negative arrival times (the aggregated and the disaggregated model take the same input)."""
+    prompt = np.asarray(prompt_tokens, dtype=np.int64)
+    output = np.asarray(output_tokens, dtype=np.int64)
+    arrived = np.asarray(arrived_at, dtype=np.float64)
+    if len(prompt) == 0:
+        raise SimserveError("the trace has no requests; pick a trace with at least one request")
+    if not len(prompt) == len(output) == len(arrived):
+        raise SimserveError("prompt, output and arrival arrays differ in length")
+    if (prompt < 1).any() or (output < 1).any():
+        raise SimserveError("every request needs at least one prompt and one output token")
+    if not np.isfinite(arrived).all() or (arrived < 0).any():
+        raise SimserveError("arrival times must be finite and non-negative")
+    return prompt, output, arrived
+
+
 def simulate(
     prompt_tokens: np.ndarray,
     output_tokens: np.ndarray,
@@ -262,17 +279,7 @@ def simulate(
     `progress(done, total)` is called once per overload check (each simulated second), for a progress bar.
     """
     cfg.validate()
-    prompt = np.asarray(prompt_tokens, dtype=np.int64)
-    output = np.asarray(output_tokens, dtype=np.int64)
-    arrived = np.asarray(arrived_at, dtype=np.float64)
-    if len(prompt) == 0:
-        raise SimserveError("the trace has no requests; pick a trace with at least one request")
-    if not len(prompt) == len(output) == len(arrived):
-        raise SimserveError("prompt, output and arrival arrays differ in length")
-    if (prompt < 1).any() or (output < 1).any():
-        raise SimserveError("every request needs at least one prompt and one output token")
-    if not np.isfinite(arrived).all() or (arrived < 0).any():
-        raise SimserveError("arrival times must be finite and non-negative")
+    prompt, output, arrived = request_arrays(prompt_tokens, output_tokens, arrived_at)
     follow = None
     if conversation is not None:
         if cfg.max_concurrency is not None:

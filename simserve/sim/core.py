@@ -1333,13 +1333,7 @@ class Core:
         while rep.waiting:
             rid = rep.waiting[0]
             n = self._num_tokens(rid)
-            if not self._can_allocate(rep, self._admission_blocks(rid)):
-                break
-            if self.pp > 1 and self.inflight[rid]:
-                break
-            if limited and tokens + n > self.budget:
-                break
-            if self._num_running(rep) + 1 > self.max_batch:
+            if not self._head_admissible(rep, rid) or (limited and tokens + n > self.budget):
                 break
             self._admit_head(rep, now, -1)
             out.append((rid, n))

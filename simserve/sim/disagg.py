@@ -37,7 +37,7 @@ import simpy
 from simserve import numerics
 from simserve.errors import SimserveError
 from simserve.sim import core_run
-from simserve.sim.cluster import RawRun
+from simserve.sim.cluster import RawRun, request_arrays
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
@@ -347,17 +347,7 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
             raise SimserveError(f"the {side} pool needs at least one replica, got {pool.replicas}")
         if pool.router not in ROUTERS[side]:
             raise SimserveError(f"unknown {side} router {pool.router!r}; choose one of {', '.join(ROUTERS[side])}")
-    prompt = np.asarray(prompt_tokens, dtype=np.int64)
-    output = np.asarray(output_tokens, dtype=np.int64)
-    arrived = np.asarray(arrived_at, dtype=np.float64)
-    if len(prompt) == 0:
-        raise SimserveError("the trace has no requests; pick a trace with at least one request")
-    if not len(prompt) == len(output) == len(arrived):
-        raise SimserveError("prompt, output and arrival arrays differ in length")
-    if (prompt < 1).any() or (output < 1).any():
-        raise SimserveError("every request needs at least one prompt and one output token")
-    if not np.isfinite(arrived).all() or (arrived < 0).any():
-        raise SimserveError("arrival times must be finite and non-negative")
+    prompt, output, arrived = request_arrays(prompt_tokens, output_tokens, arrived_at)
     if announce:
         core_run.reference_only("disaggregated serving")
     order = np.argsort(arrived, kind="stable")

@@ -182,13 +182,7 @@ def _admit_whole(rep: ReplicaState, now: float, max_tokens: int | None) -> list[
     while rep.waiting:
         rid = rep.waiting[0]
         n = rep.num_tokens(rid)
-        if not rep.kv.can_allocate(rep.admission_blocks(rid)):
-            break
-        if rep.pp > 1 and rep.reqs.inflight[rid]:
-            break  # preempted while in flight: readmitted once that micro-batch has left the pipeline
-        if max_tokens is not None and tokens + n > max_tokens:
-            break
-        if rep.num_running + 1 > rep.max_batch:
+        if not rep.head_admissible(rid) or (max_tokens is not None and tokens + n > max_tokens):
             break
         rep.admit_head(now)
         out.append((rid, n))
