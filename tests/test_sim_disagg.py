@@ -188,12 +188,20 @@ def test_bad_layouts_are_one_line_and_exit_2(capsys, tmp_path, args, message):
     assert not out.exists()
 
 
-def test_reference_only_says_so_once(capsys, monkeypatch):
+def test_the_compiled_core_runs_it_and_says_nothing(capsys, monkeypatch):
+    """Disaggregation is in the compiled core (core.DisaggCore): no line about the reference, and the run
+    does not create a SimPy environment."""
     from simserve.sim import core_run
 
+    if not core_run.compiled_available():
+        pytest.skip("no compiled core in this install")
     monkeypatch.delenv(core_run.ENV, raising=False)
-    monkeypatch.setattr(core_run, "_reference_only", set())
-    for _ in range(2):
-        _run(n=5)
-    err = capsys.readouterr().err
-    assert err.count("disaggregated serving runs on the SimPy reference") == 1
+    import simpy
+
+    def no_simpy(*args, **kwargs):
+        raise AssertionError("the SimPy reference ran")
+
+    monkeypatch.setattr(simpy, "Environment", no_simpy)
+    run, _, output = _run(n=20)
+    assert run.raw.reqs.generated.sum() == output.sum()
+    assert capsys.readouterr().err == ""

@@ -180,9 +180,6 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     def timer_for(dep):
         return _timer(dep, profiles[dep].root, True, False)
 
-    from simserve.sim import core_run
-
-    core_run.reference_only("disaggregated serving")
     prompt, output, _, _ = _workload(spec.trace, spec.max_len, spec.num_requests, spec.seed, False)
     layouts, notes = enumerate_layouts(spec, prices, profiles_for, timer_for,
                                        (float(prompt.mean()), float(output.mean())))  # fmt: skip

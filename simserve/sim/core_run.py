@@ -187,66 +187,14 @@ def run(
     tbt = LogHistogram()
     log = IterationLog()
     n = reqs.n
-    arrays = {
-        name: memoryview(getattr(reqs, name))
-        for name in ("prompt", "output", "arrived", "scheduled", "first_token", "completed", "last_token",
-                     "tbt_max", "computed", "target", "generated", "blocks", "preemptions", "status", "replica")
-    }  # fmt: skip
-    arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
-    arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
-    arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
+    arrays = request_views(reqs)
     caches = None
     if cfg.prefix_caching:  # the reference's own block pool, one per replica: the same rules by construction
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
-    budget = cfg.token_budget()
-    block_size, max_batch, pool = cfg.block_size, cfg.batch_limit(pp), num_blocks
-    sg = None
-    if cfg.policy == "sglang":  # SGLang's page pool and running-request cap (sglang.setup), its flags
-        pool, max_batch = sglang.pool(cfg, num_blocks, pp)
-        block_size = cfg.page_size
-        ratio = sglang.SGLangScheduler(cfg.schedule_conservativeness)
-        sg = dict(
-            mixed=cfg.enable_mixed_chunk,
-            lof=cfg.schedule_policy == "lof",
-            ignore_eos=cfg.ignore_eos,
-            max_prefill=cfg.max_prefill_tokens,
-            init=ratio.init,
-            min=ratio.min,
-            decay=ratio.decay,
-            clip=sglang.CLIP_MAX_NEW_TOKENS,
-            retract_steps=sglang.RETRACT_DECODE_STEPS,
-        )
-    params = dict(
-        n=n,
-        pp=pp,
-        policy=cfg.policy,
-        dynamic=not cfg.reserves_max_len,
-        block_size=block_size,
-        reserve=-(-cfg.max_model_len // cfg.block_size),
-        budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
-        max_batch=max_batch,
-        prompt_limit=cfg.prompt_limit(),
-        max_model_len=cfg.max_model_len,
-        caches=caches,
-        router=cfg.router,
-        check_period=cfg.check_period_s,
-        sched_delay_slo=cfg.sched_delay_slo_s,
-        overload_wait=cfg.overload_wait_s,
-        tbt_target=cfg.tbt_target_s,
-        pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
-        long_threshold=cfg.long_prefill_token_threshold,
-        long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
-        num_blocks=pool,
-        watermark_blocks=int(cfg.kv_watermark() * pool),
-        num_replicas=cfg.num_replicas,
-        released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
-        frontend_s=cfg.frontend_s,
-        sglang=sg,
-    )
-    hist = dict(
-        counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
-    )
+    params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches)
+    pool = params["num_blocks"]
+    hist = histogram_view(tbt)
     rows = core.ROW_BUFFER
     c = core.Core(
         arrays,
@@ -297,6 +245,72 @@ def run(
     replicas = [_summary(i, pp, t, pool, caches[i] if caches else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
+
+
+def request_views(reqs: Requests) -> dict:
+    """The request arrays the core shares with the reference's `Requests` (no copies)."""
+    arrays = {
+        name: memoryview(getattr(reqs, name))
+        for name in ("prompt", "output", "arrived", "scheduled", "first_token", "completed", "last_token",
+                     "tbt_max", "computed", "target", "generated", "blocks", "preemptions", "status", "replica")
+    }  # fmt: skip
+    arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
+    arrays["stamp"] = memoryview(np.zeros(reqs.n, dtype=np.int64))
+    arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
+    return arrays
+
+
+def histogram_view(tbt: LogHistogram) -> dict:
+    return dict(counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM)
+
+
+def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: int, caches) -> dict:
+    """One Core's configuration: the policy's limits for `num_replicas` replicas of `pp` stages."""
+    budget = cfg.token_budget()
+    block_size, max_batch, pool = cfg.block_size, cfg.batch_limit(pp), num_blocks
+    sg = None
+    if cfg.policy == "sglang":  # SGLang's page pool and running-request cap (sglang.setup), its flags
+        pool, max_batch = sglang.pool(cfg, num_blocks, pp)
+        block_size = cfg.page_size
+        ratio = sglang.SGLangScheduler(cfg.schedule_conservativeness)
+        sg = dict(
+            mixed=cfg.enable_mixed_chunk,
+            lof=cfg.schedule_policy == "lof",
+            ignore_eos=cfg.ignore_eos,
+            max_prefill=cfg.max_prefill_tokens,
+            init=ratio.init,
+            min=ratio.min,
+            decay=ratio.decay,
+            clip=sglang.CLIP_MAX_NEW_TOKENS,
+            retract_steps=sglang.RETRACT_DECODE_STEPS,
+        )
+    return dict(
+        n=n,
+        pp=pp,
+        policy=cfg.policy,
+        dynamic=not cfg.reserves_max_len,
+        block_size=block_size,
+        reserve=-(-cfg.max_model_len // cfg.block_size),
+        budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
+        max_batch=max_batch,
+        prompt_limit=cfg.prompt_limit(),
+        max_model_len=cfg.max_model_len,
+        caches=caches,
+        router=cfg.router,
+        check_period=cfg.check_period_s,
+        sched_delay_slo=cfg.sched_delay_slo_s,
+        overload_wait=cfg.overload_wait_s,
+        tbt_target=cfg.tbt_target_s,
+        pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
+        long_threshold=cfg.long_prefill_token_threshold,
+        long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
+        num_blocks=pool,
+        watermark_blocks=int(cfg.kv_watermark() * pool),
+        num_replicas=num_replicas,
+        released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
+        frontend_s=cfg.frontend_s,
+        sglang=sg,
+    )
 
 
 def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -> SimpleNamespace:

@@ -74,8 +74,7 @@ class DisaggScenario:
         from simserve.sim.metrics import build_result
         from simserve.tune.simadapter import record_from_result
 
-        # NOTE: silent about running on the reference: the planner says it once, not once per worker process
-        return record_from_result(build_result(run_disagg(self, qps, announce=False).raw), qps, quantiles, cdf_grid)
+        return record_from_result(build_result(run_disagg(self, qps).raw), qps, quantiles, cdf_grid)
 
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not
@@ -97,7 +96,7 @@ class DisaggScenario:
 
 
 def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link: KVLink | None = None,
-               announce: bool = True) -> DisaggRun:  # fmt: skip
+               ) -> DisaggRun:  # fmt: skip
     """Simulate `ds` at `qps`; `timers` (prefill, decode) override the profiled predictors, `link` the catalog's."""
     import numpy as np
 
@@ -122,4 +121,4 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
     prefill = Pool(s.num_replicas, timers[0], pb, s.router)
     decode = Pool(ds.decode.num_replicas, timers[1], db, ds.decode_router, ds.decode.sim_config())
     kv = kv_bytes_per_prompt_token(s.deployment())
-    return simulate_disagg(prompt, output, arrived, s.sim_config(), prefill, decode, link or resolved, kv, announce)
+    return simulate_disagg(prompt, output, arrived, s.sim_config(), prefill, decode, link or resolved, kv)
