@@ -205,3 +205,19 @@ def test_the_compiled_core_runs_it_and_says_nothing(capsys, monkeypatch):
     run, _, output = _run(n=20)
     assert run.raw.reqs.generated.sum() == output.sum()
     assert capsys.readouterr().err == ""
+
+
+def test_moe_pools_run_with_ep_and_attention_dp_is_refused_in_one_line():
+    """An MoE model's pools take --ep (experts sharded inside each pool's TP group); attention-DP ranks, which step
+    in lockstep in the aggregated model, have no disaggregated model yet: refused before any profile is built."""
+    from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec
+    from simserve.sim.scenario import Scenario
+
+    base = Scenario(model="mixtral-8x7b", gpu="h200", ep=2)
+    ds = DisaggScenario.create(base, PoolSpec(2, 2), PoolSpec(1, 4))
+    assert ds.check()[2].name == "nvlink"
+    dp = DisaggScenario.create(Scenario(model="mixtral-8x7b", gpu="h200", ep=4, dp_attention=2), PoolSpec(1, 2),
+                               PoolSpec(1, 2))  # fmt: skip
+    with pytest.raises(SimserveError, match="does not model attention data parallelism") as exc:
+        dp.check()
+    assert "\n" not in str(exc.value)

@@ -79,6 +79,16 @@ class DisaggScenario:
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not
         fit or the missing link."""
+        s = self.prefill
+        # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
+        for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
+                              (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
+                              (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
+                              (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm"),
+                              (s.dp_attention > 1, "attention data parallelism (ranks in lockstep)",
+                               "drop --dp-attention (--ep alone shards the experts)")):  # fmt: skip
+            if on:
+                raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")
         if self.prefill.policy not in CHUNKING:
             raise SimserveError(
                 f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy "
@@ -106,13 +116,6 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     pb, db, resolved = ds.check()
     s = ds.prefill
-    # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
-    for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
-                          (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
-                          (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
-                          (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm")):  # fmt: skip
-        if on:
-            raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")
     if timers is None:
         timers = tuple(_timer(x.deployment(), x.profiles_root, x.cpu_overhead, x.ray_comm)
                        for x in (ds.prefill, ds.decode))  # fmt: skip
