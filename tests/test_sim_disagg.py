@@ -221,3 +221,15 @@ def test_moe_pools_run_with_ep_and_attention_dp_is_refused_in_one_line():
     with pytest.raises(SimserveError, match="does not model attention data parallelism") as exc:
         dp.check()
     assert "\n" not in str(exc.value)
+
+
+def test_a_pool_may_name_its_own_expert_parallelism():
+    """`2xTP2EP2` as a plan labels it: a pool's EP overrides the run's --ep (here the TP1 decode pool keeps EP 1)."""
+    from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec
+    from simserve.sim.scenario import Scenario
+
+    pre, dec = PoolSpec.parse("2xTP2EP2", "--prefill"), PoolSpec.parse("4xTP1", "--decode")
+    assert (pre.tp, pre.ep, dec.ep) == (2, 2, None) and pre.label() == "2xTP2EP2"
+    ds = DisaggScenario.create(Scenario(model="mixtral-8x7b", gpu="h200"), pre, dec)
+    assert (ds.prefill.ep, ds.decode.ep) == (2, 1) and ds.label() == "2xTP2EP2P+4xTP1D"
+    assert ds.check()[2].name == "nvlink"

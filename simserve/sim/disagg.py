@@ -30,9 +30,9 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from simserve import numerics
 from simserve.errors import SimserveError
@@ -43,10 +43,14 @@ from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.kvlink import KVLink
 from simserve.sim.policies import POLICIES
-from simserve.sim.replica import BatchTimer, Replica
 from simserve.sim.request import DONE, IGNORED, RUNNING, Requests
 from simserve.sim.state import ReplicaState
 from simserve.sim.watchdog import Watchdog
+
+if TYPE_CHECKING:  # NOTE: SimPy only when the reference runs: a run on the compiled core never imports it
+    import simpy
+
+    from simserve.sim.replica import BatchTimer, Replica
 
 ROUTERS = {"prefill": ("rr", "lor"), "decode": ("rr", "lor", "kv")}  # kv: the most free KV blocks
 
@@ -127,6 +131,8 @@ class Transfers:
 class DisaggCluster:
     def __init__(self, env: simpy.Environment, pre: Requests, dec: Requests, cfg: SimConfig, prefill: Pool,
                  decode: Pool, link: KVLink, kv_token_bytes: float, transfers: Transfers):  # fmt: skip
+        from simserve.sim.replica import Replica
+
         self.env, self.cfg, self.link = env, cfg, link
         self.pre, self.dec = pre, dec
         self.n = pre.n
@@ -359,6 +365,8 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
             core, pre, dec, cfg, prefill, decode, link, kv_token_bytes, transfers
         )
     else:
+        import simpy
+
         env = simpy.Environment()
         c = DisaggCluster(env, pre, dec, cfg, prefill, decode, link, kv_token_bytes, transfers)
         env.run(until=c.finished)

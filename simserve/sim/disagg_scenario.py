@@ -15,7 +15,7 @@ from simserve.sim.disagg import CHUNKING, ROUTERS, DisaggRun, Pool, simulate_dis
 from simserve.sim.kvlink import KVLink, kv_bytes_per_prompt_token, resolve_link
 from simserve.sim.scenario import Scenario, _timer, _workload, check_scenario
 
-_POOL = re.compile(r"^(\d+)\s*[x×]\s*TP(\d+)(?:\s*PP(\d+))?(?:@([\w.\-]+))?$", re.IGNORECASE)
+_POOL = re.compile(r"^(\d+)\s*[x×]\s*TP(\d+)(?:\s*PP(\d+))?(?:\s*EP(\d+))?(?:@([\w.\-]+))?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -24,19 +24,22 @@ class PoolSpec:
     tp: int
     pp: int = 1
     gpu: str | None = None  # None: the run's --gpu
+    ep: int | None = None  # an MoE model's expert parallelism in this pool; None: the run's --ep (plan labels: TP2EP2)
 
     @classmethod
     def parse(cls, text: str, flag: str) -> PoolSpec:
         m = _POOL.match(text.strip())
         if not m or int(m.group(1)) < 1:
             raise SimserveError(
-                f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2 or 2xTP2@h100"
+                f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2, 2xTP2EP2 or 2xTP2@h100"
             )
-        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(4))
+        ep = int(m.group(4)) if m.group(4) else None
+        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(5), ep)
 
     def label(self) -> str:
         pp = f"PP{self.pp}" if self.pp > 1 else ""
-        return f"{self.replicas}xTP{self.tp}{pp}" + (f"@{self.gpu}" if self.gpu else "")
+        ep = f"EP{self.ep}" if self.ep and self.ep > 1 else ""
+        return f"{self.replicas}xTP{self.tp}{pp}{ep}" + (f"@{self.gpu}" if self.gpu else "")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class DisaggScenario:
         def pool(spec: PoolSpec, router: str) -> Scenario:
             gpu = spec.gpu or base.gpu
             node = base.node if gpu == base.gpu else None
-            return replace(base, gpu=gpu, node=node, tp=spec.tp, pp=spec.pp, num_replicas=spec.replicas, router=router)
+            ep = base.ep if spec.ep is None else spec.ep
+            return replace(base, gpu=gpu, node=node, tp=spec.tp, pp=spec.pp, ep=ep, num_replicas=spec.replicas,
+                           router=router)  # fmt: skip
 
         if decode_router not in ROUTERS["decode"]:
             raise SimserveError(f"unknown --decode-router {decode_router!r}; choose one of {', '.join(ROUTERS['decode'])}")
@@ -65,7 +70,8 @@ class DisaggScenario:
     def label(self) -> str:
         def one(s: Scenario, tag: str) -> str:
             pp = f"PP{s.pp}" if s.pp > 1 else ""
-            return f"{s.num_replicas}xTP{s.tp}{pp}{tag}"
+            ep = f"EP{s.ep}" if s.ep > 1 else ""
+            return f"{s.num_replicas}xTP{s.tp}{pp}{ep}{tag}"
 
         return f"{one(self.prefill, 'P')}+{one(self.decode, 'D')}"
 
