@@ -427,11 +427,21 @@ def test_the_core_gives_the_reference_results_for_disaggregated_serving(monkeypa
     assert_same_disagg(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
+STOPS = {  # each of the watchdog's ways to end a run, reached mid-run on the case below (the reference's flag)
+    "none": ({}, None),
+    "tbt": ({"stop_tbt": (0.005, 0.99)}, "stopped_early"),
+    "overload": ({"sched_delay_slo_s": 0.5, "overload_wait_s": 3.0}, "overloaded"),
+    "cap": ({"time_limit_s": 2.0}, "capped"),
+}
+
+
 @pytest.mark.parametrize("mode", CORES)
-def test_a_kv_starved_decode_pool_behind_a_slow_link_runs_as_the_reference(monkeypatch, mode):
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_kv_starved_decode_pool_behind_a_slow_link_runs_as_the_reference(monkeypatch, mode, stop):
     """Built to exercise every disaggregation path at once: decode admission waits for blocks, prompts larger
     than the decode pool are ignored after their prefill (their prefill blocks freed), transfers queue on a
-    crawling link while the prefill side holds its KV, and the decode side preempts."""
+    crawling link while the prefill side holds its KV, and the decode side preempts; and each watchdog rule
+    ends it mid-run (the core skips the checks where no rule can act: DisaggCore._check_due)."""
     from simserve.sim.disagg import Pool, simulate_disagg
     from simserve.sim.kvlink import KVLink
 
@@ -440,7 +450,9 @@ def test_a_kv_starved_decode_pool_behind_a_slow_link_runs_as_the_reference(monke
     prompt = rng.integers(16, 900, n)
     output = rng.integers(20, 200, n)
     arrived = np.cumsum(rng.exponential(0.01, n))
-    cfg = SimConfig(policy="sarathi", budget=256, max_model_len=1024, sched_delay_slo_s=1e9, overload_wait_s=1e9)
+    rules, flag = STOPS[stop]
+    cfg = replace(SimConfig(policy="sarathi", budget=256, max_model_len=1024, sched_delay_slo_s=1e9,
+                            overload_wait_s=1e9, check_period_s=0.1), **rules)  # fmt: skip
 
     def sim():
         return simulate_disagg(prompt, output, arrived, cfg, Pool(2, LinearTimer(0.003, 2e-5, 3e-8, num_stages=2), 80),
@@ -449,8 +461,11 @@ def test_a_kv_starved_decode_pool_behind_a_slow_link_runs_as_the_reference(monke
 
     ref = _run(monkeypatch, "reference", sim)
     r, t = ref.raw.reqs, ref.transfers
-    assert (r.status == IGNORED).sum() >= 1 and r.preemptions.sum() >= 1
-    assert np.nanmax(t.start - t.queued) > 0.1 and np.nanmax(t.queued - t.prefilled) > 0.1
+    if flag is None:
+        assert (r.status == IGNORED).sum() >= 1 and r.preemptions.sum() >= 1
+        assert np.nanmax(t.start - t.queued) > 0.1 and np.nanmax(t.queued - t.prefilled) > 0.1
+    else:
+        assert getattr(ref.raw, flag) and ref.raw.end_time < 10.0
     assert_same_disagg(ref, _run(monkeypatch, mode, sim))
 
 
@@ -461,3 +476,24 @@ def test_the_core_runs_a_disaggregated_scenario_with_the_profiled_timers_as_the_
     ds = DisaggScenario.create(base, PoolSpec(2, 1), PoolSpec(1, 2), decode_router="kv")
     ref = _run(monkeypatch, "reference", lambda: run_disagg(ds, 8.0))
     assert_same_disagg(ref, _run(monkeypatch, CORES[-1], lambda: run_disagg(ds, 8.0)))
+
+
+@pytest.mark.parametrize("mode", CORES)
+def test_a_backlog_only_in_front_of_the_decode_pool_is_an_overload_on_the_core_too(monkeypatch, mode):
+    """A roomy prefill pool and a decode pool of 150 blocks: prefills keep up, so only decode admission (the
+    watchdog's "scheduled") falls behind; the core's skip test must read that, not the prefill side's admission."""
+    from simserve.sim.disagg import Pool, simulate_disagg
+    from simserve.sim.kvlink import KVLink
+
+    rng = np.random.default_rng(0)
+    prompt, output = rng.integers(20, 1500, 400), rng.integers(1, 200, 400)
+    arrived = np.cumsum(rng.exponential(1 / 20.0, 400))
+    timer = LinearTimer(0.004, 1e-5, 1e-8)
+
+    def sim():
+        return simulate_disagg(prompt, output, arrived, SimConfig(policy="sarathi"), Pool(2, timer, 20000),
+                               Pool(1, timer, 150, "kv"), KVLink("test", 10.0, 20e-6, 1, "test"), 1000.0)  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert ref.raw.overloaded and np.nanmedian(ref.raw.reqs.scheduled - ref.raw.reqs.arrived) < 2.0
+    assert_same_disagg(ref, _run(monkeypatch, mode, sim))

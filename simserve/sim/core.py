@@ -1839,6 +1839,15 @@ class DisaggCore:
     finished: cython.bint
     watchdog_started: cython.bint
     check_period: cython.double
+    # the watchdog's rules (Core's fields of the same names; the TBT stop count is the decode pool's tbt_above)
+    watch_always: cython.bint
+    watch_overload: cython.bint
+    cap: cython.double
+    sched_delay_slo: cython.double
+    overload_wait: cython.double
+    w_late: cython.longlong
+    w_ptr: cython.longlong
+    w_oldest: cython.longlong
     # the link (kvlink.KVLink): bytes per second, one-way latency; what is on it
     bytes_per_s: cython.double
     latency: cython.double
@@ -1894,6 +1903,12 @@ class DisaggCore:
         self.finished = False
         self.watchdog_started = False
         self.check_period = pre.check_period
+        self.watch_always = True  # until configure_watch()
+        self.watch_overload = True
+        self.cap = float("inf")
+        self.sched_delay_slo = pre.sched_delay_slo
+        self.overload_wait = pre.overload_wait
+        self.w_late = self.w_ptr = self.w_oldest = 0
         self.bytes_per_s = link["gbps"] * 1e9
         self.latency = link["latency_s"]
         self.kv_token_bytes = link["kv_token_bytes"]
@@ -2002,8 +2017,10 @@ class DisaggCore:
                 if not self.watchdog_started:
                     self.watchdog_started = True
                     self.next_check_at()
-                else:
-                    return CHECK  # NOTE: no skip test here (Core._check_due): the caller evaluates every check
+                elif self._check_due():
+                    return CHECK
+                else:  # no rule can act at this check: loop, as the caller would
+                    self.next_check_at()
             else:
                 self.flush_rows()
                 return FINISHED
@@ -2016,6 +2033,55 @@ class DisaggCore:
     @cython.ccall
     def next_check_at(self) -> cython.void:
         self._at(self.now + self.check_period, NORMAL, self.own + D_WATCHDOG)
+
+    def configure_watch(self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong,
+                        tbt_need: cython.double) -> None:  # fmt: skip
+        """Core.configure_watch; the TBT stop rule counts the decode pool's gaps (the user's TBT)."""
+        self.watch_always = always
+        self.cap = cap
+        self.dec.configure_watch(always, cap, tbt_bucket, tbt_need)
+
+    def watch(self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong,
+              oldest: cython.longlong) -> None:  # fmt: skip
+        self.watch_overload = overload
+        self.w_late, self.w_ptr, self.w_oldest = late, ptr, oldest
+
+    @cython.cfunc
+    def _check_due(self) -> cython.bint:
+        """Core._check_due over the watchdog's view of a disaggregated run (DisaggCluster.__init__): arrivals are
+        the prefill pool's, "scheduled" is the decode admission (t_queued), "ignored" the prefill side's status;
+        both final once set, so the same skips hold. Idle for the stall check: no micro-batch in flight in
+        either pool and no transfer on the link."""
+        rid: cython.longlong
+        s: cython.double
+        rep: Rep
+        pre: Core = self.pre
+        dec: Core = self.dec
+        if self.watch_always or self.now >= self.cap:
+            return True
+        if dec.tbt_bucket >= 0 and dec.tbt_above >= dec.tbt_need:
+            return True
+        if pre.next >= self.n and self.active_transfers == 0:
+            for rep in pre.reps + dec.reps:
+                if rep.in_flight:
+                    break
+            else:
+                return True
+        if not self.watch_overload:
+            return False
+        if 2 * self.w_late > self.n - self.num_ignored:
+            return True
+        while self.w_ptr < pre.next and pre.arrived[self.w_ptr] < self.now - self.sched_delay_slo:
+            rid = self.w_ptr
+            s = self.t_queued[rid]
+            if pre.status[rid] != IGNORED and (s != s or s - pre.arrived[rid] > self.sched_delay_slo):
+                return True
+            self.w_ptr += 1
+        while self.w_oldest < pre.next and (
+            pre.status[self.w_oldest] == IGNORED or self.t_queued[self.w_oldest] == self.t_queued[self.w_oldest]
+        ):
+            self.w_oldest += 1
+        return self.w_oldest < pre.next and self.now - pre.arrived[self.w_oldest] > self.overload_wait
 
     @cython.ccall
     def end_run(self) -> cython.bint:

@@ -3,8 +3,9 @@
 The same seam as core_run.run for an aggregated run: each pool is a core.Core of its own (its replicas, timer,
 policy limits and request arrays: disagg.py's `pre` and `dec`), joined by a DisaggCore that runs one event loop
 for both, moves the KV over the link and counts the run's requests. The watchdog's rules are evaluated here at
-every check, as disagg.DisaggCluster.watchdog evaluates them, over the same view of the requests (a request is
-scheduled once the decode side has given it KV blocks). tests/test_sim_core.py holds it equal to the SimPy
+the checks where one could act (DisaggCore._check_due, as Core._check_due for an aggregated run), as
+disagg.DisaggCluster.watchdog evaluates them, over the same view of the requests (a request is scheduled once the
+decode side has given it KV blocks). tests/test_sim_core.py holds it equal to the SimPy
 reference bit for bit.
 """
 
@@ -63,6 +64,8 @@ def run(core: ModuleType, pre: Requests, dec: Requests, cfg: SimConfig, prefill,
     view = Requests(pre.prompt, dec.output, pre.arrived)
     view.scheduled, view.status = transfers.queued, pre.status
     rules = Watchdog(view, cfg, tbt)
+    bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
+    c.configure_watch(False, rules.cap, bucket, need)
     overloaded = stopped_early = capped = False
     while True:
         code = c.run()
@@ -89,6 +92,7 @@ def run(core: ModuleType, pre: Requests, dec: Requests, cfg: SimConfig, prefill,
             continue
         active, in_flight, micro_batches = c.busy()
         rules.check_stall(arrived >= n, active > 0 or in_flight > 0, num_done, micro_batches)
+        c.watch(not overloaded, *rules.positions())
         c.next_check_at()
     replicas = []
     for pc, pool in zip(cores, (prefill, decode), strict=True):
