@@ -435,6 +435,11 @@ class Core:
     b_prefills: list  # the batch the policy formed (_policy)
     b_decodes: list
     b_tokens: cython.longlong  # _partial_prefills: the tokens so far
+    # decode stretches (_decode_stretch): whether this run's policy and PP allow them, whether its decodes grow
+    # their KV a block at a time, and the ids of the stretch's batch as a C array
+    stretch_ok: cython.bint
+    stretch_grow: cython.bint
+    ids: cython.longlong[:]
     error: cython.int
     # iteration rows not yet handed to the IterationLog
     row_ints: cython.longlong[:, :]
@@ -525,6 +530,14 @@ class Core:
         self.h_index = 0
         self.h_lo = self.h_hi = 0.0  # an empty interval: the first value takes the log
         self.batch_no = 0
+        # NOTE: the policies whose batch, at PP = 1 with nothing waiting and nothing prefilling, is the
+        # replica's decoding list itself and changes no other state (chunked sets its turn flag to prefills,
+        # which a decode-only batch already left set)
+        self.stretch_ok = self.pp == 1 and self.policy in (
+            P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL
+        )  # fmt: skip
+        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA)  # they take _paused_decodes
+        self.ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats
@@ -585,6 +598,8 @@ class Core:
             if best < self.slot0:
                 if best % self.pp == 0:
                     self._sched_resume(self.reps[best // self.pp])
+                    if self.stretch_ok and not self.error:
+                        self._decode_stretch(self.reps[best // self.pp])
                 else:
                     self._stage_resume(self.reps[best // self.pp], best % self.pp)
             else:
@@ -775,8 +790,6 @@ class Core:
     # -- the scheduler loop, which runs stage 0 (replica.Replica.schedule) ------------------------------
     @cython.cfunc
     def _sched_resume(self, rep: Rep) -> cython.void:
-        now: cython.double
-        formed: cython.bint
         if rep.busy0:  # its stage-0 timeout ended
             rep.busy0 = False
             if self.pp == 1:
@@ -784,6 +797,13 @@ class Core:
             else:
                 self._hand_over(rep, 1, rep.stage0)
             rep.idle_mark[0] = self._inflight_time(rep, self.now)
+        self._sched_loop(rep)
+
+    @cython.cfunc
+    def _sched_loop(self, rep: Rep) -> cython.void:
+        """The scheduler loop's body after a micro-batch's completion: route, form the next batch, start it."""
+        now: cython.double
+        formed: cython.bint
         while True:
             now = self.now
             self._route_due(now)
@@ -858,6 +878,128 @@ class Core:
         rep.in_flight += 1
         self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
+
+    # -- decode stretches: consecutive decode-only iterations of one replica, nothing else due ------------
+    @cython.cfunc
+    @cython.locals(slot=cython.int, i=cython.int, k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong,
+                   left=cython.longlong, limit=cython.double, t=cython.double, now=cython.double,
+                   n_need=cython.longlong, kv_sum=cython.longlong, kv_used=cython.longlong, d=cython.double)  # fmt: skip
+    def _decode_stretch(self, rep: Rep) -> cython.void:
+        """Run the replica's next decode-only iterations here, one after the other, while each is surely the
+        next event of the whole simulation and changes nothing but its own requests: the same steps as
+        run() -> _sched_resume -> _complete -> _policy -> _start_micro_batch, in the same order and with
+        the same float operations, over the batch's ids in a C array instead of a Python list.
+
+        It starts after _sched_resume started a decode-only batch (PP = 1, nothing waiting or prefilling,
+        the batch is rep.decoding itself) and stops, leaving that replica's event pending for run(), before
+        an iteration that ends at or after another pending event or the next arrival (ties go to the other
+        event: it was scheduled earlier), before the completion of a batch in which a request finishes, or
+        when the next batch's KV growth would not fit (the scheduler loop then forms it: preemption)."""
+        ids: cython.longlong[:] = self.ids
+        slot = rep.index  # PP = 1: the replica's scheduler loop is its only slot
+        if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting or rep.cache is not None:
+            return
+        dec: list = rep.decodes0
+        if dec is not rep.decoding or not dec:
+            return
+        # every other pending event and the next arrival: an iteration must end strictly before them all
+        limit = float("inf")
+        for i in range(self.num_slots):
+            if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
+                limit = self.ev_time[i]
+        if self.next < self.released and self.arrived[self.next] < limit:
+            limit = self.arrived[self.next]
+        # completions before the first one that finishes a request (its bookkeeping is the loop's)
+        nd = len(dec)
+        left = self.output[dec[0]] - self.generated[dec[0]]
+        for k in range(nd):
+            rid = dec[k]
+            ids[k] = rid
+            if self.output[rid] - self.generated[rid] < left:
+                left = self.output[rid] - self.generated[rid]
+        left -= 1
+        while left > 0:
+            t = self.ev_time[slot]
+            if not t < limit or t < self.now:  # another event first, or time going backwards (run() says so)
+                return
+            # run(): this event is the smallest key
+            self.ev_on[slot] = 0
+            self.now = t
+            now = t
+            left -= 1
+            # _sched_resume: the batch ended; _complete at PP = 1 with decodes only
+            rep.busy0 = False
+            rep.in_flight -= 1
+            if not rep.in_flight:
+                rep.inflight_acc += now - rep.busy_since
+            self._complete_ids(ids, nd, now)
+            rep.idle_mark[0] = self._inflight_time(rep, now)
+            # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
+            # with its KV growth (_schedule_decodes), when that fits without preemption
+            n_need = 0
+            if self.stretch_grow:
+                for k in range(nd):
+                    rid = ids[k]
+                    if self._block_start(self.computed[rid]):
+                        n_need += 1
+                        self.blocks[rid] += 1
+                if not rep.free - n_need >= 1:
+                    for k in range(nd):
+                        rid = ids[k]
+                        if self._block_start(self.computed[rid]):
+                            self.blocks[rid] -= 1
+                    self._sched_loop(rep)
+                    return
+                self._allocate(rep, n_need)
+            # _start_micro_batch with no prefills
+            self.batch_no += 1
+            kv_sum = 0
+            for k in range(nd):
+                rid = ids[k]
+                if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                    self.error = INV_SCHEDULED_TWICE
+                self.stamp[rid] = self.batch_no
+                kv_sum += self.computed[rid] + 1
+            rep.w_tokens += nd
+            rep.w_decode_kv += kv_sum
+            rep.w_micro_batches += 1
+            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+            kv_used = rep.num_blocks - rep.free
+            d = self.timer.time(_NONE, _NONE, nd, kv_sum, 0)
+            rep.prefills0 = _NONE
+            rep.busy0 = True
+            if not rep.in_flight:
+                rep.busy_since = now
+            rep.in_flight += 1
+            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
+            self._schedule(now + d, NORMAL, slot)
+            if self.error:
+                return
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, t0=cython.double, last=cython.double,
+                   gap=cython.double, same=cython.bint)  # fmt: skip
+    def _complete_ids(self, ids: cython.longlong[:], nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """_complete_decodes over ids[:nd], none of which finishes (_decode_stretch made sure)."""
+        same = True
+        t0 = self.last_token[ids[0]]
+        for k in range(nd):
+            rid = ids[k]
+            last = self.last_token[rid]
+            if last != t0:
+                same = False
+            gap = now - last
+            self.gaps[k] = gap
+            self.computed[rid] += 1
+            self.generated[rid] += 1
+            self.last_token[rid] = now
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+        if same:
+            self._hist_add(now - t0, nd)
+        else:
+            for k in range(nd):
+                self._hist_add(self.gaps[k], 1.0)
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
     @cython.cfunc
