@@ -217,6 +217,14 @@ class Timer:
             prefix = prefixes[q]
             t += chunk
             attn += self._prefill(chunk, prefix)
+        return self._tables_time(t, attn, n, nd, kv_sum, stage)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(tok=cython.double)
+    def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
+                     kv_sum: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
+        """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far."""
         if nd:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
         elif t == 0:
@@ -226,6 +234,19 @@ class Timer:
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
         return tok + attn + self.cpu_a[stage] + self.cpu_b[stage] * (n + nd)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(t=cython.longlong, kv=cython.longlong)
+    def decode_time(self, nd: cython.longlong, kv_sum: cython.longlong, stage: cython.int) -> cython.double:
+        """time() of a batch without prefill chunks (the same operations, without its Python lists)."""
+        if self.kind == T_CONSTANT:
+            return self.a
+        if self.kind == T_LINEAR:
+            t = nd
+            kv = kv_sum
+            return self.a + self.b * t + self.c * kv
+        return self._tables_time(nd, 0.0, 0, nd, kv_sum, stage)
 
     @cython.cfunc
     @cython.locals(total=cython.double, s=cython.int)
@@ -932,7 +953,7 @@ class Core:
             rep.in_flight -= 1
             if not rep.in_flight:
                 rep.inflight_acc += now - rep.busy_since
-            self._complete_ids(ids, nd, now)
+            self._complete_ids(nd, now)
             rep.idle_mark[0] = self._inflight_time(rep, now)
             # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
             # with its KV growth (_schedule_decodes), when that fits without preemption
@@ -965,7 +986,7 @@ class Core:
             rep.w_micro_batches += 1
             rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
             kv_used = rep.num_blocks - rep.free
-            d = self.timer.time(_NONE, _NONE, nd, kv_sum, 0)
+            d = self.timer.decode_time(nd, kv_sum, 0)
             rep.prefills0 = _NONE
             rep.busy0 = True
             if not rep.in_flight:
@@ -977,14 +998,15 @@ class Core:
                 return
 
     @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, t0=cython.double, last=cython.double,
                    gap=cython.double, same=cython.bint)  # fmt: skip
-    def _complete_ids(self, ids: cython.longlong[:], nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
-        """_complete_decodes over ids[:nd], none of which finishes (_decode_stretch made sure)."""
+    def _complete_ids(self, nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """_complete_decodes over self.ids[:nd], none of which finishes (_decode_stretch made sure)."""
         same = True
-        t0 = self.last_token[ids[0]]
+        t0 = self.last_token[self.ids[0]]
         for k in range(nd):
-            rid = ids[k]
+            rid = self.ids[k]
             last = self.last_token[rid]
             if last != t0:
                 same = False
