@@ -263,6 +263,81 @@ def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, m
     assert_same(ref, _run(monkeypatch, mode, sim))
 
 
+@st.composite
+def conversation_cases(draw):
+    """Answer-driven conversations (--arrival conversation): a few conversations whose rounds follow each
+    other (a round is released when the one before it completes, plus the front end's delay and its think
+    time), among first-round-only requests; any policy, with vllm-v1's prefix caching sometimes."""
+    case = draw(cases())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    group = np.where(rng.random(n) < draw(st.sampled_from([0.5, 0.9])), rng.integers(0, draw(st.integers(1, 5)), n), -1)
+    parent = np.full(n, -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i, g in enumerate(group.tolist()):  # the rounds of a conversation, in arrival (= id) order
+        if g >= 0:
+            parent[i] = last.get(g, -1)
+            last[g] = i
+    case["conversation"] = parent
+    cfg = replace(case["cfg"], max_concurrency=None)  # the conversation paces itself
+    case["prefix"] = None
+    if cfg.policy == "vllm-v1" and draw(st.booleans()):
+        case["prefix"] = (group, rng.integers(0, cfg.max_model_len + 50, n))
+        cfg = replace(cfg, prefix_caching=True, watermark=0.0)
+    if cfg.policy == "sglang":
+        cfg = replace(cfg, prefix_caching=False)  # its radix cache is on the reference only
+    case["cfg"] = cfg
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=conversation_cases())
+def test_the_core_gives_the_reference_results_for_conversations(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"], conversation=case["conversation"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("rule", ["late", "oldest"])
+def test_an_overloaded_conversation_run_stops_at_the_references_check(monkeypatch, rule):
+    """The overload rule scans requests in routing order, which conversations' follow-ups make differ from id
+    order: the core's skip test (Core._check_due) must scan the same order, or it skips the check where the
+    rule acts. Twelve conversations of slow rounds overload a replica of two slots, by either half of the rule."""
+    slo, wait = (0.3, 1e9) if rule == "late" else (1e9, 0.5)
+    cfg = SimConfig(policy="sarathi", budget=64, max_batch=2, max_model_len=512, sched_delay_slo_s=slo,
+                    overload_wait_s=wait, check_period_s=0.1, stop_when_overloaded=True)  # fmt: skip
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        n = 80
+        group = rng.integers(0, 12, n)
+        parent = np.full(n, -1, dtype=np.int64)
+        last: dict[int, int] = {}
+        for i, g in enumerate(group.tolist()):
+            parent[i] = last.get(g, -1)
+            last[g] = i
+        arrived = np.cumsum(rng.exponential(0.05, n))
+        prompt, output = rng.integers(20, 300, n), rng.integers(2, 20, n)
+
+        def sim():
+            return simulate(prompt, output, arrived, LinearTimer(0.01, 2e-4, 1e-7), 200, cfg, conversation=parent)  # noqa: B023
+
+        ref = _run(monkeypatch, "reference", sim)
+        if rule == "oldest":
+            assert ref.overloaded
+        for mode in CORES:
+            assert_same(ref, _run(monkeypatch, mode, sim))
+
+
 MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=200, stretch=False)
 SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "sarathi": (Scenario(**MISTRAL, budget=512), 2.0),

@@ -29,6 +29,7 @@ code (tests/test_sim_core.py compares both the build and this source with the re
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import cython
@@ -433,6 +434,14 @@ class Core:
     released: cython.longlong
     slot_waits: cython.bint
     frontend: cython.double
+    # answer-driven conversations (cluster.Cluster's `follow`, conversation.py): per request its next round's id
+    # (-1: none) and think time; the released rounds not yet arrived, a heap of (arrival, id) as the
+    # reference's `due`; and the ids in routing order (the overload scan's order; ids themselves otherwise)
+    conversation: cython.bint
+    child: cython.longlong[:]
+    think: cython.double[:]
+    due: list
+    routed: cython.longlong[:]
     num_done: cython.longlong
     num_ignored: cython.longlong
     finished: cython.bint  # the `finished` event was triggered (scheduled)
@@ -537,6 +546,10 @@ class Core:
         self.released = p["released"]
         self.slot_waits = False
         self.frontend = p["frontend_s"]
+        self.conversation = p.get("due") is not None
+        self.routed = arrays["routed"]
+        if self.conversation:
+            self.child, self.think, self.due = arrays["child"], arrays["think"], p["due"]
         self.num_done = 0
         self.num_ignored = 0
         self.finished = False
@@ -692,17 +705,23 @@ class Core:
             return False
         if 2 * self.w_late > self.n - self.num_ignored:
             return True
-        while self.w_ptr < self.next and self.arrived[self.w_ptr] < self.now - self.sched_delay_slo:
-            rid = self.w_ptr
+        # NOTE: positions in routing order (Watchdog scans `routed` the same way; ids themselves in an open or
+        # closed loop, where routed[k] == k)
+        while self.w_ptr < self.next and self.arrived[self.routed[self.w_ptr]] < self.now - self.sched_delay_slo:
+            rid = self.routed[self.w_ptr]
             s = self.scheduled[rid]
             if self.status[rid] != IGNORED and (s != s or s - self.arrived[rid] > self.sched_delay_slo):
                 return True
             self.w_ptr += 1
-        while self.w_oldest < self.next and (
-            self.status[self.w_oldest] == IGNORED or self.scheduled[self.w_oldest] == self.scheduled[self.w_oldest]
-        ):
+        while self.w_oldest < self.next:
+            rid = self.routed[self.w_oldest]
+            if not (self.status[rid] == IGNORED or self.scheduled[rid] == self.scheduled[rid]):
+                break
             self.w_oldest += 1
-        return self.w_oldest < self.next and self.now - self.arrived[self.w_oldest] > self.overload_wait
+        return (
+            self.w_oldest < self.next
+            and self.now - self.arrived[self.routed[self.w_oldest]] > self.overload_wait
+        )
 
     @cython.ccall
     def end_run(self) -> cython.bint:
@@ -741,6 +760,16 @@ class Core:
     def _arrivals(self) -> cython.void:
         t: cython.double
         while self.next < self.n:
+            if self.conversation:  # Cluster._conversation_arrivals: the earliest released round, or wait
+                if not self.due:
+                    self.slot_waits = True
+                    return
+                t = self.due[0][0]
+                if t > self.now:
+                    self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+                    return
+                self._route_due(self.now)
+                continue
             if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
                 self.slot_waits = True
                 return
@@ -754,8 +783,16 @@ class Core:
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
-        while self.next < self.released and self.arrived[self.next] <= now:
-            rid = self.next
+        while True:
+            if self.conversation:
+                if not (self.due and self.due[0][0] <= now):
+                    return
+                rid = heapq.heappop(self.due)[1]
+            elif self.next < self.released and self.arrived[self.next] <= now:
+                rid = self.next
+            else:
+                return
+            self.routed[self.next] = rid
             self.next += 1
             if self.prompt[rid] > self.prompt_limit:
                 self.status[rid] = IGNORED
@@ -802,6 +839,13 @@ class Core:
             # Cluster._on_done: sent now if due (plus the front end's delay), else at its own time
             self.arrived[nxt] = max(self.arrived[nxt], self.now + self.frontend)
             if self.slot_waits:  # the arrivals process waited on `slot_freed`: its succeed() event
+                self.slot_waits = False
+                self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
+        if self.conversation and self.child[rid] >= 0:  # the answer is in: the next round after its think time
+            nxt = self.child[rid]
+            self.arrived[nxt] = self.now + self.frontend + self.think[nxt]
+            heapq.heappush(self.due, (self.arrived[nxt], nxt))
+            if self.slot_waits:
                 self.slot_waits = False
                 self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
         if self.num_done == self.n and not self.finished:
@@ -928,7 +972,10 @@ class Core:
         for i in range(self.num_slots):
             if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
                 limit = self.ev_time[i]
-        if self.next < self.released and self.arrived[self.next] < limit:
+        if self.conversation:
+            if self.due and self.due[0][0] < limit:
+                limit = self.due[0][0]
+        elif self.next < self.released and self.arrived[self.next] < limit:
             limit = self.arrived[self.next]
         # completions before the first one that finishes a request (its bookkeeping is the loop's)
         nd = len(dec)

@@ -16,6 +16,7 @@ rules would change nothing, so the core schedules the next check itself.
 
 from __future__ import annotations
 
+import heapq
 import importlib.util
 import os
 import sys
@@ -179,9 +180,11 @@ def run(
     timer,
     num_blocks: int,
     progress: Callable[[int, int], None] | None,
+    follow: tuple[np.ndarray, np.ndarray] | None = None,
 ):
     """Simulate on `core`; returns what cluster.simulate puts in its RawRun (replicas are summaries with the
-    attributes metrics.py and the tests read)."""
+    attributes metrics.py and the tests read). `follow`: answer-driven conversations, as cluster.Cluster takes
+    them (each request's next round, or -1, and the think times)."""
     kind, tables = timer_params(timer)
     pp = timer.num_stages
     tbt = LogHistogram()
@@ -195,6 +198,16 @@ def run(
     arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
     arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
     arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
+    routed = np.zeros(n, dtype=np.int64)  # ids in routing order, as the core routes them
+    arrays["routed"] = memoryview(routed)
+    due = None
+    if follow is not None:  # Cluster.__init__: the first rounds wait in a heap of (arrival, id)
+        arrays["child"] = memoryview(np.ascontiguousarray(follow[0], dtype=np.int64))
+        arrays["think"] = memoryview(np.ascontiguousarray(follow[1], dtype=np.float64))
+        first = np.ones(n, dtype=bool)
+        first[follow[0][follow[0] >= 0]] = False
+        due = [(float(reqs.arrived[i]), int(i)) for i in np.flatnonzero(first)]
+        heapq.heapify(due)
     caches = None
     if cfg.prefix_caching:  # the reference's own block pool, one per replica: the same rules by construction
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
@@ -243,6 +256,7 @@ def run(
         released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
         frontend_s=cfg.frontend_s,
         sglang=sg,
+        due=due,
     )
     hist = dict(
         counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
@@ -257,7 +271,7 @@ def run(
         np.zeros((rows, 7), dtype=np.int64),
         np.zeros((rows, 2), dtype=np.float64),
     )
-    rules = Watchdog(reqs, cfg, tbt)
+    rules = Watchdog(reqs, cfg, tbt, None if follow is None else routed)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded = stopped_early = capped = False
