@@ -206,6 +206,74 @@ def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
+@st.composite
+def radix_cases(draw):
+    """sglang with its radix cache (--prefix-caching): requests sharing streams (a few groups, shared lengths
+    from nothing to past the whole request), on pools small enough to evict and retract, lpm among the orders."""
+    case = draw(sglang_cases())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    groups = draw(st.integers(1, 4))
+    case["prefix"] = (
+        np.where(rng.random(n) < 0.8, rng.integers(0, groups, n), -1),
+        rng.integers(0, int(case["prompt"].max()) + 50, n),
+    )
+    case["cfg"] = replace(case["cfg"], prefix_caching=True,
+                          schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm", "lpm"])))  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=radix_cases())
+def test_the_core_gives_the_reference_results_for_sglangs_radix_cache(monkeypatch, mode, case):
+    """Matching, node splits, locks, LRU eviction, checkpoints, lpm with in-batch deprioritization, retraction:
+    the core calls the reference's own RadixCache at the same moments, so the tree ends the same too."""
+
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    for x, y in zip(ref.replicas, got.replicas, strict=True):
+        a, b = x.state.radix, y.state.radix
+        assert (a.available, a.evictable, a.protected, a.evictions, a.queries, a.hits) == (
+            b.available, b.evictable, b.protected, b.evictions, b.queries, b.hits)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", CORES)
+@pytest.mark.parametrize("num_blocks", [2000, 40])
+def test_the_core_orders_and_evicts_as_the_reference_does_with_the_radix_cache(monkeypatch, mode, num_blocks):
+    """lpm by construction: forty requests at once, two in three on one of three shared 200-token streams, a
+    budget that admits several per step, so a stream's later requests wait behind the first one's prefill
+    (in-batch deprioritization) until it has cached the stream; on 40 blocks the tree also evicts."""
+    n = 40
+    rng = np.random.default_rng(5)
+    group = np.where(np.arange(n) % 3 == 0, -1, rng.integers(0, 3, n))
+    prompt, output = rng.integers(210, 400, n), rng.integers(5, 40, n)
+    cfg = SimConfig(policy="sglang", prefix_caching=True, schedule_policy="lpm", budget=1024, max_model_len=1024,
+                    sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, np.zeros(n), LinearTimer(0.003, 2e-5, 3e-8), num_blocks, cfg,
+                        prefix=(group, np.full(n, 200)))  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    radix = ref.replicas[0].state.radix
+    assert radix.hits > 0 and (radix.evictions > 0) == (num_blocks == 40)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    assert got.replicas[0].state.radix.evictions == radix.evictions
+
+
 @pytest.mark.parametrize("mode", CORES)
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypatch, mode, mixed):
@@ -284,8 +352,6 @@ def conversation_cases(draw):
     if cfg.policy == "vllm-v1" and draw(st.booleans()):
         case["prefix"] = (group, rng.integers(0, cfg.max_model_len + 50, n))
         cfg = replace(cfg, prefix_caching=True, watermark=0.0)
-    if cfg.policy == "sglang":
-        cfg = replace(cfg, prefix_caching=False)  # its radix cache is on the reference only
     case["cfg"] = cfg
     return case
 

@@ -273,6 +273,9 @@ class Rep:
     # vllm-v1 with prefix caching: the same PrefixCache object the reference uses (sim/prefix_cache.py); `free`
     # mirrors its free queue after every change. finished / admit_seq / admitted: ReplicaState's.
     cache: object
+    # sglang with --prefix-caching: the reference's own RadixCache (sim/radix_cache.py), which is also the
+    # pool; `free` mirrors its free pages (available + evictable) after every change (_sync_radix)
+    radix: object
     finished: list
     admit_seq: dict
     admitted: cython.longlong
@@ -319,6 +322,7 @@ class Rep:
         self.decoding = []
         self.running = []
         self.cache = cache
+        self.radix = None
         self.finished = []
         self.admit_seq = {}
         self.admitted = 0
@@ -376,6 +380,8 @@ class Core:
     replica: cython.longlong[:]
     stamp: cython.longlong[:]  # the batch each request was last put in (the scheduled-twice check)
     cached_tokens: cython.longlong[:]
+    prefix_group: cython.longlong[:]  # the prefix-sharing identity (sglang's lpm reads it)
+    prefix_tokens: cython.longlong[:]
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     counts: cython.double[:]
     zeros: cython.double
@@ -416,6 +422,10 @@ class Core:
     sg_decay: cython.double
     sg_clip: cython.longlong  # sglang.CLIP_MAX_NEW_TOKENS
     sg_retract_steps: cython.longlong  # sglang.RETRACT_DECODE_STEPS
+    sg_lpm: cython.bint  # --schedule-policy lpm (with the radix cache; fcfs without)
+    sg_lpm_max: cython.longlong  # sglang.LPM_MAX_WAITING, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE
+    sg_in_batch_check: cython.longlong
+    sg_in_batch_dep: cython.longlong
     timer: Timer
     # the event loop
     now: cython.double
@@ -492,6 +502,7 @@ class Core:
         self.inflight, self.status, self.replica = arrays["inflight"], arrays["status"], arrays["replica"]
         self.stamp = arrays["stamp"]
         self.cached_tokens = arrays["cached_tokens"]
+        self.prefix_group, self.prefix_tokens = arrays["prefix_group"], arrays["prefix_tokens"]
         self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
         self.zeros = hist["zeros"]
@@ -530,6 +541,10 @@ class Core:
         self.sg_decay = sg.get("decay", 0.0)
         self.sg_clip = sg.get("clip", 0)
         self.sg_retract_steps = sg.get("retract_steps", 0)
+        self.sg_lpm = sg.get("lpm", False)
+        self.sg_lpm_max = sg.get("lpm_max", 0)
+        self.sg_in_batch_check = sg.get("in_batch_check", 0)
+        self.sg_in_batch_dep = sg.get("in_batch_dep", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
@@ -540,8 +555,11 @@ class Core:
             Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp, caches[i]) for i in range(p["num_replicas"])
         ]
         rep: Rep
+        radixes = p.get("radixes") or [None] * p["num_replicas"]
         for rep in self.reps:
             rep.sg_ratio = self.sg_init
+            rep.radix = radixes[rep.index]
+            self._sync_radix(rep)
         self.next = 0
         self.released = p["released"]
         self.slot_waits = False
@@ -1198,6 +1216,9 @@ class Core:
         if self.generated[rid] >= self.output[rid]:
             self._finish(rep, rid, now)
         else:
+            if rep.radix is not None:  # SGLang's checkpoint_kv_cache: a prefilled prompt joins the tree
+                rep.radix.checkpoint(rid, self.computed[rid])
+                self._sync_radix(rep)
             _insort(rep.decoding, rid)
 
     @cython.cfunc
@@ -1241,7 +1262,10 @@ class Core:
     def _finish(self, rep: Rep, rid: cython.longlong, now: cython.double) -> cython.void:
         self.completed[rid] = now
         self.status[rid] = DONE
-        if rep.cache is None:
+        if rep.radix is not None:
+            rep.radix.finish(rid)
+            self._sync_radix(rep)
+        elif rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
             rep.finished.append(rid)
@@ -1335,7 +1359,9 @@ class Core:
         rid: cython.longlong = rep.waiting.popleft()
         if blocks < 0:
             blocks = self._admission_blocks(rid)
-        if rep.cache is None:
+        if rep.radix is not None:
+            pass  # sglang locks its prefix and allocates once its whole prefill batch is chosen (_sg_prefill)
+        elif rep.cache is None:
             self._allocate(rep, blocks)
         else:
             rep.admit_seq[rid] = rep.admitted
@@ -1354,7 +1380,10 @@ class Core:
     @cython.cfunc
     def _preempt(self, rep: Rep, rid: cython.longlong, to_back: cython.bint = False) -> cython.void:
         """Recompute preemption: KV dropped, to the front of waiting (sglang's retraction: the back)."""
-        if rep.cache is None:
+        if rep.radix is not None:
+            rep.radix.retract(rid)
+            self._sync_radix(rep)
+        elif rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
             rep.cache.free_request(rid)
@@ -1377,7 +1406,11 @@ class Core:
     @cython.cfunc
     def _abort(self, rep: Rep, rid: cython.longlong) -> cython.void:
         """ReplicaState.abort: a running request the engine gives up on, freed and counted ignored."""
-        self._release(rep, self.blocks[rid])
+        if rep.radix is not None:
+            rep.radix.retract(rid)
+            self._sync_radix(rep)
+        else:
+            self._release(rep, self.blocks[rid])
         self.blocks[rid] = 0
         self.status[rid] = IGNORED
         if not _remove_sorted(rep.decoding, rid):
@@ -1783,7 +1816,60 @@ class Core:
         return -(-tokens // self.block_size)
 
     @cython.cfunc
+    def _sync_radix(self, rep: Rep) -> cython.void:
+        if rep.radix is not None:
+            rep.free = rep.radix.free
+
+    @cython.cfunc
     def _sg_prefill(self, rep: Rep, now: cython.double) -> list:
+        """sglang._prefill: with the radix cache, the chunked request publishes what it computed, the batch is
+        chosen (each admission locking its prefix), and its pages are allocated after."""
+        rid: cython.longlong
+        out: list
+        pending: list
+        if rep.radix is None:
+            return self._sg_choose(rep, now, None)
+        if rep.prefilling:
+            rid = rep.prefilling[0]
+            rep.radix.checkpoint(rid, self.computed[rid])
+            self._sync_radix(rep)
+        pending = []
+        out = self._sg_choose(rep, now, pending)
+        rep.radix.allocate(sum(pending))
+        self._sync_radix(rep)
+        return out
+
+    @cython.cfunc
+    def _sg_sort_lpm(self, rep: Rep) -> cython.void:
+        """sglang._sort_by_longest_prefix: match every waiting request, sort by cached prefix, longest first
+        (stably), the in-batch deprioritized ones last."""
+        rid: cython.longlong
+        n: cython.longlong
+        hit: cython.longlong
+        g: cython.longlong
+        mine: cython.longlong
+        k: cython.Py_ssize_t
+        queued: dict = {}
+        keyed: list = []
+        key: object
+        for k, rid in enumerate(rep.waiting):
+            n = self._num_tokens(rid)
+            hit = rep.radix.match(rid, n)[0] * self.block_size
+            key = -hit
+            if hit <= self.sg_in_batch_check:
+                g = self.prefix_group[rid]
+                mine = min(self.prefix_tokens[rid], n) if g >= 0 else 0
+                if g >= 0 and min(mine, queued.get(g, 0)) >= self.sg_in_batch_dep:
+                    key = float("inf")
+                elif g >= 0:
+                    queued[g] = max(queued.get(g, 0), mine)
+            keyed.append((key, k, rid))
+        keyed.sort()
+        rep.waiting = deque([item[2] for item in keyed])
+
+    @cython.cfunc
+    def _sg_choose(self, rep: Rep, now: cython.double, pending: object) -> list:
+        """sglang._choose_prefill; `pending` (the radix cache): the pages to allocate after, else None."""
         rid: cython.longlong
         chunked: cython.longlong = rep.prefilling[0] if rep.prefilling else -1
         page: cython.longlong = self.block_size
@@ -1805,6 +1891,10 @@ class Core:
         no_token: cython.bint
         keyed: list
         k: cython.Py_ssize_t = 0
+        hit: cython.longlong = 0
+        pinned: cython.longlong = 0
+        node: object = None
+        matched: tuple
         running: list = rep.decoding
         if rep.num_finished != rep.sg_finished_seen or not running:
             rep.sg_full = False
@@ -1821,6 +1911,8 @@ class Core:
                 k += 1
             keyed.sort()
             rep.waiting = deque([item[2] for item in keyed])
+        elif self.sg_lpm and rep.radix is not None and len(rep.waiting) <= self.sg_lpm_max:
+            self._sg_sort_lpm(rep)
         mixed = len(running) if self.sg_mixed else 0
         rem_chunk = self.budget - mixed
         rem_input = self.sg_max_prefill - mixed
@@ -1845,7 +1937,10 @@ class Core:
                 if n <= 0:
                     return _NONE
                 need = rep.free
-            self._allocate(rep, need)
+            if pending is None:
+                self._allocate(rep, need)
+            else:
+                pending.append(need)
             self.blocks[chunked] += need
             out.append((chunked, n))
             ext = self._pages(n) * page
@@ -1864,8 +1959,14 @@ class Core:
                 break
             rid = rep.waiting[0]
             extend = self._num_tokens(rid)
+            if rep.radix is not None:  # Req.init_next_round_input: its longest cached prefix
+                matched = rep.radix.match(rid, extend)
+                hit = matched[0]
+                node = matched[1]
+                pinned = rep.radix.unlocked_pages(node) * page  # the check pins it: not evictable for it
+                extend -= hit * page
             rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
-            if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
                 rep.sg_full = len(out) > 0 or len(running) > 0
                 break
             n = extend
@@ -1875,7 +1976,15 @@ class Core:
                 if n <= 0:
                     break
                 rest = 0
-            self._admit_head(rep, now, self._pages(n))
+            if rep.radix is None:
+                self._admit_head(rep, now, self._pages(n))
+            else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next
+                rep.radix.admit(rid, hit, node, extend + hit * page, self.req_preemptions[rid] != 0)
+                self._admit_head(rep, now, hit + self._pages(n))
+                self.computed[rid] = hit * page  # its cached tokens
+                pending.append(self._pages(n))
+                self._sync_radix(rep)
+                free = rep.free * page  # available + evictable: only the lock changed it (nothing allocated)
             out.append((rid, n))
             ext = self._pages(n) * page
             total_offset += ext + page + rest
@@ -1953,7 +2062,11 @@ class Core:
             for rid in ids:
                 if self._block_start(self.computed[rid]):
                     self.blocks[rid] += 1
-            self._allocate(rep, need)
+            if rep.radix is not None:
+                rep.radix.allocate(need)
+                self._sync_radix(rep)
+            else:
+                self._allocate(rep, need)
         return ids
 
     # -- what the caller reads at each check ----------------------------------------------------------
