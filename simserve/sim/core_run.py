@@ -16,6 +16,7 @@ rules would change nothing, so the core schedules the next check itself.
 
 from __future__ import annotations
 
+import heapq
 import importlib.util
 import os
 import sys
@@ -32,6 +33,7 @@ from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.prefix_cache import PrefixCache
+from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import Requests
 from simserve.sim.watchdog import Watchdog
 
@@ -179,9 +181,11 @@ def run(
     timer,
     num_blocks: int,
     progress: Callable[[int, int], None] | None,
+    follow: tuple[np.ndarray, np.ndarray] | None = None,
 ):
     """Simulate on `core`; returns what cluster.simulate puts in its RawRun (replicas are summaries with the
-    attributes metrics.py and the tests read)."""
+    attributes metrics.py and the tests read). `follow`: answer-driven conversations, as cluster.Cluster takes
+    them (each request's next round, or -1, and the think times)."""
     kind, tables = timer_params(timer)
     pp = timer.num_stages
     tbt = LogHistogram()
@@ -195,8 +199,20 @@ def run(
     arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
     arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
     arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
-    caches = None
-    if cfg.prefix_caching:  # the reference's own block pool, one per replica: the same rules by construction
+    arrays["prefix_group"] = memoryview(reqs.prefix_group)
+    arrays["prefix_tokens"] = memoryview(reqs.prefix_tokens)
+    routed = np.zeros(n, dtype=np.int64)  # ids in routing order, as the core routes them
+    arrays["routed"] = memoryview(routed)
+    due = None
+    if follow is not None:  # Cluster.__init__: the first rounds wait in a heap of (arrival, id)
+        arrays["child"] = memoryview(np.ascontiguousarray(follow[0], dtype=np.int64))
+        arrays["think"] = memoryview(np.ascontiguousarray(follow[1], dtype=np.float64))
+        first = np.ones(n, dtype=bool)
+        first[follow[0][follow[0] >= 0]] = False
+        due = [(float(reqs.arrived[i]), int(i)) for i in np.flatnonzero(first)]
+        heapq.heapify(due)
+    caches = radixes = None
+    if cfg.prefix_caching and cfg.policy != "sglang":  # the reference's own block pool, one per replica
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
     budget = cfg.token_budget()
@@ -216,7 +232,13 @@ def run(
             decay=ratio.decay,
             clip=sglang.CLIP_MAX_NEW_TOKENS,
             retract_steps=sglang.RETRACT_DECODE_STEPS,
+            lpm=cfg.schedule_policy == "lpm",
+            lpm_max=sglang.LPM_MAX_WAITING,
+            in_batch_check=sglang.IN_BATCH_CHECK,
+            in_batch_dep=sglang.IN_BATCH_DEPRIORITIZE,
         )
+        if cfg.prefix_caching:  # SGLang's radix cache is the pool: the reference's own, one per replica
+            radixes = [RadixCache(pool, cfg.page_size, reqs) for _ in range(cfg.num_replicas)]
     params = dict(
         n=n,
         pp=pp,
@@ -229,6 +251,7 @@ def run(
         prompt_limit=cfg.prompt_limit(),
         max_model_len=cfg.max_model_len,
         caches=caches,
+        radixes=radixes,
         router=cfg.router,
         check_period=cfg.check_period_s,
         sched_delay_slo=cfg.sched_delay_slo_s,
@@ -243,6 +266,7 @@ def run(
         released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
         frontend_s=cfg.frontend_s,
         sglang=sg,
+        due=due,
     )
     hist = dict(
         counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
@@ -257,7 +281,7 @@ def run(
         np.zeros((rows, 7), dtype=np.int64),
         np.zeros((rows, 2), dtype=np.float64),
     )
-    rules = Watchdog(reqs, cfg, tbt)
+    rules = Watchdog(reqs, cfg, tbt, None if follow is None else routed)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded = stopped_early = capped = False
@@ -294,12 +318,12 @@ def run(
             rules.check_stall(False, False, num_done, 0)
         c.watch(not overloaded, *rules.positions())
         c.next_check_at()
-    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None)
+    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
 
 
-def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -> SimpleNamespace:
+def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None, radix=None) -> SimpleNamespace:
     in_flight, _, outstanding, free, preemptions, bubble, work = totals
     tokens, pairs, prefill_kv, decode_kv, mbs = work
     kv = SimpleNamespace(free=free, num_blocks=num_blocks, used=num_blocks - free)
@@ -311,5 +335,5 @@ def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -
         work=_Work(
             tokens=tokens, prefill_pairs=pairs, prefill_kv=prefill_kv, decode_kv=decode_kv, micro_batches=mbs
         ),
-        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix),
+        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix, radix=radix),
     )
