@@ -206,6 +206,74 @@ def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
+@st.composite
+def radix_cases(draw):
+    """sglang with its radix cache (--prefix-caching): requests sharing streams (a few groups, shared lengths
+    from nothing to past the whole request), on pools small enough to evict and retract, lpm among the orders."""
+    case = draw(sglang_cases())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    groups = draw(st.integers(1, 4))
+    case["prefix"] = (
+        np.where(rng.random(n) < 0.8, rng.integers(0, groups, n), -1),
+        rng.integers(0, int(case["prompt"].max()) + 50, n),
+    )
+    case["cfg"] = replace(case["cfg"], prefix_caching=True,
+                          schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm", "lpm"])))  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=radix_cases())
+def test_the_core_gives_the_reference_results_for_sglangs_radix_cache(monkeypatch, mode, case):
+    """Matching, node splits, locks, LRU eviction, checkpoints, lpm with in-batch deprioritization, retraction:
+    the core calls the reference's own RadixCache at the same moments, so the tree ends the same too."""
+
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    for x, y in zip(ref.replicas, got.replicas, strict=True):
+        a, b = x.state.radix, y.state.radix
+        assert (a.available, a.evictable, a.protected, a.evictions, a.queries, a.hits) == (
+            b.available, b.evictable, b.protected, b.evictions, b.queries, b.hits)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", CORES)
+@pytest.mark.parametrize("num_blocks", [2000, 40])
+def test_the_core_orders_and_evicts_as_the_reference_does_with_the_radix_cache(monkeypatch, mode, num_blocks):
+    """lpm by construction: forty requests at once, two in three on one of three shared 200-token streams, a
+    budget that admits several per step, so a stream's later requests wait behind the first one's prefill
+    (in-batch deprioritization) until it has cached the stream; on 40 blocks the tree also evicts."""
+    n = 40
+    rng = np.random.default_rng(5)
+    group = np.where(np.arange(n) % 3 == 0, -1, rng.integers(0, 3, n))
+    prompt, output = rng.integers(210, 400, n), rng.integers(5, 40, n)
+    cfg = SimConfig(policy="sglang", prefix_caching=True, schedule_policy="lpm", budget=1024, max_model_len=1024,
+                    sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, np.zeros(n), LinearTimer(0.003, 2e-5, 3e-8), num_blocks, cfg,
+                        prefix=(group, np.full(n, 200)))  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    radix = ref.replicas[0].state.radix
+    assert radix.hits > 0 and (radix.evictions > 0) == (num_blocks == 40)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    assert got.replicas[0].state.radix.evictions == radix.evictions
+
+
 @pytest.mark.parametrize("mode", CORES)
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypatch, mode, mixed):
@@ -261,6 +329,79 @@ def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, m
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@st.composite
+def conversation_cases(draw):
+    """Answer-driven conversations (--arrival conversation): a few conversations whose rounds follow each
+    other (a round is released when the one before it completes, plus the front end's delay and its think
+    time), among first-round-only requests; any policy, with vllm-v1's prefix caching sometimes."""
+    case = draw(cases())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    group = np.where(rng.random(n) < draw(st.sampled_from([0.5, 0.9])), rng.integers(0, draw(st.integers(1, 5)), n), -1)
+    parent = np.full(n, -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i, g in enumerate(group.tolist()):  # the rounds of a conversation, in arrival (= id) order
+        if g >= 0:
+            parent[i] = last.get(g, -1)
+            last[g] = i
+    case["conversation"] = parent
+    cfg = replace(case["cfg"], max_concurrency=None)  # the conversation paces itself
+    case["prefix"] = None
+    if cfg.policy == "vllm-v1" and draw(st.booleans()):
+        case["prefix"] = (group, rng.integers(0, cfg.max_model_len + 50, n))
+        cfg = replace(cfg, prefix_caching=True, watermark=0.0)
+    case["cfg"] = cfg
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=conversation_cases())
+def test_the_core_gives_the_reference_results_for_conversations(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"], conversation=case["conversation"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("rule", ["late", "oldest"])
+def test_an_overloaded_conversation_run_stops_at_the_references_check(monkeypatch, rule):
+    """The overload rule scans requests in routing order, which conversations' follow-ups make differ from id
+    order: the core's skip test (Core._check_due) must scan the same order, or it skips the check where the
+    rule acts. Twelve conversations of slow rounds overload a replica of two slots, by either half of the rule."""
+    slo, wait = (0.3, 1e9) if rule == "late" else (1e9, 0.5)
+    cfg = SimConfig(policy="sarathi", budget=64, max_batch=2, max_model_len=512, sched_delay_slo_s=slo,
+                    overload_wait_s=wait, check_period_s=0.1, stop_when_overloaded=True)  # fmt: skip
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        n = 80
+        group = rng.integers(0, 12, n)
+        parent = np.full(n, -1, dtype=np.int64)
+        last: dict[int, int] = {}
+        for i, g in enumerate(group.tolist()):
+            parent[i] = last.get(g, -1)
+            last[g] = i
+        arrived = np.cumsum(rng.exponential(0.05, n))
+        prompt, output = rng.integers(20, 300, n), rng.integers(2, 20, n)
+
+        def sim():
+            return simulate(prompt, output, arrived, LinearTimer(0.01, 2e-4, 1e-7), 200, cfg, conversation=parent)  # noqa: B023
+
+        ref = _run(monkeypatch, "reference", sim)
+        if rule == "oldest":
+            assert ref.overloaded
+        for mode in CORES:
+            assert_same(ref, _run(monkeypatch, mode, sim))
 
 
 MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=200, stretch=False)

@@ -261,10 +261,15 @@ def run_command(
     from simserve.io import check_out_dir, output_dir
     from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, simulate_scenario, workload_drops, workload_notes
+    from simserve.sim.scenario import (
+        Scenario,
+        scenario_fields,
+        simulate_scenario,
+        workload_drops,
+        workload_notes,
+    )
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
-    from simserve.tune.probe import scenario_fields
 
     check_options(fmt, iterations)
     if engine == "sglang":  # SGLang 0.5.23 is the sglang policy (docs/engines.md)

@@ -223,6 +223,14 @@ class Timer:
             prefix = prefixes[q]
             t += chunk
             attn += self._prefill(chunk, prefix)
+        return self._tables_time(t, attn, n, nd, kv_sum, stage)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(tok=cython.double)
+    def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
+                     kv_sum: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
+        """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far."""
         if nd:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
         elif t == 0:
@@ -232,6 +240,19 @@ class Timer:
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
         return tok + attn + self.cpu_a[stage] + self.cpu_b[stage] * (n + nd)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(t=cython.longlong, kv=cython.longlong)
+    def decode_time(self, nd: cython.longlong, kv_sum: cython.longlong, stage: cython.int) -> cython.double:
+        """time() of a batch without prefill chunks (the same operations, without its Python lists)."""
+        if self.kind == T_CONSTANT:
+            return self.a
+        if self.kind == T_LINEAR:
+            t = nd
+            kv = kv_sum
+            return self.a + self.b * t + self.c * kv
+        return self._tables_time(nd, 0.0, 0, nd, kv_sum, stage)
 
     @cython.cfunc
     @cython.locals(total=cython.double, s=cython.int)
@@ -257,6 +278,9 @@ class Rep:
     # vllm-v1 with prefix caching: the same PrefixCache object the reference uses (sim/prefix_cache.py); `free`
     # mirrors its free queue after every change. finished / admit_seq / admitted: ReplicaState's.
     cache: object
+    # sglang with --prefix-caching: the reference's own RadixCache (sim/radix_cache.py), which is also the
+    # pool; `free` mirrors its free pages (available + evictable) after every change (_sync_radix)
+    radix: object
     finished: list
     admit_seq: dict
     admitted: cython.longlong
@@ -307,6 +331,7 @@ class Rep:
         self.decoding = []
         self.running = []
         self.cache = cache
+        self.radix = None
         self.finished = []
         self.admit_seq = {}
         self.admitted = 0
@@ -365,6 +390,8 @@ class Core:
     replica: cython.longlong[:]
     stamp: cython.longlong[:]  # the batch each request was last put in (the scheduled-twice check)
     cached_tokens: cython.longlong[:]
+    prefix_group: cython.longlong[:]  # the prefix-sharing identity (sglang's lpm reads it)
+    prefix_tokens: cython.longlong[:]
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     counts: cython.double[:]
     zeros: cython.double
@@ -405,6 +432,10 @@ class Core:
     sg_decay: cython.double
     sg_clip: cython.longlong  # sglang.CLIP_MAX_NEW_TOKENS
     sg_retract_steps: cython.longlong  # sglang.RETRACT_DECODE_STEPS
+    sg_lpm: cython.bint  # --schedule-policy lpm (with the radix cache; fcfs without)
+    sg_lpm_max: cython.longlong  # sglang.LPM_MAX_WAITING, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE
+    sg_in_batch_check: cython.longlong
+    sg_in_batch_dep: cython.longlong
     timer: Timer
     # disaggregation: this core runs one pool of a DisaggCore (`owner`), which counts the run's requests,
     # routes between the pools and moves the KV (ROLE_PREFILL / ROLE_DECODE); ROLE_AGGREGATED: a whole run
@@ -427,6 +458,14 @@ class Core:
     released: cython.longlong
     slot_waits: cython.bint
     frontend: cython.double
+    # answer-driven conversations (cluster.Cluster's `follow`, conversation.py): per request its next round's id
+    # (-1: none) and think time; the released rounds not yet arrived, a heap of (arrival, id) as the
+    # reference's `due`; and the ids in routing order (the overload scan's order; ids themselves otherwise)
+    conversation: cython.bint
+    child: cython.longlong[:]
+    think: cython.double[:]
+    due: list
+    routed: cython.longlong[:]
     num_done: cython.longlong
     num_ignored: cython.longlong
     finished: cython.bint  # the `finished` event was triggered (scheduled)
@@ -450,6 +489,11 @@ class Core:
     b_prefills: list  # the batch the policy formed (_policy)
     b_decodes: list
     b_tokens: cython.longlong  # _partial_prefills: the tokens so far
+    # decode stretches (_decode_stretch): whether this run's policy and PP allow them, whether its decodes grow
+    # their KV a block at a time, and the ids of the stretch's batch as a C array
+    stretch_ok: cython.bint
+    stretch_grow: cython.bint
+    ids: cython.longlong[:]
     error: cython.int
     # iteration rows not yet handed to the IterationLog
     row_ints: cython.longlong[:, :]
@@ -472,6 +516,7 @@ class Core:
         self.inflight, self.status, self.replica = arrays["inflight"], arrays["status"], arrays["replica"]
         self.stamp = arrays["stamp"]
         self.cached_tokens = arrays["cached_tokens"]
+        self.prefix_group, self.prefix_tokens = arrays["prefix_group"], arrays["prefix_tokens"]
         self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
         self.zeros = hist["zeros"]
@@ -512,6 +557,10 @@ class Core:
         self.sg_decay = sg.get("decay", 0.0)
         self.sg_clip = sg.get("clip", 0)
         self.sg_retract_steps = sg.get("retract_steps", 0)
+        self.sg_lpm = sg.get("lpm", False)
+        self.sg_lpm_max = sg.get("lpm_max", 0)
+        self.sg_in_batch_check = sg.get("in_batch_check", 0)
+        self.sg_in_batch_dep = sg.get("in_batch_dep", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
@@ -524,12 +573,19 @@ class Core:
             for i in range(p["num_replicas"])
         ]
         rep: Rep
-        for rep in self.reps:
+        radixes = p.get("radixes") or [None] * p["num_replicas"]
+        for i, rep in enumerate(self.reps):  # NOTE: position, not rep.index (a decode pool's starts past 0)
             rep.sg_ratio = self.sg_init
+            rep.radix = radixes[i]
+            self._sync_radix(rep)
         self.next = 0
         self.released = p["released"]
         self.slot_waits = False
         self.frontend = p["frontend_s"]
+        self.conversation = p.get("due") is not None
+        self.routed = arrays["routed"]
+        if self.conversation:
+            self.child, self.think, self.due = arrays["child"], arrays["think"], p["due"]
         self.num_done = 0
         self.num_ignored = 0
         self.finished = False
@@ -544,6 +600,14 @@ class Core:
         self.h_index = 0
         self.h_lo = self.h_hi = 0.0  # an empty interval: the first value takes the log
         self.batch_no = 0
+        # NOTE: the policies whose batch, at PP = 1 with nothing waiting and nothing prefilling, is the
+        # replica's decoding list itself and changes no other state (chunked sets its turn flag to prefills,
+        # which a decode-only batch already left set)
+        self.stretch_ok = self.pp == 1 and self.policy in (
+            P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL
+        )  # fmt: skip
+        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA)  # they take _paused_decodes
+        self.ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats
@@ -604,6 +668,8 @@ class Core:
             if best < self.slot0:
                 if best % self.pp == 0:
                     self._sched_resume(self.reps[best // self.pp])
+                    if self.stretch_ok and not self.error:
+                        self._decode_stretch(self.reps[best // self.pp])
                 else:
                     self._stage_resume(self.reps[best // self.pp], best % self.pp)
             else:
@@ -675,17 +741,23 @@ class Core:
             return False
         if 2 * self.w_late > self.n - self.num_ignored:
             return True
-        while self.w_ptr < self.next and self.arrived[self.w_ptr] < self.now - self.sched_delay_slo:
-            rid = self.w_ptr
+        # NOTE: positions in routing order (Watchdog scans `routed` the same way; ids themselves in an open or
+        # closed loop, where routed[k] == k)
+        while self.w_ptr < self.next and self.arrived[self.routed[self.w_ptr]] < self.now - self.sched_delay_slo:
+            rid = self.routed[self.w_ptr]
             s = self.scheduled[rid]
             if self.status[rid] != IGNORED and (s != s or s - self.arrived[rid] > self.sched_delay_slo):
                 return True
             self.w_ptr += 1
-        while self.w_oldest < self.next and (
-            self.status[self.w_oldest] == IGNORED or self.scheduled[self.w_oldest] == self.scheduled[self.w_oldest]
-        ):
+        while self.w_oldest < self.next:
+            rid = self.routed[self.w_oldest]
+            if not (self.status[rid] == IGNORED or self.scheduled[rid] == self.scheduled[rid]):
+                break
             self.w_oldest += 1
-        return self.w_oldest < self.next and self.now - self.arrived[self.w_oldest] > self.overload_wait
+        return (
+            self.w_oldest < self.next
+            and self.now - self.arrived[self.routed[self.w_oldest]] > self.overload_wait
+        )
 
     @cython.ccall
     def end_run(self) -> cython.bint:
@@ -724,6 +796,16 @@ class Core:
     def _arrivals(self) -> cython.void:
         t: cython.double
         while self.next < self.n:
+            if self.conversation:  # Cluster._conversation_arrivals: the earliest released round, or wait
+                if not self.due:
+                    self.slot_waits = True
+                    return
+                t = self.due[0][0]
+                if t > self.now:
+                    self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+                    return
+                self._route_due(self.now)
+                continue
             if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
                 self.slot_waits = True
                 return
@@ -737,8 +819,16 @@ class Core:
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
-        while self.next < self.released and self.arrived[self.next] <= now:
-            rid = self.next
+        while True:
+            if self.conversation:
+                if not (self.due and self.due[0][0] <= now):
+                    return
+                rid = heapq.heappop(self.due)[1]
+            elif self.next < self.released and self.arrived[self.next] <= now:
+                rid = self.next
+            else:
+                return
+            self.routed[self.next] = rid
             self.next += 1
             if self.prompt[rid] > self.prompt_limit:
                 self.status[rid] = IGNORED
@@ -790,6 +880,13 @@ class Core:
             if self.slot_waits:  # the arrivals process waited on `slot_freed`: its succeed() event
                 self.slot_waits = False
                 self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
+        if self.conversation and self.child[rid] >= 0:  # the answer is in: the next round after its think time
+            nxt = self.child[rid]
+            self.arrived[nxt] = self.now + self.frontend + self.think[nxt]
+            heapq.heappush(self.due, (self.arrived[nxt], nxt))
+            if self.slot_waits:
+                self.slot_waits = False
+                self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
         if self.num_done == self.n and not self.finished:
             self.finished = True
             self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
@@ -797,8 +894,6 @@ class Core:
     # -- the scheduler loop, which runs stage 0 (replica.Replica.schedule) ------------------------------
     @cython.cfunc
     def _sched_resume(self, rep: Rep) -> cython.void:
-        now: cython.double
-        formed: cython.bint
         if rep.busy0:  # its stage-0 timeout ended
             rep.busy0 = False
             if self.pp == 1:
@@ -806,6 +901,13 @@ class Core:
             else:
                 self._hand_over(rep, 1, rep.stage0)
             rep.idle_mark[0] = self._inflight_time(rep, self.now)
+        self._sched_loop(rep)
+
+    @cython.cfunc
+    def _sched_loop(self, rep: Rep) -> cython.void:
+        """The scheduler loop's body after a micro-batch's completion: route, form the next batch, start it."""
+        now: cython.double
+        formed: cython.bint
         while True:
             now = self.now
             if self.role == ROLE_DECODE:  # its "arrivals": prefilled requests given KV blocks, then the link
@@ -883,6 +985,132 @@ class Core:
         rep.in_flight += 1
         self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
+
+    # -- decode stretches: consecutive decode-only iterations of one replica, nothing else due ------------
+    @cython.cfunc
+    @cython.locals(slot=cython.int, i=cython.int, k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong,
+                   left=cython.longlong, limit=cython.double, t=cython.double, now=cython.double,
+                   n_need=cython.longlong, kv_sum=cython.longlong, kv_used=cython.longlong, d=cython.double)  # fmt: skip
+    def _decode_stretch(self, rep: Rep) -> cython.void:
+        """Run the replica's next decode-only iterations here, one after the other, while each is surely the
+        next event of the whole simulation and changes nothing but its own requests: the same steps as
+        run() -> _sched_resume -> _complete -> _policy -> _start_micro_batch, in the same order and with
+        the same float operations, over the batch's ids in a C array instead of a Python list.
+
+        It starts after _sched_resume started a decode-only batch (PP = 1, nothing waiting or prefilling,
+        the batch is rep.decoding itself) and stops, leaving that replica's event pending for run(), before
+        an iteration that ends at or after another pending event or the next arrival (ties go to the other
+        event: it was scheduled earlier), before the completion of a batch in which a request finishes, or
+        when the next batch's KV growth would not fit (the scheduler loop then forms it: preemption)."""
+        ids: cython.longlong[:] = self.ids
+        slot = rep.index  # PP = 1: the replica's scheduler loop is its only slot
+        if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting or rep.cache is not None:
+            return
+        dec: list = rep.decodes0
+        if dec is not rep.decoding or not dec:
+            return
+        # every other pending event and the next arrival: an iteration must end strictly before them all
+        limit = float("inf")
+        for i in range(self.num_slots):
+            if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
+                limit = self.ev_time[i]
+        if self.conversation:
+            if self.due and self.due[0][0] < limit:
+                limit = self.due[0][0]
+        elif self.next < self.released and self.arrived[self.next] < limit:
+            limit = self.arrived[self.next]
+        # completions before the first one that finishes a request (its bookkeeping is the loop's)
+        nd = len(dec)
+        left = self.output[dec[0]] - self.generated[dec[0]]
+        for k in range(nd):
+            rid = dec[k]
+            ids[k] = rid
+            if self.output[rid] - self.generated[rid] < left:
+                left = self.output[rid] - self.generated[rid]
+        left -= 1
+        while left > 0:
+            t = self.ev_time[slot]
+            if not t < limit or t < self.now:  # another event first, or time going backwards (run() says so)
+                return
+            # run(): this event is the smallest key
+            self.ev_on[slot] = 0
+            self.now = t
+            now = t
+            left -= 1
+            # _sched_resume: the batch ended; _complete at PP = 1 with decodes only
+            rep.busy0 = False
+            rep.in_flight -= 1
+            if not rep.in_flight:
+                rep.inflight_acc += now - rep.busy_since
+            self._complete_ids(nd, now)
+            rep.idle_mark[0] = self._inflight_time(rep, now)
+            # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
+            # with its KV growth (_schedule_decodes), when that fits without preemption
+            n_need = 0
+            if self.stretch_grow:
+                for k in range(nd):
+                    rid = ids[k]
+                    if self._block_start(self.computed[rid]):
+                        n_need += 1
+                        self.blocks[rid] += 1
+                if not rep.free - n_need >= 1:
+                    for k in range(nd):
+                        rid = ids[k]
+                        if self._block_start(self.computed[rid]):
+                            self.blocks[rid] -= 1
+                    self._sched_loop(rep)
+                    return
+                self._allocate(rep, n_need)
+            # _start_micro_batch with no prefills
+            self.batch_no += 1
+            kv_sum = 0
+            for k in range(nd):
+                rid = ids[k]
+                if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                    self.error = INV_SCHEDULED_TWICE
+                self.stamp[rid] = self.batch_no
+                kv_sum += self.computed[rid] + 1
+            rep.w_tokens += nd
+            rep.w_decode_kv += kv_sum
+            rep.w_micro_batches += 1
+            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+            kv_used = rep.num_blocks - rep.free
+            d = self.timer.decode_time(nd, kv_sum, 0)
+            rep.prefills0 = _NONE
+            rep.busy0 = True
+            if not rep.in_flight:
+                rep.busy_since = now
+            rep.in_flight += 1
+            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
+            self._schedule(now + d, NORMAL, slot)
+            if self.error:
+                return
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, t0=cython.double, last=cython.double,
+                   gap=cython.double, same=cython.bint)  # fmt: skip
+    def _complete_ids(self, nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """_complete_decodes over self.ids[:nd], none of which finishes (_decode_stretch made sure)."""
+        same = True
+        t0 = self.last_token[self.ids[0]]
+        for k in range(nd):
+            rid = self.ids[k]
+            last = self.last_token[rid]
+            if last != t0:
+                same = False
+            gap = now - last
+            self.gaps[k] = gap
+            self.computed[rid] += 1
+            self.generated[rid] += 1
+            self.last_token[rid] = now
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+        if same:
+            self._hist_add(now - t0, nd)
+        else:
+            for k in range(nd):
+                self._hist_add(self.gaps[k], 1.0)
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
     @cython.cfunc
@@ -1012,6 +1240,9 @@ class Core:
         if self.generated[rid] >= self.output[rid]:
             self._finish(rep, rid, now)
         else:
+            if rep.radix is not None:  # SGLang's checkpoint_kv_cache: a prefilled prompt joins the tree
+                rep.radix.checkpoint(rid, self.computed[rid])
+                self._sync_radix(rep)
             _insort(rep.decoding, rid)
 
     @cython.cfunc
@@ -1058,7 +1289,10 @@ class Core:
             return
         self.completed[rid] = now
         self.status[rid] = DONE
-        if rep.cache is None:
+        if rep.radix is not None:
+            rep.radix.finish(rid)
+            self._sync_radix(rep)
+        elif rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
             rep.finished.append(rid)
@@ -1152,7 +1386,9 @@ class Core:
         rid: cython.longlong = rep.waiting.popleft()
         if blocks < 0:
             blocks = self._admission_blocks(rid)
-        if rep.cache is None:
+        if rep.radix is not None:
+            pass  # sglang locks its prefix and allocates once its whole prefill batch is chosen (_sg_prefill)
+        elif rep.cache is None:
             self._allocate(rep, blocks)
         else:
             rep.admit_seq[rid] = rep.admitted
@@ -1171,7 +1407,10 @@ class Core:
     @cython.cfunc
     def _preempt(self, rep: Rep, rid: cython.longlong, to_back: cython.bint = False) -> cython.void:
         """Recompute preemption: KV dropped, to the front of waiting (sglang's retraction: the back)."""
-        if rep.cache is None:
+        if rep.radix is not None:
+            rep.radix.retract(rid)
+            self._sync_radix(rep)
+        elif rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
             rep.cache.free_request(rid)
@@ -1194,7 +1433,11 @@ class Core:
     @cython.cfunc
     def _abort(self, rep: Rep, rid: cython.longlong) -> cython.void:
         """ReplicaState.abort: a running request the engine gives up on, freed and counted ignored."""
-        self._release(rep, self.blocks[rid])
+        if rep.radix is not None:
+            rep.radix.retract(rid)
+            self._sync_radix(rep)
+        else:
+            self._release(rep, self.blocks[rid])
         self.blocks[rid] = 0
         self.status[rid] = IGNORED
         if not _remove_sorted(rep.decoding, rid):
@@ -1600,7 +1843,60 @@ class Core:
         return -(-tokens // self.block_size)
 
     @cython.cfunc
+    def _sync_radix(self, rep: Rep) -> cython.void:
+        if rep.radix is not None:
+            rep.free = rep.radix.free
+
+    @cython.cfunc
     def _sg_prefill(self, rep: Rep, now: cython.double) -> list:
+        """sglang._prefill: with the radix cache, the chunked request publishes what it computed, the batch is
+        chosen (each admission locking its prefix), and its pages are allocated after."""
+        rid: cython.longlong
+        out: list
+        pending: list
+        if rep.radix is None:
+            return self._sg_choose(rep, now, None)
+        if rep.prefilling:
+            rid = rep.prefilling[0]
+            rep.radix.checkpoint(rid, self.computed[rid])
+            self._sync_radix(rep)
+        pending = []
+        out = self._sg_choose(rep, now, pending)
+        rep.radix.allocate(sum(pending))
+        self._sync_radix(rep)
+        return out
+
+    @cython.cfunc
+    def _sg_sort_lpm(self, rep: Rep) -> cython.void:
+        """sglang._sort_by_longest_prefix: match every waiting request, sort by cached prefix, longest first
+        (stably), the in-batch deprioritized ones last."""
+        rid: cython.longlong
+        n: cython.longlong
+        hit: cython.longlong
+        g: cython.longlong
+        mine: cython.longlong
+        k: cython.Py_ssize_t
+        queued: dict = {}
+        keyed: list = []
+        key: object
+        for k, rid in enumerate(rep.waiting):
+            n = self._num_tokens(rid)
+            hit = rep.radix.match(rid, n)[0] * self.block_size
+            key = -hit
+            if hit <= self.sg_in_batch_check:
+                g = self.prefix_group[rid]
+                mine = min(self.prefix_tokens[rid], n) if g >= 0 else 0
+                if g >= 0 and min(mine, queued.get(g, 0)) >= self.sg_in_batch_dep:
+                    key = float("inf")
+                elif g >= 0:
+                    queued[g] = max(queued.get(g, 0), mine)
+            keyed.append((key, k, rid))
+        keyed.sort()
+        rep.waiting = deque([item[2] for item in keyed])
+
+    @cython.cfunc
+    def _sg_choose(self, rep: Rep, now: cython.double, pending: object) -> list:
+        """sglang._choose_prefill; `pending` (the radix cache): the pages to allocate after, else None."""
         rid: cython.longlong
         chunked: cython.longlong = rep.prefilling[0] if rep.prefilling else -1
         page: cython.longlong = self.block_size
@@ -1622,6 +1918,10 @@ class Core:
         no_token: cython.bint
         keyed: list
         k: cython.Py_ssize_t = 0
+        hit: cython.longlong = 0
+        pinned: cython.longlong = 0
+        node: object = None
+        matched: tuple
         running: list = rep.decoding
         if rep.num_finished != rep.sg_finished_seen or not running:
             rep.sg_full = False
@@ -1638,6 +1938,8 @@ class Core:
                 k += 1
             keyed.sort()
             rep.waiting = deque([item[2] for item in keyed])
+        elif self.sg_lpm and rep.radix is not None and len(rep.waiting) <= self.sg_lpm_max:
+            self._sg_sort_lpm(rep)
         mixed = len(running) if self.sg_mixed else 0
         rem_chunk = self.budget - mixed
         rem_input = self.sg_max_prefill - mixed
@@ -1662,7 +1964,10 @@ class Core:
                 if n <= 0:
                     return _NONE
                 need = rep.free
-            self._allocate(rep, need)
+            if pending is None:
+                self._allocate(rep, need)
+            else:
+                pending.append(need)
             self.blocks[chunked] += need
             out.append((chunked, n))
             ext = self._pages(n) * page
@@ -1681,8 +1986,14 @@ class Core:
                 break
             rid = rep.waiting[0]
             extend = self._num_tokens(rid)
+            if rep.radix is not None:  # Req.init_next_round_input: its longest cached prefix
+                matched = rep.radix.match(rid, extend)
+                hit = matched[0]
+                node = matched[1]
+                pinned = rep.radix.unlocked_pages(node) * page  # the check pins it: not evictable for it
+                extend -= hit * page
             rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
-            if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
                 rep.sg_full = len(out) > 0 or len(running) > 0
                 break
             n = extend
@@ -1692,7 +2003,15 @@ class Core:
                 if n <= 0:
                     break
                 rest = 0
-            self._admit_head(rep, now, self._pages(n))
+            if rep.radix is None:
+                self._admit_head(rep, now, self._pages(n))
+            else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next
+                rep.radix.admit(rid, hit, node, extend + hit * page, self.req_preemptions[rid] != 0)
+                self._admit_head(rep, now, hit + self._pages(n))
+                self.computed[rid] = hit * page  # its cached tokens
+                pending.append(self._pages(n))
+                self._sync_radix(rep)
+                free = rep.free * page  # available + evictable: only the lock changed it (nothing allocated)
             out.append((rid, n))
             ext = self._pages(n) * page
             total_offset += ext + page + rest
@@ -1770,7 +2089,11 @@ class Core:
             for rid in ids:
                 if self._block_start(self.computed[rid]):
                     self.blocks[rid] += 1
-            self._allocate(rep, need)
+            if rep.radix is not None:
+                rep.radix.allocate(need)
+                self._sync_radix(rep)
+            else:
+                self._allocate(rep, need)
         return ids
 
     # -- what the caller reads at each check ----------------------------------------------------------
