@@ -241,7 +241,9 @@ def run_command(
         help="Run as the paper's trials were: clipped Poisson arrivals, the Ray round trip, a 30-minute cap.",
     ),
     prefill: str | None = typer.Option(
-        None, "--prefill", help="Disaggregated: the prefill pool, replicas x TP (2xTP2, 1xTP4PP2, 2xTP2@h100)."
+        None,
+        "--prefill",
+        help="Disaggregated: the prefill pool, replicas x TP (2xTP2, 1xTP4PP2, 2xTP2EP2, 2xTP2@h100).",
     ),
     decode: str | None = typer.Option(None, "--decode", help="Disaggregated: the decode pool (as --prefill)."),
     kv_link: str | None = typer.Option(
