@@ -87,3 +87,21 @@ def test_the_packaged_tables_are_warm_only_where_l2_is_large_against_the_bus() -
             skinny = rows[(rows["m"] <= 16) & l2_residency.can_be_resident(rows["n"], rows["k"], "bfloat16", gpu)]
             fastest = (l2_residency.weight_bytes(skinny["n"], skinny["k"], "bfloat16") / skinny["latency"]).max()
             assert fastest / 1e6 > 1.5 * gpu.hbm_gbps
+
+
+def test_the_h200_torch_timings_extra_time_grows_with_the_weights_up_to_l2_only() -> None:
+    """The shipped torch H200 profiles zero-fill 2x L2 before each call: a weight-bound GEMM then pays for writing
+    back the dirty lines its reads evict, min(weights, L2) bytes. Their extra time over the measured profile grows
+    with the weights while they are under L2 (50 MiB) and stops growing past it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from l2_in_tables import torch_gap
+
+    gap = torch_gap("h200")
+    extra = gap["extra_us"].to_numpy()
+    assert len(gap) == 5 and extra[0] < extra[1] < extra[2]  # up to 96 MiB: more to write back
+    assert extra[3] < 1.2 * extra[2] and extra[4] < 1.2 * extra[2]  # past L2: no more
+    # within 40% of min(weights, L2) / HBM bandwidth in every bin
+    assert np.all(np.abs(extra / gap["writeback_us"].to_numpy() - 1) < 0.4)

@@ -22,7 +22,8 @@ L2_SOURCES = {
             "cuda-juggernaut); GB200 the same die",
     "B300": "not published: assumed as B200's 126 MB (the same two-die layout); GB300 the same",
     "L40S": "NVIDIA Ada GPU Architecture whitepaper: AD102 98,304 KB L2 (all 12 memory controllers of the 384-bit "
-            "bus enabled on L40S); NVIDIA's own L40S GEMM table steps where 6 rotated weights outgrow 96 MB "
+            "bus enabled on L40S; the L40, same 142-SM AD102, measured with a 96 MiB L2 in arXiv:2606.22588); "
+            "NVIDIA's own L40S GEMM table steps where 6 rotated weights outgrow 96 MB "
             "(docs/kernel-validation.md, 'What the tables measured')",
     "RTX-P6000": "GB202's full 128 MB L2 on the RTX PRO 6000 (NVIDIA GTC 2025 launch coverage; the RTX 5090 has 96)",
     "A30": "24 MB L2 (half a GA100's memory partitions; TechPowerUp GPU database)",
