@@ -92,15 +92,16 @@ def _pow2(x: pd.Series) -> np.ndarray:
     return (v & (v - 1)) == 0
 
 
-def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataFrame:
-    """gpu, system, version, m, n, k, measured_ms, set: bf16 rows inside WINDOW of every system with a table."""
+def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS), dtype: str = "bfloat16") -> pd.DataFrame:
+    """gpu, system, version, m, n, k, measured_ms, set, dtype: rows of `dtype` (bfloat16, or fp8: the per-tensor
+    scaled fp8 GEMMs, W8A8 with the activations quantised per call) inside WINDOW of every system with a table."""
     frames = []
     for system in systems:
         path = gemm_file(root, system)
         if path is None:
             continue
         df = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
-        df = df[df["gemm_dtype"] == "bfloat16"]
+        df = df[df["gemm_dtype"] == dtype]
         for col, (lo, hi) in WINDOW.items():
             df = df[df[col].between(lo, hi)]
         in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (system in GEMM_FIT_SYSTEMS)
@@ -108,24 +109,32 @@ def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataF
             "gpu": gpu_for(system).name, "system": system, "version": f"{ENGINE} {path.parent.name}",
             "m": df["m"].to_numpy(), "n": df["n"].to_numpy(), "k": df["k"].to_numpy(),
             "measured_ms": df["latency"].to_numpy(dtype=float),
-            "set": np.where(in_sample, "calibration", "held out"),
+            "set": np.where(in_sample, "calibration", "held out"), "dtype": dtype,
         }))  # fmt: skip
+    frames = [f for f in frames if len(f)]  # a table without rows of this dtype (A100: no fp8)
     if not frames:
-        return pd.DataFrame(columns=["gpu", "system", "version", "m", "n", "k", "measured_ms", "set"])
+        return pd.DataFrame(columns=["gpu", "system", "version", "m", "n", "k", "measured_ms", "set", "dtype"])
     out = pd.concat(frames, ignore_index=True)
     return out[out["measured_ms"] > 0].sort_values(["system", "n", "k", "m"]).reset_index(drop=True)
 
 
 def predict(df: pd.DataFrame, kernels=None, tiles=None) -> np.ndarray:
-    """Roofline GEMM times of the rows; `kernels` maps a GPU name to KernelConstants (default: each GPU's own)."""
+    """Roofline GEMM times of the rows; `kernels` maps a GPU name to KernelConstants (default: each GPU's own).
+    fp8 rows (a `dtype` column) run on the fp8 tensor-core peak with one byte per weight, as roofline.linear_table
+    runs an fp8 deployment."""
+    from simserve import precision
     from simserve.profiling import roofline as rl
 
     out = np.empty(len(df))
-    for (gpu_name, system, k, n), idx in df.groupby(["gpu", "system", "k", "n"]).groups.items():
+    dtype = df["dtype"] if "dtype" in df else pd.Series("bfloat16", index=df.index)
+    for (gpu_name, system, k, n, dt), idx in df.assign(dtype=dtype).groupby(["gpu", "system", "k", "n", "dtype"]).groups.items():
         gpu = gpu_for(system)
+        nbytes = 1 if dt == "fp8" else 2
+        if nbytes == 1:
+            gpu = precision.gemm_gpu(gpu, "fp8")
         c = kernels.get(gpu_name) if kernels else None
         pos = df.index.get_indexer(idx)
-        out[pos] = rl.gemm_ms(gpu, df["m"].to_numpy()[pos], int(k), int(n), 2, c, tiles)
+        out[pos] = rl.gemm_ms(gpu, df["m"].to_numpy()[pos], int(k), int(n), nbytes, c, tiles)
     return out
 
 
