@@ -55,7 +55,9 @@ def test_one_decode_token_reads_only_its_experts():
     touched, rows = expert_load(dep, np.array([1.0, 4096.0]))
     t = grouped_gemm_ms(dep.gpu, touched, rows, up.in_features, up.out_features)
     all_experts = grouped_gemm_ms(dep.gpu, 128.0, 1.0, up.in_features, up.out_features)
-    assert t[0] < all_experts / 8
+    # beyond the fixed per-call time (the fitted MoE minimum carries the routing kernels: roofline.moe_constants)
+    t0 = roofline.moe_constants(roofline.kernels_for(dep.gpu), 2).gemm_min_us * 1e-3
+    assert t[0] - t0 < (all_experts - t0) / 8
     assert t[1] > 5 * t[0]
 
 

@@ -75,3 +75,21 @@ def test_fp8_gemms_are_fitted_per_capability_and_held_out_whole_on_the_other_die
         fitted, used = ac.fit_fp8(cc, ROOT), rl.ARCH_KERNELS[cc].fp8_gemm
         for i, name in enumerate(ac.gemm_names(cc)):
             assert used[i] == pytest.approx(fitted[name], rel=0.05, abs=0.1), (cc, name)
+
+
+def test_fused_moe_is_fitted_per_capability_with_deepseek_and_other_dies_held_out():
+    from simserve.profiling import arch_calibration as ac
+    from simserve.profiling import roofline as rl
+
+    moe = pv.load_moe(ROOT, dtype="fp8")
+    assert (moe[moe["model"] == "deepseek-v3"]["set"] == "held out").all()
+    for system in ("h200_sxm", "gb200", "gb300"):
+        assert (moe[moe["system"] == system]["set"] == "held out").all()
+    bf16 = pv.load_moe(ROOT, dtype="bf16")
+    err = pv.predict_moe(bf16) / bf16["measured_ms"].to_numpy() - 1
+    held = bf16.assign(err=err)[bf16["set"] == "held out"].groupby("gpu")["err"]
+    # reported: held-out GPUs 10-13% at the median (21-27% too fast on the dense GEMM constants)
+    assert (held.apply(lambda e: e.abs().median()) <= 0.14).all() and (held.median().abs() <= 0.06).all()
+    fitted, used = ac.fit_moe(90, ROOT, "bf16"), rl.ARCH_KERNELS[90].moe_gemm
+    for i, name in enumerate(ac.GEMM_NAMES):
+        assert used[i] == pytest.approx(fitted[name], rel=0.05, abs=0.1), name

@@ -153,6 +153,29 @@ def fit_fp8(cc: int, db_root: Path | None) -> dict[str, float] | None:
     return dict(zip(names, x, strict=True))
 
 
+def fit_moe(cc: int, db_root: Path | None, dtype: str = "bf16") -> dict[str, float] | None:
+    """Refitted grouped-GEMM constants of compute capability `cc` for `dtype` experts (roofline.KernelConstants
+    moe_gemm / moe_fp8_gemm) on the in-sample fused-MoE rows of its database system (perfdb_validation.load_moe:
+    Qwen3-235B-A22B and Mixtral-8x7B; DeepSeek-V3 and the other GPUs held out), or None without data."""
+    systems = SOURCES[cc][1]
+    if not systems or db_root is None:
+        return None
+    df = pv.load_moe(db_root, systems, dtype)
+    df = df[df["set"] == "calibration"].reset_index(drop=True)
+    if df.empty:
+        return None
+    base = dataclasses.replace(rl.ARCH_KERNELS.get(cc, rl.KERNELS), moe_gemm=(), moe_fp8_gemm=())
+    measured = df["measured_ms"].to_numpy()
+
+    def loss(x: list[float]) -> float:
+        if min(x) <= 0 or x[2] > MAX_MEMORY_EFF:
+            return 10.0
+        c = dataclasses.replace(base, **dict(zip(GEMM_NAMES, x, strict=True)))
+        return float(np.mean(np.abs(np.log(pv.predict_moe(df, {g: c for g in df["gpu"].unique()}) / measured))))
+
+    return dict(zip(GEMM_NAMES, v._fit(loss, [4.0, 0.6, 0.8]), strict=True))
+
+
 def calibrate_all(root: Path | None, db_root: Path | None) -> dict[int, dict[str, object]]:
     """Every compute capability of SOURCES with data present: {cc: refitted constants}."""
     return {cc: r for cc in SOURCES if (r := fit(cc, root, db_root)) is not None}

@@ -98,6 +98,10 @@ class KernelConstants:
     # fp8 (W8A8) GEMMs: (min µs, compute fraction of the fp8 peak, memory fraction[, streaming n½ per SM]) fitted on
     # the measured per-tensor fp8 GEMMs of the capability (arch_calibration.fit_fp8); empty: the bf16 constants.
     fp8_gemm: tuple[float, ...] = ()
+    # Grouped (fused-MoE) GEMMs: (min µs, compute fraction, memory fraction) of bf16 and of fp8 (block-scaled) experts,
+    # fitted on the measured fused-MoE tables (arch_calibration.fit_moe); empty: the dense GEMM constants.
+    moe_gemm: tuple[float, ...] = ()
+    moe_fp8_gemm: tuple[float, ...] = ()
 
 
 KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur profiles
@@ -107,14 +111,17 @@ KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur prof
 # fixed in roofline_validation.py and perfdb_validation.py; docs/kernel-validation.md reports in- and out-of-sample
 # errors apart). Attention of GQA/MHA models has its own constants per capability (roofline_attention.py).
 def _arch(
-    gemm: tuple[float, ...], elementwise: dict[str, tuple[float, float]], fp8: tuple[float, ...] = ()
-) -> KernelConstants:
+    gemm: tuple[float, ...], elementwise: dict[str, tuple[float, float]], fp8: tuple[float, ...] = (),
+    moe: tuple[float, ...] = (), moe_fp8: tuple[float, ...] = (),
+) -> KernelConstants:  # fmt: skip
     """KERNELS with another architecture's (min µs, compute fraction, memory fraction[, streaming n½ per SM]) and
-    elementwise costs, and its fp8 GEMM constants (the same four, of the fp8 peak; KernelConstants.fp8_gemm)."""
+    elementwise costs, its fp8 GEMM constants (the same four, of the fp8 peak; KernelConstants.fp8_gemm) and its
+    grouped-GEMM constants of bf16 and fp8 experts (the first three; moe_gemm, moe_fp8_gemm)."""
     costs = tuple((op, *elementwise[op]) for op in ELEMENTWISE_COST)
     stream = gemm[3] if len(gemm) > 3 else 0.0
     return dataclasses.replace(KERNELS, gemm_min_us=gemm[0], gemm_compute_eff=gemm[1], gemm_memory_eff=gemm[2],
-                               gemm_stream_half_tiles_per_sm=stream, elementwise_cost=costs, fp8_gemm=fp8)  # fmt: skip
+                               gemm_stream_half_tiles_per_sm=stream, elementwise_cost=costs, fp8_gemm=fp8,
+                               moe_gemm=moe, moe_fp8_gemm=moe_fp8)  # fmt: skip
 
 
 # sm86 (A40, GA102 + GDDR6), fitted on the A40 profile's internlm-20b and Qwen-72B. GEMMs reach 0.79 of their
@@ -136,21 +143,30 @@ SM90_ELEMENTWISE = {"attn_norm": (2.4, 0.42), "mlp_norm": (2.4, 0.42), "rotary":
 # the fp8 peak on Hopper and Blackwell (vLLM 0.24's per-tensor path is ~1.2x its bf16 GEMMs at large m, not 2x),
 # 5.0-5.6 µs at least (the quantisation's two kernels and the GEMM's). Before: the bf16 constants on the fp8 peak,
 # 20-48% too fast (docs/kernel-validation.md).
+# Fused MoE (vLLM's Triton fused_experts; bf16 and block-scaled fp8 experts), fitted per capability on the same GPU's
+# fused-MoE rows of Qwen3-235B-A22B and Mixtral-8x7B (arch_calibration.fit_moe; DeepSeek-V3's shape, H200, GB200,
+# GB300 held out). Their minimum durations (8-19 µs per grouped GEMM) carry the routing, sort/align and un-permute
+# kernels the form does not count; block-fp8 experts reach 0.18-0.5 of the fp8 peak. sm89's bf16 fit drives its
+# minimum to 0 (not identifiable; the dense constants were within 9%), so the L40S keeps them for bf16 experts.
 ARCH_KERNELS: dict[int, KernelConstants] = {
     80: KERNELS,
     86: _arch((3.1, 0.79, 0.82), SM86_ELEMENTWISE),
     # sm89 (L40S), GEMMs fitted on the database's in-sample L40S GEMMs: 0.67 of 362 TF/s (FP32-accumulate peak;
     # AD102 throttles its clock under sustained tensor load), 1.3 µs floor. Elementwise: sm86's (GDDR6 too), unmeasured.
-    89: _arch((1.3, 0.67, 0.83), SM86_ELEMENTWISE, fp8=(3.5, 0.63, 0.76)),
-    90: _arch((3.0, 0.87, 0.95, 0.021), SM90_ELEMENTWISE, fp8=(5.2, 0.53, 0.89, 0.060)),
+    89: _arch((1.3, 0.67, 0.83), SM86_ELEMENTWISE, fp8=(3.5, 0.63, 0.76), moe_fp8=(16.0, 0.50, 0.78)),
+    90: _arch((3.0, 0.87, 0.95, 0.021), SM90_ELEMENTWISE, fp8=(5.2, 0.53, 0.89, 0.060), moe=(18.5, 0.56, 0.90),
+               moe_fp8=(15.9, 0.34, 0.93)),
     # sm100 (B200; GB200 held out), GEMMs fitted on the database's in-sample B200 GEMMs, tiles chosen per problem:
     # 0.75 of 2.25 PF/s dense BF16, 0.95 of HBM3e (the bound), 2.6 µs floor. Elementwise: sm90's (HBM), unmeasured.
-    100: _arch((2.6, 0.75, 0.95, 0.074), SM90_ELEMENTWISE, fp8=(5.6, 0.46, 0.91, 0.160)),
+    100: _arch((2.6, 0.75, 0.95, 0.074), SM90_ELEMENTWISE, fp8=(5.6, 0.46, 0.91, 0.160), moe=(7.8, 0.40, 0.95),
+                moe_fp8=(14.3, 0.18, 0.95)),
     # sm103 (B300, Blackwell Ultra; GB300 held out), fitted on the database's in-sample B300 GEMMs: 0.84 of 2.25 PF/s.
-    103: _arch((2.5, 0.84, 0.95, 0.072), SM90_ELEMENTWISE, fp8=(5.0, 0.49, 0.93, 0.178)),
+    103: _arch((2.5, 0.84, 0.95, 0.072), SM90_ELEMENTWISE, fp8=(5.0, 0.49, 0.93, 0.178), moe=(7.8, 0.40, 0.95),
+                moe_fp8=(12.5, 0.19, 0.95)),
     # sm120 (RTX PRO 6000, GB202 + GDDR7), fitted on the database's in-sample RTX PRO 6000 GEMMs: 0.85 of 468 TF/s,
     # 0.93 of 1.79 TB/s, 1.0 µs floor. Elementwise: sm86's (GDDR), unmeasured.
-    120: _arch((1.0, 0.85, 0.93, 0.015), SM86_ELEMENTWISE, fp8=(4.6, 0.92, 0.95, 0.035)),
+    120: _arch((1.0, 0.85, 0.93, 0.015), SM86_ELEMENTWISE, fp8=(4.6, 0.92, 0.95, 0.035), moe=(14.0, 0.40, 0.90),
+                moe_fp8=(12.7, 0.37, 0.87)),
 }
 
 
@@ -223,6 +239,15 @@ def fp8_constants(c: KernelConstants) -> KernelConstants:
                                gemm_stream_half_tiles_per_sm=stream, fp8_gemm=())  # fmt: skip
 
 
+def moe_constants(c: KernelConstants, weight_bytes: int) -> KernelConstants:
+    """The constants a grouped (fused-MoE) GEMM runs with: the capability's fitted ones for its expert dtype where it
+    has them (vLLM's Triton fused-MoE kernel, not cuBLAS), else the dense GEMM ones."""
+    f = c.moe_fp8_gemm if weight_bytes == 1 else c.moe_gemm
+    if not f:
+        return c
+    return dataclasses.replace(c, gemm_min_us=f[0], gemm_compute_eff=f[1], gemm_memory_eff=f[2])
+
+
 def elementwise_ms(gpu: GPUSpec, op: str, nbytes, c: KernelConstants | None = None) -> np.ndarray:
     """One call of a memory-bound op moving `nbytes` through HBM."""
     c = c or kernels_for(gpu)
@@ -276,7 +301,8 @@ def constants_dict(kernels: KernelConstants = KERNELS, coll: CollectiveConstants
     """Every constant the backend used, for provenance.json."""
     out = dataclasses.asdict(kernels)
     out["elementwise_cost"] = {name: {"min_us": t0, "bw_eff": e} for name, t0, e in kernels.elementwise_cost}
-    out["fp8_gemm"] = list(kernels.fp8_gemm)  # as provenance.json reads back (merge.py compares the two)
+    for name in ("fp8_gemm", "moe_gemm", "moe_fp8_gemm"):  # lists, as provenance.json reads back (merge.py compares)
+        out[name] = list(getattr(kernels, name))
     out.update(dataclasses.asdict(coll or CollectiveConstants()))
     return out
 
