@@ -249,8 +249,11 @@ def per_gpu_section(ref: Path | None, db_root: Path | None) -> str:
                 md(v.summary(db, ["gpu", "sample"])), "", "By token count m (all rows):", "",
                 md(v.summary(db, ["gpu", "m_band"])), ""]  # fmt: skip
     if db_root is not None:
+        out += [fp8_section(db_root), "", moe_section(db_root), ""]
         out += [attention_section(db_root, ref), ""]
     out += [torch_section(), ""]
+    if db_root is not None:
+        out += [l2_section(), ""]
     if ref is not None and db_root is not None:
         out += [two_sources_section(ref, db_root), ""]
     if notes:
@@ -334,9 +337,99 @@ def torch_section() -> str:
         "FlashAttention-2, an L2 flush before each timing) against a roofline profile on the same grid, pooled over",
         f"their models ({', '.join(gpus)}). Bias + means the roofline is slower. Hopper's roofline is fitted on vLLM's",
         "FlashAttention-3 and cuBLAS kernels, which run 6-7% (GEMM, m > 512) and up to ~1.9x (long prefill) faster",
-        "than these; the small-m GEMM gap is not yet separated from the flush's write-backs (docs/profiling.md).", "",
+        "than these; the small-m GEMM gap follows the flush's write-backs (\"What the tables measured\", below).", "",
         md(out), "",
     ])  # fmt: skip
+
+
+def fp8_section(db_root: Path) -> str:
+    """The roofline's fp8 GEMMs (W8A8, per-tensor scales) against the database's, in- and out-of-sample."""
+    fp8 = pv.load_gemm(db_root, dtype="fp8")
+    if fp8.empty:
+        return ""
+    fp8 = v.with_errors(fp8, pv.predict(fp8)).assign(sample=_sample(fp8))
+    return "\n".join([
+        "### NVIDIA's database: fp8 GEMMs (per-tensor W8A8, vLLM's CutlassFP8ScaledMMLinearKernel) — reported", "",
+        "An fp8 deployment's GEMMs on fp8 tensor cores: the activations' quantisation first (a max reduction and a",
+        "quantising pass, roofline.quantisation_bytes), then the scaled-mm on the fp8 peak with one byte per weight,",
+        "with constants of its own per compute capability (roofline.ARCH_KERNELS fp8, arch_calibration.fit_fp8) fitted",
+        "on the same GPU and split as the bf16 GEMMs (L40S, H100, B200, B300, RTX PRO 6000 power-of-two shapes; H200,",
+        "GB200 and GB300 held out whole). On the bf16 constants they were 20-48% too fast (median bias -20% RTX PRO",
+        "6000 to -48% B200): vLLM 0.24's per-tensor path reaches 0.46-0.53 of the fp8 peak on Hopper and Blackwell,",
+        "~1.1-1.7x its bf16 GEMMs, not 2x, and at n = 1024 it is slower than bf16 (the shape dependence the one",
+        "efficiency per capability leaves in the P90). Ampere has no fp8 tensor cores (weight-only: no table).", "",
+        md(v.summary(fp8, ["gpu", "sample"])), "",
+    ])  # fmt: skip
+
+
+def moe_section(db_root: Path) -> str:
+    """The roofline's fused MoE (roofline_moe.fused_expert_ms) against the database's, in- and out-of-sample."""
+    moe = pd.concat([pv.load_moe(db_root, dtype=d) for d in ("bf16", "fp8")], ignore_index=True)
+    if moe.empty:
+        return ""
+    moe = v.with_errors(moe, pv.predict_moe(moe)).assign(sample=_sample(moe))
+    return "\n".join([
+        "### NVIDIA's database: fused MoE (vLLM's Triton fused_experts, balanced routing) — reported", "",
+        "The routed experts of Qwen3-235B-A22B, Mixtral-8x7B and DeepSeek-V3 at the layouts vLLM runs (TP 1-8,",
+        "EP = TP 2-8), bf16 and block-scaled fp8 experts (perfdb_validation.load_moe). Grouped-GEMM constants per",
+        "compute capability and expert dtype (roofline.ARCH_KERNELS moe, moe_fp8; arch_calibration.fit_moe) fitted",
+        "on Qwen3 and Mixtral on the GPU that fits the capability's GEMMs; DeepSeek-V3's shape (fp8 only) and the",
+        "H200, GB200 and GB300 are held out. Before, on the dense GEMM constants: bf16 8-27% too fast, fp8 12-51%.",
+        "The fitted minimum durations (8-19 µs per grouped GEMM) carry the routing, sort/align and un-permute",
+        "kernels the form does not count, so they do not carry over to DeepSeek-V3's 256 experts: its held-out",
+        "rows stay 22-41% off (P90 ~100%). The L40S keeps the dense constants for bf16 experts (its fit drives the",
+        "minimum to 0).", "",
+        md(v.summary(moe, ["dtype", "gpu", "sample"])), "",
+    ])  # fmt: skip
+
+
+def l2_section() -> str:
+    """What the database's GEMM rows measured, L2-warm or cold (benchmarks/l2_in_tables.py), and the roofline on
+    each condition's rows."""
+    import l2_in_tables as l2t
+
+    rates = l2t.table_rates()
+    gbps = ["resident_max_gbps", "cold_max_gbps"]
+    rates = rates.assign(resident_x_bus=(rates["resident_max_gbps"] / rates["bus_gbps"]).round(2),
+                         cold_x_bus=(rates["cold_max_gbps"] / rates["bus_gbps"]).round(2),
+                         median_lift=rates["median_lift"].round(2), **{c: rates[c].round(0) for c in gbps}
+                         ).drop(columns=["engine"]).set_index("gpu")  # fmt: skip
+    by = l2t.roofline_by_condition()
+    cond = by.assign(bias_pct=(by["bias"] * 100).round(1), median_abs_pct=(by["median_abs"] * 100).round(1))
+    cond = cond.drop(columns=["bias", "median_abs"]).set_index("gpu")
+    gap = l2t.torch_gap()
+    out = [
+        "### What the tables measured: L2-warm where the collector's loop fits, cold elsewhere", "",
+        "NVIDIA's vLLM collector (github.com/ai-dynamo/aiconfigurator, vLLM 0.24.0 collection d5bad971c:",
+        "`collector/vllm/collect_gemm.py` `run_gemm`, `collector/helper.py` `benchmark_with_power`) builds 6 linear",
+        "layers with their own weights (1 for fp8_block), runs them on one shared input inside a CUDA graph, replays",
+        "it 3 times, then times 6 replays back to back; a row is the total / 6 / 6. Nothing flushes L2 and nothing",
+        "rotates beyond the 6 weights, so where 6 weights fit in L2 they are read from L2 from the second replay on",
+        "(`collect_attn.py` times attention the same way over one KV cache). Below: the fastest rate skinny GEMMs",
+        "(m <= 16) stream their weights at (n·k·bytes / latency, GB/s) where the 6 weights fit in L2 and where they",
+        "exceed 2x L2 (cannot be resident), against the spec sheet's bus, and the rows the measured backend floors",
+        "to their weights' cold streaming time (simserve/profiling/l2_residency.py; `python benchmarks/",
+        "l2_in_tables.py`):", "",
+        md(rates), "",
+        "Only the GPUs with a large L2 on a slow bus show it: the L40S reads resident weights at up to 2.86x its",
+        "864 GB/s GDDR6, the RTX PRO 6000 at 1.68x its GDDR7; their rates fall to the bus's where 6 weights outgrow",
+        "L2. On HBM GPUs no row is faster than HBM (0 rows floored): the weights that fit in their L2 are small",
+        "enough that the kernels are latency-bound, so warm and cold time the same, and the shipped H100/H200",
+        "measured profiles do not move. The roofline models serving's condition (weights from HBM); against the",
+        "table's rows of each condition (bias + means the roofline is slower):", "",
+        md(cond), "",
+        "On the L40S the roofline is 36.6% slower than the rows its table timed warm at m <= 64 and 6.8% (median)",
+        "off the 10,200 rows timed cold: the L40S's 8.2% over all rows is the table's L2 condition, not a serving",
+        "error (RTX PRO 6000: 5.1% cold). A roofline evaluated in the table's condition needs an L2 bandwidth per GPU from the literature;",
+        "none was found for Ada or GB202, so none is modelled. The H200's torch profiles (L2 zero-filled before",
+        "each call) against the measured profile at m <= 16, by weight size: the extra time grows with the weights",
+        "up to L2 and stops there, as min(weights, L2) / HBM, the write-back of the dirty lines the GEMM's reads",
+        "evict, does; a warm table cannot explain it (weights over 96 MiB cannot be resident in 50 MiB):", "",
+    ]  # fmt: skip
+    if not gap.empty:
+        gap = gap.assign(weights_mib=gap["weights"].astype(str), torch_slower_pct=(gap["torch_slower"] * 100).round(1))
+        out += [md(gap.drop(columns=["weights", "torch_slower"]).set_index("weights_mib").round(2)), ""]
+    return "\n".join(out)
 
 
 def two_sources_section(ref: Path, db_root: Path) -> str:
@@ -397,9 +490,9 @@ def tile_ablation(ref: Path | None, db_root: Path | None) -> str:
         "(and, on Hopper and Blackwell, the weight-streaming half-point) refitted for each tile variant",
         "(simserve/profiling/gemm_tiles.py). The variant in use has the lowest loss. On Ada the choice model would",
         "bring the L40S's median from 8.2% to 8.05% but fits its in-sample rows worse, so Ada keeps Ampere's tiles;",
-        "what keeps it above 8% is its small weight matrices: at m <= 64 and weights under 16 MB the table's GEMMs",
-        "read up to 1.35 TB/s from a 864 GB/s GDDR6 bus (they stay in the 96 MB L2 between the benchmark's",
-        "repeats), which no bandwidth fraction of DRAM can follow and serving, streaming every layer, never sees.", "",
+        "what keeps it above 8% is its small weight matrices: where the collector's 6 weights fit in the 96 MB L2",
+        "the table's skinny GEMMs read them at up to 2.47 TB/s from a 864 GB/s GDDR6 bus, which no bandwidth",
+        "fraction of DRAM can follow and serving, streaming every layer, never sees (\"What the tables measured\").", "",
         md(pd.DataFrame(rows).set_index(["arch", "tiles"])), "",
     ])  # fmt: skip
 
@@ -552,6 +645,13 @@ def calibration_section(ref: Path) -> str:
                     arch_rows.append((f"sm{cc}", f"{op} bw_eff", eff, in_use[name][op]["bw_eff"]))
             else:
                 arch_rows.append((f"sm{cc}", name, value, in_use[name]))
+        fitted_fp8 = ac.fit_fp8(cc, pv.data_root()) or {}
+        for i, (name, value) in enumerate(fitted_fp8.items()):
+            arch_rows.append((f"sm{cc}", f"fp8 {name}", value, rl.ARCH_KERNELS[cc].fp8_gemm[i]))
+        for dtype, field in (("bf16", "moe_gemm"), ("fp8", "moe_fp8_gemm")):
+            used_moe = getattr(rl.ARCH_KERNELS[cc], field)
+            for i, (name, value) in enumerate((ac.fit_moe(cc, pv.data_root(), dtype) or {}).items()):
+                arch_rows.append((f"sm{cc}", f"moe {dtype} {name}", value, used_moe[i] if used_moe else "dense"))
     per_cc = pd.DataFrame(arch_rows, columns=["sm", "constant", "refitted", "in use"]).set_index(["sm", "constant"])
     att_rows = []
     for cc in pv.ATTENTION_SYSTEMS:

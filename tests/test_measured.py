@@ -100,6 +100,8 @@ def test_provenance_names_the_package_release_counts_and_license(h200_tp4) -> No
     assert prov["backend"] == "measured" and m["package"] == "aiconfigurator-core" and m["system"] == "h200_sxm"
     assert m["engine"] == "vllm" and m["engine_version"] == measured.default_version("h200_sxm", "vllm")
     assert m["license"] == "Apache-2.0" and "NVIDIA" in m["attribution"]
+    # H200's GEMM rows are no faster than HBM anywhere: the L2 floor lifts none (tests/test_l2_residency.py)
+    assert m["gemm_l2_floor"]["rows_floored"] == 0 and m["gemm_l2_floor"]["l2_mib"] == 50
     for name, df in tables.items():
         assert sum(prov["row_counts"][name].values()) == len(df)
     assert prov["row_counts"]["elementwise"]["modelled"] == len(tables["elementwise"])

@@ -9,6 +9,7 @@ from simserve import precision
 from simserve.catalog import GPU
 from simserve.deployment import Deployment
 from simserve.ops import attention_shape, expert_load, expert_ops
+from simserve.profiling import roofline
 from simserve.profiling.roofline import decode_attention_ms, gemm_ms
 from simserve.profiling.roofline_moe import grouped_gemm_ms, mla_decode_attention_ms
 
@@ -18,8 +19,18 @@ def _gemm(gpu: str, dtype: str, m: int) -> float:
     return float(gemm_ms(precision.gemm_gpu(g, dtype), m, 8192, 28672, precision.dtype_bytes(dtype)))
 
 
-def test_fp8_gemm_on_hopper_is_twice_as_fast_when_compute_bound():
-    assert _gemm("h100", "bf16", 8192) / _gemm("h100", "fp8", 8192) == pytest.approx(2.0, rel=0.05)
+def test_fp8_gemm_on_hopper_halves_the_weight_bytes_but_not_the_compute_time():
+    # W8A8 with per-tensor scales (vLLM's CUTLASS scaled-mm): the fp8 peak is 2x bf16's, but NVIDIA's measured H100
+    # GEMMs reach ~1.1-1.7x at large m (roofline.ARCH_KERNELS' fp8 constants are fitted on them), and the
+    # activations are quantised first (roofline.quantisation_bytes)
+    compute = _gemm("h100", "bf16", 8192) / _gemm("h100", "fp8", 8192)
+    assert 1.05 < compute < 1.5
+    # weight-bound (one token): half the weight bytes, less what the quantisation kernels and the floor cost
+    weights = _gemm("h100", "bf16", 1) / _gemm("h100", "fp8", 1)
+    assert 1.4 < weights < 2.0
+    g = GPU.get("h100")
+    assert roofline.quantisation_bytes(g, 4.0, 8192, 1) == 5 * 4 * 8192
+    assert roofline.quantisation_bytes(g, 4.0, 8192, 2) == 0 and roofline.quantisation_bytes(GPU.get("a100"), 4.0, 8192, 1) == 0
 
 
 def test_fp8_on_ampere_is_weight_only():
@@ -44,7 +55,9 @@ def test_one_decode_token_reads_only_its_experts():
     touched, rows = expert_load(dep, np.array([1.0, 4096.0]))
     t = grouped_gemm_ms(dep.gpu, touched, rows, up.in_features, up.out_features)
     all_experts = grouped_gemm_ms(dep.gpu, 128.0, 1.0, up.in_features, up.out_features)
-    assert t[0] < all_experts / 8
+    # beyond the fixed per-call time (the fitted MoE minimum carries the routing kernels: roofline.moe_constants)
+    t0 = roofline.moe_constants(roofline.kernels_for(dep.gpu), 2).gemm_min_us * 1e-3
+    assert t[0] - t0 < (all_experts - t0) / 8
     assert t[1] > 5 * t[0]
 
 

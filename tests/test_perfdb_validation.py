@@ -30,8 +30,9 @@ def test_out_of_sample_gemm_errors_per_gpu(gemms):
     held = gemms[gemms["set"] == "held out"].groupby("gpu")["ape"].median()
     every = {"A100-80GB", "H100-SXM", "H200", "L40S", "B200", "GB200", "B300", "GB300", "RTX-P6000"}
     assert every <= set(held.index)
-    # Goal 8%: met by every GPU but the L40S (~8.1%: its small weight matrices stay in the 96 MB L2 between the
-    # benchmark's repeats, up to 1.35 TB/s from a 864 GB/s GDDR6 bus); 26-27% on Hopper before per-architecture
+    # Goal 8%: met by every GPU but the L40S (~8.2%: where the collector's 6 weights fit in its 96 MB L2 the table
+    # reads them at up to 2.9x its GDDR6 bus; 6.8% on its rows timed cold, tests/test_l2_residency.py); 26-27% on
+    # Hopper before per-architecture
     # constants, 9-10% before the tile choice (gemm_tiles.chosen_tile_seconds).
     assert all(held[g] <= 8.0 for g in every - {"L40S"}), held.to_dict()
     assert held["L40S"] <= 9.0, held.to_dict()
@@ -55,3 +56,40 @@ def test_attention_rows_of_every_gpu_are_predicted_in_and_out_of_sample():
     # too slow with the legacy A100 kernel), decode within 21% (GDDR GPUs ~18-20%, HBM ones 5-11%)
     assert (held["prefill"] <= 20.0).all() and (held["decode"] <= 21.0).all(), held.to_dict()
     assert held["decode"][["H100-SXM", "H200", "B300"]].max() <= 8.0, held.to_dict()
+
+
+def test_fp8_gemms_are_fitted_per_capability_and_held_out_whole_on_the_other_dies():
+    from simserve.profiling import arch_calibration as ac
+    from simserve.profiling import roofline as rl
+
+    fp8 = pv.load_gemm(ROOT, dtype="fp8")
+    assert set(fp8["dtype"]) == {"fp8"} and "A100-80GB" not in set(fp8["gpu"])  # Ampere has no fp8 tensor cores
+    for system in ("h200_sxm", "gb200", "gb300"):
+        assert (fp8[fp8["system"] == system]["set"] == "held out").all()
+    err = pv.predict(fp8) / fp8["measured_ms"].to_numpy() - 1
+    held = fp8.assign(err=err)[fp8["set"] == "held out"].groupby("gpu")["err"]
+    # reported, not the 8% goal: out-of-sample medians 6.5-12% (20-48% too fast on the bf16 constants), no bias
+    # beyond 6%; the rest is shape-dependent (per-tensor fp8 at n = 1024 runs slower than bf16)
+    assert (held.apply(lambda e: e.abs().median()) <= 0.13).all() and (held.median().abs() <= 0.07).all()
+    for cc in (90, 100):  # the constants in use are the refitted ones
+        fitted, used = ac.fit_fp8(cc, ROOT), rl.ARCH_KERNELS[cc].fp8_gemm
+        for i, name in enumerate(ac.gemm_names(cc)):
+            assert used[i] == pytest.approx(fitted[name], rel=0.05, abs=0.1), (cc, name)
+
+
+def test_fused_moe_is_fitted_per_capability_with_deepseek_and_other_dies_held_out():
+    from simserve.profiling import arch_calibration as ac
+    from simserve.profiling import roofline as rl
+
+    moe = pv.load_moe(ROOT, dtype="fp8")
+    assert (moe[moe["model"] == "deepseek-v3"]["set"] == "held out").all()
+    for system in ("h200_sxm", "gb200", "gb300"):
+        assert (moe[moe["system"] == system]["set"] == "held out").all()
+    bf16 = pv.load_moe(ROOT, dtype="bf16")
+    err = pv.predict_moe(bf16) / bf16["measured_ms"].to_numpy() - 1
+    held = bf16.assign(err=err)[bf16["set"] == "held out"].groupby("gpu")["err"]
+    # reported: held-out GPUs 10-13% at the median (21-27% too fast on the dense GEMM constants)
+    assert (held.apply(lambda e: e.abs().median()) <= 0.14).all() and (held.median().abs() <= 0.06).all()
+    fitted, used = ac.fit_moe(90, ROOT, "bf16"), rl.ARCH_KERNELS[90].moe_gemm
+    for i, name in enumerate(ac.GEMM_NAMES):
+        assert used[i] == pytest.approx(fitted[name], rel=0.05, abs=0.1), name

@@ -12,6 +12,23 @@ ARCHS = ("ampere", "ada", "hopper", "blackwell")
 # The compute capability a GPU of each architecture has unless its entry says otherwise (`sm_version`): the kernel
 # model's efficiencies are calibrated per compute capability (simserve/profiling/roofline.py).
 DEFAULT_SM_VERSION = {"ampere": 80, "ada": 89, "hopper": 90, "blackwell": 100}
+# Where each GPU's `l2_mib` comes from.
+L2_SOURCES = {
+    "A100-80GB": "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 40 MB L2 (A100-PCIe: the same GA100)",
+    "A40-48GB": "NVIDIA Ampere GA102 GPU Architecture whitepaper: 6144 KB L2",
+    "H100-SXM": "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (SXM5 and PCIe; H100 NVL the same die)",
+    "H200": "the GH100 of the H100 SXM5 (50 MB L2; the H200 changes the HBM only)",
+    "B200": "126 MB L2 over the two dies, measured by Chips and Cheese (chipsandcheese.com/p/nvidias-b200-keeping-the-"
+            "cuda-juggernaut); GB200 the same die",
+    "B300": "not published: assumed as B200's 126 MB (the same two-die layout); GB300 the same",
+    "L40S": "NVIDIA Ada GPU Architecture whitepaper: AD102 98,304 KB L2 (all 12 memory controllers of the 384-bit "
+            "bus enabled on L40S; the L40, same 142-SM AD102, measured with a 96 MiB L2 in arXiv:2606.22588); "
+            "NVIDIA's own L40S GEMM table steps where 6 rotated weights outgrow 96 MB "
+            "(docs/kernel-validation.md, 'What the tables measured')",
+    "RTX-P6000": "GB202's full 128 MB L2 on the RTX PRO 6000 (NVIDIA GTC 2025 launch coverage; the RTX 5090 has 96)",
+    "A30": "24 MB L2 (half a GA100's memory partitions; TechPowerUp GPU database)",
+    "L4": "NVIDIA Ada GPU Architecture whitepaper: AD104 48 MB L2",
+}
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,9 @@ class GPUSpec:
     # compute capability × 10 (80 A100, 86 A40/GA102, 89 Ada, 90 Hopper, 100 Blackwell); 0: the arch's default.
     # GA102 (sm86) is Ampere with another SM, a 6 MB L2 and GDDR6: its kernels reach other fractions of peak.
     sm_version: int = 0
+    # L2 cache in MiB (NVIDIA's "MB" in whitepapers is 1024 KB); 0: not known. Sources per GPU in L2_SOURCES. A
+    # kernel whose operands fit stays L2-resident across repeated launches: simserve/profiling/l2_residency.py.
+    l2_mib: float = 0.0
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -43,6 +63,10 @@ class GPUSpec:
     @property
     def memory_bytes(self) -> float:
         return self.memory_gib * 2**30
+
+    @property
+    def l2_bytes(self) -> float:
+        return self.l2_mib * 2**20
 
 
 NODE_KINDS = ("nvswitch", "nvlink-pairs", "pcie", "pcie-host")
@@ -113,6 +137,7 @@ GPU: Table[GPUSpec] = Table(
     [
         GPUSpec(
             name="A100-80GB", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=2039.0, num_sms=108, arch="ampere",
+            l2_mib=40,
             aliases=("a100", "a100-80g", "a100-sxm4-80gb", "a100-80gb-sxm"),
             source="NVIDIA A100 datasheet (SXM4 80GB: 312 TF/s dense BF16, 2,039 GB/s HBM2e); "
                    "79.15 GiB is torch.cuda's total for the 80 GB part; 108 SMs (NVIDIA A100 Tensor Core GPU "
@@ -120,6 +145,7 @@ GPU: Table[GPUSpec] = Table(
         ),
         GPUSpec(
             name="A40-48GB", memory_gib=44.35, peak_tflops=149.7, hbm_gbps=696.0, num_sms=84, arch="ampere",
+            l2_mib=6,
             aliases=("a40", "a40-48g"), sm_version=86,
             source="NVIDIA A40 datasheet (149.7 TF/s dense FP16 tensor, 696 GB/s GDDR6); "
                    "44.35 GiB is torch.cuda's total with ECC on; 84 SMs (GA102, sm86: the datasheet's "
@@ -127,12 +153,14 @@ GPU: Table[GPUSpec] = Table(
         ),
         GPUSpec(
             name="H100-SXM", memory_gib=79.11, peak_tflops=989.4, hbm_gbps=3350.0, num_sms=132, arch="hopper",
+            l2_mib=50,
             aliases=("h100", "h100-80gb", "h100-sxm5", "h100-sxm5-80gb"),
             source="NVIDIA H100 datasheet (SXM5: 989.4 TF/s dense BF16, 3.35 TB/s HBM3); 132 SMs "
                    "(NVIDIA H100 Tensor Core GPU Architecture whitepaper, SXM5)",
         ),
         GPUSpec(
             name="H200", memory_gib=139.8, peak_tflops=989.4, hbm_gbps=4800.0, num_sms=132, arch="hopper",
+            l2_mib=50,
             aliases=("h200", "h200-sxm", "h200-141gb"),
             source="NVIDIA H200 datasheet (SXM: 989.4 TF/s dense BF16, 4.8 TB/s HBM3e, 141 GB); the GH100 die "
                    "of the H100 SXM5, 132 SMs",
@@ -140,6 +168,7 @@ GPU: Table[GPUSpec] = Table(
         # For the h100-nvl-pairs box below (a PCIe card with NVLink bridges; not in NVIDIA's per-op database).
         GPUSpec(
             name="H100-NVL", memory_gib=87.5, peak_tflops=835.0, hbm_gbps=3900.0, num_sms=132, arch="hopper",
+            l2_mib=50,
             aliases=("h100-nvl", "h100nvl", "h100-94gb"),
             source="NVIDIA H100 datasheet (H100 NVL: 1,671 TF/s BF16 with sparsity -> 835 dense, 3.9 TB/s HBM3, "
                    "94 GB = 87.5 GiB; NVLink bridge 600 GB/s bidirectional, PCIe Gen5 128 GB/s); GH100 with 132 SMs "
@@ -274,6 +303,7 @@ _AIC = "aiconfigurator-core 0.12.0 systems/{}.yaml"
 _DATABASE_GPUS = [
     GPUSpec(
         name="B200", memory_gib=180.0, peak_tflops=2250.0, hbm_gbps=7700.0, num_sms=148, arch="blackwell",
+        l2_mib=126,
         aliases=("b200", "b200-sxm", "b200-180gb", "hgx-b200-gpu"),
         source="NVIDIA HGX B200 datasheet (8 GPUs: 36 PF FP16/BF16 with sparsity = 2.25 PF dense each, 1.4 TB "
                "HBM3e, 62 TB/s = 7.7 TB/s each); 148 SMs (NVIDIA Blackwell architecture technical brief); "
@@ -281,6 +311,7 @@ _DATABASE_GPUS = [
     ),
     GPUSpec(
         name="B300", memory_gib=268.6, peak_tflops=2250.0, hbm_gbps=7750.0, num_sms=148, arch="blackwell",
+        l2_mib=126,
         aliases=("b300", "b300-sxm", "blackwell-ultra", "hgx-b300-gpu"), sm_version=103,
         source="NVIDIA HGX B300 datasheet (8 GPUs: 36 PF FP16/BF16 with sparsity = 2.25 PF dense each, 2.3 TB "
                f"HBM3e); bandwidth and memory from {_AIC.format('b300_sxm')} (7.75 TB/s, 288.4e9 B); SMs as B200 "
@@ -288,24 +319,28 @@ _DATABASE_GPUS = [
     ),
     GPUSpec(
         name="GB200", memory_gib=185.0, peak_tflops=2500.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
+        l2_mib=126,
         aliases=("gb200", "gb200-nvl72-gpu", "b200-grace"),
         source="NVIDIA GB200 NVL72 datasheet (72 GPUs: 360 PF FP16/BF16 with sparsity = 2.5 PF dense each, "
                f"13.4 TB HBM3e = 186 GB each, 576 TB/s = 8 TB/s each); memory {_AIC.format('gb200')} (185 GiB)",
     ),
     GPUSpec(
         name="GB300", memory_gib=277.5, peak_tflops=2500.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
+        l2_mib=126,
         aliases=("gb300", "gb300-nvl72-gpu", "b300-grace"), sm_version=103,
         source="NVIDIA GB300 NVL72 datasheet (72 GPUs: 20.7 TB HBM3e = 288 GB each, 576 TB/s = 8 TB/s each); "
                f"dense BF16 and memory from {_AIC.format('gb300')} (2.5 PF, 298.0e9 B); SMs as GB200 (assumption)",
     ),
     GPUSpec(
         name="L40S", memory_gib=44.99, peak_tflops=362.05, hbm_gbps=864.0, num_sms=142, arch="ada",
+        l2_mib=96,
         aliases=("l40s", "l40s-48gb"),
         source="NVIDIA L40S datasheet (362.05 TF/s BF16 dense, 733 with sparsity; 48 GB GDDR6 at 864 GB/s); 142 SMs "
                f"(AD102: the datasheet's 18,176 CUDA cores / 128 per SM); memory {_AIC.format('l40s')}",
     ),
     GPUSpec(
         name="RTX-P6000", memory_gib=95.59, peak_tflops=467.8, hbm_gbps=1792.0, num_sms=188, arch="blackwell",
+        l2_mib=128,
         sm_version=120,  # GB202: compute capability 12.0 (CUDA C Programming Guide), not the B200's 10.0
         aliases=("rtx-pro-6000", "rtx-pro-6000-server", "rtx_pro_6000_server", "rtx-pro-6000-blackwell"),
         source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (96 GB GDDR7 at 1,792 GB/s; 24,064 CUDA cores "
@@ -313,11 +348,13 @@ _DATABASE_GPUS = [
     ),
     GPUSpec(
         name="A100-PCIe", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=1935.0, num_sms=108, arch="ampere",
+        l2_mib=40,
         aliases=("a100-pcie-80gb", "a100_pcie"),
         source="NVIDIA A100 datasheet (PCIe 80GB: 312 TF/s dense BF16, 1,935 GB/s HBM2e); memory as A100-80GB",
     ),
     GPUSpec(
         name="A30", memory_gib=23.5, peak_tflops=165.0, hbm_gbps=933.0, num_sms=56, arch="ampere",
+        l2_mib=24,
         aliases=("a30", "a30-24gb"),
         source="NVIDIA A30 datasheet (165 TF/s dense BF16, 24 GB HBM2 at 933 GB/s; 3,584 FP32 cores = 56 SMs); "
                "memory: 24 GiB less the ~0.5 GiB the driver keeps (as H100: 79.65 GiB in nvidia-smi, 79.11 in torch), "
@@ -325,12 +362,14 @@ _DATABASE_GPUS = [
     ),
     GPUSpec(
         name="H100-PCIe", memory_gib=79.11, peak_tflops=756.0, hbm_gbps=2000.0, num_sms=114, arch="hopper",
+        l2_mib=50,
         aliases=("h100-pcie", "h100-pcie-80gb", "h100_pcie"),
         source="NVIDIA H100 datasheet (PCIe: 756 TF/s dense BF16, 2 TB/s HBM2e, 80 GB); 114 SMs (H100 "
                "architecture whitepaper, PCIe); memory as H100-SXM",
     ),
     GPUSpec(
         name="L4", memory_gib=22.0, peak_tflops=121.0, hbm_gbps=300.0, num_sms=58, arch="ada",
+        l2_mib=48,
         aliases=("l4", "l4-24gb"),
         source="NVIDIA L4 datasheet (121 TF/s dense BF16, 242 with sparsity; 24 GB GDDR6 at 300 GB/s; 7,424 CUDA "
                "cores = 58 SMs); memory: 24 GB less ECC and the driver's reserve, an estimate",

@@ -14,7 +14,8 @@ Where two sources measure one architecture's GEMMs each weighs the same in the l
 Hopper's GEMMs are the exception, fitted on the database alone (GEMM_FROM_DATABASE_ONLY says why). Nothing is
 fitted on elementwise ops of Ada or Blackwell (no measurement of them here): they borrow sm86's and sm90's (same
 memory technology, nearest SM design). Attention (fit_attention) is fitted per capability on the database's
-context and generation tables of one GPU each (perfdb_validation.ATTENTION_SYSTEMS).
+context and generation tables of one GPU each (perfdb_validation.ATTENTION_SYSTEMS), and fp8 GEMMs (fit_fp8) on the
+per-tensor fp8 tables of the same GPU as its bf16 GEMMs, with the same split.
 """
 
 from __future__ import annotations
@@ -133,6 +134,46 @@ def fit(cc: int, root: Path | None, db_root: Path | None) -> dict[str, object] |
                                [2.0, 0.5])  # fmt: skip
         out["elementwise_cost"] = costs
     return out
+
+
+def fit_fp8(cc: int, db_root: Path | None) -> dict[str, float] | None:
+    """Refitted fp8 GEMM constants of compute capability `cc` (roofline.KernelConstants.fp8_gemm) on the in-sample
+    per-tensor fp8 GEMMs of its database system (the bf16 split: power-of-two n and k; every other shape and every
+    other system held out), or None without data. The bf16 fit's loss and bounds."""
+    systems = SOURCES[cc][1]
+    if not systems or db_root is None:
+        return None
+    db = pv.load_gemm(db_root, systems, dtype="fp8")
+    db = db[db["set"] == "calibration"].reset_index(drop=True)
+    if db.empty:
+        return None
+    names = gemm_names(cc)
+    base = dataclasses.replace(rl.ARCH_KERNELS.get(cc, rl.KERNELS), fp8_gemm=())
+    _, x = _gemm_fit(None, db, base, names=names)
+    return dict(zip(names, x, strict=True))
+
+
+def fit_moe(cc: int, db_root: Path | None, dtype: str = "bf16") -> dict[str, float] | None:
+    """Refitted grouped-GEMM constants of compute capability `cc` for `dtype` experts (roofline.KernelConstants
+    moe_gemm / moe_fp8_gemm) on the in-sample fused-MoE rows of its database system (perfdb_validation.load_moe:
+    Qwen3-235B-A22B and Mixtral-8x7B; DeepSeek-V3 and the other GPUs held out), or None without data."""
+    systems = SOURCES[cc][1]
+    if not systems or db_root is None:
+        return None
+    df = pv.load_moe(db_root, systems, dtype)
+    df = df[df["set"] == "calibration"].reset_index(drop=True)
+    if df.empty:
+        return None
+    base = dataclasses.replace(rl.ARCH_KERNELS.get(cc, rl.KERNELS), moe_gemm=(), moe_fp8_gemm=())
+    measured = df["measured_ms"].to_numpy()
+
+    def loss(x: list[float]) -> float:
+        if min(x) <= 0 or x[2] > MAX_MEMORY_EFF:
+            return 10.0
+        c = dataclasses.replace(base, **dict(zip(GEMM_NAMES, x, strict=True)))
+        return float(np.mean(np.abs(np.log(pv.predict_moe(df, {g: c for g in df["gpu"].unique()}) / measured))))
+
+    return dict(zip(GEMM_NAMES, v._fit(loss, [4.0, 0.6, 0.8]), strict=True))
 
 
 def calibrate_all(root: Path | None, db_root: Path | None) -> dict[int, dict[str, object]]:

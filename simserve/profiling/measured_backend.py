@@ -6,7 +6,8 @@ the roofline backend, so the predictor fits them unchanged. Each row says how it
 measured / interpolated / derived / extrapolated / modelled; measured_grid.py) and provenance.json counts them:
   linear       GEMMs of the model's dtype at each op's (k, n) per GPU: log-log along m between the measured token
                counts (both sides of each measured tile boundary kept), bilinear in (log n, log k) between shapes;
-               a MoE model's routed experts as the package's fused-MoE times per EP degree (measured_moe.py);
+               the rows the package timed with their weights warm in L2 floored to streaming them from HBM
+               (l2_residency.py); a MoE model's routed experts as the package's fused-MoE times per EP degree (measured_moe.py);
   attention    measured_attention.py (heads per GPU, chunked prefill over a prefix, decode over a KV length);
                latent attention (DeepSeek) from the measured MLA modules less their projections (measured_mla.py);
   collectives  all_reduce: the engine's own all-reduce kernel (CUDA-graph variant) up to its buffer limit, NCCL's
@@ -25,7 +26,7 @@ from simserve.catalog import GPUSpec, ModelSpec, NetworkSpec, NodeSpec
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.ops import attention_shape, linear_ops
-from simserve.profiling import grid, measured
+from simserve.profiling import grid, l2_residency, measured
 from simserve.profiling.collectives import collectives_table
 from simserve.profiling.measured_attention import Attention
 from simserve.profiling.measured_grid import DERIVED, KIND_NAMES, bracket, counts, loglog, names, point_kind
@@ -215,6 +216,8 @@ def profile(
     kv_dtype = {"bf16": "bfloat16", "fp8": "fp8"}.get(kv_dtype, kv_dtype)
     tokens = grid.token_grid(max_tokens, quick)
     gemms, gemm_kernel = _gemm_rows(db, dtype)
+    # the tables time GEMMs with their weights warm in L2 where they fit; serving streams them from HBM
+    gemms, l2_floor = l2_residency.floor_to_hbm(gemms, measured.GEMM_DTYPES.get(dtype, dtype), gpu)
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)
     collectives, comm = collective_table(db, deps[0].node, network, tps, quick)
     moe, moe_where = read_moe(db) if model.is_moe else (None, "")
@@ -240,6 +243,7 @@ def profile(
             "engine_version": db.version,
             "gemm_dtype": measured.GEMM_DTYPES.get(dtype, dtype),
             "gemm_kernel": gemm_kernel,
+            "gemm_l2_floor": l2_floor.provenance(gpu),
             "kv_cache_dtype": kv_dtype,
             "attention_kernels": att_kernels,
             **({"moe_table": moe_where or None} if model.is_moe else {}),

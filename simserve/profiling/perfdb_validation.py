@@ -92,15 +92,16 @@ def _pow2(x: pd.Series) -> np.ndarray:
     return (v & (v - 1)) == 0
 
 
-def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataFrame:
-    """gpu, system, version, m, n, k, measured_ms, set: bf16 rows inside WINDOW of every system with a table."""
+def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS), dtype: str = "bfloat16") -> pd.DataFrame:
+    """gpu, system, version, m, n, k, measured_ms, set, dtype: rows of `dtype` (bfloat16, or fp8: the per-tensor
+    scaled fp8 GEMMs, W8A8 with the activations quantised per call) inside WINDOW of every system with a table."""
     frames = []
     for system in systems:
         path = gemm_file(root, system)
         if path is None:
             continue
         df = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
-        df = df[df["gemm_dtype"] == "bfloat16"]
+        df = df[df["gemm_dtype"] == dtype]
         for col, (lo, hi) in WINDOW.items():
             df = df[df[col].between(lo, hi)]
         in_sample = _pow2(df["n"]) & _pow2(df["k"]) & (system in GEMM_FIT_SYSTEMS)
@@ -108,24 +109,32 @@ def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS)) -> pd.DataF
             "gpu": gpu_for(system).name, "system": system, "version": f"{ENGINE} {path.parent.name}",
             "m": df["m"].to_numpy(), "n": df["n"].to_numpy(), "k": df["k"].to_numpy(),
             "measured_ms": df["latency"].to_numpy(dtype=float),
-            "set": np.where(in_sample, "calibration", "held out"),
+            "set": np.where(in_sample, "calibration", "held out"), "dtype": dtype,
         }))  # fmt: skip
+    frames = [f for f in frames if len(f)]  # a table without rows of this dtype (A100: no fp8)
     if not frames:
-        return pd.DataFrame(columns=["gpu", "system", "version", "m", "n", "k", "measured_ms", "set"])
+        return pd.DataFrame(columns=["gpu", "system", "version", "m", "n", "k", "measured_ms", "set", "dtype"])
     out = pd.concat(frames, ignore_index=True)
     return out[out["measured_ms"] > 0].sort_values(["system", "n", "k", "m"]).reset_index(drop=True)
 
 
 def predict(df: pd.DataFrame, kernels=None, tiles=None) -> np.ndarray:
-    """Roofline GEMM times of the rows; `kernels` maps a GPU name to KernelConstants (default: each GPU's own)."""
+    """Roofline GEMM times of the rows; `kernels` maps a GPU name to KernelConstants (default: each GPU's own).
+    fp8 rows (a `dtype` column) run on the fp8 tensor-core peak with one byte per weight, as roofline.linear_table
+    runs an fp8 deployment."""
+    from simserve import precision
     from simserve.profiling import roofline as rl
 
     out = np.empty(len(df))
-    for (gpu_name, system, k, n), idx in df.groupby(["gpu", "system", "k", "n"]).groups.items():
+    dtype = df["dtype"] if "dtype" in df else pd.Series("bfloat16", index=df.index)
+    for (gpu_name, system, k, n, dt), idx in df.assign(dtype=dtype).groupby(["gpu", "system", "k", "n", "dtype"]).groups.items():
         gpu = gpu_for(system)
+        nbytes = 1 if dt == "fp8" else 2
+        if nbytes == 1:
+            gpu = precision.gemm_gpu(gpu, "fp8")
         c = kernels.get(gpu_name) if kernels else None
         pos = df.index.get_indexer(idx)
-        out[pos] = rl.gemm_ms(gpu, df["m"].to_numpy()[pos], int(k), int(n), 2, c, tiles)
+        out[pos] = rl.gemm_ms(gpu, df["m"].to_numpy()[pos], int(k), int(n), nbytes, c, tiles)
     return out
 
 
@@ -202,4 +211,72 @@ def predict_attention(df: pd.DataFrame, constants=None) -> np.ndarray:
             out[pos] = ra.decode_ms(gpu, int(q), int(kv), int(hd), b, t, c=constants)
         else:
             out[pos] = ra.prefill_ms(gpu, int(q), int(kv), int(hd), t, 0, c=constants, batch=b)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- fused MoE
+
+MOE_MODELS = ("qwen3-235b-a22b", "mixtral-8x7b", "deepseek-v3")
+MOE_HELD_OUT_MODELS = ("deepseek-v3",)  # its shape (hidden 7168, 256 experts, top-8) is held out on every GPU
+MOE_LAYOUTS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 4), (8, 8))  # (TP, EP): what vLLM runs
+
+
+def load_moe(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS), dtype: str = "bf16") -> pd.DataFrame:
+    """gpu, system, model, tp, ep, num_tokens, measured_ms, set: the package's fused-MoE rows (balanced routing,
+    the kernel measured on most rows) of the catalog's MoE models at vLLM's layouts, in `dtype` (bf16; fp8: the
+    block-scaled rows where the shape has them, as the measured backend reads them). In-sample: Qwen3-235B-A22B
+    and Mixtral-8x7B on a GEMM_FIT_SYSTEMS GPU; DeepSeek-V3's shape and every other GPU are held out."""
+    from simserve.catalog.models import resolve_model
+    from simserve.profiling import measured
+    from simserve.profiling.measured_moe import MOE_DTYPES, read_moe
+
+    frames = []
+    for system in systems:
+        gpu = gpu_for(system)
+        if measured.unavailable(gpu.name) or root is None:
+            continue
+        df, _ = read_moe(measured.open_database(gpu.name))
+        if df is None:
+            continue
+        df = df[df["distribution"] == "balanced"]
+        for name in MOE_MODELS:
+            m = resolve_model(name)
+            shape = df[(df["hidden_size"] == m.hidden) & (df["inter_size"] == m.expert_ffn)
+                       & (df["topk"] == m.experts_per_token) & (df["num_experts"] == m.num_experts)]  # fmt: skip
+            moe_dtype = next((d for d in MOE_DTYPES[dtype] if (shape["moe_dtype"] == d).any()), None)
+            if moe_dtype is None:
+                continue
+            shape = shape[shape["moe_dtype"] == moe_dtype]
+            for tp, ep in MOE_LAYOUTS:
+                rows = shape[(shape["moe_tp_size"] == tp // ep) & (shape["moe_ep_size"] == ep)]
+                if rows.empty or m.num_heads % tp:
+                    continue
+                counts = rows.groupby("kernel_source").size()
+                kernel = sorted(counts.index, key=lambda k: (-counts[k], k))[0]
+                rows = rows[rows["kernel_source"] == kernel].groupby("num_tokens", as_index=False)["latency"].median()
+                in_sample = system in GEMM_FIT_SYSTEMS and name not in MOE_HELD_OUT_MODELS
+                frames.append(pd.DataFrame({
+                    "gpu": gpu.name, "system": system, "model": name, "tp": tp, "ep": ep, "dtype": dtype,
+                    "num_tokens": rows["num_tokens"].to_numpy(dtype=float),
+                    "measured_ms": rows["latency"].to_numpy(dtype=float),
+                    "set": "calibration" if in_sample else "held out",
+                }))  # fmt: skip
+    cols = ["gpu", "system", "model", "tp", "ep", "dtype", "num_tokens", "measured_ms", "set"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def predict_moe(df: pd.DataFrame, kernels=None) -> np.ndarray:
+    """Roofline fused-MoE times (roofline_moe.fused_expert_ms) of load_moe's rows; `kernels` maps a GPU name to
+    KernelConstants (default: each GPU's own)."""
+    from simserve.deployment import Deployment
+    from simserve.profiling.roofline_moe import fused_expert_ms
+
+    out = np.empty(len(df))
+    for (gpu_name, system, model, tp, ep, dtype), idx in df.groupby(
+        ["gpu", "system", "model", "tp", "ep", "dtype"]
+    ).groups.items():
+        pos = df.index.get_indexer(idx)
+        dep = Deployment.create(model, gpu_for(system), int(tp), ep=int(ep), dtype=dtype)
+        c = kernels.get(gpu_name) if kernels else None
+        out[pos] = fused_expert_ms(dep, df["num_tokens"].to_numpy()[pos], c)
     return out

@@ -5,8 +5,9 @@ memory time Tm (compute and HBM traffic overlap, but not perfectly near the ridg
 `simserve/catalog/hardware.py`; the achieved fractions of peak and the minimum durations were calibrated once on
 measured kernels per compute capability (ARCH_KERNELS): sm80 on Vidur's A100 profiles, sm86 on its A40 profile,
 sm90's elementwise ops on its H100 profile, the GEMMs of sm89/sm90/sm100/sm103/sm120 on NVIDIA's database
-(aiconfigurator-core: L40S, H100, B200, B300, RTX PRO 6000) — each on in-sample rows only, with held-out models,
-shapes and the H200, GB200 and GB300 reported apart in docs/kernel-validation.md. Attention of today's kernels is
+(aiconfigurator-core: L40S, H100, B200, B300, RTX PRO 6000; their bf16 and, apart, their per-tensor fp8 GEMMs) —
+each on in-sample rows only, with held-out models, shapes and the H200, GB200 and GB300 reported apart in
+docs/kernel-validation.md. Attention of today's kernels is
 roofline_attention.py; the legacy A100 attention kernel below stays for latent attention and the shipped A100 profiles. A GPU's numbers follow from its spec sheet, its compute capability's efficiencies and
 its architecture's GEMM tiles (gemm_tiles.py). `python benchmarks/validate_kernels.py --calibrate` refits them.
 """
@@ -94,6 +95,13 @@ class KernelConstants:
     attn_prefill_min_us: float = ATTN_PREFILL_MIN_US
     attn_prefill_compute_eff: float = ATTN_PREFILL_COMPUTE_EFF
     attn_prefill_row_overhead_keys: float = ATTN_PREFILL_ROW_OVERHEAD_KEYS
+    # fp8 (W8A8) GEMMs: (min µs, compute fraction of the fp8 peak, memory fraction[, streaming n½ per SM]) fitted on
+    # the measured per-tensor fp8 GEMMs of the capability (arch_calibration.fit_fp8); empty: the bf16 constants.
+    fp8_gemm: tuple[float, ...] = ()
+    # Grouped (fused-MoE) GEMMs: (min µs, compute fraction, memory fraction) of bf16 and of fp8 (block-scaled) experts,
+    # fitted on the measured fused-MoE tables (arch_calibration.fit_moe); empty: the dense GEMM constants.
+    moe_gemm: tuple[float, ...] = ()
+    moe_fp8_gemm: tuple[float, ...] = ()
 
 
 KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur profiles
@@ -102,13 +110,18 @@ KERNELS = KernelConstants()  # sm80: A100, calibrated on its measured Vidur prof
 # Calibrated by `python benchmarks/validate_kernels.py --calibrate` on each one's in-sample rows only (the split is
 # fixed in roofline_validation.py and perfdb_validation.py; docs/kernel-validation.md reports in- and out-of-sample
 # errors apart). Attention of GQA/MHA models has its own constants per capability (roofline_attention.py).
-def _arch(gemm: tuple[float, ...], elementwise: dict[str, tuple[float, float]]) -> KernelConstants:
+def _arch(
+    gemm: tuple[float, ...], elementwise: dict[str, tuple[float, float]], fp8: tuple[float, ...] = (),
+    moe: tuple[float, ...] = (), moe_fp8: tuple[float, ...] = (),
+) -> KernelConstants:  # fmt: skip
     """KERNELS with another architecture's (min µs, compute fraction, memory fraction[, streaming n½ per SM]) and
-    elementwise costs."""
+    elementwise costs, its fp8 GEMM constants (the same four, of the fp8 peak; KernelConstants.fp8_gemm) and its
+    grouped-GEMM constants of bf16 and fp8 experts (the first three; moe_gemm, moe_fp8_gemm)."""
     costs = tuple((op, *elementwise[op]) for op in ELEMENTWISE_COST)
     stream = gemm[3] if len(gemm) > 3 else 0.0
     return dataclasses.replace(KERNELS, gemm_min_us=gemm[0], gemm_compute_eff=gemm[1], gemm_memory_eff=gemm[2],
-                               gemm_stream_half_tiles_per_sm=stream, elementwise_cost=costs)  # fmt: skip
+                               gemm_stream_half_tiles_per_sm=stream, elementwise_cost=costs, fp8_gemm=fp8,
+                               moe_gemm=moe, moe_fp8_gemm=moe_fp8)  # fmt: skip
 
 
 # sm86 (A40, GA102 + GDDR6), fitted on the A40 profile's internlm-20b and Qwen-72B. GEMMs reach 0.79 of their
@@ -124,21 +137,36 @@ SM86_ELEMENTWISE = {"attn_norm": (2.7, 0.60), "mlp_norm": (2.7, 0.60), "rotary":
 # operands stay in the 50 MB L2 between the profiler's repeats at most sizes).
 SM90_ELEMENTWISE = {"attn_norm": (2.4, 0.42), "mlp_norm": (2.4, 0.42), "rotary": (1.8, 0.50), "act": (1.8, 0.58),
                     "residual_add": (1.0, 1.09)}  # fmt: skip
+# fp8 GEMMs (W8A8, per-tensor scales: the package's CutlassFP8ScaledMMLinearKernel rows), fitted per capability on
+# the same GPU's in-sample fp8 GEMMs (arch_calibration.fit_fp8; H200, GB200, GB300 and other shapes held out): the
+# activations' quantisation runs before the scaled-mm (quantisation_bytes), and the scaled-mm reaches 0.46-0.53 of
+# the fp8 peak on Hopper and Blackwell (vLLM 0.24's per-tensor path is ~1.2x its bf16 GEMMs at large m, not 2x),
+# 5.0-5.6 µs at least (the quantisation's two kernels and the GEMM's). Before: the bf16 constants on the fp8 peak,
+# 20-48% too fast (docs/kernel-validation.md).
+# Fused MoE (vLLM's Triton fused_experts; bf16 and block-scaled fp8 experts), fitted per capability on the same GPU's
+# fused-MoE rows of Qwen3-235B-A22B and Mixtral-8x7B (arch_calibration.fit_moe; DeepSeek-V3's shape, H200, GB200,
+# GB300 held out). Their minimum durations (8-19 µs per grouped GEMM) carry the routing, sort/align and un-permute
+# kernels the form does not count; block-fp8 experts reach 0.18-0.5 of the fp8 peak. sm89's bf16 fit drives its
+# minimum to 0 (not identifiable; the dense constants were within 9%), so the L40S keeps them for bf16 experts.
 ARCH_KERNELS: dict[int, KernelConstants] = {
     80: KERNELS,
     86: _arch((3.1, 0.79, 0.82), SM86_ELEMENTWISE),
     # sm89 (L40S), GEMMs fitted on the database's in-sample L40S GEMMs: 0.67 of 362 TF/s (FP32-accumulate peak;
     # AD102 throttles its clock under sustained tensor load), 1.3 µs floor. Elementwise: sm86's (GDDR6 too), unmeasured.
-    89: _arch((1.3, 0.67, 0.83), SM86_ELEMENTWISE),
-    90: _arch((3.0, 0.87, 0.95, 0.021), SM90_ELEMENTWISE),
+    89: _arch((1.3, 0.67, 0.83), SM86_ELEMENTWISE, fp8=(3.5, 0.63, 0.76), moe_fp8=(16.0, 0.50, 0.78)),
+    90: _arch((3.0, 0.87, 0.95, 0.021), SM90_ELEMENTWISE, fp8=(5.2, 0.53, 0.89, 0.060), moe=(18.5, 0.56, 0.90),
+               moe_fp8=(15.9, 0.34, 0.93)),
     # sm100 (B200; GB200 held out), GEMMs fitted on the database's in-sample B200 GEMMs, tiles chosen per problem:
     # 0.75 of 2.25 PF/s dense BF16, 0.95 of HBM3e (the bound), 2.6 µs floor. Elementwise: sm90's (HBM), unmeasured.
-    100: _arch((2.6, 0.75, 0.95, 0.074), SM90_ELEMENTWISE),
+    100: _arch((2.6, 0.75, 0.95, 0.074), SM90_ELEMENTWISE, fp8=(5.6, 0.46, 0.91, 0.160), moe=(7.8, 0.40, 0.95),
+                moe_fp8=(14.3, 0.18, 0.95)),
     # sm103 (B300, Blackwell Ultra; GB300 held out), fitted on the database's in-sample B300 GEMMs: 0.84 of 2.25 PF/s.
-    103: _arch((2.5, 0.84, 0.95, 0.072), SM90_ELEMENTWISE),
+    103: _arch((2.5, 0.84, 0.95, 0.072), SM90_ELEMENTWISE, fp8=(5.0, 0.49, 0.93, 0.178), moe=(7.8, 0.40, 0.95),
+                moe_fp8=(12.5, 0.19, 0.95)),
     # sm120 (RTX PRO 6000, GB202 + GDDR7), fitted on the database's in-sample RTX PRO 6000 GEMMs: 0.85 of 468 TF/s,
     # 0.93 of 1.79 TB/s, 1.0 µs floor. Elementwise: sm86's (GDDR), unmeasured.
-    120: _arch((1.0, 0.85, 0.93, 0.015), SM86_ELEMENTWISE),
+    120: _arch((1.0, 0.85, 0.93, 0.015), SM86_ELEMENTWISE, fp8=(4.6, 0.92, 0.95, 0.035), moe=(14.0, 0.40, 0.90),
+                moe_fp8=(12.7, 0.37, 0.87)),
 }
 
 
@@ -165,18 +193,59 @@ def gemm_ms(
 ) -> np.ndarray:  # fmt: skip
     """(m × k) @ (k × n) in ms; m may be an array of token counts. `c` and `tiles` default to the GPU's own."""
     m = np.asarray(m, dtype=float)
-    c = c or kernels_for(gpu)
+    c = fp8_constants(c or kernels_for(gpu)) if dtype_bytes == 1 else (c or kernels_for(gpu))
     tiles = tiles or gemm_tiles.arch_tiles(gpu)
     if tiles.choices:  # Hopper, Blackwell: the fastest tile per problem, split-K, whole waves (gemm_tiles.py)
         tc = gemm_tiles.chosen_tile_seconds(tiles, m, k, n, gpu.num_sms, c.gemm_compute_eff * _peak(gpu))
     else:
         busy = gemm_tiles.wave_utilisation(tiles, m, n, gpu.num_sms)
         tc = gemm_tiles.padded_flops(tiles, m, k, n) / (c.gemm_compute_eff * _peak(gpu) * busy)
-    tm = dtype_bytes * (m * k + k * n + m * n) / (c.gemm_memory_eff * _hbm(gpu))
+    tm = gemm_bytes(gpu, m, k, n, dtype_bytes) / (c.gemm_memory_eff * _hbm(gpu))
     if c.gemm_stream_half_tiles_per_sm:
         units = gemm_tiles.streaming_tiles(m, n)
         tm = tm * (units + c.gemm_stream_half_tiles_per_sm * gpu.num_sms) / units
-    return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm)) * 1e3
+    tq = quantisation_bytes(gpu, m, k, dtype_bytes) / (c.gemm_memory_eff * _hbm(gpu))  # before the GEMM, not beside
+    return (c.gemm_min_us * 1e-6 + np.hypot(tc, tm) + tq) * 1e3
+
+
+def gemm_bytes(gpu: GPUSpec, m, k: int, n: int, dtype_bytes: int) -> np.ndarray:
+    """HBM bytes the GEMM kernel itself moves for (m × k) @ (k × n) with `dtype_bytes` per weight: operands and output
+    once. One byte per weight: bf16 activations in and out on Ampere (weight-only: dequantised in the kernel); on fp8
+    tensor cores (W8A8) the kernel reads the activations' fp8 copy (quantisation_bytes) and writes bf16."""
+    if dtype_bytes != 1:
+        return dtype_bytes * (m * k + k * n + m * n)
+    act_in = 1 if gpu.arch in precision.FP8_ARCHS else precision.ACTIVATION_BYTES
+    return act_in * m * k + k * n + precision.ACTIVATION_BYTES * m * n
+
+
+def quantisation_bytes(gpu: GPUSpec, m, k: int, dtype_bytes: int) -> np.ndarray:
+    """HBM bytes of quantising the (m × k) activations before a W8A8 GEMM, 0 for any other: vLLM's dynamic per-tensor
+    scaled_fp8_quant runs a max reduction over the bf16 activations, then reads them again and writes the fp8 copy
+    (2 + 2 + 1 bytes per element), in kernels of their own before the scaled-mm."""
+    if dtype_bytes != 1 or gpu.arch not in precision.FP8_ARCHS:
+        return np.zeros_like(np.asarray(m, dtype=float))
+    return (2 * precision.ACTIVATION_BYTES + 1) * np.asarray(m, dtype=float) * k
+
+
+def fp8_constants(c: KernelConstants) -> KernelConstants:
+    """The GEMM constants an fp8 (one byte per weight) GEMM runs with: the capability's fitted fp8 ones where it
+    has them (a W8A8 GEMM is a quantisation kernel for the activations plus a CUTLASS scaled-mm, not the bf16
+    cuBLAS kernel), else the bf16 ones (Ampere's weight-only fp8 dequantises to bf16 tensor cores)."""
+    if not c.fp8_gemm:
+        return c
+    f = c.fp8_gemm
+    stream = f[3] if len(f) > 3 else c.gemm_stream_half_tiles_per_sm
+    return dataclasses.replace(c, gemm_min_us=f[0], gemm_compute_eff=f[1], gemm_memory_eff=f[2],
+                               gemm_stream_half_tiles_per_sm=stream, fp8_gemm=())  # fmt: skip
+
+
+def moe_constants(c: KernelConstants, weight_bytes: int) -> KernelConstants:
+    """The constants a grouped (fused-MoE) GEMM runs with: the capability's fitted ones for its expert dtype where it
+    has them (vLLM's Triton fused-MoE kernel, not cuBLAS), else the dense GEMM ones."""
+    f = c.moe_fp8_gemm if weight_bytes == 1 else c.moe_gemm
+    if not f:
+        return c
+    return dataclasses.replace(c, gemm_min_us=f[0], gemm_compute_eff=f[1], gemm_memory_eff=f[2])
 
 
 def elementwise_ms(gpu: GPUSpec, op: str, nbytes, c: KernelConstants | None = None) -> np.ndarray:
@@ -232,6 +301,8 @@ def constants_dict(kernels: KernelConstants = KERNELS, coll: CollectiveConstants
     """Every constant the backend used, for provenance.json."""
     out = dataclasses.asdict(kernels)
     out["elementwise_cost"] = {name: {"min_us": t0, "bw_eff": e} for name, t0, e in kernels.elementwise_cost}
+    for name in ("fp8_gemm", "moe_gemm", "moe_fp8_gemm"):  # lists, as provenance.json reads back (merge.py compares)
+        out[name] = list(getattr(kernels, name))
     out.update(dataclasses.asdict(coll or CollectiveConstants()))
     return out
 

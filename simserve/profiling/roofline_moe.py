@@ -26,14 +26,14 @@ from simserve.catalog import GPUSpec
 from simserve.deployment import Deployment
 from simserve.ops import AttentionShape, expert_load, expert_ops, fused_expert_name
 from simserve.profiling import gemm_tiles
-from simserve.profiling.roofline import KernelConstants, kernels_for
+from simserve.profiling.roofline import KernelConstants, kernels_for, moe_constants
 
 
 def grouped_gemm_ms(
     gpu: GPUSpec, touched, rows, k: int, n: int, weight_bytes: int = 2, c: KernelConstants | None = None
 ) -> np.ndarray:
     """`touched` experts' (k × n) weight slices applied to `rows` routed token rows in all, spread evenly."""
-    c = c or kernels_for(gpu)
+    c = moe_constants(c or kernels_for(gpu), weight_bytes)
     touched = np.maximum(np.asarray(touched, dtype=float), 1e-9)
     rows = np.asarray(rows, dtype=float)
     tiles = gemm_tiles.arch_tiles(gpu)
