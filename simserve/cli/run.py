@@ -20,6 +20,15 @@ DTYPE = typer.Option(
     "bf16", "--dtype", help="Weights of the linear layers: bf16 | fp8 (fp8 on Ampere: weight-only, bf16 math)."
 )
 KV_DTYPE = typer.Option("bf16", "--kv-dtype", help="KV cache: bf16 | fp8.")
+# `sweep` and `plan`: the serving front end's latency (sim/frontend.py), 0 by default there so that a search's
+# results and its cached probes stay engine-side unless asked (`run` below defaults to 10.2 ms).
+CAPACITY_FRONTEND_MS = typer.Option(
+    0.0,
+    "--frontend-ms",
+    help="Add the serving front end's latency (HTTP, tokenization, streaming) to every TTFT, and so to "
+    "--ttft-slo and the printed and written TTFT, e.g. 10.2 (vLLM's, measured; simserve run's default); "
+    "0 (default): engine-side. TBT and scheduling delay never include it.",
+)
 EP = typer.Option(
     1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
 )
