@@ -8,7 +8,9 @@ allocator creates — and walks the waiting queue as `Scheduler._get_new_batch_p
 managers/scheduler.py: the batch-full and allocatable-request checks, `add_chunked_req` first, then
 `budget_state` / `init_next_round_input` / `add_one_req` per request until one does not CONTINUE). Writes, per
 step, the requests admitted with their extend lengths, the new chunked request, and whether the batch was
-marked full.
+marked full. States marked `retract` are decode steps that could not give every running request a token: for
+them it runs SGLang's own `ScheduleBatch.retract_decode` (DecodeBatch below) and writes the requests retracted
+(in order), aborted, and the new_token_ratio estimate.
 
 What is stubbed (SGLang builds these from its GPU worker): the token-to-KV allocator (its free count, page
 size, `create_prefill_budget` → SGLang's own `PrefillBudget`, no request-slot reserve), the tree cache with
@@ -25,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_stubs  # noqa: E402,F401  (before any sglang import)
-from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+from sglang.srt.managers.schedule_batch import Req, ScheduleBatch  # noqa: E402
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder  # noqa: E402
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget  # noqa: E402
 from sglang.srt.runtime_context import _CONTEXT  # noqa: E402
@@ -138,12 +140,57 @@ def decide(s: dict) -> dict:
     return out
 
 
+class DecodeBatch:
+    """What `ScheduleBatch.retract_decode` reads of its batch, the rest of it SGLang's own: the real retraction
+    order (`_get_decode_retraction_order`), loop, pages needed (`new_tokens_required_next_decode`, through the
+    real `check_decode_mem`) and new_token_ratio estimate. Stubbed: the allocator's capacity check (free tokens,
+    no eviction) and `release_req`, which frees the request's page-ceiled KV."""
+
+    _get_decode_retraction_order = staticmethod(ScheduleBatch._get_decode_retraction_order)
+    retract_decode = ScheduleBatch.retract_decode
+    check_decode_mem = ScheduleBatch.check_decode_mem
+    new_tokens_required_next_decode = ScheduleBatch.new_tokens_required_next_decode
+
+    class _Spec:
+        def is_none(self) -> bool:
+            return True
+
+    def __init__(self, reqs, free_tokens: int, page_size: int):
+        self.reqs, self.tree_cache, self.spec_algorithm = reqs, None, self._Spec()
+        self.token_to_kv_pool_allocator = self
+        self.page_size, self.free = page_size, free_tokens
+
+    def check_decode_capacity(self, *, num_tokens, **_) -> bool:
+        return num_tokens <= self.free
+
+    def release_req(self, idx: int, remaining: int, offload_kv: bool = True) -> bool:
+        committed = self.reqs[idx].kv.kv_committed_len
+        self.free += -(-committed // self.page_size) * self.page_size
+        return True
+
+    def filter_batch(self, keep_indices) -> None:
+        self.reqs = [self.reqs[i] for i in keep_indices]
+
+
+def retract(s: dict) -> dict:
+    """One decode step that must retract, as Scheduler.update_running_batch has ScheduleBatch do it."""
+    reqs = []
+    for rid, p, g, o, computed in s["running"]:
+        req = make_req(rid, p, g, o, s["ignore_eos"])
+        req.kv.kv_committed_len = req.kv.kv_allocated_len = computed
+        reqs.append(req)
+    batch = DecodeBatch(reqs, s["free_tokens"], s["page_size"])
+    retracted, ratio, aborted = batch.retract_decode()
+    return {"retracted": [int(r.rid) for r in retracted], "aborted": [int(r.rid) for r in aborted],
+            "ratio": ratio}  # fmt: skip
+
+
 def main() -> None:
     # the server's flags at their defaults, published as the launcher does (the adder reads its schedule and
     # exec namespaces); the flags simserve varies are passed to PrefillAdder per step
     _CONTEXT.set_server_args(ServerArgs(model_path="none"))
     states = json.load(sys.stdin)
-    json.dump([decide(s) for s in states], sys.stdout)
+    json.dump([retract(s) if "retract" in s else decide(s) for s in states], sys.stdout)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,11 @@ WORKLOADS = {
     "mixed": (300, (50, 3000), (20, 600), 0.4, 16_000, 1024, 64, True, False, 1),
     "paged": (250, (50, 4000), (20, 500), 0.3, 20_000, 4096, 32, False, False, 16),
     "ignore-eos": (300, (50, 3000), (20, 600), 0.4, 12_000, 2048, 48, False, True, 1),
+    # admission trusts a low new_token_ratio (--schedule-conservativeness 0.3): running requests outgrow the
+    # pool and decode steps retract
+    "retract": (300, (50, 1500), (200, 1200), 0.3, 30_000, 2048, 128, False, False, 1),
 }
+CONSERVATIVENESS = {"retract": 0.3}
 
 
 def make(name: str, seed: int = 0) -> dict:
@@ -36,7 +40,7 @@ def make(name: str, seed: int = 0) -> dict:
     return {
         "prompt": rng.integers(p0, p1, n).tolist(), "output": rng.integers(o0, o1, n).tolist(),
         "arrive": arrive.tolist(), "kv_tokens": tokens, "chunk": chunk, "max_running": running, "mixed": mixed,
-        "ignore_eos": eos, "page_size": page,
+        "ignore_eos": eos, "page_size": page, "conservativeness": CONSERVATIVENESS.get(name, 1.0),
     }  # fmt: skip
 
 
@@ -46,7 +50,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
     from simserve.sim.config import SimConfig
     from simserve.sim.histogram import LogHistogram
     from simserve.sim.policies import sglang_policy
-    from simserve.sim.request import Requests
+    from simserve.sim.request import IGNORED, Requests
     from simserve.sim.state import ReplicaState
 
     n = len(w["prompt"])
@@ -54,6 +58,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
     cfg = SimConfig(
         policy="sglang", budget=w["chunk"], max_batch=w["max_running"], max_model_len=8192, block_size=16,
         page_size=w["page_size"], enable_mixed_chunk=w["mixed"], ignore_eos=w["ignore_eos"],
+        schedule_conservativeness=w["conservativeness"],
     ).validate()  # fmt: skip
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["kv_tokens"] // 16, 1, LogHistogram(), lambda _, rid: done.append(rid))
@@ -83,7 +88,32 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
                      "full": bool(s.full)})  # fmt: skip
         return out
 
-    sglang._choose_prefill = recorded
+    decode = sglang._decode
+
+    def recorded_decode(rep):
+        r, page = rep.reqs, rep.block_size
+        if sglang._decode_pages(rep, rep.decoding) <= rep.kv.free:
+            return decode(rep)
+        running = [[int(i), int(r.prompt[i]), int(r.generated[i]), int(r.output[i]), int(r.computed[i])]
+                   for i in rep.decoding]  # fmt: skip
+        states.append({"retract": True, "running": running, "free_tokens": int(rep.kv.free * page),
+                       "page_size": page, "ignore_eos": bool(cfg.ignore_eos)})  # fmt: skip
+        before_pre, before_ign = r.preemptions.copy(), set(np.flatnonzero(r.status == IGNORED).tolist())
+        out = decode(rep)
+        retracted = [int(i) for i in rep.retracted_order]
+        aborted = sorted(set(np.flatnonzero(r.status == IGNORED).tolist()) - before_ign)
+        assert sorted(retracted) == np.flatnonzero(r.preemptions != before_pre).tolist()
+        ours.append({"retracted": retracted, "aborted": [int(i) for i in aborted], "ratio": float(rep.sglang.ratio)})
+        return out
+
+    def recorded_preempt(rid, to_back=False):
+        st.retracted_order.append(rid)
+        preempt(rid, to_back)
+
+    preempt = st.preempt
+    st.retracted_order = []
+    st.preempt = recorded_preempt
+    sglang._choose_prefill, sglang._decode = recorded, recorded_decode
     try:
         nxt, steps, retractions = 0, 0, 0
         while len(done) < n:
@@ -91,6 +121,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
                 st.enqueue(nxt)
                 nxt += 1
             before = int(reqs.preemptions.sum())
+            st.retracted_order = []
             batch = sglang_policy(st, float(steps))
             retractions += int(reqs.preemptions.sum()) - before
             steps += 1
@@ -101,7 +132,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
             if steps > max_steps:
                 raise AssertionError("simserve did not drain the workload")
     finally:
-        sglang._choose_prefill = choose
+        sglang._choose_prefill, sglang._decode = choose, decode
     return states, ours, {"steps": steps, "retractions": retractions}
 
 
@@ -127,19 +158,22 @@ def sglang_decisions(python: str, states: list[dict]) -> list[dict]:
 
 
 if __name__ == "__main__":  # the table in docs/engines.md
-    print("| workload | steps | decisions with a queue | admissions | left half-prefilled | stopped full with a queue | "
-          "most admitted in a step | retractions | differences |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| workload | steps | prefill decisions with a queue | admissions | left half-prefilled | stopped full with a "
+          "queue | most admitted in a step | decode steps that retract | retracted | differences |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in WORKLOADS:
         states, ours, counts = run_simserve(make(name))
         theirs = sglang_decisions(sys.argv[1], states)
         d = compare(ours, theirs, states)
-        queued = sum(bool(s["waiting"]) or s["chunked"] is not None for s in states)
-        admitted = sum(len(o["admitted"]) for o in ours)
-        chunked = sum(o["chunked"] is not None for o in ours)
-        full = sum(o["full"] and bool(s["waiting"]) for o, s in zip(ours, states, strict=True))
-        most = max(len(o["admitted"]) for o in ours)
-        print(f"| {name} | {counts['steps']} | {queued} | {admitted} | {chunked} | {full} | {most} | "
-              f"{counts['retractions']} | {len(d)} |")  # fmt: skip
+        pre = [(s, o) for s, o in zip(states, ours, strict=True) if "retract" not in s]
+        ret = [o for s, o in zip(states, ours, strict=True) if "retract" in s]
+        queued = sum(bool(s["waiting"]) or s["chunked"] is not None for s, _ in pre)
+        admitted = sum(len(o["admitted"]) for _, o in pre)
+        chunked = sum(o["chunked"] is not None for _, o in pre)
+        full = sum(o["full"] and bool(s["waiting"]) for s, o in pre)
+        most = max(len(o["admitted"]) for _, o in pre)
+        retracted = sum(len(o["retracted"]) for o in ret)
+        print(f"| {name} | {counts['steps']} | {queued} | {admitted} | {chunked} | {full} | {most} | {len(ret)} | "
+              f"{retracted} | {len(d)} |")  # fmt: skip
         for line in d[:3]:
             print("  ", line)

@@ -4,7 +4,8 @@ SGLang's code runs in its own virtual environment (tools/sglang_env.sh builds it
 SIMSERVE_SGLANG_PYTHON, default .venv-sglang/bin/python in the repository root): from simserve's state at every
 step, its `PrefillAdder` / `PrefillBudget` and the scheduler's loop around them (sglang_driver.py) must admit
 the same requests with the same extend lengths, leave the same request half-prefilled and mark the batch full
-alike (sglang_workloads.py says what is and is not compared). Without that environment the test skips and says
+alike, and its `ScheduleBatch.retract_decode` must retract the same requests in the same order and estimate
+the same new_token_ratio (sglang_workloads.py says what is and is not compared). Without that environment the test skips and says
 how to build it.
 """
 
@@ -31,15 +32,17 @@ def decisions(name: str):
     return states, ours, sw.sglang_decisions(str(SGLANG_PYTHON), states), counts
 
 
-@pytest.mark.parametrize("name", ["light", "tight", "mixed", "paged"])
-def test_simserve_admits_every_prefill_as_sglang_does(name):
+@pytest.mark.parametrize("name", ["light", "tight", "mixed", "paged", "retract"])
+def test_simserve_admits_and_retracts_as_sglang_does(name):
     states, ours, theirs, counts = decisions(name)
     assert sw.compare(ours, theirs, states) == []
-    # the workloads exercise what decides a prefill batch: several admissions, chunking, a full batch
-    assert counts["steps"] >= 1000 and max(len(o["admitted"]) for o in ours) > 1
-    assert sum(o["chunked"] is not None for o in ours) > 10
-    if name != "light":  # memory binds: admission stops short of the queue
-        assert sum(o["full"] and bool(s["waiting"]) for o, s in zip(ours, states, strict=True)) > 100
+    # the workloads exercise what decides a step: several admissions, chunking, a full batch, retraction
+    prefills = [(s, o) for s, o in zip(states, ours, strict=True) if "retract" not in s]
+    assert counts["steps"] >= 1000 and max(len(o["admitted"]) for _, o in prefills) > 1
+    assert sum(o["chunked"] is not None for _, o in prefills) > 5
+    if name != "light":  # memory binds: admission stops short of the queue, and decode steps retract
+        assert sum(o["full"] and bool(s["waiting"]) for s, o in prefills) > 100
+        assert counts["retractions"] > 0 and len(states) - len(prefills) == counts["retractions"]
 
 
 @pytest.mark.xfail(strict=True, reason="not modelled: SGLang 0.5.23 admits ignore_eos requests without the radix "
