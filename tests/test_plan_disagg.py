@@ -119,3 +119,34 @@ def test_disagg_layouts_off_the_front_are_pruned_as_aggregated_ones_are(tmp_path
         return sorted(rows[(rows["layout"] != "agg") & rows["pareto"]]["layout"])
 
     assert front(pruned) == front(full)
+
+
+def test_pools_take_pp_only_where_the_model_needs_it_and_moe_pools_take_ep():
+    """PP > 1 in a pool only below the fewest GPUs a PP-1 pool fits in (Llama-3.1-405B on B200 fits TP8 alone, so
+    6- and 7-GPU pools need PP; LLaMA2-70B on H200 fits TP2, so none of its pools has PP); an MoE model's pools
+    come with experts TP-sharded and whole over the TP group (EP = TP)."""
+    from simserve.catalog import GPU
+    from simserve.catalog.models import resolve_model
+    from simserve.plan.candidates import best_box
+    from simserve.plan.disagg import pool_deployments, pool_label
+
+    def pools(model, gpu):
+        g = GPU.get(gpu)
+        node = best_box(g, 8, 1)
+        return pool_deployments(resolve_model(model), g, node, 8, PlanSpec(model, (gpu,)))
+
+    assert sorted(pools("llama-3.1-405b", "b200")) == [(1, 6, 1), (1, 7, 1), (2, 3, 1)]
+    dense = pools("llama-2-70b", "h200")
+    assert dense and all(pp == 1 for _, pp, _ in dense)
+    moe = pools("mixtral-8x7b", "h200")
+    assert {(2, 1, 1), (2, 1, 2), (4, 1, 4)} <= set(moe)
+    assert pool_label(moe[(2, 1, 2)][0]) == "TP2EP2" and pool_label(pools("llama-3.1-405b", "b200")[(2, 3, 1)][0]) == "TP2PP3"
+
+
+def test_disagg_commands_for_pp_and_ep_pools():
+    row = pd.Series({"layout": "1xTP1PP3P+2xTP2EP2D", "gpu": "H200", "node": "hgx-h200", "budget": 2048})
+    lines = disagg_commands(PlanSpec("mixtral-8x7b", ("h200",)), row)
+    assert len(lines) == 4
+    assert "CUDA_VISIBLE_DEVICES=0,1,2 " in lines[0] and "--pipeline-parallel-size 3" in lines[0]
+    assert "CUDA_VISIBLE_DEVICES=3,4 " in lines[1] and "--enable-expert-parallel" in lines[1]
+    assert "CUDA_VISIBLE_DEVICES=5,6 " in lines[2] and "VLLM_NIXL_SIDE_CHANNEL_PORT=5605" in lines[2]

@@ -206,6 +206,74 @@ def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
+@st.composite
+def radix_cases(draw):
+    """sglang with its radix cache (--prefix-caching): requests sharing streams (a few groups, shared lengths
+    from nothing to past the whole request), on pools small enough to evict and retract, lpm among the orders."""
+    case = draw(sglang_cases())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    groups = draw(st.integers(1, 4))
+    case["prefix"] = (
+        np.where(rng.random(n) < 0.8, rng.integers(0, groups, n), -1),
+        rng.integers(0, int(case["prompt"].max()) + 50, n),
+    )
+    case["cfg"] = replace(case["cfg"], prefix_caching=True,
+                          schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm", "lpm"])))  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=radix_cases())
+def test_the_core_gives_the_reference_results_for_sglangs_radix_cache(monkeypatch, mode, case):
+    """Matching, node splits, locks, LRU eviction, checkpoints, lpm with in-batch deprioritization, retraction:
+    the core calls the reference's own RadixCache at the same moments, so the tree ends the same too."""
+
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    for x, y in zip(ref.replicas, got.replicas, strict=True):
+        a, b = x.state.radix, y.state.radix
+        assert (a.available, a.evictable, a.protected, a.evictions, a.queries, a.hits) == (
+            b.available, b.evictable, b.protected, b.evictions, b.queries, b.hits)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", CORES)
+@pytest.mark.parametrize("num_blocks", [2000, 40])
+def test_the_core_orders_and_evicts_as_the_reference_does_with_the_radix_cache(monkeypatch, mode, num_blocks):
+    """lpm by construction: forty requests at once, two in three on one of three shared 200-token streams, a
+    budget that admits several per step, so a stream's later requests wait behind the first one's prefill
+    (in-batch deprioritization) until it has cached the stream; on 40 blocks the tree also evicts."""
+    n = 40
+    rng = np.random.default_rng(5)
+    group = np.where(np.arange(n) % 3 == 0, -1, rng.integers(0, 3, n))
+    prompt, output = rng.integers(210, 400, n), rng.integers(5, 40, n)
+    cfg = SimConfig(policy="sglang", prefix_caching=True, schedule_policy="lpm", budget=1024, max_model_len=1024,
+                    sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, np.zeros(n), LinearTimer(0.003, 2e-5, 3e-8), num_blocks, cfg,
+                        prefix=(group, np.full(n, 200)))  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    radix = ref.replicas[0].state.radix
+    assert radix.hits > 0 and (radix.evictions > 0) == (num_blocks == 40)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    assert got.replicas[0].state.radix.evictions == radix.evictions
+
+
 @pytest.mark.parametrize("mode", CORES)
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypatch, mode, mixed):
@@ -261,6 +329,79 @@ def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, m
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@st.composite
+def conversation_cases(draw):
+    """Answer-driven conversations (--arrival conversation): a few conversations whose rounds follow each
+    other (a round is released when the one before it completes, plus the front end's delay and its think
+    time), among first-round-only requests; any policy, with vllm-v1's prefix caching sometimes."""
+    case = draw(cases())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    group = np.where(rng.random(n) < draw(st.sampled_from([0.5, 0.9])), rng.integers(0, draw(st.integers(1, 5)), n), -1)
+    parent = np.full(n, -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i, g in enumerate(group.tolist()):  # the rounds of a conversation, in arrival (= id) order
+        if g >= 0:
+            parent[i] = last.get(g, -1)
+            last[g] = i
+    case["conversation"] = parent
+    cfg = replace(case["cfg"], max_concurrency=None)  # the conversation paces itself
+    case["prefix"] = None
+    if cfg.policy == "vllm-v1" and draw(st.booleans()):
+        case["prefix"] = (group, rng.integers(0, cfg.max_model_len + 50, n))
+        cfg = replace(cfg, prefix_caching=True, watermark=0.0)
+    case["cfg"] = cfg
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=conversation_cases())
+def test_the_core_gives_the_reference_results_for_conversations(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"], conversation=case["conversation"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("rule", ["late", "oldest"])
+def test_an_overloaded_conversation_run_stops_at_the_references_check(monkeypatch, rule):
+    """The overload rule scans requests in routing order, which conversations' follow-ups make differ from id
+    order: the core's skip test (Core._check_due) must scan the same order, or it skips the check where the
+    rule acts. Twelve conversations of slow rounds overload a replica of two slots, by either half of the rule."""
+    slo, wait = (0.3, 1e9) if rule == "late" else (1e9, 0.5)
+    cfg = SimConfig(policy="sarathi", budget=64, max_batch=2, max_model_len=512, sched_delay_slo_s=slo,
+                    overload_wait_s=wait, check_period_s=0.1, stop_when_overloaded=True)  # fmt: skip
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        n = 80
+        group = rng.integers(0, 12, n)
+        parent = np.full(n, -1, dtype=np.int64)
+        last: dict[int, int] = {}
+        for i, g in enumerate(group.tolist()):
+            parent[i] = last.get(g, -1)
+            last[g] = i
+        arrived = np.cumsum(rng.exponential(0.05, n))
+        prompt, output = rng.integers(20, 300, n), rng.integers(2, 20, n)
+
+        def sim():
+            return simulate(prompt, output, arrived, LinearTimer(0.01, 2e-4, 1e-7), 200, cfg, conversation=parent)  # noqa: B023
+
+        ref = _run(monkeypatch, "reference", sim)
+        if rule == "oldest":
+            assert ref.overloaded
+        for mode in CORES:
+            assert_same(ref, _run(monkeypatch, mode, sim))
 
 
 MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=200, stretch=False)
@@ -340,3 +481,160 @@ def test_a_policy_the_core_lacks_would_run_on_the_reference_and_say_so_once(caps
     assert core_run.choose(cfg, ConstantTimer(0.01)) is None
     assert core_run.choose(cfg, ConstantTimer(0.01)) is None
     assert capsys.readouterr().err.count("--policy sglang runs on the SimPy reference") == 1
+
+
+# -- disaggregated serving (core.DisaggCore against disagg.DisaggCluster) ---------------------------------------
+def assert_same_disagg(ref, got) -> None:
+    """Two DisaggRuns agree to the last bit: the user's view, both pools' rows and counters, every transfer."""
+    assert_same(ref.raw, got.raw)
+    for name in ("prefilled", "queued", "start", "end", "nbytes", "prefill_replica"):
+        a, b = getattr(ref.transfers, name), getattr(got.transfers, name)
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    from simserve.sim.disagg import transfer_summary
+
+    assert transfer_summary(ref) == transfer_summary(got)
+
+
+@st.composite
+def disagg_cases(draw):
+    """Random workloads through random xPyD layouts: each pool its own replicas, PP, timer, KV pool and policy
+    limits; decode pools down to a few prompts' blocks (admission waits, and prompts that never fit are
+    ignored), links from NVLink-fast to a crawl (the prefill side holds its KV, transfers queue)."""
+    from simserve.sim.disagg import CHUNKING, Pool
+    from simserve.sim.kvlink import KVLink
+
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(1, 60))
+    max_len = draw(st.sampled_from([64, 200, 1024]))
+    stop = draw(st.sampled_from(["none", "overload", "tbt", "cap"]))
+    prompt = rng.integers(1, max_len + 40, n)  # a few are too long: ignored at the door
+    output = rng.integers(1, draw(st.sampled_from([4, 40, 120])), n)
+    arrived = np.cumsum(rng.exponential(draw(st.sampled_from([0.001, 0.02, 0.2])), n))
+    block_size = draw(st.sampled_from([16, 16, 10]))
+    cfg = SimConfig(
+        policy=draw(st.sampled_from(CHUNKING)),
+        budget=draw(st.one_of(st.none(), st.integers(1, 600))),
+        max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
+        max_model_len=max_len,
+        router=draw(st.sampled_from(["rr", "lor"])),
+        stretch=False,
+        sched_delay_slo_s=0.05 if stop == "overload" else 1e9,
+        stop_when_overloaded=draw(st.booleans()),
+        overload_wait_s=0.5 if stop == "overload" else 1e9,
+        check_period_s=draw(st.sampled_from([0.01, 0.1, 1.0])),
+        stop_tbt=(0.02, 0.5) if stop == "tbt" else None,
+        time_limit_s=0.3 if stop == "cap" else None,
+        tbt_target_s=draw(st.sampled_from([0.005, 0.02, 0.1])),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 64])),
+        min_budget=draw(st.one_of(st.none(), st.integers(1, 300))),
+        watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
+        block_size=block_size,
+    )
+    min_blocks = -(-max_len // block_size)
+
+    def pool(router, starved):
+        pp = draw(st.integers(1, 3))
+        timer = (ConstantTimer(draw(st.sampled_from([0.002, 0.01])), num_stages=pp) if draw(st.booleans())
+                 else LinearTimer(0.003, draw(st.sampled_from([2e-5, 1e-4])), 3e-8, num_stages=pp))  # fmt: skip
+        blocks = draw(st.integers(1, 2 * min_blocks) if starved else st.integers(min_blocks, 4 * min_blocks))
+        own = None  # the decode pool's own limits (a decode engine runs its own budget and max batch)
+        if router != cfg.router and draw(st.booleans()):
+            own = replace(cfg, budget=draw(st.one_of(st.none(), st.integers(1, 600))),
+                          max_batch=draw(st.one_of(st.none(), st.integers(1, 20))))  # fmt: skip
+        return Pool(draw(st.integers(1, 3)), timer, blocks, router, own)
+
+    prefill = pool(cfg.router, False)
+    decode = pool(draw(st.sampled_from(["rr", "lor", "kv", "kv"])), draw(st.booleans()))
+    link = KVLink("test", draw(st.sampled_from([100.0, 1.0, 0.01])), draw(st.sampled_from([0.0, 2e-5, 5e-3])), 1,
+                  "test")  # fmt: skip
+    return dict(prompt=prompt, output=output, arrived=arrived, cfg=cfg, prefill=prefill, decode=decode, link=link,
+                kv=draw(st.sampled_from([100.0, 4096.0])))  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=disagg_cases())
+def test_the_core_gives_the_reference_results_for_disaggregated_serving(monkeypatch, mode, case):
+    from simserve.sim.disagg import simulate_disagg
+
+    def sim():
+        return simulate_disagg(case["prompt"], case["output"], case["arrived"], case["cfg"], case["prefill"],
+                               case["decode"], case["link"], case["kv"])  # fmt: skip
+
+    assert_same_disagg(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
+
+
+STOPS = {  # each of the watchdog's ways to end a run, reached mid-run on the case below (the reference's flag)
+    "none": ({}, None),
+    "tbt": ({"stop_tbt": (0.005, 0.99)}, "stopped_early"),
+    "overload": ({"sched_delay_slo_s": 0.5, "overload_wait_s": 3.0}, "overloaded"),
+    "cap": ({"time_limit_s": 2.0}, "capped"),
+}
+
+
+@pytest.mark.parametrize("mode", CORES)
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_kv_starved_decode_pool_behind_a_slow_link_runs_as_the_reference(monkeypatch, mode, stop):
+    """Built to exercise every disaggregation path at once: decode admission waits for blocks, prompts larger
+    than the decode pool are ignored after their prefill (their prefill blocks freed), transfers queue on a
+    crawling link while the prefill side holds its KV, and the decode side preempts; and each watchdog rule
+    ends it mid-run (the core skips the checks where no rule can act: DisaggCore._check_due)."""
+    from simserve.sim.disagg import Pool, simulate_disagg
+    from simserve.sim.kvlink import KVLink
+
+    rng = np.random.default_rng(11)
+    n = 80
+    prompt = rng.integers(16, 900, n)
+    output = rng.integers(20, 200, n)
+    arrived = np.cumsum(rng.exponential(0.01, n))
+    rules, flag = STOPS[stop]
+    cfg = replace(SimConfig(policy="sarathi", budget=256, max_model_len=1024, sched_delay_slo_s=1e9,
+                            overload_wait_s=1e9, check_period_s=0.1), **rules)  # fmt: skip
+
+    def sim():
+        return simulate_disagg(prompt, output, arrived, cfg, Pool(2, LinearTimer(0.003, 2e-5, 3e-8, num_stages=2), 80),
+                               Pool(2, LinearTimer(0.004, 1e-5, 3e-8), 48, "kv"),
+                               KVLink("slow", 0.05, 2e-5, 1, "test"), 20000.0)  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    r, t = ref.raw.reqs, ref.transfers
+    if flag is None:
+        assert (r.status == IGNORED).sum() >= 1 and r.preemptions.sum() >= 1
+        assert np.nanmax(t.start - t.queued) > 0.1 and np.nanmax(t.queued - t.prefilled) > 0.1
+    else:
+        assert getattr(ref.raw, flag) and ref.raw.end_time < 10.0
+    assert_same_disagg(ref, _run(monkeypatch, mode, sim))
+
+
+def test_the_core_runs_a_disaggregated_scenario_with_the_profiled_timers_as_the_reference(monkeypatch):
+    from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec, run_disagg
+
+    base = Scenario(model="llama-2-7b", gpu="h200", num_requests=150, stretch=False, budget=512)
+    ds = DisaggScenario.create(base, PoolSpec(2, 1), PoolSpec(1, 2), decode_router="kv")
+    ref = _run(monkeypatch, "reference", lambda: run_disagg(ds, 8.0))
+    assert_same_disagg(ref, _run(monkeypatch, CORES[-1], lambda: run_disagg(ds, 8.0)))
+
+
+@pytest.mark.parametrize("mode", CORES)
+def test_a_backlog_only_in_front_of_the_decode_pool_is_an_overload_on_the_core_too(monkeypatch, mode):
+    """A roomy prefill pool and a decode pool of 150 blocks: prefills keep up, so only decode admission (the
+    watchdog's "scheduled") falls behind; the core's skip test must read that, not the prefill side's admission."""
+    from simserve.sim.disagg import Pool, simulate_disagg
+    from simserve.sim.kvlink import KVLink
+
+    rng = np.random.default_rng(0)
+    prompt, output = rng.integers(20, 1500, 400), rng.integers(1, 200, 400)
+    arrived = np.cumsum(rng.exponential(1 / 20.0, 400))
+    timer = LinearTimer(0.004, 1e-5, 1e-8)
+
+    def sim():
+        return simulate_disagg(prompt, output, arrived, SimConfig(policy="sarathi"), Pool(2, timer, 20000),
+                               Pool(1, timer, 150, "kv"), KVLink("test", 10.0, 20e-6, 1, "test"), 1000.0)  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert ref.raw.overloaded and np.nanmedian(ref.raw.reqs.scheduled - ref.raw.reqs.arrived) < 2.0
+    assert_same_disagg(ref, _run(monkeypatch, mode, sim))

@@ -188,12 +188,48 @@ def test_bad_layouts_are_one_line_and_exit_2(capsys, tmp_path, args, message):
     assert not out.exists()
 
 
-def test_reference_only_says_so_once(capsys, monkeypatch):
+def test_the_compiled_core_runs_it_and_says_nothing(capsys, monkeypatch):
+    """Disaggregation is in the compiled core (core.DisaggCore): no line about the reference, and the run
+    does not create a SimPy environment."""
     from simserve.sim import core_run
 
+    if not core_run.compiled_available():
+        pytest.skip("no compiled core in this install")
     monkeypatch.delenv(core_run.ENV, raising=False)
-    monkeypatch.setattr(core_run, "_reference_only", set())
-    for _ in range(2):
-        _run(n=5)
-    err = capsys.readouterr().err
-    assert err.count("disaggregated serving runs on the SimPy reference") == 1
+    import simpy
+
+    def no_simpy(*args, **kwargs):
+        raise AssertionError("the SimPy reference ran")
+
+    monkeypatch.setattr(simpy, "Environment", no_simpy)
+    run, _, output = _run(n=20)
+    assert run.raw.reqs.generated.sum() == output.sum()
+    assert capsys.readouterr().err == ""
+
+
+def test_moe_pools_run_with_ep_and_attention_dp_is_refused_in_one_line():
+    """An MoE model's pools take --ep (experts sharded inside each pool's TP group); attention-DP ranks, which step
+    in lockstep in the aggregated model, have no disaggregated model yet: refused before any profile is built."""
+    from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec
+    from simserve.sim.scenario import Scenario
+
+    base = Scenario(model="mixtral-8x7b", gpu="h200", ep=2)
+    ds = DisaggScenario.create(base, PoolSpec(2, 2), PoolSpec(1, 4))
+    assert ds.check()[2].name == "nvlink"
+    dp = DisaggScenario.create(Scenario(model="mixtral-8x7b", gpu="h200", ep=4, dp_attention=2), PoolSpec(1, 2),
+                               PoolSpec(1, 2))  # fmt: skip
+    with pytest.raises(SimserveError, match="does not model attention data parallelism") as exc:
+        dp.check()
+    assert "\n" not in str(exc.value)
+
+
+def test_a_pool_may_name_its_own_expert_parallelism():
+    """`2xTP2EP2` as a plan labels it: a pool's EP overrides the run's --ep (here the TP1 decode pool keeps EP 1)."""
+    from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec
+    from simserve.sim.scenario import Scenario
+
+    pre, dec = PoolSpec.parse("2xTP2EP2", "--prefill"), PoolSpec.parse("4xTP1", "--decode")
+    assert (pre.tp, pre.ep, dec.ep) == (2, 2, None) and pre.label() == "2xTP2EP2"
+    ds = DisaggScenario.create(Scenario(model="mixtral-8x7b", gpu="h200"), pre, dec)
+    assert (ds.prefill.ep, ds.decode.ep) == (2, 1) and ds.label() == "2xTP2EP2P+4xTP1D"
+    assert ds.check()[2].name == "nvlink"

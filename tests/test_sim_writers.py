@@ -122,3 +122,29 @@ def test_the_compiled_formatter_writes_the_python_text():
     rows["num_iterations"] = rng.integers(1, 4, n)
     for view in (rows, {c: v[::3] for c, v in rows.items()}):
         assert perfetto._batch_text(view) == perfetto._batch_text_python(view)
+
+
+@pytest.mark.skipif(writers._csv_rows is None, reason="the compiled table formatter is not built")
+def test_trace_microseconds_written_from_integers_are_their_repr():
+    """_textrows._float_milli writes ts and dur (np.round(..., 3) microseconds) from integers when the value is
+    the double nearest k/1000: the text must be repr's, also one ulp off that double (repr's own algorithm
+    then), at the 1e12 limit, for -0.0, NaN, infinities, negatives and values with more decimals."""
+    import numpy as np
+
+    from simserve.sim import perfetto
+
+    rng = np.random.default_rng(11)
+    n = 20000
+    ts = rng.integers(0, 10**13, n) / 1000.0  # up to 1e10 microseconds, 3 decimals
+    ts[:200] = np.nextafter(ts[:200], np.inf)
+    ts[200:400] = np.nextafter(ts[200:400], -np.inf)
+    ts[400:600] = np.round(rng.random(200) * 1e6, 3)
+    odd = [0.0, -0.0, math.nan, math.inf, -math.inf, 1e12, 1e12 - 0.001, 999999999999.999, 1e16, 1e-5, 0.001, 0.1,
+           0.0005, -1.0, -0.001, 5e-324, 0.1 + 0.2, 2**53 / 1000, 0.5, 10.0, 1234.5, 100.05]  # fmt: skip
+    ts[600 : 600 + len(odd)] = odd
+    zero = np.zeros(n, dtype=np.int64)
+    dur = ts[::-1].copy()
+    got = perfetto._batch_events_text(['"x"'], zero, zero, zero, ts, dur, zero, zero, zero, zero, zero)
+    pairs = zip(ts.tolist(), dur.tolist(), strict=True)
+    want = ",".join(perfetto._EVENT % ('"x"', 0, 0, a, b, 0, 0, 0, 0, 0) for a, b in pairs)
+    assert got == want

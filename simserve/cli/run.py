@@ -255,7 +255,9 @@ def run_command(
         help="Run as the paper's trials were: clipped Poisson arrivals, the Ray round trip, a 30-minute cap.",
     ),
     prefill: str | None = typer.Option(
-        None, "--prefill", help="Disaggregated: the prefill pool, replicas x TP (2xTP2, 1xTP4PP2, 2xTP2@h100)."
+        None,
+        "--prefill",
+        help="Disaggregated: the prefill pool, replicas x TP (2xTP2, 1xTP4PP2, 2xTP2EP2, 2xTP2@h100).",
     ),
     decode: str | None = typer.Option(None, "--decode", help="Disaggregated: the decode pool (as --prefill)."),
     kv_link: str | None = typer.Option(
@@ -273,10 +275,15 @@ def run_command(
     from simserve.io import check_out_dir, output_dir
     from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
-    from simserve.sim.scenario import Scenario, simulate_scenario, workload_drops, workload_notes
+    from simserve.sim.scenario import (
+        Scenario,
+        scenario_fields,
+        simulate_scenario,
+        workload_drops,
+        workload_notes,
+    )
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
-    from simserve.tune.probe import scenario_fields
 
     check_options(fmt, iterations)
     if engine == "sglang":  # SGLang 0.5.23 is the sglang policy (docs/engines.md)

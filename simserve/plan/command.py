@@ -108,23 +108,25 @@ def disagg_commands(spec, row) -> list[str]:
     from simserve.deployment import Deployment
     from simserve.plan.disagg import _fitting_budgets
 
-    m = re.match(r"(\d+)xTP(\d+)P\+(\d+)xTP(\d+)D", str(row["layout"]))
-    x, tp_p, y, tp_d = (int(v) for v in m.groups())
-    decode = Deployment.create(spec.model, row["gpu"], tp_d, 1, row["node"], None, spec.memory_utilization,
-                               spec.max_len, spec.dtype, spec.kv_dtype)  # fmt: skip
-    pools = (("prefill", x, tp_p, int(row["budget"]), PREFILL_PORT),
-             ("decode", y, tp_d, _fitting_budgets(decode, spec.budgets, spec.max_batch)[0], DECODE_PORT))  # fmt: skip
+    pool = r"(\d+)xTP(\d+)(?:PP(\d+))?(?:EP(\d+))?"  # plan.disagg.pool_label
+    m = re.match(rf"{pool}P\+{pool}D$", str(row["layout"]))
+    x, tp_p, pp_p, ep_p, y, tp_d, pp_d, ep_d = (int(v or 1) for v in m.groups())
+    decode = Deployment.create(spec.model, row["gpu"], tp_d, pp_d, row["node"], None, spec.memory_utilization,
+                               spec.max_len, spec.dtype, spec.kv_dtype, ep_d)  # fmt: skip
+    pools = (("prefill", x, tp_p, pp_p, ep_p, int(row["budget"]), PREFILL_PORT),
+             ("decode", y, tp_d, pp_d, ep_d, _fitting_budgets(decode, spec.budgets, spec.max_batch)[0],
+              DECODE_PORT))  # fmt: skip
     lines, gpu, ports = [], 0, {"prefill": [], "decode": []}
-    for side, n, tp, budget, port in pools:
-        base = vllm_serve(spec.model, tp, 1, budget, spec.max_batch, spec.max_len, spec.memory_utilization,
-                          spec.dtype, spec.kv_dtype)  # fmt: skip
+    for side, n, tp, pp, ep, budget, port in pools:
+        base = vllm_serve(spec.model, tp, pp, budget, spec.max_batch, spec.max_len, spec.memory_utilization,
+                          spec.dtype, spec.kv_dtype, ep)  # fmt: skip
         for i in range(n):
-            devices = ",".join(str(gpu + k) for k in range(tp))
+            devices = ",".join(str(gpu + k) for k in range(tp * pp))
             args = [*base, "--port", str(port + i), "--kv-transfer-config", KV_TRANSFER_CONFIG]
             lines.append(f"# {side} instance {i + 1} of {n}\nCUDA_VISIBLE_DEVICES={devices} "
                          f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_BASE_PORT + gpu} " + shlex.join(args))  # fmt: skip
             ports[side].append(str(port + i))
-            gpu += tp
+            gpu += tp * pp
     proxy = ["python", PROXY, "--port", str(PROXY_PORT), "--prefiller-hosts", *["localhost"] * x, "--prefiller-ports",
              *ports["prefill"], "--decoder-hosts", *["localhost"] * y, "--decoder-ports", *ports["decode"]]  # fmt: skip
     lines.append("# vLLM's proxy (from vLLM's source tree): clients talk to its port\n" + shlex.join(proxy))

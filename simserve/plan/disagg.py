@@ -1,9 +1,12 @@
 """Disaggregated layouts in a plan: which xPyD splits to search, their capacity searches, and their plan rows.
 
-A layout is x prefill replicas of TP t_p and y decode replicas of TP t_d of one GPU kind in one box (the KV moves
-over its NVLink: sim/kvlink.py); PP 1 in both pools (the hook for PP and EP is the pool's Scenario). The search
-space is every (t_p, t_d, x, y) that fits the box and --max-gpus, too many to simulate, so it is screened with
-what each pool can do alone, from the same BatchTimer the simulation uses:
+A layout is x prefill replicas of one deployment and y decode replicas of another, of one GPU kind in one box
+(the KV moves over its NVLink: sim/kvlink.py). Each pool's deployment is a TP degree, with PP > 1 only where the
+model needs it (no PP-1 pool of as few GPUs fits: in one NVLink box TP gives the same memory per GPU without PP's
+bubbles and stage hops), and for an MoE model each EP degree an aggregated plan tries (experts TP-sharded or whole
+over the TP group); attention DP is not searched (a pool has no lockstep model: sim/disagg_scenario.py refuses
+it). The search space is every (pool, pool, x, y) that fits the box and --max-gpus, too many to simulate, so it is
+screened with what each pool can do alone, from the same BatchTimer the simulation uses:
 
   prefill rate per replica  μ_p = 1 / (time to prefill the sample's mean prompt in budget-sized chunks)
   decode rate per replica   μ_d = B / (mean output × t_dec(B)), B = the most requests decoding at once that
@@ -30,7 +33,7 @@ from simserve.catalog.prices import PriceSpec
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.memory import plan_memory, profile_tokens
-from simserve.plan.candidates import best_box, parallelisms
+from simserve.plan.candidates import best_box, expert_parallelisms, parallelisms
 from simserve.plan.prune import front_threshold
 
 LAYOUT_AGG = "agg"
@@ -55,7 +58,12 @@ class Layout:
 
     @property
     def label(self) -> str:
-        return f"{self.x}xTP{self.prefill.tp}P+{self.y}xTP{self.decode.tp}D"
+        return f"{self.x}x{pool_label(self.prefill)}P+{self.y}x{pool_label(self.decode)}D"
+
+
+def pool_label(dep: Deployment) -> str:
+    """TP2, TP1PP3, TP4EP4: a pool's parallelism as the layout label writes it (command.LAYOUT parses it)."""
+    return f"TP{dep.tp}" + (f"PP{dep.pp}" if dep.pp > 1 else "") + (f"EP{dep.ep}" if dep.ep > 1 else "")
 
 
 def _fitting_budgets(dep: Deployment, budgets, max_batch: int) -> list[int]:
@@ -67,6 +75,21 @@ def _fitting_budgets(dep: Deployment, budgets, max_batch: int) -> list[int]:
             continue
         ok.append(b)
     return ok
+
+
+def pool_deployments(model, gpu: GPUSpec, node: NodeSpec, room: int, spec) -> dict[tuple, tuple]:
+    """(TP, PP, EP) -> (deployment, fitting budgets) of the pools a layout may use in `room` GPUs (the other pool
+    needs at least one): every TP and EP that fits, and PP > 1 only below the fewest GPUs a PP-1 pool fits in."""
+    pools = {}
+    for tp, pp in parallelisms(model, room - 1):
+        for ep in expert_parallelisms(model, tp):
+            dep = Deployment.create(model, gpu, tp, pp, node, None, spec.memory_utilization, spec.max_len,
+                                    spec.dtype, spec.kv_dtype, ep, spec.moe_skew)  # fmt: skip
+            ok = _fitting_budgets(dep, spec.budgets, spec.max_batch)
+            if ok:
+                pools[(tp, pp, ep)] = (dep, ok)
+    fewest = min((dep.num_gpus for (_, pp, _), (dep, _) in pools.items() if pp == 1), default=room)
+    return {k: v for k, v in pools.items() if k[1] == 1 or v[0].num_gpus < fewest}
 
 
 def pool_rates(timer, blocks: int, block_size: int, prompt: float, output: float, budget: int, max_batch: int,
@@ -103,39 +126,37 @@ def enumerate_layouts(spec, prices: dict[str, PriceSpec], profiles_for, timer_fo
             notes.append(f"{gpu.name}: no NVSwitch box in the catalog for both pools (disaggregation needs one link)")
             continue
         room = min(spec.max_gpus, node.gpus_per_node)
-        pools = {}
-        for tp, pp in parallelisms(model, room):
-            if pp != 1 or tp > room - 1:  # PP 1 in both pools; the other pool needs a GPU too
-                continue
-            dep = Deployment.create(model, gpu, tp, 1, node, None, spec.memory_utilization, spec.max_len,
-                                    spec.dtype, spec.kv_dtype, 1, spec.moe_skew)  # fmt: skip
-            ok = _fitting_budgets(dep, spec.budgets, spec.max_batch)
-            if ok:
-                pools[tp] = (dep, ok)
+        pools = pool_deployments(model, gpu, node, room, spec)
         if not pools:
             notes.append(f"{gpu.name}: no TP degree fits one pool in {room - 1} GPUs")
             continue
         profiles_for([d for d, _ in pools.values()])
         rates = {}
-        for tp, (dep, ok) in pools.items():
+        for key, (dep, ok) in pools.items():
             timer = timer_for(dep)
             blocks = plan_memory(dep, profile_tokens("sarathi", dep.max_model_len, ok[0], spec.max_batch)).num_blocks
             mu_p, _ = pool_rates(timer, blocks, dep.block_size, prompt, output, ok[-1], spec.max_batch,
                                  spec.slo.tbt_s)  # fmt: skip
             _, mu_d = pool_rates(timer, blocks, dep.block_size, prompt, output, ok[0], spec.max_batch, spec.slo.tbt_s)
-            rates[tp] = (mu_p, mu_d)
-        for tp_p, (dep_p, ok_p) in pools.items():
-            for tp_d, (dep_d, ok_d) in pools.items():
-                mu_p, mu_d = rates[tp_p][0], rates[tp_d][1]
-                for y in range(1, (room - tp_p) // tp_d + 1):
+            rates[key] = (mu_p, mu_d)
+        for key_p, (dep_p, ok_p) in pools.items():
+            for key_d, (dep_d, ok_d) in pools.items():
+                mu_p, mu_d = rates[key_p][0], rates[key_d][1]
+                g_p, g_d = dep_p.num_gpus, dep_d.num_gpus
+                for y in range(1, (room - g_p) // g_d + 1):
                     balance = y * mu_d / mu_p
                     for x in sorted({max(1, math.floor(balance)), max(1, math.ceil(balance))}):
-                        if x * tp_p + y * tp_d > room:
+                        if x * g_p + y * g_d > room:
                             continue
                         est = min(x * mu_p, y * mu_d)
                         kept.append(Layout(gpu, node, dep_p, dep_d, x, y, ok_p[-1], ok_d[0], est))
         if not any(lay.gpu == gpu for lay in kept):
             notes.append(f"{gpu.name}: no xPyD split fits {room} GPUs")
+
+    if model.is_moe:
+        # the CLI prints each note after "no disaggregated layout for "
+        notes.append(f"{model.name} with attention-DP pools (a disaggregated pool has no model of DP ranks stepping "
+                     f"in lockstep yet; its TP and EP pools are searched)")  # fmt: skip
 
     def cost(lay: Layout) -> float:
         return prices[lay.gpu.name].usd_per_hour(lay.num_gpus, 1) / lay.estimate_qps
@@ -180,9 +201,6 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     def timer_for(dep):
         return _timer(dep, profiles[dep].root, True, False)
 
-    from simserve.sim import core_run
-
-    core_run.reference_only("disaggregated serving")
     prompt, output, _, _ = _workload(spec.trace, spec.max_len, spec.num_requests, spec.seed, False)
     layouts, notes = enumerate_layouts(spec, prices, profiles_for, timer_for,
                                        (float(prompt.mean()), float(output.mean())))  # fmt: skip
@@ -263,7 +281,7 @@ def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) ->
     elif capacity < spec.min_qps:
         capacity, status = 0.0, "below floor"
     return {
-        "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": 1, "ep": 1, "node": lay.node.name,
+        "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": lay.prefill.pp, "ep": lay.prefill.ep, "node": lay.node.name,
         "gpus_per_replica": lay.num_gpus, "nodes_per_replica": 1, "seed": task.scenario.prefill.seed,
         "budget": lay.prefill_budget, "capacity_qps": capacity, "status": status, "start_qps": task.start_qps,
         "probes": len(r.probes), "limited_by": r.limited_by, "message": message, "kv_blocks": 0,
@@ -284,7 +302,7 @@ def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.Dat
                 continue
             qps, usd, rented = k * c, price.usd_per_hour(g, k), price.gpus_rented(g, k)
             out.append({
-                "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": 1, "ep": 1, "node": lay.node.name, "replicas": k,
+                "gpu": lay.gpu.name, "tp": lay.prefill.tp, "pp": lay.prefill.pp, "ep": lay.prefill.ep, "node": lay.node.name, "replicas": k,
                 "gpus": k * g, "gpus_rented": rented, "budget": lay.prefill_budget, "capacity_qps": qps,
                 "capacity_per_gpu_qps": qps / (k * g), "output_tokens_per_s": qps * out_tokens,
                 "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented, "usd_per_hour": usd,

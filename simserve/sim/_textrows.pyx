@@ -95,6 +95,36 @@ cdef int _float(Buf* b, double x) except -1:
     return 0
 
 
+cdef int _float_milli(Buf* b, double x) except -1:
+    """repr(x) for a value with at most 3 decimals (trace.json's microseconds, np.round(..., 3)), from integers.
+
+    When x is the double nearest k/1000 for an integer k (fl(k / 1000.0) == x, division being correctly
+    rounded) and 0 <= x < 1e12, repr(x) is k/1000 in decimal, trailing zeros dropped: below 1e12 doubles are
+    at most 2**-13 apart, so no other decimal with at most 3 places reads back as x, and any decimal that does
+    has more significant digits; and repr writes such values without an exponent. Anything else (a value
+    np.round left off the nearest double, -0.0, NaN, huge) goes through repr's own algorithm."""
+    cdef long long k, r
+    cdef char tmp[4]
+    cdef int i, end
+    if not (0.0 <= x < 1e12) or signbit(x):
+        return _float(b, x)
+    k = <long long>(x * 1000.0 + 0.5)
+    if <double>k / 1000.0 != x:
+        return _float(b, x)
+    _int(b, k // 1000)
+    _char(b, 46)  # '.'
+    r = k % 1000
+    if r == 0:
+        return _char(b, 48)  # '0'
+    for i in range(3):
+        tmp[2 - i] = <char>(48 + r % 10)
+        r //= 10
+    end = 3
+    while tmp[end - 1] == 48:
+        end -= 1
+    return _put(b, tmp, end)
+
+
 cdef str _finish(Buf* b):
     """The text written (the caller frees b.data if this raises)."""
     cdef str text = b.data[: b.size].decode("ascii")
@@ -176,7 +206,8 @@ def csv_rows(list columns, bytes kinds, Py_ssize_t n):
 def batch_events(list names, const long long[:] name_of, const long long[:] pid, const long long[:] tid,
                  const double[:] ts, const double[:] dur, const long long[:] prefill, const long long[:] decode,
                  const long long[:] requests, const long long[:] kv, const long long[:] iters):
-    """perfetto._EVENT for each row, joined by ','; names[name_of[i]] is row i's JSON-quoted name."""
+    """perfetto._EVENT for each row, joined by ','; names[name_of[i]] is row i's JSON-quoted name; ts and dur
+    are microseconds rounded to 3 decimals (their repr mostly written from integers: _float_milli)."""
     cdef Py_ssize_t i, n = len(ts)
     cdef Buf b
     cdef list encoded = [t.encode("ascii") for t in names]
@@ -192,9 +223,9 @@ def batch_events(list names, const long long[:] name_of, const long long[:] pid,
             _lit(&b, b',"tid":')
             _int(&b, tid[i])
             _lit(&b, b',"ts":')
-            _float(&b, ts[i])
+            _float_milli(&b, ts[i])
             _lit(&b, b',"dur":')
-            _float(&b, dur[i])
+            _float_milli(&b, dur[i])
             _lit(&b, b',"args":{"prefill_tokens":')
             _int(&b, prefill[i])
             _lit(&b, b',"decode_tokens":')

@@ -303,15 +303,11 @@ def simulate(
     if prefix is not None:  # (group, tokens on it) per request: which blocks prefix caching can share
         reqs.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
         reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
-    core = None
-    if follow is not None:
-        core_run.reference_only("answer-driven conversation arrivals (--arrival conversation)")
-    elif cfg.policy == "sglang" and cfg.prefix_caching:
-        core_run.reference_only("SGLang's radix cache (--policy sglang --prefix-caching)")
-    else:
-        core = core_run.choose(cfg, timer)
+    core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
-        log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(core, reqs, cfg, timer, num_blocks, progress)
+        log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(
+            core, reqs, cfg, timer, num_blocks, progress, follow
+        )
         return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped)
     import simpy
 

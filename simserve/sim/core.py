@@ -29,6 +29,7 @@ code (tests/test_sim_core.py compares both the build and this source with the re
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import cython
@@ -71,6 +72,11 @@ NORMAL = 1
 SLOT_ARRIVALS = 0
 SLOT_WATCHDOG = 1
 SLOT_FINISHED = 2
+
+# what a Core runs (Core.role)
+ROLE_AGGREGATED = 0
+ROLE_PREFILL = 1
+ROLE_DECODE = 2
 
 # timer kinds
 T_TABLES = 0  # predictor.timer.BatchTimer
@@ -217,6 +223,14 @@ class Timer:
             prefix = prefixes[q]
             t += chunk
             attn += self._prefill(chunk, prefix)
+        return self._tables_time(t, attn, n, nd, kv_sum, stage)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(tok=cython.double)
+    def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
+                     kv_sum: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
+        """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far."""
         if nd:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
         elif t == 0:
@@ -226,6 +240,19 @@ class Timer:
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
         return tok + attn + self.cpu_a[stage] + self.cpu_b[stage] * (n + nd)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(t=cython.longlong, kv=cython.longlong)
+    def decode_time(self, nd: cython.longlong, kv_sum: cython.longlong, stage: cython.int) -> cython.double:
+        """time() of a batch without prefill chunks (the same operations, without its Python lists)."""
+        if self.kind == T_CONSTANT:
+            return self.a
+        if self.kind == T_LINEAR:
+            t = nd
+            kv = kv_sum
+            return self.a + self.b * t + self.c * kv
+        return self._tables_time(nd, 0.0, 0, nd, kv_sum, stage)
 
     @cython.cfunc
     @cython.locals(total=cython.double, s=cython.int)
@@ -251,6 +278,9 @@ class Rep:
     # vllm-v1 with prefix caching: the same PrefixCache object the reference uses (sim/prefix_cache.py); `free`
     # mirrors its free queue after every change. finished / admit_seq / admitted: ReplicaState's.
     cache: object
+    # sglang with --prefix-caching: the reference's own RadixCache (sim/radix_cache.py), which is also the
+    # pool; `free` mirrors its free pages (available + evictable) after every change (_sync_radix)
+    radix: object
     finished: list
     admit_seq: dict
     admitted: cython.longlong
@@ -266,6 +296,10 @@ class Rep:
     sg_finished_seen: cython.longlong
     stale: set
     outstanding: cython.longlong
+    # disaggregation (DisaggCore): requests resident here because of a KV transfer, counted as running — on a
+    # prefill replica, prefilled requests whose blocks wait for the decode side to read them; on a decode
+    # replica, admitted requests whose KV is on the link (disagg.PrefillState.held / DecodeState.transferring)
+    held: cython.longlong
     # the scheduler loop
     in_flight: cython.int
     sched_waits: cython.bint  # `yield self.wake` (notify schedules its resumption)
@@ -297,6 +331,7 @@ class Rep:
         self.decoding = []
         self.running = []
         self.cache = cache
+        self.radix = None
         self.finished = []
         self.admit_seq = {}
         self.admitted = 0
@@ -311,6 +346,7 @@ class Rep:
         self.sg_finished_seen = 0
         self.stale = set()
         self.outstanding = 0
+        self.held = 0
         self.in_flight = 0
         self.sched_waits = False
         self.busy0 = False
@@ -354,6 +390,8 @@ class Core:
     replica: cython.longlong[:]
     stamp: cython.longlong[:]  # the batch each request was last put in (the scheduled-twice check)
     cached_tokens: cython.longlong[:]
+    prefix_group: cython.longlong[:]  # the prefix-sharing identity (sglang's lpm reads it)
+    prefix_tokens: cython.longlong[:]
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     counts: cython.double[:]
     zeros: cython.double
@@ -394,7 +432,15 @@ class Core:
     sg_decay: cython.double
     sg_clip: cython.longlong  # sglang.CLIP_MAX_NEW_TOKENS
     sg_retract_steps: cython.longlong  # sglang.RETRACT_DECODE_STEPS
+    sg_lpm: cython.bint  # --schedule-policy lpm (with the radix cache; fcfs without)
+    sg_lpm_max: cython.longlong  # sglang.LPM_MAX_WAITING, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE
+    sg_in_batch_check: cython.longlong
+    sg_in_batch_dep: cython.longlong
     timer: Timer
+    # disaggregation: this core runs one pool of a DisaggCore (`owner`), which counts the run's requests,
+    # routes between the pools and moves the KV (ROLE_PREFILL / ROLE_DECODE); ROLE_AGGREGATED: a whole run
+    role: cython.int
+    owner: object
     # the event loop
     now: cython.double
     eid: cython.longlong
@@ -412,6 +458,14 @@ class Core:
     released: cython.longlong
     slot_waits: cython.bint
     frontend: cython.double
+    # answer-driven conversations (cluster.Cluster's `follow`, conversation.py): per request its next round's id
+    # (-1: none) and think time; the released rounds not yet arrived, a heap of (arrival, id) as the
+    # reference's `due`; and the ids in routing order (the overload scan's order; ids themselves otherwise)
+    conversation: cython.bint
+    child: cython.longlong[:]
+    think: cython.double[:]
+    due: list
+    routed: cython.longlong[:]
     num_done: cython.longlong
     num_ignored: cython.longlong
     finished: cython.bint  # the `finished` event was triggered (scheduled)
@@ -435,6 +489,11 @@ class Core:
     b_prefills: list  # the batch the policy formed (_policy)
     b_decodes: list
     b_tokens: cython.longlong  # _partial_prefills: the tokens so far
+    # decode stretches (_decode_stretch): whether this run's policy and PP allow them, whether its decodes grow
+    # their KV a block at a time, and the ids of the stretch's batch as a C array
+    stretch_ok: cython.bint
+    stretch_grow: cython.bint
+    ids: cython.longlong[:]
     error: cython.int
     # iteration rows not yet handed to the IterationLog
     row_ints: cython.longlong[:, :]
@@ -457,6 +516,7 @@ class Core:
         self.inflight, self.status, self.replica = arrays["inflight"], arrays["status"], arrays["replica"]
         self.stamp = arrays["stamp"]
         self.cached_tokens = arrays["cached_tokens"]
+        self.prefix_group, self.prefix_tokens = arrays["prefix_group"], arrays["prefix_tokens"]
         self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
         self.zeros = hist["zeros"]
@@ -485,6 +545,8 @@ class Core:
         self.long_threshold = p["long_threshold"]
         self.long_adaptive = p["long_adaptive"]
         self.timer = timer
+        self.role = p.get("role", ROLE_AGGREGATED)
+        self.owner = None
         sg = p.get("sglang") or {}
         self.sg_mixed = sg.get("mixed", False)
         self.sg_lof = sg.get("lof", False)
@@ -495,22 +557,35 @@ class Core:
         self.sg_decay = sg.get("decay", 0.0)
         self.sg_clip = sg.get("clip", 0)
         self.sg_retract_steps = sg.get("retract_steps", 0)
+        self.sg_lpm = sg.get("lpm", False)
+        self.sg_lpm_max = sg.get("lpm_max", 0)
+        self.sg_in_batch_check = sg.get("in_batch_check", 0)
+        self.sg_in_batch_dep = sg.get("in_batch_dep", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
         self.now = 0.0
         self.eid = 0
         caches = p["caches"] or [None] * p["num_replicas"]
+        base = p.get("first_replica", 0)  # a decode pool's replicas are numbered after the prefill pool's
         self.reps = [
-            Rep(i, p["num_blocks"], p["watermark_blocks"], self.pp, caches[i]) for i in range(p["num_replicas"])
+            Rep(base + i, p["num_blocks"], p["watermark_blocks"], self.pp, caches[i])
+            for i in range(p["num_replicas"])
         ]
         rep: Rep
-        for rep in self.reps:
+        radixes = p.get("radixes") or [None] * p["num_replicas"]
+        for i, rep in enumerate(self.reps):  # NOTE: position, not rep.index (a decode pool's starts past 0)
             rep.sg_ratio = self.sg_init
+            rep.radix = radixes[i]
+            self._sync_radix(rep)
         self.next = 0
         self.released = p["released"]
         self.slot_waits = False
         self.frontend = p["frontend_s"]
+        self.conversation = p.get("due") is not None
+        self.routed = arrays["routed"]
+        if self.conversation:
+            self.child, self.think, self.due = arrays["child"], arrays["think"], p["due"]
         self.num_done = 0
         self.num_ignored = 0
         self.finished = False
@@ -525,6 +600,14 @@ class Core:
         self.h_index = 0
         self.h_lo = self.h_hi = 0.0  # an empty interval: the first value takes the log
         self.batch_no = 0
+        # NOTE: the policies whose batch, at PP = 1 with nothing waiting and nothing prefilling, is the
+        # replica's decoding list itself and changes no other state (chunked sets its turn flag to prefills,
+        # which a decode-only batch already left set)
+        self.stretch_ok = self.pp == 1 and self.policy in (
+            P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL
+        )  # fmt: skip
+        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA)  # they take _paused_decodes
+        self.ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats
@@ -533,7 +616,7 @@ class Core:
         # SimPy starts the processes in the order Cluster.__init__ creates them, each with an URGENT event
         # at time 0: every replica's scheduler and its stages, then arrivals, then the watchdog.
         i: cython.int
-        self.slot0 = len(self.reps) * self.pp
+        self.slot0 = (base + len(self.reps)) * self.pp  # slot of rep.index r's stage s: r * pp + s
         self.num_slots = self.slot0 + 3
         self.ev_time = np.zeros(self.num_slots)
         self.ev_prio = np.zeros(self.num_slots, dtype=np.intc)
@@ -585,6 +668,8 @@ class Core:
             if best < self.slot0:
                 if best % self.pp == 0:
                     self._sched_resume(self.reps[best // self.pp])
+                    if self.stretch_ok and not self.error:
+                        self._decode_stretch(self.reps[best // self.pp])
                 else:
                     self._stage_resume(self.reps[best // self.pp], best % self.pp)
             else:
@@ -656,17 +741,23 @@ class Core:
             return False
         if 2 * self.w_late > self.n - self.num_ignored:
             return True
-        while self.w_ptr < self.next and self.arrived[self.w_ptr] < self.now - self.sched_delay_slo:
-            rid = self.w_ptr
+        # NOTE: positions in routing order (Watchdog scans `routed` the same way; ids themselves in an open or
+        # closed loop, where routed[k] == k)
+        while self.w_ptr < self.next and self.arrived[self.routed[self.w_ptr]] < self.now - self.sched_delay_slo:
+            rid = self.routed[self.w_ptr]
             s = self.scheduled[rid]
             if self.status[rid] != IGNORED and (s != s or s - self.arrived[rid] > self.sched_delay_slo):
                 return True
             self.w_ptr += 1
-        while self.w_oldest < self.next and (
-            self.status[self.w_oldest] == IGNORED or self.scheduled[self.w_oldest] == self.scheduled[self.w_oldest]
-        ):
+        while self.w_oldest < self.next:
+            rid = self.routed[self.w_oldest]
+            if not (self.status[rid] == IGNORED or self.scheduled[rid] == self.scheduled[rid]):
+                break
             self.w_oldest += 1
-        return self.w_oldest < self.next and self.now - self.arrived[self.w_oldest] > self.overload_wait
+        return (
+            self.w_oldest < self.next
+            and self.now - self.arrived[self.routed[self.w_oldest]] > self.overload_wait
+        )
 
     @cython.ccall
     def end_run(self) -> cython.bint:
@@ -705,6 +796,16 @@ class Core:
     def _arrivals(self) -> cython.void:
         t: cython.double
         while self.next < self.n:
+            if self.conversation:  # Cluster._conversation_arrivals: the earliest released round, or wait
+                if not self.due:
+                    self.slot_waits = True
+                    return
+                t = self.due[0][0]
+                if t > self.now:
+                    self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+                    return
+                self._route_due(self.now)
+                continue
             if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
                 self.slot_waits = True
                 return
@@ -718,8 +819,16 @@ class Core:
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
-        while self.next < self.released and self.arrived[self.next] <= now:
-            rid = self.next
+        while True:
+            if self.conversation:
+                if not (self.due and self.due[0][0] <= now):
+                    return
+                rid = heapq.heappop(self.due)[1]
+            elif self.next < self.released and self.arrived[self.next] <= now:
+                rid = self.next
+            else:
+                return
+            self.routed[self.next] = rid
             self.next += 1
             if self.prompt[rid] > self.prompt_limit:
                 self.status[rid] = IGNORED
@@ -757,6 +866,9 @@ class Core:
     @cython.cfunc
     def _on_done(self, rid: cython.longlong) -> cython.void:
         nxt: cython.longlong
+        if self.role != ROLE_AGGREGATED:  # a pool of a disaggregated run: the run counts its requests
+            self.owner.pool_done(self, rid)
+            return
         self.num_done += 1
         if self.status[rid] == IGNORED:
             self.num_ignored += 1
@@ -768,6 +880,13 @@ class Core:
             if self.slot_waits:  # the arrivals process waited on `slot_freed`: its succeed() event
                 self.slot_waits = False
                 self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
+        if self.conversation and self.child[rid] >= 0:  # the answer is in: the next round after its think time
+            nxt = self.child[rid]
+            self.arrived[nxt] = self.now + self.frontend + self.think[nxt]
+            heapq.heappush(self.due, (self.arrived[nxt], nxt))
+            if self.slot_waits:
+                self.slot_waits = False
+                self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
         if self.num_done == self.n and not self.finished:
             self.finished = True
             self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
@@ -775,8 +894,6 @@ class Core:
     # -- the scheduler loop, which runs stage 0 (replica.Replica.schedule) ------------------------------
     @cython.cfunc
     def _sched_resume(self, rep: Rep) -> cython.void:
-        now: cython.double
-        formed: cython.bint
         if rep.busy0:  # its stage-0 timeout ended
             rep.busy0 = False
             if self.pp == 1:
@@ -784,14 +901,24 @@ class Core:
             else:
                 self._hand_over(rep, 1, rep.stage0)
             rep.idle_mark[0] = self._inflight_time(rep, self.now)
+        self._sched_loop(rep)
+
+    @cython.cfunc
+    def _sched_loop(self, rep: Rep) -> cython.void:
+        """The scheduler loop's body after a micro-batch's completion: route, form the next batch, start it."""
+        now: cython.double
+        formed: cython.bint
         while True:
             now = self.now
-            self._route_due(now)
+            if self.role == ROLE_DECODE:  # its "arrivals": prefilled requests given KV blocks, then the link
+                self.owner.admit_incoming(self, rep, now)
+            else:
+                self._route_due(now)
             formed = False
             if rep.in_flight < self.pp:
                 formed = self._policy(rep, now)
             if not formed:
-                if rep.in_flight == 0 and not (len(rep.prefilling) + len(rep.decoding)) and rep.waiting:
+                if rep.in_flight == 0 and not (len(rep.prefilling) + len(rep.decoding) + rep.held) and rep.waiting:
                     self._drop_unfittable(rep)
                     continue
                 rep.sched_waits = True
@@ -858,6 +985,132 @@ class Core:
         rep.in_flight += 1
         self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
+
+    # -- decode stretches: consecutive decode-only iterations of one replica, nothing else due ------------
+    @cython.cfunc
+    @cython.locals(slot=cython.int, i=cython.int, k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong,
+                   left=cython.longlong, limit=cython.double, t=cython.double, now=cython.double,
+                   n_need=cython.longlong, kv_sum=cython.longlong, kv_used=cython.longlong, d=cython.double)  # fmt: skip
+    def _decode_stretch(self, rep: Rep) -> cython.void:
+        """Run the replica's next decode-only iterations here, one after the other, while each is surely the
+        next event of the whole simulation and changes nothing but its own requests: the same steps as
+        run() -> _sched_resume -> _complete -> _policy -> _start_micro_batch, in the same order and with
+        the same float operations, over the batch's ids in a C array instead of a Python list.
+
+        It starts after _sched_resume started a decode-only batch (PP = 1, nothing waiting or prefilling,
+        the batch is rep.decoding itself) and stops, leaving that replica's event pending for run(), before
+        an iteration that ends at or after another pending event or the next arrival (ties go to the other
+        event: it was scheduled earlier), before the completion of a batch in which a request finishes, or
+        when the next batch's KV growth would not fit (the scheduler loop then forms it: preemption)."""
+        ids: cython.longlong[:] = self.ids
+        slot = rep.index  # PP = 1: the replica's scheduler loop is its only slot
+        if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting or rep.cache is not None:
+            return
+        dec: list = rep.decodes0
+        if dec is not rep.decoding or not dec:
+            return
+        # every other pending event and the next arrival: an iteration must end strictly before them all
+        limit = float("inf")
+        for i in range(self.num_slots):
+            if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
+                limit = self.ev_time[i]
+        if self.conversation:
+            if self.due and self.due[0][0] < limit:
+                limit = self.due[0][0]
+        elif self.next < self.released and self.arrived[self.next] < limit:
+            limit = self.arrived[self.next]
+        # completions before the first one that finishes a request (its bookkeeping is the loop's)
+        nd = len(dec)
+        left = self.output[dec[0]] - self.generated[dec[0]]
+        for k in range(nd):
+            rid = dec[k]
+            ids[k] = rid
+            if self.output[rid] - self.generated[rid] < left:
+                left = self.output[rid] - self.generated[rid]
+        left -= 1
+        while left > 0:
+            t = self.ev_time[slot]
+            if not t < limit or t < self.now:  # another event first, or time going backwards (run() says so)
+                return
+            # run(): this event is the smallest key
+            self.ev_on[slot] = 0
+            self.now = t
+            now = t
+            left -= 1
+            # _sched_resume: the batch ended; _complete at PP = 1 with decodes only
+            rep.busy0 = False
+            rep.in_flight -= 1
+            if not rep.in_flight:
+                rep.inflight_acc += now - rep.busy_since
+            self._complete_ids(nd, now)
+            rep.idle_mark[0] = self._inflight_time(rep, now)
+            # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
+            # with its KV growth (_schedule_decodes), when that fits without preemption
+            n_need = 0
+            if self.stretch_grow:
+                for k in range(nd):
+                    rid = ids[k]
+                    if self._block_start(self.computed[rid]):
+                        n_need += 1
+                        self.blocks[rid] += 1
+                if not rep.free - n_need >= 1:
+                    for k in range(nd):
+                        rid = ids[k]
+                        if self._block_start(self.computed[rid]):
+                            self.blocks[rid] -= 1
+                    self._sched_loop(rep)
+                    return
+                self._allocate(rep, n_need)
+            # _start_micro_batch with no prefills
+            self.batch_no += 1
+            kv_sum = 0
+            for k in range(nd):
+                rid = ids[k]
+                if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                    self.error = INV_SCHEDULED_TWICE
+                self.stamp[rid] = self.batch_no
+                kv_sum += self.computed[rid] + 1
+            rep.w_tokens += nd
+            rep.w_decode_kv += kv_sum
+            rep.w_micro_batches += 1
+            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+            kv_used = rep.num_blocks - rep.free
+            d = self.timer.decode_time(nd, kv_sum, 0)
+            rep.prefills0 = _NONE
+            rep.busy0 = True
+            if not rep.in_flight:
+                rep.busy_since = now
+            rep.in_flight += 1
+            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
+            self._schedule(now + d, NORMAL, slot)
+            if self.error:
+                return
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, t0=cython.double, last=cython.double,
+                   gap=cython.double, same=cython.bint)  # fmt: skip
+    def _complete_ids(self, nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """_complete_decodes over self.ids[:nd], none of which finishes (_decode_stretch made sure)."""
+        same = True
+        t0 = self.last_token[self.ids[0]]
+        for k in range(nd):
+            rid = self.ids[k]
+            last = self.last_token[rid]
+            if last != t0:
+                same = False
+            gap = now - last
+            self.gaps[k] = gap
+            self.computed[rid] += 1
+            self.generated[rid] += 1
+            self.last_token[rid] = now
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+        if same:
+            self._hist_add(now - t0, nd)
+        else:
+            for k in range(nd):
+                self._hist_add(self.gaps[k], 1.0)
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
     @cython.cfunc
@@ -987,6 +1240,9 @@ class Core:
         if self.generated[rid] >= self.output[rid]:
             self._finish(rep, rid, now)
         else:
+            if rep.radix is not None:  # SGLang's checkpoint_kv_cache: a prefilled prompt joins the tree
+                rep.radix.checkpoint(rid, self.computed[rid])
+                self._sync_radix(rep)
             _insort(rep.decoding, rid)
 
     @cython.cfunc
@@ -1028,9 +1284,15 @@ class Core:
 
     @cython.cfunc
     def _finish(self, rep: Rep, rid: cython.longlong, now: cython.double) -> cython.void:
+        if self.role == ROLE_PREFILL:  # the KV stays until the decode side has read it
+            self.owner.prefilled(self, rep, rid, now)
+            return
         self.completed[rid] = now
         self.status[rid] = DONE
-        if rep.cache is None:
+        if rep.radix is not None:
+            rep.radix.finish(rid)
+            self._sync_radix(rep)
+        elif rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
             rep.finished.append(rid)
@@ -1085,7 +1347,7 @@ class Core:
 
     @cython.cfunc
     def _num_running(self, rep: Rep) -> cython.longlong:
-        return len(rep.prefilling) + len(rep.decoding)
+        return len(rep.prefilling) + len(rep.decoding) + rep.held
 
     @cython.cfunc
     def _head_admissible(self, rep: Rep, rid: cython.longlong) -> cython.bint:
@@ -1124,7 +1386,9 @@ class Core:
         rid: cython.longlong = rep.waiting.popleft()
         if blocks < 0:
             blocks = self._admission_blocks(rid)
-        if rep.cache is None:
+        if rep.radix is not None:
+            pass  # sglang locks its prefix and allocates once its whole prefill batch is chosen (_sg_prefill)
+        elif rep.cache is None:
             self._allocate(rep, blocks)
         else:
             rep.admit_seq[rid] = rep.admitted
@@ -1143,7 +1407,10 @@ class Core:
     @cython.cfunc
     def _preempt(self, rep: Rep, rid: cython.longlong, to_back: cython.bint = False) -> cython.void:
         """Recompute preemption: KV dropped, to the front of waiting (sglang's retraction: the back)."""
-        if rep.cache is None:
+        if rep.radix is not None:
+            rep.radix.retract(rid)
+            self._sync_radix(rep)
+        elif rep.cache is None:
             self._release(rep, self.blocks[rid])
         else:
             rep.cache.free_request(rid)
@@ -1166,7 +1433,11 @@ class Core:
     @cython.cfunc
     def _abort(self, rep: Rep, rid: cython.longlong) -> cython.void:
         """ReplicaState.abort: a running request the engine gives up on, freed and counted ignored."""
-        self._release(rep, self.blocks[rid])
+        if rep.radix is not None:
+            rep.radix.retract(rid)
+            self._sync_radix(rep)
+        else:
+            self._release(rep, self.blocks[rid])
         self.blocks[rid] = 0
         self.status[rid] = IGNORED
         if not _remove_sorted(rep.decoding, rid):
@@ -1572,7 +1843,60 @@ class Core:
         return -(-tokens // self.block_size)
 
     @cython.cfunc
+    def _sync_radix(self, rep: Rep) -> cython.void:
+        if rep.radix is not None:
+            rep.free = rep.radix.free
+
+    @cython.cfunc
     def _sg_prefill(self, rep: Rep, now: cython.double) -> list:
+        """sglang._prefill: with the radix cache, the chunked request publishes what it computed, the batch is
+        chosen (each admission locking its prefix), and its pages are allocated after."""
+        rid: cython.longlong
+        out: list
+        pending: list
+        if rep.radix is None:
+            return self._sg_choose(rep, now, None)
+        if rep.prefilling:
+            rid = rep.prefilling[0]
+            rep.radix.checkpoint(rid, self.computed[rid])
+            self._sync_radix(rep)
+        pending = []
+        out = self._sg_choose(rep, now, pending)
+        rep.radix.allocate(sum(pending))
+        self._sync_radix(rep)
+        return out
+
+    @cython.cfunc
+    def _sg_sort_lpm(self, rep: Rep) -> cython.void:
+        """sglang._sort_by_longest_prefix: match every waiting request, sort by cached prefix, longest first
+        (stably), the in-batch deprioritized ones last."""
+        rid: cython.longlong
+        n: cython.longlong
+        hit: cython.longlong
+        g: cython.longlong
+        mine: cython.longlong
+        k: cython.Py_ssize_t
+        queued: dict = {}
+        keyed: list = []
+        key: object
+        for k, rid in enumerate(rep.waiting):
+            n = self._num_tokens(rid)
+            hit = rep.radix.match(rid, n)[0] * self.block_size
+            key = -hit
+            if hit <= self.sg_in_batch_check:
+                g = self.prefix_group[rid]
+                mine = min(self.prefix_tokens[rid], n) if g >= 0 else 0
+                if g >= 0 and min(mine, queued.get(g, 0)) >= self.sg_in_batch_dep:
+                    key = float("inf")
+                elif g >= 0:
+                    queued[g] = max(queued.get(g, 0), mine)
+            keyed.append((key, k, rid))
+        keyed.sort()
+        rep.waiting = deque([item[2] for item in keyed])
+
+    @cython.cfunc
+    def _sg_choose(self, rep: Rep, now: cython.double, pending: object) -> list:
+        """sglang._choose_prefill; `pending` (the radix cache): the pages to allocate after, else None."""
         rid: cython.longlong
         chunked: cython.longlong = rep.prefilling[0] if rep.prefilling else -1
         page: cython.longlong = self.block_size
@@ -1594,6 +1918,10 @@ class Core:
         no_token: cython.bint
         keyed: list
         k: cython.Py_ssize_t = 0
+        hit: cython.longlong = 0
+        pinned: cython.longlong = 0
+        node: object = None
+        matched: tuple
         running: list = rep.decoding
         if rep.num_finished != rep.sg_finished_seen or not running:
             rep.sg_full = False
@@ -1610,6 +1938,8 @@ class Core:
                 k += 1
             keyed.sort()
             rep.waiting = deque([item[2] for item in keyed])
+        elif self.sg_lpm and rep.radix is not None and len(rep.waiting) <= self.sg_lpm_max:
+            self._sg_sort_lpm(rep)
         mixed = len(running) if self.sg_mixed else 0
         rem_chunk = self.budget - mixed
         rem_input = self.sg_max_prefill - mixed
@@ -1634,7 +1964,10 @@ class Core:
                 if n <= 0:
                     return _NONE
                 need = rep.free
-            self._allocate(rep, need)
+            if pending is None:
+                self._allocate(rep, need)
+            else:
+                pending.append(need)
             self.blocks[chunked] += need
             out.append((chunked, n))
             ext = self._pages(n) * page
@@ -1653,8 +1986,14 @@ class Core:
                 break
             rid = rep.waiting[0]
             extend = self._num_tokens(rid)
+            if rep.radix is not None:  # Req.init_next_round_input: its longest cached prefix
+                matched = rep.radix.match(rid, extend)
+                hit = matched[0]
+                node = matched[1]
+                pinned = rep.radix.unlocked_pages(node) * page  # the check pins it: not evictable for it
+                extend -= hit * page
             rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
-            if not extend + rest + page < free - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
                 rep.sg_full = len(out) > 0 or len(running) > 0
                 break
             n = extend
@@ -1664,7 +2003,15 @@ class Core:
                 if n <= 0:
                     break
                 rest = 0
-            self._admit_head(rep, now, self._pages(n))
+            if rep.radix is None:
+                self._admit_head(rep, now, self._pages(n))
+            else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next
+                rep.radix.admit(rid, hit, node, extend + hit * page, self.req_preemptions[rid] != 0)
+                self._admit_head(rep, now, hit + self._pages(n))
+                self.computed[rid] = hit * page  # its cached tokens
+                pending.append(self._pages(n))
+                self._sync_radix(rep)
+                free = rep.free * page  # available + evictable: only the lock changed it (nothing allocated)
             out.append((rid, n))
             ext = self._pages(n) * page
             total_offset += ext + page + rest
@@ -1742,7 +2089,11 @@ class Core:
             for rid in ids:
                 if self._block_start(self.computed[rid]):
                     self.blocks[rid] += 1
-            self._allocate(rep, need)
+            if rep.radix is not None:
+                rep.radix.allocate(need)
+                self._sync_radix(rep)
+            else:
+                self._allocate(rep, need)
         return ids
 
     # -- what the caller reads at each check ----------------------------------------------------------
@@ -1759,6 +2110,519 @@ class Core:
     def counters(self) -> tuple:
         """(now, next, num_done, num_ignored, finished triggered, TBT zeros)."""
         return self.now, self.next, self.num_done, self.num_ignored, self.finished, self.zeros
+
+
+# the DisaggCore's own event slots, after both pools' (each pool's arrivals, watchdog and finished slots are there
+# too; only the prefill pool's arrivals is used)
+D_WATCHDOG = 0
+D_FINISHED = 1
+D_INIT = 2  # the oldest transfer process not yet started (SimPy's Initialize event: URGENT, now)
+D_TRANSFER = 3  # the transfer that ends first
+
+# decode routers (disagg.ROUTERS["decode"])
+DR_RR = 0
+DR_LOR = 1
+DR_KV = 2
+DECODE_ROUTERS = {"rr": DR_RR, "lor": DR_LOR, "kv": DR_KV}
+
+
+@cython.cclass
+class DisaggCore:
+    """A disaggregated run (disagg.DisaggCluster): a prefill pool and a decode pool, each a Core of its own (its
+    replicas, timer, policy and request arrays), and the KV transfers between them over one link.
+
+    One event loop for all of it, in SimPy's order: both pools' event slots are slices of one set of arrays
+    (so one scan finds the next event), and one event counter serves everything. A pool's Core schedules with
+    its own `eid` and writes iteration rows with its own `num_rows`, so whichever object runs holds the true
+    counter and row count: `_lend` hands them to a pool before running its code, `_take` takes them back after
+    (and a pool's hook into this class takes them first and lends them back last). The rows of both pools go to
+    one buffer, so the iteration log keeps the reference's order.
+
+    A transfer is one SimPy process in the reference: its start (an URGENT event), its timeout, its end (an event
+    nobody waits on, which still takes an id). Starts wait in a FIFO queue, timeouts in a heap; the head of each
+    is one event slot."""
+
+    pre: Core
+    dec: Core
+    n: cython.longlong
+    num_prefill: cython.longlong
+    now: cython.double
+    eid: cython.longlong
+    num_rows: cython.Py_ssize_t
+    error: cython.int
+    ev_time: cython.double[:]
+    ev_prio: cython.int[:]
+    ev_eid: cython.longlong[:]
+    ev_on: cython.uchar[:]
+    num_slots: cython.int
+    dec_off: cython.int  # the decode pool's slot 0 in the shared arrays
+    own: cython.int  # D_WATCHDOG's slot
+    num_done: cython.longlong
+    num_ignored: cython.longlong
+    finished: cython.bint
+    watchdog_started: cython.bint
+    check_period: cython.double
+    # the watchdog's rules (Core's fields of the same names; the TBT stop count is the decode pool's tbt_above)
+    watch_always: cython.bint
+    watch_overload: cython.bint
+    cap: cython.double
+    sched_delay_slo: cython.double
+    overload_wait: cython.double
+    w_late: cython.longlong
+    w_ptr: cython.longlong
+    w_oldest: cython.longlong
+    # the link (kvlink.KVLink): bytes per second, one-way latency; what is on it
+    bytes_per_s: cython.double
+    latency: cython.double
+    kv_token_bytes: cython.double
+    link_free_at: cython.double
+    active_transfers: cython.longlong
+    inits: object  # deque of (eid, decode replica, request, queued at)
+    ends: list  # heap of (end time, eid, decode replica, request)
+    # per request (disagg.Transfers)
+    t_prefilled: cython.double[:]
+    t_queued: cython.double[:]
+    t_start: cython.double[:]
+    t_end: cython.double[:]
+    t_nbytes: cython.double[:]
+    t_prefill_replica: cython.longlong[:]
+    # the decode router and each decode replica's prefilled requests waiting for KV blocks
+    router: cython.int
+    rr: cython.longlong
+    incoming: list
+
+    def __init__(self, pre: Core, dec: Core, transfers: dict, link: dict, decode_router: str):
+        pre_slots: cython.int = pre.num_slots
+        dec_slots: cython.int = dec.num_slots
+        i: cython.int
+        self.pre, self.dec = pre, dec
+        pre.owner = self
+        dec.owner = self
+        self.n = pre.n
+        self.num_prefill = len(pre.reps)
+        self.dec_off = pre_slots
+        self.own = pre_slots + dec_slots
+        self.num_slots = self.own + 4
+        times = np.zeros(self.num_slots)
+        prios = np.zeros(self.num_slots, dtype=np.intc)
+        eids = np.zeros(self.num_slots, dtype=np.int64)
+        on = np.zeros(self.num_slots, dtype=np.uint8)
+        self.ev_time, self.ev_prio, self.ev_eid, self.ev_on = times, prios, eids, on
+        pre.ev_time, pre.ev_prio, pre.ev_eid, pre.ev_on = (
+            times[:pre_slots], prios[:pre_slots], eids[:pre_slots], on[:pre_slots],
+        )  # fmt: skip
+        dec.ev_time, dec.ev_prio, dec.ev_eid, dec.ev_on = (
+            times[pre_slots : self.own], prios[pre_slots : self.own], eids[pre_slots : self.own], on[pre_slots : self.own],
+        )  # fmt: skip
+        # one iteration-row buffer for both pools (the count travels with the event counter)
+        dec._row_ints_obj, dec._row_floats_obj = pre._row_ints_obj, pre._row_floats_obj
+        dec.row_ints, dec.row_floats = pre.row_ints, pre.row_floats
+        dec.log = pre.log
+        self.now = 0.0
+        self.num_rows = 0
+        self.error = 0
+        self.num_done = 0
+        self.num_ignored = 0
+        self.finished = False
+        self.watchdog_started = False
+        self.check_period = pre.check_period
+        self.watch_always = True  # until configure_watch()
+        self.watch_overload = True
+        self.cap = float("inf")
+        self.sched_delay_slo = pre.sched_delay_slo
+        self.overload_wait = pre.overload_wait
+        self.w_late = self.w_ptr = self.w_oldest = 0
+        self.bytes_per_s = link["gbps"] * 1e9
+        self.latency = link["latency_s"]
+        self.kv_token_bytes = link["kv_token_bytes"]
+        self.link_free_at = 0.0
+        self.active_transfers = 0
+        self.inits = deque()
+        self.ends = []
+        self.t_prefilled, self.t_queued = transfers["prefilled"], transfers["queued"]
+        self.t_start, self.t_end = transfers["start"], transfers["end"]
+        self.t_nbytes, self.t_prefill_replica = transfers["nbytes"], transfers["prefill_replica"]
+        self.router = DECODE_ROUTERS[decode_router]
+        self.rr = 0
+        self.incoming = [deque() for _ in dec.reps]
+        # SimPy starts the processes as DisaggCluster creates them, each with an URGENT event at time 0: every
+        # prefill replica's scheduler and stages, every decode replica's, the arrivals, the watchdog.
+        on[:] = 0
+        self.eid = 0
+        for i in range(self.num_prefill * pre.pp):
+            self._at(0.0, URGENT, i)
+        for i in range(self.num_prefill * dec.pp, dec.slot0):
+            self._at(0.0, URGENT, self.dec_off + i)
+        self._at(0.0, URGENT, pre.slot0 + SLOT_ARRIVALS)
+        self._at(0.0, URGENT, self.own + D_WATCHDOG)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _at(self, t: cython.double, priority: cython.int, slot: cython.int) -> cython.void:
+        self.ev_time[slot] = t
+        self.ev_prio[slot] = priority
+        self.ev_eid[slot] = self.eid
+        self.ev_on[slot] = 1
+        self.eid += 1
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _lend(self, core: Core) -> cython.void:
+        """`core` runs next: it holds the event counter and the row count."""
+        core.eid = self.eid
+        core.num_rows = self.num_rows
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _take(self, core: Core) -> cython.void:
+        self.eid = core.eid
+        self.num_rows = core.num_rows
+
+    # -- the event loop -----------------------------------------------------------------------------------
+    @cython.ccall
+    @cython.locals(i=cython.int, best=cython.int, t=cython.double, k=cython.int, rep=Rep, pre=Core, dec=Core)
+    def run(self) -> cython.int:
+        """Core.run for the whole disaggregated run: CHECK at every watchdog check, FINISHED, or FAILED."""
+        pre = self.pre
+        dec = self.dec
+        while True:
+            best = -1
+            for i in range(self.num_slots):
+                if self.ev_on[i] and (
+                    best < 0
+                    or self.ev_time[i] < self.ev_time[best]
+                    or (
+                        self.ev_time[i] == self.ev_time[best]
+                        and (
+                            self.ev_prio[i] < self.ev_prio[best]
+                            or (self.ev_prio[i] == self.ev_prio[best] and self.ev_eid[i] < self.ev_eid[best])
+                        )
+                    )
+                ):
+                    best = i
+            if best < 0:
+                self.flush_rows()
+                return FINISHED
+            t = self.ev_time[best]
+            self.ev_on[best] = 0
+            if t < self.now:
+                self.error = INV_TIME_BACKWARDS
+                self.flush_rows()
+                return FAILED
+            self.now = t
+            pre.now = t
+            dec.now = t
+            if best < self.dec_off:
+                self._lend(pre)
+                if best < pre.slot0:
+                    rep = pre.reps[best // pre.pp]
+                    if best % pre.pp == 0:
+                        pre._sched_resume(rep)
+                    else:
+                        pre._stage_resume(rep, best % pre.pp)
+                else:  # the prefill pool's arrivals are the run's
+                    pre._arrivals()
+                self._take(pre)
+            elif best < self.own:
+                k = best - self.dec_off
+                rep = dec.reps[k // dec.pp - self.num_prefill]
+                self._lend(dec)
+                if k % dec.pp == 0:
+                    dec._sched_resume(rep)
+                else:
+                    dec._stage_resume(rep, k % dec.pp)
+                self._take(dec)
+            elif best == self.own + D_INIT:
+                self._start_transfer()
+            elif best == self.own + D_TRANSFER:
+                self._end_transfer()
+            elif best == self.own + D_WATCHDOG:
+                if not self.watchdog_started:
+                    self.watchdog_started = True
+                    self.next_check_at()
+                elif self._check_due():
+                    return CHECK
+                else:  # no rule can act at this check: loop, as the caller would
+                    self.next_check_at()
+            else:
+                self.flush_rows()
+                return FINISHED
+            if pre.error or dec.error:
+                self.error = pre.error or dec.error
+            if self.error:
+                self.flush_rows()
+                return FAILED
+
+    @cython.ccall
+    def next_check_at(self) -> cython.void:
+        self._at(self.now + self.check_period, NORMAL, self.own + D_WATCHDOG)
+
+    def configure_watch(self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong,
+                        tbt_need: cython.double) -> None:  # fmt: skip
+        """Core.configure_watch; the TBT stop rule counts the decode pool's gaps (the user's TBT)."""
+        self.watch_always = always
+        self.cap = cap
+        self.dec.configure_watch(always, cap, tbt_bucket, tbt_need)
+
+    def watch(self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong,
+              oldest: cython.longlong) -> None:  # fmt: skip
+        self.watch_overload = overload
+        self.w_late, self.w_ptr, self.w_oldest = late, ptr, oldest
+
+    @cython.cfunc
+    def _check_due(self) -> cython.bint:
+        """Core._check_due over the watchdog's view of a disaggregated run (DisaggCluster.__init__): arrivals are
+        the prefill pool's, "scheduled" is the decode admission (t_queued), "ignored" the prefill side's status;
+        both final once set, so the same skips hold. Idle for the stall check: no micro-batch in flight in
+        either pool and no transfer on the link."""
+        rid: cython.longlong
+        s: cython.double
+        rep: Rep
+        pre: Core = self.pre
+        dec: Core = self.dec
+        if self.watch_always or self.now >= self.cap:
+            return True
+        if dec.tbt_bucket >= 0 and dec.tbt_above >= dec.tbt_need:
+            return True
+        if pre.next >= self.n and self.active_transfers == 0:
+            for rep in pre.reps + dec.reps:
+                if rep.in_flight:
+                    break
+            else:
+                return True
+        if not self.watch_overload:
+            return False
+        if 2 * self.w_late > self.n - self.num_ignored:
+            return True
+        while self.w_ptr < pre.next and pre.arrived[self.w_ptr] < self.now - self.sched_delay_slo:
+            rid = self.w_ptr
+            s = self.t_queued[rid]
+            if pre.status[rid] != IGNORED and (s != s or s - pre.arrived[rid] > self.sched_delay_slo):
+                return True
+            self.w_ptr += 1
+        while self.w_oldest < pre.next and (
+            pre.status[self.w_oldest] == IGNORED or self.t_queued[self.w_oldest] == self.t_queued[self.w_oldest]
+        ):
+            self.w_oldest += 1
+        return self.w_oldest < pre.next and self.now - pre.arrived[self.w_oldest] > self.overload_wait
+
+    @cython.ccall
+    def end_run(self) -> cython.bint:
+        if self.finished:
+            return False
+        self.finished = True
+        self._at(self.now, NORMAL, self.own + D_FINISHED)
+        return True
+
+    @cython.ccall
+    def flush_rows(self) -> cython.void:
+        self.pre.num_rows = self.num_rows
+        self.pre.flush_rows()
+        self.num_rows = 0
+
+    # -- hooks the pools call (Core._finish, _on_done, _sched_resume) --------------------------------------
+    @cython.ccall
+    def pool_done(self, core: Core, rid: cython.longlong) -> cython.void:
+        """A request finished on the decode side, or was ignored on either (DisaggCluster._ignored/_decoded)."""
+        self._take(core)
+        self.num_done += 1
+        if core.status[rid] == IGNORED:
+            self.num_ignored += 1
+        self._count_done()
+        self._lend(core)
+
+    @cython.cfunc
+    def _count_done(self) -> cython.void:
+        if self.num_done == self.n and not self.finished:
+            self.finished = True
+            self._at(self.now, NORMAL, self.own + D_FINISHED)
+
+    @cython.ccall
+    def prefilled(self, pre: Core, rep: Rep, rid: cython.longlong, now: cython.double) -> cython.void:
+        """PrefillState.finish, then DisaggCluster._prefilled: the prompt's KV is complete and stays here; the
+        decode router picks the replica whose blocks it will wait for."""
+        j: cython.Py_ssize_t
+        drep: Rep
+        dec: Core = self.dec
+        self._take(pre)
+        pre.completed[rid] = now
+        pre.status[rid] = DONE
+        if pre.policy == P_V1:
+            rep.running.remove(rid)
+        rep.outstanding -= 1
+        rep.held += 1
+        self.t_prefilled[rid] = now
+        self.t_prefill_replica[rid] = rep.index
+        j = self._pick_decode()
+        drep = dec.reps[j]
+        dec.replica[rid] = drep.index
+        self.incoming[j].append(rid)
+        drep.outstanding += 1
+        self._lend(dec)
+        dec._notify(drep)
+        self._take(dec)
+        self._lend(pre)
+
+    @cython.cfunc
+    def _pick_decode(self) -> cython.Py_ssize_t:
+        """DisaggCluster._pick on the decode side: ties go to the lowest index."""
+        dec: Core = self.dec
+        nrep: cython.Py_ssize_t = len(dec.reps)
+        j: cython.Py_ssize_t
+        best: cython.Py_ssize_t = 0
+        rep: Rep
+        score: cython.longlong
+        top: cython.longlong = 0
+        if self.router == DR_RR:
+            best = self.rr % nrep
+            self.rr += 1
+            return best
+        for j in range(nrep):
+            rep = dec.reps[j]
+            # lor: the fewest outstanding; kv: the most free KV blocks, less what requests routed there will take
+            score = -rep.outstanding if self.router == DR_LOR else rep.free - self._incoming_blocks(j)
+            if j == 0 or score > top:
+                best, top = j, score
+        return best
+
+    @cython.cfunc
+    def _incoming_blocks(self, j: cython.Py_ssize_t) -> cython.longlong:
+        rid: cython.longlong
+        total: cython.longlong = 0
+        bs: cython.longlong = self.dec.block_size
+        for rid in self.incoming[j]:
+            total += -(-self.dec.prompt[rid] // bs)
+        return total
+
+    @cython.ccall
+    def admit_incoming(self, dec: Core, rep: Rep, now: cython.double) -> cython.void:
+        """DisaggCluster._admit: give incoming requests their KV blocks, FIFO, after the replica's own preempted
+        requests; each admitted one starts its transfer."""
+        rid: cython.longlong
+        blocks: cython.longlong
+        j: cython.Py_ssize_t = rep.index - self.num_prefill
+        q = self.incoming[j]
+        if not q:
+            return
+        self._take(dec)
+        while q and not rep.waiting:
+            rid = q[0]
+            blocks = -(-dec.prompt[rid] // dec.block_size)
+            if not dec._can_allocate(rep, blocks) or dec._num_running(rep) >= dec.max_batch:
+                if not dec._num_running(rep) and not rep.in_flight and not dec._can_allocate(rep, blocks):
+                    q.popleft()  # larger than this decode pool can ever hold
+                    rep.outstanding -= 1
+                    dec.status[rid] = IGNORED
+                    self.pre.status[rid] = IGNORED  # the watchdog's view: never "waiting to be scheduled"
+                    self._release_prefill(rid)
+                    self.num_done += 1
+                    self.num_ignored += 1
+                    self._count_done()
+                    continue
+                break
+            q.popleft()
+            dec._allocate(rep, blocks)
+            dec.blocks[rid] = blocks
+            rep.held += 1
+            if not self.inits:
+                self._at(now, URGENT, self.own + D_INIT)
+            else:
+                self.eid += 1
+            self.inits.append((self.eid - 1, j, rid, now))
+        self._lend(dec)
+
+    @cython.cfunc
+    def _release_prefill(self, rid: cython.longlong) -> cython.void:
+        """The decode side has the KV (or gave up on it): the prefill replica frees the blocks."""
+        pre: Core = self.pre
+        rep: Rep = pre.reps[self.t_prefill_replica[rid]]
+        pre._release(rep, pre.blocks[rid])
+        pre.blocks[rid] = 0
+        rep.held -= 1
+        self._lend(pre)
+        pre._notify(rep)
+        self._take(pre)
+
+    # -- the transfer process (DisaggCluster._transfer) -----------------------------------------------------
+    @cython.cfunc
+    def _start_transfer(self) -> cython.void:
+        """Its start: FIFO behind the transfers already on the link; it holds the link for bytes / bandwidth
+        and arrives a latency later."""
+        rid: cython.longlong
+        j: cython.longlong
+        queued: cython.double
+        start: cython.double
+        end: cython.double
+        nbytes: cython.double
+        _, j, rid, queued = self.inits.popleft()
+        if self.inits:
+            nxt = self.inits[0]
+            self.ev_time[self.own + D_INIT] = nxt[3]
+            self.ev_prio[self.own + D_INIT] = URGENT
+            self.ev_eid[self.own + D_INIT] = nxt[0]
+            self.ev_on[self.own + D_INIT] = 1
+        nbytes = cython.cast(cython.double, self.dec.prompt[rid]) * self.kv_token_bytes
+        start = max(queued, self.link_free_at)
+        self.link_free_at = start + nbytes / self.bytes_per_s
+        end = self.link_free_at + self.latency
+        self.t_queued[rid], self.t_start[rid], self.t_end[rid], self.t_nbytes[rid] = queued, start, end, nbytes
+        self.active_transfers += 1
+        heapq.heappush(self.ends, (self.now + (end - queued), self.eid, j, rid))
+        self.eid += 1
+        self._head_end()
+
+    @cython.cfunc
+    def _head_end(self) -> cython.void:
+        slot: cython.int = self.own + D_TRANSFER
+        if not self.ends:
+            self.ev_on[slot] = 0
+            return
+        head = self.ends[0]
+        self.ev_time[slot] = head[0]
+        self.ev_prio[slot] = NORMAL
+        self.ev_eid[slot] = head[1]
+        self.ev_on[slot] = 1
+
+    @cython.cfunc
+    def _end_transfer(self) -> cython.void:
+        """Its end: the prefill side frees the blocks; the decode side computes the last prompt token next."""
+        rid: cython.longlong
+        j: cython.longlong
+        dec: Core = self.dec
+        rep: Rep
+        _, _, j, rid = heapq.heappop(self.ends)
+        self._head_end()
+        self.active_transfers -= 1
+        self._release_prefill(rid)
+        rep = dec.reps[j]
+        rep.held -= 1
+        # The remote KV covers all but the last prompt token, which the decode side computes to sample token 1.
+        dec.target[rid] = dec.prompt[rid]
+        dec.computed[rid] = dec.prompt[rid] - 1
+        dec.status[rid] = RUNNING
+        dec.scheduled[rid] = self.now
+        _insort(rep.prefilling, rid)
+        if dec.policy == P_V1:
+            rep.running.append(rid)
+        self._lend(dec)
+        dec._notify(rep)
+        self._take(dec)
+        self.eid += 1  # the process ends: SimPy schedules its event, which nobody waits on
+
+    # -- what the caller reads at each check ----------------------------------------------------------
+    def counters(self) -> tuple:
+        """(now, arrived, num_done, num_ignored, finished triggered, the decode side's TBT zeros)."""
+        return self.now, self.pre.next, self.num_done, self.num_ignored, self.finished, self.dec.zeros
+
+    def busy(self) -> tuple:
+        """(transfers on the link, micro-batches in flight anywhere, micro-batches so far)."""
+        rep: Rep
+        in_flight: cython.longlong = 0
+        mbs: cython.longlong = 0
+        for rep in self.pre.reps + self.dec.reps:
+            in_flight += rep.in_flight
+            mbs += rep.w_micro_batches
+        return self.active_transfers, in_flight, mbs
 
 
 @cython.cfunc

@@ -16,6 +16,7 @@ rules would change nothing, so the core schedules the next check itself.
 
 from __future__ import annotations
 
+import heapq
 import importlib.util
 import os
 import sys
@@ -32,6 +33,7 @@ from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.prefix_cache import PrefixCache
+from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import Requests
 from simserve.sim.watchdog import Watchdog
 
@@ -179,74 +181,36 @@ def run(
     timer,
     num_blocks: int,
     progress: Callable[[int, int], None] | None,
+    follow: tuple[np.ndarray, np.ndarray] | None = None,
 ):
     """Simulate on `core`; returns what cluster.simulate puts in its RawRun (replicas are summaries with the
-    attributes metrics.py and the tests read)."""
+    attributes metrics.py and the tests read). `follow`: answer-driven conversations, as cluster.Cluster takes
+    them (each request's next round, or -1, and the think times)."""
     kind, tables = timer_params(timer)
     pp = timer.num_stages
     tbt = LogHistogram()
     log = IterationLog()
     n = reqs.n
-    arrays = {
-        name: memoryview(getattr(reqs, name))
-        for name in ("prompt", "output", "arrived", "scheduled", "first_token", "completed", "last_token",
-                     "tbt_max", "computed", "target", "generated", "blocks", "preemptions", "status", "replica")
-    }  # fmt: skip
-    arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
-    arrays["stamp"] = memoryview(np.zeros(n, dtype=np.int64))
-    arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
-    caches = None
-    if cfg.prefix_caching:  # the reference's own block pool, one per replica: the same rules by construction
+    arrays = request_views(reqs)
+    routed = np.asarray(arrays["routed"])  # ids in routing order, as the core routes them
+    due = None
+    if follow is not None:  # Cluster.__init__: the first rounds wait in a heap of (arrival, id)
+        arrays["child"] = memoryview(np.ascontiguousarray(follow[0], dtype=np.int64))
+        arrays["think"] = memoryview(np.ascontiguousarray(follow[1], dtype=np.float64))
+        first = np.ones(n, dtype=bool)
+        first[follow[0][follow[0] >= 0]] = False
+        due = [(float(reqs.arrived[i]), int(i)) for i in np.flatnonzero(first)]
+        heapq.heapify(due)
+    caches = radixes = None
+    if cfg.prefix_caching and cfg.policy != "sglang":  # the reference's own block pool, one per replica
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
-    budget = cfg.token_budget()
-    block_size, max_batch, pool = cfg.block_size, cfg.batch_limit(pp), num_blocks
-    sg = None
-    if cfg.policy == "sglang":  # SGLang's page pool and running-request cap (sglang.setup), its flags
-        pool, max_batch = sglang.pool(cfg, num_blocks, pp)
-        block_size = cfg.page_size
-        ratio = sglang.SGLangScheduler(cfg.schedule_conservativeness)
-        sg = dict(
-            mixed=cfg.enable_mixed_chunk,
-            lof=cfg.schedule_policy == "lof",
-            ignore_eos=cfg.ignore_eos,
-            max_prefill=cfg.max_prefill_tokens,
-            init=ratio.init,
-            min=ratio.min,
-            decay=ratio.decay,
-            clip=sglang.CLIP_MAX_NEW_TOKENS,
-            retract_steps=sglang.RETRACT_DECODE_STEPS,
-        )
-    params = dict(
-        n=n,
-        pp=pp,
-        policy=cfg.policy,
-        dynamic=not cfg.reserves_max_len,
-        block_size=block_size,
-        reserve=-(-cfg.max_model_len // cfg.block_size),
-        budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
-        max_batch=max_batch,
-        prompt_limit=cfg.prompt_limit(),
-        max_model_len=cfg.max_model_len,
-        caches=caches,
-        router=cfg.router,
-        check_period=cfg.check_period_s,
-        sched_delay_slo=cfg.sched_delay_slo_s,
-        overload_wait=cfg.overload_wait_s,
-        tbt_target=cfg.tbt_target_s,
-        pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
-        long_threshold=cfg.long_prefill_token_threshold,
-        long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
-        num_blocks=pool,
-        watermark_blocks=int(cfg.kv_watermark() * pool),
-        num_replicas=cfg.num_replicas,
-        released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
-        frontend_s=cfg.frontend_s,
-        sglang=sg,
-    )
-    hist = dict(
-        counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
-    )
+    params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches, due)
+    pool = params["num_blocks"]
+    if cfg.policy == "sglang" and cfg.prefix_caching:  # SGLang's radix cache is the pool: the reference's own
+        radixes = [RadixCache(pool, cfg.page_size, reqs) for _ in range(cfg.num_replicas)]
+    params["radixes"] = radixes
+    hist = histogram_view(tbt)
     rows = core.ROW_BUFFER
     c = core.Core(
         arrays,
@@ -257,7 +221,7 @@ def run(
         np.zeros((rows, 7), dtype=np.int64),
         np.zeros((rows, 2), dtype=np.float64),
     )
-    rules = Watchdog(reqs, cfg, tbt)
+    rules = Watchdog(reqs, cfg, tbt, None if follow is None else routed)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded = stopped_early = capped = False
@@ -294,12 +258,87 @@ def run(
             rules.check_stall(False, False, num_done, 0)
         c.watch(not overloaded, *rules.positions())
         c.next_check_at()
-    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None)
+    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
 
 
-def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -> SimpleNamespace:
+def request_views(reqs: Requests) -> dict:
+    """The request arrays the core shares with the reference's `Requests` (no copies)."""
+    arrays = {
+        name: memoryview(getattr(reqs, name))
+        for name in ("prompt", "output", "arrived", "scheduled", "first_token", "completed", "last_token",
+                     "tbt_max", "computed", "target", "generated", "blocks", "preemptions", "status", "replica")
+    }  # fmt: skip
+    arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
+    arrays["stamp"] = memoryview(np.zeros(reqs.n, dtype=np.int64))
+    arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
+    arrays["prefix_group"] = memoryview(reqs.prefix_group)
+    arrays["prefix_tokens"] = memoryview(reqs.prefix_tokens)
+    arrays["routed"] = memoryview(np.zeros(reqs.n, dtype=np.int64))  # ids in routing order, as the core routes them
+    return arrays
+
+
+def histogram_view(tbt: LogHistogram) -> dict:
+    return dict(counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM)
+
+
+def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: int, caches, due=None) -> dict:
+    """One Core's configuration: the policy's limits for `num_replicas` replicas of `pp` stages."""
+    budget = cfg.token_budget()
+    block_size, max_batch, pool = cfg.block_size, cfg.batch_limit(pp), num_blocks
+    sg = None
+    if cfg.policy == "sglang":  # SGLang's page pool and running-request cap (sglang.setup), its flags
+        pool, max_batch = sglang.pool(cfg, num_blocks, pp)
+        block_size = cfg.page_size
+        ratio = sglang.SGLangScheduler(cfg.schedule_conservativeness)
+        sg = dict(
+            mixed=cfg.enable_mixed_chunk,
+            lof=cfg.schedule_policy == "lof",
+            ignore_eos=cfg.ignore_eos,
+            max_prefill=cfg.max_prefill_tokens,
+            init=ratio.init,
+            min=ratio.min,
+            decay=ratio.decay,
+            clip=sglang.CLIP_MAX_NEW_TOKENS,
+            retract_steps=sglang.RETRACT_DECODE_STEPS,
+            lpm=cfg.schedule_policy == "lpm",
+            lpm_max=sglang.LPM_MAX_WAITING,
+            in_batch_check=sglang.IN_BATCH_CHECK,
+            in_batch_dep=sglang.IN_BATCH_DEPRIORITIZE,
+        )
+    return dict(
+        n=n,
+        pp=pp,
+        policy=cfg.policy,
+        dynamic=not cfg.reserves_max_len,
+        block_size=block_size,
+        reserve=-(-cfg.max_model_len // cfg.block_size),
+        budget=None if cfg.policy in ("fcfs", "orca") else int(budget),
+        max_batch=max_batch,
+        prompt_limit=cfg.prompt_limit(),
+        max_model_len=cfg.max_model_len,
+        caches=caches,
+        radixes=None,
+        router=cfg.router,
+        check_period=cfg.check_period_s,
+        sched_delay_slo=cfg.sched_delay_slo_s,
+        overload_wait=cfg.overload_wait_s,
+        tbt_target=cfg.tbt_target_s,
+        pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
+        long_threshold=cfg.long_prefill_token_threshold,
+        long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
+        num_blocks=pool,
+        watermark_blocks=int(cfg.kv_watermark() * pool),
+        num_replicas=num_replicas,
+        released=n if cfg.max_concurrency is None else min(cfg.max_concurrency, n),
+        frontend_s=cfg.frontend_s,
+        sglang=sg,
+        due=due,
+    )
+
+
+def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None, radix=None) -> SimpleNamespace:
     in_flight, _, outstanding, free, preemptions, bubble, work = totals
     tokens, pairs, prefill_kv, decode_kv, mbs = work
     kv = SimpleNamespace(free=free, num_blocks=num_blocks, used=num_blocks - free)
@@ -311,5 +350,5 @@ def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None) -
         work=_Work(
             tokens=tokens, prefill_pairs=pairs, prefill_kv=prefill_kv, decode_kv=decode_kv, micro_batches=mbs
         ),
-        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix),
+        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix, radix=radix),
     )

@@ -21,8 +21,8 @@ original request to a decode instance, which streams every output token to the c
 So TTFT = arrival → the decode side's first token, and it includes the prefill, the decode admission wait, the
 transfer and one decode-side step; TBT is the decode side's gaps. Everything per replica is replica.py and state.py
 unchanged: a prefill replica is a replica whose requests want one token, and a decode replica one whose requests
-arrive with their prompt computed but the last token. The compiled core has no disaggregation: this is the
-reference model, and simulate_disagg says so once (core_run.reference_only).
+arrive with their prompt computed but the last token. This is the reference model; the compiled core runs the
+same (core.DisaggCore, driven by disagg_core.py), and tests/test_sim_core.py holds the two equal bit for bit.
 """
 
 from __future__ import annotations
@@ -30,23 +30,27 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from simserve import numerics
 from simserve.errors import SimserveError
-from simserve.sim import core_run
+from simserve.sim import disagg_core
 from simserve.sim.cluster import RawRun, request_arrays
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.kvlink import KVLink
 from simserve.sim.policies import POLICIES
-from simserve.sim.replica import BatchTimer, Replica
 from simserve.sim.request import DONE, IGNORED, RUNNING, Requests
 from simserve.sim.state import ReplicaState
 from simserve.sim.watchdog import Watchdog
+
+if TYPE_CHECKING:  # NOTE: SimPy only when the reference runs: a run on the compiled core never imports it
+    import simpy
+
+    from simserve.sim.replica import BatchTimer, Replica
 
 ROUTERS = {"prefill": ("rr", "lor"), "decode": ("rr", "lor", "kv")}  # kv: the most free KV blocks
 
@@ -126,7 +130,9 @@ class Transfers:
 
 class DisaggCluster:
     def __init__(self, env: simpy.Environment, pre: Requests, dec: Requests, cfg: SimConfig, prefill: Pool,
-                 decode: Pool, link: KVLink, kv_token_bytes: float):  # fmt: skip
+                 decode: Pool, link: KVLink, kv_token_bytes: float, transfers: Transfers):  # fmt: skip
+        from simserve.sim.replica import Replica
+
         self.env, self.cfg, self.link = env, cfg, link
         self.pre, self.dec = pre, dec
         self.n = pre.n
@@ -139,7 +145,7 @@ class DisaggCluster:
         self.log = IterationLog()
         self.tbt = LogHistogram()  # the decode side's gaps: the user's TBT
         self.prefill_tbt = LogHistogram()  # stays empty: a prefill replica samples one token per request
-        self.transfers = Transfers(self.n)
+        self.transfers = transfers
         self.link_free_at = 0.0
         self.active_transfers = 0
         self.prompt_limit = cfg.prompt_limit()
@@ -331,10 +337,9 @@ CHUNKING = ("sarathi", "chunked", "hybrid", "slo-aware", "pressure", "equal-cost
 
 
 def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrived_at: np.ndarray, cfg: SimConfig,
-                    prefill: Pool, decode: Pool, link: KVLink, kv_token_bytes: float, announce: bool = True,
-                    ) -> DisaggRun:  # fmt: skip
-    """Replay requests through a prefill pool and a decode pool joined by `link` (module docstring). `announce`:
-    say (once per process) that the reference runs it; a plan says so once itself, not once per worker."""
+                    prefill: Pool, decode: Pool, link: KVLink, kv_token_bytes: float) -> DisaggRun:  # fmt: skip
+    """Replay requests through a prefill pool and a decode pool joined by `link` (module docstring), on the
+    compiled core when it covers both pools (disagg_core.covers), else on this SimPy model."""
     cfg.validate()
     for side, pool in (("prefill", prefill), ("decode", decode)):
         policy = (pool.cfg or cfg).policy
@@ -348,21 +353,29 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
         if pool.router not in ROUTERS[side]:
             raise SimserveError(f"unknown {side} router {pool.router!r}; choose one of {', '.join(ROUTERS[side])}")
     prompt, output, arrived = request_arrays(prompt_tokens, output_tokens, arrived_at)
-    if announce:
-        core_run.reference_only("disaggregated serving")
+    core = disagg_core.covers(cfg, prefill, decode)
     order = np.argsort(arrived, kind="stable")
     prompt, output, arrived = prompt[order], output[order], arrived[order]
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
     pre = Requests(prompt, np.ones_like(output), arrived)
     dec = Requests(prompt, output, arrived)
-    env = simpy.Environment()
-    c = DisaggCluster(env, pre, dec, cfg, prefill, decode, link, kv_token_bytes)
-    env.run(until=c.finished)
-    user = _user_view(pre, dec)
-    replicas = c.prefill + c.decode
-    raw = RawRun(cfg, user, order, c.log, c.tbt, replicas, decode.num_blocks, c.overloaded, env.now,
-                 c.stopped_early, c.capped)  # fmt: skip
-    return DisaggRun(raw, c.transfers, prefill.replicas, prefill.num_blocks, decode.num_blocks, link)
+    transfers = Transfers(len(prompt))
+    if core is not None:  # the compiled core: the same results as the SimPy model below (core.DisaggCore)
+        log, tbt, replicas, overloaded, end, stopped, capped = disagg_core.run(
+            core, pre, dec, cfg, prefill, decode, link, kv_token_bytes, transfers
+        )
+    else:
+        import simpy
+
+        env = simpy.Environment()
+        c = DisaggCluster(env, pre, dec, cfg, prefill, decode, link, kv_token_bytes, transfers)
+        env.run(until=c.finished)
+        log, tbt, replicas, overloaded, end, stopped, capped = (
+            c.log, c.tbt, c.prefill + c.decode, c.overloaded, env.now, c.stopped_early, c.capped,
+        )  # fmt: skip
+    raw = RawRun(cfg, _user_view(pre, dec), order, log, tbt, replicas, decode.num_blocks, overloaded, end,
+                 stopped, capped)  # fmt: skip
+    return DisaggRun(raw, transfers, prefill.replicas, prefill.num_blocks, decode.num_blocks, link)
 
 
 def _user_view(pre: Requests, dec: Requests) -> Requests:

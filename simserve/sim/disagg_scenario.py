@@ -15,7 +15,7 @@ from simserve.sim.disagg import CHUNKING, ROUTERS, DisaggRun, Pool, simulate_dis
 from simserve.sim.kvlink import KVLink, kv_bytes_per_prompt_token, resolve_link
 from simserve.sim.scenario import Scenario, _timer, _workload, check_scenario
 
-_POOL = re.compile(r"^(\d+)\s*[x×]\s*TP(\d+)(?:\s*PP(\d+))?(?:@([\w.\-]+))?$", re.IGNORECASE)
+_POOL = re.compile(r"^(\d+)\s*[x×]\s*TP(\d+)(?:\s*PP(\d+))?(?:\s*EP(\d+))?(?:@([\w.\-]+))?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -24,19 +24,22 @@ class PoolSpec:
     tp: int
     pp: int = 1
     gpu: str | None = None  # None: the run's --gpu
+    ep: int | None = None  # an MoE model's expert parallelism in this pool; None: the run's --ep (plan labels: TP2EP2)
 
     @classmethod
     def parse(cls, text: str, flag: str) -> PoolSpec:
         m = _POOL.match(text.strip())
         if not m or int(m.group(1)) < 1:
             raise SimserveError(
-                f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2 or 2xTP2@h100"
+                f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2, 2xTP2EP2 or 2xTP2@h100"
             )
-        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(4))
+        ep = int(m.group(4)) if m.group(4) else None
+        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(5), ep)
 
     def label(self) -> str:
         pp = f"PP{self.pp}" if self.pp > 1 else ""
-        return f"{self.replicas}xTP{self.tp}{pp}" + (f"@{self.gpu}" if self.gpu else "")
+        ep = f"EP{self.ep}" if self.ep and self.ep > 1 else ""
+        return f"{self.replicas}xTP{self.tp}{pp}{ep}" + (f"@{self.gpu}" if self.gpu else "")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class DisaggScenario:
         def pool(spec: PoolSpec, router: str) -> Scenario:
             gpu = spec.gpu or base.gpu
             node = base.node if gpu == base.gpu else None
-            return replace(base, gpu=gpu, node=node, tp=spec.tp, pp=spec.pp, num_replicas=spec.replicas, router=router)
+            ep = base.ep if spec.ep is None else spec.ep
+            return replace(base, gpu=gpu, node=node, tp=spec.tp, pp=spec.pp, ep=ep, num_replicas=spec.replicas,
+                           router=router)  # fmt: skip
 
         if decode_router not in ROUTERS["decode"]:
             raise SimserveError(f"unknown --decode-router {decode_router!r}; choose one of {', '.join(ROUTERS['decode'])}")
@@ -65,7 +70,8 @@ class DisaggScenario:
     def label(self) -> str:
         def one(s: Scenario, tag: str) -> str:
             pp = f"PP{s.pp}" if s.pp > 1 else ""
-            return f"{s.num_replicas}xTP{s.tp}{pp}{tag}"
+            ep = f"EP{s.ep}" if s.ep > 1 else ""
+            return f"{s.num_replicas}xTP{s.tp}{pp}{ep}{tag}"
 
         return f"{one(self.prefill, 'P')}+{one(self.decode, 'D')}"
 
@@ -74,12 +80,21 @@ class DisaggScenario:
         from simserve.sim.metrics import build_result
         from simserve.tune.simadapter import record_from_result
 
-        # NOTE: silent about running on the reference: the planner says it once, not once per worker process
-        return record_from_result(build_result(run_disagg(self, qps, announce=False).raw), qps, quantiles, cdf_grid)
+        return record_from_result(build_result(run_disagg(self, qps).raw), qps, quantiles, cdf_grid)
 
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not
         fit or the missing link."""
+        s = self.prefill
+        # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
+        for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
+                              (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
+                              (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
+                              (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm"),
+                              (s.dp_attention > 1, "attention data parallelism (ranks in lockstep)",
+                               "drop --dp-attention (--ep alone shards the experts)")):  # fmt: skip
+            if on:
+                raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")
         if self.prefill.policy not in CHUNKING:
             raise SimserveError(
                 f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy "
@@ -97,7 +112,7 @@ class DisaggScenario:
 
 
 def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link: KVLink | None = None,
-               announce: bool = True) -> DisaggRun:  # fmt: skip
+               ) -> DisaggRun:  # fmt: skip
     """Simulate `ds` at `qps`; `timers` (prefill, decode) override the profiled predictors, `link` the catalog's."""
     import numpy as np
 
@@ -107,13 +122,6 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     pb, db, resolved = ds.check()
     s = ds.prefill
-    # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
-    for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
-                          (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
-                          (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
-                          (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm")):  # fmt: skip
-        if on:
-            raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")
     if timers is None:
         timers = tuple(_timer(x.deployment(), x.profiles_root, x.cpu_overhead, x.ray_comm)
                        for x in (ds.prefill, ds.decode))  # fmt: skip
@@ -122,4 +130,4 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
     prefill = Pool(s.num_replicas, timers[0], pb, s.router)
     decode = Pool(ds.decode.num_replicas, timers[1], db, ds.decode_router, ds.decode.sim_config())
     kv = kv_bytes_per_prompt_token(s.deployment())
-    return simulate_disagg(prompt, output, arrived, s.sim_config(), prefill, decode, link or resolved, kv, announce)
+    return simulate_disagg(prompt, output, arrived, s.sim_config(), prefill, decode, link or resolved, kv)

@@ -5,9 +5,9 @@ memory plan is cached per process, so a search that calls `run_scenario` many ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -218,6 +218,18 @@ class Scenario:
 
 # The paper's trial cap: Sarathi-Serve's capacity search runs each trial with `--time-limit 30` (minutes).
 PAPER_TIME_LIMIT_S = 1800.0
+
+
+def scenario_fields(scenario: Any) -> dict[str, Any]:
+    """A scenario's fields by name, less those marked `omit_at_default` while at their default (fields added
+    after outputs and cache keys were pinned: a scenario that does not use them keys and echoes as before).
+    Any scenario dataclass (a disaggregated one's too); here, not in tune/probe.py, so that `simserve run`
+    echoes its scenario without importing the capacity search."""
+    return {
+        f.name: getattr(scenario, f.name)
+        for f in fields(scenario)
+        if not (f.metadata.get("omit_at_default") and getattr(scenario, f.name) == f.default)
+    }
 
 
 def paper_setup(s: Scenario) -> Scenario:

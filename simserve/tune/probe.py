@@ -21,6 +21,7 @@ import numpy as np
 
 from simserve.io import write_text_atomic
 from simserve.shipped import package_dir, version
+from simserve.sim.scenario import scenario_fields  # noqa: F401  (re-exported: sweep, regress, tests)
 from simserve.tune.capacity import SLO, Simulate, quantile_key
 
 # Quantiles every probe records, so one cached run serves SLOs at any of these without re-simulating.
@@ -153,16 +154,6 @@ def probe_key(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
         "inputs": input_digests(scenario),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def scenario_fields(scenario: Any) -> dict[str, Any]:
-    """A scenario's fields by name, less those marked `omit_at_default` while at their default (fields added
-    after outputs and cache keys were pinned: a scenario that does not use them keys and echoes as before)."""
-    return {
-        f.name: getattr(scenario, f.name)
-        for f in dataclasses.fields(scenario)
-        if not (f.metadata.get("omit_at_default") and getattr(scenario, f.name) == f.default)
-    }
 
 
 def _canonical(d: dict) -> dict:
