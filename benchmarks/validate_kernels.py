@@ -286,8 +286,9 @@ def power_section(db_root: Path, db: pd.DataFrame) -> str:
         "The longest GEMMs run slower than the roofline on every Hopper and Blackwell part and on the L40S, as a",
         "clock lowered to hold the power limit would make them; the A100 (fitted on Vidur's eager rows) goes the",
         "other way and the RTX PRO 6000 (600 W) stays flat. Without the readings the size of such a term per GPU",
-        "would have to be fitted to these rows, so none is modelled; these are few rows against the medians above,",
-        "and the L40S misses 8% on its L2-warm rows, not on these.",
+        "would have to be fitted to these rows, so none is modelled. Few Hopper and Blackwell rows run that long;",
+        "the L40S's long rows are among its serving-condition rows, which are within 8% (above): it misses 8% on",
+        "its L2-warm rows, not on these.",
     ])  # fmt: skip
 
 
