@@ -275,6 +275,27 @@ def test_the_core_orders_and_evicts_as_the_reference_does_with_the_radix_cache(m
 
 
 @pytest.mark.parametrize("mode", CORES)
+def test_the_core_admits_ignore_eos_requests_as_the_reference_does_for_sglang(monkeypatch, mode):
+    """add_one_req_ignore_eos by construction (ignore_eos, no radix cache): a pool that binds, so its look ahead
+    decides admissions, and mixed chunks on 16-token pages, so the chunk left after the decodes' tokens is not
+    a whole number of pages and a request cut short takes all of it (unfloored, unlike the general path)."""
+    rng = np.random.default_rng(11)
+    n = 80
+    prompt, output = rng.integers(50, 1500, n), rng.integers(20, 400, n)
+    arrived = np.cumsum(rng.exponential(0.01, n))
+    cfg = SimConfig(policy="sglang", max_model_len=2048, ignore_eos=True, enable_mixed_chunk=True, page_size=16,
+                    budget=512, sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8), 400, cfg)
+
+    ref = _run(monkeypatch, "reference", sim)
+    chunks = build_result(ref).iterations.num_prefill_tokens.to_numpy()
+    assert (chunks % 16 != 0).sum() > 10  # unaligned cuts (and prompts) were taken
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("mode", CORES)
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypatch, mode, mixed):
     """Retraction-heavy by construction: admission holds back 7 % of the running requests' outputs

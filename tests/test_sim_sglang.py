@@ -15,7 +15,7 @@ from simserve.errors import SimserveError
 from simserve.sim import SimConfig, build_result, simulate
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.request import IGNORED, Requests
-from simserve.sim.sglang import _decode, default_max_running_requests
+from simserve.sim.sglang import _choose_prefill, _decode, default_max_running_requests
 from simserve.sim.state import ReplicaState
 from simserve.sim.testing import ConstantTimer
 from simserve.tune.sglang import check_sglang_flags, prefill_graph_sizes, sglang_command, sglang_defaults
@@ -56,9 +56,10 @@ def test_a_long_prompt_is_chunked_and_decodes_stall_until_its_last_chunk():
 
 def test_admission_reserves_running_requests_future_output():
     # A 320-token pool (20 blocks of 16). Request 0 (20-token prompt, 181 outputs) runs; request 1 (2 + 160)
-    # asks to join when 300 tokens are free and request 0 still has 180 outputs to go. With ignore_eos that
-    # is all held back: 2 + 160 + 1 = 163 is not below 300 − 180, so request 1 waits for request 0 to finish
-    # and nothing is ever retracted.
+    # asks to join when 300 tokens are free and request 0 still has 180 outputs to go. With ignore_eos
+    # (add_one_req_ignore_eos) 2 + 1 fits now, but request 1 finishes first (160 to come) and until then both
+    # grow by 160 each out of 300 − 3: refused, the batch is marked full, and request 1 waits for request 0
+    # to leave it; nothing is ever retracted.
     workload = ([20, 2], [181, 160], [0.0, 0.005])
     raw, res = run(*workload, blocks=20, max_model_len=512)
     assert res.summary.completed == 2 and res.summary.preemptions == 0
@@ -77,6 +78,26 @@ def test_admission_reserves_running_requests_future_output():
     assert prefills[:2] == [20, 2] and len(prefills) == 3 and 20 + 140 < prefills[2] < 20 + 181
     assert it.start_s[it.num_prefill_tokens == prefills[2]].iloc[0] >= r.completed[1]
     assert raw.replicas[0].state.kv.free == raw.replicas[0].state.kv.num_blocks  # every token returned
+
+
+@pytest.mark.parametrize("free, admitted", [(903, False), (904, True)])
+def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
+    # SGLang's add_one_req_ignore_eos (ignore_eos, no radix cache). Request 0 runs (1000-token prompt, 1 of 201
+    # outputs: 200 to come, 1001 tokens held); request 1 (500 + 1000) asks to join with `free` tokens free.
+    # The general check would want 500 + 1000 + 1 < free − 200. This one: 500 + 1 must fit now (free ≥ 701),
+    # and then, in finishing order, request 0 first: the 2 requests grow by 200 each out of free − 501, which
+    # must leave more than 1 token each (free − 501 − 400 > 2: free ≥ 904); after it frees its 1001, request
+    # 1 grows by its 1000 (free − 501 + 1001 − 1000 > 1). So request 1 joins at 904 free, not at 903.
+    reqs = Requests(np.array([1000, 500]), np.array([201, 1000]), np.zeros(2))
+    rep = ReplicaState(0, reqs, SimConfig(policy="sglang", max_model_len=4096), 200, 1, LogHistogram(),
+                       lambda *_: None)  # fmt: skip
+    rep.enqueue(0)
+    rep.admit_head(0.0, 1000)
+    rep.complete_chunk(0, 1000, 0.0)
+    rep.kv.allocate(rep.kv.free - free)
+    rep.enqueue(1)
+    assert (_choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
+    assert list(rep.waiting) == ([] if admitted else [1])
 
 
 def decoding_replica(prompts, generated, output=100, waiting=0):

@@ -436,6 +436,7 @@ class Core:
     sg_lpm_max: cython.longlong  # sglang.LPM_MAX_WAITING, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE
     sg_in_batch_check: cython.longlong
     sg_in_batch_dep: cython.longlong
+    sg_eos_reserve: cython.longlong  # sglang.IGNORE_EOS_RESERVE_TOKENS
     timer: Timer
     # disaggregation: this core runs one pool of a DisaggCore (`owner`), which counts the run's requests,
     # routes between the pools and moves the KV (ROLE_PREFILL / ROLE_DECODE); ROLE_AGGREGATED: a whole run
@@ -561,6 +562,7 @@ class Core:
         self.sg_lpm_max = sg.get("lpm_max", 0)
         self.sg_in_batch_check = sg.get("in_batch_check", 0)
         self.sg_in_batch_dep = sg.get("in_batch_dep", 0)
+        self.sg_eos_reserve = sg.get("eos_reserve", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
@@ -1922,6 +1924,12 @@ class Core:
         pinned: cython.longlong = 0
         node: object = None
         matched: tuple
+        paged: cython.longlong
+        fits: cython.bint
+        # PrefillAdder.add_one_req: ignore_eos requests with the radix cache off go to add_one_req_ignore_eos,
+        # whose req_states (`states`) are built at its first call of the step
+        eos_path: cython.bint = self.sg_ignore_eos and rep.radix is None
+        states: object = None  # a list once built
         running: list = rep.decoding
         if rep.num_finished != rep.sg_finished_seen or not running:
             rep.sg_full = False
@@ -1992,17 +2000,32 @@ class Core:
                 node = matched[1]
                 pinned = rep.radix.unlocked_pages(node) * page  # the check pins it: not evictable for it
                 extend -= hit * page
-            rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
-            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
-                rep.sg_full = len(out) > 0 or len(running) > 0
-                break
             n = extend
-            rest = min(self.output[rid], self.sg_clip)
-            if self._pages(extend) * page > rem_chunk:  # cut it short
-                n = rem_chunk // page * page
-                if n <= 0:
+            if eos_path:  # PrefillAdder.add_one_req_ignore_eos
+                paged = self._pages(extend) * page + page
+                fits = paged <= min(free - current_offset, free - total_offset)
+                if fits:
+                    states = self._sg_eos_states(rep, states, rid, out)
+                if not fits or not self._sg_outlasts(states, free - current_offset - paged):
+                    rep.sg_full = len(out) > 0 or len(running) > 0
                     break
-                rest = 0
+                rest = min(self.output[rid], self.sg_clip)
+                if extend > rem_chunk:  # cut to what is left of the chunk, not floored to a page
+                    n = rem_chunk
+                    if n <= 0:
+                        break
+                    rest = 0
+            else:
+                rest = min(self.output[rid] - self.generated[rid], self.sg_clip)
+                if not extend + rest + page < free - pinned - total_offset:  # check_prefill: NO_TOKEN
+                    rep.sg_full = len(out) > 0 or len(running) > 0
+                    break
+                rest = min(self.output[rid], self.sg_clip)
+                if self._pages(extend) * page > rem_chunk:  # cut it short
+                    n = rem_chunk // page * page
+                    if n <= 0:
+                        break
+                    rest = 0
             if rep.radix is None:
                 self._admit_head(rep, now, self._pages(n))
             else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next
@@ -2023,6 +2046,58 @@ class Core:
                 break
             self._drop_too_long(rep)
         return out
+
+    @cython.cfunc
+    def _sg_eos_state(self, rid: cython.longlong) -> object:
+        """sglang._eos_state: (outputs to come, prompt + outputs so far), or None when nothing is left."""
+        left: cython.longlong = self.output[rid] - self.generated[rid]
+        if left <= 0:
+            return None
+        return (left, self.prompt[rid] + self.generated[rid])
+
+    @cython.cfunc
+    def _sg_eos_states(self, rep: Rep, states: object, rid: cython.longlong, out: list) -> list:
+        """sglang._eos_states: the first call sorts the candidate, running and admitted requests stably by
+        outputs to come; later calls insert the candidate where SGLang's loop leaves its index."""
+        x: cython.longlong
+        k: cython.Py_ssize_t = 0
+        i: cython.Py_ssize_t = 0
+        keyed: list
+        state: object
+        ids: list
+        if states is None:
+            ids = [rid] + list(rep.decoding) + [item[0] for item in out]
+            keyed = []
+            for x in ids:
+                state = self._sg_eos_state(x)
+                if state is not None:
+                    keyed.append((state[0], k, state))
+                    k += 1
+            keyed.sort()  # by outputs to come, then the order above: a stable sort
+            return [item[2] for item in keyed]
+        state = self._sg_eos_state(rid)
+        if state is not None:
+            for i in range(len(states)):  # NOTE: i stays at the last index when none is >= (as in SGLang)
+                if state[0] <= states[i][0]:
+                    break
+            states.insert(i, state)
+        return states  # NOTE: `object` above: None is allowed in (the step's first call), a `list` is not
+
+    @cython.cfunc
+    def _sg_outlasts(self, states: list, left_now: cython.double) -> cython.bint:
+        """sglang._outlasts: in finishing order, the pool keeps more than the reserve per request running."""
+        freed: cython.longlong = 0
+        left: cython.longlong
+        alive: cython.longlong
+        i: cython.Py_ssize_t
+        m: cython.Py_ssize_t = len(states)
+        for i in range(m):
+            left = states[i][0]
+            alive = m - i
+            if left_now + freed - left * alive <= self.sg_eos_reserve * alive:
+                return False
+            freed += states[i][1]
+        return True
 
     @cython.cfunc
     def _sg_decode_pages(self, ids: list) -> cython.longlong:

@@ -306,6 +306,7 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
             lpm_max=sglang.LPM_MAX_WAITING,
             in_batch_check=sglang.IN_BATCH_CHECK,
             in_batch_dep=sglang.IN_BATCH_DEPRIORITIZE,
+            eos_reserve=sglang.IGNORE_EOS_RESERVE_TOKENS,
         )
     return dict(
         n=n,

@@ -17,6 +17,10 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
                      (× 1 with ignore_eos), an admitted one its page-ceiled chunk + one page + (when it is not
                      cut short) min(max_new_tokens, 4096). A request is admitted only if its prompt + remaining
                      output + a page is strictly below what is left (`PrefillBudget.check_prefill`).
+                     ignore_eos requests without the radix cache take another path
+                     (`PrefillAdder.add_one_req_ignore_eos`): their page-ceiled prompt + a page must fit what is
+                     left now, and the pool must outlast every request's outputs as requests finish
+                     (`_outlasts`); a request longer than the chunk is cut to what is left of it, unfloored.
            With --enable-mixed-chunk each decode takes one token of the chunk and input budgets, and the
            decodes join the prefill batch when their next tokens fit in the KV pool.
   decode   (`Scheduler.update_running_batch`) Every running request, one token each. When the pool cannot
@@ -55,6 +59,8 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
+# managers/schedule_policy.py: IGNORE_EOS_RESERVE_TOKENS (tokens kept free per request still running)
+IGNORE_EOS_RESERVE_TOKENS = 1
 # managers/schedule_policy.py: WAITING_QUEUE_PREFIX_MATCH_MAX, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
 # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD (env defaults)
 LPM_MAX_WAITING = 128
@@ -178,6 +184,10 @@ def _choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list
     total_offset = mixed + held
     current_offset = float(mixed)
     out: list[tuple[int, int]] = []
+    # PrefillAdder.add_one_req: ignore_eos requests with the radix cache off are admitted by
+    # add_one_req_ignore_eos; `states` is its req_states, built at its first call of the step
+    eos_path = cfg.ignore_eos and radix is None
+    states: list[tuple[int, int]] | None = None
     if chunked >= 0:  # PrefillAdder.add_chunked_req
         want = int(r.target[chunked] - r.computed[chunked])
         room = min(rem_chunk, int(free - total_offset))
@@ -221,19 +231,34 @@ def _choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list
             hit, node = radix.match(rid, extend)
             pinned = radix.unlocked_pages(node) * page  # the check pins the prefix: not evictable for it
             extend -= hit * page
-        rest = min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS)
-        if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
-            s.full = bool(out) or bool(running)
-            break
+        # the checks count the outputs still to come; the reservation max_new_tokens whole, or nothing for a
+        # request cut short (PrefillAdder._select_prefill_admission, add_one_req_ignore_eos)
         n = extend
-        # the check above counts the outputs still to come; the reservation max_new_tokens whole, or nothing
-        # for a request cut short (PrefillAdder._select_prefill_admission)
-        rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
-        if _pages(extend, page) * page > rem_chunk:  # cut it short
-            n = rem_chunk // page * page
-            if n <= 0:
+        if eos_path:  # PrefillAdder.add_one_req_ignore_eos
+            paged = _pages(extend, page) * page + page
+            fits = paged <= min(free - current_offset, free - total_offset)  # PrefillBudget.can_allocate_prefill
+            if fits:
+                states = _eos_states(rep, states, rid, [i for i, _ in out])
+            if not fits or not _outlasts(states, free - current_offset - paged):
+                s.full = bool(out) or bool(running)  # NO_TOKEN
                 break
-            rest = 0
+            rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
+            if extend > rem_chunk:  # cut to what is left of the chunk, not floored to a page
+                n = rem_chunk
+                if n <= 0:
+                    break
+                rest = 0
+        else:
+            rest = min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS)
+            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+                s.full = bool(out) or bool(running)
+                break
+            rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
+            if _pages(extend, page) * page > rem_chunk:  # cut it short
+                n = rem_chunk // page * page
+                if n <= 0:
+                    break
+                rest = 0
         if radix is None:
             rep.admit_head(now, _pages(n, page))
         else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next ones
@@ -252,6 +277,47 @@ def _choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list
             break
         rep.drop_too_long()
     return out
+
+
+def _eos_state(rep: ReplicaState, rid: int) -> tuple[int, int] | None:
+    """add_one_req_ignore_eos's `add_req_state`: (outputs still to come, tokens it holds once prefilled) —
+    max_new_tokens × 1 (ignore_eos) less the outputs so far, not clipped; prompt + outputs so far. None for a
+    request with nothing left to generate."""
+    r = rep.reqs
+    left = int(r.output[rid] - r.generated[rid])
+    return (left, int(r.prompt[rid] + r.generated[rid])) if left > 0 else None
+
+
+def _eos_states(rep: ReplicaState, states: list | None, rid: int, admitted: list[int]) -> list:
+    """req_states with the candidate `rid` added: at the step's first call the candidate, the running batch
+    and the requests admitted so far, sorted stably by outputs to come; later calls insert the candidate."""
+    if states is None:
+        states = [x for x in map(lambda i: _eos_state(rep, i), [rid, *rep.decoding, *admitted]) if x]
+        states.sort(key=lambda x: x[0])
+        return states
+    new = _eos_state(rep, rid)
+    if new is not None:
+        # NOTE: SGLang's insertion loop leaves i at the last index when no entry is ≥ the new one, so the
+        # longest goes in before the last entry, not after it; kept, as the order decides what is freed when.
+        i = 0
+        for i in range(len(states)):
+            if new[0] <= states[i][0]:
+                break
+        states.insert(i, new)
+    return states
+
+
+def _outlasts(states: list, left_now: float) -> bool:
+    """add_one_req_ignore_eos's look ahead: walking the requests in the order they finish (fewest outputs to
+    come first), the pool must keep more than IGNORE_EOS_RESERVE_TOKENS per request still running after each
+    of them has grown by the outputs of the one finishing, counting what the ones finished before free."""
+    freed = 0
+    for i, (left, held) in enumerate(states):
+        alive = len(states) - i
+        if left_now + freed - left * alive <= IGNORE_EOS_RESERVE_TOKENS * alive:
+            return False
+        freed += held
+    return True
 
 
 def _sort_by_longest_prefix(rep: ReplicaState) -> None:

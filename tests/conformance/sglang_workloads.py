@@ -26,6 +26,9 @@ WORKLOADS = {
     "mixed": (300, (50, 3000), (20, 600), 0.4, 16_000, 1024, 64, True, False, 1),
     "paged": (250, (50, 4000), (20, 500), 0.3, 20_000, 4096, 32, False, False, 16),
     "ignore-eos": (300, (50, 3000), (20, 600), 0.4, 12_000, 2048, 48, False, True, 1),
+    # add_one_req_ignore_eos with mixed chunks on 16-token pages: what is left of the chunk after the decodes'
+    # tokens is not a whole number of pages, and a request cut short takes all of it
+    "ignore-eos-paged": (250, (50, 4000), (20, 500), 0.3, 20_000, 1024, 32, True, True, 16),
     # admission trusts a low new_token_ratio (--schedule-conservativeness 0.3): running requests outgrow the
     # pool and decode steps retract
     "retract": (300, (50, 1500), (200, 1200), 0.3, 30_000, 2048, 128, False, False, 1),
