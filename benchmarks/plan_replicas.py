@@ -18,10 +18,33 @@ import statistics
 import time
 from dataclasses import replace
 
+from simserve.catalog import GPU
+from simserve.catalog.hardware import DEFAULT_NODE
+from simserve.plan.candidates import best_box
 from simserve.profiling.generated import resolve_profiles
 from simserve.sim.scenario import Scenario
 from simserve.tune.capacity import SLO
 from simserve.tune.jobs import CapacityTask, solve
+
+
+def plan_scenario(model: str, gpu: str, tp: int, requests: int, budget: int, seed: int, slo: SLO) -> Scenario:
+    """The case as `simserve plan` runs it: Sarathi at `budget`, in the box the plan picks for the replica
+    (plan/candidates.best_box: A100 TP4 in the NVSwitch dgx-a100, not the GPU's default NVLink-pairs box, where
+    the TP all-reduce would cross PCIe and the table would measure a deployment no plan makes)."""
+    spec = GPU.get(gpu)
+    box = best_box(spec, tp, 1)
+    # None for the GPU's default box, as plan/search.py writes it (so plans and this benchmark share probes)
+    node = None if box is None or box.name == DEFAULT_NODE.get(spec.name) else box.name
+    return Scenario(model=model, gpu=gpu, tp=tp, node=node, trace="sharegpt", num_requests=requests,
+                    policy="sarathi", budget=budget, max_batch=128, seed=seed,
+                    stop_tbt=(slo.tbt_s, slo.tbt_quantile))  # fmt: skip
+
+
+def with_plan_profile(scenario: Scenario) -> tuple[Scenario, str]:
+    """The scenario on the profile a plan would use (the shipped one, else the planner's generated measured or
+    roofline one), and that profile's label."""
+    choice = resolve_profiles([scenario.deployment()])[scenario.deployment()]
+    return replace(scenario, profiles_root=choice.root), choice.label
 
 
 def replica_error(
@@ -66,26 +89,24 @@ def main() -> None:
     print(f"# {args.requests} requests per replica, sarathi budget {args.budget}, {slo.describe()}, "
           f"tolerance {args.tolerance:g}, seeds {seeds}")  # fmt: skip
     print(
-        "| model | GPU | TP | profile | R | seed | 1 replica (qps) | R × 1 replica | R replicas simulated | error |"
+        "| model | GPU | TP | box | profile | R | seed | 1 replica (qps) | R × 1 replica | R replicas simulated | "
+        "error |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     summary = []
     for case in args.cases:
         model, gpu, tp = case.split(":")
         rows = []
         for seed in args.seeds:
-            scenario = Scenario(model=model, gpu=gpu, tp=int(tp), trace="sharegpt", num_requests=args.requests,
-                                policy="sarathi", budget=args.budget, max_batch=128, seed=seed,
-                                stop_tbt=(slo.tbt_s, slo.tbt_quantile))  # fmt: skip
-            # The profile a plan would use: the shipped one, else the planner's generated roofline profile.
-            choice = resolve_profiles([scenario.deployment()])[scenario.deployment()]
-            scenario = replace(scenario, profiles_root=choice.root)
+            scenario = plan_scenario(model, gpu, int(tp), args.requests, args.budget, seed, slo)
+            scenario, label = with_plan_profile(scenario)
+            box = getattr(scenario.deployment().node, "name", "none")
             single = None
             for r in args.replicas:
                 row = replica_error(scenario, r, slo, args.tolerance, single)
                 single = row["single_qps"]
                 rows.append(row)
-                print(f"| {model} | {gpu} | {tp} | {choice.label} | {r} | {seed} | {row['single_qps']:.3f} | "
+                print(f"| {model} | {gpu} | {tp} | {box} | {label} | {r} | {seed} | {row['single_qps']:.3f} | "
                       f"{row['rule_qps']:.3f} | {row['cluster_qps']:.3f} | {100 * row['error']:+.1f}% |",
                       flush=True)  # fmt: skip
         for r in args.replicas:

@@ -378,6 +378,29 @@ def test_replica_benchmark_compares_the_rule_with_a_simulated_cluster() -> None:
     assert row["error"] == pytest.approx((row["rule_qps"] - row["cluster_qps"]) / row["cluster_qps"])
 
 
+def test_replica_benchmark_runs_each_case_in_the_box_the_plan_picks() -> None:
+    """The replica-rule table measures deployments a plan makes: LLaMA2-70B TP4 on A100 in the NVSwitch DGX A100
+    (best_box), as the plan's candidates run it — not the default NVLink-pairs box, whose TP-4 all-reduce crosses
+    PCIe (a 512-token chunk's iteration then sits at the 0.2 s TBT SLO, and capacity fell 15x: docs/planner.md)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from plan_replicas import plan_scenario
+
+    from simserve.catalog import GPU
+    from simserve.catalog.models import resolve_model
+    from simserve.plan.candidates import enumerate_candidates
+
+    fits, _ = enumerate_candidates(resolve_model("llama-2-70b"), [GPU.get("a100")], 8, (512,), 128, 4096)
+    planned = {(c.deployment.tp, c.deployment.pp): c.deployment.node.name for c in fits}
+    dep = plan_scenario("llama-2-70b", "a100", 4, 64, 512, 0, SLO(0.2)).deployment()
+    assert dep.node.name == planned[(4, 1)] == "dgx-a100"
+    assert dep.tp_link == "nvlink"
+    # TP1 stays in the GPU's default box (the paper's testbed), where the shipped profiles are
+    tp1 = plan_scenario("mistral-7b", "a100", 1, 64, 512, 0, SLO(0.2)).deployment()
+    assert tp1.node.name == "a100-pairwise-nvlink"
+
+
 def test_a_plan_and_a_sweep_of_the_same_point_share_probes() -> None:
     """The probe key ignores the planner's code and the spelling of names, so `simserve sweep --gpu a100` and
     a plan (which names the catalog's A100-80GB) replay each other's simulations."""

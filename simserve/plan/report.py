@@ -17,7 +17,7 @@ from simserve.plan.search import PlanResult
 GPU_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
 APPROXIMATION = (
     "capacity of R replicas = R × one replica's simulated capacity; against a simulated round-robin cluster "
-    "it UNDERESTIMATES or matches (by 0-17% on the mean of 4 seeds at 2 and 4 replicas: "
+    "it UNDERESTIMATES or matches (by 0-3% on the mean of 4 seeds at 2 and 4 replicas: "
     "benchmarks/plan_replicas.py, docs/planner.md), so multi-replica rows are conservative"
 )
 

@@ -4,7 +4,7 @@ Deployments are searched cheapest replica first; a search that cannot change the
 probe (plan/prune.py). Capacity of R replicas is taken as R × the capacity of one replica (each replica
 simulated alone at its share of the load). That is an approximation: a round-robin router sends each replica
 every R-th request, more evenly spaced than a Poisson 1/R, so the real cluster queues less and the rule
-underestimates it or matches it (0-17% on the mean of four seeds: benchmarks/plan_replicas.py, docs/planner.md).
+underestimates it or matches it (0-3% on the mean of four seeds: benchmarks/plan_replicas.py, docs/planner.md).
 """
 
 from __future__ import annotations
