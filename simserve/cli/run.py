@@ -85,11 +85,12 @@ def run_command(
     network: str | None = typer.Option(
         None, "--network", help="Between nodes, when a replica spans several."
     ),
-    policy: str = typer.Option(
-        "sarathi",
+    policy: str | None = typer.Option(
+        None,
         "--policy",
         help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1 | "
-        "sglang (SGLang 0.5.23's scheduler).",
+        "sglang (SGLang 0.5.23's scheduler). Default: sarathi; vllm-v1 with --engine vllm, sglang with --engine sglang.",
+        show_default=False,
     ),
     budget: int | None = typer.Option(
         None,
@@ -218,7 +219,7 @@ def run_command(
     engine: str | None = typer.Option(
         None,
         "--engine",
-        help="vllm: run as vLLM 0.33.0's worker does (needs --policy vllm-v1): its memory profile, CUDA graphs; "
+        help="vllm: run as vLLM 0.33.0's worker does (the vllm-v1 policy): its memory profile, CUDA graphs; "
         "sglang: SGLang 0.5.23 (the sglang policy).",
     ),
     enforce_eager: bool = typer.Option(
@@ -272,16 +273,19 @@ def run_command(
     from simserve.sim.writers import check_options, write_tables
 
     check_options(fmt, iterations)
-    if engine == "sglang":  # SGLang 0.5.23 is the sglang policy (docs/engines.md)
-        if policy not in ("sarathi", "sglang"):
-            raise SimserveError(f"--engine sglang runs the sglang policy: drop --policy {policy}")
-        policy = "sglang"
+    policy = _policy(policy, engine)
     sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
                     "--schedule-conservativeness": schedule_conservativeness != 1.0, "--page-size": page_size != 1,
                     "--no-ignore-eos": not ignore_eos}  # fmt: skip
     given = [flag for flag, set_ in sglang_flags.items() if set_]
     if given and policy != "sglang":
         raise SimserveError(f"{given[0]} is an SGLang flag: use it with --policy sglang, or drop it")
+    # vLLM V1's scheduler flags: another policy would run without them, silently (SimConfig keeps them for vllm-v1)
+    vllm_flags = {"--long-prefill-token-threshold": long_prefill_token_threshold != 0,
+                  "--long-prefill-token-threshold-adaptive": long_prefill_token_threshold_adaptive}  # fmt: skip
+    given = [flag for flag, set_ in vllm_flags.items() if set_]
+    if given and policy != "vllm-v1":
+        raise SimserveError(f"{given[0]} is a vLLM flag: use it with --policy vllm-v1 (or --engine vllm), or drop it")
     scenario = Scenario(
         model=model,
         gpu=gpu,
@@ -395,15 +399,28 @@ def _frontend_ms(value: float | None, paper_setup: bool) -> float:
     return check_frontend_ms(value)
 
 
-def _engine(engine: str | None, enforce_eager: bool) -> bool:
+def _policy(policy: str | None, engine: str | None) -> str:
+    """--policy, else the engine's own scheduler (vllm-v1 for --engine vllm, sglang for --engine sglang), else
+    sarathi. An engine runs only its own scheduler: another --policy beside it is refused, not replaced."""
     from simserve.errors import SimserveError
 
     if engine not in (None, "vllm", "sglang"):
         raise SimserveError(
             f"unknown --engine {engine!r}; choose vllm (vLLM 0.33.0) or sglang (SGLang 0.5.23, the sglang policy)"
         )
-    if enforce_eager and engine is None:
-        raise SimserveError("--enforce-eager is a vLLM worker flag: add --engine vllm")
+    own = {"vllm": "vllm-v1", "sglang": "sglang"}.get(engine or "")
+    if policy is None:
+        return own or "sarathi"
+    if own and policy != own:
+        raise SimserveError(f"--engine {engine} runs the {own} policy: drop --policy {policy}")
+    return policy
+
+
+def _engine(engine: str | None, enforce_eager: bool) -> bool:
+    from simserve.errors import SimserveError
+
+    if enforce_eager and engine != "vllm":
+        raise SimserveError("--enforce-eager is a vLLM worker flag: use it with --engine vllm, or drop it")
     return engine == "vllm"
 
 

@@ -34,6 +34,9 @@ class PoolSpec:
                 f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2, 2xTP2EP2 or 2xTP2@h100"
             )
         ep = int(m.group(4)) if m.group(4) else None
+        for name, value in (("TP", int(m.group(2))), ("PP", int(m.group(3) or 1)), ("EP", ep or 1)):
+            if value < 1:
+                raise SimserveError(f"{flag} {text!r}: {name} must be at least 1, got {value}; e.g. 2xTP2, 1xTP4PP2")
         return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(5), ep)
 
     def label(self) -> str:

@@ -1,0 +1,82 @@
+"""Flags used where they mean nothing or where the engine would refuse them: `simserve run` refuses each in one
+line naming the flag and the fix (exit 2, nothing written) instead of running without it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simserve.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(
+    not (REPO / "profiles" / "a100-80gb" / "mistral-7b").is_dir(), reason="shipped Mistral-7B profile absent"
+)
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        # an engine runs its own scheduler: another --policy beside it was silently replaced by sglang's
+        (["--engine", "sglang", "--policy", "sarathi"], "--engine sglang runs the sglang policy"),
+        (["--engine", "vllm", "--policy", "sarathi"], "drop --policy sarathi"),
+        # vLLM's flags under SGLang or another policy ran without them
+        (["--engine", "sglang", "--enforce-eager"], "--enforce-eager is a vLLM worker flag"),
+        (["--long-prefill-token-threshold", "100"], "--long-prefill-token-threshold is a vLLM flag"),
+        (["--engine", "sglang", "--long-prefill-token-threshold", "100"], "use it with --policy vllm-v1"),
+        (["--long-prefill-token-threshold-adaptive"], "--long-prefill-token-threshold-adaptive is a vLLM flag"),
+        # what `vllm serve` refuses to start with, in its words, then the fix in run's flags
+        (["--engine", "vllm", "--budget", "100", "--max-batch", "256"],
+         "max_num_batched_tokens (100) must be greater than or equal to max_num_seqs (256). (vLLM 0.33.0 refuses "
+         "this combination: raise --budget or lower --max-batch)"),
+        (["--engine", "vllm", "--long-prefill-token-threshold", "9000"],
+         "long_prefill_token_threshold (9000) cannot be greater than the max_model_len (8192)"),
+        # the flag at fault is named, not another one (--dp-attention 0 named --replicas)
+        (["--model", "mixtral-8x7b", "--gpu", "h100", "--tp", "2", "--dp-attention", "0"],
+         "--dp-attention must be at least 1"),
+        (["--policy", "sglang", "--page-size", "0"], "--page-size must be at least 1 token, got 0"),
+        (["--policy", "sglang", "--schedule-conservativeness", "0"], "--schedule-conservativeness must be positive, got 0"),
+        # a time scale only replay reads is still checked (it was ignored under Poisson arrivals)
+        (["--time-scale", "-1"], "--time-scale must be positive, got -1"),
+        # the recorded times set the rate: --qps inf was ignored
+        (["--trace", "sharegpt-multiturn", "--arrival", "replay", "--qps", "inf"], "--arrival replay keeps"),
+        # a pool with no GPUs: the pool spec is named, not --tp
+        ([*DISAGG, "--prefill", "2xTP0", "--decode", "1xTP4"], "--prefill '2xTP0': TP must be at least 1"),
+        ([*DISAGG, "--prefill", "2xTP2", "--decode", "1xTP4PP0"], "--decode '1xTP4PP0': PP must be at least 1"),
+        ([*DISAGG, "--tp", "4", "--prefill", "2xTP2", "--decode", "1xTP4"], "--tp 4 describes an aggregated"),
+    ],
+)  # fmt: skip
+def test_a_flag_that_would_be_ignored_or_refused_is_named(capsys, tmp_path, args, words):
+    code, _, err = cli(capsys, "run", "--requests", "8", "--out", str(tmp_path / "o"), *args)
+    assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_fp8_deployment_that_does_not_fit_is_not_told_to_use_fp8_weights(capsys, tmp_path):
+    args = ["--model", "qwen3-235b-a22b", "--gpu", "h100", "--tp", "2", "--requests", "8", "--out", str(tmp_path)]
+    code, _, err = cli(capsys, "run", *args, "--dtype", "fp8")
+    assert code == 2 and "does not fit" in err and "fp8 KV (--kv-dtype fp8)" in err and "--dtype" not in err, err
+    code, _, err = cli(capsys, "run", *args, "--dtype", "fp8", "--kv-dtype", "fp8")
+    assert code == 2 and "a bigger GPU or a shorter max length" in err and "fp8 (" not in err, err
+
+
+@pytest.mark.parametrize(("engine", "policy"), [("vllm", "vllm-v1"), ("sglang", "sglang")])
+def test_an_engine_alone_runs_its_own_scheduler(capsys, tmp_path, engine, policy):
+    code, _, err = cli(capsys, "run", "--engine", engine, "--requests", "8", "--qps", "4", "--out", str(tmp_path))
+    assert code == 0, err
+    assert json.loads((tmp_path / "summary.json").read_text())["scenario"]["policy"] == policy
