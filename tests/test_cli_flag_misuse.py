@@ -80,3 +80,18 @@ def test_an_engine_alone_runs_its_own_scheduler(capsys, tmp_path, engine, policy
     code, _, err = cli(capsys, "run", "--engine", engine, "--requests", "8", "--qps", "4", "--out", str(tmp_path))
     assert code == 0, err
     assert json.loads((tmp_path / "summary.json").read_text())["scenario"]["policy"] == policy
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--engine", "sglang", "--policies", "sarathi"], "--policies sets simserve's policy grid"),
+        (["--engine", "vllm", "--budgets", "512"], "--budgets sets simserve's policy grid"),
+        (["--engine-grid", "max-num-seqs=128", "--max-batch", "64"], "give the values with --engine-grid"),
+        (["--engine", "sglang", "--no-prefix-caching"], "radix cache off already"),
+    ],
+)
+def test_an_engine_sweep_refuses_the_policy_grid_it_would_ignore(capsys, tmp_path, args, words):
+    code, _, err = cli(capsys, "sweep", "--slo", "0.1", "--requests", "16", "--out", str(tmp_path / "o"), *args)
+    assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
