@@ -86,9 +86,12 @@ class Deployment:
         extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp, all2all)
         dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
         if node is not None and tp > node.gpus_per_node:
+            # a bigger box of the same GPU in the catalog is the first fix (A100's default is the paper's 4-GPU box)
+            boxes = [n.name for n in NODES if n.gpu == gpu.name and n.gpus_per_node >= tp]
+            bigger = f"pick a node that holds {tp} (--node {' or '.join(boxes)}), or " if boxes else ""
             raise SimserveError(
                 f"TP {tp} spans more GPUs than one {node.name} node holds ({node.gpus_per_node}); "
-                f"tensor parallelism across nodes is not modeled: lower --tp and raise --pp"
+                f"tensor parallelism across nodes is not modeled: {bigger}lower --tp and raise --pp"
             )
         if dp > 1 and (pp > 1 or (node is not None and dp * tp > node.gpus_per_node)):
             raise SimserveError(

@@ -59,6 +59,8 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
         ([*DISAGG, "--prefill", "2xTP0", "--decode", "1xTP4"], "--prefill '2xTP0': TP must be at least 1"),
         ([*DISAGG, "--prefill", "2xTP2", "--decode", "1xTP4PP0"], "--decode '1xTP4PP0': PP must be at least 1"),
         ([*DISAGG, "--tp", "4", "--prefill", "2xTP2", "--decode", "1xTP4"], "--tp 4 describes an aggregated"),
+        # TP past the default box: the catalog's bigger box of the same GPU is named (A100's default holds 4)
+        (["--model", "llama-2-70b", "--tp", "8"], "pick a node that holds 8 (--node dgx-a100)"),
     ],
 )  # fmt: skip
 def test_a_flag_that_would_be_ignored_or_refused_is_named(capsys, tmp_path, args, words):
@@ -95,3 +97,21 @@ def test_an_engine_sweep_refuses_the_policy_grid_it_would_ignore(capsys, tmp_pat
     code, _, err = cli(capsys, "sweep", "--slo", "0.1", "--requests", "16", "--out", str(tmp_path / "o"), *args)
     assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_plan_names_a_missing_trace_before_its_searches_start(capsys, tmp_path):
+    args = ["--model", "llama-3-8b", "--gpus", "h100", "--max-gpus", "1", "--slo", "0.1", "--out", str(tmp_path / "o")]
+    code, _, err = cli(capsys, "plan", *args, "--trace", str(tmp_path / "missing.csv"))
+    # one line: the search's progress bar never started (it was printed above the error)
+    assert code == 2 and err.count("\n") == 1 and "no such file" in err and "plan searches" not in err, err
+    assert "()" not in err  # shipped traces without aliases are listed bare, not as 'sharegpt-multiturn ()'
+    assert not (tmp_path / "o").exists()
+
+
+def test_plan_takes_a_bench_dataset_as_its_searches_do(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    args = ["--model", "llama-3-8b", "--gpus", "h100", "--max-gpus", "1", "--slo", "0.1", "--budgets", "512",
+            "--requests", "40", "--no-plots", "--out", str(tmp_path / "o")]  # fmt: skip
+    code, _, err = cli(capsys, "plan", *args, "--trace", "random:64:16:0")  # range ratio 0: every output 16 tokens
+    assert code == 0, err  # it failed after every search ran: the output-token mean read the spec as a file
+    assert json.loads((tmp_path / "o" / "plan.json").read_text())["mean_output_tokens"] == 16.0

@@ -151,8 +151,10 @@ class PlanResult:
 
 def mean_output_tokens(trace: str, max_len: int, n: int, seed: int) -> float:
     """Mean output length of the simulated request sample: output tokens per request served."""
-    from simserve.workload import load_trace
+    from simserve.workload import bench_datasets, load_trace
 
+    if bench_datasets.is_spec(trace):  # `random:IN:OUT:R` etc.: generated, as the searches generate it
+        return float(bench_datasets.lengths(bench_datasets.parse(trace), n, seed)[1].mean())
     return float(load_trace(trace, max_total_tokens=max_len).sample(n, seed).output_tokens.mean())
 
 
@@ -219,6 +221,8 @@ def run_plan(
 
     t0 = time.perf_counter()
     cands, rejected, prices = prepare(spec)
+    # a bad trace fails here, in one line, before the progress bar and the searches start
+    out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
     profiles = resolve_profiles([c.deployment for c in cands])
     queue = [_Deployment(c, prices[c.deployment.gpu.name], budget_order(c.budgets)) for c in cands]
     if "agg" not in spec.layouts:
@@ -254,7 +258,6 @@ def run_plan(
             bar.update(tid, completed=sum(len(d.rows) for d in seen),
                        description=f"plan searches, {stats['probes_simulated']} probes simulated, "
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
-        out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
         searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
         again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats)
