@@ -59,6 +59,8 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
         ([*DISAGG, "--prefill", "2xTP0", "--decode", "1xTP4"], "--prefill '2xTP0': TP must be at least 1"),
         ([*DISAGG, "--prefill", "2xTP2", "--decode", "1xTP4PP0"], "--decode '1xTP4PP0': PP must be at least 1"),
         ([*DISAGG, "--tp", "4", "--prefill", "2xTP2", "--decode", "1xTP4"], "--tp 4 describes an aggregated"),
+        # run's help offers --qps inf; a disaggregated run said 'must be a positive request rate, got inf'
+        ([*DISAGG, "--prefill", "2xTP2", "--decode", "1xTP4", "--qps", "inf"], "takes a finite --qps"),
         # TP past the default box: the catalog's bigger box of the same GPU is named (A100's default holds 4)
         (["--model", "llama-2-70b", "--tp", "8"], "pick a node that holds 8 (--node dgx-a100)"),
     ],

@@ -121,7 +121,12 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
 
     from simserve.workload import arrival_times
 
-    if not np.isfinite(qps) or qps <= 0:
+    if np.isinf(qps):  # not one of the disaggregated cases checked against the reference: refused, said why
+        raise SimserveError(
+            "a disaggregated run takes a finite --qps (--qps inf, every request at t = 0, is not modelled for it "
+            "yet); give a rate, or run aggregated"
+        )
+    if np.isnan(qps) or qps <= 0:
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     pb, db, resolved = ds.check()
     s = ds.prefill
