@@ -97,7 +97,9 @@ class Deployment:
             raise SimserveError(
                 f"--dp-attention {dp} x TP {tp} x PP {pp}: attention DP is modelled inside one "
                 f"{node.name if node else 'node'} ({node.gpus_per_node if node else '?'} GPUs) with PP 1, where "
-                f"the experts' all-to-all stays on the node's links; lower --dp-attention or --tp"
+                f"the experts' all-to-all stays on the node's links; "
+                + " and ".join(fix for fix, bad in (("use --pp 1", pp > 1), ("lower --dp-attention or --tp",
+                               node is not None and dp * tp > node.gpus_per_node)) if bad)  # fmt: skip
             )
         if dep.num_nodes > 1 and network is None:
             dep = cls(

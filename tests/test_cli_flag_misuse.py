@@ -49,6 +49,9 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
         # the flag at fault is named, not another one (--dp-attention 0 named --replicas)
         (["--model", "mixtral-8x7b", "--gpu", "h100", "--tp", "2", "--dp-attention", "0"],
          "--dp-attention must be at least 1"),
+        # attention DP with PP: the fix is PP 1 (it said 'lower --dp-attention or --tp', which PP 2 still fails)
+        (["--model", "mixtral-8x7b", "--gpu", "h200", "--tp", "2", "--dp-attention", "2", "--ep", "4", "--pp", "2"],
+         "with PP 1, where the experts' all-to-all stays on the node's links; use --pp 1"),
         (["--policy", "sglang", "--page-size", "0"], "--page-size must be at least 1 token, got 0"),
         (["--policy", "sglang", "--schedule-conservativeness", "0"], "--schedule-conservativeness must be positive, got 0"),
         # a time scale only replay reads is still checked (it was ignored under Poisson arrivals)
