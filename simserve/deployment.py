@@ -61,6 +61,13 @@ class Deployment:
         if node is None:
             node = DEFAULT_NODE.get(gpu.name)
         node = NODES.get(node) if isinstance(node, str) else node
+        if node is not None and GPU.get(node.gpu).name != gpu.name:  # the box's links and its GPUs go together
+            boxes = [n.name for n in NODES if GPU.get(n.gpu).name == gpu.name]
+            raise SimserveError(
+                f"--node {node.name} holds {GPU.get(node.gpu).name} GPUs, not {gpu.name}; pick a node that holds "
+                f"{gpu.name} ({', '.join(boxes) or 'none in the catalog: add one with a catalog file, docs/catalog.md'})"
+                f" or --gpu {node.gpu}"
+            )
         if isinstance(network, str):
             network = NETWORKS.get(network)
         if tp < 1 or pp < 1:

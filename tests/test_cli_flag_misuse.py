@@ -64,6 +64,11 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
         ([*DISAGG, "--tp", "4", "--prefill", "2xTP2", "--decode", "1xTP4"], "--tp 4 describes an aggregated"),
         # run's help offers --qps inf; a disaggregated run said 'must be a positive request rate, got inf'
         ([*DISAGG, "--prefill", "2xTP2", "--decode", "1xTP4", "--qps", "inf"], "takes a finite --qps"),
+        # a box of another GPU ran with its links and the asked GPU's specs, silently
+        (["--model", "llama-3-8b", "--gpu", "h200", "--node", "dgx-a100"],
+         "--node dgx-a100 holds A100-80GB GPUs, not H200; pick a node that holds H200 (hgx-h200)"),
+        ([*DISAGG, "--prefill", "4xTP2", "--decode", "2xTP4", "--kv-link", "nvlink"],
+         "--kv-link nvlink joins GPUs inside one node, but the disaggregated layout"),
         # TP past the default box: the catalog's bigger box of the same GPU is named (A100's default holds 4)
         (["--model", "llama-2-70b", "--tp", "8"], "pick a node that holds 8 (--node dgx-a100)"),
     ],
