@@ -125,3 +125,12 @@ def test_plan_takes_a_bench_dataset_as_its_searches_do(capsys, tmp_path, monkeyp
     code, _, err = cli(capsys, "plan", *args, "--trace", "random:64:16:0")  # range ratio 0: every output 16 tokens
     assert code == 0, err  # it failed after every search ran: the output-token mean read the spec as a file
     assert json.loads((tmp_path / "o" / "plan.json").read_text())["mean_output_tokens"] == 16.0
+
+
+def test_an_slo_no_load_meets_is_one_line_after_the_searches(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
+    args = ["--slo", "0.0001", "--policies", "sarathi", "--budgets", "512", "--requests", "50", "--no-plots"]
+    code, _, err = cli(capsys, "sweep", *args, "--out", str(tmp_path / "o"))
+    # the progress bar's last frame was left above the error on a pipe: two lines
+    assert code == 2 and err.count("\n") == 1 and "no load meets P99 TBT" in err, err
+    assert not (tmp_path / "o").exists()
