@@ -83,7 +83,7 @@ class Deployment:
                 f"use a PP degree that divides {model.num_layers}"
             )
         if not 0 < memory_utilization <= 1:
-            raise SimserveError(f"memory utilization must be in (0, 1], got {memory_utilization}")
+            raise SimserveError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
         if max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {max_model_len}")
         dtype = precision.check_dtype(dtype, "--dtype")

@@ -54,8 +54,10 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
          "with PP 1, where the experts' all-to-all stays on the node's links; use --pp 1"),
         (["--policy", "sglang", "--page-size", "0"], "--page-size must be at least 1 token, got 0"),
         (["--policy", "sglang", "--schedule-conservativeness", "0"], "--schedule-conservativeness must be positive, got 0"),
-        # a time scale only replay reads is still checked (it was ignored under Poisson arrivals)
-        (["--time-scale", "-1"], "--time-scale must be positive, got -1"),
+        # an arrival process's own knob under another process was ignored without a word
+        (["--time-scale", "0.5"], "--time-scale scales recorded arrival times"),
+        (["--cv", "2"], "--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival poisson has no such knob"),
+        (["--time-scale", "-1", "--arrival", "replay", "--trace", "sharegpt-multiturn"], "--time-scale must be positive"),
         # the recorded times set the rate: --qps inf was ignored
         (["--trace", "sharegpt-multiturn", "--arrival", "replay", "--qps", "inf"], "--arrival replay keeps"),
         # a pool with no GPUs: the pool spec is named, not --tp

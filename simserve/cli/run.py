@@ -286,6 +286,13 @@ def run_command(
     given = [flag for flag, set_ in vllm_flags.items() if set_]
     if given and policy != "vllm-v1":
         raise SimserveError(f"{given[0]} is a vLLM flag: use it with --policy vllm-v1 (or --engine vllm), or drop it")
+    # the arrival processes' own knobs: another process would draw its times without them
+    if time_scale != 1.0 and arrival not in ("replay", "conversation"):
+        raise SimserveError(f"--time-scale scales recorded arrival times (--arrival replay or conversation); "
+                            f"--arrival {arrival} draws its own: drop --time-scale, or set the rate with --qps")  # fmt: skip
+    if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
+        raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
+                            f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
     scenario = Scenario(
         model=model,
         gpu=gpu,
