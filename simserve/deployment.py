@@ -220,6 +220,8 @@ def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1)
     if not model.is_moe:
         if ep > 1:
             raise SimserveError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense: drop --ep")
+        if skew > 0:  # no router to skew: it would change nothing
+            raise SimserveError(f"--moe-skew {skew:g} needs a mixture-of-experts model; {model.name} is dense: drop it")
         return
     if model.num_experts % ep:
         raise SimserveError(

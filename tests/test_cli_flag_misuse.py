@@ -46,6 +46,12 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
          "this combination: raise --budget or lower --max-batch)"),
         (["--engine", "vllm", "--long-prefill-token-threshold", "9000"],
          "long_prefill_token_threshold (9000) cannot be greater than the max_model_len (8192)"),
+        # knobs of other policies, of disaggregated runs and of MoE routers changed nothing
+        (["--tbt-target", "0.05"], "--tbt-target is a knob of --policy slo-aware or pressure"),
+        (["--policy", "slo-aware", "--min-budget", "64"], "--min-budget is a knob of --policy pressure"),
+        (["--kv-link", "nvlink"], "--kv-link belongs to a disaggregated run: add --prefill and --decode"),
+        (["--decode-router", "rr"], "--decode-router belongs to a disaggregated run"),
+        (["--model", "llama-3-8b", "--moe-skew", "1"], "--moe-skew 1 needs a mixture-of-experts model"),
         # the flag at fault is named, not another one (--dp-attention 0 named --replicas)
         (["--model", "mixtral-8x7b", "--gpu", "h100", "--tp", "2", "--dp-attention", "0"],
          "--dp-attention must be at least 1"),

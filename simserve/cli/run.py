@@ -286,6 +286,17 @@ def run_command(
     given = [flag for flag, set_ in vllm_flags.items() if set_]
     if given and policy != "vllm-v1":
         raise SimserveError(f"{given[0]} is a vLLM flag: use it with --policy vllm-v1 (or --engine vllm), or drop it")
+    # the adaptive policies' knobs, and the disaggregated layout's: without them they would change nothing
+    knobs = {"--tbt-target": (tbt_target != 0.1, ("slo-aware", "pressure")), "--min-budget": (min_budget is not None, ("pressure",))}  # fmt: skip
+    for flag, (set_, users) in knobs.items():
+        if set_ and policy not in users:
+            raise SimserveError(f"{flag} is a knob of --policy {' or '.join(users)}; --policy {policy} does not "
+                                f"read it: drop it, or use --policy {users[0]}")  # fmt: skip
+    if prefill is None and decode is None:
+        given = [f for f, set_ in (("--kv-link", kv_link is not None), ("--decode-router", decode_router != "kv")) if set_]
+        if given:
+            raise SimserveError(f"{given[0]} belongs to a disaggregated run: add --prefill and --decode (e.g. 2xTP2 "
+                                f"and 1xTP4), or drop it")  # fmt: skip
     # the arrival processes' own knobs: another process would draw its times without them
     if time_scale != 1.0 and arrival not in ("replay", "conversation"):
         raise SimserveError(f"--time-scale scales recorded arrival times (--arrival replay or conversation); "
