@@ -46,6 +46,9 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
          "this combination: raise --budget or lower --max-batch)"),
         (["--engine", "vllm", "--long-prefill-token-threshold", "9000"],
          "long_prefill_token_threshold (9000) cannot be greater than the max_model_len (8192)"),
+        # a budget on a policy without one ran without it (and named the output folder -b512)
+        (["--policy", "orca", "--budget", "512"], "--policy orca has no token budget"),
+        (["--policy", "hybrid", "--budget", "512"], "drop --budget, or use --policy sarathi"),
         # knobs of other policies, of disaggregated runs and of MoE routers changed nothing
         (["--tbt-target", "0.05"], "--tbt-target is a knob of --policy slo-aware or pressure"),
         (["--policy", "slo-aware", "--min-budget", "64"], "--min-budget is a knob of --policy pressure"),

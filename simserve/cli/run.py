@@ -286,6 +286,9 @@ def run_command(
     given = [flag for flag, set_ in vllm_flags.items() if set_]
     if given and policy != "vllm-v1":
         raise SimserveError(f"{given[0]} is a vLLM flag: use it with --policy vllm-v1 (or --engine vllm), or drop it")
+    if budget is not None and policy in ("fcfs", "orca", "hybrid"):  # SimConfig.token_budget: they have none
+        raise SimserveError(f"--policy {policy} has no token budget (orca/fcfs: whole prompts, no token limit; hybrid: "
+                            f"the max model length): drop --budget, or use --policy sarathi")  # fmt: skip
     # the adaptive policies' knobs, and the disaggregated layout's: without them they would change nothing
     knobs = {"--tbt-target": (tbt_target != 0.1, ("slo-aware", "pressure")), "--min-budget": (min_budget is not None, ("pressure",))}  # fmt: skip
     for flag, (set_, users) in knobs.items():
