@@ -145,3 +145,16 @@ def test_an_slo_no_load_meets_is_one_line_after_the_searches(capsys, tmp_path, m
     # the progress bar's last frame was left above the error on a pipe: two lines
     assert code == 2 and err.count("\n") == 1 and "no load meets P99 TBT" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_plan_counts_the_output_tokens_of_the_rounds_it_simulates():
+    from simserve.plan.search import mean_output_tokens
+    from simserve.workload import load_trace
+
+    # a multi-turn trace is simulated as its first rounds in file order; goodput and $ per million tokens used a
+    # shuffled sample's mean instead (304.0 against 296.9 tokens here)
+    t = load_trace("sharegpt-multiturn", max_total_tokens=4096)
+    assert t.in_order
+    assert mean_output_tokens("sharegpt-multiturn", 4096, 512, 0) == float(t.head(512).output_tokens.mean())
+    shuffled = load_trace("sharegpt", max_total_tokens=4096)  # any other trace: the seeded sample, as before
+    assert mean_output_tokens("sharegpt", 4096, 512, 0) == float(shuffled.sample(512, 0).output_tokens.mean())

@@ -150,12 +150,12 @@ class PlanResult:
 
 
 def mean_output_tokens(trace: str, max_len: int, n: int, seed: int) -> float:
-    """Mean output length of the simulated request sample: output tokens per request served."""
-    from simserve.workload import bench_datasets, load_trace
+    """Mean output length of the simulated request sample: output tokens per request served. The searches'
+    own sample (scenario._workload): a bench dataset generated as vLLM's client draws it, a multi-turn trace's
+    first n rounds in file order, any other trace's seeded sample."""
+    from simserve.sim.scenario import _workload
 
-    if bench_datasets.is_spec(trace):  # `random:IN:OUT:R` etc.: generated, as the searches generate it
-        return float(bench_datasets.lengths(bench_datasets.parse(trace), n, seed)[1].mean())
-    return float(load_trace(trace, max_total_tokens=max_len).sample(n, seed).output_tokens.mean())
+    return float(_workload(trace, max_len, n, seed, False)[1].mean())
 
 
 def prepare(spec: PlanSpec) -> tuple[list[Candidate], list[str], dict[str, PriceSpec]]:
