@@ -1,6 +1,6 @@
-"""Published end-to-end vLLM results beside simserve's simulation of the same setup (issue 23 item 6).
+"""Published end-to-end vLLM and SGLang results beside simserve's simulation of the same setup (issue 23 item 6).
 
-Each `Published` entry holds what a vLLM run published (the numbers, with the address they were read from), the
+Each `Published` entry holds what a vLLM or SGLang run published (the numbers, with the address they were read from), the
 setup it states, and the closest setup simserve can express. The published numbers are comparison targets
 only: nothing in simserve is fitted or tuned to them, and no run here reads them. The script prints measured
 vs simulated and the error; docs/engines.md § Published end-to-end results says what each cannot express.
@@ -8,7 +8,7 @@ vs simulated and the error; docs/engines.md § Published end-to-end results says
     python benchmarks/published_e2e.py                     # every entry
     python benchmarks/published_e2e.py --only KEY,KEY --json out.json
 
-Two sources, both with the setup stated on the page:
+Three sources, each with the setup stated on the page:
 
 * vLLM's own CI performance benchmark (`.buildkite/nightly-benchmarks`, buildkite's vllm/performance-benchmark
   pipeline): `vllm bench latency` (8 prompts of 32 tokens, 128 outputs each, one batch) and `vllm bench
@@ -18,6 +18,10 @@ Two sources, both with the setup stated on the page:
   `--num-scheduler-steps 10`, `--max-model-len 4096`) driven by `sglang.bench_serving` on ShareGPT at 4 and 8
   requests/s (Poisson) and all at once. Simulated with simserve's V0 `vllm` policy, the scheduler 0.6.0 ran
   (whole prompts, prefills first; chunked prefill is off at a 4096 max length).
+* The same page's SGLang 0.3.0 runs (`sglang.launch_server --disable-radix-cache`, the same client, models, GPUs
+  and rates). Simulated with the `sglang` policy (`--engine sglang`: SGLang 0.5.23's scheduler) at its defaults
+  (chunk 8192, max_prefill_tokens 16384, mixed chunk off, fcfs, max_running_requests from the pool; 0.3.0 had the
+  same values) and the memory fraction the page states (0.88 at TP 1, 0.85 at TP 4, 0.88 where it was set).
 
 ShareGPT workloads use vLLM's ShareGPT pairs and sampler (`--trace sharegpt-bench`: workload/bench_datasets.py,
 traces/sharegpt_bench.csv.gz). V1 entries run vLLM's worker (`--engine vllm`: CUDA-graph padding, async
@@ -44,6 +48,7 @@ H200_PAGE = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
 # (elastic/enterprise-search-ruby); its text is vLLM's report (same test names, same descriptions). Kept, and
 # flagged in the docs, because it is the only H100 copy found.
 H100_PAGE = "https://buildkite.com/elastic/enterprise-search-ruby/builds/571"
+# SGLang's reproduction of vLLM 0.6.0, beside SGLang 0.3.0 on the same setups (both engines' numbers on one page)
 SGLANG_060 = "https://github.com/sgl-project/sglang/blob/main/benchmark/benchmark_vllm_060/README.md"
 
 SAMPLES = 20  # ShareGPT draws per entry: the page's draw is not reproducible here (see Workload.seed)
@@ -53,11 +58,11 @@ SAMPLES = 20  # ShareGPT draws per entry: the page's draw is not reproducible he
 class Engine:
     """The closest simserve configuration of the published engine."""
 
-    policy: str  # vllm-v1 (V1 engine) | vllm (V0: whole prompts, prefills first)
-    budget: int  # --max-num-batched-tokens
-    max_batch: int  # --max-num-seqs
-    memory_utilization: float
-    max_model_len: int
+    policy: str  # vllm-v1 (V1 engine) | vllm (V0: whole prompts, prefills first) | sglang
+    budget: int  # --max-num-batched-tokens; sglang: --chunked-prefill-size
+    max_batch: int | None  # --max-num-seqs; sglang: --max-running-requests (None: its default from the pool)
+    memory_utilization: float  # sglang: --mem-fraction-static
+    max_model_len: int  # sglang: --context-length
 
 
 # vLLM 0.33.0's LLM class on a >= 70 GiB non-A100 GPU (vllm/engine/arg_utils.py, get_batch_defaults,
@@ -66,6 +71,13 @@ V1_OFFLINE = Engine("vllm-v1", 16384, 1024, 0.92, 2048)
 # vLLM 0.6.0's server with --max-model-len 4096: chunked prefill off below 32k, so max_num_batched_tokens =
 # max(max_model_len, 2048) = 4096; max_num_seqs 256; gpu_memory_utilization 0.9 (EngineArgs defaults of 0.6.0).
 V0_SERVER_060 = Engine("vllm", 4096, 256, 0.90, 4096)
+# SGLang 0.3.0's server as the page ran it: --disable-radix-cache, everything else at its defaults, which are
+# 0.5.23's on these GPUs too (--chunked-prefill-size 8192, --max-prefill-tokens 16384, no mixed chunk, fcfs,
+# max_running_requests from the pool), the context length the model's (Llama-3.1: 131072). --mem-fraction-static
+# as the page states it: 0.88 at TP 1 and 0.85 at TP 4 by default, 0.88 set by hand for the TP 4 offline run.
+SGLANG_030_TP1 = Engine("sglang", 8192, None, 0.88, 131072)
+SGLANG_030_TP4 = Engine("sglang", 8192, None, 0.85, 131072)
+SGLANG_030_TP4_088 = Engine("sglang", 8192, None, 0.88, 131072)
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,7 @@ class Workload:
 class Published:
     key: str
     source: str
-    release: str  # the vLLM release the page ran, as it states it
+    release: str  # the engine release the page ran, as it states it ("sglang 0.3.0" for SGLang's)
     gpu: str
     model: str  # simserve's catalog name
     tp: int
@@ -146,6 +158,23 @@ PUBLISHED: tuple[Published, ...] = (
               Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 21.27}),
     Published("v060-llama31-70b-tp4-h100-offline", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4,
               V0_SERVER_060, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 19.04}),
+    # SGLang 0.3.0 on the same page, the same client and workloads
+    Published("sglang030-llama31-8b-a100-rps4", SGLANG_060, "sglang 0.3.0", "a100", "llama-3.1-8b", 1,
+              SGLANG_030_TP1, Workload("sharegpt", 1200, 4.0, seed=1, online=True),
+              {"median_ttft_ms": 31.98, "median_tpot_ms": 13.17, "median_e2e_ms": 1564.17}),
+    Published("sglang030-llama31-8b-a100-rps8", SGLANG_060, "sglang 0.3.0", "a100", "llama-3.1-8b", 1,
+              SGLANG_030_TP1, Workload("sharegpt", 2400, 8.0, seed=1, online=True),
+              {"median_ttft_ms": 35.68, "median_tpot_ms": 17.85, "median_e2e_ms": 2175.02}),
+    Published("sglang030-llama31-70b-tp4-h100-rps4", SGLANG_060, "sglang 0.3.0", "h100", "llama-3.1-70b", 4,
+              SGLANG_030_TP4, Workload("sharegpt", 1200, 4.0, seed=1, online=True),
+              {"median_ttft_ms": 53.94, "median_tpot_ms": 25.03, "median_e2e_ms": 3005.24}),
+    Published("sglang030-llama31-70b-tp4-h100-rps8", SGLANG_060, "sglang 0.3.0", "h100", "llama-3.1-70b", 4,
+              SGLANG_030_TP4, Workload("sharegpt", 2400, 8.0, seed=1, online=True),
+              {"median_ttft_ms": 58.11, "median_tpot_ms": 33.07, "median_e2e_ms": 4064.98}),
+    Published("sglang030-llama31-8b-a100-offline", SGLANG_060, "sglang 0.3.0", "a100", "llama-3.1-8b", 1,
+              SGLANG_030_TP1, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 22.03}),
+    Published("sglang030-llama31-70b-tp4-h100-offline", SGLANG_060, "sglang 0.3.0", "h100", "llama-3.1-70b", 4,
+              SGLANG_030_TP4_088, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 19.84}),
 )  # fmt: skip
 
 
@@ -217,7 +246,8 @@ def simulate_once(p: Published, seed: int, async_scheduling: bool = True) -> tup
     }
     detail = {"requests": int(r.n), "prompt_tokens": int(r.prompt.sum()), "output_tokens": int(r.output.sum()),
               "longest_output": int(r.output.max()), "iterations": len(raw.log), "frontend_ms": front * 1e3,
-              "kv_blocks": int(raw.num_blocks), "preemptions": int(r.preemptions.sum())}  # fmt: skip
+              "kv_blocks": int(raw.num_blocks), "preemptions": int(r.preemptions.sum()),
+              "policy": raw.cfg.policy}  # fmt: skip
     return values, profile_label(dep, scenario.profiles_root), detail
 
 

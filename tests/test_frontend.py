@@ -70,3 +70,54 @@ def test_a_closed_loop_client_waits_the_front_end_out_and_back_in():
     assert m["mean_tpot_ms"] == pytest.approx(100.0) and m["duration"] == pytest.approx(1.8)  # the last reply's way out
     s = summarize(raw)
     assert s.ttft_p50_s == pytest.approx(0.15) and s.scheduling_delay_p50_s == 0.0
+
+
+def test_sweep_adds_the_front_end_to_ttft_and_prints_it(capsys, tmp_path):
+    """`sweep --frontend-ms`: the same probes and capacities (TBT and scheduling delay are engine-side), every
+    TTFT in sweep.csv 25 ms later, and the printed note; without it TTFT stays engine-side, as before."""
+    import pandas as pd
+
+    rows = {}
+    for name, extra in (("engine", []), ("client", ["--frontend-ms", "25"])):
+        args = ["sweep", "--policies", "sarathi", "--budgets", "512", "--requests", "96", "--no-cache",
+                "--no-plots", "--out", str(tmp_path / name), *extra]  # fmt: skip
+        code, out, _ = cli(capsys, *args)
+        assert code == 0
+        assert ("25 ms of serving front end" in " ".join(out.split())) == bool(extra)
+        rows[name] = pd.read_csv(tmp_path / name / "sweep.csv").iloc[0]
+    for key in ("capacity_qps", "probes", "tbt_p99_s", "scheduling_delay_p50_s", "throughput_rps"):
+        assert rows["client"][key] == rows["engine"][key]
+    for key in ("ttft_p50_s", "ttft_p99_s"):
+        assert rows["client"][key] == pytest.approx(rows["engine"][key] + 0.025, abs=1e-5)
+
+
+def test_a_ttft_slo_counts_the_front_end():
+    """The tuner's probe record (tune/simadapter.py) carries the client's TTFT, so --ttft-slo bounds it."""
+    from dataclasses import replace
+
+    from simserve.sim.scenario import Scenario
+    from simserve.tune.simadapter import record_from_scenario
+
+    base = Scenario(num_requests=48, seed=3)
+    engine, client = (
+        record_from_scenario(replace(base, frontend_ms=ms), 2.0, (0.5, 0.99), (0.5,))["metrics"] for ms in (0.0, 40.0)
+    )
+    assert client["ttft_p50_s"] == pytest.approx(engine["ttft_p50_s"] + 0.04)
+    assert client["ttft_p99_s"] == pytest.approx(engine["ttft_p99_s"] + 0.04)
+    assert client["tbt_p99_s"] == engine["tbt_p99_s"]
+    assert client["scheduling_delay_p50_s"] == engine["scheduling_delay_p50_s"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep", "--toy", "--frontend-ms", "5"],
+        ["sweep", "--paper-setup", "--frontend-ms", "5"],
+        ["sweep", "--frontend-ms", "-1"],
+        ["plan", "--model", "mistral-7b", "--gpus", "a100", "--frontend-ms", "nan"],
+    ],
+)
+def test_sweep_and_plan_refuse_a_bad_front_end_in_one_line(capsys, tmp_path, args):
+    code, _, err = cli(capsys, *args, "--out", str(tmp_path / "o"))
+    assert code == 2 and err.count("\n") == 1 and "--frontend-ms" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

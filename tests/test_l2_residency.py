@@ -107,3 +107,15 @@ def test_the_h200_torch_timings_extra_time_grows_with_the_weights_up_to_l2_only(
     assert extra[3] < 1.2 * extra[2] and extra[4] < 1.2 * extra[2]  # past L2: no more
     # within 40% of min(weights, L2) / HBM bandwidth in every bin
     assert np.all(np.abs(extra / gap["writeback_us"].to_numpy() - 1) < 0.4)
+
+
+def test_validation_rows_are_split_by_whether_the_collectors_loop_fits_in_twice_l2() -> None:
+    from simserve.profiling import perfdb_validation as pv
+
+    # L40S, 96 MiB L2 (192 MiB for two): 6 x 2 MiB (1024 x 1024) may stay warm; 6 x 128 MiB (8192 x 8192) cannot.
+    # H100, 50 MiB L2: 6 x 32 MiB (4096 x 4096, 192 MiB) cannot either; 6 x 2 MiB can.
+    df = pd.DataFrame({
+        "system": ["l40s", "l40s", "h100_sxm", "h100_sxm"],
+        "m": [1, 1, 1, 1], "n": [1024, 8192, 4096, 1024], "k": [1024, 8192, 4096, 1024],
+    })  # fmt: skip
+    assert list(pv.condition(df)) == [pv.L2_WARM, pv.SERVING, pv.SERVING, pv.L2_WARM]

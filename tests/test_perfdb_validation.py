@@ -93,3 +93,13 @@ def test_fused_moe_is_fitted_per_capability_with_deepseek_and_other_dies_held_ou
     fitted, used = ac.fit_moe(90, ROOT, "bf16"), rl.ARCH_KERNELS[90].moe_gemm
     for i, name in enumerate(ac.GEMM_NAMES):
         assert used[i] == pytest.approx(fitted[name], rel=0.05, abs=0.1), name
+
+
+def test_every_gpu_meets_the_gemm_goal_on_the_rows_timed_in_servings_condition(gemms):
+    # Rows whose collector loop cannot stay in L2 (perfdb_validation.condition): the condition of a decode step that
+    # streams every layer's weights. Over all rows the L40S misses (8.1-8.7%, its L2-warm rows); here every GPU,
+    # in- and out-of-sample, is within the 8% (worst ~7.0%, A100 out-of-sample).
+    serving = gemms[pv.condition(gemms) == pv.SERVING]
+    med = serving.groupby(["gpu", "set"])["ape"].median()
+    assert len(med.index.get_level_values("gpu").unique()) == 9
+    assert (med <= 8.0).all(), med.to_dict()

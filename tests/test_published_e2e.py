@@ -40,3 +40,26 @@ def test_bad_arguments_are_one_line_exit_2(capsys):
     assert len(err) == 1 and "unknown entry ['nope']" in err[0] and "latency-llama3-8b-h200" in err[0]
     assert pe.main(["--samples", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: --samples must be at least 1, got 0"
+
+
+def test_each_engine_has_at_least_three_published_results():
+    """Issue 23 item 6: three published end-to-end results per engine (SGLang's entries name its release)."""
+    sglang = [p for p in pe.PUBLISHED if p.release.startswith("sglang")]
+    vllm = [p for p in pe.PUBLISHED if not p.release.startswith("sglang")]
+    assert len(sglang) >= 3 and len(vllm) >= 3
+    assert all(p.engine.policy == "sglang" for p in sglang)
+    assert all(p.engine.policy != "sglang" for p in vllm)
+
+
+def test_sglang_entry_runs_sglangs_scheduler_with_the_pages_memory_fraction():
+    """The SGLang 0.3.0 entries simulate the `sglang` policy, its KV pool sized by the --mem-fraction-static the
+    page states (0.88 gives more KV than 0.85 on the same GPUs), with the front end on TTFT and E2E."""
+    from dataclasses import replace
+
+    base = next(p for p in pe.PUBLISHED if p.key == "sglang030-llama31-70b-tp4-h100-rps4")
+    small = replace(base, workload=replace(base.workload, num_prompts=40))
+    values, _, detail = pe.simulate_once(small, 1)
+    assert detail["policy"] == "sglang" and detail["requests"] == 40 and detail["frontend_ms"] > 0
+    assert values["median_ttft_ms"] > detail["frontend_ms"]
+    more = pe.simulate_once(replace(small, engine=pe.SGLANG_030_TP4_088), 1)[2]
+    assert more["kv_blocks"] > detail["kv_blocks"]

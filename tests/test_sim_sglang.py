@@ -258,3 +258,42 @@ def test_cli_run_names_the_release_and_uses_its_memory_default(capsys, tmp_path:
     assert doc["release"] == "SGLang 0.5.23"
     # mistral-7b on the A100-80GB at the 8192 chunk: SGLang's default --mem-fraction-static
     assert doc["scenario"]["memory_utilization"] == sglang_defaults(79.15).mem_fraction_static == 0.828
+
+
+def test_the_overlap_scheduler_hides_the_cpu_work_as_sglang_runs_by_default(capsys, tmp_path):
+    """`--engine sglang` runs with SGLang 0.5.23's overlap scheduler (on by default): schedule, input preparation
+    and output processing leave the step's critical path, so decode gaps are shorter (the steps themselves
+    differ: arrivals fall at other points of shorter steps). --disable-overlap-schedule charges them again."""
+    import json
+
+    from simserve.cli import main
+    from simserve.errors import SimserveError
+    from simserve.sim.scenario import Scenario
+
+    assert Scenario(policy="sglang", overlap_schedule=True).scheduling_is_async()
+    assert not Scenario(policy="sglang").scheduling_is_async()
+    with pytest.raises(SimserveError, match="overlap scheduler is SGLang's"):
+        Scenario(policy="vllm-v1", overlap_schedule=True).scheduling_is_async()
+    docs = {}
+    for name, extra in (("overlap", []), ("off", ["--disable-overlap-schedule"])):
+        try:
+            main(["run", "--engine", "sglang", "--requests", "60", "--qps", "2", "--seed", "1", *extra,
+                  "--out", str(tmp_path / name)])  # fmt: skip
+        except SystemExit as exc:
+            assert exc.code == 0
+        assert ("overlap scheduler: on" in " ".join(capsys.readouterr().out.split())) == (name == "overlap")
+        docs[name] = json.loads((tmp_path / name / "summary.json").read_text())["summary"]
+    assert docs["overlap"]["completed"] == docs["off"]["completed"] == 60
+    assert docs["overlap"]["tbt_p50_s"] < docs["off"]["tbt_p50_s"]
+    assert docs["overlap"]["e2e_p50_s"] < docs["off"]["e2e_p50_s"]
+
+
+def test_disable_overlap_schedule_needs_the_sglang_engine(capsys, tmp_path):
+    from simserve.cli import main
+
+    try:
+        main(["run", "--policy", "sglang", "--disable-overlap-schedule", "--out", str(tmp_path / "o")])
+    except SystemExit as exc:
+        assert exc.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--engine sglang" in err and not (tmp_path / "o").exists()

@@ -59,6 +59,8 @@ def engine_sweep(
     gpu = GPUSpec.from_name(base.gpu)
     if engine == "sglang":
         grid, memory_for = _sglang_grid(grid_text, base, gpu)
+        # ... run as the release does: its overlap scheduler is on by default (Scenario.scheduling_is_async)
+        base = replace(base, policy="sglang", overlap_schedule=True)
     else:
         grid = parse_grid(engine, grid_text, gpu.memory_gib, gpu.name)  # bad flags fail here, before anything runs
         check_grid(grid, base.max_len)  # ... and combinations the release refuses to start with

@@ -75,6 +75,7 @@ def plan(
         False, "--force", help="Write into an --out directory that holds other files (none is deleted)."
     ),
     all_rows: bool = typer.Option(False, "--all", help="Print every deployment, not only the Pareto ones."),
+    frontend_ms: float = options.CAPACITY_FRONTEND_MS,
     layouts: str = typer.Option(
         "agg", "--layouts", help="agg (replicas that prefill and decode) and/or disagg (prefill and decode pools)."
     ),
@@ -131,6 +132,7 @@ def plan(
         allow_long_context=allow_long_context,
         layouts=tuple(dict.fromkeys([x.strip() for x in layouts.split(",") if x.strip()] + (["disagg"] if disagg else []))),
         disagg_layouts=disagg_layouts,
+        frontend_ms=frontend_ms,
     )
     result = run_plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
@@ -141,6 +143,10 @@ def plan(
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(_table(table_rows(result, all_rows), all_rows))
+    if frontend_ms:
+        from simserve.sim.frontend import frontend_line
+
+        console.print(frontend_line(frontend_ms, "--ttft-slo"), highlight=False)
     best = recommendation(result)
     if best is None:
         need = f" {qps:g} qps" if qps else " any load"

@@ -20,6 +20,15 @@ DTYPE = typer.Option(
     "bf16", "--dtype", help="Weights of the linear layers: bf16 | fp8 (fp8 on Ampere: weight-only, bf16 math)."
 )
 KV_DTYPE = typer.Option("bf16", "--kv-dtype", help="KV cache: bf16 | fp8.")
+# `sweep` and `plan`: the serving front end's latency (sim/frontend.py), 0 by default there so that a search's
+# results and its cached probes stay engine-side unless asked (`run` below defaults to 10.2 ms).
+CAPACITY_FRONTEND_MS = typer.Option(
+    0.0,
+    "--frontend-ms",
+    help="Add the serving front end's latency (HTTP, tokenization, streaming) to every TTFT, and so to "
+    "--ttft-slo and the printed and written TTFT, e.g. 10.2 (vLLM's, measured; simserve run's default); "
+    "0 (default): engine-side. TBT and scheduling delay never include it.",
+)
 EP = typer.Option(
     1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
 )
@@ -230,6 +239,11 @@ def run_command(
         "--async-scheduling/--no-async-scheduling",
         help="--engine vllm: schedule the next step while this one runs (vLLM 0.33.0's default without PP).",
     ),
+    disable_overlap_schedule: bool = typer.Option(
+        False,
+        "--disable-overlap-schedule",
+        help="--engine sglang: charge every step's CPU work (SGLang's flag; its overlap scheduler is on by default).",
+    ),
     frontend_ms: float | None = typer.Option(
         None,
         "--frontend-ms",
@@ -277,6 +291,8 @@ def run_command(
     sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
                     "--schedule-conservativeness": schedule_conservativeness != 1.0, "--page-size": page_size != 1,
                     "--no-ignore-eos": not ignore_eos}  # fmt: skip
+    if disable_overlap_schedule and engine != "sglang":
+        raise SimserveError("--disable-overlap-schedule is SGLang's flag: add --engine sglang")
     given = [flag for flag, set_ in sglang_flags.items() if set_]
     if given and policy != "sglang":
         raise SimserveError(f"{given[0]} is an SGLang flag: use it with --policy sglang, or drop it")
@@ -355,6 +371,7 @@ def run_command(
         vllm_worker=_engine(engine, enforce_eager),
         enforce_eager=enforce_eager,
         async_scheduling=async_scheduling,
+        overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
         frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )
     if paper_setup:
@@ -381,6 +398,9 @@ def run_command(
     arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
     notes = workload_notes(scenario)
     printed = []  # notes for the terminal only (summary.json holds these numbers as fields)
+    if engine == "sglang":
+        printed.append("SGLang 0.5.23 overlap scheduler: " + ("on (schedule, inputs and output processing hidden "
+                       "behind the GPU step; --disable-overlap-schedule)" if scenario.overlap_schedule else "off"))  # fmt: skip
     if scenario.frontend_ms:
         printed.append(f"TTFT and end-to-end include {scenario.frontend_ms:g} ms of serving front end (HTTP, tokenization, "
                      "streaming; --frontend-ms, 0 for engine-side latencies)")  # fmt: skip

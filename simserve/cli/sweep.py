@@ -37,6 +37,20 @@ def _numbers(text: str, kind: type, option: str) -> tuple:
     return values
 
 
+def _with_frontend(base, frontend_ms: float, toy: bool, paper_setup: bool):
+    """The base scenario with the front end's latency on every TTFT (0: engine-side, the default here)."""
+    from simserve.sim.frontend import check_frontend_ms
+
+    if not frontend_ms:
+        return base
+    check_frontend_ms(frontend_ms)
+    if toy:
+        raise SimserveError("--toy has no serving front end: drop --frontend-ms")
+    if paper_setup:
+        raise SimserveError("--paper-setup reports engine-side latencies, as the paper did; drop --frontend-ms")
+    return replace(base, frontend_ms=frontend_ms)
+
+
 def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) -> object:
     """The sweep's base scenario: simulator defaults, overridden by the options the user gave."""
     given = {k: v for k, v in given.items() if v is not None}
@@ -203,9 +217,11 @@ def sweep(
         "--no-prefix-caching",
         help="--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1).",
     ),
+    frontend_ms: float = options.CAPACITY_FRONTEND_MS,
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.io import check_out_dir
+    from simserve.sim.frontend import frontend_line
     from simserve.tune.capacity import SLO, impossible_slo
     from simserve.tune.report import budget_story, summary_table, write_outputs
     from simserve.tune.sweep import TILE_BUDGETS, SweepSpec, run_sweep
@@ -263,6 +279,7 @@ def sweep(
         from simserve.sim.scenario import paper_setup as paper
 
         base = paper(base)
+    base = _with_frontend(base, frontend_ms, toy, paper_setup)
     if not toy:  # no shipped profile covers the deployment: build one (measured if it can), as `plan` does
         from simserve.profiling.generated import for_scenario
 
@@ -281,11 +298,15 @@ def sweep(
             )
         # vLLM V1's default: on (the sglang sweep runs without the radix cache: docs/engines.md, SGLang)
         base = replace(base, prefix_caching=not no_prefix_caching and engine != "sglang")
-        return engine_sweep(
+        engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),
             search or "simserve",
         )  # fmt: skip
+        if frontend_ms:
+            Console(soft_wrap=True).print(frontend_line(frontend_ms, "engine.csv's ttft columns, --ttft-slo"),
+                                          highlight=False)  # fmt: skip
+        return None
     spec = SweepSpec(
         base,
         policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
@@ -307,6 +328,8 @@ def sweep(
     written = write_outputs(result, out, plots=not no_plots, force=force)
     console = Console(soft_wrap=True)
     console.print(summary_table(result))
+    if frontend_ms:
+        console.print(frontend_line(frontend_ms, "sweep.csv's ttft columns, --ttft-slo"), highlight=False)
     for line in budget_story(result):
         console.print(line)
     s = result.stats

@@ -63,12 +63,18 @@ class PlanSpec:
     # decode pool, plan/disagg.py), and how many screened disaggregated layouts to search.
     layouts: tuple[str, ...] = ("agg",)
     disagg_layouts: int = 4
+    # The serving front end's latency on every TTFT (sim/frontend.py; --frontend-ms): 0, engine-side, by default.
+    frontend_ms: float = 0.0
 
     def __post_init__(self) -> None:
         from simserve.plan.disagg import LAYOUTS
 
         if not self.layouts or any(x not in LAYOUTS for x in self.layouts):
             raise SimserveError(f"--layouts takes {' and/or '.join(LAYOUTS)}, comma-separated; got {','.join(self.layouts)}")
+        if self.frontend_ms:
+            from simserve.sim.frontend import check_frontend_ms
+
+            check_frontend_ms(self.frontend_ms)
         if self.disagg_layouts < 1:
             raise SimserveError(f"--disagg-layouts must be at least 1, got {self.disagg_layouts}")
         if not self.gpus:
@@ -128,7 +134,7 @@ class PlanSpec:
             num_requests=self.num_requests, policy="sarathi", budget=budget, max_batch=self.max_batch,
             seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
             sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
-            **ep, **self.precision_fields(),
+            **ep, **self.precision_fields(), **({"frontend_ms": self.frontend_ms} if self.frontend_ms else {}),
         )  # fmt: skip
 
     @property

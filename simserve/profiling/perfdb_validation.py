@@ -118,6 +118,25 @@ def load_gemm(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS), dtype: str 
     return out[out["measured_ms"] > 0].sort_values(["system", "n", "k", "m"]).reset_index(drop=True)
 
 
+SERVING = "serving: cannot be L2-resident"
+L2_WARM = "table only: may be L2-warm"
+
+
+def condition(df: pd.DataFrame) -> np.ndarray:
+    """Which condition each database GEMM row was timed in: SERVING where the collector's loop of weights exceeds
+    l2_residency.COLD_L2_MULTIPLE x the GPU's L2 (no line survives between two replays, as in a decode step that
+    streams every layer's weights), else L2_WARM (a condition serving never has; l2_residency's docstring)."""
+    from simserve.profiling import l2_residency as l2
+
+    out = np.empty(len(df), dtype=object)
+    for system, idx in df.groupby("system").groups.items():
+        pos = df.index.get_indexer(idx)
+        dtype = str(df["dtype"].iloc[pos[0]]) if "dtype" in df else "bfloat16"
+        warm = l2.can_be_resident(df["n"].to_numpy()[pos], df["k"].to_numpy()[pos], dtype, gpu_for(system))
+        out[pos] = np.where(warm, L2_WARM, SERVING)
+    return out
+
+
 def predict(df: pd.DataFrame, kernels=None, tiles=None) -> np.ndarray:
     """Roofline GEMM times of the rows; `kernels` maps a GPU name to KernelConstants (default: each GPU's own).
     fp8 rows (a `dtype` column) run on the fp8 tensor-core peak with one byte per weight, as roofline.linear_table

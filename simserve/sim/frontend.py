@@ -30,3 +30,11 @@ def check_frontend_ms(value: float) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {value}")
     return value
+
+
+def frontend_line(frontend_ms: float, where: str) -> str:
+    """The note `sweep` and `plan` print when their TTFT is the client's (`--frontend-ms`)."""
+    return (
+        f"TTFT ({where}) includes {frontend_ms:g} ms of serving front end (HTTP, tokenization, streaming; "
+        "--frontend-ms); TBT and scheduling delay are engine-side"
+    )

@@ -92,6 +92,9 @@ class Scenario:
     enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
     # vLLM's --async-scheduling (with vllm_worker): None is the release's default, on unless PP > 1
     async_scheduling: bool | None = field(default=None, metadata={"omit_at_default": True})
+    # SGLang's overlap scheduler (`--engine sglang`; off with SGLang's --disable-overlap-schedule): the CPU work
+    # of a step hidden behind the GPU's, as vLLM's async scheduling (scheduling_is_async).
+    overlap_schedule: bool = field(default=False, metadata={"omit_at_default": True})
     # The front end's latency in ms (sim/frontend.py). 0 here (capacity searches: engine-side); `simserve run`
     # defaults to the published measurement.
     frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
@@ -167,7 +170,15 @@ class Scenario:
 
     def scheduling_is_async(self) -> bool:
         """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, unless PP > 1,
-        which its V1 model runner does not support with async scheduling: vllm/config/vllm.py)."""
+        which its V1 model runner does not support with async scheduling: vllm/config/vllm.py). SGLang 0.5.23's
+        overlap scheduler does the same (`Scheduler.event_loop_overlap`: the next batch is scheduled and its
+        inputs prepared while the GPU runs the current one, whose results are processed after the next is
+        launched; on by default, `--disable-overlap-schedule`, refused with PP as `arg_groups/overrides.py`
+        `_pipeline_parallel_overlap_disable` does)."""
+        if self.overlap_schedule:
+            if self.policy != "sglang":
+                raise SimserveError("the overlap scheduler is SGLang's: use it with --engine sglang")
+            return True
         if not self.vllm_worker:
             if self.async_scheduling:
                 raise SimserveError("--async-scheduling is vLLM's flag: add --engine vllm (and --policy vllm-v1)")

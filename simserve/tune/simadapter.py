@@ -32,13 +32,16 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...] | np.ndarray) -> list[f
     return numerics.percentiles(values, [100.0 * q for q in qs])
 
 
-def _request_latencies(result: Any) -> dict[str, np.ndarray]:
-    """Per-request scheduling delay and TTFT of completed requests (ignored ones are excluded)."""
+def _request_latencies(result: Any, frontend_s: float = 0.0) -> dict[str, np.ndarray]:
+    """Per-request scheduling delay and TTFT of completed requests (ignored ones are excluded). TTFT is the
+    client's: the front end's latency (`--frontend-ms`, sim/frontend.py) is added, as `simserve run`'s summary
+    does; the scheduling delay stays engine-side."""
     req = result.requests
     done = req[req["status"] == "completed"] if "status" in req else req[req["completed_at_s"].notna()]
+    ttft = (done["first_token_at_s"] - done["arrived_at_s"]).to_numpy(float)
     return {
         "scheduling_delay": (done["scheduled_at_s"] - done["arrived_at_s"]).to_numpy(float),
-        "ttft": (done["first_token_at_s"] - done["arrived_at_s"]).to_numpy(float),
+        "ttft": ttft + frontend_s if frontend_s else ttft,
     }
 
 
@@ -56,7 +59,7 @@ def record_from_result(
         metrics["stopped_early"] = 1.0
     if summary.get("capped"):  # the trial cap ended it (paper_setup): latencies cover completed requests
         metrics["capped"] = 1.0
-    latencies = _request_latencies(result)
+    latencies = _request_latencies(result, float(summary.get("frontend_s") or 0.0))
     for family, values in latencies.items():
         for q, v in zip(quantiles, _quantiles(values, quantiles), strict=True):
             metrics[quantile_key(family, q)] = v
