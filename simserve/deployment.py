@@ -61,6 +61,13 @@ class Deployment:
         if node is None:
             node = DEFAULT_NODE.get(gpu.name)
         node = NODES.get(node) if isinstance(node, str) else node
+        if node is not None and GPU.get(node.gpu).name != gpu.name:  # the box's links and its GPUs go together
+            boxes = [n.name for n in NODES if GPU.get(n.gpu).name == gpu.name]
+            raise SimserveError(
+                f"--node {node.name} holds {GPU.get(node.gpu).name} GPUs, not {gpu.name}; pick a node that holds "
+                f"{gpu.name} ({', '.join(boxes) or 'none in the catalog: add one with a catalog file, docs/catalog.md'})"
+                f" or --gpu {node.gpu}"
+            )
         if isinstance(network, str):
             network = NETWORKS.get(network)
         if tp < 1 or pp < 1:
@@ -76,7 +83,7 @@ class Deployment:
                 f"use a PP degree that divides {model.num_layers}"
             )
         if not 0 < memory_utilization <= 1:
-            raise SimserveError(f"memory utilization must be in (0, 1], got {memory_utilization}")
+            raise SimserveError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
         if max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {max_model_len}")
         dtype = precision.check_dtype(dtype, "--dtype")
@@ -86,15 +93,20 @@ class Deployment:
         extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp, all2all)
         dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
         if node is not None and tp > node.gpus_per_node:
+            # a bigger box of the same GPU in the catalog is the first fix (A100's default is the paper's 4-GPU box)
+            boxes = [n.name for n in NODES if n.gpu == gpu.name and n.gpus_per_node >= tp]
+            bigger = f"pick a node that holds {tp} (--node {' or '.join(boxes)}), or " if boxes else ""
             raise SimserveError(
                 f"TP {tp} spans more GPUs than one {node.name} node holds ({node.gpus_per_node}); "
-                f"tensor parallelism across nodes is not modeled: lower --tp and raise --pp"
+                f"tensor parallelism across nodes is not modeled: {bigger}lower --tp and raise --pp"
             )
         if dp > 1 and (pp > 1 or (node is not None and dp * tp > node.gpus_per_node)):
             raise SimserveError(
                 f"--dp-attention {dp} x TP {tp} x PP {pp}: attention DP is modelled inside one "
                 f"{node.name if node else 'node'} ({node.gpus_per_node if node else '?'} GPUs) with PP 1, where "
-                f"the experts' all-to-all stays on the node's links; lower --dp-attention or --tp"
+                f"the experts' all-to-all stays on the node's links; "
+                + " and ".join(fix for fix, bad in (("use --pp 1", pp > 1), ("lower --dp-attention or --tp",
+                               node is not None and dp * tp > node.gpus_per_node)) if bad)  # fmt: skip
             )
         if dep.num_nodes > 1 and network is None:
             dep = cls(
@@ -208,6 +220,8 @@ def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1)
     if not model.is_moe:
         if ep > 1:
             raise SimserveError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense: drop --ep")
+        if skew > 0:  # no router to skew: it would change nothing
+            raise SimserveError(f"--moe-skew {skew:g} needs a mixture-of-experts model; {model.name} is dense: drop it")
         return
     if model.num_experts % ep:
         raise SimserveError(

@@ -132,13 +132,16 @@ def plan_memory(dep: Deployment, profile_tokens_: int) -> MemoryPlan:
     need = -(-dep.max_model_len // dep.block_size)
     if blocks < need:
         free = max(capacity - weights - act, 0) / GIB
+        # suggest only the fp8 switches not already on (a one-byte dtype is the smallest modelled)
+        fp8 = {flag: what for flag, what, dtype in (("--dtype", "weights", dep.dtype), ("--kv-dtype", "KV", dep.kv_dtype))
+               if dtype != "fp8"}  # fmt: skip
+        fp8_fix = f", fp8 {'/'.join(fp8.values())} ({'/'.join(fp8)} fp8)" if fp8 else ""
         raise SimserveError(
             f"{dep.describe()} does not fit: weights {weights / GIB:.1f} GiB ({dep.dtype}) + activations "
             f"{act / GIB:.1f} GiB "
             f"per GPU leave {free:.1f} GiB of {capacity / GIB:.1f} GiB usable "
             f"({dep.memory_utilization:.0%} of {dep.gpu.memory_gib:.1f} GiB) for KV, but one "
             f"{dep.max_model_len}-token request needs {need * block / GIB:.2f} GiB; "
-            f"use more GPUs (raise --tp or --pp), a bigger GPU, fp8 weights/KV (--dtype/--kv-dtype fp8) or a "
-            f"shorter max length"
+            f"use more GPUs (raise --tp or --pp), a bigger GPU{fp8_fix} or a shorter max length"
         )
     return MemoryPlan(capacity, weights, act, block, blocks)

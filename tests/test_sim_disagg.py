@@ -174,7 +174,7 @@ def test_same_seed_same_run():
         (["--prefill", "2xTP2"], "needs both pools"),
         (["--prefill", "two", "--decode", "1xTP4"], "is not a pool"),
         (["--prefill", "2xTP2", "--decode", "1xTP4", "--policy", "vllm"], "chunked-prefill policy"),
-        (["--prefill", "2xTP2", "--decode", "1xTP4", "--tp", "2"], "--tp 2 describe an aggregated deployment"),
+        (["--prefill", "2xTP2", "--decode", "1xTP4", "--tp", "2"], "--tp 2 describes an aggregated deployment"),
     ],
 )
 def test_bad_layouts_are_one_line_and_exit_2(capsys, tmp_path, args, message):

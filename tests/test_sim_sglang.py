@@ -229,7 +229,7 @@ def _cli(args, capsys):
      (["--engine-grid", "enable-mixed-chunk=2"], "enable-mixed-chunk is a switch"),
      (["--engine-grid", "chunked-prefill-size=0"], "must be at least 1 here"),
      (["--pp", "2"], "models SGLang without pipeline parallelism"),
-     (["--no-prefix-caching"], "--no-prefix-caching is vLLM's prefix cache")],
+     (["--no-prefix-caching"], "--no-prefix-caching switches vLLM's prefix cache off")],
 )  # fmt: skip
 def test_cli_bad_sglang_engine_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
     code, _, err = _cli(["sweep", "--engine", "sglang", "--out", str(tmp_path / "o"), "--no-cache", *args], capsys)

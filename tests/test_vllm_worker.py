@@ -127,7 +127,8 @@ def test_run_says_how_many_blocks_and_why(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "word"),
-    [(["--engine", "vllm"], "--policy vllm-v1"), (["--engine", "sglang", "--policy", "vllm-v1"], "--engine"),
+    [(["--engine", "vllm", "--policy", "sarathi"], "--policy sarathi"),
+     (["--engine", "sglang", "--policy", "vllm-v1"], "--engine"),
      (["--enforce-eager", "--policy", "vllm-v1"], "--engine vllm")],
 )  # fmt: skip
 def test_bad_engine_input_is_one_line(capsys, tmp_path, args, word):

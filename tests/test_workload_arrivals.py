@@ -83,8 +83,11 @@ def test_replay_shifts_to_zero_and_scales_time():
         ({"qps": 1.0, "process": "replay", "recorded": np.array([0.0, 1.0])}, "only 2 are recorded"),
         (
             {"qps": 1.0, "process": "replay", "recorded": np.arange(5.0), "time_scale": 0},
-            "time_scale must be",
+            "--time-scale must be",
         ),
+        ({"qps": 1.0, "process": "poisson", "time_scale": -1.0}, "--time-scale must be positive, got -1"),
+        ({"qps": math.inf, "process": "replay", "recorded": np.arange(5.0)}, "--qps inf .* --arrival replay keeps"),
+        ({"qps": math.inf, "process": "conversation", "recorded": np.arange(5.0)}, "--arrival conversation keeps"),
     ],
 )
 def test_bad_arrival_arguments(kwargs, message):

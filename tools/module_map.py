@@ -10,7 +10,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("catalog", "profiling", "predictor", "workload", "sim", "tune", "plan", "cli")
-TOP = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py", "shipped.py")
+# the top-level modules in reading order; any other top-level module follows in name order (none left out)
+TOP_FIRST = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py", "shipped.py")
+
+
+def top_modules() -> list[str]:
+    others = sorted(f.name for f in (ROOT / "simserve").glob("*.py") if f.name not in ("__init__.py", "__main__.py"))
+    return [*TOP_FIRST, *(name for name in others if name not in TOP_FIRST)]
+
+
+def packages() -> list[str]:
+    """Every package folder: the known ones in reading order, then any new one (a map that omits one is stale)."""
+    found = sorted(d.name for d in (ROOT / "simserve").iterdir() if (d / "__init__.py").is_file())
+    return [*PACKAGES, *(name for name in found if name not in PACKAGES)]
 DOC = ROOT / "docs" / "architecture.md"
 
 
@@ -29,9 +41,9 @@ def module_map() -> str:
         "",
         "| file | what it holds |",
         "|---|---|",
-        *(f"| `simserve/{name}` | {_first_paragraph(src / name)} |" for name in TOP),
+        *(f"| `simserve/{name}` | {_first_paragraph(src / name)} |" for name in top_modules()),
     ]
-    for pkg in PACKAGES:
+    for pkg in packages():
         lines += ["", f"### `simserve/{pkg}/`", "", "| file | what it holds |", "|---|---|"]
         for f in sorted((src / pkg).glob("*.py")):
             if f.name != "__init__.py" or pkg == "cli":

@@ -30,7 +30,7 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
              if v != 1]  # fmt: skip
     if given:
         raise SimserveError(
-            f"{', '.join(given)} describe an aggregated deployment; a disaggregated run takes each pool's replicas, "
+            f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} an aggregated deployment; a disaggregated run takes each pool's replicas, "
             f"TP and PP in --prefill/--decode (e.g. --prefill 2xTP2 --decode 1xTP4PP2): drop {', '.join(given)}"
         )
     ds = DisaggScenario.create(scenario, PoolSpec.parse(prefill, "--prefill"), PoolSpec.parse(decode, "--decode"),

@@ -81,7 +81,7 @@ def plan(
     ),
     disagg: bool = typer.Option(False, "--disagg", help="Also search disaggregated layouts (--layouts agg,disagg)."),
     disagg_layouts: int = typer.Option(
-        4, "--disagg-layouts", help="Disaggregated layouts searched, the cheapest of the analytic screen."
+        4, "--disagg-layouts", help="How many disaggregated layouts to search (a count): the N cheapest the analytic screen keeps."
     ),
     no_prune: bool = typer.Option(
         False,

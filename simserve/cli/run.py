@@ -94,11 +94,12 @@ def run_command(
     network: str | None = typer.Option(
         None, "--network", help="Between nodes, when a replica spans several."
     ),
-    policy: str = typer.Option(
-        "sarathi",
+    policy: str | None = typer.Option(
+        None,
         "--policy",
         help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1 | "
-        "sglang (SGLang 0.5.23's scheduler).",
+        "sglang (SGLang 0.5.23's scheduler). Default: sarathi; vllm-v1 with --engine vllm, sglang with --engine sglang.",
+        show_default=False,
     ),
     budget: int | None = typer.Option(
         None,
@@ -227,7 +228,7 @@ def run_command(
     engine: str | None = typer.Option(
         None,
         "--engine",
-        help="vllm: run as vLLM 0.33.0's worker does (needs --policy vllm-v1): its memory profile, CUDA graphs; "
+        help="vllm: run as vLLM 0.33.0's worker does (the vllm-v1 policy): its memory profile, CUDA graphs; "
         "sglang: SGLang 0.5.23 (the sglang policy).",
     ),
     enforce_eager: bool = typer.Option(
@@ -286,10 +287,7 @@ def run_command(
     from simserve.sim.writers import check_options, write_tables
 
     check_options(fmt, iterations)
-    if engine == "sglang":  # SGLang 0.5.23 is the sglang policy (docs/engines.md)
-        if policy not in ("sarathi", "sglang"):
-            raise SimserveError(f"--engine sglang runs the sglang policy: drop --policy {policy}")
-        policy = "sglang"
+    policy = _policy(policy, engine)
     sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
                     "--schedule-conservativeness": schedule_conservativeness != 1.0, "--page-size": page_size != 1,
                     "--no-ignore-eos": not ignore_eos}  # fmt: skip
@@ -298,6 +296,33 @@ def run_command(
     given = [flag for flag, set_ in sglang_flags.items() if set_]
     if given and policy != "sglang":
         raise SimserveError(f"{given[0]} is an SGLang flag: use it with --policy sglang, or drop it")
+    # vLLM V1's scheduler flags: another policy would run without them, silently (SimConfig keeps them for vllm-v1)
+    vllm_flags = {"--long-prefill-token-threshold": long_prefill_token_threshold != 0,
+                  "--long-prefill-token-threshold-adaptive": long_prefill_token_threshold_adaptive}  # fmt: skip
+    given = [flag for flag, set_ in vllm_flags.items() if set_]
+    if given and policy != "vllm-v1":
+        raise SimserveError(f"{given[0]} is a vLLM flag: use it with --policy vllm-v1 (or --engine vllm), or drop it")
+    if budget is not None and policy in ("fcfs", "orca", "hybrid"):  # SimConfig.token_budget: they have none
+        raise SimserveError(f"--policy {policy} has no token budget (orca/fcfs: whole prompts, no token limit; hybrid: "
+                            f"the max model length): drop --budget, or use --policy sarathi")  # fmt: skip
+    # the adaptive policies' knobs, and the disaggregated layout's: without them they would change nothing
+    knobs = {"--tbt-target": (tbt_target != 0.1, ("slo-aware", "pressure")), "--min-budget": (min_budget is not None, ("pressure",))}  # fmt: skip
+    for flag, (set_, users) in knobs.items():
+        if set_ and policy not in users:
+            raise SimserveError(f"{flag} is a knob of --policy {' or '.join(users)}; --policy {policy} does not "
+                                f"read it: drop it, or use --policy {users[0]}")  # fmt: skip
+    if prefill is None and decode is None:
+        given = [f for f, set_ in (("--kv-link", kv_link is not None), ("--decode-router", decode_router != "kv")) if set_]
+        if given:
+            raise SimserveError(f"{given[0]} belongs to a disaggregated run: add --prefill and --decode (e.g. 2xTP2 "
+                                f"and 1xTP4), or drop it")  # fmt: skip
+    # the arrival processes' own knobs: another process would draw its times without them
+    if time_scale != 1.0 and arrival not in ("replay", "conversation"):
+        raise SimserveError(f"--time-scale scales recorded arrival times (--arrival replay or conversation); "
+                            f"--arrival {arrival} draws its own: drop --time-scale, or set the rate with --qps")  # fmt: skip
+    if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
+        raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
+                            f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
     scenario = Scenario(
         model=model,
         gpu=gpu,
@@ -415,15 +440,28 @@ def _frontend_ms(value: float | None, paper_setup: bool) -> float:
     return check_frontend_ms(value)
 
 
-def _engine(engine: str | None, enforce_eager: bool) -> bool:
+def _policy(policy: str | None, engine: str | None) -> str:
+    """--policy, else the engine's own scheduler (vllm-v1 for --engine vllm, sglang for --engine sglang), else
+    sarathi. An engine runs only its own scheduler: another --policy beside it is refused, not replaced."""
     from simserve.errors import SimserveError
 
     if engine not in (None, "vllm", "sglang"):
         raise SimserveError(
             f"unknown --engine {engine!r}; choose vllm (vLLM 0.33.0) or sglang (SGLang 0.5.23, the sglang policy)"
         )
-    if enforce_eager and engine is None:
-        raise SimserveError("--enforce-eager is a vLLM worker flag: add --engine vllm")
+    own = {"vllm": "vllm-v1", "sglang": "sglang"}.get(engine or "")
+    if policy is None:
+        return own or "sarathi"
+    if own and policy != own:
+        raise SimserveError(f"--engine {engine} runs the {own} policy: drop --policy {policy}")
+    return policy
+
+
+def _engine(engine: str | None, enforce_eager: bool) -> bool:
+    from simserve.errors import SimserveError
+
+    if enforce_eager and engine != "vllm":
+        raise SimserveError("--enforce-eager is a vLLM worker flag: use it with --engine vllm, or drop it")
     return engine == "vllm"
 
 

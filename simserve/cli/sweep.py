@@ -229,6 +229,17 @@ def sweep(
     if requests < 1:
         raise SimserveError(f"--requests must be at least 1, got {requests}")
     check_out_dir(out, force)
+    if engine is not None or engine_grid is not None:
+        # the policy grid's flags: an engine sweep searches the engine's own flags and would ignore them
+        ignored = {"--policies": policies != "fcfs,orca,vllm,sarathi", "--budgets": budgets != "256,257,512,513,1024,2048",
+                   "--max-batch": max_batch != "128", "--vllm-max-batch": vllm_max_batch is not None,
+                   "--orca-max-batch": orca_max_batch is not None}  # fmt: skip
+        given = [flag for flag, set_ in ignored.items() if set_]
+        if given:
+            raise SimserveError(
+                f"{given[0]} sets simserve's policy grid, which --engine does not search (it searches the engine's "
+                f"own flags): give the values with --engine-grid, or drop --engine"
+            )
     if seeds < 1:
         raise SimserveError(f"--seeds must be at least 1, got {seeds}")
     slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid is not None else (slo,)
@@ -281,8 +292,11 @@ def sweep(
         from simserve.cli.engine import engine_sweep
 
         if engine == "sglang" and no_prefix_caching:
-            raise SimserveError("--no-prefix-caching is vLLM's prefix cache; --engine sglang has none modelled: drop it")
-        # vLLM V1's default: on (the sglang model has no radix cache: docs/engines.md, SGLang)
+            raise SimserveError(
+                "--no-prefix-caching switches vLLM's prefix cache off; --engine sglang sweeps with SGLang's radix "
+                "cache off already (docs/engines.md, SGLang): drop it"
+            )
+        # vLLM V1's default: on (the sglang sweep runs without the radix cache: docs/engines.md, SGLang)
         base = replace(base, prefix_caching=not no_prefix_caching and engine != "sglang")
         engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,

@@ -156,10 +156,12 @@ class PlanResult:
 
 
 def mean_output_tokens(trace: str, max_len: int, n: int, seed: int) -> float:
-    """Mean output length of the simulated request sample: output tokens per request served."""
-    from simserve.workload import load_trace
+    """Mean output length of the simulated request sample: output tokens per request served. The searches'
+    own sample (scenario._workload): a bench dataset generated as vLLM's client draws it, a multi-turn trace's
+    first n rounds in file order, any other trace's seeded sample."""
+    from simserve.sim.scenario import _workload
 
-    return float(load_trace(trace, max_total_tokens=max_len).sample(n, seed).output_tokens.mean())
+    return float(_workload(trace, max_len, n, seed, False)[1].mean())
 
 
 def prepare(spec: PlanSpec) -> tuple[list[Candidate], list[str], dict[str, PriceSpec]]:
@@ -225,6 +227,8 @@ def run_plan(
 
     t0 = time.perf_counter()
     cands, rejected, prices = prepare(spec)
+    # a bad trace fails here, in one line, before the progress bar and the searches start
+    out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
     profiles = resolve_profiles([c.deployment for c in cands])
     queue = [_Deployment(c, prices[c.deployment.gpu.name], budget_order(c.budgets)) for c in cands]
     if "agg" not in spec.layouts:
@@ -260,7 +264,6 @@ def run_plan(
             bar.update(tid, completed=sum(len(d.rows) for d in seen),
                        description=f"plan searches, {stats['probes_simulated']} probes simulated, "
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
-        out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
         searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
         again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats)

@@ -102,9 +102,11 @@ class SimConfig:
             raise SimserveError(f"--budget must be at least 1 token, got {self.budget}")
         if self.max_batch is not None and self.max_batch < 1:
             raise SimserveError(f"--max-batch must be at least 1, got {self.max_batch}")
+        if self.dp_attention < 1:  # before the replica count, which counts DP ranks (replicas x dp_attention)
+            raise SimserveError(f"--dp-attention must be at least 1 (1: no attention data parallelism), got {self.dp_attention}")
         if self.num_replicas < 1:
             raise SimserveError(f"--replicas must be at least 1, got {self.num_replicas}")
-        if self.dp_attention < 1 or self.num_replicas % self.dp_attention:
+        if self.num_replicas % self.dp_attention:
             raise SimserveError(f"--dp-attention {self.dp_attention} must be at least 1 and divide the "
                                 f"{self.num_replicas} simulated ranks")  # fmt: skip
         if self.max_model_len < 1:
@@ -134,10 +136,11 @@ class SimConfig:
                 f"--schedule-policy {self.schedule_policy!r} is not modelled; choose one of "
                 f"{', '.join(SGLANG_SCHEDULE_POLICIES)} (docs/engines.md, SGLang)"
             )
-        if not self.schedule_conservativeness > 0 or self.page_size < 1 or self.max_prefill_tokens < 1:
-            raise SimserveError(
-                "--schedule-conservativeness must be positive and --page-size, --max-prefill-tokens at least 1"
-            )
+        if not self.schedule_conservativeness > 0:
+            raise SimserveError(f"--schedule-conservativeness must be positive, got {self.schedule_conservativeness}")
+        for flag, value in (("--page-size", self.page_size), ("--max-prefill-tokens", self.max_prefill_tokens)):
+            if value < 1:
+                raise SimserveError(f"{flag} must be at least 1 token, got {value}")
         if self.policy == "sglang" and self.token_budget() % self.page_size:
             raise SimserveError(  # SGLang's own words (arg_groups/validation_hook.py), then the fix
                 f"chunked_prefill_size must be divisible by page_size ({self.token_budget()} % {self.page_size}): "

@@ -34,6 +34,9 @@ class PoolSpec:
                 f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2, 2xTP2EP2 or 2xTP2@h100"
             )
         ep = int(m.group(4)) if m.group(4) else None
+        for name, value in (("TP", int(m.group(2))), ("PP", int(m.group(3) or 1)), ("EP", ep or 1)):
+            if value < 1:
+                raise SimserveError(f"{flag} {text!r}: {name} must be at least 1, got {value}; e.g. 2xTP2, 1xTP4PP2")
         return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(5), ep)
 
     def label(self) -> str:
@@ -118,7 +121,12 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
 
     from simserve.workload import arrival_times
 
-    if not np.isfinite(qps) or qps <= 0:
+    if np.isinf(qps):  # not one of the disaggregated cases checked against the reference: refused, said why
+        raise SimserveError(
+            "a disaggregated run takes a finite --qps (--qps inf, every request at t = 0, is not modelled for it "
+            "yet); give a rate, or run aggregated"
+        )
+    if np.isnan(qps) or qps <= 0:
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")
     pb, db, resolved = ds.check()
     s = ds.prefill

@@ -64,9 +64,10 @@ def resolve_link(prefill: Deployment, prefill_replicas: int, decode: Deployment,
             where = (f"needs {gpus} GPUs, more than one {prefill.node.name} node holds ({prefill.node.gpus_per_node})"
                      if prefill.node is not None and prefill.node == decode.node
                      else "puts the pools in different nodes")  # fmt: skip
+            given = f"--kv-link {name} joins GPUs inside one node, but " if name else ""  # it was asked for
             raise SimserveError(
-                f"the disaggregated layout {layout} {where}, and the catalog has no link for the KV transfer "
-                f"between them: name the network with --kv-link ({networks})"
+                f"{given}the disaggregated layout {layout} {where}, and the catalog has no link for the KV "
+                f"transfer between them: name the network with --kv-link ({networks})"
             )
         node = prefill.node
         medium = name or ("nvlink" if node.kind == "nvswitch" else "pcie")

@@ -146,10 +146,18 @@ def parse_grid(
     return grid
 
 
-def check_vllm_flags(tokens: int, seqs: int, threshold: int, max_model_len: int, chunked_prefill: bool = True) -> None:
+def check_vllm_flags(
+    tokens: int,
+    seqs: int,
+    threshold: int,
+    max_model_len: int,
+    chunked_prefill: bool = True,
+    fix: str = "narrow --engine-grid",
+) -> None:
     """What vLLM 0.33.0 refuses to start with, in its own words: `SchedulerConfig.verify_max_model_len`
     (vllm/config/scheduler.py) and the pydantic bounds of its fields (`ge=1`, `ge=0`). V1 always runs
-    with chunked prefill for generative models, and the printed command never turns it off."""
+    with chunked prefill for generative models, and the printed command never turns it off. `fix` ends the
+    refusal of a combination: the sweep's grid, or `run`'s --budget/--max-batch."""
     if tokens < 1 or seqs < 1:
         raise SimserveError("--max-num-batched-tokens and --max-num-seqs values must be at least 1 (vLLM: ge=1)")
     if tokens < max_model_len and not chunked_prefill:
@@ -161,7 +169,7 @@ def check_vllm_flags(tokens: int, seqs: int, threshold: int, max_model_len: int,
     if tokens < seqs:
         raise SimserveError(
             f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}). "
-            "(vLLM 0.33.0 refuses this combination: narrow --engine-grid)"
+            f"(vLLM 0.33.0 refuses this combination: {fix})"
         )
     if threshold > max_model_len:
         raise SimserveError(

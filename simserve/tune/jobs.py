@@ -119,7 +119,11 @@ class _NoProgress:
 
 
 def progress_bar(show: bool) -> Any:
-    if not show:
+    """A rich progress bar on a terminal; nothing when stderr is a pipe or a file, where the bar's last frame
+    would stay above a later error line (bad input is one line) or clutter a log."""
+    import sys
+
+    if not show or not sys.stderr.isatty():
         return nullcontext(_NoProgress())
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

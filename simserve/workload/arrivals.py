@@ -51,7 +51,15 @@ def arrival_times(
         raise SimserveError(f"cannot generate {n} arrivals; n must be >= 0")
     if np.isnan(qps) or qps <= 0:
         raise SimserveError(f"qps must be a positive request rate (or inf: all at once), got {qps}")
+    if not np.isfinite(time_scale) or time_scale <= 0:  # every process: a bad flag is an error, not ignored
+        raise SimserveError(f"--time-scale must be positive, got {time_scale}")
     if process in ("replay", "conversation"):
+        if np.isinf(qps):  # the recorded times set the rate: inf would be silently ignored
+            raise SimserveError(
+                f"--qps inf sends every request at t = 0, but --arrival {process} keeps the trace's recorded times; "
+                f"use a synthetic --arrival (poisson, gamma, vllm-bench) with --qps inf, or --time-scale to compress "
+                f"the recorded times"
+            )
         return _replay(n, recorded, time_scale)
     if np.isinf(qps):  # vLLM's get_request: `delay_ts.append(0)` when the rate is inf
         return np.zeros(n)
@@ -94,8 +102,6 @@ def _replay(n: int, recorded: np.ndarray | None, time_scale: float) -> np.ndarra
         raise SimserveError(
             "replay arrivals need recorded times; load a trace with an arrived_at/timestamp column"
         )
-    if not np.isfinite(time_scale) or time_scale <= 0:
-        raise SimserveError(f"time_scale must be positive, got {time_scale}")
     times = np.asarray(recorded, dtype=np.float64)
     _check_recorded(times)
     if n > len(times):

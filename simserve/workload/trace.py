@@ -164,7 +164,8 @@ def resolve_trace(name_or_path: str) -> tuple[Path, str]:
         raise SimserveError(f"trace {path} is a directory; give a trace file (CSV or JSONL) in it")
     if path.exists():  # /dev/null, a FIFO, a socket: reading it would block or read nothing
         raise SimserveError(f"trace {path} is not a regular file; give a trace file (CSV or JSONL)")
-    shipped = ", ".join(f"{k} ({', '.join(a for a, to in ALIASES.items() if to == k)})" for k in SHIPPED)
+    aliases = {k: ", ".join(a for a, to in ALIASES.items() if to == k) for k in SHIPPED}
+    shipped = ", ".join(f"{k} ({aliases[k]})" if aliases[k] else k for k in SHIPPED)
     raise SimserveError(
         f"no trace named {name_or_path!r} and no such file; shipped traces: {shipped}, or give a path"
     )

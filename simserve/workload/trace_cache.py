@@ -19,7 +19,9 @@ import numpy as np
 from simserve.cachedir import cache_root
 from simserve.io import atomic_path
 
-FORMAT = 2  # bump when the parsed arrays change meaning (2: prefix groups and tokens)
+# Bump when the parsed arrays change meaning (2: prefix groups and tokens) — and when read_trace refuses something
+# it accepted before: a file parsed once is served from here without being checked again.
+FORMAT = 2
 
 
 def key(source: Path) -> str:
