@@ -15,7 +15,8 @@ from simserve.errors import SimserveError
 from simserve.sim import SimConfig, build_result, simulate
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.request import IGNORED, Requests
-from simserve.sim.sglang import _choose_prefill, _decode, default_max_running_requests
+from simserve.sim.sglang import _decode, default_max_running_requests
+from simserve.sim.sglang_admission import choose_prefill
 from simserve.sim.state import ReplicaState
 from simserve.sim.testing import ConstantTimer
 from simserve.tune.sglang import check_sglang_flags, prefill_graph_sizes, sglang_command, sglang_defaults
@@ -96,7 +97,7 @@ def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
     rep.complete_chunk(0, 1000, 0.0)
     rep.kv.allocate(rep.kv.free - free)
     rep.enqueue(1)
-    assert (_choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
+    assert (choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
     assert list(rep.waiting) == ([] if admitted else [1])
 
 
