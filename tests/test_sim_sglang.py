@@ -169,6 +169,23 @@ def test_the_waiting_queue_order_follows_the_schedule_policy():
     assert np.argsort(raw.reqs.scheduled).tolist() == [0, 2, 1]
 
 
+def test_lpm_without_the_radix_cache_runs_as_fcfs_and_says_so_once(capsys, monkeypatch):
+    # SGLang turns a cache-aware policy into fcfs when the tree cache is off (_validate_and_adjust_policy),
+    # silently; simserve runs the same batches and says so once per process on stderr
+    monkeypatch.delenv("SIMSERVE_SAID_LPM_FCFS", raising=False)
+    workload = ([300, 10, 200, 50], [3, 2, 2, 2], [0.0, 0.001, 0.002, 0.003])
+    _, fcfs = run(*workload, budget=64)
+    assert capsys.readouterr().err == ""
+    _, lpm = run(*workload, budget=64, schedule_policy="lpm")
+    _, again = run(*workload, budget=64, schedule_policy="lpm")
+    assert steps(lpm) == steps(again) == steps(fcfs)
+    err = capsys.readouterr().err
+    assert err.count("--schedule-policy lpm runs as fcfs without the radix cache") == 1 and err.count("\n") == 1
+    monkeypatch.delenv("SIMSERVE_SAID_LPM_FCFS")
+    run(*workload, budget=64, schedule_policy="lpm", prefix_caching=True)  # lpm's own order: nothing to say
+    assert capsys.readouterr().err == ""
+
+
 def test_sglang_defaults_per_gpu_by_hand():
     # 58 prefill graph sizes up to 8192 (8 + 14 + 8 + 8 + 12 + 8), 50 up to 4096, 74 up to 16384
     assert (len(prefill_graph_sizes(8192)), len(prefill_graph_sizes(4096)), len(prefill_graph_sizes(16384))) == (

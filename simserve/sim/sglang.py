@@ -38,11 +38,14 @@ longest cached prefix computed, the chunked request publishes its computed pages
 KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
 prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
 tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching).
-Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang.
+Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr).
 Not modelled (docs/engines.md): pipeline parallelism, priority scheduling.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 
@@ -91,6 +94,8 @@ def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
             "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
             "use --pp 1"
         )
+    if cfg.schedule_policy == "lpm" and not cfg.prefix_caching:
+        say_lpm_is_fcfs_once()
     # The pool was sized in simserve's 16-token blocks (memory.plan_memory); SGLang counts it in pages.
     tokens = num_blocks * cfg.block_size
     # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it
@@ -100,6 +105,22 @@ def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
         else default_max_running_requests(tokens, cfg.max_model_len)
     )
     return tokens // cfg.page_size, max_running
+
+
+_SAID_ENV = "SIMSERVE_SAID_LPM_FCFS"  # inherited by worker processes: a sweep says it once, not per worker
+
+
+def say_lpm_is_fcfs_once() -> None:
+    """`--schedule-policy lpm` without the radix cache: SGLang 0.5.23 quietly runs fcfs
+    (`SchedulePolicy._validate_and_adjust_policy`, managers/schedule_policy.py: a cache-aware policy with the
+    tree cache disabled becomes CacheAgnosticPolicy.FCFS). simserve does the same, and says so once."""
+    if os.environ.get(_SAID_ENV):
+        return
+    os.environ[_SAID_ENV] = "1"
+    sys.stderr.write(
+        "simserve: --schedule-policy lpm runs as fcfs without the radix cache (SGLang 0.5.23 does the same: "
+        "schedule_policy.py _validate_and_adjust_policy); add --prefix-caching for lpm's order\n"
+    )
 
 
 def setup(rep: ReplicaState) -> None:
