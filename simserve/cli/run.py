@@ -342,7 +342,7 @@ def run_command(
         router=router,
         seed=seed,
         max_model_len=max_model_len,
-        memory_utilization=_memory_utilization(memory_utilization, engine, policy, model, gpu, tp, pp, budget),
+        memory_utilization=_memory_utilization(memory_utilization, engine, policy, model, gpu, tp, pp, budget, dp_attention),
         profiles_root=profiles,
         stretch=not exact,
         stop_when_overloaded=stop_when_overloaded,
@@ -374,6 +374,10 @@ def run_command(
         overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
         frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )
+    if policy == "sglang":  # what SGLang's flags cannot say (PP, EP outside the TP group, DeepEP)
+        from simserve.tune.sglang import check_sglang_scenario
+
+        check_sglang_scenario(scenario)
     if paper_setup:
         if stop_when_overloaded:
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
@@ -477,7 +481,8 @@ def _bench_client(scenario, qps: float) -> bool:
 
 
 def _memory_utilization(
-    given: float | None, engine: str | None, policy: str, model: str, gpu: str, tp: int, pp: int, budget: int | None
+    given: float | None, engine: str | None, policy: str, model: str, gpu: str, tp: int, pp: int, budget: int | None,
+    dp: int = 1,
 ) -> float:
     """--memory-utilization, else 0.85 (the paper's); with --engine vllm vLLM 0.33.0's default; for sglang the
     pinned release's default --mem-fraction-static for the GPU and chunk size (weights + KV; activations set
@@ -494,7 +499,7 @@ def _memory_utilization(
     from simserve.tune.sglang import sglang_defaults
 
     hf_id = ModelSpec.from_name(model).hf_id
-    return sglang_defaults(GPUSpec.from_name(gpu).memory_gib, tp, pp, hf_id, budget).mem_fraction_static
+    return sglang_defaults(GPUSpec.from_name(gpu).memory_gib, tp, pp, hf_id, budget, max(dp, 1)).mem_fraction_static
 
 
 @contextlib.contextmanager

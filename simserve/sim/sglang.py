@@ -38,7 +38,9 @@ longest cached prefix computed, the chunked request publishes its computed pages
 KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
 prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
 tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching).
-Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr).
+Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr). With
+`--dp-attention D` (SGLang's `--attn-dp-size`) each rank is a replica of its own with --chunked-prefill-size
+// D, --max-running-requests // D and the conservativeness × 0.3; the ranks step together (lockstep.py).
 Not modelled (docs/engines.md): pipeline parallelism, priority scheduling.
 """
 
@@ -61,6 +63,8 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
+# arg_groups/parallel_hook.py: `schedule_conservativeness * 0.3` when DP attention is on
+DP_ATTENTION_CONSERVATIVENESS = 0.3
 _NONE = np.zeros(0, dtype=np.int64)
 
 
@@ -98,9 +102,10 @@ def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
         say_lpm_is_fcfs_once()
     # The pool was sized in simserve's 16-token blocks (memory.plan_memory); SGLang counts it in pages.
     tokens = num_blocks * cfg.block_size
-    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it
+    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it;
+    # under DP attention it is the server's, split evenly over the ranks (the default is each rank's own)
     max_running = (
-        max(min(cfg.max_batch, tokens // 2), 1)
+        max(min(max(cfg.max_batch // cfg.dp_attention, 1), tokens // 2), 1)
         if cfg.max_batch
         else default_max_running_requests(tokens, cfg.max_model_len)
     )
@@ -133,7 +138,13 @@ def setup(rep: ReplicaState) -> None:
     else:
         rep.kv = BlockManager(pages, 0.0)
     rep.block_size = cfg.page_size
-    rep.sglang = SGLangScheduler(cfg.schedule_conservativeness)
+    conservativeness = cfg.schedule_conservativeness
+    if cfg.dp_attention > 1:
+        # arg_groups/parallel_hook.py (_handle_data_parallelism): with DP attention each rank's chunk is
+        # --chunked-prefill-size // D, and the conservativeness is scaled by 0.3 (admission trusts more)
+        rep.budget = cfg.token_budget() // cfg.dp_attention
+        conservativeness *= DP_ATTENTION_CONSERVATIVENESS
+    rep.sglang = SGLangScheduler(conservativeness)
 
 
 def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], np.ndarray]:
