@@ -327,6 +327,15 @@ def test_the_overlap_scheduler_hides_the_cpu_work_as_sglang_runs_by_default(caps
     assert docs["overlap"]["e2e_p50_s"] < docs["off"]["e2e_p50_s"]
 
 
+def test_policy_sglang_alone_says_the_overlap_scheduler_is_off(capsys, tmp_path):
+    # the title names SGLang 0.5.23, whose default runs the overlap scheduler: a run without it says so
+    code, stdout, _ = _cli(["run", "--policy", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "o")], capsys)
+    text = " ".join(stdout.split())
+    assert code == 0 and "overlap scheduler: off (--policy sglang is its scheduler alone" in text
+    code, stdout, _ = _cli(["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "e")], capsys)
+    assert code == 0 and "overlap scheduler: on" in " ".join(stdout.split())
+
+
 def test_disable_overlap_schedule_needs_the_sglang_engine(capsys, tmp_path):
     from simserve.cli import main
 

@@ -405,6 +405,9 @@ def run_command(
     if engine == "sglang":
         printed.append("SGLang 0.5.23 overlap scheduler: " + ("on (schedule, inputs and output processing hidden "
                        "behind the GPU step; --disable-overlap-schedule)" if scenario.overlap_schedule else "off"))  # fmt: skip
+    elif policy == "sglang":  # the title names the release, whose default is the overlap scheduler: say it is not run
+        printed.append("SGLang 0.5.23 overlap scheduler: off (--policy sglang is its scheduler alone, every step's CPU "
+                       "work charged; --engine sglang runs it as the release does by default)")  # fmt: skip
     if scenario.frontend_ms:
         printed.append(f"TTFT and end-to-end include {scenario.frontend_ms:g} ms of serving front end (HTTP, tokenization, "
                      "streaming; --frontend-ms, 0 for engine-side latencies)")  # fmt: skip
