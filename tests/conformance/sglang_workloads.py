@@ -4,7 +4,7 @@ SGLang 0.5.23's own admission code to take the same decisions from (sglang_drive
 What is compared: at every step, from simserve's state at that step, SGLang's `PrefillAdder` (with its
 `PrefillBudget`) and the scheduler's loop around it decide which requests a prefill batch admits, how many
 tokens each (chunking), which request is left half-prefilled, and whether the batch is marked full; simserve's
-`sglang.choose_prefill` must decide the same. Each step starts from simserve's state, so one difference does
+`sglang_admission.choose_prefill` must decide the same. Each step starts from simserve's state, so one difference does
 not cascade. Not compared: decode retraction (`ScheduleBatch.retract_decode` needs a real batch and pools),
 new_token_ratio's evolution (the state carries simserve's value), the radix cache, `lof`/`lpm` ordering.
 
