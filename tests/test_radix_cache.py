@@ -8,7 +8,7 @@ import pytest
 from simserve.sim import SimConfig, simulate
 from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import Requests
-from simserve.sim.sglang import _sort_by_longest_prefix
+from simserve.sim.sglang_admission import sort_by_longest_prefix
 from simserve.sim.testing import LinearTimer
 from simserve.workload import load_trace
 
@@ -134,5 +134,5 @@ def test_lpm_orders_by_cached_prefix_and_defers_a_second_request_on_an_uncached_
     cache = RadixCache(2000, 1, r)
     _finish(cache, r, 0, 201)
     rep = _Rep(r, cache, [1, 2, 3, 4])
-    _sort_by_longest_prefix(rep)
+    sort_by_longest_prefix(rep)
     assert list(rep.waiting) == [4, 1, 3, 2]  # longest match first, ties in queue order, the deferred one last

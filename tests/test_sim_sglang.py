@@ -15,7 +15,8 @@ from simserve.errors import SimserveError
 from simserve.sim import SimConfig, build_result, simulate
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.request import IGNORED, Requests
-from simserve.sim.sglang import _choose_prefill, _decode, default_max_running_requests
+from simserve.sim.sglang import _decode, default_max_running_requests
+from simserve.sim.sglang_admission import choose_prefill
 from simserve.sim.state import ReplicaState
 from simserve.sim.testing import ConstantTimer
 from simserve.tune.sglang import check_sglang_flags, prefill_graph_sizes, sglang_command, sglang_defaults
@@ -96,7 +97,7 @@ def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
     rep.complete_chunk(0, 1000, 0.0)
     rep.kv.allocate(rep.kv.free - free)
     rep.enqueue(1)
-    assert (_choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
+    assert (choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
     assert list(rep.waiting) == ([] if admitted else [1])
 
 
@@ -166,6 +167,23 @@ def test_the_waiting_queue_order_follows_the_schedule_policy():
     assert np.argsort(raw.reqs.scheduled).tolist() == [0, 1, 2]
     raw, _ = run(*workload, max_batch=1, schedule_policy="lof")
     assert np.argsort(raw.reqs.scheduled).tolist() == [0, 2, 1]
+
+
+def test_lpm_without_the_radix_cache_runs_as_fcfs_and_says_so_once(capsys, monkeypatch):
+    # SGLang turns a cache-aware policy into fcfs when the tree cache is off (_validate_and_adjust_policy),
+    # silently; simserve runs the same batches and says so once per process on stderr
+    monkeypatch.delenv("SIMSERVE_SAID_LPM_FCFS", raising=False)
+    workload = ([300, 10, 200, 50], [3, 2, 2, 2], [0.0, 0.001, 0.002, 0.003])
+    _, fcfs = run(*workload, budget=64)
+    assert capsys.readouterr().err == ""
+    _, lpm = run(*workload, budget=64, schedule_policy="lpm")
+    _, again = run(*workload, budget=64, schedule_policy="lpm")
+    assert steps(lpm) == steps(again) == steps(fcfs)
+    err = capsys.readouterr().err
+    assert err.count("--schedule-policy lpm runs as fcfs without the radix cache") == 1 and err.count("\n") == 1
+    monkeypatch.delenv("SIMSERVE_SAID_LPM_FCFS")
+    run(*workload, budget=64, schedule_policy="lpm", prefix_caching=True)  # lpm's own order: nothing to say
+    assert capsys.readouterr().err == ""
 
 
 def test_sglang_defaults_per_gpu_by_hand():
@@ -307,6 +325,15 @@ def test_the_overlap_scheduler_hides_the_cpu_work_as_sglang_runs_by_default(caps
     assert docs["overlap"]["completed"] == docs["off"]["completed"] == 60
     assert docs["overlap"]["tbt_p50_s"] < docs["off"]["tbt_p50_s"]
     assert docs["overlap"]["e2e_p50_s"] < docs["off"]["e2e_p50_s"]
+
+
+def test_policy_sglang_alone_says_the_overlap_scheduler_is_off(capsys, tmp_path):
+    # the title names SGLang 0.5.23, whose default runs the overlap scheduler: a run without it says so
+    code, stdout, _ = _cli(["run", "--policy", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "o")], capsys)
+    text = " ".join(stdout.split())
+    assert code == 0 and "overlap scheduler: off (--policy sglang is its scheduler alone" in text
+    code, stdout, _ = _cli(["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "e")], capsys)
+    assert code == 0 and "overlap scheduler: on" in " ".join(stdout.split())
 
 
 def test_disable_overlap_schedule_needs_the_sglang_engine(capsys, tmp_path):

@@ -119,11 +119,12 @@ def _sglang_grid(grid_text: str | None, base: Any, gpu: Any) -> tuple[dict, Call
     parse_grid("sglang", grid_text, gpu.memory_gib)  # bad flags fail first, before anything is sized
     check_sglang_scenario(base)
     hf_id = ModelSpec.from_name(base.model).hf_id
+    dp = getattr(base, "dp_attention", 1)
 
     def memory_for(chunk: int) -> float:
-        return sglang_defaults(gpu.memory_gib, base.tp, base.pp, hf_id, chunk).mem_fraction_static
+        return sglang_defaults(gpu.memory_gib, base.tp, base.pp, hf_id, chunk, dp).mem_fraction_static
 
-    chunk = sglang_defaults(gpu.memory_gib, base.tp, base.pp, hf_id).chunked_prefill_size
+    chunk = sglang_defaults(gpu.memory_gib, base.tp, base.pp, hf_id, dp=dp).chunked_prefill_size
     sized = replace(base, policy="sglang", budget=chunk, memory_utilization=memory_for(chunk))
     running = default_max_running_requests(check_scenario(sized) * BLOCK_SIZE, base.max_len)
     grid = parse_grid("sglang", grid_text, gpu.memory_gib, gpu.name, running)

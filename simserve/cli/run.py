@@ -342,7 +342,7 @@ def run_command(
         router=router,
         seed=seed,
         max_model_len=max_model_len,
-        memory_utilization=_memory_utilization(memory_utilization, engine, policy, model, gpu, tp, pp, budget),
+        memory_utilization=_memory_utilization(memory_utilization, engine, policy, model, gpu, tp, pp, budget, dp_attention),
         profiles_root=profiles,
         stretch=not exact,
         stop_when_overloaded=stop_when_overloaded,
@@ -374,6 +374,10 @@ def run_command(
         overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
         frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )
+    if policy == "sglang":  # what SGLang's flags cannot say (PP, EP outside the TP group, DeepEP)
+        from simserve.tune.sglang import check_sglang_scenario
+
+        check_sglang_scenario(scenario)
     if paper_setup:
         if stop_when_overloaded:
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
@@ -401,6 +405,9 @@ def run_command(
     if engine == "sglang":
         printed.append("SGLang 0.5.23 overlap scheduler: " + ("on (schedule, inputs and output processing hidden "
                        "behind the GPU step; --disable-overlap-schedule)" if scenario.overlap_schedule else "off"))  # fmt: skip
+    elif policy == "sglang":  # the title names the release, whose default is the overlap scheduler: say it is not run
+        printed.append("SGLang 0.5.23 overlap scheduler: off (--policy sglang is its scheduler alone, every step's CPU "
+                       "work charged; --engine sglang runs it as the release does by default)")  # fmt: skip
     if scenario.frontend_ms:
         printed.append(f"TTFT and end-to-end include {scenario.frontend_ms:g} ms of serving front end (HTTP, tokenization, "
                      "streaming; --frontend-ms, 0 for engine-side latencies)")  # fmt: skip
@@ -477,7 +484,8 @@ def _bench_client(scenario, qps: float) -> bool:
 
 
 def _memory_utilization(
-    given: float | None, engine: str | None, policy: str, model: str, gpu: str, tp: int, pp: int, budget: int | None
+    given: float | None, engine: str | None, policy: str, model: str, gpu: str, tp: int, pp: int, budget: int | None,
+    dp: int = 1,
 ) -> float:
     """--memory-utilization, else 0.85 (the paper's); with --engine vllm vLLM 0.33.0's default; for sglang the
     pinned release's default --mem-fraction-static for the GPU and chunk size (weights + KV; activations set
@@ -494,7 +502,7 @@ def _memory_utilization(
     from simserve.tune.sglang import sglang_defaults
 
     hf_id = ModelSpec.from_name(model).hf_id
-    return sglang_defaults(GPUSpec.from_name(gpu).memory_gib, tp, pp, hf_id, budget).mem_fraction_static
+    return sglang_defaults(GPUSpec.from_name(gpu).memory_gib, tp, pp, hf_id, budget, max(dp, 1)).mem_fraction_static
 
 
 @contextlib.contextmanager

@@ -168,15 +168,13 @@ class Cluster:
         rep.notify()
 
     def _pick(self) -> Replica:
-        if self.groups:  # attention DP: the router picks a deployment, vLLM's DP load balancer its rank
-            from simserve.sim.lockstep import pick_rank
-
+        if self.groups:  # attention DP: the router picks a deployment, the engine's DP load balancer its rank
             if self.cfg.router == "rr":
                 group = self.groups[self._rr % len(self.groups)]
                 self._rr += 1
             else:
                 group = min(self.groups, key=lambda g: sum(rank.state.outstanding for rank in g.ranks))
-            return pick_rank(group.ranks)
+            return group.pick()
         if self.cfg.router == "rr":
             rep = self.replicas[self._rr % len(self.replicas)]
             self._rr += 1

@@ -146,6 +146,11 @@ class SimConfig:
                 f"chunked_prefill_size must be divisible by page_size ({self.token_budget()} % {self.page_size}): "
                 "choose a multiple of --page-size"
             )
+        if self.policy == "sglang" and self.token_budget() // self.dp_attention < self.page_size:
+            raise SimserveError(  # each DP rank's chunk is chunked_prefill_size // D (arg_groups/parallel_hook.py)
+                f"--chunked-prefill-size {self.token_budget()} over {self.dp_attention} attention-DP ranks leaves "
+                f"each rank less than a page: use at least {self.dp_attention * self.page_size}"
+            )
         if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
             raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}")
         if self.max_concurrency is not None and self.max_concurrency < 1:

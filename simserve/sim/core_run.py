@@ -28,7 +28,7 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 
 from simserve.errors import SimserveError
-from simserve.sim import sglang
+from simserve.sim import sglang, sglang_admission
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
@@ -300,13 +300,13 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
             init=ratio.init,
             min=ratio.min,
             decay=ratio.decay,
-            clip=sglang.CLIP_MAX_NEW_TOKENS,
+            clip=sglang_admission.CLIP_MAX_NEW_TOKENS,
             retract_steps=sglang.RETRACT_DECODE_STEPS,
             lpm=cfg.schedule_policy == "lpm",
-            lpm_max=sglang.LPM_MAX_WAITING,
-            in_batch_check=sglang.IN_BATCH_CHECK,
-            in_batch_dep=sglang.IN_BATCH_DEPRIORITIZE,
-            eos_reserve=sglang.IGNORE_EOS_RESERVE_TOKENS,
+            lpm_max=sglang_admission.LPM_MAX_WAITING,
+            in_batch_check=sglang_admission.IN_BATCH_CHECK,
+            in_batch_dep=sglang_admission.IN_BATCH_DEPRIORITIZE,
+            eos_reserve=sglang_admission.IGNORE_EOS_RESERVE_TOKENS,
         )
     return dict(
         n=n,

@@ -22,6 +22,14 @@ Requests reach a rank as vLLM's front end sends them (`DPLBAsyncMPClient.get_cor
 vllm/v1/engine/core_client.py): the least loaded rank by in-flight requests, plus a penalty of 6 × waiting ×
 (KV usage − 0.5) when the rank's KV cache is more than half full; ties to the lowest rank. vLLM reads waiting
 and KV usage from the coordinator's 100 ms snapshots; here they are read at the moment of routing.
+
+SGLang 0.5.23's DP attention (`--attn-dp-size D`, or the deprecated `--dp-size D --enable-dp-attention`; the
+`sglang` policy) steps the same way: before every forward each rank all-gathers its token count and, while any
+rank has tokens, a rank with none runs an idle batch (`prepare_mlp_sync_batch_raw`: `need_idle_batch =
+max(global_num_tokens) > 0`, managers/scheduler_components/dp_attn.py). SGLang's idle batch has no tokens; here
+it is the same one-token dummy as vLLM's. Its requests reach ranks in turn (`DataParallelController.
+round_robin_scheduler`, managers/data_parallel_controller.py: `--load-balance-method auto` is round_robin
+outside prefill-decode disaggregation, arg_groups/serving_hook.py), one counter per deployment.
 """
 
 from __future__ import annotations
@@ -93,7 +101,17 @@ class DpGroup:
         self.padded_steps = 0  # steps every rank ran padded to the largest rank's captured size
         self.dummy_steps = [0] * len(ranks)  # steps a rank ran a dummy batch for the others
         self.lockstep_wait = [0.0] * len(ranks)  # seconds a rank with work waited for a slower rank
+        self.round_robin = ranks[0].state.cfg.policy == "sglang"  # SGLang's DP controller: ranks in turn
+        self.next_rank = 0
         env.process(self.step_loop())
+
+    def pick(self) -> Rank:
+        """The rank a new request goes to: in turn for SGLang, vLLM's least-loaded rank otherwise."""
+        if not self.round_robin:
+            return pick_rank(self.ranks)
+        rank = self.ranks[self.next_rank]
+        self.next_rank = (self.next_rank + 1) % len(self.ranks)
+        return rank
 
     def notify(self) -> None:
         if self.wake is not None:

@@ -38,35 +38,33 @@ longest cached prefix computed, the chunked request publishes its computed pages
 KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
 prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
 tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching).
-Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang. Not modelled (docs/engines.md): the
-overlap scheduler, pipeline parallelism, priority scheduling.
+Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr). With
+`--dp-attention D` (SGLang's `--attn-dp-size`) each rank is a replica of its own with --chunked-prefill-size
+// D, --max-running-requests // D and the conservativeness × 0.3; the ranks step together (lockstep.py).
+Not modelled (docs/engines.md): pipeline parallelism, priority scheduling.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 
 from simserve.errors import SimserveError
 from simserve.sim.kvcache import BlockManager
 from simserve.sim.radix_cache import RadixCache
+from simserve.sim.sglang_admission import choose_prefill
 from simserve.sim.state import ReplicaState
 
-# managers/schedule_policy.py: CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
-CLIP_MAX_NEW_TOKENS = 4096
 # srt/environ.py defaults: SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
 # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
-# managers/schedule_policy.py: IGNORE_EOS_RESERVE_TOKENS (tokens kept free per request still running)
-IGNORE_EOS_RESERVE_TOKENS = 1
-# managers/schedule_policy.py: WAITING_QUEUE_PREFIX_MATCH_MAX, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
-# IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD (env defaults)
-LPM_MAX_WAITING = 128
-IN_BATCH_CHECK = 32
-IN_BATCH_DEPRIORITIZE = 32
-
+# arg_groups/parallel_hook.py: `schedule_conservativeness * 0.3` when DP attention is on
+DP_ATTENTION_CONSERVATIVENESS = 0.3
 _NONE = np.zeros(0, dtype=np.int64)
 
 
@@ -100,15 +98,34 @@ def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
             "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
             "use --pp 1"
         )
+    if cfg.schedule_policy == "lpm" and not cfg.prefix_caching:
+        say_lpm_is_fcfs_once()
     # The pool was sized in simserve's 16-token blocks (memory.plan_memory); SGLang counts it in pages.
     tokens = num_blocks * cfg.block_size
-    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it
+    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it;
+    # under DP attention it is the server's, split evenly over the ranks (the default is each rank's own)
     max_running = (
-        max(min(cfg.max_batch, tokens // 2), 1)
+        max(min(max(cfg.max_batch // cfg.dp_attention, 1), tokens // 2), 1)
         if cfg.max_batch
         else default_max_running_requests(tokens, cfg.max_model_len)
     )
     return tokens // cfg.page_size, max_running
+
+
+_SAID_ENV = "SIMSERVE_SAID_LPM_FCFS"  # inherited by worker processes: a sweep says it once, not per worker
+
+
+def say_lpm_is_fcfs_once() -> None:
+    """`--schedule-policy lpm` without the radix cache: SGLang 0.5.23 quietly runs fcfs
+    (`SchedulePolicy._validate_and_adjust_policy`, managers/schedule_policy.py: a cache-aware policy with the
+    tree cache disabled becomes CacheAgnosticPolicy.FCFS). simserve does the same, and says so once."""
+    if os.environ.get(_SAID_ENV):
+        return
+    os.environ[_SAID_ENV] = "1"
+    sys.stderr.write(
+        "simserve: --schedule-policy lpm runs as fcfs without the radix cache (SGLang 0.5.23 does the same: "
+        "schedule_policy.py _validate_and_adjust_policy); add --prefix-caching for lpm's order\n"
+    )
 
 
 def setup(rep: ReplicaState) -> None:
@@ -121,11 +138,13 @@ def setup(rep: ReplicaState) -> None:
     else:
         rep.kv = BlockManager(pages, 0.0)
     rep.block_size = cfg.page_size
-    rep.sglang = SGLangScheduler(cfg.schedule_conservativeness)
-
-
-def _pages(tokens: int, page: int) -> int:
-    return -(-tokens // page)
+    conservativeness = cfg.schedule_conservativeness
+    if cfg.dp_attention > 1:
+        # arg_groups/parallel_hook.py (_handle_data_parallelism): with DP attention each rank's chunk is
+        # --chunked-prefill-size // D, and the conservativeness is scaled by 0.3 (admission trusts more)
+        rep.budget = cfg.token_budget() // cfg.dp_attention
+        conservativeness *= DP_ATTENTION_CONSERVATIVENESS
+    rep.sglang = SGLangScheduler(conservativeness)
 
 
 def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], np.ndarray]:
@@ -141,206 +160,16 @@ def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], 
 def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
     radix = rep.radix
     if radix is None:
-        return _choose_prefill(rep, now, None)
+        return choose_prefill(rep, now, None)
     if rep.prefilling:  # Scheduler.stash_chunked_request: the chunked request publishes what it computed
         rid = rep.prefilling[0]
         radix.checkpoint(rid, int(rep.reqs.computed[rid]))
     # SGLang chooses the whole prefill batch first, locking each admitted request's prefix as it commits it,
     # and allocates after (prepare_for_extend): one admission's allocation cannot evict what a later one matched
     pending: list[int] = []  # pages to allocate
-    out = _choose_prefill(rep, now, pending)
+    out = choose_prefill(rep, now, pending)
     radix.allocate(sum(pending))
     return out
-
-
-def _choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[tuple[int, int]]:
-    cfg, r, page, s = rep.cfg, rep.reqs, rep.block_size, rep.sglang
-    radix = rep.radix
-    chunked = rep.prefilling[0] if rep.prefilling else -1  # at most one: only the last admitted is cut short
-    running = rep.decoding
-    # ScheduleBatch.batch_is_full: set when admission ran out of room, cleared when a request leaves the batch
-    if rep.num_finished != s.finished_seen or not running:
-        s.full = False
-        s.finished_seen = rep.num_finished
-    if chunked < 0 and (s.full or not rep.waiting):
-        return []
-    if chunked < 0 and len(running) >= rep.max_batch:  # get_num_allocatable_reqs <= 0
-        s.full = True
-        return []
-    if cfg.schedule_policy == "lof":  # SchedulePolicy._sort_by_longest_output: max_new_tokens, descending
-        rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=lambda i: -int(r.output[i])))
-    elif cfg.schedule_policy == "lpm" and radix is not None and len(rep.waiting) <= LPM_MAX_WAITING:
-        _sort_by_longest_prefix(rep)
-    mixed = len(running) if cfg.enable_mixed_chunk else 0  # each decode takes a token of both budgets
-    rem_chunk = rep.budget - mixed
-    rem_input = cfg.max_prefill_tokens - mixed
-    ratio = 1.0 if cfg.ignore_eos else s.ratio
-    held = 0.0  # PrefillAdder: running requests' expected future tokens (_get_running_request_total_token_offset)
-    for rid in running:
-        held += min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS) * ratio
-    # NOTE: SGLang allocates after the adder has chosen, so the free pool it compares against stays fixed
-    # while the offsets grow; simserve allocates as it admits, so it reads the pool once.
-    free = rep.kv.free * page
-    total_offset = mixed + held
-    current_offset = float(mixed)
-    out: list[tuple[int, int]] = []
-    # PrefillAdder.add_one_req: ignore_eos requests with the radix cache off are admitted by
-    # add_one_req_ignore_eos; `states` is its req_states, built at its first call of the step
-    eos_path = cfg.ignore_eos and radix is None
-    states: list[tuple[int, int]] | None = None
-    if chunked >= 0:  # PrefillAdder.add_chunked_req
-        want = int(r.target[chunked] - r.computed[chunked])
-        room = min(rem_chunk, int(free - total_offset))
-        room = room if room > 0 else rem_chunk  # a continuation must progress to release its KV
-        n = min(want, room)
-        need = _pages(int(r.computed[chunked]) + n, page) - int(r.blocks[chunked])
-        if need > rep.kv.free:
-            # NOTE: SGLang's allocation would fail here (only reachable when mixed-chunk decodes ate the room
-            # the admission check left); simserve takes what fits, or lets a decode step retract first.
-            n = (int(r.blocks[chunked]) + rep.kv.free) * page - int(r.computed[chunked])
-            if n <= 0:
-                return []
-            need = rep.kv.free
-        if pending is None:
-            rep.kv.allocate(need)
-        else:
-            pending.append(need)
-        r.blocks[chunked] += need
-        out.append((chunked, n))
-        ext = _pages(n, page) * page
-        # NOTE: the reservation takes max_new_tokens whole, not what is left of it (add_chunked_req)
-        rest = 0 if n < want else min(int(r.output[chunked]), CLIP_MAX_NEW_TOKENS)
-        total_offset += ext + page + rest
-        current_offset += ext + page
-        rem_chunk -= ext
-        rem_input -= ext
-    rep.drop_too_long()
-    while rep.waiting:  # Scheduler._get_new_batch_prefill_raw's loop over the waiting queue
-        # PrefillAdder.budget_state: out of memory (NO_TOKEN) is checked first, and only OTHER (a compute
-        # budget spent) stops the loop here; NO_TOKEN falls through to the admission check below.
-        no_token = free - total_offset <= 0 or free - current_offset <= 0
-        if not no_token and (rem_input <= 0 or rem_chunk <= 0):
-            break
-        if len(out) + len(running) >= rep.max_batch:  # get_num_allocatable_reqs: the batch is full
-            s.full = True
-            break
-        rid = rep.waiting[0]
-        extend = rep.num_tokens(rid)
-        hit, node, pinned = 0, None, 0
-        if radix is not None:  # Req.init_next_round_input: its longest cached prefix
-            hit, node = radix.match(rid, extend)
-            pinned = radix.unlocked_pages(node) * page  # the check pins the prefix: not evictable for it
-            extend -= hit * page
-        # the checks count the outputs still to come; the reservation max_new_tokens whole, or nothing for a
-        # request cut short (PrefillAdder._select_prefill_admission, add_one_req_ignore_eos)
-        n = extend
-        if eos_path:  # PrefillAdder.add_one_req_ignore_eos
-            paged = _pages(extend, page) * page + page
-            fits = paged <= min(free - current_offset, free - total_offset)  # PrefillBudget.can_allocate_prefill
-            if fits:
-                states = _eos_states(rep, states, rid, [i for i, _ in out])
-            if not fits or not _outlasts(states, free - current_offset - paged):
-                s.full = bool(out) or bool(running)  # NO_TOKEN
-                break
-            rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
-            if extend > rem_chunk:  # cut to what is left of the chunk, not floored to a page
-                n = rem_chunk
-                if n <= 0:
-                    break
-                rest = 0
-        else:
-            rest = min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS)
-            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
-                s.full = bool(out) or bool(running)
-                break
-            rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
-            if _pages(extend, page) * page > rem_chunk:  # cut it short
-                n = rem_chunk // page * page
-                if n <= 0:
-                    break
-                rest = 0
-        if radix is None:
-            rep.admit_head(now, _pages(n, page))
-        else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next ones
-            radix.admit(rid, hit, node, extend + hit * page, bool(r.preemptions[rid]))
-            rep.admit_head(now, hit + _pages(n, page), hit * page)
-            pending.append(_pages(n, page))
-            free = rep.kv.free * page  # available + evictable: only the lock changed it (nothing allocated yet)
-        out.append((rid, n))
-        ext = _pages(n, page) * page
-        total_offset += ext + page + rest
-        current_offset += ext + page
-        rem_chunk -= ext
-        rem_input -= ext
-        if free - total_offset <= 0 or free - current_offset <= 0:  # add_one_req's verdict: NO_TOKEN
-            s.full = True
-            break
-        rep.drop_too_long()
-    return out
-
-
-def _eos_state(rep: ReplicaState, rid: int) -> tuple[int, int] | None:
-    """add_one_req_ignore_eos's `add_req_state`: (outputs still to come, tokens it holds once prefilled) —
-    max_new_tokens × 1 (ignore_eos) less the outputs so far, not clipped; prompt + outputs so far. None for a
-    request with nothing left to generate."""
-    r = rep.reqs
-    left = int(r.output[rid] - r.generated[rid])
-    return (left, int(r.prompt[rid] + r.generated[rid])) if left > 0 else None
-
-
-def _eos_states(rep: ReplicaState, states: list | None, rid: int, admitted: list[int]) -> list:
-    """req_states with the candidate `rid` added: at the step's first call the candidate, the running batch
-    and the requests admitted so far, sorted stably by outputs to come; later calls insert the candidate."""
-    if states is None:
-        states = [x for x in map(lambda i: _eos_state(rep, i), [rid, *rep.decoding, *admitted]) if x]
-        states.sort(key=lambda x: x[0])
-        return states
-    new = _eos_state(rep, rid)
-    if new is not None:
-        # NOTE: SGLang's insertion loop leaves i at the last index when no entry is ≥ the new one, so the
-        # longest goes in before the last entry, not after it; kept, as the order decides what is freed when.
-        i = 0
-        for i in range(len(states)):
-            if new[0] <= states[i][0]:
-                break
-        states.insert(i, new)
-    return states
-
-
-def _outlasts(states: list, left_now: float) -> bool:
-    """add_one_req_ignore_eos's look ahead: walking the requests in the order they finish (fewest outputs to
-    come first), the pool must keep more than IGNORE_EOS_RESERVE_TOKENS per request still running after each
-    of them has grown by the outputs of the one finishing, counting what the ones finished before free."""
-    freed = 0
-    for i, (left, held) in enumerate(states):
-        alive = len(states) - i
-        if left_now + freed - left * alive <= IGNORE_EOS_RESERVE_TOKENS * alive:
-            return False
-        freed += held
-    return True
-
-
-def _sort_by_longest_prefix(rep: ReplicaState) -> None:
-    """SchedulePolicy.calc_priority for `lpm`: match every waiting request (which touches and splits the tree
-    as SGLang's matching does), then sort by cached prefix, longest first, stably; a request whose cached prefix
-    is at most IN_BATCH_CHECK tokens but which shares IN_BATCH_DEPRIORITIZE or more tokens with an earlier
-    waiting request goes last (computing one of them first lets the others hit)."""
-    radix, r = rep.radix, rep.reqs
-    matched: dict[int, float] = {}
-    queued: dict[int, int] = {}  # the waiting-queue tree: per stream, the longest run an earlier request put in it
-    for rid in rep.waiting:
-        n = rep.num_tokens(rid)
-        hit = radix.match(rid, n)[0] * rep.block_size
-        matched[rid] = -hit
-        if hit > IN_BATCH_CHECK:
-            continue
-        g = int(r.prefix_group[rid])
-        mine = min(int(r.prefix_tokens[rid]), n) if g >= 0 else 0  # its tokens on a shared stream
-        if g >= 0 and min(mine, queued.get(g, 0)) >= IN_BATCH_DEPRIORITIZE:
-            matched[rid] = float("inf")
-        elif g >= 0:
-            queued[g] = max(queued.get(g, 0), mine)
-    rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=matched.__getitem__))
 
 
 def _decode_pages(rep: ReplicaState, ids) -> int:

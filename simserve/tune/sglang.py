@@ -56,11 +56,13 @@ def prefill_graph_sizes(max_bs: int) -> list[int]:
 
 
 def sglang_defaults(
-    memory_gib: float, tp: int = 1, pp: int = 1, hf_id: str = "", chunk: int | None = None
+    memory_gib: float, tp: int = 1, pp: int = 1, hf_id: str = "", chunk: int | None = None, dp: int = 1
 ) -> SGLangDefaults:
     """The release's defaults on one GPU of `memory_gib` (torch's total; SGLang reads nvidia-smi's, about
     0.5 GiB more, which moves no tier and the fraction by about 0.001). `chunk`: a --chunked-prefill-size
-    the command sets (the memory fraction's activation reserve follows it)."""
+    the command sets (the memory fraction's activation reserve follows it, before DP attention divides it).
+    `dp`: attention-DP ranks of `tp` GPUs each, so SGLang's --tp-size is dp × tp."""
+    tp *= dp  # SGLang's tp_size spans every attention-DP rank (--tp-size D·T --attn-dp-size D)
     mib = memory_gib * 1024
     if mib < 20 * 1024:  # T4, RTX 4080
         tier_chunk, max_bs = 2048, 8
@@ -78,6 +80,8 @@ def sglang_defaults(
         prefill_max = min(prefill_max, 4096)
     reserved = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * 1024
     reserved += max_bs * 2 + len(prefill_graph_sizes(prefill_max)) * 8  # reserve_for_graph_mb
+    if dp > 1:  # reserve_for_graph_mb: "DP attention needs more padding for some operations"
+        reserved += max_bs * dp * (3 + (1.5 if max_bs > 300 else 0))
     if mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return SGLangDefaults(tier_chunk, max_bs, round((mib - reserved) / mib, 3))
@@ -122,8 +126,11 @@ def sglang_command(base, best: dict[str, int]) -> str:
                 parts.append(f"--{flag}")
         else:
             parts.append(f"--{flag} {value}")
-    if base.tp > 1:
-        parts.append(f"--tp-size {base.tp}")
+    dp = getattr(base, "dp_attention", 1)
+    if base.tp * dp > 1:  # under DP attention --tp-size spans all ranks, each with --tp-size / --attn-dp-size
+        parts.append(f"--tp-size {base.tp * dp}")
+    if dp > 1:
+        parts.append(f"--attn-dp-size {dp}")
     parts.append(f"--context-length {base.max_len}")
     if getattr(base, "dtype", "bf16") == "fp8":
         parts.append("--quantization fp8")
@@ -135,11 +142,15 @@ def sglang_command(base, best: dict[str, int]) -> str:
 
 
 def check_sglang_scenario(base) -> None:
-    """What simserve's sglang model cannot be told: pipeline parallelism, EP other than 1 or TP."""
+    """What simserve's sglang model cannot be told: pipeline parallelism, EP other than 1 or TP (or DP × TP
+    under DP attention), DeepEP."""
     if base.pp > 1:
         raise SimserveError("--engine sglang models SGLang without pipeline parallelism: use --pp 1")
-    if getattr(base, "dp_attention", 1) > 1:
-        raise SimserveError("--engine sglang does not model data-parallel attention: use --dp-attention 1")
-    ep = getattr(base, "ep", 1)
+    ep, dp = getattr(base, "ep", 1), getattr(base, "dp_attention", 1)
+    if dp > 1:  # the experts over every rank's GPUs (Deployment checks EP = DP x TP)
+        if getattr(base, "all2all_backend", "allgather_reducescatter") != "allgather_reducescatter":
+            raise SimserveError("--engine sglang models DP attention with its default MoE exchange (all-gather); "
+                                "SGLang's DeepEP (--moe-a2a-backend deepep) is not modelled: drop --all2all-backend")  # fmt: skip
+        return
     if ep not in (1, base.tp):
         raise SimserveError(f"--engine sglang runs experts over the TP group (--ep-size {base.tp}) or not (EP 1); use --ep 1 or --ep {base.tp}")

@@ -4,7 +4,7 @@ SGLang 0.5.23's own admission code to take the same decisions from (sglang_drive
 What is compared: at every step, from simserve's state at that step, SGLang's `PrefillAdder` (with its
 `PrefillBudget`) and the scheduler's loop around it decide which requests a prefill batch admits, how many
 tokens each (chunking), which request is left half-prefilled, and whether the batch is marked full; simserve's
-`sglang._choose_prefill` must decide the same. Each step starts from simserve's state, so one difference does
+`sglang_admission.choose_prefill` must decide the same. Each step starts from simserve's state, so one difference does
 not cascade. Not compared: decode retraction (`ScheduleBatch.retract_decode` needs a real batch and pools),
 new_token_ratio's evolution (the state carries simserve's value), the radix cache, `lof`/`lpm` ordering.
 
@@ -67,7 +67,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
     st = ReplicaState(0, reqs, cfg, w["kv_tokens"] // 16, 1, LogHistogram(), lambda _, rid: done.append(rid))
     states: list[dict] = []
     ours: list[dict] = []
-    choose = sglang._choose_prefill
+    choose = sglang.choose_prefill
 
     def recorded(rep, now, pending):
         r, s, page = rep.reqs, rep.sglang, rep.block_size
@@ -116,7 +116,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
     preempt = st.preempt
     st.retracted_order = []
     st.preempt = recorded_preempt
-    sglang._choose_prefill, sglang._decode = recorded, recorded_decode
+    sglang.choose_prefill, sglang._decode = recorded, recorded_decode
     try:
         nxt, steps, retractions = 0, 0, 0
         while len(done) < n:
@@ -135,7 +135,7 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
             if steps > max_steps:
                 raise AssertionError("simserve did not drain the workload")
     finally:
-        sglang._choose_prefill, sglang._decode = choose, decode
+        sglang.choose_prefill, sglang._decode = choose, decode
     return states, ours, {"steps": steps, "retractions": retractions}
 
 
