@@ -608,7 +608,9 @@ class Core:
         self.stretch_ok = self.pp == 1 and self.policy in (
             P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL, P_V1, P_SGLANG
         )  # fmt: skip
-        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA)  # they take _paused_decodes
+        # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
+        # fcfs and orca take _paused_decodes, which does not grow
+        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
         self.ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
@@ -1059,15 +1061,7 @@ class Core:
             # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
             # with its KV growth (_schedule_decodes), when that fits without preemption
             n_need = 0
-            if pol == P_V1:
-                if not self._v1_grow(rep, nd):
-                    self._sched_loop(rep)  # a preemption (or anything unusual): the policy's own step
-                    return
-            elif pol == P_SGLANG:
-                if not self._sg_stretch_step(rep, nd):
-                    self._sched_loop(rep)  # a retraction: the policy's own step
-                    return
-            elif self.stretch_grow:
+            if self.stretch_grow:  # NOTE: first: the sarathi-like policies' hot path pays no extra test
                 for k in range(nd):
                     rid = ids[k]
                     if self._block_start(self.computed[rid]):
@@ -1081,6 +1075,13 @@ class Core:
                     self._sched_loop(rep)
                     return
                 self._allocate(rep, n_need)
+            elif pol == P_V1:
+                if not self._v1_grow(rep, nd):
+                    self._sched_loop(rep)  # a preemption (or anything unusual): the policy's own step
+                    return
+            elif pol == P_SGLANG and not self._sg_stretch_step(rep, nd):
+                self._sched_loop(rep)  # a retraction: the policy's own step
+                return
             # _start_micro_batch with no prefills
             self.batch_no += 1
             kv_sum = 0
