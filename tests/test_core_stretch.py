@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.sim import SimConfig, simulate
+from simserve.sim.scenario import Scenario, simulate_scenario
 from simserve.sim.testing import ConstantTimer, LinearTimer
-from tests.test_sim_core import CORES, _run, assert_same
+from tests.test_sim_core import CORES, MISTRAL, _run, assert_same
 
 # the policies whose decode-only batches the core may run as a stretch
 STRETCH_POLICIES = (
@@ -183,3 +184,20 @@ def test_light_load_stretches_of_vllm_v1_and_sglang_match_the_reference(monkeypa
         )  # fmt: skip
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
+
+
+LIGHT = {  # the profiled timer at light load, where most steps run in stretches
+    # `--engine vllm`: CUDA-graph padding in the timer's tables, async scheduling's hidden CPU, prefix caching
+    "vllm-engine": Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=True, async_scheduling=True,
+                            prefix_caching=True, memory_utilization=0.92),  # fmt: skip
+    "vllm-v1-eager": Scenario(**MISTRAL, policy="vllm-v1"),
+    "sglang-overlap": Scenario(**MISTRAL, policy="sglang", overlap_schedule=True, ignore_eos=False),
+}
+
+
+@pytest.mark.parametrize("name", list(LIGHT))
+def test_light_load_runs_with_the_profiled_timer_match_the_reference(monkeypatch, name):
+    def sim():
+        return simulate_scenario(LIGHT[name], 0.5)[0]
+
+    assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, CORES[-1], sim))
