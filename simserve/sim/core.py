@@ -606,9 +606,11 @@ class Core:
         # replica's decoding list itself and changes no other state (chunked sets its turn flag to prefills,
         # which a decode-only batch already left set)
         self.stretch_ok = self.pp == 1 and self.policy in (
-            P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL
+            P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL, P_V1, P_SGLANG
         )  # fmt: skip
-        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA)  # they take _paused_decodes
+        # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
+        # fcfs and orca take _paused_decodes, which does not grow
+        self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
         self.ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
@@ -1006,10 +1008,20 @@ class Core:
         when the next batch's KV growth would not fit (the scheduler loop then forms it: preemption)."""
         ids: cython.longlong[:] = self.ids
         slot = rep.index  # PP = 1: the replica's scheduler loop is its only slot
-        if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting or rep.cache is not None:
+        pol: cython.int = self.policy
+        if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting:
             return
         dec: list = rep.decodes0
-        if dec is not rep.decoding or not dec:
+        if not dec:
+            return
+        if pol == P_V1:  # its batch is a new list: every running request must be in it, as a decode
+            if not self._v1_stretchable(rep, dec):
+                return
+        elif pol == P_SGLANG:  # a copy of rep.decoding (Scheduler.update_running_batch); the radix cache's
+            # pages are its own allocator's: not stretched
+            if rep.radix is not None or dec != rep.decoding:
+                return
+        elif dec is not rep.decoding or rep.cache is not None:
             return
         # every other pending event and the next arrival: an iteration must end strictly before them all
         limit = float("inf")
@@ -1049,7 +1061,7 @@ class Core:
             # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
             # with its KV growth (_schedule_decodes), when that fits without preemption
             n_need = 0
-            if self.stretch_grow:
+            if self.stretch_grow:  # NOTE: first: the sarathi-like policies' hot path pays no extra test
                 for k in range(nd):
                     rid = ids[k]
                     if self._block_start(self.computed[rid]):
@@ -1063,6 +1075,13 @@ class Core:
                     self._sched_loop(rep)
                     return
                 self._allocate(rep, n_need)
+            elif pol == P_V1:
+                if not self._v1_grow(rep, nd):
+                    self._sched_loop(rep)  # a preemption (or anything unusual): the policy's own step
+                    return
+            elif pol == P_SGLANG and not self._sg_stretch_step(rep, nd):
+                self._sched_loop(rep)  # a retraction: the policy's own step
+                return
             # _start_micro_batch with no prefills
             self.batch_no += 1
             kv_sum = 0
@@ -1087,6 +1106,90 @@ class Core:
             self._schedule(now + d, NORMAL, slot)
             if self.error:
                 return
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, c=cython.longlong, bs=cython.longlong)
+    def _v1_stretchable(self, rep: Rep, dec: list) -> cython.bint:
+        """Is _vllm_v1's next step, after this decode-only batch, surely the same batch with only its blocks
+        grown? Every running request is in it as a decode (so none was left out by the token budget), in
+        decode state (computed + 1 == its tokens: the step schedules one token each), and, with prefix
+        caching, its blocks and cached-block count are those of its last allocate_slots (which _v1_grow's
+        skipping of no-op calls relies on)."""
+        bs = self.block_size
+        if len(dec) != len(rep.running) or len(dec) > self.budget or rep.finished:
+            return False
+        for k in range(len(dec)):
+            rid = dec[k]
+            if rid != rep.running[k]:
+                return False
+            c = self.computed[rid]
+            if c < self.target[rid] or c + 1 != self._num_tokens(rid):
+                return False
+            if rep.cache is not None and (
+                self.blocks[rid] != -(-(c + 1) // bs) or rep.cache.num_cached.get(rid, -1) != (c + 1) // bs
+            ):
+                return False
+        return True
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, c=cython.longlong, need=cython.longlong,
+                   n_need=cython.longlong, bs=cython.longlong)  # fmt: skip
+    def _v1_grow(self, rep: Rep, nd: cython.Py_ssize_t) -> cython.bint:
+        """_vllm_v1's running loop for a batch of decodes only (one token each, admission order): each
+        request's blocks for computed + 1 tokens, and with prefix caching the blocks that became full are
+        cached (PrefixCache.allocate_slots). False, changing nothing, when the growth would preempt (the
+        step's `while rep.free < need`: with needs of 0 or 1 that is their sum exceeding the free blocks)."""
+        bs = self.block_size
+        n_need = 0
+        for k in range(nd):
+            rid = self.ids[k]
+            need = -(-(self.computed[rid] + 1) // bs) - self.blocks[rid]
+            if need < 0 or need > 1:
+                return False
+            n_need += need
+        if n_need > rep.free:
+            return False
+        if rep.cache is None:
+            if n_need:
+                for k in range(nd):
+                    rid = self.ids[k]
+                    self.blocks[rid] = -(-(self.computed[rid] + 1) // bs)
+                self._allocate(rep, n_need)
+            return True
+        for k in range(nd):  # in admission order: the order the free queue hands out and caches blocks
+            rid = self.ids[k]
+            c = self.computed[rid]
+            # NOTE: a call that would take no block and cache none (the request's blocks hold c + 1 tokens
+            # already and no block became full) changes nothing: skipped (_v1_stretchable checked the counts)
+            if -(-(c + 1) // bs) != self.blocks[rid] or (c + 1) % bs == 0:
+                self.blocks[rid] = rep.cache.allocate_slots(rid, (), c + 1, min(c + 1, self._num_tokens(rid)))
+        rep.free = rep.cache.free
+        return True
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, need=cython.longlong)
+    def _sg_stretch_step(self, rep: Rep, nd: cython.Py_ssize_t) -> cython.bint:
+        """_sglang's step for a running batch of decodes only, nothing waiting or prefilling: _sg_choose
+        chooses nothing (its only effect the finished-count bookkeeping), then _sg_decode: when the pages
+        fit, new_token_ratio decays one step and the pages grow. False, changing nothing, when they do not
+        fit (retraction is the policy's own step)."""
+        need = 0
+        for k in range(nd):
+            if self._block_start(self.computed[self.ids[k]]):
+                need += 1
+        if need > rep.free:
+            return False
+        if rep.num_finished != rep.sg_finished_seen:  # _sg_choose
+            rep.sg_full = False
+            rep.sg_finished_seen = rep.num_finished
+        rep.sg_ratio = max(rep.sg_ratio - self.sg_decay, self.sg_min)  # NewTokenRatioTracker.decay_step
+        if need:  # _sg_grow
+            for k in range(nd):
+                rid = self.ids[k]
+                if self._block_start(self.computed[rid]):
+                    self.blocks[rid] += 1
+            self._allocate(rep, need)
+        return True
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
