@@ -62,7 +62,7 @@ def main() -> None:
     shown = shlex.join(["simserve", "plan", *plan_args, *(["--no-prune"] if args.no_prune else [])])
     print(f"command: {shown} --workers {args.workers} (cold cache)")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared)")
-    print(f"CPU (user+sys, plan and workers): {cpu:.0f} s; wall: {wall:.0f} s")
+    print(f"CPU (user+sys, plan and workers): {cpu:.1f} s; wall: {wall:.1f} s")
     print(f"searches: {stats['tasks']}, pruned after one probe: {stats.get('searches_pruned', 0)}, "
           f"probes simulated: {stats['probes_simulated']} ({stats['probes_speculative']} speculative)")  # fmt: skip
 
