@@ -2275,6 +2275,17 @@ class Core:
         return ids
 
     # -- what the caller reads at each check ----------------------------------------------------------
+    def busy(self) -> tuple:
+        """(0: an aggregated run has no link, micro-batches in flight, micro-batches so far): DisaggCore.busy's
+        view, so core_run.drive checks a stall the same way for both."""
+        rep: Rep
+        in_flight: cython.longlong = 0
+        mbs: cython.longlong = 0
+        for rep in self.reps:
+            in_flight += rep.in_flight
+            mbs += rep.w_micro_batches
+        return 0, in_flight, mbs
+
     def replica_totals(self) -> list:
         """Per replica: (in_flight, micro_batches, outstanding, free, preemptions, bubble, work tuple)."""
         rep: Rep

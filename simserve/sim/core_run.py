@@ -224,6 +224,16 @@ def run(
     rules = Watchdog(reqs, cfg, tbt, None if follow is None else routed)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
+    overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress)
+    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
+                for i, t in enumerate(c.replica_totals())]  # fmt: skip
+    return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
+
+
+def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_when_overloaded: bool,
+          progress: Callable[[int, int], None] | None = None) -> tuple[bool, bool, bool]:
+    """The reference's watchdog process (cluster.Cluster.watchdog, its rules in the same order) around `c.run()`
+    for a Core or a DisaggCore; returns (overloaded, stopped early, capped)."""
     overloaded = stopped_early = capped = False
     while True:
         code = c.run()
@@ -235,13 +245,12 @@ def run(
                 f"(a simserve bug; SIMSERVE_CORE=reference runs the SimPy model, which asserts the same)"
             )
         if code == core.FINISHED:
-            break
-        # the watchdog's check (cluster.Cluster.watchdog, in the same order)
+            return overloaded, stopped_early, capped
         if progress is not None:
             progress(num_done, n)
         if not overloaded and rules.overloaded(now, arrived, num_ignored):
             overloaded = True
-            if cfg.stop_when_overloaded:
+            if stop_when_overloaded:
                 c.end_run()
                 continue
         if rules.tbt_missed():
@@ -252,15 +261,12 @@ def run(
             capped = c.end_run()
             continue
         if arrived >= n:  # the stall check (it only looks once every request has arrived)
-            totals = c.replica_totals()
-            rules.check_stall(True, any(t[0] for t in totals), num_done, sum(t[1] for t in totals))
+            transfers, in_flight, micro_batches = c.busy()
+            rules.check_stall(True, transfers > 0 or in_flight > 0, num_done, micro_batches)
         else:
             rules.check_stall(False, False, num_done, 0)
         c.watch(not overloaded, *rules.positions())
         c.next_check_at()
-    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
-                for i, t in enumerate(c.replica_totals())]  # fmt: skip
-    return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
 
 
 def request_views(reqs: Requests) -> dict:

@@ -66,34 +66,7 @@ def run(core: ModuleType, pre: Requests, dec: Requests, cfg: SimConfig, prefill,
     rules = Watchdog(view, cfg, tbt)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(False, rules.cap, bucket, need)
-    overloaded = stopped_early = capped = False
-    while True:
-        code = c.run()
-        now, arrived, num_done, num_ignored, _, zeros = c.counters()
-        tbt.zeros = zeros
-        if code == core.FAILED:
-            raise core_run.InvariantError(
-                f"internal inconsistency at t = {now:.6f} s: {core.INVARIANTS[c.error]} "
-                f"(a simserve bug; SIMSERVE_CORE=reference runs the SimPy model, which asserts the same)"
-            )
-        if code == core.FINISHED:
-            break
-        if not overloaded and rules.overloaded(now, arrived, num_ignored):
-            overloaded = True
-            if cfg.stop_when_overloaded:
-                c.end_run()
-                continue
-        if rules.tbt_missed():
-            stopped_early = True
-            c.end_run()
-            continue
-        if now >= rules.cap:
-            capped = c.end_run()
-            continue
-        active, in_flight, micro_batches = c.busy()
-        rules.check_stall(arrived >= n, active > 0 or in_flight > 0, num_done, micro_batches)
-        c.watch(not overloaded, *rules.positions())
-        c.next_check_at()
+    overloaded, stopped_early, capped = core_run.drive(core, c, rules, n, tbt, cfg.stop_when_overloaded)
     replicas = []
     for pc, pool in zip(cores, (prefill, decode), strict=True):
         pp = pool.timer.num_stages
