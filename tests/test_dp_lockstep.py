@@ -6,66 +6,38 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simserve.cli import main
-from simserve.deployment import Deployment
 from simserve.sim.config import SimConfig
-
-MIXTRAL = "mixtral-8x7b"
-
-
-@pytest.fixture(scope="module")
-def timer(tmp_path_factory):
-    from simserve.predictor.fit import fit
-
-    root = tmp_path_factory.mktemp("profiles")
-    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "1,2", "--dtype", "fp8", "--quick",
-          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
-    dep = Deployment.create(MIXTRAL, "h100", 1, ep=2, dtype="fp8", dp=2, max_model_len=4096)
-    return fit(root / "h100-sxm" / "mixtral-8x7b-fp8", use_cache=False).compile(dep)
-
-
-def _cluster(timer, prompt, output, arrived, cfg: SimConfig, num_blocks: int = 4000):
-    import simpy
-
-    from simserve.sim.cluster import Cluster
-    from simserve.sim.request import Requests
-
-    env = simpy.Environment()
-    reqs = Requests(np.asarray(prompt), np.asarray(output), np.asarray(arrived, dtype=float))
-    cluster = Cluster(env, reqs, cfg.validate(), timer, num_blocks)
-    env.run(until=cluster.finished)
-    return cluster, reqs
-
+from simserve.sim.testing import run_cluster
 
 DP2 = SimConfig(policy="vllm-v1", budget=4096, max_model_len=4096, num_replicas=2, dp_attention=2)
 
 
-def test_a_short_request_waits_for_the_long_prefill_on_the_other_rank(timer):
+def test_a_short_request_waits_for_the_long_prefill_on_the_other_rank(moe_dp_timer):
     # rank 0 gets a 4000-token prompt, rank 1 a 10-token one, both at t = 0: one step holds both prefills
-    cluster, reqs = _cluster(timer, [4000, 10], [1, 1], [0.0, 0.0], DP2)
+    cluster, reqs = run_cluster(moe_dp_timer, [4000, 10], [1, 1], [0.0, 0.0], DP2)
     assert reqs.replica.tolist() == [0, 1]  # least loaded, ties to the lowest rank
     assert reqs.first_token[1] == reqs.first_token[0]  # the short one finished when the long one did
-    alone, _ = timer.own_time([(10, 0)], np.zeros(0, dtype=np.int64))
-    long_own, _ = timer.own_time([(4000, 0)], np.zeros(0, dtype=np.int64))
-    assert reqs.first_token[1] == pytest.approx(long_own + timer.experts_time(4010), rel=1e-12)
+    alone, _ = moe_dp_timer.own_time([(10, 0)], np.zeros(0, dtype=np.int64))
+    long_own, _ = moe_dp_timer.own_time([(4000, 0)], np.zeros(0, dtype=np.int64))
+    assert reqs.first_token[1] == pytest.approx(long_own + moe_dp_timer.experts_time(4010), rel=1e-12)
     assert long_own > 5 * alone  # the 10-token prefill alone would have been done far sooner
     (group,) = cluster.groups
     assert group.lockstep_wait[1] == pytest.approx(long_own - alone, rel=1e-12) and group.lockstep_wait[0] == 0.0
 
 
-def test_an_idle_rank_runs_dummy_steps_while_another_has_work(timer):
+def test_an_idle_rank_runs_dummy_steps_while_another_has_work(moe_dp_timer):
     # one request of 20 output tokens on rank 0: rank 1 has nothing, yet steps with it (one dummy token each)
-    cluster, reqs = _cluster(timer, [100], [20], [0.0], DP2)
+    cluster, reqs = run_cluster(moe_dp_timer, [100], [20], [0.0], DP2)
     (group,) = cluster.groups
     assert group.steps == 20 and group.dummy_steps == [0, 20]
     # a decode step costs rank 0's own time plus the experts of its token and rank 1's dummy token
-    own, t = timer.own_time([], np.array([101]))
-    assert t == 1 and timer.experts_time(2) > timer.experts_time(1)
+    own, t = moe_dp_timer.own_time([], np.array([101]))
+    assert t == 1 and moe_dp_timer.experts_time(2) > moe_dp_timer.experts_time(1)
     gaps = np.diff([reqs.first_token[0], reqs.completed[0]])[0] / 19
-    assert gaps == pytest.approx(own + timer.experts_time(2), rel=0.05)  # KV grows by one token a step
+    assert gaps == pytest.approx(own + moe_dp_timer.experts_time(2), rel=0.05)  # KV grows by one token a step
 
 
-def test_equal_loads_match_the_independent_rank_approximation(timer):
+def test_equal_loads_match_the_independent_rank_approximation(moe_dp_timer):
     # pairs of identical requests arriving together: each rank carries exactly the other's load, so the
     # lockstep step is the per-rank timer's (experts at 2 × a rank's tokens) up to float rounding
     rng = np.random.default_rng(3)
@@ -73,9 +45,9 @@ def test_equal_loads_match_the_independent_rank_approximation(timer):
     prompt = np.repeat(rng.integers(50, 2000, k), 2)
     output = np.repeat(rng.integers(5, 60, k), 2)
     arrived = np.repeat(np.cumsum(rng.exponential(0.4, k)), 2)
-    _, lock = _cluster(timer, prompt, output, arrived, DP2)
+    _, lock = run_cluster(moe_dp_timer, prompt, output, arrived, DP2)
     indep = SimConfig(policy="vllm-v1", budget=4096, max_model_len=4096, num_replicas=2, router="rr")
-    _, old = _cluster(timer, prompt, output, arrived, indep)
+    _, old = run_cluster(moe_dp_timer, prompt, output, arrived, indep)
     assert lock.replica.tolist() == old.replica.tolist() == [0, 1] * k
     np.testing.assert_allclose(lock.completed, old.completed, rtol=1e-9)
     np.testing.assert_allclose(lock.first_token, old.first_token, rtol=1e-9)
@@ -86,9 +58,9 @@ def _random_load(seed: int, n: int = 120):
     return rng.integers(20, 3000, n), rng.integers(1, 80, n), np.cumsum(rng.exponential(0.05, n))
 
 
-def test_every_request_is_served_once_with_all_its_tokens(timer):
+def test_every_request_is_served_once_with_all_its_tokens(moe_dp_timer):
     prompt, output, arrived = _random_load(7)
-    cluster, reqs = _cluster(timer, prompt, output, arrived, SimConfig(
+    cluster, reqs = run_cluster(moe_dp_timer, prompt, output, arrived, SimConfig(
         policy="vllm-v1", budget=2048, max_model_len=4096, num_replicas=4, dp_attention=2))  # fmt: skip
     assert (reqs.status == 2).all() and (reqs.generated == output).all()
     assert set(reqs.replica.tolist()) == {0, 1, 2, 3}  # two deployments of two ranks, every rank used
@@ -98,21 +70,21 @@ def test_every_request_is_served_once_with_all_its_tokens(timer):
     assert sum(rank.work.tokens for rank in cluster.replicas) == int((reqs.prompt + reqs.output - 1).sum())
 
 
-def test_lockstep_runs_are_deterministic_and_say_they_run_on_the_reference(timer, capsys):
+def test_lockstep_runs_are_deterministic_and_say_they_run_on_the_reference(moe_dp_timer, capsys):
     from simserve.sim import core_run
     from simserve.sim.cluster import simulate
 
     prompt, output, arrived = _random_load(11)
     cfg = SimConfig(policy="vllm-v1", budget=2048, max_model_len=4096, num_replicas=2, dp_attention=2)
-    a = simulate(prompt, output, arrived, timer, 4000, cfg)
-    b = simulate(prompt, output, arrived, timer, 4000, cfg)
-    assert core_run.choose(cfg, timer) is None
+    a = simulate(prompt, output, arrived, moe_dp_timer, 4000, cfg)
+    b = simulate(prompt, output, arrived, moe_dp_timer, 4000, cfg)
+    assert core_run.choose(cfg, moe_dp_timer) is None
     assert np.array_equal(a.reqs.completed, b.reqs.completed) and np.array_equal(a.reqs.replica, b.reqs.replica)
     err = capsys.readouterr().err
     assert err.count("attention-DP ranks stepping in lockstep runs on the SimPy reference") <= 1
 
 
-def test_under_cuda_graphs_every_rank_runs_padded_to_the_largest(timer):
+def test_under_cuda_graphs_every_rank_runs_padded_to_the_largest(moe_dp_timer):
     from simserve.sim.lockstep import padded_tokens
     from simserve.vllm_worker import padded_timer
 
@@ -122,9 +94,9 @@ def test_under_cuda_graphs_every_rank_runs_padded_to_the_largest(timer):
     assert padded_tokens([3, 1], ()) == 0  # no CUDA graphs
     # three 10-token prompts at once: two on rank 0, one on rank 1; then decode steps of 2 and 1 tokens
     args = ([10, 10, 10], [6, 6, 6], [0.0, 0.0, 0.0], DP2)
-    plain, a = _cluster(timer, *args)
-    graphs, b = _cluster(padded_timer(timer, sizes), *args)
+    plain, a = run_cluster(moe_dp_timer, *args)
+    graphs, b = run_cluster(padded_timer(moe_dp_timer, sizes), *args)
     assert a.replica.tolist() == b.replica.tolist() == [0, 1, 0]
     assert plain.groups[0].padded_steps == 0 and graphs.groups[0].padded_steps == 5  # the 20-token prefill: eager
-    assert timer.experts_time(4) > timer.experts_time(3)
+    assert moe_dp_timer.experts_time(4) > moe_dp_timer.experts_time(3)
     assert (b.completed > a.completed).all()  # every decode step paid the experts of 2 × 2 tokens, not 2 + 1

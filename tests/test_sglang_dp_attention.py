@@ -7,56 +7,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from simserve.cli import main
-from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.sim.config import SimConfig
+from simserve.sim.testing import run_cluster
 from simserve.tune.sglang import check_sglang_scenario, sglang_command, sglang_defaults
 
 MIXTRAL = "mixtral-8x7b"
 
 
-@pytest.fixture(scope="module")
-def timer(tmp_path_factory):
-    from simserve.predictor.fit import fit
-
-    root = tmp_path_factory.mktemp("profiles")
-    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "1,2", "--dtype", "fp8", "--quick",
-          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
-    dep = Deployment.create(MIXTRAL, "h100", 1, ep=2, dtype="fp8", dp=2, max_model_len=4096)
-    return fit(root / "h100-sxm" / "mixtral-8x7b-fp8", use_cache=False).compile(dep)
-
-
-def _cluster(timer, prompt, output, arrived, cfg: SimConfig, num_blocks: int = 4000):
-    import simpy
-
-    from simserve.sim.cluster import Cluster
-    from simserve.sim.request import Requests
-
-    env = simpy.Environment()
-    reqs = Requests(np.asarray(prompt), np.asarray(output), np.asarray(arrived, dtype=float))
-    cluster = Cluster(env, reqs, cfg.validate(), timer, num_blocks)
-    env.run(until=cluster.finished)
-    return cluster, reqs
-
-
-def test_sglang_sends_requests_to_ranks_in_turn_where_vllm_picks_the_least_loaded(timer):
+def test_sglang_sends_requests_to_ranks_in_turn_where_vllm_picks_the_least_loaded(moe_dp_timer):
     # request 1 arrives long after request 0 finished: both ranks are empty then. vLLM's balancer picks the
     # lowest of equally loaded ranks (rank 0 again); SGLang's round robin moves on to rank 1.
     workload = ([100, 100, 100], [2, 2, 2], [0.0, 5.0, 10.0])
-    _, sg = _cluster(timer, *workload, SimConfig(policy="sglang", max_model_len=4096, num_replicas=2, dp_attention=2))
+    _, sg = run_cluster(moe_dp_timer, *workload, SimConfig(policy="sglang", max_model_len=4096, num_replicas=2, dp_attention=2))
     assert sg.replica.tolist() == [0, 1, 0]
-    _, vl = _cluster(timer, *workload, SimConfig(policy="vllm-v1", max_model_len=4096, num_replicas=2, dp_attention=2))
+    _, vl = run_cluster(moe_dp_timer, *workload, SimConfig(policy="vllm-v1", max_model_len=4096, num_replicas=2, dp_attention=2))
     assert vl.replica.tolist() == [0, 0, 0]
 
 
-def test_each_rank_gets_its_share_of_the_chunk_and_the_running_cap(timer):
+def test_each_rank_gets_its_share_of_the_chunk_and_the_running_cap(moe_dp_timer):
     cfg = SimConfig(policy="sglang", budget=4096, max_batch=10, max_model_len=4096, num_replicas=2, dp_attention=2)
     # a 4000-token prompt on rank 0: chunks of 4096 // 2 = 2048, not one 4000-token step
-    cluster, _ = _cluster(timer, [4000], [1], [0.0], cfg)
+    cluster, _ = run_cluster(moe_dp_timer, [4000], [1], [0.0], cfg)
     for rank in cluster.replicas:
         st = rank.state
         assert st.budget == 2048 and st.max_batch == 5  # parallel_hook: chunk // D; resolve_max_num_reqs: cap // D
