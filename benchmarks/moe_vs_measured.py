@@ -46,18 +46,12 @@ from simserve.deployment import Deployment
 from simserve.ops import linear_ops
 from simserve.profiling import measured
 from simserve.profiling import roofline as rl
-from simserve.profiling.measured_moe import MOE_DTYPES, read_moe
+from simserve.profiling.measured_moe import read_moe
+from simserve.profiling.perfdb_validation import majority_kernel_rows, moe_rows
 from simserve.profiling.roofline_moe import fused_expert_ms, mla_decode_attention_ms, mla_prefill_attention_ms
 
-MOE_MODELS = ("qwen3-235b-a22b", "mixtral-8x7b", "deepseek-v3")
-LAYOUTS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 4), (8, 8))  # (TP, EP): what vLLM runs
 DOC = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 BEGIN, END = "<!-- moe_vs_measured: begin -->", "<!-- moe_vs_measured: end -->"
-
-
-def _kernel_rows(df):
-    counts = df.groupby("kernel_source").size()
-    return df[df["kernel_source"] == sorted(counts.index, key=lambda k: (-counts[k], k))[0]]
 
 
 def moe_errors(db: measured.Database, gpu, dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -66,24 +60,11 @@ def moe_errors(db: measured.Database, gpu, dtype: str) -> tuple[np.ndarray, np.n
     errs, toks = [], []
     if df is None:
         return np.array([]), np.array([])
-    df = df[df["distribution"] == "balanced"]
-    for name in MOE_MODELS:
-        m = resolve_model(name)
-        shape = df[(df["hidden_size"] == m.hidden) & (df["inter_size"] == m.expert_ffn)
-                   & (df["topk"] == m.experts_per_token) & (df["num_experts"] == m.num_experts)]  # fmt: skip
-        moe_dtype = next((d for d in MOE_DTYPES[dtype] if (shape["moe_dtype"] == d).any()), None)
-        if moe_dtype is None:
-            continue
-        shape = shape[shape["moe_dtype"] == moe_dtype]
-        for tp, ep in LAYOUTS:
-            rows = shape[(shape["moe_tp_size"] == tp // ep) & (shape["moe_ep_size"] == ep)]
-            if rows.empty or m.num_heads % tp:
-                continue
-            rows = _kernel_rows(rows).groupby("num_tokens", as_index=False)["latency"].median()
-            dep = Deployment.create(m, gpu, tp, ep=ep, dtype=dtype)
-            t = rows["num_tokens"].to_numpy(dtype=float)
-            errs.append(fused_expert_ms(dep, t) / rows["latency"].to_numpy() - 1.0)
-            toks.append(t)
+    for name, tp, ep, rows in moe_rows(df, dtype):
+        dep = Deployment.create(resolve_model(name), gpu, tp, ep=ep, dtype=dtype)
+        t = rows["num_tokens"].to_numpy(dtype=float)
+        errs.append(fused_expert_ms(dep, t) / rows["latency"].to_numpy() - 1.0)
+        toks.append(t)
     return (np.concatenate(errs), np.concatenate(toks)) if errs else (np.array([]), np.array([]))
 
 
@@ -93,7 +74,7 @@ def fp8_gemm_errors(db: measured.Database, gpu) -> tuple[np.ndarray, np.ndarray]
     except Exception:  # no per-tensor fp8 rows on this GPU (Ampere)
         return np.array([]), np.array([])
     df = df[(df["m"] <= 4096) & df["n"].between(1024, 32768) & df["k"].between(1024, 32768)]
-    df = _kernel_rows(df).groupby(["m", "n", "k"], as_index=False)["latency"].median()
+    df = majority_kernel_rows(df).groupby(["m", "n", "k"], as_index=False)["latency"].median()
     g8 = precision.gemm_gpu(gpu, "fp8")
     pred = np.concatenate([rl.gemm_ms(g8, g["m"].to_numpy(dtype=float), int(k), int(n), 1)
                            for (n, k), g in df.groupby(["n", "k"], sort=True)])  # fmt: skip

@@ -240,14 +240,42 @@ MOE_HELD_OUT_MODELS = ("deepseek-v3",)  # its shape (hidden 7168, 256 experts, t
 MOE_LAYOUTS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 4), (8, 8))  # (TP, EP): what vLLM runs
 
 
+def majority_kernel_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the kernel measured on most of them (ties: the first name): one kernel per shape."""
+    counts = df.groupby("kernel_source").size()
+    return df[df["kernel_source"] == sorted(counts.index, key=lambda k: (-counts[k], k))[0]]
+
+
+def moe_rows(df: pd.DataFrame, dtype: str):
+    """(model, TP, EP, rows) for each catalog MoE model and vLLM layout the package measured: read_moe's rows
+    with balanced routing, in the first of MOE_DTYPES[dtype] the shape has, of the majority kernel, the median
+    latency per num_tokens."""
+    from simserve.catalog.models import resolve_model
+    from simserve.profiling.measured_moe import MOE_DTYPES
+
+    df = df[df["distribution"] == "balanced"]
+    for name in MOE_MODELS:
+        m = resolve_model(name)
+        shape = df[(df["hidden_size"] == m.hidden) & (df["inter_size"] == m.expert_ffn)
+                   & (df["topk"] == m.experts_per_token) & (df["num_experts"] == m.num_experts)]  # fmt: skip
+        moe_dtype = next((d for d in MOE_DTYPES[dtype] if (shape["moe_dtype"] == d).any()), None)
+        if moe_dtype is None:
+            continue
+        shape = shape[shape["moe_dtype"] == moe_dtype]
+        for tp, ep in MOE_LAYOUTS:
+            rows = shape[(shape["moe_tp_size"] == tp // ep) & (shape["moe_ep_size"] == ep)]
+            if rows.empty or m.num_heads % tp:
+                continue
+            yield name, tp, ep, majority_kernel_rows(rows).groupby("num_tokens", as_index=False)["latency"].median()
+
+
 def load_moe(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS), dtype: str = "bf16") -> pd.DataFrame:
     """gpu, system, model, tp, ep, num_tokens, measured_ms, set: the package's fused-MoE rows (balanced routing,
     the kernel measured on most rows) of the catalog's MoE models at vLLM's layouts, in `dtype` (bf16; fp8: the
     block-scaled rows where the shape has them, as the measured backend reads them). In-sample: Qwen3-235B-A22B
     and Mixtral-8x7B on a GEMM_FIT_SYSTEMS GPU; DeepSeek-V3's shape and every other GPU are held out."""
-    from simserve.catalog.models import resolve_model
     from simserve.profiling import measured
-    from simserve.profiling.measured_moe import MOE_DTYPES, read_moe
+    from simserve.profiling.measured_moe import read_moe
 
     frames = []
     for system in systems:
@@ -257,29 +285,14 @@ def load_moe(root: Path, systems: tuple[str, ...] = tuple(SYSTEMS), dtype: str =
         df, _ = read_moe(measured.open_database(gpu.name))
         if df is None:
             continue
-        df = df[df["distribution"] == "balanced"]
-        for name in MOE_MODELS:
-            m = resolve_model(name)
-            shape = df[(df["hidden_size"] == m.hidden) & (df["inter_size"] == m.expert_ffn)
-                       & (df["topk"] == m.experts_per_token) & (df["num_experts"] == m.num_experts)]  # fmt: skip
-            moe_dtype = next((d for d in MOE_DTYPES[dtype] if (shape["moe_dtype"] == d).any()), None)
-            if moe_dtype is None:
-                continue
-            shape = shape[shape["moe_dtype"] == moe_dtype]
-            for tp, ep in MOE_LAYOUTS:
-                rows = shape[(shape["moe_tp_size"] == tp // ep) & (shape["moe_ep_size"] == ep)]
-                if rows.empty or m.num_heads % tp:
-                    continue
-                counts = rows.groupby("kernel_source").size()
-                kernel = sorted(counts.index, key=lambda k: (-counts[k], k))[0]
-                rows = rows[rows["kernel_source"] == kernel].groupby("num_tokens", as_index=False)["latency"].median()
-                in_sample = system in GEMM_FIT_SYSTEMS and name not in MOE_HELD_OUT_MODELS
-                frames.append(pd.DataFrame({
-                    "gpu": gpu.name, "system": system, "model": name, "tp": tp, "ep": ep, "dtype": dtype,
-                    "num_tokens": rows["num_tokens"].to_numpy(dtype=float),
-                    "measured_ms": rows["latency"].to_numpy(dtype=float),
-                    "set": "calibration" if in_sample else "held out",
-                }))  # fmt: skip
+        for name, tp, ep, rows in moe_rows(df, dtype):
+            in_sample = system in GEMM_FIT_SYSTEMS and name not in MOE_HELD_OUT_MODELS
+            frames.append(pd.DataFrame({
+                "gpu": gpu.name, "system": system, "model": name, "tp": tp, "ep": ep, "dtype": dtype,
+                "num_tokens": rows["num_tokens"].to_numpy(dtype=float),
+                "measured_ms": rows["latency"].to_numpy(dtype=float),
+                "set": "calibration" if in_sample else "held out",
+            }))  # fmt: skip
     cols = ["gpu", "system", "model", "tp", "ep", "dtype", "num_tokens", "measured_ms", "set"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
