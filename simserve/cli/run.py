@@ -29,6 +29,17 @@ CAPACITY_FRONTEND_MS = typer.Option(
     "--ttft-slo and the printed and written TTFT, e.g. 10.2 (vLLM's, measured; simserve run's default); "
     "0 (default): engine-side. TBT and scheduling delay never include it.",
 )
+# The step's parts (predictor/step.py, docs/execution-model.md): on by default where they apply.
+SUSTAINED_CLOCK = typer.Option(
+    None,
+    "--sustained-clock/--no-sustained-clock",
+    help="GEMMs no faster than the GPU sustains at its power limit (default: on where the catalog has the rate).",
+)
+LAUNCH_GAPS = typer.Option(
+    None,
+    "--launch-gaps/--no-launch-gaps",
+    help="--engine vllm: charge CUDA-graph and eager kernel launches by launch mode (default: on with it).",
+)
 EP = typer.Option(
     1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
 )
@@ -239,6 +250,8 @@ def run_command(
         "--async-scheduling/--no-async-scheduling",
         help="--engine vllm: schedule the next step while this one runs (vLLM 0.33.0's default without PP).",
     ),
+    launch_gaps: bool | None = LAUNCH_GAPS,
+    sustained_clock: bool | None = SUSTAINED_CLOCK,
     disable_overlap_schedule: bool = typer.Option(
         False,
         "--disable-overlap-schedule",
@@ -371,6 +384,8 @@ def run_command(
         vllm_worker=_engine(engine, enforce_eager),
         enforce_eager=enforce_eager,
         async_scheduling=async_scheduling,
+        launch_gaps=launch_gaps,
+        sustained_clock=sustained_clock,
         overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
         frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )

@@ -65,6 +65,9 @@ class PlanSpec:
     disagg_layouts: int = 4
     # The serving front end's latency on every TTFT (sim/frontend.py; --frontend-ms): 0, engine-side, by default.
     frontend_ms: float = 0.0
+    # GEMMs at the GPU's sustained rate (predictor/step.py; --sustained-clock/--no-sustained-clock): None is on
+    # where the catalog has the rate
+    sustained_clock: bool | None = None
 
     def __post_init__(self) -> None:
         from simserve.plan.disagg import LAYOUTS
@@ -135,6 +138,7 @@ class PlanSpec:
             seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
             sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
             **ep, **self.precision_fields(), **({"frontend_ms": self.frontend_ms} if self.frontend_ms else {}),
+            sustained_clock=self.sustained_clock,
         )  # fmt: skip
 
     @property

@@ -76,7 +76,9 @@ def launch_costs(dep: Deployment, sizes: tuple[int, ...]) -> LaunchCosts:
     eager_cpu = layers * kernels_per_layer(dep) * LAUNCH_CPU_S
     gpu = (GRAPH_GAP_S, pieces * GRAPH_GAP_S, 0.0)
     cpu = (LAUNCH_CPU_S, (pieces + layers * ATTENTION_KERNELS) * LAUNCH_CPU_S, eager_cpu)
-    return LaunchCosts(tuple(gpu for _ in range(dep.pp)), tuple(cpu for _ in range(dep.pp)), sizes[-1] if sizes else 0)
+    return LaunchCosts(
+        tuple(gpu for _ in range(dep.pp)), tuple(cpu for _ in range(dep.pp)), sizes[-1] if sizes else 0
+    )
 
 
 NO_LAUNCH = LaunchCosts(((0.0, 0.0, 0.0),), ((0.0, 0.0, 0.0),), 0)
