@@ -432,6 +432,9 @@ def run_command(
         graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
         sched = "async scheduling (CPU work beside the sampler hidden)" if scenario.scheduling_is_async() else "sync scheduling"
         printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
+    parts = _step_parts(scenario, raw, dep)
+    if parts.get("all"):
+        printed.append(_parts_line(scenario, parts))
     from simserve.predictor.load import profile_label
 
     profile = profile_label(dep, scenario.profiles_root)
@@ -445,10 +448,28 @@ def run_command(
             doc["release"] = RELEASE_OF[scenario.policy]
         if memory is not None:
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
+        doc["step_parts"] = {"switches": scenario.step_parts(), **parts}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
         Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+
+
+def _step_parts(scenario, raw, dep) -> dict:
+    """summary.json's step breakdown (sim/step_parts.py); {} where the timer is not a profiled one."""
+    from simserve.sim.scenario import scenario_timer
+    from simserve.sim.step_parts import breakdown
+
+    if scenario.dp_attention > 1:  # lockstep ranks: their steps are not one timer's
+        return {}
+    return breakdown(raw.log, scenario_timer(scenario), dep)
+
+
+def _parts_line(scenario, parts: dict) -> str:
+    on = [k.replace("_", " ") for k, v in scenario.step_parts().items() if v]
+    kinds = ", ".join(f"{k.replace('_', '-')} {v['mean_step_s'] * 1e3:.2f} ms at {v['gemm_fraction_of_peak']:.0%} of "
+                      f"dense peak, limited by {v['limited_by']}" for k, v in parts.items() if k != "all")  # fmt: skip
+    return f"step parts ({', '.join(on) or 'kernels only'}): {kinds} (summary.json step_parts)"
 
 
 def _frontend_ms(value: float | None, paper_setup: bool) -> float:
