@@ -38,7 +38,12 @@ def _rows(log, replicas: tuple[int, int] | None = None) -> dict[str, np.ndarray]
         keep = (cols["replica"] >= replicas[0]) & (cols["replica"] < replicas[1])
         cols = {name: col[keep] for name, col in cols.items()}
     k = np.maximum(cols["num_iterations"], 1).astype(float)
-    out = {"replica": cols["replica"].astype(int), "stage": cols["stage"].astype(int), "k": k, "d": (cols["end_s"] - cols["start_s"]) / k}
+    out = {
+        "replica": cols["replica"].astype(int),
+        "stage": cols["stage"].astype(int),
+        "k": k,
+        "d": (cols["end_s"] - cols["start_s"]) / k,
+    }
     pre, dec, req = cols["num_prefill_tokens"] / k, cols["num_decode_tokens"] / k, cols["num_requests"] / k
     out["t"] = np.rint(pre + dec).astype(np.int64)
     out["n"] = req
@@ -99,12 +104,17 @@ def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None) -> dict:
     layers = dep.layers_per_stage
     ops = linear_ops(dep)
     weights = layers * sum(op.share * op.bytes(0, dep.weight_bytes) for op in ops)
-    act = layers * sum(op.share * (op.bytes(1, dep.model.dtype_bytes) - op.bytes(0, dep.model.dtype_bytes)) for op in ops)
+    act = layers * sum(
+        op.share * (op.bytes(1, dep.model.dtype_bytes) - op.bytes(0, dep.model.dtype_bytes)) for op in ops
+    )
     kv = np.where(r["kind"] > 0, r["kv_blocks"] * kv_bytes_per_block(dep), 0.0)
     flops, nbytes = r["t"] * fpt, weights + r["t"] * act + kv
     peak, sus, hbm = dep.gpu.peak_tflops * 1e12, dep.gpu.sustained_tflops * 1e12, dep.gpu.hbm_gbps * 1e9
     out = {}
-    for name, mask in (("all", np.ones(len(r["d"]), dtype=bool)), *((k, r["kind"] == i) for i, k in enumerate(KINDS))):
+    for name, mask in (
+        ("all", np.ones(len(r["d"]), dtype=bool)),
+        *((k, r["kind"] == i) for i, k in enumerate(KINDS)),
+    ):
         w = r["k"][mask]
         steps = float(w.sum())
         if not steps:
@@ -142,7 +152,9 @@ def guard(log, timer, dep, replicas: tuple[int, int] | None = None, slack: float
     from simserve.predictor.step import gemm_flops_per_token
 
     r = _rows(log, replicas)
-    ceiling = (dep.gpu.sustained_tflops if getattr(timer, "boost_linear", None) is not None else dep.gpu.peak_tflops) * 1e12
+    ceiling = (
+        dep.gpu.sustained_tflops if getattr(timer, "boost_linear", None) is not None else dep.gpu.peak_tflops
+    ) * 1e12
     rate = r["t"] * gemm_flops_per_token(dep) / np.maximum(r["d"], 1e-300)
     bad = np.flatnonzero(rate > ceiling * (1 + slack))
     return [f"row {i}: {r['t'][i]} tokens in {r['d'][i] * 1e3:.3f} ms = {rate[i] / 1e12:.0f} TFLOP/s > {ceiling / 1e12:.0f}"
