@@ -136,6 +136,7 @@ class Timer:
     launch_gpu: cython.double[:, :]
     launch_cpu: cython.double[:, :]
     launch_cap: cython.longlong
+    plain: cython.bint  # no overlapping, GPU-stream or per-token CPU work and no launch costs: kernels + a + b·n
     # T_LINEAR / T_CONSTANT
     a: cython.double
     b: cython.double
@@ -162,6 +163,7 @@ class Timer:
             )
             self.cpu_gpu, self.cpu_ovl, self.cpu_ser = p["cpu_gpu"], p["cpu_ovl"], p["cpu_ser"]
             self.launch_gpu, self.launch_cpu, self.launch_cap = p["launch_gpu"], p["launch_cpu"], p["launch_cap"]
+            self.plain = p["plain"]
         else:
             self.a, self.b, self.c = p["a"], p["b"], p["c"]
 
@@ -247,13 +249,15 @@ class Timer:
             tok = self.tok[stage, t]
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
+        r = cython.cast(cython.double, n + nd) if cython.compiled else float(n + nd)
+        if self.plain:  # NOTE: the general expression below with its zero terms dropped: the same bits, fewer loads
+            return tok + attn + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r
         if t > self.launch_cap:
             mode = 2
         elif n:
             mode = 1
         else:
             mode = 0
-        r = cython.cast(cython.double, n + nd) if cython.compiled else float(n + nd)
         tt = cython.cast(cython.double, t) if cython.compiled else float(t)
         gpu = (tok + attn + self.cpu_gpu[stage, 0] + self.cpu_gpu[stage, 1] * r + self.cpu_gpu[stage, 2] * tt
                + self.launch_gpu[stage, mode])  # fmt: skip

@@ -171,6 +171,8 @@ def _table_arrays(t) -> dict:
         launch_gpu=np.array(t._launch_gpu, dtype=np.float64).reshape(-1, 3),
         launch_cpu=np.array(t._launch_cpu, dtype=np.float64).reshape(-1, 3),
         launch_cap=int(t._launch_cap),
+        plain=not (np.any(t._cpu_gpu) or np.any(t._cpu_ovl) or np.any(np.array(t._cpu_ser)[:, 2])
+                   or np.any(t._launch_gpu) or np.any(t._launch_cpu)),
     )
 
 
