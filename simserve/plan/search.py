@@ -72,6 +72,16 @@ class PlanSpec:
     def __post_init__(self) -> None:
         from simserve.plan.disagg import LAYOUTS
 
+        if self.sustained_clock:  # the step's parts: refused for a GPU the model has no sustained rate for
+            from simserve.catalog import GPUSpec
+
+            lacking = [g for g in self.gpus if not GPUSpec.from_name(g).sustained_tflops]
+            if lacking:
+                raise SimserveError(
+                    f"--sustained-clock needs the GPU's sustained GEMM rate, which the catalog lacks for "
+                    f"{', '.join(lacking)} (sustained_tflops); drop --sustained-clock or those GPUs"
+                )
+
         if not self.layouts or any(x not in LAYOUTS for x in self.layouts):
             raise SimserveError(f"--layouts takes {' and/or '.join(LAYOUTS)}, comma-separated; got {','.join(self.layouts)}")
         if self.frontend_ms:
