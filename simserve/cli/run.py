@@ -430,7 +430,7 @@ def run_command(
     if memory is not None:
         sizes = scenario.cudagraph_sizes()
         graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
-        sched = "async scheduling (CPU work beside the sampler hidden)" if scenario.scheduling_is_async() else "sync scheduling"
+        sched = "async scheduling (schedule, inputs and outputs overlap the GPU step)" if scenario.scheduling_is_async() else "sync scheduling"
         printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
     parts = _step_parts(scenario, raw, dep)
     if parts.get("all"):
