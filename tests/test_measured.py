@@ -109,14 +109,28 @@ def test_provenance_names_the_package_release_counts_and_license(h200_tp4) -> No
 
 @needs_db
 def test_collectives_use_the_engines_all_reduce_then_nccl_and_model_send_recv(h200_tp4) -> None:
-    from simserve.profiling.measured_backend import CUSTOM_AR_MAX_BYTES
+    """vLLM 0.33.0 at TP 4 on Hopper: FlashInfer's all-reduce to 2 MiB, its custom one below 32 MiB, torch's
+    symmetric memory at 32 MiB, NCCL above (vllm_allreduce.py); the measured custom kernel stands in for the first
+    two, the faster measured kernel for the third."""
+    from simserve.profiling.vllm_allreduce import MIB
 
     col = h200_tp4[0]["collectives"]
     ar = col[col["op"] == "all_reduce"].sort_values("size_bytes")
-    small, large = ar[ar["size_bytes"] <= CUSTOM_AR_MAX_BYTES], ar[ar["size_bytes"] > CUSTOM_AR_MAX_BYTES]
-    assert small["kernel"].str.contains("custom all-reduce").all() and large["kernel"].str.startswith("nccl").all()
+    ours, large = ar[ar["size_bytes"] < 32 * MIB], ar[ar["size_bytes"] > 32 * MIB]
+    assert ours["kernel"].str.contains("custom all-reduce").all() and large["kernel"].str.startswith("nccl").all()
+    assert ar[ar["size_bytes"] <= 2 * MIB]["kernel"].str.endswith("runs flashinfer").all()
+    assert large["kernel"].str.endswith("runs nccl").all()
     assert (np.diff(large["time_ms"]) > 0).all()
     assert (col[col["op"] == "send_recv"]["source"] == "modelled").all()
+
+
+def test_vllms_all_reduce_dispatch_by_generation_and_tp() -> None:
+    from simserve.profiling.vllm_allreduce import MIB, backends
+
+    sizes = np.array([64 * 1024, MIB, 16 * MIB, 100 * MIB])
+    assert list(backends(90, 8, sizes)) == ["flashinfer", "symm_mem", "symm_mem", "nccl"]
+    assert list(backends(90, 2, sizes)) == ["flashinfer", "flashinfer", "flashinfer", "nccl"]
+    assert list(backends(80, 8, sizes)) == ["custom", "custom", "nccl", "nccl"]  # Ampere: custom below 8 MiB
 
 
 @needs_db

@@ -244,6 +244,8 @@ def test_generation_launch_constants_are_the_measured_ratios():
     err = v.db_errors(v.load_db(root))
     med = err[err["num_workers"] < 8].groupby("system")["ape"].median()
     assert med["h200_sxm"] <= 15.0, med.to_dict()  # held out: H200 at 2 and 4 GPUs
+    eight = err[err["num_workers"] == 8].groupby("system")["ape"].median()
+    assert eight["h100_sxm"] <= 15.0, eight.to_dict()  # NCCL 2.19+'s step latencies on Hopper (was 20.8%)
 
 
 def test_pcie_host_box_shares_host_memory_among_the_ring_hops():

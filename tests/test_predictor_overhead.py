@@ -47,8 +47,8 @@ def test_overhead_grows_with_the_batch():
 def test_stages_split_the_overhead_and_it_is_all_charged():
     ov = CpuOverhead(include_ray_comm=True)
     for pp in (1, 2, 4):
-        a = sum(ov.stage_coefficients(s, pp)[0] for s in range(pp))
-        b = sum(ov.stage_coefficients(s, pp)[1] for s in range(pp))
+        a = sum(ov.stage_coefficients(s, pp).serial[0] for s in range(pp))
+        b = sum(ov.stage_coefficients(s, pp).serial[1] for s in range(pp))
         assert (a + b * 40) * 1e3 == pytest.approx(ov.total_ms(40))
     assert ov.stage_components(0, 2) == ("schedule", "prepare_inputs", "ray_comm")
     assert ov.stage_components(1, 2) == ("sampler", "process_outputs")

@@ -12,7 +12,9 @@ one row per iteration instead of compressed stretch rows, so iterations.csv and 
 summary with them (its stage-busy sum over the rows, 0.9999999999999999 → 1.0); requests.csv kept its hashes. Re-pinned for issue 23 when summary.json gained `vllm_bench_serve`, the run
 reported as `vllm bench serve` prints it, and again when `simserve run`'s TTFT, end-to-end and normalized
 latencies came to include the serving front end's 10.2 ms (sim/frontend.py, `--frontend-ms`; summary.json's
-`frontend_s`); the tables, the trace, TBT and scheduling delay did not move.)
+`frontend_s`); the tables, the trace, TBT and scheduling delay did not move. Re-pinned for issue 30 when
+summary.json gained `step_parts` (sim/step_parts.py: the mean step by part and step kind); the tables and the
+trace kept their hashes.)
 """
 
 from __future__ import annotations
@@ -37,11 +39,11 @@ FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
 
 GOLDEN = {
     "orca-arxiv": {"requests.csv": "6d379d9818ae3953", "iterations.csv": "2f91616a92084ae3",
-                  "summary.json": "5825233d96ec73a6", "trace.json": "bdfd59871ac385b8"},
+                  "summary.json": "53926b67a5121e55", "trace.json": "bdfd59871ac385b8"},
     "sarathi": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
-               "summary.json": "ab2ebc679d2dafd8", "trace.json": "6b2c038fbbd93798"},
+               "summary.json": "d8c28282dac10f18", "trace.json": "6b2c038fbbd93798"},
     "vllm-exact-2rep": {"requests.csv": "32938e6f751e7a6a", "iterations.csv": "2de6a89dd91a0c6f",
-                       "summary.json": "f55911f9ba437253", "trace.json": "90bb8fe6fcf444bd"},
+                       "summary.json": "ca1bd0f2a20798d3", "trace.json": "90bb8fe6fcf444bd"},
 }
 
 

@@ -47,6 +47,11 @@ class GPUSpec:
     # L2 cache in MiB (NVIDIA's "MB" in whitepapers is 1024 KB); 0: not known. Sources per GPU in L2_SOURCES. A
     # kernel whose operands fit stays L2-resident across repeated launches: simserve/profiling/l2_residency.py.
     l2_mib: float = 0.0
+    # Power and clocks (predictor/step.py, the sustained-clock model). power_w: the board's power limit;
+    # sustained_tflops: the best bf16 GEMM rate NVIDIA's tables measured on GEMMs timed >= 32 ms, i.e. at the power
+    # limit (benchmarks/sustained_gemm.py; aiconfigurator-core 0.12.0, newest vLLM GEMM table); 0: not known.
+    power_w: float = 0.0
+    sustained_tflops: float = 0.0
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -138,6 +143,7 @@ GPU: Table[GPUSpec] = Table(
         GPUSpec(
             name="A100-80GB", memory_gib=79.15, peak_tflops=312.0, hbm_gbps=2039.0, num_sms=108, arch="ampere",
             l2_mib=40,
+            power_w=400.0, sustained_tflops=298.4,
             aliases=("a100", "a100-80g", "a100-sxm4-80gb", "a100-80gb-sxm"),
             source="NVIDIA A100 datasheet (SXM4 80GB: 312 TF/s dense BF16, 2,039 GB/s HBM2e); "
                    "79.15 GiB is torch.cuda's total for the 80 GB part; 108 SMs (NVIDIA A100 Tensor Core GPU "
@@ -154,6 +160,7 @@ GPU: Table[GPUSpec] = Table(
         GPUSpec(
             name="H100-SXM", memory_gib=79.11, peak_tflops=989.4, hbm_gbps=3350.0, num_sms=132, arch="hopper",
             l2_mib=50,
+            power_w=700.0, sustained_tflops=884.5,
             aliases=("h100", "h100-80gb", "h100-sxm5", "h100-sxm5-80gb"),
             source="NVIDIA H100 datasheet (SXM5: 989.4 TF/s dense BF16, 3.35 TB/s HBM3); 132 SMs "
                    "(NVIDIA H100 Tensor Core GPU Architecture whitepaper, SXM5)",
@@ -161,6 +168,7 @@ GPU: Table[GPUSpec] = Table(
         GPUSpec(
             name="H200", memory_gib=139.8, peak_tflops=989.4, hbm_gbps=4800.0, num_sms=132, arch="hopper",
             l2_mib=50,
+            power_w=700.0, sustained_tflops=833.3,
             aliases=("h200", "h200-sxm", "h200-141gb"),
             source="NVIDIA H200 datasheet (SXM: 989.4 TF/s dense BF16, 4.8 TB/s HBM3e, 141 GB); the GH100 die "
                    "of the H100 SXM5, 132 SMs",
@@ -292,6 +300,10 @@ DEFAULT_NODE = {"A100-80GB": "a100-pairwise-nvlink", "A40-48GB": "a40-pairwise-n
                 "H100-SXM": "dgx-h100", "H200": "hgx-h200", "H100-NVL": "h100-nvl-pairs"}  # fmt: skip
 
 
+# Power limits: the datasheets (A100 SXM 400 W, H100/H200 SXM 700 W, B200 1,000 W, L40S 350 W, RTX PRO 6000 Server
+# 600 W) as aiconfigurator-core 0.12.0 systems/<name>.yaml repeats them (`power`; B300 1,100, GB200 1,200, GB300 1,400).
+# sustained_tflops: `python benchmarks/sustained_gemm.py` (docs/execution-model.md, "Sustained clock").
+
 # --- GPUs of NVIDIA's measured per-op database ------------------------------------------------------------------
 # Every NVIDIA system the `aiconfigurator-core` package describes (systems/<name>.yaml; simserve/profiling/measured.py
 # maps them), with its usual box. Peaks are dense (no sparsity) BF16 tensor-core rates per GPU. Where the memory a
@@ -304,7 +316,8 @@ _DATABASE_GPUS = [
     GPUSpec(
         name="B200", memory_gib=180.0, peak_tflops=2250.0, hbm_gbps=7700.0, num_sms=148, arch="blackwell",
         l2_mib=126,
-        aliases=("b200", "b200-sxm", "b200-180gb", "hgx-b200-gpu"),
+        power_w=1000.0, sustained_tflops=1728.5,
+            aliases=("b200", "b200-sxm", "b200-180gb", "hgx-b200-gpu"),
         source="NVIDIA HGX B200 datasheet (8 GPUs: 36 PF FP16/BF16 with sparsity = 2.25 PF dense each, 1.4 TB "
                "HBM3e, 62 TB/s = 7.7 TB/s each); 148 SMs (NVIDIA Blackwell architecture technical brief); "
                f"memory {_AIC.format('b200_sxm')} mem_capacity (180 GiB)",
@@ -312,7 +325,8 @@ _DATABASE_GPUS = [
     GPUSpec(
         name="B300", memory_gib=268.6, peak_tflops=2250.0, hbm_gbps=7750.0, num_sms=148, arch="blackwell",
         l2_mib=126,
-        aliases=("b300", "b300-sxm", "blackwell-ultra", "hgx-b300-gpu"), sm_version=103,
+        power_w=1100.0, sustained_tflops=1860.4,
+            aliases=("b300", "b300-sxm", "blackwell-ultra", "hgx-b300-gpu"), sm_version=103,
         source="NVIDIA HGX B300 datasheet (8 GPUs: 36 PF FP16/BF16 with sparsity = 2.25 PF dense each, 2.3 TB "
                f"HBM3e); bandwidth and memory from {_AIC.format('b300_sxm')} (7.75 TB/s, 288.4e9 B); SMs as B200 "
                "(the 160-SM die with the same 148 enabled: an assumption, NVIDIA publishes the die count)",
@@ -320,21 +334,24 @@ _DATABASE_GPUS = [
     GPUSpec(
         name="GB200", memory_gib=185.0, peak_tflops=2500.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
         l2_mib=126,
-        aliases=("gb200", "gb200-nvl72-gpu", "b200-grace"),
+        power_w=1200.0, sustained_tflops=1582.3,
+            aliases=("gb200", "gb200-nvl72-gpu", "b200-grace"),
         source="NVIDIA GB200 NVL72 datasheet (72 GPUs: 360 PF FP16/BF16 with sparsity = 2.5 PF dense each, "
                f"13.4 TB HBM3e = 186 GB each, 576 TB/s = 8 TB/s each); memory {_AIC.format('gb200')} (185 GiB)",
     ),
     GPUSpec(
         name="GB300", memory_gib=277.5, peak_tflops=2500.0, hbm_gbps=8000.0, num_sms=148, arch="blackwell",
         l2_mib=126,
-        aliases=("gb300", "gb300-nvl72-gpu", "b300-grace"), sm_version=103,
+        power_w=1400.0, sustained_tflops=2197.5,
+            aliases=("gb300", "gb300-nvl72-gpu", "b300-grace"), sm_version=103,
         source="NVIDIA GB300 NVL72 datasheet (72 GPUs: 20.7 TB HBM3e = 288 GB each, 576 TB/s = 8 TB/s each); "
                f"dense BF16 and memory from {_AIC.format('gb300')} (2.5 PF, 298.0e9 B); SMs as GB200 (assumption)",
     ),
     GPUSpec(
         name="L40S", memory_gib=44.99, peak_tflops=362.05, hbm_gbps=864.0, num_sms=142, arch="ada",
         l2_mib=96,
-        aliases=("l40s", "l40s-48gb"),
+        power_w=350.0, sustained_tflops=285.3,
+            aliases=("l40s", "l40s-48gb"),
         source="NVIDIA L40S datasheet (362.05 TF/s BF16 dense, 733 with sparsity; 48 GB GDDR6 at 864 GB/s); 142 SMs "
                f"(AD102: the datasheet's 18,176 CUDA cores / 128 per SM); memory {_AIC.format('l40s')}",
     ),
@@ -342,7 +359,8 @@ _DATABASE_GPUS = [
         name="RTX-P6000", memory_gib=95.59, peak_tflops=467.8, hbm_gbps=1792.0, num_sms=188, arch="blackwell",
         l2_mib=128,
         sm_version=120,  # GB202: compute capability 12.0 (CUDA C Programming Guide), not the B200's 10.0
-        aliases=("rtx-pro-6000", "rtx-pro-6000-server", "rtx_pro_6000_server", "rtx-pro-6000-blackwell"),
+        power_w=600.0, sustained_tflops=458.8,
+            aliases=("rtx-pro-6000", "rtx-pro-6000-server", "rtx_pro_6000_server", "rtx-pro-6000-blackwell"),
         source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (96 GB GDDR7 at 1,792 GB/s; 24,064 CUDA cores "
                f"= 188 SMs); dense BF16 and memory from {_AIC.format('rtx_pro_6000_server')} (467.8 TF/s, 102.6e9 B)",
     ),

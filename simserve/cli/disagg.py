@@ -61,11 +61,22 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
         _write_transfers(tmp / "transfers.csv", run)
         doc = {"prefill": scenario_fields(ds.prefill), "decode": scenario_fields(ds.decode), "layout": ds.label(),
                "qps": qps, "summary": summary, "disaggregation": pools_doc, "notes": notes,
-               "trace_dropped": workload_drops(ds.prefill), "profiles": profiles}  # fmt: skip
+               "trace_dropped": workload_drops(ds.prefill), "profiles": profiles,
+               "step_parts": _step_parts(ds, run)}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print(console, ds, qps, summary, pools_doc, out)
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def _step_parts(ds, run) -> dict:
+    """Each pool's step breakdown (sim/step_parts.py): the prefill pool is replicas 0..num_prefill-1 of the log."""
+    from simserve.sim.scenario import scenario_timer
+    from simserve.sim.step_parts import breakdown
+
+    n, total = run.num_prefill, len(run.raw.replicas)
+    return {side: {"switches": s.step_parts(), **breakdown(run.raw.log, scenario_timer(s), s.deployment(), span)}
+            for side, s, span in (("prefill", ds.prefill, (0, n)), ("decode", ds.decode, (n, total)))}  # fmt: skip
 
 
 def _write_transfers(path: Path, run) -> None:

@@ -18,12 +18,14 @@ HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes", "head_siz
           "qk_rope_head_dim", "v_head_dim", "num_experts", "experts_per_token"}  # fmt: skip
 # Shown with --wide only, so that the default table fits an 80-column terminal without splitting a number.
 DETAIL = {"activation", "norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps",
-          "nvls_bus_gbps", "sm_version"}  # fmt: skip
+          "nvls_bus_gbps", "sm_version", "power_w", "sustained_tflops"}  # fmt: skip
 # Column headings with the unit (the fields' `gbps` are gigabytes per second); others are the field's name.
 LABELS = {
     "gpus_per_node": "GPUs",
     "memory_gib": "GiB",
     "peak_tflops": "TFLOPS",
+    "power_w": "W",
+    "sustained_tflops": "sustained TFLOPS",
     "hbm_gbps": "HBM GB/s",
     "nvlink_gbps": "NVLink GB/s",
     "pcie_gbps": "PCIe GB/s",

@@ -76,6 +76,7 @@ def plan(
     ),
     all_rows: bool = typer.Option(False, "--all", help="Print every deployment, not only the Pareto ones."),
     frontend_ms: float = options.CAPACITY_FRONTEND_MS,
+    sustained_clock: bool | None = options.SUSTAINED_CLOCK,
     layouts: str = typer.Option(
         "agg", "--layouts", help="agg (replicas that prefill and decode) and/or disagg (prefill and decode pools)."
     ),
@@ -133,6 +134,7 @@ def plan(
         layouts=tuple(dict.fromkeys([x.strip() for x in layouts.split(",") if x.strip()] + (["disagg"] if disagg else []))),
         disagg_layouts=disagg_layouts,
         frontend_ms=frontend_ms,
+        sustained_clock=sustained_clock,
     )
     result = run_plan(
         spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune

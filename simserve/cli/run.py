@@ -29,6 +29,17 @@ CAPACITY_FRONTEND_MS = typer.Option(
     "--ttft-slo and the printed and written TTFT, e.g. 10.2 (vLLM's, measured; simserve run's default); "
     "0 (default): engine-side. TBT and scheduling delay never include it.",
 )
+# The step's parts (predictor/step.py, docs/execution-model.md): on by default where they apply.
+SUSTAINED_CLOCK = typer.Option(
+    None,
+    "--sustained-clock/--no-sustained-clock",
+    help="GEMMs no faster than the GPU sustains at its power limit (default: on where the catalog has the rate).",
+)
+LAUNCH_GAPS = typer.Option(
+    None,
+    "--launch-gaps/--no-launch-gaps",
+    help="--engine vllm: charge CUDA-graph and eager kernel launches by launch mode (default: on with it).",
+)
 EP = typer.Option(
     1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
 )
@@ -239,6 +250,8 @@ def run_command(
         "--async-scheduling/--no-async-scheduling",
         help="--engine vllm: schedule the next step while this one runs (vLLM 0.33.0's default without PP).",
     ),
+    launch_gaps: bool | None = LAUNCH_GAPS,
+    sustained_clock: bool | None = SUSTAINED_CLOCK,
     disable_overlap_schedule: bool = typer.Option(
         False,
         "--disable-overlap-schedule",
@@ -371,6 +384,8 @@ def run_command(
         vllm_worker=_engine(engine, enforce_eager),
         enforce_eager=enforce_eager,
         async_scheduling=async_scheduling,
+        launch_gaps=launch_gaps,
+        sustained_clock=sustained_clock,
         overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
         frontend_ms=_frontend_ms(frontend_ms, paper_setup),
     )
@@ -415,8 +430,11 @@ def run_command(
     if memory is not None:
         sizes = scenario.cudagraph_sizes()
         graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
-        sched = "async scheduling (CPU work beside the sampler hidden)" if scenario.scheduling_is_async() else "sync scheduling"
+        sched = "async scheduling (schedule, inputs and outputs overlap the GPU step)" if scenario.scheduling_is_async() else "sync scheduling"
         printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
+    parts = _step_parts(scenario, raw, dep)
+    if parts.get("all"):
+        printed.append(_parts_line(scenario, parts))
     from simserve.predictor.load import profile_label
 
     profile = profile_label(dep, scenario.profiles_root)
@@ -430,10 +448,28 @@ def run_command(
             doc["release"] = RELEASE_OF[scenario.policy]
         if memory is not None:
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
+        doc["step_parts"] = {"switches": scenario.step_parts(), **parts}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
         Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+
+
+def _step_parts(scenario, raw, dep) -> dict:
+    """summary.json's step breakdown (sim/step_parts.py); {} where the timer is not a profiled one."""
+    from simserve.sim.scenario import scenario_timer
+    from simserve.sim.step_parts import breakdown
+
+    if scenario.dp_attention > 1:  # lockstep ranks: their steps are not one timer's
+        return {}
+    return breakdown(raw.log, scenario_timer(scenario), dep)
+
+
+def _parts_line(scenario, parts: dict) -> str:
+    on = [k.replace("_", " ") for k, v in scenario.step_parts().items() if v]
+    kinds = ", ".join(f"{k.replace('_', '-')} {v['mean_step_s'] * 1e3:.2f} ms at {v['gemm_fraction_of_peak']:.0%} of "
+                      f"dense peak, limited by {v['limited_by']}" for k, v in parts.items() if k != "all")  # fmt: skip
+    return f"step parts ({', '.join(on) or 'kernels only'}): {kinds} (summary.json step_parts)"
 
 
 def _frontend_ms(value: float | None, paper_setup: bool) -> float:

@@ -218,6 +218,8 @@ def sweep(
         help="--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1).",
     ),
     frontend_ms: float = options.CAPACITY_FRONTEND_MS,
+    sustained_clock: bool | None = options.SUSTAINED_CLOCK,
+    launch_gaps: bool | None = options.LAUNCH_GAPS,
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.io import check_out_dir
@@ -280,6 +282,10 @@ def sweep(
 
         base = paper(base)
     base = _with_frontend(base, frontend_ms, toy, paper_setup)
+    if sustained_clock is not None or launch_gaps is not None:  # the step's parts (predictor/step.py)
+        if toy:
+            raise SimserveError("--sustained-clock and --launch-gaps shape the simulator's steps; drop --toy")
+        base = replace(base, sustained_clock=sustained_clock, launch_gaps=launch_gaps)
     if not toy:  # no shipped profile covers the deployment: build one (measured if it can), as `plan` does
         from simserve.profiling.generated import for_scenario
 

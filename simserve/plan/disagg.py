@@ -198,8 +198,9 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     def profiles_for(deps):
         profiles.update(resolve_profiles([d for d in deps if d not in profiles]))
 
-    def timer_for(dep):
-        return _timer(dep, profiles[dep].root, True, False)
+    def timer_for(dep):  # the screen's estimate, with the GEMMs at the sustained rate the searches use
+        clock = dep.gpu.sustained_tflops > 0 if spec.sustained_clock is None else spec.sustained_clock
+        return _timer(dep, profiles[dep].root, True, False, (), False, False, clock)
 
     prompt, output, _, _ = _workload(spec.trace, spec.max_len, spec.num_requests, spec.seed, False)
     layouts, notes = enumerate_layouts(spec, prices, profiles_for, timer_for,

@@ -65,9 +65,22 @@ class PlanSpec:
     disagg_layouts: int = 4
     # The serving front end's latency on every TTFT (sim/frontend.py; --frontend-ms): 0, engine-side, by default.
     frontend_ms: float = 0.0
+    # GEMMs at the GPU's sustained rate (predictor/step.py; --sustained-clock/--no-sustained-clock): None is on
+    # where the catalog has the rate
+    sustained_clock: bool | None = None
 
     def __post_init__(self) -> None:
         from simserve.plan.disagg import LAYOUTS
+
+        if self.sustained_clock:  # the step's parts: refused for a GPU the model has no sustained rate for
+            from simserve.catalog import GPUSpec
+
+            lacking = [g for g in self.gpus if not GPUSpec.from_name(g).sustained_tflops]
+            if lacking:
+                raise SimserveError(
+                    f"--sustained-clock needs the GPU's sustained GEMM rate, which the catalog lacks for "
+                    f"{', '.join(lacking)} (sustained_tflops); drop --sustained-clock or those GPUs"
+                )
 
         if not self.layouts or any(x not in LAYOUTS for x in self.layouts):
             raise SimserveError(f"--layouts takes {' and/or '.join(LAYOUTS)}, comma-separated; got {','.join(self.layouts)}")
@@ -135,6 +148,7 @@ class PlanSpec:
             seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
             sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
             **ep, **self.precision_fields(), **({"frontend_ms": self.frontend_ms} if self.frontend_ms else {}),
+            sustained_clock=self.sustained_clock,
         )  # fmt: skip
 
     @property

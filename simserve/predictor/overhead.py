@@ -20,13 +20,27 @@ do not pay it. It is 2.5–6.5 ms per iteration, comparable to a whole decode st
 in silently would move every latency: enable it with `CpuOverhead(include_ray_comm=True)` to model that engine
 (a + b·batch fitted the same way: 2.30 ms + 0.0325 ms per request, 1.7 % mean / 5.2 % max error).
 
-Async scheduling (vLLM V1's `--async-scheduling`, on by default in 0.33.0 without pipeline parallelism): the
-engine core schedules step n+1 and prepares its inputs while step n runs on the GPU, and processes step n's
-outputs while step n+1 runs (`EngineCore.step_with_batch_queue`, vllm/v1/engine/core.py; `AsyncScheduler`,
-vllm/v1/core/sched/async_scheduler.py). Schedule, prepare inputs and process outputs then leave the iteration's
-critical path; the sampler, GPU work, stays on it. `CpuOverhead(async_scheduling=True)` charges only the
-sampler. This assumes the hidden CPU work fits in the GPU step it overlaps (at 256 requests it is about 1.1 ms
-of schedule and inputs and 7.6 ms of output processing, against 20-60 ms for a 7B model's decode step on an A100).
+Async scheduling (vLLM V1's `--async-scheduling`, on by default in 0.33.0 without pipeline parallelism):
+`EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py) keeps a batch queue of two. Each pass of its loop
+schedules step n+1, prepares its inputs and launches its kernels and its sampler (`execute_model` and
+`sample_tokens` with `non_block=True`), and only then waits for step n's sampled tokens and processes them
+(`update_from_output`). Step n+1's input ids come from step n's sampled tokens on the GPU
+(`AsyncScheduler`, vllm/v1/core/sched/async_scheduler.py; `GPUModelRunner._prepare_input_ids`), so nothing in
+that loop waits for the GPU before it launches. In steady state the GPU is idle only when the CPU's pass is
+longer than the GPU's step: a step takes max(GPU work, CPU work that overlaps it) + CPU work that cannot
+overlap (`predictor/step.py`). At TP 1 the whole pass is one thread (`UniProcExecutor`: schedule, inputs,
+launches and output processing add up); at TP > 1 the workers prepare inputs and launch in their own processes,
+and the sum is an upper bound. Without async scheduling (`EngineCore.step`) the engine schedules, prepares,
+launches, waits for the GPU, then processes: only the kernel launches overlap the GPU.
+
+Each component below says what it is under async scheduling (`Component.role_async`): "overlap" (schedule,
+prepare inputs, process outputs), "gpu" (the sampler: its measured time is mostly its GPU work over the
+vocabulary, queued behind the forward pass), or "serial". Without async scheduling every component is serial,
+as it was before the overlap model existed, so those results are unchanged.
+
+Every component is `a + b·num_reqs + c·num_tokens` milliseconds. The defaults are Vidur's 2024 constants above
+(c = 0: that file has no token-count column); `CpuOverhead(components=...)` takes another set, e.g. one
+measured on vLLM 0.33.0's own code, with the same names and roles.
 
 The sampler's time includes its GPU work over the vocabulary, and the constants come from one model at TP2:
 they are an approximation for other models and TP degrees (documented in docs/predictor.md).
@@ -43,12 +57,43 @@ SAMPLER = (0.6045, 0.00317)
 PROCESS_OUTPUTS = (0.0928, 0.02941)
 RAY_COMM = (2.3048, 0.03253)
 
-COMPONENTS = {
-    "schedule": SCHEDULE,
-    "prepare_inputs": PREPARE_INPUTS,
-    "sampler": SAMPLER,
-    "process_outputs": PROCESS_OUTPUTS,
-}
+ROLES = ("overlap", "gpu", "serial")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One piece of a step's engine CPU work: a + b·num_reqs + c·num_tokens ms, charged on the first stage
+    (before the forward pass) or the last (after it), and what it is under async scheduling (ROLES)."""
+
+    a_ms: float
+    b_ms: float = 0.0  # per request in the batch
+    c_ms: float = 0.0  # per token in the batch
+    stage: str = "first"  # first | last
+    role_async: str = "serial"
+
+    def __post_init__(self):
+        if self.stage not in ("first", "last") or self.role_async not in ROLES:
+            raise ValueError(f"bad component: stage {self.stage!r}, role {self.role_async!r}")
+
+
+VIDUR = (
+    ("schedule", Component(*SCHEDULE, stage="first", role_async="overlap")),
+    ("prepare_inputs", Component(*PREPARE_INPUTS, stage="first", role_async="overlap")),
+    ("sampler", Component(*SAMPLER, stage="last", role_async="gpu")),
+    ("process_outputs", Component(*PROCESS_OUTPUTS, stage="last", role_async="overlap")),
+)
+RAY = Component(*RAY_COMM, stage="first", role_async="serial")  # the driver → worker RPC: never hidden
+COMPONENTS = {name: (c.a_ms, c.b_ms) for name, c in VIDUR}  # the fitted (a, b) pairs, by name
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Seconds charged to one stage per step, each `a + b·num_reqs + c·num_tokens`, by role: `gpu` runs on the
+    GPU's stream after the kernels, `overlap` runs on the CPU beside them, `serial` adds to the step."""
+
+    gpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    overlap: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    serial: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -63,38 +108,51 @@ class CpuOverhead:
 
     include_ray_comm: bool = False
     scale: float = 1.0  # a faster or slower host CPU than the calibration machine
-    async_scheduling: bool = False  # vLLM's async scheduling: only the sampler stays on the critical path
+    async_scheduling: bool = False  # vLLM's async scheduling: the overlap model of the module docstring
+    components: tuple[tuple[str, Component], ...] = VIDUR
 
     def __repr__(self) -> str:  # NOTE: as before the async flag existed while it is off (timer cache keys)
         flag = ", async_scheduling=True" if self.async_scheduling else ""
-        return f"CpuOverhead(include_ray_comm={self.include_ray_comm!r}, scale={self.scale!r}{flag})"
+        own = "" if self.components == VIDUR else f", components={self.components!r}"
+        return f"CpuOverhead(include_ray_comm={self.include_ray_comm!r}, scale={self.scale!r}{flag}{own})"
 
-    def ms(self, component: str, batch_size: int) -> float:
-        a, b = RAY_COMM if component == "ray_comm" else COMPONENTS[component]
-        return self.scale * (a + b * batch_size)
+    def _all(self) -> dict[str, Component]:
+        out = dict(self.components)
+        if self.include_ray_comm:
+            out["ray_comm"] = RAY
+        return out
 
-    def total_ms(self, batch_size: int) -> float:
-        return sum(self.ms(c, batch_size) for c in self.components())
+    def role(self, component: str) -> str:
+        return self._all()[component].role_async if self.async_scheduling else "serial"
 
-    def components(self) -> tuple[str, ...]:
-        """The components on the iteration's critical path."""
-        if self.async_scheduling:
-            return ("sampler",)
-        return (*COMPONENTS, "ray_comm") if self.include_ray_comm else tuple(COMPONENTS)
+    def ms(self, component: str, batch_size: int, num_tokens: int = 0) -> float:
+        c = RAY if component == "ray_comm" else dict(self.components)[component]
+        return self.scale * (c.a_ms + c.b_ms * batch_size + c.c_ms * num_tokens)
+
+    def total_ms(self, batch_size: int, num_tokens: int = 0) -> float:
+        """Every component's time, hidden or not (what the engine's CPU spends per step)."""
+        return sum(self.ms(c, batch_size, num_tokens) for c in self._all())
+
+    def components_of(self, role: str) -> tuple[str, ...]:
+        return tuple(name for name in self._all() if self.role(name) == role)
 
     def stage_components(self, stage: int, num_stages: int) -> tuple[str, ...]:
-        names: list[str] = []
-        if stage == 0 and not self.async_scheduling:
-            names += ["schedule", "prepare_inputs"] + (["ray_comm"] if self.include_ray_comm else [])
-        if stage == num_stages - 1:
-            names += ["sampler"] if self.async_scheduling else ["sampler", "process_outputs"]
-        return tuple(names)
+        """The components charged to `stage`, in the order they are summed (first-stage ones, then last)."""
+        comps = self._all()
+        first = [n for n, c in comps.items() if c.stage == "first" and n != "ray_comm"]
+        first += ["ray_comm"] if "ray_comm" in comps else []
+        last = [n for n, c in comps.items() if c.stage == "last"]
+        return tuple((first if stage == 0 else []) + (last if stage == num_stages - 1 else []))
 
-    def stage_coefficients(self, stage: int, num_stages: int) -> tuple[float, float]:
-        """(a, b) in seconds such that stage `stage` is charged a + b·batch_size per iteration."""
-        parts = [
-            RAY_COMM if c == "ray_comm" else COMPONENTS[c] for c in self.stage_components(stage, num_stages)
-        ]
-        a = sum(p[0] for p in parts) * self.scale * 1e-3
-        b = sum(p[1] for p in parts) * self.scale * 1e-3
-        return a, b
+    def stage_coefficients(self, stage: int, num_stages: int) -> Coefficients:
+        """The stage's per-step charges in seconds, by role (see Coefficients)."""
+        comps = self._all()
+        by_role: dict[str, list[Component]] = {role: [] for role in ROLES}
+        for name in self.stage_components(stage, num_stages):
+            by_role[self.role(name)].append(comps[name])
+        # NOTE: Python's sum from 0 in stage_components' order, then × scale × 1e-3, as before roles existed:
+        # the serial coefficients keep their last bits (golden files)
+        return Coefficients(**{
+            role: tuple(sum(getattr(c, f) for c in parts) * self.scale * 1e-3 for f in ("a_ms", "b_ms", "c_ms"))
+            for role, parts in by_role.items()
+        })  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 
 from simserve.deployment import Deployment
 from simserve.predictor.overhead import CpuOverhead
+from simserve.predictor.step import NO_LAUNCH, LaunchCosts
 
 if TYPE_CHECKING:  # fit/tables import scikit-learn and pandas; a timer loaded from the cache needs neither
     from simserve.predictor.fit import Predictor
@@ -59,9 +60,22 @@ class BatchTimer:
         self._ilast = pre.shape[0] - 2
         self._klast = pre.shape[1] - 2
 
-        coeffs = [overhead.stage_coefficients(s, dep.pp) for s in range(dep.pp)]
-        self._cpu_a = [a for a, _ in coeffs]
-        self._cpu_b = [b for _, b in coeffs]
+        self._set_cpu(overhead)
+        self.set_launch(NO_LAUNCH)
+
+    def _set_cpu(self, overhead: CpuOverhead) -> None:
+        coeffs = [overhead.stage_coefficients(s, self.num_stages) for s in range(self.num_stages)]
+        # per stage: (a, b, c) seconds of a + b·num_reqs + c·num_tokens, by role (predictor/overhead.py)
+        self._cpu_gpu = [c.gpu for c in coeffs]
+        self._cpu_ovl = [c.overlap for c in coeffs]
+        self._cpu_ser = [c.serial for c in coeffs]
+
+    def set_launch(self, costs: LaunchCosts) -> None:
+        """Charge vLLM's launch costs (predictor/step.py): per stage and mode, GPU gap and CPU launch seconds."""
+        pp = self.num_stages
+        self._launch_gpu = [list(costs.gpu[min(s, len(costs.gpu) - 1)]) for s in range(pp)]
+        self._launch_cpu = [list(costs.cpu[min(s, len(costs.cpu) - 1)]) for s in range(pp)]
+        self._launch_cap = costs.cap
 
     def _stage_tables(self) -> np.ndarray:
         tok = self._tokens
@@ -155,7 +169,21 @@ class BatchTimer:
         if t == 0:  # no decodes and no prefill tokens
             return 0.0
         tok = self._tok[stage][t] if t <= self._tend else self._token_time(t, stage)
-        return tok + attn + self._cpu_a[stage] + self._cpu_b[stage] * (len(prefills) + nd)
+        return self._compose(tok + attn, len(prefills), len(prefills) + nd, t, stage)
+
+    def _compose(self, kernels: float, num_prefills: int, n: int, t: int, stage: int) -> float:
+        """The step from its kernels (predictor/step.py): max(GPU side, overlapping CPU side) + serial CPU.
+        NOTE: with every overlap and launch term 0 these are the float operations of the plain sum
+        kernels + a + b·n (+ 0.0·t), so runs without the overlap model keep their last bits."""
+        mode = 2 if t > self._launch_cap else (1 if num_prefills else 0)
+        ga, gb, gc = self._cpu_gpu[stage]
+        gpu = kernels + ga + gb * n + gc * t + self._launch_gpu[stage][mode]
+        oa, ob, oc = self._cpu_ovl[stage]
+        cpu = oa + ob * n + oc * t + self._launch_cpu[stage][mode]
+        if cpu > gpu:
+            gpu = cpu
+        sa, sb, sc = self._cpu_ser[stage]
+        return gpu + sa + sb * n + sc * t
 
     # -- attention DP's lockstep step (simserve/sim/lockstep.py) --------------------------------------------
 
@@ -171,7 +199,7 @@ class BatchTimer:
             return 0.0, 0
         end, x = self._tend, max(t, pad_to)
         tok = self._own[x] if x <= end else self._own[end] + (x - end) * self._tokens.own_slope
-        return tok + attn + self._cpu_a[0] + self._cpu_b[0] * (len(prefills) + nd), t
+        return self._compose(tok + attn, len(prefills), len(prefills) + nd, x, 0), t
 
     def experts_time(self, tokens: int) -> float:
         """The routed experts and the DP ranks' exchange for `tokens` summed over every rank of the step."""
@@ -206,7 +234,8 @@ class BatchTimer:
             kv_sum = float(np.sum(decode_kv))
             out["attention_decode"] = self._decode(nd, kv_sum)
         n = len(prefills) + nd
-        out["cpu_overhead"] = self._cpu_a[stage] + self._cpu_b[stage] * n
+        kernels = sum(out.values())
+        out["cpu_overhead"] = self._compose(kernels, len(prefills), n, t, stage) - kernels
         return out
 
     def __repr__(self) -> str:

@@ -10,8 +10,9 @@ measured / interpolated / derived / extrapolated / modelled; measured_grid.py) a
                (l2_residency.py); a MoE model's routed experts as the package's fused-MoE times per EP degree (measured_moe.py);
   attention    measured_attention.py (heads per GPU, chunked prefill over a prefix, decode over a KV length);
                latent attention (DeepSeek) from the measured MLA modules less their projections (measured_mla.py);
-  collectives  all_reduce: the engine's own all-reduce kernel (CUDA-graph variant) up to its buffer limit, NCCL's
-               measured all_reduce above it, at the TP degrees the package measured; send_recv: the package has no
+  collectives  all_reduce: the engine's own all-reduce kernel (CUDA-graph variant) where the engine runs it (vLLM:
+               vllm_allreduce.py's dispatch; SGLang: up to its buffer limit), NCCL's measured all_reduce
+               elsewhere, at the TP degrees the package measured; send_recv: the package has no
                point-to-point table (its own P2P op is analytic), so these rows come from simserve's NCCL model;
   elementwise  the package has no norm/rotary/activation tables (it models them from bandwidth too), so these rows
                come from simserve's roofline (roofline.elementwise_ms) and are marked modelled.
@@ -35,8 +36,9 @@ from simserve.profiling.roofline import link_fields as roofline_link_fields
 from simserve.profiling.schema import profiled_deployments
 
 BACKEND = "measured"
-# vLLM's custom all-reduce handles inputs up to its IPC buffer, 8 MiB (vllm/distributed/device_communicators/
-# custom_all_reduce.py: CustomAllreduce(max_size=8192 * 1024)); larger ones go to NCCL. SGLang's has the same default.
+# SGLang's custom all-reduce handles inputs up to its IPC buffer, 8 MiB (as vLLM's default,
+# vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce(max_size=8192 * 1024)); larger ones go
+# to NCCL. vLLM 0.33.0's own choice per size, GPU generation and TP degree: vllm_allreduce.py.
 CUSTOM_AR_MAX_BYTES = 8 * 2**20
 MAX_MEASURED_TP = 8  # the package measures all-reduce on 2, 4 and 8 GPUs (2 and 4 on GB200/GB300 trays)
 ACTIVATION_BYTES = 2  # the packaged all-reduce tables count bf16 elements; TP all-reduces move bf16 activations
@@ -174,7 +176,18 @@ def collective_table(db: measured.Database, node: NodeSpec, network: NetworkSpec
             c = custom[1]
             graph = [k for k in c["kernel_source"].unique() if "graph" in str(k).lower()]
             c = c[(c["num_gpus"] == tp) & (c["kernel_source"].isin(graph) if graph else True)]
-            if not c.empty:
+            if not c.empty and db.engine == "vllm":  # vLLM 0.33.0's choice per size (vllm_allreduce.py)
+                from simserve.catalog import GPUSpec
+                from simserve.profiling.vllm_allreduce import allreduce_ms
+
+                ct, ck = loglog(c["message_size"], c["latency"], elements)
+                t, which = allreduce_ms(GPUSpec.from_name(node.gpu).compute_capability, tp, sizes, ct, t)
+                mine = np.isin(which, ("flashinfer", "custom")) | ((which == "symm_mem") & (t == ct))
+                kind[mine] = ck[mine]
+                label = f"{db.engine} {custom[0]} custom all-reduce ({c['kernel_source'].iloc[0]})"
+                kernel = np.array([f"{label}; vLLM 0.33.0 runs {w}" if m else f"nccl {nccl_version}; vLLM 0.33.0 "
+                                   f"runs {w}" for w, m in zip(which, mine, strict=True)], dtype=object)  # fmt: skip
+            elif not c.empty:
                 small = sizes <= CUSTOM_AR_MAX_BYTES
                 ct, ck = loglog(c["message_size"], c["latency"], elements[small])
                 t[small], kind[small] = ct, ck

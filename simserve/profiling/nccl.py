@@ -48,6 +48,21 @@ STEP_LATENCY_US = {
     "net": {("tree", "LL"): 5.0, ("tree", "LL128"): 8.5, ("tree", "Simple"): 50.0,
             ("ring", "LL"): 2.7, ("ring", "LL128"): 4.0, ("ring", "Simple"): 9.6},
 }  # fmt: skip
+# NCCL 2.19 and later (every release Hopper and Blackwell boxes run; NVIDIA's H100/H200 tables were measured
+# with 2.29.2) retuned the per-step latencies: tuning.cc `hwLat` (NVIDIA/nccl tags v2.19.3-1 … v2.30.7-1)
+# NVLink Tree 0.6 / 1.25 / 4.0, Ring 0.6 / 1.9 / 3.4; PCI Tree 1.0 / 1.9 / 4.0, Ring 1.0 / 2.5 / 5.7; NET Tree 5.0 /
+# 8.5 / 14, Ring 2.7 / 4.0 / 14. A ring's step over NVLink with LL, the small-message protocol, is 0.6 µs there
+# against 0.47 in the 2.7-2.9 table above: a 2(n−1)-step all-reduce on 8 GPUs pays 1.8 µs more. The fixed
+# costs are left as above: the launch per generation is calibrated on top of them (nccl_validation).
+STEP_LATENCY_US_2_19 = {
+    "nvlink": {("tree", "LL"): 0.6, ("tree", "LL128"): 1.25, ("tree", "Simple"): 4.0,
+               ("ring", "LL"): 0.6, ("ring", "LL128"): 1.9, ("ring", "Simple"): 3.4},
+    "pcie": {("tree", "LL"): 1.0, ("tree", "LL128"): 1.9, ("tree", "Simple"): 4.0,
+             ("ring", "LL"): 1.0, ("ring", "LL128"): 2.5, ("ring", "Simple"): 5.7},
+    "net": {("tree", "LL"): 5.0, ("tree", "LL128"): 8.5, ("tree", "Simple"): 14.0,
+            ("ring", "LL"): 2.7, ("ring", "LL128"): 4.0, ("ring", "Simple"): 14.0},
+}  # fmt: skip
+NEW_TUNER_ARCHS = ("hopper", "blackwell")  # boxes whose NCCL has the 2.19+ table
 # NCCL's default NCCL_P2P_LL_THRESHOLD (bytes): point-to-point sends at most this size use LL, larger ones Simple.
 P2P_LL_THRESHOLD = 16384
 # Bus-bandwidth ceilings of the tree algorithm in tuning.cc (GB/s): ≤ 2 nodes, more nodes.
@@ -62,7 +77,7 @@ LAUNCH_US = 6.4
 # launch and synchronise ~3× faster. Each generation's launch is LAUNCH_US × its residual / A100's
 # (nccl_validation.launch_by_arch), so the A100 keeps the value measured on Vidur's box. Ada keeps the A100's: the
 # L40S table's small messages leave no residual over the PCIe model's kernel time, so they cannot separate it.
-LAUNCH_US_BY_ARCH = {"ampere": LAUNCH_US, "ada": LAUNCH_US, "hopper": 2.2, "blackwell": 6.2}
+LAUNCH_US_BY_ARCH = {"ampere": LAUNCH_US, "ada": LAUNCH_US, "hopper": 1.9, "blackwell": 5.9}
 
 # NVLS (NVLink SHARP): on Hopper NVSwitch boxes the switch reduces multicast stores, so an all-reduce moves each
 # byte once each way. NCCL runs it with the Simple protocol only, one fixed latency (tuning.cc hwLat NVLink NVLS
@@ -89,6 +104,7 @@ class Fabric:
     net_gbps: float = 0.0
     net_latency_us: float = 0.0
     nvls_gbps: float = 0.0  # NVLS bus bandwidth where the NVSwitch reduces (0: no NVLS)
+    new_tuner: bool = False  # NCCL 2.19+'s per-step latencies (STEP_LATENCY_US_2_19): Hopper and Blackwell boxes
 
     def __post_init__(self):
         if self.medium not in ("nvlink", "pcie"):
@@ -137,8 +153,9 @@ def _latency_us(collective: str, algorithm: str, protocol: str, f: Fabric) -> fl
     if algorithm == "nvls":
         return NVLS_LATENCY_US
     key = (algorithm, protocol)
-    intra = STEP_LATENCY_US[f.medium][key] * (1.8 if f.nodes > 1 and protocol == "LL" else 1.0)
-    inter = STEP_LATENCY_US["net"][key] + f.net_latency_us
+    table = STEP_LATENCY_US_2_19 if f.new_tuner else STEP_LATENCY_US
+    intra = table[f.medium][key] * (1.8 if f.nodes > 1 and protocol == "LL" else 1.0)
+    inter = table["net"][key] + f.net_latency_us
     if algorithm == "tree":
         per_node = f.ranks // f.nodes
         levels = int(math.log2(f.nodes))  # whole levels of the binary tree between nodes, as NCCL counts them
@@ -213,23 +230,32 @@ def _require(spec, fields: tuple[str, ...], what: str) -> None:
         )
 
 
+def new_tuner(node: NodeSpec | None) -> bool:
+    """Whether the box's GPUs run NCCL 2.19+'s tuner table (Hopper and Blackwell)."""
+    from simserve.catalog import GPU
+
+    return node is not None and node.gpu in GPU and GPU.get(node.gpu).arch in NEW_TUNER_ARCHS
+
+
 def node_fabric(node: NodeSpec, ranks: int) -> Fabric:
     """A communicator of `ranks` GPUs packed into one node (TP groups): NVLink only if they share an NVLink domain."""
     _require(node, ("kind", "nvlink_bus_gbps", "pcie_bus_gbps"), "node")
+    new = new_tuner(node)
     if node.kind == "pcie-host":
         # No peer-to-peer: every hop of the ring is a copy through host memory, and the n hops share it.
-        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps * 2.0 / max(ranks, 2))
+        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps * 2.0 / max(ranks, 2), new_tuner=new)
     if node.kind == "pcie" or (node.kind == "nvlink-pairs" and ranks > 2):
         # A ring over pairs alternates NVLink and PCIe hops: the PCIe hops through the host bound it.
-        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps)
-    return Fabric(ranks, 1, "nvlink", node.nvlink_bus_gbps, nvls_gbps=node.nvls_bus_gbps)
+        return Fabric(ranks, 1, "pcie", node.pcie_bus_gbps, new_tuner=new)
+    return Fabric(ranks, 1, "nvlink", node.nvlink_bus_gbps, nvls_gbps=node.nvls_bus_gbps, new_tuner=new)
 
 
 def network_fabric(node: NodeSpec, network: NetworkSpec, ranks: int, nodes: int) -> Fabric:
     """A communicator spread over `nodes` nodes (ranks/nodes per node) joined by `network`."""
     _require(network, ("bus_gbps", "latency_us"), "network")
     inside = node_fabric(node, max(ranks // nodes, 1))
-    return Fabric(ranks, nodes, inside.medium, inside.bus_gbps, network.bus_gbps, network.latency_us)
+    return Fabric(ranks, nodes, inside.medium, inside.bus_gbps, network.bus_gbps, network.latency_us,
+                  new_tuner=inside.new_tuner)
 
 
 @dataclass(frozen=True)
@@ -291,5 +317,5 @@ def hop_ms(node: NodeSpec, network: NetworkSpec | None, hop: Hop, size_bytes,
         # are for rings that also reduce. Through the host a copy is bound like a ring's PCIe hop.
         _require(node, ("kind", "nvlink_gbps", "pcie_bus_gbps"), "node")
         gbps = node.nvlink_gbps if hop.medium == "nvlink" else node.pcie_bus_gbps
-        f = Fabric(2, 1, hop.medium, gbps)
+        f = Fabric(2, 1, hop.medium, gbps, new_tuner=new_tuner(node))
     return collective_ms("send_recv", f, size_bytes, launch_us)

@@ -387,9 +387,14 @@ def model_fields(gpu: GPUSpec, coll: CollectiveConstants | None = None) -> dict:
 def link_fields(node: NodeSpec, network: NetworkSpec | None) -> dict:
     """The provenance fields that fix the collective tables: the box and the network as the catalog had them
     (a profile written for an edited node or network is stale, like one for an edited GPU)."""
+    from simserve.profiling import nccl
+
     return {
         "node_spec": dataclasses.asdict(node),
         "network_spec": None if network is None else dataclasses.asdict(network),
+        # the collective model's own constants for this box: a profile written before they changed is stale
+        "collective_model": {"launch_us": nccl.launch_us_for(node), "nccl_tuner_2_19": nccl.new_tuner(node),
+                             "vllm_allreduce": "vLLM 0.33.0 dispatch (vllm_allreduce.py)"},
     }
 
 

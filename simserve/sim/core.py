@@ -129,8 +129,14 @@ class Timer:
     dp: cython.double
     ilast: cython.longlong
     klast: cython.longlong
-    cpu_a: cython.double[:]
-    cpu_b: cython.double[:]
+    # the step's composition (predictor/step.py): per stage, (a, b, c) of each CPU role and per-mode launch costs
+    cpu_gpu: cython.double[:, :]
+    cpu_ovl: cython.double[:, :]
+    cpu_ser: cython.double[:, :]
+    launch_gpu: cython.double[:, :]
+    launch_cpu: cython.double[:, :]
+    launch_cap: cython.longlong
+    plain: cython.bint  # no overlapping, GPU-stream or per-token CPU work and no launch costs: kernels + a + b·n
     # T_LINEAR / T_CONSTANT
     a: cython.double
     b: cython.double
@@ -155,7 +161,9 @@ class Timer:
                 p["ilast"],
                 p["klast"],
             )
-            self.cpu_a, self.cpu_b = p["cpu_a"], p["cpu_b"]
+            self.cpu_gpu, self.cpu_ovl, self.cpu_ser = p["cpu_gpu"], p["cpu_ovl"], p["cpu_ser"]
+            self.launch_gpu, self.launch_cpu, self.launch_cap = p["launch_gpu"], p["launch_cpu"], p["launch_cap"]
+            self.plain = p["plain"]
         else:
             self.a, self.b, self.c = p["a"], p["b"], p["c"]
 
@@ -227,10 +235,12 @@ class Timer:
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    @cython.locals(tok=cython.double)
+    @cython.locals(tok=cython.double, mode=cython.int, gpu=cython.double, cpu=cython.double, r=cython.double,
+                   tt=cython.double)  # fmt: skip
     def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
                      kv_sum: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
-        """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far."""
+        """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far. The step's
+        composition is BatchTimer._compose's, operation for operation."""
         if nd:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
         elif t == 0:
@@ -239,7 +249,22 @@ class Timer:
             tok = self.tok[stage, t]
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
-        return tok + attn + self.cpu_a[stage] + self.cpu_b[stage] * (n + nd)
+        r = cython.cast(cython.double, n + nd) if cython.compiled else float(n + nd)
+        if self.plain:  # NOTE: the general expression below with its zero terms dropped: the same bits, fewer loads
+            return tok + attn + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r
+        if t > self.launch_cap:
+            mode = 2
+        elif n:
+            mode = 1
+        else:
+            mode = 0
+        tt = cython.cast(cython.double, t) if cython.compiled else float(t)
+        gpu = (tok + attn + self.cpu_gpu[stage, 0] + self.cpu_gpu[stage, 1] * r + self.cpu_gpu[stage, 2] * tt
+               + self.launch_gpu[stage, mode])  # fmt: skip
+        cpu = self.cpu_ovl[stage, 0] + self.cpu_ovl[stage, 1] * r + self.cpu_ovl[stage, 2] * tt + self.launch_cpu[stage, mode]
+        if cpu > gpu:
+            gpu = cpu
+        return gpu + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r + self.cpu_ser[stage, 2] * tt
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for

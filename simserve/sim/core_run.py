@@ -165,8 +165,14 @@ def _table_arrays(t) -> dict:
         dp=float(t._dp),
         ilast=int(t._ilast),
         klast=int(t._klast),
-        cpu_a=np.array(t._cpu_a, dtype=np.float64),
-        cpu_b=np.array(t._cpu_b, dtype=np.float64),
+        cpu_gpu=np.array(t._cpu_gpu, dtype=np.float64).reshape(-1, 3),
+        cpu_ovl=np.array(t._cpu_ovl, dtype=np.float64).reshape(-1, 3),
+        cpu_ser=np.array(t._cpu_ser, dtype=np.float64).reshape(-1, 3),
+        launch_gpu=np.array(t._launch_gpu, dtype=np.float64).reshape(-1, 3),
+        launch_cpu=np.array(t._launch_cpu, dtype=np.float64).reshape(-1, 3),
+        launch_cap=int(t._launch_cap),
+        plain=not (np.any(t._cpu_gpu) or np.any(t._cpu_ovl) or np.any(np.array(t._cpu_ser)[:, 2])
+                   or np.any(t._launch_gpu) or np.any(t._launch_cpu)),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from simserve.errors import SimserveError
 from simserve.sim.disagg import CHUNKING, ROUTERS, DisaggRun, Pool, simulate_disagg
 from simserve.sim.kvlink import KVLink, kv_bytes_per_prompt_token, resolve_link
-from simserve.sim.scenario import Scenario, _timer, _workload, check_scenario
+from simserve.sim.scenario import Scenario, _workload, check_scenario, scenario_timer
 
 _POOL = re.compile(r"^(\d+)\s*[x×]\s*TP(\d+)(?:\s*PP(\d+))?(?:\s*EP(\d+))?(?:@([\w.\-]+))?$", re.IGNORECASE)
 
@@ -131,8 +131,7 @@ def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link
     pb, db, resolved = ds.check()
     s = ds.prefill
     if timers is None:
-        timers = tuple(_timer(x.deployment(), x.profiles_root, x.cpu_overhead, x.ray_comm)
-                       for x in (ds.prefill, ds.decode))  # fmt: skip
+        timers = tuple(scenario_timer(x) for x in (ds.prefill, ds.decode))
     prompt, output, recorded, _ = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
     prefill = Pool(s.num_replicas, timers[0], pb, s.router)

@@ -92,6 +92,10 @@ class Scenario:
     enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
     # vLLM's --async-scheduling (with vllm_worker): None is the release's default, on unless PP > 1
     async_scheduling: bool | None = field(default=None, metadata={"omit_at_default": True})
+    # The step's parts (predictor/step.py): kernel launch gaps by launch mode (vLLM's worker only; None: on with
+    # it) and GEMMs at the GPU's sustained rate under its power limit (None: on where the catalog has the rate).
+    launch_gaps: bool | None = field(default=None, metadata={"omit_at_default": True})
+    sustained_clock: bool | None = field(default=None, metadata={"omit_at_default": True})
     # SGLang's overlap scheduler (`--engine sglang`; off with SGLang's --disable-overlap-schedule): the CPU work
     # of a step hidden behind the GPU's, as vLLM's async scheduling (scheduling_is_async).
     overlap_schedule: bool = field(default=False, metadata={"omit_at_default": True})
@@ -190,6 +194,29 @@ class Scenario:
             )
         return self.pp == 1 if self.async_scheduling is None else self.async_scheduling
 
+    def launch_gaps_on(self) -> bool:
+        """Whether steps pay vLLM's launch gaps (predictor/step.py): its worker's default; refused without it."""
+        if self.launch_gaps and not self.vllm_worker:
+            raise SimserveError("--launch-gaps models vLLM 0.33.0's CUDA-graph dispatch: add --engine vllm, or drop it")
+        return self.vllm_worker if self.launch_gaps is None else self.launch_gaps
+
+    def sustained_clock_on(self) -> bool:
+        """Whether GEMMs run at the GPU's sustained rate (predictor/step.py); refused for a GPU without one."""
+        from simserve.catalog import GPUSpec
+
+        known = GPUSpec.from_name(self.gpu).sustained_tflops > 0
+        if self.sustained_clock and not known:
+            raise SimserveError(
+                f"--sustained-clock needs the GPU's sustained GEMM rate, which the catalog lacks for {self.gpu} "
+                f"(sustained_tflops); drop --sustained-clock"
+            )
+        return known if self.sustained_clock is None else self.sustained_clock
+
+    def step_parts(self) -> dict:
+        """Which parts a step is composed of (summary.json `step_parts`; docs/execution-model.md)."""
+        return {"cpu_overhead": bool(self.cpu_overhead), "async_scheduling": self.scheduling_is_async(),
+                "launch_gaps": self.launch_gaps_on(), "sustained_clock": self.sustained_clock_on()}  # fmt: skip
+
     def worker_memory(self):
         """vLLM's memory profile of this deployment (vllm_worker.WorkerMemory); None when not modelled."""
         if not self.vllm_worker:
@@ -268,7 +295,7 @@ def check_scenario(s: Scenario) -> int:
             "use --pp 1"
         )
     dep = s.deployment()
-    s.scheduling_is_async()  # refuses --async-scheduling where vLLM would
+    s.step_parts()  # refuses --async-scheduling, --launch-gaps and --sustained-clock where they cannot apply
     if s.vllm_worker:
         if cfg.policy != "vllm-v1":
             raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
@@ -300,7 +327,7 @@ def simulate_scenario(
     if s.ray_comm and not s.cpu_overhead:
         raise SimserveError("--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it")
     if timer is None:
-        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(), s.scheduling_is_async())
+        timer = scenario_timer(s)
     if timer.num_stages != dep.pp:
         raise SimserveError(f"the timer has {timer.num_stages} stages but the deployment has PP {dep.pp}")
     prompt, output, recorded, prefix = _workload(
@@ -352,15 +379,28 @@ def _timer(
     ray_comm: bool,
     cudagraph_sizes: tuple = (),
     async_scheduling: bool = False,
+    launch_gaps: bool = False,
+    sustained_clock: bool = False,
 ) -> BatchTimer:
     from simserve.predictor import load_timer
+    from simserve.predictor.step import launch_costs, with_launch_costs, with_sustained_clock
 
     timer = load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling))
+    if sustained_clock:  # GEMMs no faster than the GPU sustains at its power limit (before padding: padded tokens
+        timer = with_sustained_clock(timer, dep)  # are computed too)
     if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
         from simserve.vllm_worker import padded_timer
 
         timer = padded_timer(timer, cudagraph_sizes)
+    if launch_gaps:
+        timer = with_launch_costs(timer, launch_costs(dep, cudagraph_sizes))
     return timer
+
+
+def scenario_timer(s) -> BatchTimer:
+    """The compiled timer a scenario (or a disaggregated pool's scenario) runs on, with every step part."""
+    return _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(),
+                  s.scheduling_is_async(), s.launch_gaps_on(), s.sustained_clock_on())  # fmt: skip
 
 
 def _overhead(cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False):
@@ -384,8 +424,7 @@ def build_timers(scenarios: list[Scenario]) -> None:
     skipped: its probes report why, as without this."""
     for s in scenarios:
         try:
-            _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(),
-                   s.scheduling_is_async())  # fmt: skip
+            scenario_timer(s)
         except SimserveError:
             continue
 

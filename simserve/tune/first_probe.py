@@ -31,7 +31,7 @@ def throughput_bound(scenario: Any) -> float | None:
     """Requests per second the scenario's deployment serves if every iteration is a full batch, or None
     for scenarios that are not a simulator Scenario (test models) or whose inputs fail to load."""
     from simserve.errors import SimserveError
-    from simserve.sim.scenario import Scenario, _num_blocks, _timer, _workload
+    from simserve.sim.scenario import Scenario, _num_blocks, _workload, scenario_timer
 
     if not isinstance(scenario, Scenario):
         return None
@@ -39,7 +39,7 @@ def throughput_bound(scenario: Any) -> float | None:
     try:
         cfg, dep = s.sim_config(), s.deployment()
         prompt, output, _, _ = _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
-        timer = _timer(dep, s.profiles_root, s.cpu_overhead, s.ray_comm)
+        timer = scenario_timer(s)
         blocks = _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
     except SimserveError:
         return None  # the search's own first probe reports the problem, in the usual words

@@ -88,8 +88,8 @@ def check_fits(scenario: Any) -> None:
 def preload(scenarios: list[Any]) -> None:
     """Load each deployment's timer and each workload in this process before workers fork from it, so they
     inherit them: a cold predictor cache is fit once, not once per worker, and no worker reloads the trace."""
-    from simserve.sim.scenario import _timer, _workload
+    from simserve.sim.scenario import _workload, scenario_timer
 
     for s in scenarios:
-        _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm)
+        scenario_timer(s)
         _workload(s.trace, s.max_len, s.num_requests, s.seed, s.arrival == "replay")
