@@ -300,3 +300,10 @@ def test_a_checkpoints_precision_mark_is_not_part_of_the_models_name(tmp_path):
     spec = load_hf_config(folder)
     assert spec.name == "Mixtral-8x7B"
     assert Deployment.create(spec, "h100", tp=2, dtype="fp8").profile_model == "Mixtral-8x7B-fp8"  # not -FP8-fp8
+
+
+@pytest.mark.parametrize("grid", ["0.1,1e400", "nan", "inf"])
+def test_a_list_of_numbers_is_finite_too(capsys, tmp_path, grid):
+    code, _, err = cli(capsys, "sweep", "--slo-grid", grid, "--out", str(tmp_path / "o"))
+    assert one_line(code, err) and "--slo-grid takes finite numbers" in err, err
+    assert not (tmp_path / "o").exists()

@@ -7,6 +7,7 @@ one line on stderr saying what was saved and how to resume, no traceback, and no
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -139,14 +140,19 @@ def test_sigterm_stops_plan_in_one_line(tmp_path: Path) -> None:
         time.sleep(0.05)
     if proc.poll() is not None:
         pytest.skip("the plan finished before it could be terminated")
-    proc.send_signal(signal.SIGTERM)
-    rc, err = finish(proc)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert rc == 143 and "Traceback" not in err, err
-    assert lines[-1].startswith("terminated: no output was written; the "), err
-    assert f"saved in {cache}; rerun the same command to resume" in lines[-1]
-    assert not (tmp_path / "out").exists()
-    deadline = time.monotonic() + 10
-    while any(alive(w) for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [w for w in workers if alive(w)], "worker processes outlived the plan"
+    try:
+        proc.send_signal(signal.SIGTERM)
+        rc, err = finish(proc)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert rc == 143 and "Traceback" not in err, err
+        assert lines[-1].startswith("terminated: no output was written; the "), err
+        assert f"saved in {cache}; rerun the same command to resume" in lines[-1]
+        assert not (tmp_path / "out").exists()
+        deadline = time.monotonic() + 10
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if alive(w)], "worker processes outlived the plan"
+    finally:
+        for w in workers:  # never leave one behind, even when the test fails
+            if alive(w):
+                os.kill(w, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ def _numbers(text: str, kind: type, option: str) -> tuple:
         values = tuple(kind(p) for p in parts)
     except ValueError:
         raise SimserveError(f"{option} takes a comma-separated list of numbers, got {text!r}") from None
+    if kind is float and not all(math.isfinite(v) for v in values):  # 1e400 parses as inf: not a number given
+        raise SimserveError(f"{option} takes finite numbers, got {text!r}; give values such as 0.05,0.1")
     if not values:
         example = "0.05,0.1" if kind is float else "128,256"
         raise SimserveError(f"{option} is empty; give at least one value, e.g. {option} {example}")
