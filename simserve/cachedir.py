@@ -107,10 +107,18 @@ def usage(root: Path | None = None) -> list[KindUsage]:
     return rows
 
 
-def clear(
-    kind: str | None = None, older_than_days: float | None = None, root: Path | None = None
-) -> tuple[int, int]:
-    """Delete entries (of one kind, older than some days); returns (files, bytes) removed."""
+@dataclass(frozen=True)
+class Removal:
+    """What a clear or trim removed, and what it could not (the first failure named: path and reason)."""
+
+    files: int
+    bytes: int
+    failed: int = 0
+    first_failure: str = ""
+
+
+def clear(kind: str | None = None, older_than_days: float | None = None, root: Path | None = None) -> Removal:
+    """Delete entries (of one kind, older than some days); what was removed and what could not be."""
     root = root or cache_root()
     if kind is not None and kind not in kinds(root):
         known = ", ".join(kinds(root)) or "none yet"
@@ -121,7 +129,7 @@ def clear(
     return _remove([(f, st) for f, st in _files(root, kind) if cutoff is None or st.st_mtime < cutoff])
 
 
-def trim(max_bytes: int, root: Path | None = None) -> tuple[int, int]:
+def trim(max_bytes: int, root: Path | None = None) -> Removal:
     """Delete the least recently written entries until the cache holds at most max_bytes."""
     entries = sorted(_files(root or cache_root()), key=lambda e: (e[1].st_mtime, str(e[0])))
     excess = sum(st.st_size for _, st in entries) - max_bytes
@@ -138,15 +146,20 @@ def trim_to_env_limit() -> None:
     """Apply $SIMSERVE_CACHE_MAX_MB, if set (the CLI checks it with `check_env` before the command runs)."""
     max_bytes = max_bytes_from_env()
     if max_bytes is not None:
-        trim(max_bytes)
+        trim(max_bytes)  # best effort after the command: an entry it cannot delete stays, the run's answer stands
 
 
-def _remove(entries: list[tuple[Path, os.stat_result]]) -> tuple[int, int]:
-    files = size = 0
+def _remove(entries: list[tuple[Path, os.stat_result]]) -> Removal:
+    files = size = failed = 0
+    first = ""
     for f, st in entries:
         try:
             f.unlink()
-        except OSError:
+        except FileNotFoundError:  # removed meanwhile by another process: gone, as asked
+            continue
+        except OSError as exc:
+            failed += 1
+            first = first or f"{f}: {exc.strerror or exc}"
             continue
         files, size = files + 1, size + st.st_size
-    return files, size
+    return Removal(files, size, failed, first)

@@ -88,7 +88,7 @@ class Deployment:
             raise SimserveError(f"max model length must be at least 1, got {max_model_len}")
         dtype = precision.check_dtype(dtype, "--dtype")
         kv_dtype = precision.check_dtype(kv_dtype, "--kv-dtype")
-        _check_experts(model, tp, ep, moe_skew, dp)
+        _check_experts(model, tp, ep, moe_skew, dp, node.gpus_per_node if node is not None and pp == 1 else None)
         _check_all2all(all2all, dp)
         extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp, all2all)
         dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
@@ -185,6 +185,22 @@ class Deployment:
         return f"{self.model.name} on {self.num_gpus}×{self.gpu.name} ({par}){where}{net}"
 
 
+def _dp_advice(model: ModelSpec, dp: int, tp: int, gpus: int | None) -> str:
+    """The attention-DP layout nearest the one asked for that the model takes: the same DP with the TP nearest
+    below, else the same TP with another DP, else the nearest GPU count; or how to do without DP."""
+    layouts = [
+        (d, t)
+        for d in range(2, model.num_experts + 1)
+        for t in range(1, model.num_experts // d + 1)
+        if model.num_experts % (d * t) == 0 and model.num_heads % t == 0 and (gpus is None or d * t <= gpus)
+    ]
+    if not layouts:
+        return "drop --dp-attention and --ep (for copies of the model use --replicas)"
+    d, t = min(layouts, key=lambda x: (x[0] != dp, x[1] != tp, abs(x[0] * x[1] - dp * tp), x[1] > tp, -x[0] * x[1]))
+    flags = [f"--dp-attention {d}"] * (d != dp) + [f"--tp {t}"] * (t != tp) + [f"--ep {d * t}"]
+    return f"use {' '.join(flags)} (DP {d} x TP {t} = {d * t} GPUs)"
+
+
 def _check_all2all(backend: str, dp: int) -> None:
     from simserve.ops import ALL2ALL_BACKENDS
 
@@ -195,9 +211,10 @@ def _check_all2all(backend: str, dp: int) -> None:
                             f"--dp-attention (and --ep = DP x TP), or drop it")  # fmt: skip
 
 
-def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1) -> None:
+def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1, gpus: int | None = None) -> None:
     """EP groups whole experts inside one stage's TP group: it must divide both the experts and TP. Under
-    attention DP the experts span every rank's GPUs instead, as vLLM's --enable-expert-parallel does: EP = DP·TP."""
+    attention DP the experts span every rank's GPUs instead, as vLLM's --enable-expert-parallel does: EP = DP·TP,
+    which must divide the experts and fit in one node of `gpus` GPUs (None: not known here)."""
     if ep < 1:
         raise SimserveError(f"--ep must be at least 1 (got {ep})")
     if dp < 1:
@@ -206,12 +223,19 @@ def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1)
         if not model.is_moe:
             raise SimserveError(f"--dp-attention {dp} needs a mixture-of-experts model; {model.name} is dense: "
                                 f"use --replicas {dp} for independent copies")  # fmt: skip
+        wrong = []
+        if model.num_experts % (dp * tp):
+            wrong.append(f"which does not divide {model.name}'s {model.num_experts} experts")
+        if gpus is not None and dp * tp > gpus:
+            wrong.append(f"more than the {gpus} GPUs of one node")
+        if wrong:
+            # NOTE: the advice is a command that runs: it said "use --ep 16", which then failed on the experts
+            raise SimserveError(f"--dp-attention {dp} with TP {tp} spreads the experts over {dp * tp} GPUs (vLLM's "
+                                f"--enable-expert-parallel: EP = DP x TP), {' and '.join(wrong)}; "
+                                f"{_dp_advice(model, dp, tp, gpus)}")  # fmt: skip
         if ep != dp * tp:
             raise SimserveError(f"--dp-attention {dp} with TP {tp} spreads the experts over all {dp * tp} GPUs "
                                 f"(vLLM's --enable-expert-parallel: EP = DP x TP); use --ep {dp * tp}")  # fmt: skip
-        if model.num_experts % ep:
-            raise SimserveError(f"EP {ep} (DP {dp} x TP {tp}) does not divide {model.name}'s {model.num_experts} "
-                                f"experts; use a DP degree with DP x TP dividing {model.num_experts}")  # fmt: skip
         if skew < 0:
             raise SimserveError(f"--moe-skew must be >= 0 (0: balanced routing), got {skew}")
         return

@@ -10,3 +10,8 @@ class SimserveError(Exception):
 
 class Reported(SystemExit):
     """An exit whose one-line explanation has already been printed (e.g. a sweep's interrupt line)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so the same clean-up runs (workers stopped, staging
+    folders removed, one line printed); the exit code is then 143, not 130."""

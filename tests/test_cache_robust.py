@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from simserve.cachedir import clear, trim, usage
+from simserve.cachedir import Removal, clear, trim, usage
 from simserve.cli import main
 from simserve.predictor import cache as predictor_cache
 from simserve.tune.probe import ProbeCache, probe, probe_key
@@ -82,14 +82,14 @@ def test_cache_info_clear_and_the_size_bound(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
     _entries(tmp_path, 10, 1000)
     assert [(u.kind, u.files, u.bytes) for u in usage()] == [("probes", 10, 10_000)]
-    assert trim(4500) == (6, 6000)  # the six oldest go
+    assert trim(4500) == Removal(6, 6000)  # the six oldest go
     assert sorted(p.name for p in (tmp_path / "probes").iterdir()) == [
         "06.json",
         "07.json",
         "08.json",
         "09.json",
     ]
-    assert clear(older_than_days=2.5) == (2, 2000)  # 06 and 07 (4 and 3 days old); 08 and 09 stay
+    assert clear(older_than_days=2.5) == Removal(2, 2000)  # 06 and 07 (4 and 3 days old); 08 and 09 stay
     code, out, _ = _cli(["cache", "info"], capsys)
     assert code == 0 and "probes" in out
     code, _, err = _cli(["cache", "clear", "--kind", "nothing"], capsys)

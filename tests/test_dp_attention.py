@@ -48,7 +48,7 @@ def test_ranks_share_the_experts_and_keep_their_own_attention():
     [
         ({"model": "deepseek-v3", "tp": 2, "ep": 2, "dp": 4}, "use --ep 8"),
         ({"model": "llama-3.1-8b", "tp": 2, "ep": 1, "dp": 2}, "Llama-3.1-8B is dense: use --replicas 2"),
-        ({"model": "deepseek-v3", "tp": 8, "ep": 16, "dp": 2}, "attention DP is modelled inside one hgx-h200"),
+        ({"model": "deepseek-v3", "tp": 8, "ep": 16, "dp": 2}, "more than the 8 GPUs of one node; use --tp 4 --ep 8"),
     ],
 )
 def test_bad_layouts_say_what_to_use(kwargs, words):

@@ -7,6 +7,7 @@ one line on stderr saying what was saved and how to resume, no traceback, and no
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -109,7 +110,7 @@ def test_signal_stops_sweep_and_its_workers(tmp_path: Path, signals: list, code:
     assert rc == code, err
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1].startswith(f"{word}: the "), err
+    assert lines[-1].startswith(f"{word}: no output was written; the "), err
     assert not any(line.startswith("interrupted;") for line in lines), err  # one line, not two
     assert f"saved in {cache}; rerun the same command to resume" in lines[-1]
     assert not (tmp_path / "out").exists()  # nothing partial written
@@ -123,3 +124,35 @@ def test_signal_stops_sweep_and_its_workers(tmp_path: Path, signals: list, code:
     while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [w for w in workers if alive(w)], "worker processes outlived the sweep"
+
+
+def test_sigterm_stops_plan_in_one_line(tmp_path: Path) -> None:
+    """`plan` died by SIGTERM with no line at all (exit 143, right, but silent); it says what `sweep` says."""
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-c", "from simserve.cli import main; main()", "plan", "--model", "mistral-7b",
+            "--gpus", "a100", "--max-gpus", "2", "--requests", "16384", "--workers", "2", "--cache", str(cache),
+            "--out", str(tmp_path / "out"), "--no-plots"]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    workers: set[int] = set()
+    while proc.poll() is None and time.monotonic() < deadline and len(workers) < 2:
+        workers |= children(proc.pid)
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        pytest.skip("the plan finished before it could be terminated")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        rc, err = finish(proc)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert rc == 143 and "Traceback" not in err, err
+        assert lines[-1].startswith("terminated: no output was written; the "), err
+        assert f"saved in {cache}; rerun the same command to resume" in lines[-1]
+        assert not (tmp_path / "out").exists()
+        deadline = time.monotonic() + 10
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if alive(w)], "worker processes outlived the plan"
+    finally:
+        for w in workers:  # never leave one behind, even when the test fails
+            if alive(w):
+                os.kill(w, signal.SIGKILL)

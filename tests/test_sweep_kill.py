@@ -1,8 +1,10 @@
-"""A sweep killed with SIGKILL half-way leaves a valid cache and no output; the rerun resumes from it."""
+"""A sweep killed with SIGKILL half-way leaves a valid cache and no output; the rerun resumes from it; no worker
+of a killed sweep or plan outlives it."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -58,3 +60,43 @@ def test_killed_sweep_resumes(tmp_path: Path) -> None:
     probes = int(pd.read_csv(out / "sweep.csv")["probes"].sum())
     # Killed early in the searches: every probe it cached is replayed, only the rest is simulated.
     assert simulated == probes - len(cached)
+
+
+ORPHAN_S = 5  # a worker polls for its driver every 0.5 s, and on Linux the kernel kills it at once
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sweep", "--policies", "vllm,sarathi", "--budgets", "256,512", "--requests", "16384"],
+        ["plan", "--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "2", "--requests", "16384"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_workers_die_with_their_killed_driver(tmp_path: Path, command: list[str]) -> None:
+    """SIGKILL leaves the driver no clean-up; its workers ran on for 9+ minutes (issue 33). Now they go too."""
+    from test_sweep_interrupt import alive, children
+
+    args = [sys.executable, "-c", "from simserve.cli import main; main()", *command, "--workers", "2",
+            "--no-cache", "--out", str(tmp_path / "out"), "--no-plots"]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline and len(workers) < 2:
+            workers |= children(proc.pid)
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            pytest.skip(f"the {command[0]} finished before it could be killed")
+        time.sleep(0.5)  # the workers are past their start-up, simulating
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + ORPHAN_S
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [w for w in workers if alive(w)]
+        assert not left, f"worker processes {left} outlived their killed {command[0]} by {ORPHAN_S} s"
+    finally:
+        for w in workers:  # never leave one behind, even when the test fails
+            if alive(w):
+                os.kill(w, signal.SIGKILL)

@@ -41,6 +41,20 @@ class ModelSpec:
     v_head_dim: int = 0
 
     def __post_init__(self) -> None:
+        # NOTE: a catalog file's zero or fractional head count failed as a ZeroDivisionError traceback below
+        for name in ("num_layers", "hidden", "num_heads", "num_kv_heads", "vocab", "max_position"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+        for name in ("ffn", "num_experts", "experts_per_token", "expert_ffn", "shared_expert_ffn",
+                     "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                     "v_head_dim"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+        if self.head_size is not None and (isinstance(self.head_size, bool) or not isinstance(self.head_size, int)
+                                           or self.head_size < 1):  # fmt: skip
+            raise ValueError(f"head_size must be a positive whole number, got {self.head_size!r}")
         if self.activation not in ("swiglu", "gelu"):
             raise ValueError(f"activation must be 'swiglu' or 'gelu', got {self.activation!r}")
         if self.norm not in ("rmsnorm", "layernorm"):

@@ -25,10 +25,10 @@ def _day(t: float | None) -> str:
 @cache_app.command("info")
 def info() -> None:
     """Size, entries and age per kind of cache entry ($SIMSERVE_CACHE, default ~/.cache/simserve)."""
-    from rich.console import Console
     from rich.table import Table
 
     from simserve.cachedir import cache_root, usage
+    from simserve.cli.console import console as make_console
 
     rows = usage()
     table = Table(title=f"{cache_root()}")
@@ -37,7 +37,7 @@ def info() -> None:
     for r in rows:
         table.add_row(r.kind, str(r.files), _mb(r.bytes), _day(r.oldest), _day(r.newest))
     table.add_row("total", str(sum(r.files for r in rows)), _mb(sum(r.bytes for r in rows)), "", "")
-    Console(soft_wrap=True).print(table)
+    make_console(soft_wrap=True).print(table)
     typer.echo(
         "bound it with $SIMSERVE_CACHE_MAX_MB; free it with `simserve cache clear [--kind K] [--older-than DAYS]`"
     )
@@ -52,6 +52,13 @@ def clear_command(
 ) -> None:
     """Delete cache entries; everything in the cache is recomputed on its next use."""
     from simserve.cachedir import cache_root, clear
+    from simserve.errors import SimserveError
 
-    files, size = clear(kind, older_than)
-    typer.echo(f"removed {files} entries ({_mb(size)}) from {cache_root()}")
+    done = clear(kind, older_than)
+    removed = f"removed {done.files} entries ({_mb(done.bytes)}) from {cache_root()}"
+    if done.failed:  # NOTE: said "removed 0 entries" and exit 0 when none could be deleted, 423 left behind
+        raise SimserveError(
+            f"{removed}, but {done.failed} could not be removed (first: {done.first_failure}); fix their "
+            f"permissions (or run as their owner) and rerun `simserve cache clear`"
+        )
+    typer.echo(removed)

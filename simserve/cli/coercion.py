@@ -11,7 +11,9 @@ conversion, so error messages and everything else behave as before; so does a ty
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,26 @@ def convert(kind: str, value: Any, descriptor, param=None, ctx=None) -> Any:
     return _SLOW
 
 
+def _infinity(text: str) -> bool:
+    return text.strip().lower().lstrip("+-") in ("inf", "infinity")
+
+
+def check_finite(value: Any, out: Any, param: Any = None, ctx: Any = None) -> None:
+    """Refuse a number that overflowed to infinity while parsing (`--qps 1e400`): only the word `inf` asks for
+    an infinite value (where an option takes one, e.g. --qps inf: every request at t = 0)."""
+    if isinstance(out, float) and math.isinf(out) and isinstance(value, str) and not _infinity(value):
+        try:
+            from typer._click.exceptions import BadParameter
+        except ImportError:  # a typer that uses click itself
+            from click.exceptions import BadParameter
+        raise BadParameter(
+            f"{value} is beyond the largest number ({sys.float_info.max:.3g}); give a finite value (or inf where "
+            f"the option takes one)",
+            ctx=ctx,
+            param=param,
+        )
+
+
 def install() -> bool:
     """Route the plain options of every typer command through `convert`; False when typer's internals differ."""
     try:
@@ -105,7 +127,9 @@ def install() -> bool:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             out = convert(self.kind, value, self.descriptor, param, ctx)
             if out is _SLOW:  # typer's own conversion (imports pydantic): its result and its error message
-                return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+                out = build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+            if self.kind == "float":
+                check_finite(value, out, param, ctx)
             return out
 
     def get_runtime_param(self):

@@ -11,8 +11,7 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
                       qps: float, out: Path | None, force: bool, fmt: str, iterations: str) -> None:  # fmt: skip
     from dataclasses import replace
 
-    from rich.console import Console
-
+    from simserve.cli.console import console as make_console
     from simserve.cli.run import _jsonable
     from simserve.errors import SimserveError
     from simserve.io import check_out_dir, output_dir
@@ -38,7 +37,7 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
     ds.check()  # one line naming the pool that does not fit, or the missing link, before anything is written
     name = f"{Path(scenario.model).name}-disagg-{ds.label()}-{scenario.policy}-{Path(scenario.trace).name.split('.')[0]}"
     out = check_out_dir(out or Path("runs") / f"{name}-qps{qps:g}-s{scenario.seed}", force)
-    console = Console()
+    console = make_console()
     pools = []
     for s in (ds.prefill, ds.decode):
         s, generated = for_scenario(s)
@@ -48,6 +47,9 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
     ds = replace(ds, prefill=pools[0], decode=pools[1])
     run = run_disagg(ds, qps)
     summary = summarize(run.raw).as_dict()
+    from simserve.cli.run import _check_served
+
+    _check_served(summary, ds.prefill)  # every request dropped: an error, before anything is written
     pools_doc = transfer_summary(run)
     from simserve.predictor.load import profile_label
     from simserve.sim.scenario import workload_drops, workload_notes
@@ -65,8 +67,10 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
                "step_parts": _step_parts(ds, run)}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print(console, ds, qps, summary, pools_doc, out)
-    for note in notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+    from simserve.cli.console import note
+
+    for line in notes:
+        console.print(note(line))
 
 
 def _step_parts(ds, run) -> dict:
@@ -109,9 +113,12 @@ def _print(console, ds, qps: float, s: dict, d: dict, out: Path) -> None:
     for label, values in rows:
         table.add_row(label, *(f"{v:.4g}" for v in values))
     console.print(table)
-    status = "[red]OVERLOADED[/red] " if s["overloaded"] else ""
-    console.print(
-        f"{status}{s['completed']}/{s['num_requests']} completed, {s['ignored']} ignored, {s['preemptions']} "
+    from simserve.cli.console import styled
+
+    status = (("OVERLOADED", "red"), " ") if s["overloaded"] else ()
+    console.print(styled(
+        *status,
+        f"{s['completed']}/{s['num_requests']} completed, {s['ignored']} ignored, {s['preemptions']} "
         f"preemptions; {s['throughput_rps']:.3g} req/s, {s['throughput_tps']:.4g} tokens/s over {s['duration_s']:.1f} s\n"
         f"prefill busy {d['prefill_utilization']:.0%}, decode busy {d['decode_utilization']:.0%}; "
         f"KV blocks per replica: prefill {d['prefill_kv_blocks_per_replica']}, decode "
@@ -119,5 +126,4 @@ def _print(console, ds, qps: float, s: dict, d: dict, out: Path) -> None:
         f"{d['link']}\n"
         f"TTFT includes the prefill, the decode admission wait, the transfer and the decode side's first step "
         f"(vLLM's proxy streams every token from the decode instance)\nwrote {out}/",
-        highlight=False,
-    )
+    ))  # fmt: skip

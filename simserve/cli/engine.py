@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from simserve.cli.console import console as make_console
 from simserve.errors import SimserveError
 
 HEADERS = {  # the flags' names are too long for a table's columns
@@ -92,7 +92,7 @@ def engine_sweep(
         chunk = result.best["chunked-prefill-size"]
         base = replace(base, policy="sglang", budget=chunk, memory_utilization=memory_for(chunk))
     written = write_engine_outputs(result, out, scenario_fields(base), engine)
-    console = Console(soft_wrap=True)
+    console = make_console(soft_wrap=True)
     table = Table(title=f"{RELEASES[engine]} flags: capacity (QPS) within the SLO")
     for col in result.rows.columns:
         table.add_column(HEADERS.get(col, col), justify="left" if col == "message" else "right")

@@ -58,8 +58,9 @@ def list_command(
     import sys
 
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from simserve.cli.console import console as make_console
 
     if kind not in KINDS:
         raise SimserveError(f"unknown list {kind!r}; choose one of {', '.join(KINDS)}")
@@ -74,7 +75,7 @@ def list_command(
         table.add_row(*(_cell(v) for v in row))
     # Piped into a file or another program: the table's own width, so nothing folds (and rich adds no colour).
     piped = not sys.stdout.isatty()
-    console = Console(width=max(80, Console(width=10_000).measure(table).maximum) if piped else None)
+    console = make_console(width=max(80, make_console(width=10_000).measure(table).maximum) if piped else None)
     console.print(table)
     if kind != "traces":
         for line in _under_table(kind, sources, wide):  # piped: one entry a line, whole, for grep

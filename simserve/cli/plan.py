@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.console import console as make_console
 from simserve.cli.options import cache_option, seed_option
-from simserve.cli.sweep import DEFAULT_CACHE, _numbers
+from simserve.cli.sweep import DEFAULT_CACHE, _numbers, interruptible
 from simserve.errors import SimserveError
 
 
@@ -106,8 +106,10 @@ def plan(
     )
     from simserve.plan.search import PlanSpec, run_plan
     from simserve.plan.ties import key_label, seed_capacities
+    from simserve.sim.config import check_requests
     from simserve.tune.capacity import SLO, impossible_slo
 
+    check_requests(requests)
     check_out_dir(out, force)  # before minutes of work, not after
 
     spec = PlanSpec(
@@ -136,14 +138,15 @@ def plan(
         frontend_ms=frontend_ms,
         sustained_clock=sustained_clock,
     )
-    result = run_plan(
-        spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
-    )
+    with interruptible(None if no_cache else cache):  # Ctrl-C or SIGTERM: one line, what is saved, exit 130/143
+        result = run_plan(
+            spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
+        )
     if not (result.searches["capacity_qps"] > 0).any():  # an impossible SLO: no deployment serves any load
         flags = "--slo, --delay-slo, --min-qps" + (", --ttft-slo" if ttft_slo is not None else "")
         raise impossible_slo(result.searches["message"], "on every deployment searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
-    console = Console(soft_wrap=True)
+    console = make_console(soft_wrap=True)
     console.print(_table(table_rows(result, all_rows), all_rows))
     if frontend_ms:
         from simserve.sim.frontend import frontend_line

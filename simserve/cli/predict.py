@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from simserve.cli import app
+from simserve.cli.console import console as make_console
 from simserve.cli.options import seed_option
 
 
@@ -21,4 +21,4 @@ def fit_command(
     from simserve.predictor import fit, print_report
 
     predictor = fit(profile_dir, seed=seed, use_cache=not no_cache)
-    print_report(predictor, Console(width=120))
+    print_report(predictor, make_console(width=120))

@@ -9,7 +9,6 @@ import shlex
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from simserve import precision
@@ -17,6 +16,7 @@ from simserve.catalog import GPU, NETWORKS, NODES
 from simserve.catalog.models import resolve_model
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.console import console as make_console
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.profiling.schema import SHIPPED_PROFILES, TABLES, profile_dir, read_profile, write_profile
@@ -194,7 +194,7 @@ def profile_command(
 
 
 def _print_summary(target: Path, tables: dict, provenance: dict) -> None:
-    console = Console()
+    console = make_console()
     table = Table(title=f"{target}  ({provenance['backend']})", title_justify="left")
     for col in ("file", "rows", "what"):
         table.add_column(col)

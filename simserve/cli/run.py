@@ -282,11 +282,12 @@ def run_command(
     ),
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
-    from rich.console import Console
     from rich.table import Table
 
+    from simserve.cli.console import console as make_console
     from simserve.errors import SimserveError
     from simserve.io import check_out_dir, output_dir
+    from simserve.sim.config import check_requests
     from simserve.sim.metrics import summarize
     from simserve.sim.perfetto import write_chrome_trace
     from simserve.sim.scenario import (
@@ -299,6 +300,7 @@ def run_command(
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
 
+    check_requests(requests)  # before the profile and the trace are loaded
     check_options(fmt, iterations)
     policy = _policy(policy, engine)
     sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
@@ -407,10 +409,11 @@ def run_command(
 
     scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
     if generated:
-        Console().print(generated, highlight=False, soft_wrap=True)
+        make_console().print(generated, highlight=False, soft_wrap=True)
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
+    _check_served(summary, scenario)  # before anything is written
     from simserve.sim.bench_report import bench_metrics, format_bench
 
     bench = bench_metrics(raw, qps)
@@ -450,9 +453,9 @@ def run_command(
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         doc["step_parts"] = {"switches": scenario.step_parts(), **parts}
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
-    _print_summary(Console(), Table, scenario, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
+    _print_summary(make_console(), Table, scenario, dep, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare
-        Console().print(format_bench(bench), highlight=False, soft_wrap=True)
+        make_console().print(format_bench(bench), highlight=False, soft_wrap=True)
 
 
 def _step_parts(scenario, raw, dep) -> dict:
@@ -578,12 +581,41 @@ class _Arrivals:
         return cls(f"replayed: {n} requests over {span:.1f} s ({(n - 1) / span:.3g} req/s)", False, True)
 
 
-def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]) -> None:
+def _check_served(s: dict, scenario) -> None:
+    """A run whose every request was dropped has no latencies to report: its table was all nan, exit 0."""
+    n = s["num_requests"]
+    if s["completed"] or s["ignored"] < n:
+        return
+    from simserve.errors import SimserveError
+
+    limit = scenario.sim_config().prompt_limit()
+    what = "--budget (vllm's largest prefill)" if scenario.policy == "vllm" else "the max model length"
+    raise SimserveError(
+        f"no request was served: all {n} were dropped as longer than {what}, {limit} tokens (or than the KV "
+        f"cache); use shorter requests (random:IN:OUT with IN + OUT <= {limit}), or raise --max-model-len "
+        f"(--allow-long-context past the model's own limit)"
+    )
+
+
+def _parallelism(scenario, dep) -> str:
+    """The deployment's parallelism as its GPUs are used: DP×TP and EP under attention DP, replicas."""
+    if dep.dp > 1:  # one of dp attention ranks of TP GPUs, the experts over all dp x tp GPUs (PP 1)
+        par = f"DP{dep.dp}×TP{dep.tp} EP{dep.ep}"
+    else:
+        par = f"TP{dep.tp} PP{dep.pp}" + (f" EP{dep.ep}" if dep.ep > 1 else "")
+    return f"{scenario.num_replicas}×({par})" if scenario.num_replicas > 1 else par
+
+
+def _print_summary(
+    console, Table, scenario, dep, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]
+) -> None:
+    from simserve.cli.console import note, styled
+
     policy = scenario.policy
     if policy in RELEASE_OF:
         policy = f"{policy} ({RELEASE_OF[policy]})"
     table = Table(
-        title=f"{policy} on {scenario.model}/{scenario.gpu} TP{scenario.tp} PP{scenario.pp}, "
+        title=f"{policy} on {dep.model.name}/{dep.gpu.name} {_parallelism(scenario, dep)}, "
         f"{scenario.trace} {arrivals.load}"
     )
     for col in ("metric", "p50", "p90", "p99"):
@@ -600,28 +632,29 @@ def _print_summary(console, Table, scenario, arrivals: _Arrivals, s: dict, out: 
     busy = ", ".join(f"{b:.0%}" for b in s["stage_busy"])
     bubble = ", ".join(f"{b:.0%}" for b in s["stage_bubble"])
     if s["overloaded"] and scenario.stop_when_overloaded:
-        status = "[red]OVERLOADED (stopped early)[/red] "
+        status = (("OVERLOADED (stopped early)", "red"), " ")
     elif arrivals.burst:
         # a finite burst always queues, and always drains: say how long that took, not "without bound"
-        status = f"[yellow]a burst of {s['num_requests']} requests drained in {s['duration_s']:.1f} s[/yellow]; "
+        status = ((f"a burst of {s['num_requests']} requests drained in {s['duration_s']:.1f} s", "yellow"), "; ")
     elif not s["overloaded"] or scenario.max_concurrency is not None:  # a closed loop cannot queue without bound
-        status = ""
+        status = ()
     elif arrivals.replay:
-        status = "[yellow]the recorded arrivals outpaced service (the queue grew while they played)[/yellow]; "
+        status = (("the recorded arrivals outpaced service (the queue grew while they played)", "yellow"), "; ")
     else:
-        status = "[red]OVERLOADED (the queue grew without bound; latencies include the backlog)[/red] "
-    console.print(
-        f"{status}{s['completed']}/{s['num_requests']} completed, {s['ignored']} ignored (too long), "
+        status = (("OVERLOADED (the queue grew without bound; latencies include the backlog)", "red"), " ")
+    console.print(styled(
+        *status,
+        f"{s['completed']}/{s['num_requests']} completed, {s['ignored']} ignored (too long), "
         f"{s['preemptions']} preemptions; {s['throughput_rps']:.3g} req/s, {s['throughput_tps']:.4g} tokens/s "
         f"over {s['duration_s']:.1f} s\nstage busy {busy}; pipeline bubble {bubble}; "
         f"MFU ≈ {s['mfu']:.1%}, MBU ≈ {s['mbu']:.1%} (estimates); {s['num_iterations']} iterations, "
         f"{s['kv_blocks_per_replica']} KV blocks per replica\nwrote {out}/"
-    )
+    ))  # fmt: skip
     if s.get("capped"):
-        console.print(
-            f"[yellow]note:[/yellow] the trial cap ({scenario.time_limit_s:g} s) ended the run: "
+        console.print(note(
+            f"the trial cap ({scenario.time_limit_s:g} s) ended the run: "
             f"{s['num_requests'] - s['completed'] - s['ignored']} requests unfinished; the latencies cover "
             f"the {s['completed']} completed"
-        )
-    for note in notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        ))  # fmt: skip
+    for line in notes:
+        console.print(note(line))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 from collections.abc import Iterator
@@ -10,13 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from simserve.cachedir import cache_root
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
+from simserve.cli.console import console as make_console
+from simserve.cli.console import note, styled
 from simserve.cli.options import cache_option, seed_option
-from simserve.errors import Reported, SimserveError
+from simserve.errors import Reported, SimserveError, Terminated
 
 # Requests per simulation in the default sweep: the paper's trial size. Shorter trials are optimistic and
 # noisier (docs/tuning.md measures it); --requests 1024 halves the time with the same mean capacities.
@@ -31,6 +33,8 @@ def _numbers(text: str, kind: type, option: str) -> tuple:
         values = tuple(kind(p) for p in parts)
     except ValueError:
         raise SimserveError(f"{option} takes a comma-separated list of numbers, got {text!r}") from None
+    if kind is float and not all(math.isfinite(v) for v in values):  # 1e400 parses as inf: not a number given
+        raise SimserveError(f"{option} takes finite numbers, got {text!r}; give values such as 0.05,0.1")
     if not values:
         example = "0.05,0.1" if kind is float else "128,256"
         raise SimserveError(f"{option} is empty; give at least one value, e.g. {option} {example}")
@@ -75,41 +79,31 @@ def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow
     return {k: v for k, v in given.items() if v != defaults[k]}
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C, so the same clean-up runs (workers stopped)."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
 @contextmanager
 def interruptible(cache: Path | None) -> Iterator[None]:
-    """Ctrl-C or SIGTERM: the Runner has stopped the workers by the time this sees it; print one line (what
-    the cache kept, how to resume) and exit 130 (SIGINT) or 143 (SIGTERM)."""
+    """Ctrl-C or SIGTERM during a search (simserve.cli turns SIGTERM into `Terminated`): the Runner has stopped
+    the workers by the time this sees it; print one line (no output written — outputs are written after the
+    search —, what the cache kept, how to resume) and exit 130 (SIGINT) or 143 (SIGTERM)."""
     from simserve.tune.probe import ProbeCache
 
     # Count what the cache gained, not what the driver had received: a worker writes its probe itself, and
     # several may finish (and write) in the moment between the signal and the driver reading their results.
     before = len(ProbeCache(cache)) if cache is not None else 0
-    old = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
     except KeyboardInterrupt as exc:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while this line prints changes nothing
         what = "terminated" if isinstance(exc, Terminated) else "interrupted"
         if cache is None:
-            line = f"{what}: nothing was saved (--no-cache); rerun to start again"
+            line = f"{what}: no output was written, and nothing was saved (--no-cache); rerun to start again"
         else:
             saved = len(ProbeCache(cache)) - before
             line = (
-                f"{what}: the {saved} probe(s) simulated so far are saved in {cache}; rerun the same command "
-                "to resume (cached probes are reused)"
+                f"{what}: no output was written; the {saved} probe(s) simulated so far are saved in {cache}; "
+                "rerun the same command to resume (cached probes are reused)"
             )
         print(line, file=sys.stderr, flush=True)
         raise Reported(143 if isinstance(exc, Terminated) else 130) from None
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 @app.command()
@@ -223,13 +217,13 @@ def sweep(
 ) -> None:
     """Capacity of each policy over a grid of token budgets: table, sweep.csv, summary.json and plots."""
     from simserve.io import check_out_dir
+    from simserve.sim.config import check_requests
     from simserve.sim.frontend import frontend_line
     from simserve.tune.capacity import SLO, impossible_slo
     from simserve.tune.report import budget_story, summary_table, write_outputs
     from simserve.tune.sweep import TILE_BUDGETS, SweepSpec, run_sweep
 
-    if requests < 1:
-        raise SimserveError(f"--requests must be at least 1, got {requests}")
+    check_requests(requests)
     check_out_dir(out, force)
     if engine is not None or engine_grid is not None:
         # the policy grid's flags: an engine sweep searches the engine's own flags and would ignore them
@@ -291,7 +285,7 @@ def sweep(
 
         base, generated = for_scenario(base)
         if generated:
-            Console(soft_wrap=True).print(generated, highlight=False)
+            make_console(soft_wrap=True).print(generated, highlight=False)
     if no_prefix_caching and engine is None and engine_grid is None:
         raise SimserveError("--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm")
     if engine is not None or engine_grid is not None:
@@ -310,7 +304,7 @@ def sweep(
             search or "simserve",
         )  # fmt: skip
         if frontend_ms:
-            Console(soft_wrap=True).print(frontend_line(frontend_ms, "engine.csv's ttft columns, --ttft-slo"),
+            make_console(soft_wrap=True).print(frontend_line(frontend_ms, "engine.csv's ttft columns, --ttft-slo"),
                                           highlight=False)  # fmt: skip
         return None
     spec = SweepSpec(
@@ -332,7 +326,7 @@ def sweep(
         flags = "--slo, --delay-slo" + (", --ttft-slo" if ttft_slo is not None else "")
         raise impossible_slo(result.rows["message"], "in every configuration searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
-    console = Console(soft_wrap=True)
+    console = make_console(soft_wrap=True)
     console.print(summary_table(result))
     if frontend_ms:
         console.print(frontend_line(frontend_ms, "sweep.csv's ttft columns, --ttft-slo"), highlight=False)
@@ -344,13 +338,15 @@ def sweep(
         f"in {s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/"
     )
     for msg in sorted(set(result.rows["message"]) - {""}):
-        console.print(f"[yellow]note:[/yellow] {msg}")
+        console.print(note(msg))
 
 
 @app.command()
 def regress(
-    baseline: Path = typer.Option(
-        Path("regress/baseline.json"), "--baseline", help="The committed baseline."
+    baseline: Path | None = typer.Option(
+        None,
+        "--baseline",
+        help="The baseline file (default: the project's committed regress/baseline.json, wherever you run it).",
     ),
     update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
@@ -359,10 +355,18 @@ def regress(
     no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything; read and write no cache."),
 ) -> None:
     """Recompute the capacities of a few fixed configurations and compare them with the baseline."""
-    from simserve.tune.regress import check, write_baseline
+    from simserve.tune.regress import check, default_baseline, update_command, write_baseline
 
+    if baseline is None:
+        baseline = default_baseline()
+    if baseline is None:
+        raise SimserveError(
+            "the committed baseline (regress/baseline.json) is in simserve's source checkout, which this install "
+            "does not have; run it from an editable install of the checkout, or pass --baseline PATH (create one "
+            "with `simserve regress --update --baseline PATH`)"
+        )
     cache_dir = None if no_cache else cache
-    console = Console(soft_wrap=True)
+    console = make_console(soft_wrap=True)
     if update:
         doc = write_baseline(baseline, executor, workers, cache_dir)
         for name, case in doc["cases"].items():
@@ -373,8 +377,8 @@ def regress(
     for line in report.lines:
         console.print(line, highlight=False)
     if report.failed:
-        console.print(
-            f"[red]capacity moved beyond tolerance in {len(report.failed)} case(s)[/red]; if intended, "
-            f"run `simserve regress --update` and commit {baseline}"
-        )
+        console.print(styled(
+            (f"capacity moved beyond tolerance in {len(report.failed)} case(s)", "red"),
+            f"; if intended, run `{update_command(baseline)}` and commit {baseline}",
+        ))  # fmt: skip
         raise typer.Exit(1)

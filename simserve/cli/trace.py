@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from simserve.cli import app
+from simserve.cli.console import console as make_console
 from simserve.cli.options import seed_option
 from simserve.errors import SimserveError
 
@@ -86,7 +86,7 @@ def build(
             result = build_prefix_repetition(
                 target, n, prefix_len, suffix_len, num_prefixes, output_len, seed, command=command
             )
-        console = Console()
+        console = make_console()
         console.print(stats_table(result.trace, result.stats))
         console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
         return
@@ -115,22 +115,44 @@ def build(
             result = build_arxiv_synthetic(target, requests, seed, command=command)
         else:
             result = build_arxiv(source, target, command=command + f" --from {source}")
-    console = Console()
+    console = make_console()
     console.print(stats_table(result.trace, result.stats))
     console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
 
 
 @trace_app.command()
 def stats(
-    file: str = typer.Argument(..., help="A trace file (CSV/JSONL, optionally gzip) or a shipped name."),
+    file: str = typer.Argument(
+        ...,
+        help="A trace file (CSV/JSONL, optionally gzip), a shipped name, or a `vllm bench serve` dataset as `run` "
+        "takes it: random[:IN[:OUT[:RATIO]]], fixed:IN:OUT, sharegpt-bench[:OUT].",
+    ),
     hist: Path | None = typer.Option(None, "--hist", help="Also save prompt/output histograms to this PNG."),
+    requests: int | None = typer.Option(
+        None, "--requests", help="A bench dataset: how many requests to draw (1000, vllm bench serve's --num-prompts)."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="A bench dataset: the seed it is drawn with (0)."),
 ) -> None:
     """Print count and median / P90 / std (population) / mean / max of prompt and output tokens."""
+    from simserve.workload import bench_datasets
     from simserve.workload.stats import TraceStats, save_histogram, stats_table
-    from simserve.workload.trace import load_trace
+    from simserve.workload.trace import Trace, load_trace
 
-    trace = load_trace(file)
-    console = Console()
+    if bench_datasets.is_spec(file):  # drawn as `run --trace FILE --requests N --seed S` draws it
+        from simserve.sim.config import check_requests
+
+        n = check_requests(1000 if requests is None else requests)
+        if seed is not None and seed < 0:
+            raise SimserveError(f"--seed must be 0 or more, got {seed}; give a non-negative integer")
+        prompt, output = bench_datasets.lengths(bench_datasets.parse(file), n, seed or 0)
+        trace = Trace(file, prompt, output)
+    else:
+        given = [flag for flag, value in (("--requests", requests), ("--seed", seed)) if value is not None]
+        if given:
+            raise SimserveError(f"{given[0]} draws a bench dataset (random:…, fixed:…, sharegpt-bench); {file} is "
+                                f"a trace, whose every row is counted: drop {given[0]}")  # fmt: skip
+        trace = load_trace(file)
+    console = make_console()
     console.print(stats_table(trace, TraceStats.of(trace)))
     if trace.arrived_at is not None and len(trace) > 1:
         span = trace.arrived_at[-1] - trace.arrived_at[0]

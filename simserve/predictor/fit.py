@@ -223,7 +223,7 @@ def print_report(predictor: Predictor, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(markup=False, emoji=False)  # a path or op name is text, not markup
 
     def pct(v: float) -> str:
         return "—" if v != v else f"{v:.1f}"

@@ -28,6 +28,21 @@ VLLM_V1_WATERMARK = 0.0
 # for `simserve run`; `sweep --engine sglang` uses its per-GPU defaults (simserve/tune/sglang.py).
 SGLANG_CHUNK = 8192
 SGLANG_SCHEDULE_POLICIES = ("fcfs", "lof", "lpm")  # the --schedule-policy values simserve models
+# The most requests one simulation takes (--requests of run, sweep, plan; trace stats of a bench dataset).
+# A 100,000-request `simserve run` (Mistral-7B/A100, sharegpt at 2 qps) peaked at 129 MB of memory and wrote
+# 48 MB (/usr/bin/time; issue 33): a million is ~1.3 GB and ~0.5 GB, and minutes of CPU near capacity. Past it a
+# typo (--requests 99999999999999999999) ran for minutes before failing, or filled the memory.
+MAX_REQUESTS = 1_000_000
+
+
+def check_requests(n: int, option: str = "--requests") -> int:
+    """A number of requests for one simulation: 1 to MAX_REQUESTS, else one line saying so."""
+    if not 1 <= n <= MAX_REQUESTS:
+        raise SimserveError(
+            f"{option} must be between 1 and {MAX_REQUESTS:,} requests per simulation, got {n:,}; give a number "
+            f"in that range (a million take ~1.3 GB of memory and minutes of CPU)"
+        )
+    return n
 
 
 @dataclass(frozen=True)

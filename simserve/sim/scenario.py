@@ -14,7 +14,7 @@ import numpy as np
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.sim.cluster import RawRun, simulate
-from simserve.sim.config import SimConfig
+from simserve.sim.config import SimConfig, check_requests
 from simserve.sim.metrics import SimResult, build_result
 
 if TYPE_CHECKING:
@@ -287,8 +287,7 @@ def check_scenario(s: Scenario) -> int:
     """Validate a scenario without simulating; returns its KV blocks per replica (SimserveError if it
     does not fit, names an unknown policy/model/GPU, or has no requests)."""
     cfg = s.sim_config()
-    if s.num_requests < 1:
-        raise SimserveError(f"--requests must be at least 1, got {s.num_requests}")
+    check_requests(s.num_requests)
     if cfg.policy == "sglang" and s.pp > 1:
         raise SimserveError(
             "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "

@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from typing import Any
@@ -39,12 +42,57 @@ def check_ray_address(address: str) -> None:
         ) from None
 
 
-def _worker_signals() -> None:
+def _worker_signals(driver: int | None = None) -> None:
     """Worker start-up: Ctrl-C reaches the whole process group, but only the driver acts on it (it stops the
     workers itself, so no worker prints a traceback); SIGTERM kills a worker outright, whatever the driver
-    had installed when it forked."""
+    had installed when it forked; and the worker dies with the driver (`_die_with`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if driver is not None:
+        _die_with(driver)
+
+
+# How often a worker looks whether its driver is still there (the fallback to the kernel's parent-death signal).
+PARENT_POLL_S = 0.5
+
+
+def _die_with(driver: int) -> None:
+    """End this worker within a moment of its driver's death, however the driver died.
+
+    NOTE: a driver killed by SIGKILL (or the OOM killer) runs no clean-up, and its workers, orphaned, ran
+    their probes on for minutes (issue 33). On Linux the kernel sends SIGKILL to this process when the thread
+    that forked it ends (prctl PR_SET_PDEATHSIG; the pool forks from the driver's main thread, which lives
+    until the driver ends); elsewhere, and as a fallback, a daemon thread looks every PARENT_POLL_S whether
+    the parent changed (an orphan is re-parented) or the driver is gone (with a forkserver the parent is the
+    server, not the driver)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc prctl: the thread below still does it
+            pass
+    parent = os.getppid()
+    if not _alive(driver):  # it died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent and _alive(driver):
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="simserve-driver-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else (cannot be ours, but it is alive)
+        return True
+    return True
 
 
 class Runner:
@@ -106,7 +154,9 @@ class Runner:
 
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_signals)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers, initializer=_worker_signals, initargs=(os.getpid(),)
+            )
         return self._pool
 
     @property

@@ -149,15 +149,32 @@ class Report:
     failed: list[str]  # names of the cases that moved or no longer match
 
 
+def default_baseline() -> Path | None:
+    """The project's regress/baseline.json, found beside the package (a checkout or an editable install), not in
+    the working directory: from elsewhere `regress` read, and `regress --update` wrote, ./regress/baseline.json.
+    None for an installed wheel, which does not carry the baseline."""
+    from simserve.shipped import package_dir
+
+    project = package_dir().parent
+    if (project / "pyproject.toml").is_file() and (project / "regress").is_dir():
+        return project / "regress" / "baseline.json"
+    return None
+
+
+def update_command(path: str | Path) -> str:
+    """The command that writes the baseline at `path`."""
+    default = default_baseline()
+    same = default is not None and Path(path).resolve() == default.resolve()
+    return "simserve regress --update" + ("" if same else f" --baseline {path}")
+
+
 def load_baseline(path: str | Path) -> dict[str, Any]:
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise SimserveError(f"no baseline at {path}; create it with `simserve regress --update`") from None
+        raise SimserveError(f"no baseline at {path}; create it with `{update_command(path)}`") from None
     except json.JSONDecodeError as exc:
-        raise SimserveError(
-            f"{path} is not valid JSON ({exc}); regenerate it with `simserve regress --update`"
-        ) from None
+        raise SimserveError(f"{path} is not valid JSON ({exc}); regenerate it with `{update_command(path)}`") from None
 
 
 def check(
