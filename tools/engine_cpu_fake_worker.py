@@ -21,11 +21,10 @@ import os
 import time
 
 import numpy as np
+import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, AsyncModelRunnerOutput, ModelRunnerOutput
 from vllm.v1.worker.worker_base import WorkerBase
-
-import torch
 
 STEP_MS = float(os.environ.get("ENGINE_CPU_GPU_STEP_MS", "8"))
 MS_PER_TOKEN = float(os.environ.get("ENGINE_CPU_GPU_MS_PER_TOKEN", "0.03"))
@@ -56,7 +55,9 @@ class TimedWorker(WorkerBase):
         self.vocab = self.model_config.get_vocab_size()
         # steps, scheduled requests, scheduled tokens: summed in a file the measuring script reads (no CPU to speak of)
         path = os.environ.get("ENGINE_CPU_COUNTERS")
-        self.counters = np.memmap(path, dtype=np.int64, mode="r+", shape=(3,)) if path else np.zeros(3, np.int64)
+        self.counters = (
+            np.memmap(path, dtype=np.int64, mode="r+", shape=(3,)) if path else np.zeros(3, np.int64)
+        )
 
     def load_model(self, *, load_dummy_weights: bool = False) -> None:
         return None
@@ -67,7 +68,9 @@ class TimedWorker(WorkerBase):
             block_size=self.cache_config.block_size, num_kv_heads=m.get_num_kv_heads(self.parallel_config),
             head_size=m.get_head_size(), dtype=torch.float16,
         )  # fmt: skip
-        return {f"model.layers.{i}.self_attn.attn": spec for i in range(m.get_num_layers(self.parallel_config))}
+        return {
+            f"model.layers.{i}.self_attn.attn": spec for i in range(m.get_num_layers(self.parallel_config))
+        }
 
     def get_supported_kv_cache_layouts(self) -> list[str]:
         return ["NHD"]

@@ -6,7 +6,7 @@ serving host.
 Run it on both hosts with the same Python minor version (the figures in profiles/engine/vllm-0.33.0/ were measured
 under CPython 3.11); the ratio of the two `python_us` medians is the host-speed factor simserve's engine-CPU model
 takes (simserve/predictor/engine_cpu.py: `host_speed` = this host's time / that host's time). Two parts, CPU time
-of this thread (`time.thread_time`), median of 7 rounds:
+of this thread (`time.thread_time`), median of 15 rounds:
 
 - `python_us`: a fixed pure-Python workload shaped like the engine's own per-step code (objects with attributes,
   dict lookups by request id, list appends, small sorts, string formatting), 20,000 "requests" per round.
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-ROUNDS = 7
+ROUNDS = 15
 C_SOURCE = r"""
 #include <stdio.h>
 #include <stdint.h>
@@ -58,7 +58,7 @@ class Req:
         self.rid, self.prompt, self.computed, self.out, self.blocks, self.status = rid, prompt, 0, [], [], 0
 
 
-def python_round(n: int = 20000) -> float:
+def python_round(n: int = 4000) -> float:
     t0 = time.thread_time()
     reqs = {f"req-{i}": Req(f"req-{i}", 64 + i % 200) for i in range(n)}
     budget, scheduled = 8192, {}
@@ -73,11 +73,11 @@ def python_round(n: int = 20000) -> float:
         if budget <= 0:
             budget = 8192
     outs = []
-    for k, (rid, take) in enumerate(sorted(scheduled.items(), key=lambda kv: kv[1])):  # an output pass
+    for k, (rid, _take) in enumerate(sorted(scheduled.items(), key=lambda kv: kv[1])):  # an output pass
         r = reqs[rid]
         r.out.append(k % 32000)
         outs.append({"id": rid, "tokens": r.out[-1:], "text": f"tok{k % 977}", "done": len(r.out) > 4})
-    " ".join(o["text"] for o in outs[:5000])
+    " ".join(o["text"] for o in outs)
     return (time.thread_time() - t0) * 1e6
 
 
@@ -90,22 +90,25 @@ def clock_ghz() -> float | None:
             subprocess.run(["cc", "-O1", "-o", exe, src], check=True, capture_output=True)
         except (OSError, subprocess.CalledProcessError):
             return None
-        runs = [float(subprocess.run([exe], capture_output=True, text=True).stdout.split()[0]) for _ in range(5)]
+        runs = [
+            float(subprocess.run([exe], capture_output=True, text=True).stdout.split()[0]) for _ in range(5)
+        ]
     return statistics.median(runs)
 
 
 def cpu_model() -> str:
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor()
 
 
 def run() -> dict:
-    python_round(2000)  # warm
+    python_round(400)  # warm
     times = sorted(python_round() for _ in range(ROUNDS))
     return {
         "python_us": round(statistics.median(times), 1), "python_us_min": round(times[0], 1),

@@ -26,6 +26,9 @@ The model runner (GPU input preparation, sampling) is not run here: in 0.33.0 it
 Each time is `time.thread_time_ns()` around the call: CPU time of this thread, not wall time (the host is shared).
 A configuration is run `--repeats` times as independent blocks of 16 steps (a KV block's worth of decode steps, so
 block allocations fall in every block alike); `gc` stays on, with the warm-up's objects frozen as EngineCore does.
+Around each block the reference workload of tools/engine_cpu_refbench.py runs (`ref_us`, in its `python_us`
+units): on a shared host the speed drifts with the neighbours' load, and every component of a block drifts with it,
+so the fit divides it out (simserve/predictor/engine_cpu_fit.py).
 """
 
 from __future__ import annotations
@@ -45,10 +48,11 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 STEPS_PER_BLOCK = 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_cpu_refbench beside this file
 FIELDS = [
     "config", "kind", "rep", "step", "num_reqs", "num_tokens", "num_prefill_reqs", "num_new_reqs",
     "num_outputs", "num_finished", "schedule_us", "update_us", "encode_us", "add_engine_us", "fe_decode_us",
-    "fe_process_us", "add_frontend_us",
+    "fe_process_us", "add_frontend_us", "ref_us",
 ]  # fmt: skip
 
 
@@ -75,6 +79,7 @@ class Bench:
 
     def __init__(self, model_dir: str, cfg: dict, seed: int):
         import numpy as np
+        import torch
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.tokenizers import get_tokenizer
         from vllm.utils.hashing import get_hash_fn_by_name
@@ -85,8 +90,6 @@ class Bench:
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
 
-        import torch
-
         self.rng = np.random.default_rng(seed)
         self.cfg = cfg
         d, c = cfg["decodes"], cfg["prompt"]
@@ -95,7 +98,9 @@ class Bench:
         budget = max(d + chunk, 256)
         self.warm_budget = max(budget, 8192)
         max_len = max(c, 1024) + 1024
-        blocks = d * ((96 + 8 * STEPS_PER_BLOCK * 8) // 16 + 2) + 8 * (max(c, 1) // 16 + 2) * max(cfg["new"], 1)
+        blocks = d * ((96 + 8 * STEPS_PER_BLOCK * 8) // 16 + 2) + 8 * (max(c, 1) // 16 + 2) * max(
+            cfg["new"], 1
+        )
         blocks += 256
         model = ModelConfig(model=model_dir, skip_tokenizer_init=True, max_model_len=max_len, dtype="float32")
         cache = CacheConfig(block_size=16, enable_prefix_caching=True)
@@ -220,7 +225,9 @@ class Bench:
                 self.process(*prev)
             prev = (so, mro)
             reqs = self.sched.requests.values()
-            if self.cfg["kind"] != "chunked" and all(r.num_computed_tokens >= r.num_prompt_tokens for r in reqs):
+            if self.cfg["kind"] != "chunked" and all(
+                r.num_computed_tokens >= r.num_prompt_tokens for r in reqs
+            ):
                 break
             if self.cfg["kind"] == "chunked":
                 break
@@ -231,7 +238,11 @@ class Bench:
         gc.freeze()  # EngineCoreProc freezes its start-up objects (vllm/v1/engine/core.py)
 
     def block(self, rep: int) -> list[dict]:
-        """STEPS_PER_BLOCK steps, pipelined as step_with_batch_queue runs them."""
+        """STEPS_PER_BLOCK steps, pipelined as step_with_batch_queue runs them. The reference workload
+        (tools/engine_cpu_refbench.py) runs before and after: how fast this shared host was during the block."""
+        from engine_cpu_refbench import python_round
+
+        ref0 = python_round()
         rows = []
         cfg = self.cfg
         for step in range(STEPS_PER_BLOCK + 1):
@@ -263,13 +274,17 @@ class Bench:
                 prev_row.update(self.process(*prev))
                 rows.append(prev_row)
             self.pending = (row, (so, mro))
+        ref = (ref0 + python_round()) / 2  # in refbench's python_us units
+        for r in rows:
+            r["ref_us"] = round(ref, 1)
         return rows
 
 
 def host() -> dict:
     info = {"machine": platform.machine(), "python": platform.python_version(), "cpus": os.cpu_count()}
     try:
-        text = open("/proc/cpuinfo").read()
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
         for key in ("model name", "cpu MHz", "cpu family", "model", "stepping"):
             info[key.replace(" ", "_")] = next(
                 line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(key)
