@@ -52,11 +52,12 @@ def main(root: Path) -> None:
         prov = json.loads((root / "server.provenance.json").read_text())
         idle = prov.get("idle_cpu_per_s")
         print(f"server runs' median ref_us: {F.reference_us(srows):.1f} us")
-        for count in sorted({r["api_server_count"] for r in srows}):
-            fit = F.fit_server(srows, idle, count, ref)
-            for ep, (a, b, c, med, worst) in fit.items():
-                print(f"api x{count} {ep}: {a:.1f}/req + {b:.3f}/prompt token + {c:.2f}/output token us; "
-                      f"error median {med:.1f}% max {worst:.1f}%")  # fmt: skip
+        for ep, (a, b, c, med, worst) in F.fit_server(srows, idle, "1", ref).items():
+            print(f"api {ep}: {a:.1f}/req + {b:.3f}/prompt token + {c:.2f}/output token us; "
+                  f"error median {med:.1f}% max {worst:.1f}%")  # fmt: skip
+        for count in sorted({r["api_server_count"] for r in srows} - {"1"}):
+            for w, ratio in F.server_count_ratio(srows, ref, count).items():
+                print(f"{count} API servers, {w}: {ratio:.3f}x the CPU per request of one")
         rest = F.fit_engine_core_rest(srows, steps, add, ref)
         print(f"engine_core_rest: {rest[0]:.1f}/step + {rest[1]:.1f}/request us; error median {rest[2]:.1f}% "
               f"max {rest[3]:.1f}%")  # fmt: skip

@@ -99,6 +99,10 @@ API_SERVER = {
     "chat": RequestCost("api_server", "vllm serve, /v1/chat/completions, streamed",
                         3407.58, 5.82366, 102.084, (9.12325, 12.4802)),
 }
+# With two API servers (`--api-server-count 2`, completions, 128-token prompts): all servers' CPU per request over
+# one server's, at 2 and at 64 output tokens (server_count_ratio). Requests split evenly between the two; each
+# server pays the per-step costs on its half of the engine's outputs, and on this 2-core host they share cores.
+TWO_API_SERVERS_CPU_RATIO = {"completions 128/2": 1.1542, "completions 128/64": 1.41549}
 # The measuring host's speed while the steps were measured: the median of tools/engine_cpu_refbench.py's python_us
 # run around every block of steps (every figure above is at this speed; the host ran it in 9.7-27.8 ms as its
 # neighbours' load came and went). clock_ghz: the same tool's dependent-add chain (refbench.json, same shared host).

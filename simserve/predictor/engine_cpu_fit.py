@@ -171,7 +171,9 @@ def fit_server(rows: list[dict], idle: dict | None = None, api_server_count: str
     return out
 
 
-def fit_engine_core_rest(rows: list[dict], steps: dict, add: tuple, ref: float) -> tuple[float, float, float, float]:
+def fit_engine_core_rest(
+    rows: list[dict], steps: dict, add: tuple, ref: float
+) -> tuple[float, float, float, float]:
     """(per step µs, per request µs, median, max |err| %) of the EngineCore process's CPU that the timed functions
     leave out, from the server runs (rows of server.csv, at reference speed `ref`): its measured CPU less what
     `steps` and `add` (fit_steps, fit_add_request) predict for the same steps and requests. What is left is the
@@ -194,3 +196,19 @@ def fit_engine_core_rest(rows: list[dict], steps: dict, add: tuple, ref: float) 
     pred = x @ np.array(coef)
     med, worst = per_config_error([{"config": k, "y": v} for k, v in zip(names, y, strict=True)], "y", pred)
     return (*coef, med, worst)
+
+
+def server_count_ratio(rows: list[dict], ref: float, count: str) -> dict[str, float]:
+    """workload -> the median (over repeats) of all API servers' CPU per request with `count` servers, over the
+    same with one server, for the workloads measured both ways."""
+    per_run: dict[tuple, float] = defaultdict(float)
+    for r in server_runs(rows, None, ref):
+        per_run[(r["api_server_count"], r["rep"], f"{r['endpoint']} {r['input_len']}/{r['output_len']}")] += (
+            r["cpu_per_req_us"]
+        )
+    out = {}
+    for w in sorted({k[2] for k in per_run if k[0] == count}):
+        one = statistics.median(v for k, v in per_run.items() if k[0] == "1" and k[2] == w)
+        many = statistics.median(v for k, v in per_run.items() if k[0] == count and k[2] == w)
+        out[w] = many / one
+    return out
