@@ -11,7 +11,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 VENV="${1:-/work/envs/vllm033}"
 MODEL="${2:-/work/envs/tiny-llama}"
 [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null || bash "$HERE/vllm_env.sh" "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -c "$HERE/engine_cpu_env.constraints.txt" \
+"$VENV/bin/pip" install -q --disable-pip-version-check -c "$HERE/vllm_env.constraints.txt" -c "$HERE/engine_cpu_env.constraints.txt" \
     uvicorn uvloop httptools python-multipart watchfiles prometheus-fastapi-instrumentator setproctitle blake3 \
     ijson python-json-logger six model-hosting-container-standards
 [ -f "$MODEL/tokenizer.json" ] || "$VENV/bin/python" "$HERE/engine_cpu_model.py" "$MODEL"

@@ -18,9 +18,11 @@ commands and the host):
 Each per-step component is `a + b·num_reqs + c·num_tokens` microseconds of CPU on the measuring host (num_reqs
 scheduled in the step, num_tokens scheduled in the step), fitted by non-negative least squares on relative error
 (simserve/predictor/nnls.py) to the per-configuration medians in profiles/engine/vllm-0.33.0/steps.csv; its
-measured error (median and largest |relative error| over those medians) is stored beside it. `host_speed`
-divides every cost: the serving host's single-thread speed relative to the measuring host
-(tools/engine_cpu_refbench.py on both hosts: this host's `python_us` / that host's); 1.0 means "as measured".
+measured error (median and largest |relative error| over those medians) is stored beside it. What the timed
+functions leave out of the EngineCore process (ZMQ, msgpack of requests, queues, wake-ups) is ENGINE_CORE_REST, from
+the real server's process CPU. `host_speed` divides every cost: the serving host's single-thread speed relative
+to the measuring host, MEASURING_HOST["python_us"] / tools/engine_cpu_refbench.py's python_us on the serving host;
+1.0 means "as measured".
 
 Overlap (vllm/v1/engine/core.py `EngineCore.step_with_batch_queue`, batch queue of 2 with async scheduling): step
 k+1 is scheduled and launched before step k's output is processed, so all of the EngineCore's per-step CPU runs
