@@ -12,7 +12,10 @@ one row per iteration instead of compressed stretch rows, so iterations.csv and 
 summary with them (its stage-busy sum over the rows, 0.9999999999999999 → 1.0); requests.csv kept its hashes. Re-pinned for issue 23 when summary.json gained `vllm_bench_serve`, the run
 reported as `vllm bench serve` prints it, and again when `simserve run`'s TTFT, end-to-end and normalized
 latencies came to include the serving front end's 10.2 ms (sim/frontend.py, `--frontend-ms`; summary.json's
-`frontend_s`); the tables, the trace, TBT and scheduling delay did not move.)
+`frontend_s`); the tables, the trace, TBT and scheduling delay did not move. Re-pinned for issue 30 when `run`'s
+default front end became the API server as a server (sim/api_server.py): requests reach the engine after its
+input work, so every file moved; `sarathi-constant` (`--frontend constant`, the old default) keeps the old
+hashes.)
 """
 
 from __future__ import annotations
@@ -32,16 +35,20 @@ CASES = {
     "vllm-exact-2rep": ["--requests", "150", "--qps", "3", "--policy", "vllm", "--exact", "--replicas", "2",
                         "--router", "lor", "--seed", "5"],
     "orca-arxiv": ["--requests", "60", "--qps", "0.5", "--policy", "orca", "--trace", "arxiv", "--seed", "1"],
+    # `run`'s default before the API-server model (the 10.2 ms constant alone): its old hashes, unchanged
+    "sarathi-constant": ["--requests", "200", "--qps", "2", "--frontend", "constant"],
 }
 FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
 
 GOLDEN = {
-    "orca-arxiv": {"requests.csv": "6d379d9818ae3953", "iterations.csv": "2f91616a92084ae3",
-                  "summary.json": "5825233d96ec73a6", "trace.json": "bdfd59871ac385b8"},
-    "sarathi": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
-               "summary.json": "ab2ebc679d2dafd8", "trace.json": "6b2c038fbbd93798"},
-    "vllm-exact-2rep": {"requests.csv": "32938e6f751e7a6a", "iterations.csv": "2de6a89dd91a0c6f",
-                       "summary.json": "f55911f9ba437253", "trace.json": "90bb8fe6fcf444bd"},
+    "orca-arxiv": {"requests.csv": "52825cd301107e2f", "iterations.csv": "df824a440f32bcde",
+                 "summary.json": "1e565aa2cd73fd4a", "trace.json": "c4db2d6feaf4761f"},
+    "sarathi": {"requests.csv": "44df149eb3efdcac", "iterations.csv": "4f75fb1ed8f06ac3",
+              "summary.json": "f9b0ded12ee0a4fc", "trace.json": "f86ac408fd13312c"},
+    "sarathi-constant": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
+                       "summary.json": "ab2ebc679d2dafd8", "trace.json": "6b2c038fbbd93798"},
+    "vllm-exact-2rep": {"requests.csv": "7fe47d70b04443cf", "iterations.csv": "65c1248b06fa5b44",
+                      "summary.json": "74ced39ec39f5972", "trace.json": "3fe125af9f2b9cdf"},
 }
 
 
