@@ -42,13 +42,13 @@ FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
 
 GOLDEN = {
     "orca-arxiv": {"requests.csv": "52825cd301107e2f", "iterations.csv": "df824a440f32bcde",
-                 "summary.json": "1e565aa2cd73fd4a", "trace.json": "c4db2d6feaf4761f"},
+                 "summary.json": "0ac2749cd124ebbc", "trace.json": "c4db2d6feaf4761f"},
     "sarathi": {"requests.csv": "44df149eb3efdcac", "iterations.csv": "4f75fb1ed8f06ac3",
-              "summary.json": "f9b0ded12ee0a4fc", "trace.json": "f86ac408fd13312c"},
+              "summary.json": "06f46b9d91f4bf1f", "trace.json": "f86ac408fd13312c"},
     "sarathi-constant": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
                        "summary.json": "ab2ebc679d2dafd8", "trace.json": "6b2c038fbbd93798"},
     "vllm-exact-2rep": {"requests.csv": "7fe47d70b04443cf", "iterations.csv": "65c1248b06fa5b44",
-                      "summary.json": "74ced39ec39f5972", "trace.json": "3fe125af9f2b9cdf"},
+                      "summary.json": "30a450c5f2aa39d5", "trace.json": "3fe125af9f2b9cdf"},
 }
 
 

@@ -57,18 +57,21 @@ class ApiServers:
             cfg.api_token_s,
         )
         self.residual = cfg.frontend_s  # network and client, both ways (frontend.py)
-        self.free_at = [0.0] * self.count  # when each process finishes the work it has
-        self.busy = [0.0] * self.count  # seconds of work done, per process
+        # NOTE: the output side's state is in arrays the compiled core shares (core.Core._api_step twins
+        # `output`, the per-step hot path); the rest is only ever touched here.
+        self.free_at = np.zeros(self.count)  # when each process finishes the work it has
+        # the work done, per process, as counts (busy seconds: `busy`): requests, prompt tokens, output tokens
+        self.requests = [0] * self.count
+        self.prompt_tokens = [0] * self.count
+        self.tokens = np.zeros(self.count, dtype=np.int64)
         self.sent = reqs.arrived.copy()  # when the client sent each request (closed loop: set as slots free)
         nan = np.full(n, np.nan)
         self.first, self.last, self.done = nan.copy(), nan.copy(), nan.copy()  # what the client saw, when
         self.itl_max = np.zeros(n)
         self.itl = LogHistogram()  # the client's gaps between consecutive tokens
         self.input_wait = nan.copy()  # queueing before a request's input work started
-        self.output_wait = 0.0  # token-weighted sum of the output jobs' waits, and the longest
-        self.output_wait_max = 0.0
-        self.output_tokens = 0
-        self.output_jobs = 0
+        # the output jobs: their token-weighted sum of waits, the longest wait, how many
+        self.out = np.zeros(3)
         # Sends not yet processed: ids in send order up to `released` (open and closed loop), or a heap of
         # (send time, id) for conversations, whose rounds are sent as their answers come back.
         self.released = n if cfg.max_concurrency is None else min(cfg.max_concurrency, n)
@@ -119,11 +122,12 @@ class ApiServers:
             else:
                 rid = heapq.heappop(self.sends)[1]
             k = rid % self.count
-            start = max(s, self.free_at[k])
-            work = self.request_s + self.prompt_token_s * float(r.prompt[rid])
-            end = start + work
+            start = max(s, float(self.free_at[k]))
+            prompt = int(r.prompt[rid])
+            end = start + (self.request_s + self.prompt_token_s * prompt)
             self.free_at[k] = end
-            self.busy[k] += work
+            self.requests[k] += 1
+            self.prompt_tokens[k] += prompt
             self.input_wait[rid] = start - s
             r.arrived[rid] = end
             heapq.heappush(due, (end, rid))
@@ -137,7 +141,7 @@ class ApiServers:
     def awake(self) -> None:
         self.sleep_until = -INF
 
-    def _woken(self) -> bool:
+    def woken(self) -> bool:
         """Whether the call that just ended must wake the arrivals process (it sleeps past what it created)."""
         new, self._new = self._new, INF
         if new < self.sleep_until:
@@ -148,24 +152,21 @@ class ApiServers:
     # -- the output side -------------------------------------------------------------------------------
     def output(self, now: float, ids, due: list) -> bool:
         """An engine step ended at `now` and each request in `ids` got a token: each process's job for its
-        share; returns whether the arrivals process must be woken (an answer freed a slot before its wake)."""
+        share (in process order), then each client's times; returns whether the arrivals process must be woken
+        (an answer freed a slot before its wake). Nothing here depends on the order of `ids`.
+        NOTE: core.Core._api_step does the same in C, float for float (tests/test_sim_core.py holds them equal)."""
         self.advance(now, due)
-        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):
-            return self._woken()
-        if self.count == 1:
-            t = np.full(len(ids), self._job(0, now, len(ids)))
-        else:
-            k = ids % self.count
-            ends = np.zeros(self.count)
-            for s, m in enumerate(np.bincount(k, minlength=self.count).tolist()):
-                if m:
-                    ends[s] = self._job(s, now, m)
-            t = ends[k]
-        first, last = self.first[ids], self.last[ids]
-        fresh = (
-            first != first
-        )  # NaN: its first token (a re-prefill after preemption is a gap, as engine-side)
+            return self.woken()
+        k = ids % self.count
+        ends = np.zeros(self.count)
+        for s, m in enumerate(np.bincount(k, minlength=self.count).tolist()):
+            if m:
+                ends[s] = self._job(s, now, m)
+        t = ends[k]
+        last = self.last[ids]
+        fresh = last != last  # NaN: a first token (a re-prefill after preemption is a gap, as engine-side)
         if fresh.any():
             self.first[ids[fresh]] = t[fresh]
         if not fresh.all():
@@ -178,27 +179,36 @@ class ApiServers:
         if fin.any():
             self.done[ids[fin]] = t[fin]
             for rid, seen in zip(ids[fin].tolist(), t[fin].tolist(), strict=True):
-                self._answered(rid, seen + self.residual)
-        return self._woken()
+                self.answered(rid, seen + self.residual)
+        return self.woken()
 
     def _job(self, k: int, now: float, tokens: int) -> float:
-        start = max(now, self.free_at[k])
-        work = self.token_s * tokens
-        end = start + work
+        """Process k's output job of `tokens` tokens from a step that ended at `now`: when it is done."""
+        out = self.out
+        start = float(self.free_at[k])
+        if start > now:  # queued behind earlier work
+            out[0] += (start - now) * tokens
+            out[1] = max(float(out[1]), start - now)
+        else:
+            start = now
+        end = start + self.token_s * tokens
         self.free_at[k] = end
-        self.busy[k] += work
-        self.output_wait += (start - now) * tokens
-        self.output_wait_max = max(self.output_wait_max, start - now)
-        self.output_tokens += tokens
-        self.output_jobs += 1
+        self.tokens[k] += tokens
+        out[2] += 1
         return end
+
+    @property
+    def busy(self) -> list[float]:
+        """Seconds of CPU work each process did (from counts: the same however the work was added up)."""
+        return [n * self.request_s + p * self.prompt_token_s + t * self.token_s
+                for n, p, t in zip(self.requests, self.prompt_tokens, self.tokens.tolist(), strict=True)]  # fmt: skip
 
     def failed(self, rid: int, now: float) -> bool:
         """The engine refused `rid` (too long, or aborted): the client has its error at `now` (+ network)."""
-        self._answered(rid, now + self.residual)
-        return self._woken()
+        self.answered(rid, now + self.residual)
+        return self.woken()
 
-    def _answered(self, rid: int, seen: float) -> None:
+    def answered(self, rid: int, seen: float) -> None:
         """The client has the whole answer at `seen`: its closed-loop slot frees, or its conversation goes on."""
         if self.child is None and self.released + len(self.frees) < self.reqs.n:  # a request is left to send
             heapq.heappush(self.frees, (seen, rid))
@@ -227,7 +237,9 @@ class ApiServers:
             "input_wait_mean_s": math.fsum(waits.tolist()) / len(waits) if len(waits) else math.nan,
             "input_wait_p50_s": p50,
             "input_wait_p99_s": p99,
-            "output_wait_mean_s": self.output_wait / self.output_tokens if self.output_tokens else math.nan,
-            "output_wait_max_s": self.output_wait_max,
-            "output_jobs": self.output_jobs,
+            "output_wait_mean_s": float(self.out[0]) / int(self.tokens.sum())
+            if self.tokens.sum()
+            else math.nan,
+            "output_wait_max_s": float(self.out[1]),
+            "output_jobs": int(self.out[2]),
         }

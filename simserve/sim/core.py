@@ -502,6 +502,23 @@ class Core:
     stretch_grow: cython.bint
     ids: cython.longlong[:]
     _ids_obj: object
+    # their output side, twinned here for speed (_api_step; ApiServers.output is the reference's): the
+    # ApiServers' own arrays, a histogram of the client's gaps, and scratch per process and per request
+    api_count: cython.longlong
+    api_token_s: cython.double
+    api_residual: cython.double
+    api_free: cython.double[:]
+    api_tokens: cython.longlong[:]
+    api_out: cython.double[:]
+    api_first: cython.double[:]
+    api_last: cython.double[:]
+    api_done: cython.double[:]
+    api_itl_max: cython.double[:]
+    itl_counts: cython.double[:]
+    itl_zeros: cython.double
+    api_share: cython.longlong[:]
+    api_ends: cython.double[:]
+    api_ids: cython.longlong[:]
     error: cython.int
     # iteration rows not yet handed to the IterationLog
     row_ints: cython.longlong[:, :]
@@ -624,6 +641,15 @@ class Core:
         self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
         self._ids_obj = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.ids = self._ids_obj
+        if self.api is not None:
+            api = self.api
+            self.api_count, self.api_token_s, self.api_residual = api.count, api.token_s, api.residual
+            self.api_free, self.api_tokens, self.api_out = api.free_at, api.tokens, api.out
+            self.api_first, self.api_last, self.api_done, self.api_itl_max = api.first, api.last, api.done, api.itl_max
+            self.itl_counts, self.itl_zeros = api.itl.counts, api.itl.zeros
+            self.api_share = np.zeros(api.count, dtype=np.int64)
+            self.api_ends = np.zeros(api.count)
+            self.api_ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats
@@ -853,10 +879,80 @@ class Core:
         self._schedule(self.now, URGENT, self.slot0 + SLOT_ARRIVALS)
 
     @cython.cfunc
-    def _api_output(self, ids: object) -> cython.void:
-        """Cluster._on_output: the step's tokens go to the API servers."""
-        if self.api.output(self.now, ids, self.due):
+    def _api_output(self, ids: list) -> cython.void:
+        """Cluster._on_output: the step's tokens go to the API servers (ApiServers.output: first the sends due)."""
+        k: cython.Py_ssize_t
+        rid: cython.longlong
+        self.api.advance(self.now, self.due)
+        for k, rid in enumerate(ids):
+            self.api_ids[k] = rid
+        self._api_step(self.api_ids, len(ids), self.now)
+
+    @cython.cfunc
+    @cython.locals(i=cython.Py_ssize_t, s=cython.longlong, m=cython.longlong, rid=cython.longlong,
+                   start=cython.double, end=cython.double, t=cython.double, last=cython.double, gap=cython.double)  # fmt: skip
+    def _api_step(self, ids: cython.longlong[:], n: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """ApiServers.output after its advance, for ids[:n], float for float: each process's job for its share
+        of the step's tokens (in process order), then each client's times; an answer the client now has
+        frees its slot or releases its next round (ApiServers.answered), maybe waking the arrivals process."""
+        done: cython.bint = False
+        for s in range(self.api_count):
+            self.api_share[s] = 0
+        for i in range(n):
+            self.api_share[ids[i] % self.api_count] += 1
+        for s in range(self.api_count):  # ApiServers._job
+            m = self.api_share[s]
+            if not m:
+                continue
+            start = self.api_free[s]
+            if start > now:
+                self.api_out[0] += (start - now) * m
+                if start - now > self.api_out[1]:
+                    self.api_out[1] = start - now
+            else:
+                start = now
+            end = start + self.api_token_s * m
+            self.api_free[s] = end
+            self.api_tokens[s] += m
+            self.api_out[2] += 1
+            self.api_ends[s] = end
+        for i in range(n):
+            rid = ids[i]
+            t = self.api_ends[rid % self.api_count]
+            last = self.api_last[rid]
+            if last != last:
+                self.api_first[rid] = t
+            else:
+                gap = t - last
+                self._itl_add(gap)
+                if gap > self.api_itl_max[rid]:
+                    self.api_itl_max[rid] = gap
+            self.api_last[rid] = t
+            if self.status[rid] == DONE:
+                self.api_done[rid] = t
+                self.api.answered(rid, t + self.api_residual)
+                done = True
+        if done and self.api.woken():
             self._wake_arrivals()
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _itl_add(self, value: cython.double) -> cython.void:
+        """LogHistogram.add(value) on the client's gap histogram (the bucket as _hist_add takes it)."""
+        i: cython.longlong
+        if value <= 0.0:
+            self.itl_zeros += 1.0
+            return
+        i = cython.cast(cython.longlong, ceil(log(value) / self.log_gamma)) - self.offset
+        if i < 0:
+            i = 0
+        if i > self.num_buckets - 1:
+            i = self.num_buckets - 1
+        self.itl_counts[i] += 1.0
+
+    def api_itl_zeros(self) -> float:
+        """The client gap histogram's zeros (kept here while the core runs: core_run writes them back)."""
+        return self.itl_zeros
 
     @cython.cfunc
     def _route_due(self, now: cython.double) -> cython.void:
@@ -1102,8 +1198,8 @@ class Core:
             if not rep.in_flight:
                 rep.inflight_acc += now - rep.busy_since
             self._complete_ids(nd, now)
-            if self.api is not None:
-                self._api_output(self._ids_obj[:nd])
+            if self.api is not None:  # nothing else is due (the limit): ApiServers.output's advance has no work
+                self._api_step(ids, nd, now)
             rep.idle_mark[0] = self._inflight_time(rep, now)
             # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
             # with its KV growth (_schedule_decodes), when that fits without preemption

@@ -232,6 +232,8 @@ def run(
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress)
+    if api is not None:  # the client gap histogram's zeros, kept in the core while it ran (its counts are shared)
+        api.itl.zeros = c.api_itl_zeros()
     replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped, api
