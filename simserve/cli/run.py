@@ -415,7 +415,7 @@ def run_command(
     from simserve.sim.bench_report import bench_metrics, format_bench
 
     bench = bench_metrics(raw, qps)
-    arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
+    arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived if raw.api is None else raw.api.sent)  # the send times
     notes = workload_notes(scenario)
     printed = []  # notes for the terminal only (summary.json holds these numbers as fields)
     if engine == "sglang":
@@ -494,7 +494,7 @@ def _frontend(mode: str | None, ms: float | None, count: int | None, paper_setup
     ms = DEFAULT_FRONTEND_MS if ms is None else check_frontend_ms(ms)
     if mode == "constant":
         return mode, ms, 0
-    return mode, ms, check_api_server_count(dp if count is None else count)  # vLLM's default: the DP size
+    return mode, ms, check_api_server_count(max(dp, 1) if count is None else count)  # vLLM's default: the DP size
 
 
 def _policy(policy: str | None, engine: str | None) -> str:
