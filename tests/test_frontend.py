@@ -12,7 +12,7 @@ from simserve.cli import main
 from simserve.sim import simulate
 from simserve.sim.bench_report import bench_metrics
 from simserve.sim.config import SimConfig
-from simserve.sim.frontend import DEFAULT_FRONTEND_MS
+from simserve.sim.frontend import API_SERVER_CPU, DEFAULT_FRONTEND_MS
 from simserve.sim.metrics import summarize
 from simserve.sim.testing import ConstantTimer
 
@@ -27,10 +27,11 @@ def cli(capsys, *args):
     return code, out.out, out.err
 
 
-def test_run_adds_the_front_end_to_ttft_and_e2e_only(capsys, tmp_path):
+def test_a_constant_front_end_adds_to_ttft_and_e2e_only(capsys, tmp_path):
     docs = {}
-    for name, extra in (("default", []), ("engine", ["--frontend-ms", "0"]), ("slow", ["--frontend-ms", "50"])):
-        code, out, _ = cli(capsys, "run", "--requests", "40", "--seed", "2", *extra, "--out", str(tmp_path / name))
+    for name, extra in (("default", []), ("engine", ["--frontend", "off"]), ("slow", ["--frontend-ms", "50"])):
+        code, out, _ = cli(capsys, "run", "--requests", "40", "--seed", "2", "--frontend", "constant", *extra,
+                           "--out", str(tmp_path / name))  # fmt: skip
         assert code == 0
         docs[name] = json.loads((tmp_path / name / "summary.json").read_text())["summary"]
         if name == "default":
@@ -51,6 +52,8 @@ def test_paper_setup_runs_without_it(capsys, tmp_path):
     assert "frontend_s" not in json.loads((tmp_path / "p" / "summary.json").read_text())["summary"]
     code, _, err = cli(capsys, "run", "--requests", "10", "--paper-setup", "--frontend-ms", "5", "--out", str(tmp_path / "q"))
     assert code == 2 and err.count("\n") == 1 and "--frontend-ms" in err
+    code, _, err = cli(capsys, "run", "--requests", "10", "--paper-setup", "--frontend", "server", "--out", str(tmp_path / "q"))
+    assert code == 2 and err.count("\n") == 1 and "--frontend" in err
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
@@ -120,4 +123,45 @@ def test_a_ttft_slo_counts_the_front_end():
 def test_sweep_and_plan_refuse_a_bad_front_end_in_one_line(capsys, tmp_path, args):
     code, _, err = cli(capsys, *args, "--out", str(tmp_path / "o"))
     assert code == 2 and err.count("\n") == 1 and "--frontend-ms" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_defaults_to_the_api_server_model(capsys, tmp_path):
+    """`run`'s default: vLLM's API server as a queue (sim/api_server.py) plus the network's 10.2 ms; TBT and the
+    scheduling delay stay engine-side; `--frontend off` is the engine-side run, whose engine times it keeps."""
+    docs, rows, outs = {}, {}, {}
+    for name, extra in (("server", []), ("off", ["--frontend", "off"]), ("two", ["--api-server-count", "2"])):
+        code, out, _ = cli(capsys, "run", "--requests", "40", "--seed", "2", "--policy", "vllm-v1", *extra,
+                           "--out", str(tmp_path / name))  # fmt: skip
+        assert code == 0
+        docs[name] = json.loads((tmp_path / name / "summary.json").read_text())
+        rows[name] = (tmp_path / name / "requests.csv").read_text().splitlines()
+        outs[name] = " ".join(out.split())
+    server, off = docs["server"]["summary"], docs["off"]["summary"]
+    assert "API server: 1 process(es)" in outs["server"] and "API server" not in outs["off"]
+    api = server["api_server"]
+    assert api["processes"] == 1 and api["network_ms"] == pytest.approx(DEFAULT_FRONTEND_MS)
+    assert api["request_cpu_ms"] == pytest.approx(API_SERVER_CPU.request_s * 1e3)
+    assert docs["two"]["summary"]["api_server"]["processes"] == 2 and "api_server" not in off
+    assert server["ttft_p50_s"] > off["ttft_p50_s"] + 0.0102 + API_SERVER_CPU.request_s - 1e-9
+    assert docs["server"]["vllm_bench_serve"]["api_server_count"] == 1
+    assert rows["server"][0].endswith("sent_at_s,client_first_token_at_s,client_completed_at_s,status")
+    assert rows["off"][0].endswith("tbt_max_s,status")
+
+
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["--api-server-count", "0"], "--api-server-count"),
+        (["--api-server-count", "-2"], "--api-server-count"),
+        (["--frontend", "fast"], "--frontend"),
+        (["--frontend", "off", "--frontend-ms", "3"], "--frontend-ms"),
+        (["--frontend", "constant", "--api-server-count", "2"], "--api-server-count"),
+        (["--frontend", "server", "--engine", "sglang"], "SGLang"),
+        (["--frontend", "server", "--prefill", "1xTP1", "--decode", "1xTP1"], "disaggregated"),
+    ],
+)
+def test_bad_front_end_options_are_one_line(capsys, tmp_path, args, word):
+    code, _, err = cli(capsys, "run", "--requests", "4", *args, "--out", str(tmp_path / "o"))
+    assert code == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()

@@ -64,6 +64,16 @@ def assert_same(ref, got) -> None:
             assert list(px.queue) == list(py.queue) and px.key == py.key and px.ref == py.ref
             assert (px.queries, px.hits, px.preempted_queries, px.preempted_hits, px.evictions) == (
                 py.queries, py.hits, py.preempted_queries, py.preempted_hits, py.evictions)  # fmt: skip
+    assert (ref.api is None) == (got.api is None)
+    if ref.api is not None:  # the API servers (api_server.py): what each client saw, and the servers' own state
+        x, y = ref.api, got.api
+        for name in ("sent", "first", "last", "done", "itl_max", "input_wait"):
+            assert np.array_equal(getattr(x, name), getattr(y, name), equal_nan=True), name
+        assert np.array_equal(x.itl.counts, y.itl.counts) and x.itl.zeros == y.itl.zeros
+        for name in ("free_at", "tokens", "out"):
+            assert np.array_equal(getattr(x, name), getattr(y, name)), name
+        assert (x.requests, x.prompt_tokens, x.released, x.next_send) == (
+            y.requests, y.prompt_tokens, y.released, y.next_send)  # fmt: skip
     assert build_result(ref).summary.as_dict() == build_result(got).summary.as_dict()
 
 
@@ -114,8 +124,23 @@ def cases(draw, policies=CORE_POLICIES):
         # a closed-loop client (its send times move with completions) or the open loop
         max_concurrency=draw(st.one_of(st.none(), st.integers(1, 12))),
         frontend_s=draw(st.sampled_from([0.0, 0.0, 0.003])),
+        **draw(api_servers()),
     )
     return case
+
+
+@st.composite
+def api_servers(draw):
+    """The API-server model (sim/api_server.py) or none: a few processes, costs from none to ones that queue."""
+    count = draw(st.sampled_from([0, 0, 1, 1, 2, 3]))
+    if not count:
+        return {}
+    return dict(
+        api_servers=count,
+        api_request_s=draw(st.sampled_from([0.0, 0.002, 0.03])),
+        api_prompt_token_s=draw(st.sampled_from([0.0, 2e-5])),
+        api_token_s=draw(st.sampled_from([0.0, 1e-4, 4e-3])),
+    )
 
 
 @pytest.mark.parametrize("mode", CORES)

@@ -12,9 +12,11 @@ one row per iteration instead of compressed stretch rows, so iterations.csv and 
 summary with them (its stage-busy sum over the rows, 0.9999999999999999 → 1.0); requests.csv kept its hashes. Re-pinned for issue 23 when summary.json gained `vllm_bench_serve`, the run
 reported as `vllm bench serve` prints it, and again when `simserve run`'s TTFT, end-to-end and normalized
 latencies came to include the serving front end's 10.2 ms (sim/frontend.py, `--frontend-ms`; summary.json's
-`frontend_s`); the tables, the trace, TBT and scheduling delay did not move. Re-pinned for issue 30 when
-summary.json gained `step_parts` (sim/step_parts.py: the mean step by part and step kind); the tables and the
-trace kept their hashes.)
+`frontend_s`); the tables, the trace, TBT and scheduling delay did not move. Re-pinned for issue 30 when `run`'s
+default front end became the API server as a server (sim/api_server.py): requests reach the engine after its
+input work, so every file moved; `sarathi-constant` (`--frontend constant`, the old default) keeps the old
+tables and trace. Re-pinned for issue 30 when summary.json gained `step_parts` (sim/step_parts.py: the mean step by
+part and step kind); the tables and the trace kept their hashes.)
 """
 
 from __future__ import annotations
@@ -34,16 +36,20 @@ CASES = {
     "vllm-exact-2rep": ["--requests", "150", "--qps", "3", "--policy", "vllm", "--exact", "--replicas", "2",
                         "--router", "lor", "--seed", "5"],
     "orca-arxiv": ["--requests", "60", "--qps", "0.5", "--policy", "orca", "--trace", "arxiv", "--seed", "1"],
+    # `run`'s default before the API-server model (the 10.2 ms constant alone): its old hashes, unchanged
+    "sarathi-constant": ["--requests", "200", "--qps", "2", "--frontend", "constant"],
 }
 FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
 
 GOLDEN = {
-    "orca-arxiv": {"requests.csv": "6d379d9818ae3953", "iterations.csv": "2f91616a92084ae3",
-                  "summary.json": "53926b67a5121e55", "trace.json": "bdfd59871ac385b8"},
-    "sarathi": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
-               "summary.json": "d8c28282dac10f18", "trace.json": "6b2c038fbbd93798"},
-    "vllm-exact-2rep": {"requests.csv": "32938e6f751e7a6a", "iterations.csv": "2de6a89dd91a0c6f",
-                       "summary.json": "ca1bd0f2a20798d3", "trace.json": "90bb8fe6fcf444bd"},
+    "orca-arxiv": {"requests.csv": "52825cd301107e2f", "iterations.csv": "df824a440f32bcde",
+                 "summary.json": "426cf3ec66805efa", "trace.json": "c4db2d6feaf4761f"},
+    "sarathi": {"requests.csv": "44df149eb3efdcac", "iterations.csv": "4f75fb1ed8f06ac3",
+              "summary.json": "509a11fa846f86e6", "trace.json": "f86ac408fd13312c"},
+    "sarathi-constant": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
+                       "summary.json": "d8c28282dac10f18", "trace.json": "6b2c038fbbd93798"},
+    "vllm-exact-2rep": {"requests.csv": "7fe47d70b04443cf", "iterations.csv": "65c1248b06fa5b44",
+                      "summary.json": "35bb5b38a99e0722", "trace.json": "3fe125af9f2b9cdf"},
 }
 
 

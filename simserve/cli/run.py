@@ -257,11 +257,22 @@ def run_command(
         "--disable-overlap-schedule",
         help="--engine sglang: charge every step's CPU work (SGLang's flag; its overlap scheduler is on by default).",
     ),
+    frontend: str | None = typer.Option(
+        None,
+        "--frontend",
+        help="server: the API server as a FIFO queue of CPU work per request and streamed token (default; SGLang "
+        "and disaggregated runs: constant); constant: --frontend-ms alone; off: engine-side latencies (--paper-setup).",
+    ),
+    api_server_count: int | None = typer.Option(
+        None,
+        "--api-server-count",
+        help="--frontend server: vLLM's API-server processes per deployment (default: its own, the DP size).",
+    ),
     frontend_ms: float | None = typer.Option(
         None,
         "--frontend-ms",
-        help="The serving front end's latency added to TTFT and e2e (HTTP, tokenization, streaming): default 10.2 "
-        "ms, measured for vLLM's API server; 0: engine-side latencies; off with --paper-setup.",
+        help="Latency added to TTFT and e2e: default 10.2 ms, vLLM's client minus server TTFT, measured (with "
+        "--frontend server: the network and client beside the API server's CPU); 0: none.",
     ),
     paper_setup: bool = typer.Option(
         False,
@@ -338,6 +349,10 @@ def run_command(
     if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
         raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
                             f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
+    _, frontend_ms, api_server_count = _frontend(
+        frontend, frontend_ms, api_server_count, paper_setup, policy, prefill is not None or decode is not None,
+        dp_attention,
+    )
     scenario = Scenario(
         model=model,
         gpu=gpu,
@@ -389,7 +404,8 @@ def run_command(
         launch_gaps=launch_gaps,
         sustained_clock=sustained_clock,
         overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
-        frontend_ms=_frontend_ms(frontend_ms, paper_setup),
+        frontend_ms=frontend_ms,
+        api_server_count=api_server_count,
     )
     if policy == "sglang":  # what SGLang's flags cannot say (PP, EP outside the TP group, DeepEP)
         from simserve.tune.sglang import check_sglang_scenario
@@ -417,7 +433,7 @@ def run_command(
     from simserve.sim.bench_report import bench_metrics, format_bench
 
     bench = bench_metrics(raw, qps)
-    arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived)
+    arrivals = _Arrivals.of(scenario, qps, raw.reqs.arrived if raw.api is None else raw.api.sent)  # the send times
     notes = workload_notes(scenario)
     printed = []  # notes for the terminal only (summary.json holds these numbers as fields)
     if engine == "sglang":
@@ -426,7 +442,14 @@ def run_command(
     elif policy == "sglang":  # the title names the release, whose default is the overlap scheduler: say it is not run
         printed.append("SGLang 0.5.23 overlap scheduler: off (--policy sglang is its scheduler alone, every step's CPU "
                        "work charged; --engine sglang runs it as the release does by default)")  # fmt: skip
-    if scenario.frontend_ms:
+    if raw.api is not None:
+        api = summary["api_server"]
+        use = ", ".join(f"{u:.0%}" for u in api["utilization"])
+        printed.append(f"API server: {api['processes']} process(es), {api['request_cpu_ms']:g} ms CPU per request + "
+                       f"{api['output_token_cpu_ms']:g} ms per streamed token (PLACEHOLDER costs: sim/frontend.py), busy "
+                       f"{use}; TTFT and end-to-end are the client's, plus {scenario.frontend_ms:g} ms of network "
+                       "(--frontend-ms); --frontend off for engine-side latencies")  # fmt: skip
+    elif scenario.frontend_ms:
         printed.append(f"TTFT and end-to-end include {scenario.frontend_ms:g} ms of serving front end (HTTP, tokenization, "
                      "streaming; --frontend-ms, 0 for engine-side latencies)")  # fmt: skip
     memory = scenario.worker_memory()
@@ -475,15 +498,42 @@ def _parts_line(scenario, parts: dict) -> str:
     return f"step parts ({', '.join(on) or 'kernels only'}): {kinds} (summary.json step_parts)"
 
 
-def _frontend_ms(value: float | None, paper_setup: bool) -> float:
+def _frontend(mode: str | None, ms: float | None, count: int | None, paper_setup: bool, policy: str,
+              disaggregated: bool, dp: int) -> tuple[str, float, int]:
+    """(--frontend, --frontend-ms, API-server processes per deployment; 0: no server model), checked."""
     from simserve.errors import SimserveError
-    from simserve.sim.frontend import DEFAULT_FRONTEND_MS, check_frontend_ms
+    from simserve.sim.frontend import (
+        DEFAULT_FRONTEND_MS,
+        FRONTENDS,
+        check_api_server_count,
+        check_frontend_ms,
+    )
 
-    if value is None:
-        return 0.0 if paper_setup else DEFAULT_FRONTEND_MS
-    if paper_setup and value:
-        raise SimserveError("--paper-setup reports engine-side latencies, as the paper did; drop --frontend-ms")
-    return check_frontend_ms(value)
+    if mode is not None and mode not in FRONTENDS:
+        raise SimserveError(f"unknown --frontend {mode!r}; choose server, constant or off")
+    if paper_setup:
+        if mode not in (None, "off") or ms or count is not None:
+            given = "--frontend" if mode not in (None, "off") else "--frontend-ms" if ms else "--api-server-count"
+            raise SimserveError(f"--paper-setup reports engine-side latencies, as the paper did; drop {given}")
+        return "off", 0.0, 0
+    if mode == "server" and policy == "sglang":
+        raise SimserveError("--frontend server has vLLM's API-server costs; SGLang's are not measured yet: use "
+                            "--frontend constant (its default) or off")  # fmt: skip
+    if mode == "server" and disaggregated:
+        raise SimserveError("--frontend server is not modelled for disaggregated runs yet: use --frontend constant or off")
+    if mode is None:
+        mode = "constant" if policy == "sglang" or disaggregated else "server"
+    if count is not None and mode != "server":
+        raise SimserveError(f"--api-server-count sizes --frontend server's API servers; --frontend {mode} has none: "
+                            "drop it, or use --frontend server")  # fmt: skip
+    if mode == "off":
+        if ms:
+            raise SimserveError("--frontend off reports engine-side latencies; drop --frontend-ms")
+        return mode, 0.0, 0
+    ms = DEFAULT_FRONTEND_MS if ms is None else check_frontend_ms(ms)
+    if mode == "constant":
+        return mode, ms, 0
+    return mode, ms, check_api_server_count(max(dp, 1) if count is None else count)  # vLLM's default: the DP size
 
 
 def _policy(policy: str | None, engine: str | None) -> str:

@@ -8,7 +8,9 @@ per request with more than one output token; ITL is every gap between consecutiv
 chunk). Percentiles interpolate linearly as `np.percentile` does (simserve.numerics). Two differences: the ITL
 median and P99 come from the run's TBT histogram (within 0.1%; the mean is exact), and requests simserve
 ignored as too long count as failed (vLLM's server refuses them). The front end's latency (sim/frontend.py,
-`cfg.frontend_s`) is added to TTFT and E2EL and to the benchmark's end, as a client sees them.
+`cfg.frontend_s`) is added to TTFT and E2EL and to the benchmark's end, as a client sees them. With the
+API-server model (sim/api_server.py) every time is the client's: sent, each token as the API server streamed it
+(ITL from the client's own gap histogram), the last one; the benchmark ends when the last answer is out.
 """
 
 from __future__ import annotations
@@ -48,12 +50,17 @@ def bench_metrics(run: RawRun, qps: float) -> dict:
     sent, first, end = r.arrived[done], r.first_token[done], r.completed[done]
     out, prompt = r.output[done], r.prompt[done]
     front = run.cfg.frontend_s
-    duration = max(float(run.end_time) + front, 1e-12)  # from t = 0, when vLLM's benchmark clock starts
+    last, hist = float(run.end_time), run.tbt
+    if run.api is not None:  # the client's clock (api_server.py)
+        api = run.api
+        sent, first, end = api.sent[done], api.first[done], api.done[done]
+        last, hist = max(last, float(np.nanmax(api.done, initial=last))), api.itl
+    duration = max(last + front, 1e-12)  # from t = 0, when vLLM's benchmark clock starts
     many = out > 1
     tpot = (end[many] - first[many]) / (out[many] - 1)
     gaps = int((out[many] - 1).sum())
     itl_mean = math.fsum((end[many] - first[many]).tolist()) / gaps if gaps else 0.0
-    itl = (itl_mean * 1000, run.tbt.quantile(0.5) * 1000, run.tbt.quantile(0.99) * 1000) if gaps else (0.0,) * 3
+    itl = (itl_mean * 1000, hist.quantile(0.5) * 1000, hist.quantile(0.99) * 1000) if gaps else (0.0,) * 3
     total_in, total_out = int(prompt.sum()), int(out.sum())
     doc = {
         "completed": int(done.sum()),
@@ -69,6 +76,8 @@ def bench_metrics(run: RawRun, qps: float) -> dict:
         "total_token_throughput": (total_in + total_out) / duration,
         "frontend_ms": front * 1000,
     }
+    if run.api is not None:
+        doc["api_server_count"] = run.api.count
     for key, values in (("ttft", first - sent + front), ("tpot", tpot), ("e2el", end - sent + front)):
         doc[f"mean_{key}_ms"], doc[f"median_{key}_ms"], doc[f"p99_{key}_ms"] = _stats(values)
     doc["mean_itl_ms"], doc["median_itl_ms"], doc["p99_itl_ms"] = itl

@@ -6,12 +6,17 @@ schedule, so a batch formed at time t sees every arrival at or before t, whateve
 `watchdog` evaluates the overload, TBT-stop and trial-cap rules (watchdog.py) every `check_period_s`; each
 replica runs its scheduler loop and pipeline stages (replica.py). With answer-driven conversations
 (`conversation.py`) a follow-up round is released when the round before it completes and arrives a think time
-later; routing then goes by a heap of released arrival times instead of id order. `simulate` runs this SimPy model, the
-reference, or the compiled core (core.py, chosen by core_run.py), which gives the same results faster.
+later; routing then goes by a heap of released arrival times instead of id order. With the API-server model
+(`cfg.api_servers`, api_server.py) requests reach the engine when their input work is done, by the same heap;
+each micro-batch's tokens go through the API server on their way to the client, and the arrivals process
+sleeps until the next send or engine entry (woken early by an interrupt when an answer frees a slot before it).
+`simulate` runs this SimPy model, the reference, or the compiled core (core.py, chosen by core_run.py), which
+gives the same results faster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ import numpy as np
 
 from simserve.errors import SimserveError
 from simserve.sim import core_run
+from simserve.sim.api_server import ApiServers
 from simserve.sim.config import SimConfig
 from simserve.sim.conversation import think_times
 from simserve.sim.histogram import LogHistogram
@@ -51,6 +57,7 @@ class RawRun:
     end_time: float
     stopped_early: bool = False  # cfg.stop_tbt: the TBT quantile had surely missed its limit
     capped: bool = False  # cfg.time_limit_s ended the run with requests unfinished
+    api: ApiServers | None = None  # the API-server model (cfg.api_servers): what the clients saw
 
 
 class Cluster:
@@ -70,7 +77,11 @@ class Cluster:
         self.follow = follow
         self.due: list[tuple[float, int]] = []
         self.routed: list[int] | None = None
-        if follow is not None:
+        # The API servers (api_server.py): they send the requests and push engine entries on `due`.
+        self.api = ApiServers(reqs, cfg, follow) if cfg.api_servers else None
+        if self.api is not None:
+            self.routed = []
+        elif follow is not None:
             self.routed = []
             first = np.ones(self.n, dtype=bool)
             first[follow[0][follow[0] >= 0]] = False
@@ -110,13 +121,19 @@ class Cluster:
                 )
                 for i in range(cfg.num_replicas)
             ]
+        if self.api is not None:  # every micro-batch's tokens go to the clients through the API server
+            for rep in self.replicas:
+                rep.on_output = self._on_output
         self._rr = 0
-        env.process(self.arrivals())
+        self.arrivals_process = env.process(self.arrivals())
         env.process(self.watchdog())
 
     # -- arrivals and routing ----------------------------------------------------------------------
     def arrivals(self):
         env, arrived = self.env, self.reqs.arrived
+        if self.api is not None:
+            yield from self._api_arrivals()
+            return
         if self.follow is not None:
             yield from self._conversation_arrivals()
             return
@@ -142,8 +159,31 @@ class Cluster:
                 yield env.timeout(t - env.now)
             self.route_due(env.now)
 
+    def _api_arrivals(self):
+        """With the API servers: route what is due, then sleep until the next send or engine entry."""
+        import simpy
+
+        env, api = self.env, self.api
+        while True:
+            self.route_due(env.now)
+            if self.next >= self.n:
+                return
+            w = api.sleep(self.due)
+            with contextlib.suppress(simpy.Interrupt):  # an answer freed a slot (or released a round) before w
+                yield env.event() if w == float("inf") else env.timeout(w - env.now)
+            api.awake()
+
+    def _wake_arrivals(self) -> None:
+        self.arrivals_process.interrupt()
+
+    def _on_output(self, now: float, ids) -> None:
+        if self.api.output(now, ids, self.due):
+            self._wake_arrivals()
+
     def route_due(self, now: float) -> None:
         r = self.reqs
+        if self.api is not None:
+            self.api.advance(now, self.due)
         if self.routed is not None:
             while self.due and self.due[0][0] <= now:
                 rid = heapq.heappop(self.due)[1]
@@ -185,7 +225,10 @@ class Cluster:
         self.num_done += 1
         if self.reqs.status[rid] == IGNORED:
             self.num_ignored += 1
-        if self.released < self.n:  # closed loop: the finished request's slot goes to the next one
+            if self.api is not None and self.api.failed(rid, self.env.now):
+                self._wake_arrivals()
+        # (With the API servers the clients' side, slots and next rounds, is theirs: api_server.py.)
+        if self.api is None and self.released < self.n:  # closed loop: the finished request's slot goes to the next one
             nxt = self.released
             self.released += 1
             # NOTE: vLLM's client sends it at once if it is due (latency is measured from then, after the
@@ -195,7 +238,7 @@ class Cluster:
             if self.slot_freed is not None:
                 ev, self.slot_freed = self.slot_freed, None
                 ev.succeed()
-        if self.follow is not None and self.follow[0][rid] >= 0:
+        if self.api is None and self.follow is not None and self.follow[0][rid] >= 0:
             # the client has the answer once the front end delivered its last token; the user thinks, then sends
             nxt = int(self.follow[0][rid])
             self.reqs.arrived[nxt] = self.env.now + self.cfg.frontend_s + self.follow[1][nxt]
@@ -303,10 +346,10 @@ def simulate(
         reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
     core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
-        log, tbt, replicas, overloaded, end, stopped, capped = core_run.run(
+        log, tbt, replicas, overloaded, end, stopped, capped, api = core_run.run(
             core, reqs, cfg, timer, num_blocks, progress, follow
         )
-        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped)
+        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped, api)
     import simpy
 
     env = simpy.Environment()
@@ -325,4 +368,5 @@ def simulate(
         env.now,
         cluster.stopped_early,
         cluster.capped,
+        cluster.api,
     )

@@ -104,6 +104,13 @@ class SimConfig:
     max_concurrency: int | None = None
     # The front end's latency (sim/frontend.py): added to what a client sees; 0: engine-side latencies only.
     frontend_s: float = 0.0
+    # The API server as a server (sim/api_server.py): this many processes, each a FIFO queue of CPU work, with
+    # these costs per request, per prompt token and per streamed token. 0: no API-server model (engine-side,
+    # plus `frontend_s` if set).
+    api_servers: int = 0
+    api_request_s: float = 0.0
+    api_prompt_token_s: float = 0.0
+    api_token_s: float = 0.0
     # Attention data parallelism (sim/lockstep.py): each run of this many consecutive replicas is one
     # deployment's DP ranks, which step together (vLLM's DP engine cores in lockstep). 1: independent replicas.
     dp_attention: int = 1
@@ -168,6 +175,12 @@ class SimConfig:
             )
         if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
             raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}")
+        if self.api_servers < 0:
+            raise SimserveError(f"--api-server-count must be at least 1, got {self.api_servers}")
+        for name, value in (("request", self.api_request_s), ("prompt-token", self.api_prompt_token_s),
+                            ("output-token", self.api_token_s)):  # fmt: skip
+            if not (math.isfinite(value) and value >= 0):
+                raise SimserveError(f"the API server's {name} CPU cost must be a non-negative number of seconds, got {value}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise SimserveError(f"--max-concurrency must be at least 1 (vLLM: greater than 0), got {self.max_concurrency}")
         for flag, value in (("--max-num-partial-prefills", self.max_num_partial_prefills),

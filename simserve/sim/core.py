@@ -38,9 +38,11 @@ import numpy as np
 COMPILED = cython.compiled  # False when this file runs as plain Python
 
 if cython.compiled:
+    from cython.cimports.libc.math import INFINITY as INF
     from cython.cimports.libc.math import ceil, exp, log
 else:
     from math import ceil, exp, log
+    from math import inf as INF
 
 # request status (request.py)
 WAITING = 0
@@ -488,6 +490,10 @@ class Core:
     # (-1: none) and think time; the released rounds not yet arrived, a heap of (arrival, id) as the
     # reference's `due`; and the ids in routing order (the overload scan's order; ids themselves otherwise)
     conversation: cython.bint
+    heap_route: cython.bint  # routing by the heap `due`: conversations, or the API servers' engine entries
+    # the API servers (api_server.ApiServers, the reference's own object): sends, engine entries, what the
+    # clients see; None: no API-server model
+    api: object
     child: cython.longlong[:]
     think: cython.double[:]
     due: list
@@ -520,6 +526,24 @@ class Core:
     stretch_ok: cython.bint
     stretch_grow: cython.bint
     ids: cython.longlong[:]
+    _ids_obj: object
+    # their output side, twinned here for speed (_api_step; ApiServers.output is the reference's): the
+    # ApiServers' own arrays, a histogram of the client's gaps, and scratch per process and per request
+    api_count: cython.longlong
+    api_token_s: cython.double
+    api_residual: cython.double
+    api_free: cython.double[:]
+    api_tokens: cython.longlong[:]
+    api_out: cython.double[:]
+    api_first: cython.double[:]
+    api_last: cython.double[:]
+    api_done: cython.double[:]
+    api_itl_max: cython.double[:]
+    itl_counts: cython.double[:]
+    itl_zeros: cython.double
+    api_share: cython.longlong[:]
+    api_ends: cython.double[:]
+    api_ids: cython.longlong[:]
     error: cython.int
     # iteration rows not yet handed to the IterationLog
     row_ints: cython.longlong[:, :]
@@ -609,10 +633,14 @@ class Core:
         self.released = p["released"]
         self.slot_waits = False
         self.frontend = p["frontend_s"]
-        self.conversation = p.get("due") is not None
+        self.api = p.get("api")
+        self.heap_route = p.get("due") is not None
+        self.conversation = self.heap_route and self.api is None
         self.routed = arrays["routed"]
+        if self.heap_route:
+            self.due = p["due"]
         if self.conversation:
-            self.child, self.think, self.due = arrays["child"], arrays["think"], p["due"]
+            self.child, self.think = arrays["child"], arrays["think"]
         self.num_done = 0
         self.num_ignored = 0
         self.finished = False
@@ -636,7 +664,17 @@ class Core:
         # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
         # fcfs and orca take _paused_decodes, which does not grow
         self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
-        self.ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
+        self._ids_obj = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
+        self.ids = self._ids_obj
+        if self.api is not None:
+            api = self.api
+            self.api_count, self.api_token_s, self.api_residual = api.count, api.token_s, api.residual
+            self.api_free, self.api_tokens, self.api_out = api.free_at, api.tokens, api.out
+            self.api_first, self.api_last, self.api_done, self.api_itl_max = api.first, api.last, api.done, api.itl_max
+            self.itl_counts, self.itl_zeros = api.itl.counts, api.itl.zeros
+            self.api_share = np.zeros(api.count, dtype=np.int64)
+            self.api_ends = np.zeros(api.count)
+            self.api_ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats
@@ -824,6 +862,9 @@ class Core:
     @cython.cfunc
     def _arrivals(self) -> cython.void:
         t: cython.double
+        if self.api is not None:
+            self._api_arrivals()
+            return
         while self.next < self.n:
             if self.conversation:  # Cluster._conversation_arrivals: the earliest released round, or wait
                 if not self.due:
@@ -845,11 +886,107 @@ class Core:
             self._route_due(self.now)
 
     @cython.cfunc
+    def _api_arrivals(self) -> cython.void:
+        """Cluster._api_arrivals: route what is due, then sleep until the next send or engine entry."""
+        w: cython.double
+        self.api.awake()
+        self._route_due(self.now)
+        if self.next >= self.n:
+            return
+        w = self.api.sleep(self.due)
+        if w != INF:  # inf: only an interrupt wakes it (_wake_arrivals)
+            self._schedule(self.now + (w - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+
+    @cython.cfunc
+    def _wake_arrivals(self) -> cython.void:
+        """Process.interrupt() on the sleeping arrivals process: SimPy's Interruption, URGENT, now (its pending
+        timeout is dropped: SimPy keeps it in the queue, where it wakes nothing)."""
+        self._schedule(self.now, URGENT, self.slot0 + SLOT_ARRIVALS)
+
+    @cython.cfunc
+    def _api_output(self, ids: list) -> cython.void:
+        """Cluster._on_output: the step's tokens go to the API servers (ApiServers.output: first the sends due)."""
+        k: cython.Py_ssize_t
+        rid: cython.longlong
+        self.api.advance(self.now, self.due)
+        for k, rid in enumerate(ids):
+            self.api_ids[k] = rid
+        self._api_step(self.api_ids, len(ids), self.now)
+
+    @cython.cfunc
+    @cython.locals(i=cython.Py_ssize_t, s=cython.longlong, m=cython.longlong, rid=cython.longlong,
+                   start=cython.double, end=cython.double, t=cython.double, last=cython.double, gap=cython.double)  # fmt: skip
+    def _api_step(self, ids: cython.longlong[:], n: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """ApiServers.output after its advance, for ids[:n], float for float: each process's job for its share
+        of the step's tokens (in process order), then each client's times; an answer the client now has
+        frees its slot or releases its next round (ApiServers.answered), maybe waking the arrivals process."""
+        done: cython.bint = False
+        for s in range(self.api_count):
+            self.api_share[s] = 0
+        for i in range(n):
+            self.api_share[ids[i] % self.api_count] += 1
+        for s in range(self.api_count):  # ApiServers._job
+            m = self.api_share[s]
+            if not m:
+                continue
+            start = self.api_free[s]
+            if start > now:
+                self.api_out[0] += (start - now) * m
+                if start - now > self.api_out[1]:
+                    self.api_out[1] = start - now
+            else:
+                start = now
+            end = start + self.api_token_s * m
+            self.api_free[s] = end
+            self.api_tokens[s] += m
+            self.api_out[2] += 1
+            self.api_ends[s] = end
+        for i in range(n):
+            rid = ids[i]
+            t = self.api_ends[rid % self.api_count]
+            last = self.api_last[rid]
+            if last != last:
+                self.api_first[rid] = t
+            else:
+                gap = t - last
+                self._itl_add(gap)
+                if gap > self.api_itl_max[rid]:
+                    self.api_itl_max[rid] = gap
+            self.api_last[rid] = t
+            if self.status[rid] == DONE:
+                self.api_done[rid] = t
+                self.api.answered(rid, t + self.api_residual)
+                done = True
+        if done and self.api.woken():
+            self._wake_arrivals()
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _itl_add(self, value: cython.double) -> cython.void:
+        """LogHistogram.add(value) on the client's gap histogram (the bucket as _hist_add takes it)."""
+        i: cython.longlong
+        if value <= 0.0:
+            self.itl_zeros += 1.0
+            return
+        i = cython.cast(cython.longlong, ceil(log(value) / self.log_gamma)) - self.offset
+        if i < 0:
+            i = 0
+        if i > self.num_buckets - 1:
+            i = self.num_buckets - 1
+        self.itl_counts[i] += 1.0
+
+    def api_itl_zeros(self) -> float:
+        """The client gap histogram's zeros (kept here while the core runs: core_run writes them back)."""
+        return self.itl_zeros
+
+    @cython.cfunc
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
+        if self.api is not None:
+            self.api.advance(now, self.due)
         while True:
-            if self.conversation:
+            if self.heap_route:
                 if not (self.due and self.due[0][0] <= now):
                     return
                 rid = heapq.heappop(self.due)[1]
@@ -901,6 +1038,8 @@ class Core:
         self.num_done += 1
         if self.status[rid] == IGNORED:
             self.num_ignored += 1
+            if self.api is not None and self.api.failed(rid, self.now):
+                self._wake_arrivals()
         if self.released < self.n:  # closed loop: the finished request's slot goes to the next one (_on_done)
             nxt = self.released
             self.released += 1
@@ -1053,9 +1192,11 @@ class Core:
         for i in range(self.num_slots):
             if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
                 limit = self.ev_time[i]
-        if self.conversation:
+        if self.heap_route:
             if self.due and self.due[0][0] < limit:
                 limit = self.due[0][0]
+            if self.api is not None and self.api.pending() < limit:
+                limit = self.api.pending()
         elif self.next < self.released and self.arrived[self.next] < limit:
             limit = self.arrived[self.next]
         # completions before the first one that finishes a request (its bookkeeping is the loop's)
@@ -1082,6 +1223,8 @@ class Core:
             if not rep.in_flight:
                 rep.inflight_acc += now - rep.busy_since
             self._complete_ids(nd, now)
+            if self.api is not None:  # nothing else is due (the limit): ApiServers.output's advance has no work
+                self._api_step(ids, nd, now)
             rep.idle_mark[0] = self._inflight_time(rep, now)
             # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
             # with its KV growth (_schedule_decodes), when that fits without preemption
@@ -1303,18 +1446,25 @@ class Core:
                     rep.stale -= dropped
                     dec = [rid for rid in dec if rid not in dropped]
                     prefills = [(rid, chunk) for rid, chunk in prefills if rid not in dropped]
+        sampled: list = _NONE
+        if self.api is not None:  # what goes to the API servers: every decode, and the prefills that sampled
+            sampled = list(dec)
         if self.pp == 1:  # `dec` may be rep.decoding itself (_paused_decodes): the decodes first, then the
             # prefills whose last chunk moves them into it (the reference's order the other way round gives the
             # same state: the two sets of requests are disjoint and the histogram's counts are integers)
             if dec:
                 self._complete_decodes(rep, dec, now)
             for rid, chunk in prefills:
-                self._complete_chunk(rep, rid, chunk, now)
-            return
-        for rid, chunk in prefills:
-            self._complete_chunk(rep, rid, chunk, now)
-        if dec:
-            self._complete_decodes(rep, dec, now)
+                if self._complete_chunk(rep, rid, chunk, now) and self.api is not None:
+                    sampled.append(rid)
+        else:
+            for rid, chunk in prefills:
+                if self._complete_chunk(rep, rid, chunk, now) and self.api is not None:
+                    sampled.append(rid)
+            if dec:
+                self._complete_decodes(rep, dec, now)
+        if self.api is not None and sampled:
+            self._api_output(sampled)
 
     # -- the TBT histogram (LogHistogram.add) ---------------------------------------------------------------
     @cython.cfunc
@@ -1350,12 +1500,13 @@ class Core:
     @cython.cfunc
     def _complete_chunk(
         self, rep: Rep, rid: cython.longlong, chunk: cython.longlong, now: cython.double
-    ) -> cython.void:
+    ) -> cython.bint:
+        """ReplicaState.complete_chunk: True when the chunk was the last and sampled a token."""
         last: cython.double
         gap: cython.double
         self.computed[rid] += chunk
         if self.computed[rid] < self.target[rid]:
-            return
+            return False
         self.generated[rid] += 1
         last = self.last_token[rid]
         if last == last:  # a re-prefill after preemption: the whole wait is one gap
@@ -1374,6 +1525,7 @@ class Core:
                 rep.radix.checkpoint(rid, self.computed[rid])
                 self._sync_radix(rep)
             _insort(rep.decoding, rid)
+        return True
 
     @cython.cfunc
     def _complete_decodes(self, rep: Rep, dec: list, now: cython.double) -> cython.void:

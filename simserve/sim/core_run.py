@@ -29,6 +29,7 @@ import numpy as np
 
 from simserve.errors import SimserveError
 from simserve.sim import sglang, sglang_admission
+from simserve.sim.api_server import ApiServers
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
@@ -200,7 +201,10 @@ def run(
     arrays = request_views(reqs)
     routed = np.asarray(arrays["routed"])  # ids in routing order, as the core routes them
     due = None
-    if follow is not None:  # Cluster.__init__: the first rounds wait in a heap of (arrival, id)
+    api = ApiServers(reqs, cfg, follow) if cfg.api_servers else None  # the one the reference would have
+    if api is not None:  # Cluster.__init__: the API servers push engine entries on an empty heap
+        due = []
+    elif follow is not None:  # Cluster.__init__: the first rounds wait in a heap of (arrival, id)
         arrays["child"] = memoryview(np.ascontiguousarray(follow[0], dtype=np.int64))
         arrays["think"] = memoryview(np.ascontiguousarray(follow[1], dtype=np.float64))
         first = np.ones(n, dtype=bool)
@@ -212,6 +216,9 @@ def run(
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
     params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches, due)
+    if api is not None:  # the API servers send the requests: the core's own closed loop stays off
+        params["api"] = api
+        params["released"] = n
     pool = params["num_blocks"]
     if cfg.policy == "sglang" and cfg.prefix_caching:  # SGLang's radix cache is the pool: the reference's own
         radixes = [RadixCache(pool, cfg.page_size, reqs) for _ in range(cfg.num_replicas)]
@@ -227,13 +234,15 @@ def run(
         np.zeros((rows, 7), dtype=np.int64),
         np.zeros((rows, 2), dtype=np.float64),
     )
-    rules = Watchdog(reqs, cfg, tbt, None if follow is None else routed)
+    rules = Watchdog(reqs, cfg, tbt, None if due is None else routed)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
     overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress)
+    if api is not None:  # the client gap histogram's zeros, kept in the core while it ran (its counts are shared)
+        api.itl.zeros = c.api_itl_zeros()
     replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
-    return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped
+    return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped, api
 
 
 def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_when_overloaded: bool,

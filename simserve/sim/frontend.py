@@ -1,11 +1,18 @@
 """The serving front end: what a client's latencies include beyond the engine's own (HTTP, request parsing and
 tokenization on the way in; detokenization and the streamed chunk on the way out).
 
-One calibratable constant, `--frontend-ms`, added to every request's TTFT and end-to-end latency as the client
-sees them (sim/metrics.py, sim/bench_report.py); with a closed-loop client it also holds the request's slot
-that much longer (sim/cluster.py: the next request reaches the engine that long after the engine finished the
-previous one). A constant delay per streamed token shifts every token alike, so TBT / ITL / TPOT do not change;
-what the front end cannot keep up with at very high token rates (one API-server process) is not modelled.
+Three ways to run it (`simserve run --frontend`):
+  - `server` (`run`'s default, except SGLang and disaggregated runs): the API server as a server
+    (sim/api_server.py): `--api-server-count` processes, each a FIFO queue of CPU work, API_SERVER_CPU per
+    request and per streamed token; it delays what the engine receives and what clients see, and caps
+    throughput when requests are short. `--frontend-ms` is then the rest: network, HTTP transport and the
+    client, added to TTFT and end-to-end as below.
+  - `constant`: only `--frontend-ms`, added to every request's TTFT and end-to-end latency as the client sees
+    them (sim/metrics.py, sim/bench_report.py); with a closed-loop client it also holds the request's slot that
+    much longer (sim/cluster.py: the next request reaches the engine that long after the engine finished the
+    previous one). A constant delay per streamed token shifts every token alike, so TBT / ITL / TPOT do not
+    change. (This was `run`'s default before the server model.)
+  - `off`: engine-side latencies only (`--paper-setup`; `sweep` and `plan` unless given `--frontend-ms`).
 
 Default: 10.2 ms, vLLM's front end measured against its own engine. vllm-project/vllm#54628 ran `vllm bench
 serve` (the `openai` completions backend, random 512-in / 128-out, concurrency 8) against `vllm serve` and
@@ -15,15 +22,54 @@ mean of the two completions rounds. The server's TTFT starts when the engine rec
 difference is the front end itself, not a fit to end-to-end results. That machine was an RTX 4070 laptop under
 WSL2 with a 0.5B model: a server CPU may be faster, a chat template or a longer prompt slower; measure yours the
 same way and pass --frontend-ms. `--paper-setup` runs without it (the paper's numbers are engine-side).
+
+What the 10.2 ms covers, beside the server model: vLLM's server-side TTFT starts when `render_cmpl_async` starts
+(vllm/renderers/base.py, `arrival_time = time.time()`) and ends when the output handler receives the step's
+outputs (vllm/v1/metrics/stats.py, `iteration_timestamp`), so client − server holds the network both ways, the
+HTTP parsing and validation before rendering, the first token's output processing and SSE write, and the
+client's own parsing. The server model counts the API server's CPU among these too (HTTP parsing is in the
+measured per-request cost, the first chunk in the per-token cost): ≈ 0.1 ms per token plus the pre-render share
+of the request cost, below the 8.4–12.0 ms spread of the measurement's own two rounds, on another machine. It is
+not subtracted: `--frontend-ms` keeps the measurement as taken, and says so.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from simserve.errors import SimserveError
 
 DEFAULT_FRONTEND_MS = 10.2
+FRONTENDS = ("server", "constant", "off")
+
+
+@dataclass(frozen=True)
+class ApiServerCpu:
+    """CPU seconds of one API-server process per request (parse, render, tokenize, hand to the engine, close),
+    per prompt token (tokenization beyond the fixed part) and per streamed output token (detokenize, SSE chunk)."""
+
+    request_s: float
+    prompt_token_s: float
+    token_s: float
+    source: str
+
+
+# PLACEHOLDER until the measured constants of simserve/predictor/engine_cpu.py (issue 30) replace this line: the
+# first figures of shared/notes/vllm-server-on-cpu.md, vLLM 0.32's CPU build serving `vllm bench serve --backend
+# openai` (completions, random 128 in / 4 out, 300 requests at once) on the project's 2-core VM, one sample:
+# 3.8 ms of API-server CPU per request and 0.10 ms per streamed token (chat completions: 2.7 ms + 0.15 ms).
+# No per-prompt-token cost was measured (one prompt length): 0.
+API_SERVER_CPU = ApiServerCpu(3.8e-3, 0.0, 0.10e-3, "PLACEHOLDER: notes/vllm-server-on-cpu.md, 2-core VM, 1 sample")
+
+
+def check_api_server_count(value: int) -> int:
+    if value < 1:
+        raise SimserveError(
+            f"--api-server-count must be at least 1 API-server process, got {value}; "
+            "--frontend off for engine-side latencies"
+        )
+    return value
 
 
 def check_frontend_ms(value: float) -> float:

@@ -4,6 +4,11 @@ Latency metrics cover completed requests (ignored ones are excluded, as in Sarat
 gap between a request's consecutive output tokens, stalls, bubbles and preemptions included; the first
 token contributes no gap (Sarathi-Serve records a 0 there, one per request: leaving it out raises P99 TBT
 by well under 1%, and it is not a real gap). TBT percentiles come from a 0.1%-accurate log histogram.
+
+With the API-server model (sim/api_server.py) TTFT, end-to-end and normalized latency are the client's: from
+when it sent the request to when the API server had streamed the token, plus `frontend_s` (network and client);
+TBT and scheduling delay stay engine-side (the capacity criteria read them), and `api_server` holds the
+processes' utilisation and queueing, the client's inter-token latency, and the engine-side TTFT and e2e.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Summary:
     prefix_cache_hits: int | None = None
     prefix_cache_hit_rate: float | None = None
     prefix_cache_preempted_hits: int | None = None
+    api_server: dict | None = None  # the API-server model's report (api_server.py); None: not modelled
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -75,6 +81,8 @@ class Summary:
             del d["capped"]
         if not self.frontend_s:  # likewise: engine-side summaries keep their keys
             del d["frontend_s"]
+        if self.api_server is None:  # likewise: runs without the API-server model keep their summary
+            del d["api_server"]
         if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
             for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
                       "prefix_cache_preempted_hits"):  # fmt: skip
@@ -126,8 +134,19 @@ def request_columns(run: RawRun, lo: int = 0, hi: int | None = None) -> dict[str
         "preemptions": r.preemptions[part],
         "tbt_mean_s": tbt_mean,
         "tbt_max_s": tbt_max,
+        **_client_columns(run, part),
         "status": status,
     }
+
+
+def _client_columns(run: RawRun, part: slice) -> dict[str, np.ndarray]:
+    """With the API-server model: when the client sent each request, saw its first token and its last (network
+    and client, `frontend_s`, not included); `arrived_at_s` is then when the request entered the engine."""
+    api = run.api
+    if api is None:
+        return {}
+    return {"sent_at_s": api.sent[part], "client_first_token_at_s": api.first[part],
+            "client_completed_at_s": api.done[part]}  # fmt: skip
 
 
 def request_table(run: RawRun, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
@@ -153,7 +172,16 @@ def summarize(run: RawRun, dep=None) -> Summary:
     start = float(r.arrived[0])
     duration = max(float(run.end_time) - start, 1e-12)
     front = run.cfg.frontend_s
-    if front:  # what the client sees: the front end's way in and out (frontend.py); sched delay stays engine-side
+    api_report = None
+    if run.api is not None:  # the client's times (api_server.py), then the network's; engine-side ones reported
+        api = run.api
+        sent = api.sent[done]
+        cf, cc = api.first[done] - sent, api.done[done] - sent
+        if front:
+            cf, cc = cf + front, cc + front
+        ttft, e2e, norm = _pct(cf), _pct(cc), _pct(cc / out)
+        api_report = _api_report(run, api, duration, f - a, c - a)
+    elif front:  # what the client sees: the front end's way in and out (frontend.py); sched delay stays engine-side
         ttft, e2e, norm = _pct(f - a + front), _pct(c - a + front), _pct((c - a + front) / out)
     else:
         ttft, e2e, norm = _pct(f - a), _pct(c - a), _pct((c - a) / out)
@@ -210,8 +238,21 @@ def summarize(run: RawRun, dep=None) -> Summary:
         stage_busy=busy,
         stage_bubble=bubble,
         frontend_s=front,
+        api_server=api_report,
     )
     return summary
+
+
+def _api_report(run: RawRun, api, duration: float, ttft: np.ndarray, e2e: np.ndarray) -> dict:
+    """The API servers' utilisation and queueing (api_server.ApiServers.report), the client's inter-token
+    latency, and the engine-side TTFT and e2e (from entering the engine to the engine's token)."""
+    doc = api.report(duration)
+    (t50, t99), (e50, e99) = (_pct(x)[::2] for x in (ttft, e2e))
+    doc.update(
+        client_itl_p50_s=api.itl.quantile(0.5), client_itl_p99_s=api.itl.quantile(0.99), client_itl_mean_s=api.itl.mean(),
+        engine_ttft_p50_s=t50, engine_ttft_p99_s=t99, engine_e2e_p50_s=e50, engine_e2e_p99_s=e99,
+    )  # fmt: skip
+    return doc
 
 
 def _busy_and_iterations(log, end: float) -> tuple[dict[tuple[int, int], float], int]:

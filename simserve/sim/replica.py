@@ -92,6 +92,8 @@ class Replica:
         self.busy_since = 0.0
         self.inflight_acc = 0.0
         self.work = Work()
+        # (now, ids of the requests that got a token): the API servers' output work (cluster.py sets it)
+        self.on_output: Callable[[float, Any], None] | None = None
         if self.runs_own_loop:  # an attention-DP rank is stepped by its group instead (sim/lockstep.py)
             env.process(self.schedule())
             for s in range(1, self.pp):
@@ -203,10 +205,11 @@ class Replica:
                     stale -= dropped
                     dec = np.array([rid for rid in dec.tolist() if rid not in dropped], dtype=np.int64)
                     prefills = [(rid, chunk) for rid, chunk in prefills if rid not in dropped]
-        for rid, chunk in prefills:
-            st.complete_chunk(rid, chunk, now)
+        sampled = [rid for rid, chunk in prefills if st.complete_chunk(rid, chunk, now)]
         if len(dec):
             st.complete_decodes(dec, now)
+        if self.on_output is not None and (sampled or len(dec)):
+            self.on_output(now, sampled + dec.tolist())
 
     def _count_work(self, prefills: list[tuple[int, int]], kv: np.ndarray) -> int:
         """Add one micro-batch's work; returns its prefill tokens."""

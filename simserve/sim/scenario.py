@@ -102,6 +102,10 @@ class Scenario:
     # The front end's latency in ms (sim/frontend.py). 0 here (capacity searches: engine-side); `simserve run`
     # defaults to the published measurement.
     frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
+    # The API server as a server (sim/api_server.py): vLLM's --api-server-count processes per deployment, each
+    # a FIFO queue of CPU work (frontend.API_SERVER_CPU). 0: no API-server model (capacity searches; `run
+    # --frontend constant|off`). `frontend_ms` is then the network and client beside it.
+    api_server_count: int = field(default=0, metadata={"omit_at_default": True})
     # vllm-v1: automatic prefix caching (SimConfig.prefix_caching); on by default for `--engine vllm` and
     # `run --policy vllm-v1`, as in vLLM V1. Added after outputs were pinned: omitted while off.
     prefix_caching: bool = field(default=False, metadata={"omit_at_default": True})
@@ -160,7 +164,18 @@ class Scenario:
             max_concurrency=self.max_concurrency,
             frontend_s=self.frontend_ms / 1000.0,
             dp_attention=self.dp_attention,
+            **self._api_servers(),
         ).validate()
+
+    def _api_servers(self) -> dict:
+        """SimConfig's API-server fields: the processes of every deployment, at frontend.API_SERVER_CPU."""
+        if not self.api_server_count:
+            return {}
+        from simserve.sim.frontend import API_SERVER_CPU, check_api_server_count
+
+        cpu = API_SERVER_CPU
+        return dict(api_servers=check_api_server_count(self.api_server_count) * self.num_replicas,
+                    api_request_s=cpu.request_s, api_prompt_token_s=cpu.prompt_token_s, api_token_s=cpu.token_s)  # fmt: skip
 
     def cudagraph_sizes(self) -> tuple[int, ...]:
         """The batch sizes (tokens) vLLM captures CUDA graphs for; () when it runs eagerly or is not modelled."""
@@ -280,6 +295,7 @@ def paper_setup(s: Scenario) -> Scenario:
         stop_when_overloaded=False,
         stop_tbt=None,
         frontend_ms=0.0,  # the paper reports engine-side latencies
+        api_server_count=0,
     )
 
 

@@ -266,12 +266,12 @@ class ReplicaState:
         return np.array(out, dtype=np.int64)
 
     # -- results of a finished micro-batch ----------------------------------------------------------
-    def complete_chunk(self, rid: int, chunk: int, now: float) -> None:
-        """A prefill chunk left the last stage; the last one samples a token."""
+    def complete_chunk(self, rid: int, chunk: int, now: float) -> bool:
+        """A prefill chunk left the last stage; the last one samples a token (then True)."""
         r = self.reqs
         r.computed[rid] += chunk
         if r.computed[rid] < r.target[rid]:
-            return
+            return False
         r.generated[rid] += 1
         last = r.last_token[rid]
         if last == last:  # a re-prefill after preemption: the whole wait is one gap
@@ -289,6 +289,7 @@ class ReplicaState:
                 self.radix.checkpoint(rid, int(r.computed[rid]))
             bisect.insort(self.decoding, rid)
             self._decoding_array = None
+        return True
 
     def complete_decodes(self, dec: np.ndarray, now: float) -> None:
         """Each request in `dec` computed one token and sampled the next."""
