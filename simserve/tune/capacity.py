@@ -30,7 +30,11 @@ def quantile_key(metric: str, q: float) -> str:
     return f"{metric}_p{100 * q:.10g}_s"
 
 
-_LABEL = {"tbt": "TBT", "scheduling_delay": "scheduling delay", "ttft": "TTFT"}
+_LABEL = {"tbt": "TBT", "scheduling_delay": "scheduling delay", "ttft": "TTFT", "tpot": "TPOT"}
+# The objectives an SLO may bound, in the order they are checked. TPOT is `vllm bench serve`'s per-request time
+# per output token, (completion − first token) / (output − 1), its quantile taken over requests
+# (vllm/benchmarks/serve.py, calculate_metrics, vLLM 0.33.0); TBT is every gap between tokens (vLLM's ITL).
+OBJECTIVES = ("tbt", "scheduling_delay", "ttft", "tpot")
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,11 @@ class SLO:
     scheduling_delay_quantile: float = 0.5
     ttft_s: float | None = None
     ttft_quantile: float = 0.99
+    tpot_s: float | None = None
+    tpot_quantile: float = 0.99
 
     def __post_init__(self) -> None:
-        for name in ("tbt", "scheduling_delay", "ttft"):
+        for name in OBJECTIVES:
             limit, q = getattr(self, f"{name}_s"), getattr(self, f"{name}_quantile")
             if limit is not None and not (limit > 0 and math.isfinite(limit)):
                 raise SimserveError(
@@ -53,13 +59,13 @@ class SLO:
                 )
             if not 0 < q < 1:
                 raise SimserveError(f"the {_LABEL[name]} quantile must be in (0, 1), e.g. 0.99; got {q}")
-        if self.tbt_s is None and self.ttft_s is None:
-            raise SimserveError("give at least one latency SLO: --slo (P99 TBT) or --ttft-slo")
+        if self.tbt_s is None and self.ttft_s is None and self.tpot_s is None:
+            raise SimserveError("give at least one latency SLO: --slo (P99 TBT), --ttft-slo or --tpot-slo")
 
     def limits(self) -> list[tuple[str, str, float]]:
         """(metrics key, human label, limit in seconds) for every objective that is set."""
         out = []
-        for name in ("tbt", "scheduling_delay", "ttft"):
+        for name in OBJECTIVES:
             limit, q = getattr(self, f"{name}_s"), getattr(self, f"{name}_quantile")
             if limit is not None:
                 out.append((quantile_key(name, q), f"P{100 * q:.10g} {_LABEL[name]}", limit))
@@ -69,6 +75,11 @@ class SLO:
         """(passed, reason): the reason names the first objective missed and by how much."""
         if metrics.get("overloaded"):
             return False, "overloaded: requests queue without bound"
+        if metrics.get("unsteady"):  # the probe's steady-state check (simadapter.steady_growth)
+            return False, (
+                f"unsustainable: requests in the system grew by {metrics.get('growth', math.nan):.1%} of the "
+                f"arrivals over the run's second half, at {metrics.get('requests_simulated', math.nan):.0f} requests"
+            )
         for key, label, limit in self.limits():
             value = metrics.get(key)
             if value is None:
