@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from simserve.errors import SimserveError
@@ -92,12 +91,14 @@ def engine_sweep(
         chunk = result.best["chunked-prefill-size"]
         base = replace(base, policy="sglang", budget=chunk, memory_utilization=memory_for(chunk))
     written = write_engine_outputs(result, out, scenario_fields(base), engine)
-    console = Console(soft_wrap=True)
     table = Table(title=f"{RELEASES[engine]} flags: capacity (QPS) within the SLO")
     for col in result.rows.columns:
         table.add_column(HEADERS.get(col, col), justify="left" if col == "message" else "right")
     for _, row in result.rows.iterrows():
         table.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
+    from simserve.cli.options import table_console
+
+    console = table_console(table)
     console.print(table)
     console.print(f"best: {result.capacity_qps:.3g} QPS at the {slos[0].tbt_s:g} s SLO with")
     console.print(command_comment(engine), highlight=False)

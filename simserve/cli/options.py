@@ -35,3 +35,17 @@ def cache_option(default: Path) -> Any:
     return typer.Option(
         default, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes).", callback=_cache_dir
     )
+
+
+def table_console(*tables: Any) -> Any:
+    """A console for commands that print wide tables (`sweep`, `plan`): on a terminal, its width; piped into a
+    file, a CI log or another program (no terminal to size to, where rich would squeeze every cell to 80
+    columns with "…"), as wide as the widest table, so every cell prints whole. Long lines never wrap."""
+    import sys
+
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(soft_wrap=True)
+    widest = max((Console(width=10_000).measure(t).maximum for t in tables), default=80)
+    return Console(soft_wrap=True, width=max(80, widest))

@@ -35,6 +35,7 @@ from simserve.errors import SimserveError
 from simserve.memory import plan_memory, profile_tokens
 from simserve.plan.candidates import best_box, expert_parallelisms, parallelisms
 from simserve.plan.prune import front_threshold
+from simserve.vllm_loader import refusal
 
 LAYOUT_AGG = "agg"
 LAYOUTS = ("agg", "disagg")
@@ -85,6 +86,8 @@ def pool_deployments(model, gpu: GPUSpec, node: NodeSpec, room: int, spec) -> di
         for ep in expert_parallelisms(model, tp):
             dep = Deployment.create(model, gpu, tp, pp, node, None, spec.memory_utilization, spec.max_len,
                                     spec.dtype, spec.kv_dtype, ep, spec.moe_skew)  # fmt: skip
+            if refusal(dep):  # vLLM 0.33.0 would not load this pool (simserve/vllm_loader.py)
+                continue
             ok = _fitting_budgets(dep, spec.budgets, spec.max_batch)
             if ok:
                 pools[(tp, pp, ep)] = (dep, ok)
@@ -274,6 +277,8 @@ def _run(tasks, runner, cache, stats, run_tasks):
 
 
 def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) -> dict:
+    from simserve.plan.search import at_capacity
+
     capacity, status, message = r.capacity_qps, "searched", r.message
     if capacity == 0 and threshold > 0:
         status = "pruned"
@@ -285,12 +290,14 @@ def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) ->
         "gpus_per_replica": lay.num_gpus, "nodes_per_replica": 1, "seed": task.scenario.prefill.seed,
         "budget": lay.prefill_budget, "capacity_qps": capacity, "status": status, "start_qps": task.start_qps,
         "probes": len(r.probes), "limited_by": r.limited_by, "message": message, "kv_blocks": 0,
-        "profile": profiles[lay.prefill].label, "layout": lay.label,
+        "profile": profiles[lay.prefill].label, "layout": lay.label, **at_capacity(r),
     }  # fmt: skip
 
 
 def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.DataFrame:
     """Plan rows: r copies of each layout (r·capacity, whole rental units), as plan_rows does for replicas."""
+    from simserve.plan.search import user_speed
+
     out = []
     for lay, r in zip(layouts, results, strict=True):
         c, g = r.capacity_qps, lay.num_gpus
@@ -308,6 +315,7 @@ def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.Dat
                 "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented, "usd_per_hour": usd,
                 "usd_per_million_output_tokens": usd / (qps * out_tokens * 3600) * 1e6,
                 "profile": profiles[lay.prefill].label, "layout": lay.label,
+                **user_speed(r.metrics_at_capacity.get("tpot_mean_s", math.nan)),
             })  # fmt: skip
     return pd.DataFrame(out)
 

@@ -386,7 +386,7 @@ def _related_start(d: _Deployment, seen: list[_Deployment]) -> float | None:
 _SEARCH_COLUMNS = [
     "gpu", "tp", "pp", "ep", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps",
     "status",
-    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile",
+    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile", "tpot_mean_s", "requests_simulated",
 ]  # fmt: skip
 
 
@@ -416,7 +416,16 @@ def _search_row(
         "budget": task.scenario.budget, "capacity_qps": capacity,
         "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
         "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
+        **at_capacity(r),
     }  # fmt: skip
+
+
+def at_capacity(r: CapacityResult) -> dict:
+    """What a search row keeps of the probe at capacity: the mean TPOT (a user's time per output token, as
+    `vllm bench serve` reports it) and how many requests that probe simulated (tune/simadapter.steady_record
+    lengthens a run until it is steady)."""
+    m = r.metrics_at_capacity
+    return {"tpot_mean_s": m.get("tpot_mean_s", math.nan), "requests_simulated": m.get("requests_simulated", math.nan)}
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
@@ -461,7 +470,7 @@ def plan_rows(
                     "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented,
                     "usd_per_hour": usd_h,
                     "usd_per_million_output_tokens": usd_h / (qps * out_tokens * 3600) * 1e6,
-                    "profile": s["profile"],
+                    "profile": s["profile"], **user_speed(s.get("tpot_mean_s", math.nan)),
                 }
             )  # fmt: skip
     df = pd.DataFrame(rows, columns=_PLAN_COLUMNS)
@@ -474,8 +483,15 @@ def plan_rows(
 _PLAN_COLUMNS = [
     "gpu", "tp", "pp", "ep", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps",
     "capacity_per_gpu_qps", "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour",
-    "usd_per_million_output_tokens", "profile",
+    "usd_per_million_output_tokens", "profile", "tpot_mean_s", "user_tokens_per_s",
 ]  # fmt: skip
+
+
+def user_speed(tpot_mean_s: float) -> dict:
+    """Mean TPOT at capacity and the per-user speed it gives: output tokens per second one user sees while its
+    answer streams (1 / mean TPOT)."""
+    t = float(tpot_mean_s)
+    return {"tpot_mean_s": t, "user_tokens_per_s": 1.0 / t if t > 0 else math.nan}
 
 
 def pareto_mask(df: pd.DataFrame) -> list[bool]:
