@@ -191,7 +191,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     reach the Pareto front of the aggregated rows and that first layout; a failure there proves every row of it
     dominated (pass/fail is monotone in load), so it is not searched further ("pruned" in searches.csv).
     `profiles`: the aggregated searches' profile choices, reused (resolving one reads its profile)."""
-    from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor
+    from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor, seed_task
     from simserve.profiling.generated import resolve_profiles
     from simserve.sim.scenario import _timer, _workload
     from simserve.tune.jobs import CapacityTask, run_tasks
@@ -236,8 +236,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     for i in _contenders(layouts, plan, agg_rows, spec) if spec.tie_seeds else []:
         lay, start = layouts[i], max(results[i].capacity_qps, spec.min_qps)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
-            again.append(CapacityTask(layout_scenario(spec, lay, profiles, seed), spec.slo, spec.tolerance, start,
-                                      max_halvings=halvings_to_floor(start, spec.min_qps)))  # fmt: skip
+            again.append(seed_task(layout_scenario(spec, lay, profiles, seed), spec, start))
             picked.append(lay)
     for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks) if again else [], strict=True):
         row = _search_row(lay, t, r, spec, profiles)

@@ -27,6 +27,7 @@ from simserve.profiling.generated import ProfileChoice, resolve_profiles
 from simserve.sim.scenario import MAX_MODEL_LEN, Scenario, context_limit
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
+from simserve.tune.first_probe import first_qps
 from simserve.tune.jobs import CapacityTask, run_tasks
 from simserve.tune.probe import MemoryCache, ProbeCache
 
@@ -334,8 +335,7 @@ def _seed_searches(
         start = max(d.best, spec.min_qps)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
             scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed)
-            halvings = halvings_to_floor(start, spec.min_qps)
-            tasks.append(CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=halvings))
+            tasks.append(seed_task(scenario, spec, start))
             picked.append(d)
     round_stats: dict = {}
     results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
@@ -348,6 +348,16 @@ def _seed_searches(
         out.append(row)
     stats["seed_searches"] = len(out)
     return pd.DataFrame(out, columns=_SEARCH_COLUMNS)
+
+
+SEED_STEP = 1.125  # another seed's search brackets in steps of 1/8 from the first seed's capacity
+
+
+def seed_task(scenario, spec: PlanSpec, start: float) -> CapacityTask:
+    """A search at another seed, from the capacity found at the plan's seed: bracketing in SEED_STEP steps (seeds
+    move a capacity by ~5-15%, docs/planner.md), down to the same floor (--min-qps)."""
+    steps = max(0, math.ceil(math.log(start / spec.min_qps) / math.log(SEED_STEP) - 1e-9))
+    return CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=steps, step=SEED_STEP)
 
 
 def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: bool, profiles):
@@ -369,9 +379,15 @@ def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: b
     if threshold > 0:  # one probe at the threshold; below it nothing this search finds matters
         task = CapacityTask(scenario, spec.slo, spec.tolerance, threshold, max_halvings=0)
         return task, threshold
-    start = _related_start(d, seen) or spec.start_qps
+    related = _related_start(d, seen)
+    start = related or spec.start_qps
+    # No related answer: the first probe at the grid rate just below the deployment's throughput bound, as a
+    # sweep's (tune/first_probe.py): the same bracket, and so the same capacity, while pass/fail is monotone,
+    # reached through cheap failures above capacity instead of whole runs at light load.
+    first = None if related else first_qps(scenario, start)
     return CapacityTask(
-        scenario, spec.slo, spec.tolerance, start, max_halvings=halvings_to_floor(start, spec.min_qps)
+        scenario, spec.slo, spec.tolerance, start, max_halvings=halvings_to_floor(start, spec.min_qps),
+        first_qps=first,
     ), 0.0
 
 

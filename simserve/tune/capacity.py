@@ -154,6 +154,7 @@ def find_capacity(
     max_halvings: int = 10,
     first_qps: float | None = None,
     guided: bool = True,
+    step: float = 2.0,
 ) -> CapacityResult:
     """The highest QPS meeting `slo`, by bracketing and bisection to a relative `tolerance`.
 
@@ -166,11 +167,18 @@ def find_capacity(
     every question below it, a failure every question above it, so the search simulates the rate the
     bisection is predicted to end at (guided.py) rather than each midpoint on the way. The bisection, and so
     the capacity, is the same while pass/fail is monotone; `guided=False` simulates every question.
+
+    `step` is the bracketing factor (2: doubling and halving). A search that starts near its answer (the plan's
+    searches of another seed, from the first seed's capacity) brackets in smaller steps, so it neither walks
+    down to half the rate (a long run of the whole trace at light load) nor bisects back up from there;
+    `max_halvings` then counts its steps down.
     """
     if not start_qps > 0:
         raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
     if not 0 < tolerance < 1:
         raise SimserveError(f"--tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
+    if not step > 1:
+        raise ValueError(f"the bracketing step must exceed 1, got {step}")
     from simserve.tune.guided import Guide, Outcomes
 
     outcomes, guide = Outcomes(), Guide(slo) if guided else None
@@ -179,7 +187,7 @@ def find_capacity(
     max_halvings += round(math.log2(qps / start_qps))
 
     def bisect(answer: Callable[[float], Probe]) -> tuple[float, str]:
-        return _bisection(answer, slo, qps, tolerance, max_probes, max_halvings)
+        return _bisection(answer, slo, qps, tolerance, max_probes, max_halvings, step)
 
     while True:
         try:
@@ -207,6 +215,7 @@ def _bisection(
     tolerance: float,
     max_questions: int,
     max_halvings: int,
+    step: float = 2.0,
 ) -> tuple[float, str]:
     """(capacity, message) of bracketing from `qps` and bisecting, asking `answer(rate)` for each rate's
     probe (or the probe whose outcome implies it); `answer` raises Unanswered where it cannot tell yet."""
@@ -226,7 +235,7 @@ def _bisection(
     if last.passed:
         lo = qps
         while True:  # bracket upwards
-            qps = _round_qps(lo * 2)
+            qps = _round_qps(lo * step)
             if asked >= max_questions:
                 return lo, f"still meeting the SLO at {lo:g} qps after {max_questions} probes"
             if ask(qps).passed:
@@ -238,7 +247,7 @@ def _bisection(
         hi = qps
         halvings = 0
         while True:  # bracket downwards
-            qps = _round_qps(hi / 2)
+            qps = _round_qps(hi / step)
             halvings += 1
             if halvings > max_halvings:
                 return 0.0, (
@@ -273,6 +282,7 @@ def search_capacity(
     max_halvings: int = 10,
     search: str = "simserve",
     first_qps: float | None = None,
+    step: float = 2.0,
 ) -> CapacityResult:
     """find_capacity (guided); with search="bisect" the same bisection simulating every rate it asks about
     (the search before guided.py: the same capacity while pass/fail is monotone, more simulations); with
@@ -285,7 +295,7 @@ def search_capacity(
     if search not in SEARCHES:
         raise SimserveError(f"unknown capacity search {search!r}; choose one of {', '.join(SEARCHES)}")
     guided = search == "simserve"
-    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided)
+    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided, step)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class CapacityTask:
     max_halvings: int = 10  # the search gives up (capacity 0) below start_qps / 2**max_halvings
     first_qps: float | None = None  # the grid rate probed first (first_probe.py); None: start_qps
     search: str = "simserve"  # or "paper": the Sarathi-Serve paper's own search (paper_search.py)
+    step: float = 2.0  # the bracketing factor (capacity.find_capacity)
 
 
 def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = False) -> CapacityResult:
@@ -40,6 +41,7 @@ def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = F
         task.max_halvings,
         task.search,
         task.first_qps,
+        task.step,
     )
 
 

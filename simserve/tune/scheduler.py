@@ -56,7 +56,7 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
 
 def _search_args(task: Any) -> dict[str, Any]:
     # NOTE: a CapacityTask's floor, first rate and search method are passed on exactly as jobs.solve does.
-    return {k: getattr(task, k) for k in ("max_halvings", "first_qps", "search") if hasattr(task, k)}
+    return {k: getattr(task, k) for k in ("max_halvings", "first_qps", "search", "step") if hasattr(task, k)}
 
 
 def next_rates(task: Any, records: ProbeCache, pending: float) -> list[Need]:

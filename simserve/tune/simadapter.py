@@ -167,9 +167,19 @@ def with_requests(scenario: Any, n: int) -> Any:
 def record_from_scenario(
     scenario: Any, qps: float, quantiles: tuple[float, ...], cdf_grid: tuple[float, ...]
 ) -> dict:
-    from simserve.sim.scenario import run_scenario
+    from simserve.sim.scenario import simulate_scenario
 
-    return record_from_result(run_scenario(scenario, qps), qps, quantiles, cdf_grid)
+    return record_from_result(probe_view(*simulate_scenario(scenario, qps)), qps, quantiles, cdf_grid)
+
+
+def probe_view(raw: Any, dep: Any = None) -> Any:
+    """What record_from_result reads of a run (the request table, the summary, the TBT histogram), without the
+    per-iteration table a probe never reads (metrics.build_result builds it for `simserve run`)."""
+    from types import SimpleNamespace
+
+    from simserve.sim.metrics import request_table, summarize
+
+    return SimpleNamespace(requests=request_table(raw), summary=summarize(raw, dep), tbt=raw.tbt)
 
 
 def check_fits(scenario: Any) -> None:
