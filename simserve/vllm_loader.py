@@ -73,7 +73,7 @@ def _fp8_linear(dep: Deployment, block: tuple[int, int]) -> str | None:
     562); a row-parallel layer's input shard and a single column-parallel output shard are checked."""
     m, tp = dep.model, dep.tp
     if tp == 1:
-        return None  # nothing is split: validate_fp8_block_shape checks TP shards (and merged ones, let through)
+        return None  # nothing is split (validate_fp8_block_shape checks TP shards)
     n, k = block
     rows: list[tuple[str, int]] = []  # row-parallel layers: (name, input shard)
     columns: list[tuple[str, int]] = []  # single-output column-parallel layers: (name, output shard)

@@ -79,7 +79,9 @@ def test_a_spread_wider_than_the_first_gap_is_said_before_the_table() -> None:
     assert noise_lines(narrow) == []
 
 
-def test_piped_plan_prints_whole_cells_tpot_and_the_disaggregated_answer(tmp_path, capsys, monkeypatch) -> None:
+def test_piped_plan_prints_whole_cells_tpot_and_the_disaggregated_answer(
+    tmp_path, capsys, monkeypatch
+) -> None:
     # capsys: stdout is not a terminal, as in a pipe or a CI log; before, every cell was cut to fit 80 columns
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
     main(["plan", "--model", "mistral-7b", "--gpus", "h100", "--max-gpus", "2", "--slo", "0.1", "--budgets", "512",

@@ -39,7 +39,11 @@ def test_moe_expert_shards_are_refined_as_vllm_does_and_refused_only_below_32() 
     # 3072 / 16 = 192 still refines; 3200 / 8 = 400 (gcd 16) does not, but whole 3200-wide experts (25 blocks) do
     wide = dataclasses.replace(qwen, expert_ffn=3200)
     why = refusal(_dep(wide, 8))
-    assert why is not None and "400-wide expert shard" in why and why.endswith("add --ep 8 (whole experts per GPU)")
+    assert (
+        why is not None
+        and "400-wide expert shard" in why
+        and why.endswith("add --ep 8 (whole experts per GPU)")
+    )
     assert refusal(_dep(wide, 8, ep=8)) is None
     # an expert width that is no multiple of the block is refused in every layout (vLLM checks whole experts too)
     odd = dataclasses.replace(qwen, expert_ffn=1552)
