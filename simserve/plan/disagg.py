@@ -182,7 +182,8 @@ def layout_scenario(spec, lay: Layout, profiles, seed: int | None = None):
 
 
 def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict, out_tokens: float,
-                  agg_rows: pd.DataFrame | None = None, profiles: dict | None = None, prune: bool = True):  # fmt: skip
+                  agg_rows: pd.DataFrame | None = None, profiles: dict | None = None, prune: bool = True,
+                  speculate: bool = True):  # fmt: skip
     """Screen, then search the kept layouts: (searches, rows, notes). As for aggregated deployments
     (search._seed_searches), the layouts among the plan's cheapest contenders are searched again at other seeds.
 
@@ -216,7 +217,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     pruning = prune and spec.target_qps is None and len(layouts) > 1
     head = layouts[:1] if pruning else layouts
     tasks, thresholds = [whole(lay) for lay in head], [0.0] * len(head)
-    results = _run(tasks, runner, cache, stats, run_tasks) if tasks else []
+    results = _run(tasks, runner, cache, stats, run_tasks, speculate) if tasks else []
     if pruning:
         found = _found(agg_rows) + _found(_rows(head, results, spec, prices, out_tokens, profiles))
         rest = []
@@ -227,7 +228,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
             rest.append(CapacityTask(layout_scenario(spec, lay, profiles), spec.slo, spec.tolerance, threshold,
                                      max_halvings=0) if threshold > 0 else whole(lay))  # fmt: skip
         tasks += rest
-        results += _run(rest, runner, cache, stats, run_tasks) if rest else []
+        results += _run(rest, runner, cache, stats, run_tasks, speculate) if rest else []
     rows = [_search_row(lay, t, r, spec, profiles, th)
             for lay, t, r, th in zip(layouts, tasks, results, thresholds, strict=True)]  # fmt: skip
     stats["searches_pruned"] = stats.get("searches_pruned", 0) + sum(r["status"] == "pruned" for r in rows)
@@ -238,7 +239,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
             again.append(seed_task(layout_scenario(spec, lay, profiles, seed), spec, start))
             picked.append(lay)
-    for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks) if again else [], strict=True):
+    for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks, speculate) if again else [], strict=True):
         row = _search_row(lay, t, r, spec, profiles)
         row["status"] = f"seed spread ({row['status']})"
         rows.append(row)
@@ -267,9 +268,9 @@ def _contenders(layouts: list[Layout], plan: pd.DataFrame, agg_rows, spec) -> li
     return [i for i, lay in enumerate(layouts) if (lay.gpu.name, lay.label) in wanted]
 
 
-def _run(tasks, runner, cache, stats, run_tasks):
+def _run(tasks, runner, cache, stats, run_tasks, speculate: bool = True):
     round_stats: dict = {}
-    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
+    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats, speculate)
     for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
         stats[key] = stats.get(key, 0) + round_stats.get(key, 0)
     return results

@@ -216,6 +216,7 @@ def run_plan(
     cache_dir: str | Path | None = None,
     progress: bool = False,
     prune: bool = True,
+    speculate: bool = False,
 ) -> PlanResult:
     """Search every deployment that fits, cheapest replica first, ROUND deployments at a time.
 
@@ -223,7 +224,13 @@ def run_plan(
     cannot beat the deployment's best one, stops after one failing probe, and searches start from a related
     answer (the next budget from the best so far; a deeper pipeline from the shallower one). Without it,
     every (deployment, budget) is searched whole from --start-qps: the reference the pruned plan is tested
-    against (tests/test_plan.py)."""
+    against (tests/test_plan.py).
+
+    `speculate` (off): let idle workers simulate the probes a search may ask next. With ROUND deployments side by
+    side the workers seldom idle, so speculation mostly cost CPU: on issue 33's plan (fixed:1700:400, agg +
+    disagg, 2 workers) 26-29 speculative probes of 134-136, 14.4-16.0 CPU-s against 13.5-14.6 without them, wall
+    time no longer (docs/planner.md, Speed). The answer is the same either way (speculative probes only fill
+    the cache)."""
     from simserve.tune.jobs import progress_bar
 
     t0 = time.perf_counter()
@@ -252,7 +259,7 @@ def run_plan(
             steps = [_next_step(d, seen, spec, prune, profiles) for d in active]
             round_stats: dict = {}
             results = run_tasks(
-                [t for t, _ in steps], runner, cache, runner.shares_filesystem, False, round_stats
+                [t for t, _ in steps], runner, cache, runner.shares_filesystem, False, round_stats, speculate
             )
             for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
                 stats[key] += round_stats.get(key, 0)
@@ -267,13 +274,13 @@ def run_plan(
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
         searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
-        again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats)
+        again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats, speculate)
         searches = pd.concat([searches, again], ignore_index=True) if len(again) else searches
         if "disagg" in spec.layouts:
             from simserve.plan.disagg import search_disagg
 
             d_searches, d_rows, notes = search_disagg(spec, prices, runner, cache, stats, out_tokens, rows, profiles,
-                                                       prune)  # fmt: skip
+                                                       prune, speculate)  # fmt: skip
             stats["disagg_notes"] = notes
             searches = _with_layouts(searches, d_searches)
             rows = _with_layouts(rows, d_rows)
@@ -318,7 +325,7 @@ TIE_DEPLOYMENTS = 3  # the cheapest deployments searched again at other seeds: t
 
 
 def _seed_searches(
-    rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats
+    rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats, speculate: bool = True
 ) -> pd.DataFrame:
     """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best budget,
     at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's seed."""
@@ -338,7 +345,7 @@ def _seed_searches(
             tasks.append(seed_task(scenario, spec, start))
             picked.append(d)
     round_stats: dict = {}
-    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
+    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats, speculate)
     for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
         stats[key] += round_stats.get(key, 0)
     out = []

@@ -80,10 +80,12 @@ def run_tasks(
     shared: bool,
     progress: bool = False,
     stats: dict | None = None,
+    speculate: bool = True,
 ) -> list[CapacityResult]:
     """Solve every task: replayed from `cache` where it can be, the rest probe by probe on `runner`
     (scheduler.py), each probe cached as it arrives. `shared`: the workers can write `cache` themselves.
-    `stats` is filled as the run goes, so a caller that is interrupted still knows what was saved."""
+    `stats` is filled as the run goes, so a caller that is interrupted still knows what was saved.
+    `speculate`: let idle workers simulate the probes a search may ask next (wall time for CPU time)."""
     from simserve.tune.scheduler import Progress, drive
 
     stats = {} if stats is None else stats
@@ -99,7 +101,7 @@ def run_tasks(
                 tid, completed=p.done, description=f"capacity searches, {p.simulated} probes simulated"
             )
 
-        results = drive(tasks, runner, cache, probe_job, root, on_probe, state)
+        results = drive(tasks, runner, cache, probe_job, root, on_probe, state, speculate)
     stats.update(
         from_cache=state.from_cache,
         probes_simulated=state.simulated,

@@ -105,6 +105,7 @@ def drive(
     cache_root: str | None,
     on_probe: Callable[[Progress], None] = lambda p: None,
     progress: Progress | None = None,
+    speculate: bool = True,
 ) -> list[CapacityResult]:
     """Solve every task probe by probe on `runner`. `job(scenario, qps, quantiles, cache_root)` simulates one
     probe; when `cache_root` is None the workers cannot write the cache, so the driver does."""
@@ -138,6 +139,8 @@ def drive(
             if waiting:
                 start(waiting[0], False)
                 continue
+            if not speculate:
+                return
             ahead = [
                 n
                 for i, need in steps.items()
