@@ -24,7 +24,7 @@ from simserve.tune.capacity import quantile_key
 
 # The steady-state rule (module docstring). 2.5%: the search's default tolerance: a deployment that serves
 # less than 97.5% of the offered load over the steady window is short of it by more than the search resolves.
-# Measured on runs at stable loads (256-2,048 requests, Mistral-7B/A100 and LLaMA2-70B/H200): -2.2% to +1.2%;
+# Measured at stable loads (256-4,096 requests; Mistral-7B/A100, LLaMA2-70B/H200, Qwen3-235B): -3.6% to +1.2%;
 # on runs still filling, +5% to +35% (docs/tuning.md, The search, point 4).
 STEADY_GROWTH = 0.025
 MAX_EXTENSION = 16  # at most 16 × the scenario's requests (four doublings)
