@@ -1,6 +1,7 @@
 """A model spec from a Hugging Face `config.json` on disk (offline): `--model path/to/config.json`.
 
-Only the architecture fields that cost time or memory are read. The architectures are those simserve's execution
+Only the architecture fields that cost time or memory are read, and a block-quantized fp8 checkpoint's
+`quantization_config.weight_block_size`, which the engine checks the TP shards against (simserve/vllm_loader.py). The architectures are those simserve's execution
 model covers: dense decoders with grouped-query attention (Llama, Mistral, Qwen2, Qwen3), top-k routed mixtures
 of experts (Mixtral, Qwen3-MoE) and DeepSeek-V3's shared + routed experts with multi-head latent attention.
 Anything else is refused by name rather than guessed at.
@@ -197,6 +198,13 @@ def spec_from_config(cfg: dict[str, Any], where: str):
             qk_rope_head_dim=f.int("qk_rope_head_dim"),
             v_head_dim=f.int("v_head_dim"),
         )
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "fp8" and quant.get("weight_block_size"):
+        block = quant["weight_block_size"]
+        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+            raise SimserveError(f"model config {where}: quantization_config.weight_block_size {block!r} is not two "
+                                f"positive integers [block_n, block_k]")  # fmt: skip
+        fields["fp8_weight_block"] = (block[0], block[1])
     try:
         return ModelSpec(**fields)
     except ValueError as exc:

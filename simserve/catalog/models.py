@@ -39,6 +39,9 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # A block-quantized fp8 checkpoint's [block_n, block_k] (config.json quantization_config.weight_block_size):
+    # vLLM checks its TP shards against it at load time (simserve/vllm_loader.py). None: bf16, or per-tensor fp8.
+    fp8_weight_block: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         # NOTE: a catalog file's zero or fractional head count failed as a ZeroDivisionError traceback below
@@ -314,11 +317,13 @@ MODELS: Table[ModelSpec] = Table(
             max_position=163840,
             num_experts=256, experts_per_token=8, expert_ffn=2048, shared_expert_ffn=2048, first_dense_layers=3,
             q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+            fp8_weight_block=(128, 128),  # the published checkpoint is fp8 in 128 x 128 blocks
             aliases=("deepseek-v3", "deepseek-r1", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
                      "deepseek-v3-0324", "deepseek-ai/DeepSeek-V3-0324"),
             source="https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (n_shared_experts 1 × "
                    "moe_intermediate_size 2048; first_k_dense_replace 3; the multi-token-prediction layer "
-                   "(num_nextn_predict_layers 1) is not served and not counted)",
+                   "(num_nextn_predict_layers 1) is not served and not counted; quantization_config: fp8, "
+                   "weight_block_size [128, 128])",
         ),
     ],
 )  # fmt: skip

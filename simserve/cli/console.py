@@ -29,3 +29,15 @@ def styled(*parts: str | tuple[str, str]):
 def note(text: str):
     """`note: <text>`, the word in yellow."""
     return styled(("note:", "yellow"), " ", text)
+
+
+def table_console(*tables: Any):
+    """A console for commands that print wide tables (`sweep`, `plan`): on a terminal, its width; piped into a
+    file, a CI log or another program (no terminal to size to, where rich would squeeze every cell to 80
+    columns with "…"), as wide as the widest table, so every cell prints whole. Long lines never wrap."""
+    import sys
+
+    if sys.stdout.isatty():
+        return console(soft_wrap=True)
+    widest = max((console(width=10_000).measure(t).maximum for t in tables), default=80)
+    return console(soft_wrap=True, width=max(80, widest))

@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.table import Table
 
-from simserve.cli.console import console as make_console
 from simserve.errors import SimserveError
 
 HEADERS = {  # the flags' names are too long for a table's columns
@@ -92,12 +91,14 @@ def engine_sweep(
         chunk = result.best["chunked-prefill-size"]
         base = replace(base, policy="sglang", budget=chunk, memory_utilization=memory_for(chunk))
     written = write_engine_outputs(result, out, scenario_fields(base), engine)
-    console = make_console(soft_wrap=True)
     table = Table(title=f"{RELEASES[engine]} flags: capacity (QPS) within the SLO")
     for col in result.rows.columns:
         table.add_column(HEADERS.get(col, col), justify="left" if col == "message" else "right")
     for _, row in result.rows.iterrows():
         table.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
+    from simserve.cli.console import table_console
+
+    console = table_console(table)
     console.print(table)
     console.print(f"best: {result.capacity_qps:.3g} QPS at the {slos[0].tbt_s:g} s SLO with")
     console.print(command_comment(engine), highlight=False)

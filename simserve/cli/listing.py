@@ -18,7 +18,8 @@ HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes", "head_siz
           "qk_rope_head_dim", "v_head_dim", "num_experts", "experts_per_token"}  # fmt: skip
 # Shown with --wide only, so that the default table fits an 80-column terminal without splitting a number.
 DETAIL = {"activation", "norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps",
-          "nvls_bus_gbps", "sm_version", "power_w", "sustained_tflops"}  # fmt: skip
+          "nvls_bus_gbps", "sm_version", "power_w", "sustained_tflops",
+          "fp8_weight_block"}  # fmt: skip
 # Column headings with the unit (the fields' `gbps` are gigabytes per second); others are the field's name.
 LABELS = {
     "gpus_per_node": "GPUs",
@@ -150,7 +151,7 @@ def _traces() -> tuple[list[str], list[list[object]]]:
 
 
 def _value(value: object) -> object:
-    return ", ".join(value) if isinstance(value, tuple | list) else value
+    return ", ".join(str(v) for v in value) if isinstance(value, tuple | list) else value
 
 
 def _cell(value: object) -> str:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
-from simserve.cli.console import console as make_console
+from simserve.cli.console import table_console
 from simserve.cli.options import cache_option, seed_option
 from simserve.cli.sweep import DEFAULT_CACHE, _numbers, interruptible
 from simserve.errors import SimserveError
@@ -28,7 +28,7 @@ def plan(
     slo: float = typer.Option(
         0.2,
         "--slo",
-        help="Time-between-tokens SLO in seconds, at --tbt-quantile (0: none; then give --ttft-slo).",
+        help="Time-between-tokens SLO in seconds, at --tbt-quantile (0: none; then give --ttft-slo or --tpot-slo).",
     ),
     tbt_quantile: float = typer.Option(0.99, "--tbt-quantile", help="Which TBT quantile --slo bounds."),
     ttft_slo: float | None = typer.Option(
@@ -37,6 +37,8 @@ def plan(
     ttft_quantile: float = typer.Option(
         0.99, "--ttft-quantile", help="Which TTFT quantile --ttft-slo bounds."
     ),
+    tpot_slo: float | None = options.TPOT_SLO,
+    tpot_quantile: float = options.TPOT_QUANTILE,
     delay_slo: float = typer.Option(2.0, "--delay-slo", help="Median scheduling-delay SLO in seconds."),
     gpus: str = typer.Option("a100,h100,h200", "--gpus", help="GPUs to compare (catalog names)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="The most GPUs a deployment may use, all replicas."),
@@ -98,6 +100,8 @@ def plan(
         APPROXIMATION,
         commands,
         deployment_label,
+        disagg_story,
+        noise_lines,
         recommendation,
         spread,
         table_rows,
@@ -117,9 +121,8 @@ def plan(
         gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()),
         max_gpus=max_gpus,
         trace=trace,
-        slo=SLO(
-            slo or None, tbt_quantile, delay_slo, ttft_s=ttft_slo, ttft_quantile=ttft_quantile
-        ),  # fmt: skip
+        slo=SLO(slo or None, tbt_quantile, delay_slo, ttft_s=ttft_slo, ttft_quantile=ttft_quantile,
+                tpot_s=tpot_slo, tpot_quantile=tpot_quantile),  # fmt: skip
         budgets=_numbers(budgets, int, "--budgets"),
         max_batch=max_batch,
         num_requests=requests,
@@ -144,10 +147,16 @@ def plan(
         )
     if not (result.searches["capacity_qps"] > 0).any():  # an impossible SLO: no deployment serves any load
         flags = "--slo, --delay-slo, --min-qps" + (", --ttft-slo" if ttft_slo is not None else "")
+        flags += ", --tpot-slo" if tpot_slo is not None else ""
         raise impossible_slo(result.searches["message"], "on every deployment searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
-    console = make_console(soft_wrap=True)
-    console.print(_table(table_rows(result, all_rows), all_rows))
+    table = _table(table_rows(result, all_rows), all_rows)
+    console = table_console(table)
+    for line in noise_lines(result):  # before the table: what its ranking can and cannot tell apart
+        console.print(line, highlight=False)
+    console.print(table)
+    for line in disagg_story(result):
+        console.print(line, highlight=False)
     if frontend_ms:
         from simserve.sim.frontend import frontend_line
 
@@ -204,6 +213,12 @@ def plan(
             f"note: {len(low)} searches stayed below --min-qps {min_qps:g} per replica and are left out "
             f"({', '.join(names)}; see searches.csv)"
         )
+    from simserve.vllm_loader import RELEASE
+
+    refused = [r for r in result.rejected if f": {RELEASE}" in r]  # vllm_loader's refusals name the release
+    if refused:
+        console.print(f"note: {len(refused)} deployment(s) {RELEASE} refuses to load are not searched (e.g. "
+                      f"{refused[0]}; all in plan.json 'rejected')", highlight=False, markup=False)  # fmt: skip
     s = result.stats
     for note in s.get("disagg_notes", []):
         console.print(f"note: no disaggregated layout for {note}", highlight=False)
@@ -222,16 +237,25 @@ def plan(
 def _table(df, all_rows: bool) -> Table:
     from simserve.plan.report import deployment_label
 
-    t = Table(title="all deployments" if all_rows else "Pareto-optimal deployments (cost vs capacity)")
+    title = "all deployments" if all_rows else "Pareto-optimal deployments (cost vs capacity)"
+    off_front = not all_rows and not df.empty and not df["pareto"].astype(bool).all()
+    t = Table(title=title + (" (* off the front: the best disaggregated row)" if off_front else ""))
     cols = ("deployment", "GPUs (paid)", "budget", "qps", "qps/GPU", "goodput tok/s/GPU", "$/h", "$/M out tok",
-            "profile")  # fmt: skip
+            "TPOT ms", "tok/s/user", "profile")  # fmt: skip
     for col in cols:
         t.add_column(col, justify="left" if col in ("deployment", "profile") else "right")
     for _, r in df.iterrows():
+        star = "" if all_rows or bool(r["pareto"]) else "*"
         t.add_row(
-            deployment_label(r), f"{int(r['gpus'])} ({int(r['gpus_rented'])})", str(int(r["budget"])),
+            deployment_label(r) + star, f"{int(r['gpus'])} ({int(r['gpus_rented'])})", str(int(r["budget"])),
             f"{r['capacity_qps']:.3g}", f"{r['capacity_per_gpu_qps']:.3g}",
             f"{r['goodput_tokens_per_s_per_gpu']:.4g}", f"{r['usd_per_hour']:.2f}",
-            f"{r['usd_per_million_output_tokens']:.3f}", r["profile"],
+            f"{r['usd_per_million_output_tokens']:.3f}", _num(1e3 * r.get("tpot_mean_s", float("nan")), ".3g"),
+            _num(r.get("user_tokens_per_s", float("nan")), ".3g"), r["profile"],
         )  # fmt: skip
     return t
+
+
+def _num(v, fmt: str) -> str:
+    v = float(v)
+    return "—" if v != v else format(v, fmt)

@@ -40,6 +40,15 @@ LAUNCH_GAPS = typer.Option(
     "--launch-gaps/--no-launch-gaps",
     help="--engine vllm: charge CUDA-graph and eager kernel launches by launch mode (default: on with it).",
 )
+# `sweep` and `plan`: a TPOT bound beside the TBT (ITL) one, TPOT as `vllm bench serve` computes it per request,
+# (completion − first token) / (output − 1), its quantile over requests (tune/capacity.py, OBJECTIVES).
+TPOT_SLO = typer.Option(
+    None,
+    "--tpot-slo",
+    help="Also bound TPOT (seconds): a request's (completion − first token) / (output − 1), as vllm bench serve "
+    "reports it, at --tpot-quantile over requests.",
+)
+TPOT_QUANTILE = typer.Option(0.99, "--tpot-quantile", help="Which TPOT quantile --tpot-slo bounds.")
 EP = typer.Option(
     1, "--ep", help="Expert parallelism of a MoE model: whole experts over EP GPUs of each stage's TP group."
 )

@@ -16,7 +16,7 @@ from simserve.cachedir import cache_root
 from simserve.cli import app
 from simserve.cli import run as options  # the shared options live beside `run`
 from simserve.cli.console import console as make_console
-from simserve.cli.console import note, styled
+from simserve.cli.console import note, styled, table_console
 from simserve.cli.options import cache_option, seed_option
 from simserve.errors import Reported, SimserveError, Terminated
 
@@ -121,6 +121,8 @@ def sweep(
     ttft_quantile: float = typer.Option(
         0.99, "--ttft-quantile", help="Which TTFT quantile --ttft-slo bounds."
     ),
+    tpot_slo: float | None = options.TPOT_SLO,
+    tpot_quantile: float = options.TPOT_QUANTILE,
     model: str = typer.Option("mistral-7b", "--model", help="Model name (see `simserve list models`)."),
     gpu: str = typer.Option("a100", "--gpu", help="GPU name (see `simserve list gpus`)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per pipeline stage)."),
@@ -241,7 +243,8 @@ def sweep(
     slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid is not None else (slo,)
     # The first SLO is the primary one (the table's order, the latency CDFs): --slo when the grid has it.
     slos_s = tuple(sorted(set(slos_s), key=lambda s: (s != slo, s)))
-    slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile) for s in slos_s)
+    slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile, tpot_slo, tpot_quantile)
+                 for s in slos_s)  # fmt: skip
     budget_list = (
         TILE_BUDGETS
         if budgets.strip() == "tiles"
@@ -324,10 +327,12 @@ def sweep(
         result = run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True)
     if not (result.rows["capacity_qps"] > 0).any():  # an impossible SLO: an answer of all zeros is no answer
         flags = "--slo, --delay-slo" + (", --ttft-slo" if ttft_slo is not None else "")
+        flags += ", --tpot-slo" if tpot_slo is not None else ""
         raise impossible_slo(result.rows["message"], "in every configuration searched", flags)
     written = write_outputs(result, out, plots=not no_plots, force=force)
-    console = make_console(soft_wrap=True)
-    console.print(summary_table(result))
+    table = summary_table(result)
+    console = table_console(table)
+    console.print(table)
     if frontend_ms:
         console.print(frontend_line(frontend_ms, "sweep.csv's ttft columns, --ttft-slo"), highlight=False)
     for line in budget_story(result):

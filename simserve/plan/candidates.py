@@ -16,6 +16,7 @@ from simserve.catalog.hardware import DEFAULT_NODE, NODES, NodeSpec
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.memory import GIB, plan_memory, profile_tokens
+from simserve.vllm_loader import refusal
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,10 @@ def enumerate_candidates(
                                         kv_dtype, ep, moe_skew, dp)  # fmt: skip
             except SimserveError as exc:  # e.g. TP larger than the GPU's box
                 rejected.append(f"{name}: {exc}")
+                continue
+            refused = refusal(dep)  # the pinned engine would not load it: not a deployment to buy
+            if refused:
+                rejected.append(f"{name}: {refused}")
                 continue
             ok, blocks = [], None
             for b in sorted(budgets):

@@ -35,6 +35,7 @@ from simserve.errors import SimserveError
 from simserve.memory import plan_memory, profile_tokens
 from simserve.plan.candidates import best_box, expert_parallelisms, parallelisms
 from simserve.plan.prune import front_threshold
+from simserve.vllm_loader import refusal
 
 LAYOUT_AGG = "agg"
 LAYOUTS = ("agg", "disagg")
@@ -85,6 +86,8 @@ def pool_deployments(model, gpu: GPUSpec, node: NodeSpec, room: int, spec) -> di
         for ep in expert_parallelisms(model, tp):
             dep = Deployment.create(model, gpu, tp, pp, node, None, spec.memory_utilization, spec.max_len,
                                     spec.dtype, spec.kv_dtype, ep, spec.moe_skew)  # fmt: skip
+            if refusal(dep):  # vLLM 0.33.0 would not load this pool (simserve/vllm_loader.py)
+                continue
             ok = _fitting_budgets(dep, spec.budgets, spec.max_batch)
             if ok:
                 pools[(tp, pp, ep)] = (dep, ok)
@@ -179,7 +182,8 @@ def layout_scenario(spec, lay: Layout, profiles, seed: int | None = None):
 
 
 def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict, out_tokens: float,
-                  agg_rows: pd.DataFrame | None = None, profiles: dict | None = None, prune: bool = True):  # fmt: skip
+                  agg_rows: pd.DataFrame | None = None, profiles: dict | None = None, prune: bool = True,
+                  speculate: bool = True):  # fmt: skip
     """Screen, then search the kept layouts: (searches, rows, notes). As for aggregated deployments
     (search._seed_searches), the layouts among the plan's cheapest contenders are searched again at other seeds.
 
@@ -188,7 +192,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     reach the Pareto front of the aggregated rows and that first layout; a failure there proves every row of it
     dominated (pass/fail is monotone in load), so it is not searched further ("pruned" in searches.csv).
     `profiles`: the aggregated searches' profile choices, reused (resolving one reads its profile)."""
-    from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor
+    from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor, seed_task
     from simserve.profiling.generated import resolve_profiles
     from simserve.sim.scenario import _timer, _workload
     from simserve.tune.jobs import CapacityTask, run_tasks
@@ -214,7 +218,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     pruning = prune and spec.target_qps is None and len(layouts) > 1
     head = layouts[:1] if pruning else layouts
     tasks, thresholds = [whole(lay) for lay in head], [0.0] * len(head)
-    results = _run(tasks, runner, cache, stats, run_tasks) if tasks else []
+    results = _run(tasks, runner, cache, stats, run_tasks, speculate) if tasks else []
     if pruning:
         found = _found(agg_rows) + _found(_rows(head, results, spec, prices, out_tokens, profiles))
         rest = []
@@ -225,7 +229,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
             rest.append(CapacityTask(layout_scenario(spec, lay, profiles), spec.slo, spec.tolerance, threshold,
                                      max_halvings=0) if threshold > 0 else whole(lay))  # fmt: skip
         tasks += rest
-        results += _run(rest, runner, cache, stats, run_tasks) if rest else []
+        results += _run(rest, runner, cache, stats, run_tasks, speculate) if rest else []
     rows = [_search_row(lay, t, r, spec, profiles, th)
             for lay, t, r, th in zip(layouts, tasks, results, thresholds, strict=True)]  # fmt: skip
     stats["searches_pruned"] = stats.get("searches_pruned", 0) + sum(r["status"] == "pruned" for r in rows)
@@ -234,10 +238,9 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     for i in _contenders(layouts, plan, agg_rows, spec) if spec.tie_seeds else []:
         lay, start = layouts[i], max(results[i].capacity_qps, spec.min_qps)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
-            again.append(CapacityTask(layout_scenario(spec, lay, profiles, seed), spec.slo, spec.tolerance, start,
-                                      max_halvings=halvings_to_floor(start, spec.min_qps)))  # fmt: skip
+            again.append(seed_task(layout_scenario(spec, lay, profiles, seed), spec, start))
             picked.append(lay)
-    for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks) if again else [], strict=True):
+    for lay, t, r in zip(picked, again, _run(again, runner, cache, stats, run_tasks, speculate) if again else [], strict=True):
         row = _search_row(lay, t, r, spec, profiles)
         row["status"] = f"seed spread ({row['status']})"
         rows.append(row)
@@ -266,15 +269,17 @@ def _contenders(layouts: list[Layout], plan: pd.DataFrame, agg_rows, spec) -> li
     return [i for i, lay in enumerate(layouts) if (lay.gpu.name, lay.label) in wanted]
 
 
-def _run(tasks, runner, cache, stats, run_tasks):
+def _run(tasks, runner, cache, stats, run_tasks, speculate: bool = True):
     round_stats: dict = {}
-    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
+    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats, speculate)
     for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
         stats[key] = stats.get(key, 0) + round_stats.get(key, 0)
     return results
 
 
 def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) -> dict:
+    from simserve.plan.search import at_capacity
+
     capacity, status, message = r.capacity_qps, "searched", r.message
     if capacity == 0 and threshold > 0:
         status = "pruned"
@@ -286,12 +291,14 @@ def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) ->
         "gpus_per_replica": lay.num_gpus, "nodes_per_replica": 1, "seed": task.scenario.prefill.seed,
         "budget": lay.prefill_budget, "capacity_qps": capacity, "status": status, "start_qps": task.start_qps,
         "probes": len(r.probes), "limited_by": r.limited_by, "message": message, "kv_blocks": 0,
-        "profile": profiles[lay.prefill].label, "layout": lay.label,
+        "profile": profiles[lay.prefill].label, "layout": lay.label, **at_capacity(r),
     }  # fmt: skip
 
 
 def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.DataFrame:
     """Plan rows: r copies of each layout (r·capacity, whole rental units), as plan_rows does for replicas."""
+    from simserve.plan.search import user_speed
+
     out = []
     for lay, r in zip(layouts, results, strict=True):
         c, g = r.capacity_qps, lay.num_gpus
@@ -309,6 +316,7 @@ def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.Dat
                 "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented, "usd_per_hour": usd,
                 "usd_per_million_output_tokens": usd / (qps * out_tokens * 3600) * 1e6,
                 "profile": profiles[lay.prefill].label, "layout": lay.label,
+                **user_speed(r.metrics_at_capacity.get("tpot_mean_s", math.nan)),
             })  # fmt: skip
     return pd.DataFrame(out)
 

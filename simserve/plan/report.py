@@ -90,6 +90,33 @@ def ties(result: PlanResult) -> list:
     )  # fmt: skip
 
 
+def noise_lines(result: PlanResult) -> list[str]:
+    """One line for the top of the table when the seed spread the plan measured is wider than the gap between
+    its first two deployments: their order is within noise, and roughly how many requests per simulation would
+    separate them (plan/ties.requests_to_resolve)."""
+    from simserve.plan.ties import contenders, requests_to_resolve
+
+    measured = spread(result)
+    best = recommendation(result)
+    if not measured or best is None or result.spec.target_qps is not None:
+        return []
+    obj = objective(result)
+    rows = contenders(result.rows, obj)
+    if len(rows) < 2:
+        return []
+    first, second = float(rows.iloc[0][obj]), float(rows.iloc[1][obj])
+    gap, worst = (second - first) / first, max(measured.values())
+    if worst <= gap:
+        return []
+    n = result.spec.num_requests
+    return [
+        f"noise: one seed's capacity differs from another's by up to {worst:.1%} at {n} requests per simulation "
+        f"(the {len(measured)} cheapest deployments at {result.spec.tie_seeds + 1} seeds), more than the "
+        f"{gap:.1%} between the first two deployments below: their order is within noise; about --requests "
+        f"{requests_to_resolve(n, worst, gap):,} would separate them (ties below)"
+    ]
+
+
 def commands(result: PlanResult, row: pd.Series) -> list[str]:
     """The `vllm serve` line of each replica of `row` (plan/command.py)."""
     from simserve.catalog.hardware import NODES
@@ -165,6 +192,59 @@ def write_outputs(result: PlanResult, out: str | Path, plots: bool = True, force
 
 
 def table_rows(result: PlanResult, all_rows: bool = False) -> pd.DataFrame:
-    """What the CLI prints: the Pareto rows (or all), cheapest first."""
+    """What the CLI prints: the Pareto rows (or all), cheapest first; with disaggregated layouts searched, also
+    the best disaggregated row when it is off the front (the plan's answer to "and disaggregated?")."""
     df = result.rows if all_rows else result.rows[result.rows["pareto"]]
+    extra = best_disagg(result)
+    if extra is not None and not (df.index == extra.name).any():
+        df = pd.concat([df, extra.to_frame().T])
     return df.sort_values(["usd_per_hour", "capacity_qps"], ascending=[True, False], kind="stable")
+
+
+def best_disagg(result: PlanResult) -> pd.Series | None:
+    """The disaggregated row cheapest by the plan's objective (ties: fewer GPUs), or None."""
+    from simserve.plan.disagg import LAYOUT_AGG
+
+    rows = result.rows
+    if "layout" not in rows or rows.empty:
+        return None
+    d = rows[rows["layout"].fillna(LAYOUT_AGG) != LAYOUT_AGG]
+    if d.empty:
+        return None
+    return d.sort_values([objective(result), "gpus"], kind="stable").iloc[0]
+
+
+def disagg_story(result: PlanResult) -> list[str]:
+    """With disaggregated layouts asked for, what became of them: the best row against the first one, or why
+    none has a row (each searched layout's outcome; the screen's notes are printed apart)."""
+    from simserve.plan.disagg import LAYOUT_AGG
+
+    if "disagg" not in result.spec.layouts:
+        return []
+    best, first = best_disagg(result), recommendation(result)
+    obj = objective(result)
+    if best is not None and first is not None:
+        if deployment_label(best) == deployment_label(first):
+            return [f"disaggregated: {deployment_label(best)} is the first row"]
+        gap = (float(best[obj]) - float(first[obj])) / float(first[obj])
+        where = "on the Pareto front" if bool(best["pareto"]) else "off the Pareto front (shown for comparison)"
+        unit = "per hour" if obj == "usd_per_hour" else "per million output tokens"
+        return [f"disaggregated: best {deployment_label(best)}, {float(best['capacity_qps']):.3g} qps, "
+                f"${float(best[obj]):.3f} {unit}, {gap:+.1%} against the first row; {where}"]  # fmt: skip
+    s = result.searches
+    d = s[s["layout"].fillna(LAYOUT_AGG) != LAYOUT_AGG] if "layout" in s else s.iloc[0:0]
+    d = d[~d["status"].astype(str).str.startswith("seed spread")]
+    if d.empty:
+        return ["disaggregated: no layout was searched (see the notes below: the screen found none to try)"]
+    parts = []
+    for status, group in d.groupby("status", sort=False):
+        names = ", ".join(sorted(group["layout"]))
+        if status == "pruned":
+            rate = float(group["start_qps"].min())
+            parts.append(f"{names} failed their one probe at {rate:.3g} qps, the rate the Pareto front demands "
+                         f"(dominated: status 'pruned')")  # fmt: skip
+        elif status == "below floor":
+            parts.append(f"{names} stayed below --min-qps {result.spec.min_qps:g}")
+        else:
+            parts.append(f"{names}: {status}")
+    return [f"disaggregated: no layout has a row: {'; '.join(parts)} (searches.csv)"]

@@ -27,6 +27,7 @@ from simserve.profiling.generated import ProfileChoice, resolve_profiles
 from simserve.sim.scenario import MAX_MODEL_LEN, Scenario, context_limit
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
+from simserve.tune.first_probe import first_qps
 from simserve.tune.jobs import CapacityTask, run_tasks
 from simserve.tune.probe import MemoryCache, ProbeCache
 
@@ -229,6 +230,7 @@ def run_plan(
     cache_dir: str | Path | None = None,
     progress: bool = False,
     prune: bool = True,
+    speculate: bool = False,
 ) -> PlanResult:
     """Search every deployment that fits, cheapest replica first, ROUND deployments at a time.
 
@@ -236,7 +238,13 @@ def run_plan(
     cannot beat the deployment's best one, stops after one failing probe, and searches start from a related
     answer (the next budget from the best so far; a deeper pipeline from the shallower one). Without it,
     every (deployment, budget) is searched whole from --start-qps: the reference the pruned plan is tested
-    against (tests/test_plan.py)."""
+    against (tests/test_plan.py).
+
+    `speculate` (off): let idle workers simulate the probes a search may ask next. With ROUND deployments side by
+    side the workers seldom idle, so speculation mostly cost CPU: on issue 33's plan (fixed:1700:400, agg +
+    disagg, 2 workers) 26-29 speculative probes of 134-136, 14.4-16.0 CPU-s against 13.5-14.6 without them, wall
+    time no longer (docs/planner.md, Speed). The answer is the same either way (speculative probes only fill
+    the cache)."""
     from simserve.tune.jobs import progress_bar
 
     t0 = time.perf_counter()
@@ -265,7 +273,7 @@ def run_plan(
             steps = [_next_step(d, seen, spec, prune, profiles) for d in active]
             round_stats: dict = {}
             results = run_tasks(
-                [t for t, _ in steps], runner, cache, runner.shares_filesystem, False, round_stats
+                [t for t, _ in steps], runner, cache, runner.shares_filesystem, False, round_stats, speculate
             )
             for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
                 stats[key] += round_stats.get(key, 0)
@@ -280,13 +288,13 @@ def run_plan(
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
         searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
-        again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats)
+        again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats, speculate)
         searches = pd.concat([searches, again], ignore_index=True) if len(again) else searches
         if "disagg" in spec.layouts:
             from simserve.plan.disagg import search_disagg
 
             d_searches, d_rows, notes = search_disagg(spec, prices, runner, cache, stats, out_tokens, rows, profiles,
-                                                       prune)  # fmt: skip
+                                                       prune, speculate)  # fmt: skip
             stats["disagg_notes"] = notes
             searches = _with_layouts(searches, d_searches)
             rows = _with_layouts(rows, d_rows)
@@ -331,7 +339,7 @@ TIE_DEPLOYMENTS = 3  # the cheapest deployments searched again at other seeds: t
 
 
 def _seed_searches(
-    rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats
+    rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats, speculate: bool = True
 ) -> pd.DataFrame:
     """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best budget,
     at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's seed."""
@@ -348,11 +356,10 @@ def _seed_searches(
         start = max(d.best, spec.min_qps)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
             scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed)
-            halvings = halvings_to_floor(start, spec.min_qps)
-            tasks.append(CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=halvings))
+            tasks.append(seed_task(scenario, spec, start))
             picked.append(d)
     round_stats: dict = {}
-    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats)
+    results = run_tasks(tasks, runner, cache, runner.shares_filesystem, False, round_stats, speculate)
     for key in ("tasks", "from_cache", "probes_simulated", "probes_speculative", "probes_wasted"):
         stats[key] += round_stats.get(key, 0)
     out = []
@@ -362,6 +369,16 @@ def _seed_searches(
         out.append(row)
     stats["seed_searches"] = len(out)
     return pd.DataFrame(out, columns=_SEARCH_COLUMNS)
+
+
+SEED_STEP = 1.125  # another seed's search brackets in steps of 1/8 from the first seed's capacity
+
+
+def seed_task(scenario, spec: PlanSpec, start: float) -> CapacityTask:
+    """A search at another seed, from the capacity found at the plan's seed: bracketing in SEED_STEP steps (seeds
+    move a capacity by ~5-15%, docs/planner.md), down to the same floor (--min-qps)."""
+    steps = max(0, math.ceil(math.log(start / spec.min_qps) / math.log(SEED_STEP) - 1e-9))
+    return CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=steps, step=SEED_STEP)
 
 
 def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: bool, profiles):
@@ -383,9 +400,15 @@ def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: b
     if threshold > 0:  # one probe at the threshold; below it nothing this search finds matters
         task = CapacityTask(scenario, spec.slo, spec.tolerance, threshold, max_halvings=0)
         return task, threshold
-    start = _related_start(d, seen) or spec.start_qps
+    related = _related_start(d, seen)
+    start = related or spec.start_qps
+    # No related answer: the first probe at the grid rate just below the deployment's throughput bound, as a
+    # sweep's (tune/first_probe.py): the same bracket, and so the same capacity, while pass/fail is monotone,
+    # reached through cheap failures above capacity instead of whole runs at light load.
+    first = None if related else first_qps(scenario, start)
     return CapacityTask(
-        scenario, spec.slo, spec.tolerance, start, max_halvings=halvings_to_floor(start, spec.min_qps)
+        scenario, spec.slo, spec.tolerance, start, max_halvings=halvings_to_floor(start, spec.min_qps),
+        first_qps=first,
     ), 0.0
 
 
@@ -400,7 +423,7 @@ def _related_start(d: _Deployment, seen: list[_Deployment]) -> float | None:
 _SEARCH_COLUMNS = [
     "gpu", "tp", "pp", "ep", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps",
     "status",
-    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile",
+    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile", "tpot_mean_s", "requests_simulated",
 ]  # fmt: skip
 
 
@@ -430,7 +453,16 @@ def _search_row(
         "budget": task.scenario.budget, "capacity_qps": capacity,
         "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
         "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
+        **at_capacity(r),
     }  # fmt: skip
+
+
+def at_capacity(r: CapacityResult) -> dict:
+    """What a search row keeps of the probe at capacity: the mean TPOT (a user's time per output token, as
+    `vllm bench serve` reports it) and how many requests that probe simulated (tune/simadapter.steady_record
+    lengthens a run until it is steady)."""
+    m = r.metrics_at_capacity
+    return {"tpot_mean_s": m.get("tpot_mean_s", math.nan), "requests_simulated": m.get("requests_simulated", math.nan)}
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
@@ -475,7 +507,7 @@ def plan_rows(
                     "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented,
                     "usd_per_hour": usd_h,
                     "usd_per_million_output_tokens": usd_h / (qps * out_tokens * 3600) * 1e6,
-                    "profile": s["profile"],
+                    "profile": s["profile"], **user_speed(s.get("tpot_mean_s", math.nan)),
                 }
             )  # fmt: skip
     df = pd.DataFrame(rows, columns=_PLAN_COLUMNS)
@@ -488,8 +520,15 @@ def plan_rows(
 _PLAN_COLUMNS = [
     "gpu", "tp", "pp", "ep", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps",
     "capacity_per_gpu_qps", "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour",
-    "usd_per_million_output_tokens", "profile",
+    "usd_per_million_output_tokens", "profile", "tpot_mean_s", "user_tokens_per_s",
 ]  # fmt: skip
+
+
+def user_speed(tpot_mean_s: float) -> dict:
+    """Mean TPOT at capacity and the per-user speed it gives: output tokens per second one user sees while its
+    answer streams (1 / mean TPOT)."""
+    t = float(tpot_mean_s)
+    return {"tpot_mean_s": t, "user_tokens_per_s": 1.0 / t if t > 0 else math.nan}
 
 
 def pareto_mask(df: pd.DataFrame) -> list[bool]:

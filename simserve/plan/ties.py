@@ -78,6 +78,23 @@ def seed_spread(searches: pd.DataFrame, base_seed: int) -> dict[tuple, float]:
     return out
 
 
+# How the seed spread of a capacity shrinks with the requests per simulation: spread ∝ requests^-SPREAD_EXPONENT.
+# Measured (docs/planner.md, "Seed spread"): LLaMA2-70B on H200 TP1 PP2 at P99 TBT 0.2 s, seeds 0-4, (max − min)
+# / mean: ShareGPT 12.9% at 1024 requests, 4.8% at 2048, 2.4% at 4096; fixed:1700:400 12.2%, 3.5%, 3.5% (the
+# floor there is the search's grid, steps of ~1.7-3.4%). An exponent of 1 fits both within their scatter.
+SPREAD_EXPONENT = 1.0
+
+
+def requests_to_resolve(requests: int, spread: float, gap: float) -> int:
+    """Requests per simulation at which a seed spread of `spread` (measured at `requests`) would shrink below
+    `gap`, rounded up to requests · 2^k (a gap under 0.1% is taken as 0.1%)."""
+    need = requests * (spread / max(gap, 1e-3)) ** (1 / SPREAD_EXPONENT)
+    out = requests
+    while out < need:
+        out *= 2
+    return out
+
+
 def _tolerance_to_break(gap: float) -> str:
     """A search tolerance that resolves `gap`: half of it, to one significant digit."""
     t = gap / 2
@@ -117,7 +134,8 @@ def find_ties(
             reasons.append(
                 f"within the seed spread ({plan_spread:.1%}, measured over {len(spread)} deployments)"
             )
-            breakers.append(f"a plan over more requests per simulation (--requests {4 * requests})")
+            more = requests_to_resolve(requests, plan_spread, gap)
+            breakers.append(f"a plan over more requests per simulation (about --requests {more})")
         if row["gpu"] != b_gpu:  # objectives scale with each GPU's price; equal GPUs share one
             p, q = prices[row["gpu"]], prices[b_gpu]
             if obj * p.low / p.usd_per_gpu_hour < b_obj * q.high / q.usd_per_gpu_hour:

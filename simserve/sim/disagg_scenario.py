@@ -80,10 +80,9 @@ class DisaggScenario:
 
     def record(self, qps: float, quantiles: tuple[float, ...], cdf_grid: tuple[float, ...]) -> dict:
         """One capacity probe's record (tune/probe.py): the user's view of the run, as an aggregated probe's."""
-        from simserve.sim.metrics import build_result
-        from simserve.tune.simadapter import record_from_result
+        from simserve.tune.simadapter import probe_view, record_from_result
 
-        return record_from_result(build_result(run_disagg(self, qps).raw), qps, quantiles, cdf_grid)
+        return record_from_result(probe_view(run_disagg(self, qps).raw), qps, quantiles, cdf_grid)
 
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not

@@ -310,6 +310,10 @@ def check_scenario(s: Scenario) -> int:
             "use --pp 1"
         )
     dep = s.deployment()
+    if cfg.policy != "sglang":  # what the pinned vLLM release refuses to load (SGLang has its own loader)
+        from simserve.vllm_loader import check
+
+        check(dep)
     s.step_parts()  # refuses --async-scheduling, --launch-gaps and --sustained-clock where they cannot apply
     if s.vllm_worker:
         if cfg.policy != "vllm-v1":

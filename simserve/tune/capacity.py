@@ -30,7 +30,11 @@ def quantile_key(metric: str, q: float) -> str:
     return f"{metric}_p{100 * q:.10g}_s"
 
 
-_LABEL = {"tbt": "TBT", "scheduling_delay": "scheduling delay", "ttft": "TTFT"}
+_LABEL = {"tbt": "TBT", "scheduling_delay": "scheduling delay", "ttft": "TTFT", "tpot": "TPOT"}
+# The objectives an SLO may bound, in the order they are checked. TPOT is `vllm bench serve`'s per-request time
+# per output token, (completion − first token) / (output − 1), its quantile taken over requests
+# (vllm/benchmarks/serve.py, calculate_metrics, vLLM 0.33.0); TBT is every gap between tokens (vLLM's ITL).
+OBJECTIVES = ("tbt", "scheduling_delay", "ttft", "tpot")
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,11 @@ class SLO:
     scheduling_delay_quantile: float = 0.5
     ttft_s: float | None = None
     ttft_quantile: float = 0.99
+    tpot_s: float | None = None
+    tpot_quantile: float = 0.99
 
     def __post_init__(self) -> None:
-        for name in ("tbt", "scheduling_delay", "ttft"):
+        for name in OBJECTIVES:
             limit, q = getattr(self, f"{name}_s"), getattr(self, f"{name}_quantile")
             if limit is not None and not (limit > 0 and math.isfinite(limit)):
                 raise SimserveError(
@@ -53,13 +59,13 @@ class SLO:
                 )
             if not 0 < q < 1:
                 raise SimserveError(f"the {_LABEL[name]} quantile must be in (0, 1), e.g. 0.99; got {q}")
-        if self.tbt_s is None and self.ttft_s is None:
-            raise SimserveError("give at least one latency SLO: --slo (P99 TBT) or --ttft-slo")
+        if self.tbt_s is None and self.ttft_s is None and self.tpot_s is None:
+            raise SimserveError("give at least one latency SLO: --slo (P99 TBT), --ttft-slo or --tpot-slo")
 
     def limits(self) -> list[tuple[str, str, float]]:
         """(metrics key, human label, limit in seconds) for every objective that is set."""
         out = []
-        for name in ("tbt", "scheduling_delay", "ttft"):
+        for name in OBJECTIVES:
             limit, q = getattr(self, f"{name}_s"), getattr(self, f"{name}_quantile")
             if limit is not None:
                 out.append((quantile_key(name, q), f"P{100 * q:.10g} {_LABEL[name]}", limit))
@@ -69,6 +75,11 @@ class SLO:
         """(passed, reason): the reason names the first objective missed and by how much."""
         if metrics.get("overloaded"):
             return False, "overloaded: requests queue without bound"
+        if metrics.get("unsteady"):  # the probe's steady-state check (simadapter.steady_growth)
+            return False, (
+                f"unsustainable: requests in the system grew by {metrics.get('growth', math.nan):.1%} of the "
+                f"arrivals over the run's second half, at {metrics.get('requests_simulated', math.nan):.0f} requests"
+            )
         for key, label, limit in self.limits():
             value = metrics.get(key)
             if value is None:
@@ -143,6 +154,7 @@ def find_capacity(
     max_halvings: int = 10,
     first_qps: float | None = None,
     guided: bool = True,
+    step: float = 2.0,
 ) -> CapacityResult:
     """The highest QPS meeting `slo`, by bracketing and bisection to a relative `tolerance`.
 
@@ -155,11 +167,18 @@ def find_capacity(
     every question below it, a failure every question above it, so the search simulates the rate the
     bisection is predicted to end at (guided.py) rather than each midpoint on the way. The bisection, and so
     the capacity, is the same while pass/fail is monotone; `guided=False` simulates every question.
+
+    `step` is the bracketing factor (2: doubling and halving). A search that starts near its answer (the plan's
+    searches of another seed, from the first seed's capacity) brackets in smaller steps, so it neither walks
+    down to half the rate (a long run of the whole trace at light load) nor bisects back up from there;
+    `max_halvings` then counts its steps down.
     """
     if not start_qps > 0:
         raise SimserveError(f"--start-qps must be a positive rate, got {start_qps}")
     if not 0 < tolerance < 1:
         raise SimserveError(f"--tolerance must be in (0, 1), e.g. 0.025; got {tolerance}")
+    if not step > 1:
+        raise ValueError(f"the bracketing step must exceed 1, got {step}")
     from simserve.tune.guided import Guide, Outcomes
 
     outcomes, guide = Outcomes(), Guide(slo) if guided else None
@@ -168,7 +187,7 @@ def find_capacity(
     max_halvings += round(math.log2(qps / start_qps))
 
     def bisect(answer: Callable[[float], Probe]) -> tuple[float, str]:
-        return _bisection(answer, slo, qps, tolerance, max_probes, max_halvings)
+        return _bisection(answer, slo, qps, tolerance, max_probes, max_halvings, step)
 
     while True:
         try:
@@ -196,6 +215,7 @@ def _bisection(
     tolerance: float,
     max_questions: int,
     max_halvings: int,
+    step: float = 2.0,
 ) -> tuple[float, str]:
     """(capacity, message) of bracketing from `qps` and bisecting, asking `answer(rate)` for each rate's
     probe (or the probe whose outcome implies it); `answer` raises Unanswered where it cannot tell yet."""
@@ -215,7 +235,7 @@ def _bisection(
     if last.passed:
         lo = qps
         while True:  # bracket upwards
-            qps = _round_qps(lo * 2)
+            qps = _round_qps(lo * step)
             if asked >= max_questions:
                 return lo, f"still meeting the SLO at {lo:g} qps after {max_questions} probes"
             if ask(qps).passed:
@@ -227,7 +247,7 @@ def _bisection(
         hi = qps
         halvings = 0
         while True:  # bracket downwards
-            qps = _round_qps(hi / 2)
+            qps = _round_qps(hi / step)
             halvings += 1
             if halvings > max_halvings:
                 return 0.0, (
@@ -262,6 +282,7 @@ def search_capacity(
     max_halvings: int = 10,
     search: str = "simserve",
     first_qps: float | None = None,
+    step: float = 2.0,
 ) -> CapacityResult:
     """find_capacity (guided); with search="bisect" the same bisection simulating every rate it asks about
     (the search before guided.py: the same capacity while pass/fail is monotone, more simulations); with
@@ -274,7 +295,7 @@ def search_capacity(
     if search not in SEARCHES:
         raise SimserveError(f"unknown capacity search {search!r}; choose one of {', '.join(SEARCHES)}")
     guided = search == "simserve"
-    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided)
+    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided, step)
 
 
 @dataclass(frozen=True)

@@ -67,16 +67,16 @@ class Outcomes:
 
 
 def margins(probe: Probe, slo: SLO) -> dict[str, float]:
-    """log(latency / limit) of each objective the probe measured: ≤ 0 where it is met. An overloaded run's
-    scheduling delay counts as missed (the overload rule is a sure miss of that objective)."""
+    """log(latency / limit) of each objective the probe measured: ≤ 0 where it is met. An overloaded (or
+    unsteady) run's scheduling delay counts as missed (its queue grows: a sure miss of that objective)."""
     out = {}
     for key, _, limit in slo.limits():
         value = probe.metrics.get(key)
         if value is not None and value > 0 and math.isfinite(value):
             # TBT is an iteration time, which grows about linearly with the load in the batch; queueing
             # delays (and TTFT, which holds one) grow steeply near saturation: their log is closer to linear.
-            out[key] = value / limit - 1 if key.startswith("tbt") else math.log(value / limit)
-    if probe.metrics.get("overloaded"):
+            out[key] = value / limit - 1 if key.startswith(("tbt", "tpot")) else math.log(value / limit)
+    if probe.metrics.get("overloaded") or probe.metrics.get("unsteady"):  # a queue that grows: delay missed
         delay = [key for key in out if key.startswith("scheduling_delay")] or list(out)
         for key in delay:
             out[key] = max(out[key], OVERLOADED_MARGIN)

@@ -26,6 +26,7 @@ class CapacityTask:
     max_halvings: int = 10  # the search gives up (capacity 0) below start_qps / 2**max_halvings
     first_qps: float | None = None  # the grid rate probed first (first_probe.py); None: start_qps
     search: str = "simserve"  # or "paper": the Sarathi-Serve paper's own search (paper_search.py)
+    step: float = 2.0  # the bracketing factor (capacity.find_capacity)
 
 
 def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = False) -> CapacityResult:
@@ -40,6 +41,7 @@ def solve(task: CapacityTask, cache: ProbeCache | None = None, offline: bool = F
         task.max_halvings,
         task.search,
         task.first_qps,
+        task.step,
     )
 
 
@@ -78,10 +80,12 @@ def run_tasks(
     shared: bool,
     progress: bool = False,
     stats: dict | None = None,
+    speculate: bool = True,
 ) -> list[CapacityResult]:
     """Solve every task: replayed from `cache` where it can be, the rest probe by probe on `runner`
     (scheduler.py), each probe cached as it arrives. `shared`: the workers can write `cache` themselves.
-    `stats` is filled as the run goes, so a caller that is interrupted still knows what was saved."""
+    `stats` is filled as the run goes, so a caller that is interrupted still knows what was saved.
+    `speculate`: let idle workers simulate the probes a search may ask next (wall time for CPU time)."""
     from simserve.tune.scheduler import Progress, drive
 
     stats = {} if stats is None else stats
@@ -97,7 +101,7 @@ def run_tasks(
                 tid, completed=p.done, description=f"capacity searches, {p.simulated} probes simulated"
             )
 
-        results = drive(tasks, runner, cache, probe_job, root, on_probe, state)
+        results = drive(tasks, runner, cache, probe_job, root, on_probe, state, speculate)
     stats.update(
         from_cache=state.from_cache,
         probes_simulated=state.simulated,

@@ -37,7 +37,9 @@ class CacheMiss(Exception):
 
 
 def quantiles_for(slo: SLO | None) -> tuple[float, ...]:
-    extra = () if slo is None else (slo.tbt_quantile, slo.scheduling_delay_quantile, slo.ttft_quantile)
+    if slo is None:
+        return STANDARD_QUANTILES
+    extra = (slo.tbt_quantile, slo.scheduling_delay_quantile, slo.ttft_quantile, slo.tpot_quantile)
     return tuple(sorted(set(STANDARD_QUANTILES) | set(extra)))
 
 
@@ -201,12 +203,17 @@ class ProbeCache:
 
 
 def simulate_record(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> dict:
-    """Run one simulation and reduce it to {"metrics": {...}, "cdf": {...}} (the cached record)."""
-    if hasattr(scenario, "record"):  # the closed-form test model
-        return scenario.record(qps, quantiles, CDF_GRID)
-    from simserve.tune.simadapter import record_from_scenario
+    """Run one simulation and reduce it to {"metrics": {...}, "cdf": {...}} (the cached record); a run that had
+    not reached steady state is simulated again over more requests (simadapter.steady_record)."""
+    from simserve.tune.simadapter import record_from_scenario, steady_record
 
-    return record_from_scenario(scenario, qps, quantiles, CDF_GRID)
+    def one(s: Any) -> dict:
+        # a disaggregated scenario reduces its own run, as the closed-form test model does
+        if hasattr(s, "record"):
+            return s.record(qps, quantiles, CDF_GRID)
+        return record_from_scenario(s, qps, quantiles, CDF_GRID)
+
+    return steady_record(scenario, one)
 
 
 def probe(
@@ -240,7 +247,7 @@ def well_formed(record: object, quantiles: tuple[float, ...]) -> bool:
         v is None or isinstance(v, int | float) for v in metrics.values()
     ):
         return False
-    needed = {quantile_key(f, q) for f in ("tbt", "ttft", "scheduling_delay") for q in quantiles}
+    needed = {quantile_key(f, q) for f in ("tbt", "ttft", "scheduling_delay", "tpot") for q in quantiles}
     return needed <= metrics.keys() and "qps" in metrics
 
 

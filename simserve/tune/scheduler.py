@@ -56,7 +56,7 @@ def replay(task: Any, records: ProbeCache, assume: dict[float, bool] | None = No
 
 def _search_args(task: Any) -> dict[str, Any]:
     # NOTE: a CapacityTask's floor, first rate and search method are passed on exactly as jobs.solve does.
-    return {k: getattr(task, k) for k in ("max_halvings", "first_qps", "search") if hasattr(task, k)}
+    return {k: getattr(task, k) for k in ("max_halvings", "first_qps", "search", "step") if hasattr(task, k)}
 
 
 def next_rates(task: Any, records: ProbeCache, pending: float) -> list[Need]:
@@ -105,6 +105,7 @@ def drive(
     cache_root: str | None,
     on_probe: Callable[[Progress], None] = lambda p: None,
     progress: Progress | None = None,
+    speculate: bool = True,
 ) -> list[CapacityResult]:
     """Solve every task probe by probe on `runner`. `job(scenario, qps, quantiles, cache_root)` simulates one
     probe; when `cache_root` is None the workers cannot write the cache, so the driver does."""
@@ -138,6 +139,8 @@ def drive(
             if waiting:
                 start(waiting[0], False)
                 continue
+            if not speculate:
+                return
             ahead = [
                 n
                 for i, need in steps.items()

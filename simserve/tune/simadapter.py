@@ -1,4 +1,15 @@
-"""The seam between the tuner and the simulator: run a Scenario at a rate and reduce it to a probe record."""
+"""The seam between the tuner and the simulator: run a Scenario at a rate and reduce it to a probe record.
+
+A capacity must be a load the deployment sustains, not one a short run from an empty system gets away with. A
+run starts empty and fills within about one request lifetime W (Little's law: L = λ·W requests in the system);
+while it fills, and when the queue in front of it grows without bound, the number of requests in the system
+rises through the run. So each probe measures that trend over the second half of its arrival window
+(`steady_growth`: the least-squares slope of the number of requests in the system, as a fraction of the
+arrivals in that half), and a run whose population still grows by more than STEADY_GROWTH is simulated again
+with twice the requests (`steady_record`), up to MAX_EXTENSION times the scenario's own: a system that was only
+filling settles (and its metrics then describe its steady state), one that cannot keep up is caught by the
+overload rule or stays growing, and is marked `unsteady` (a failed probe: capacity.SLO.check).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +21,14 @@ import numpy as np
 
 from simserve import numerics
 from simserve.tune.capacity import quantile_key
+
+# The steady-state rule (module docstring). 2.5%: the search's default tolerance: a deployment that serves
+# less than 97.5% of the offered load over the steady window is short of it by more than the search resolves.
+# Measured at stable loads (256-4,096 requests; Mistral-7B/A100, LLaMA2-70B/H200, Qwen3-235B): -3.6% to +1.2%;
+# on runs still filling, +5% to +35% (docs/tuning.md, The search, point 4).
+STEADY_GROWTH = 0.025
+MAX_EXTENSION = 16  # at most 16 × the scenario's requests (four doublings)
+_SAMPLES = 64  # intervals of the window the population is sampled at
 
 # Summary fields copied into every probe's metrics when the simulator reports them.
 SUMMARY_FIELDS = (
@@ -33,16 +52,47 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...] | np.ndarray) -> list[f
 
 
 def _request_latencies(result: Any, frontend_s: float = 0.0) -> dict[str, np.ndarray]:
-    """Per-request scheduling delay and TTFT of completed requests (ignored ones are excluded). TTFT is the
-    client's: the front end's latency (`--frontend-ms`, sim/frontend.py) is added, as `simserve run`'s summary
-    does; the scheduling delay stays engine-side."""
+    """Per-request scheduling delay, TTFT and TPOT of completed requests (ignored ones are excluded). TTFT is
+    the client's: the front end's latency (`--frontend-ms`, sim/frontend.py) is added, as `simserve run`'s
+    summary does; the scheduling delay stays engine-side. TPOT as `vllm bench serve` computes it,
+    (completion − first token) / (output − 1), for requests of two or more output tokens (a front end's constant
+    delay shifts both ends alike)."""
     req = result.requests
     done = req[req["status"] == "completed"] if "status" in req else req[req["completed_at_s"].notna()]
     ttft = (done["first_token_at_s"] - done["arrived_at_s"]).to_numpy(float)
+    out = done["output_tokens"].to_numpy(float)
+    many = out > 1
+    decode = (done["completed_at_s"] - done["first_token_at_s"]).to_numpy(float)
     return {
         "scheduling_delay": (done["scheduled_at_s"] - done["arrived_at_s"]).to_numpy(float),
         "ttft": ttft + frontend_s if frontend_s else ttft,
+        "tpot": decode[many] / (out[many] - 1),
     }
+
+
+def steady_growth(result: Any) -> float | None:
+    """How much the number of requests in the system grew over the second half of the arrival window, as a
+    fraction of the requests that arrived in it (the least-squares slope of the count sampled at _SAMPLES + 1
+    evenly spaced times, times the window): ~0 in steady state, the unserved fraction 1 − μ/λ when the queue
+    grows, positive while the system is still filling. None when the run did not finish (overloaded, stopped
+    early: it fails anyway) or its arrivals have no second half to speak of (all at once)."""
+    req = result.requests
+    status = req["status"].astype(str).to_numpy()
+    kept = status != "ignored"
+    if not kept.any() or (status[kept] != "completed").any():
+        return None
+    arrived = np.sort(req["arrived_at_s"].to_numpy(float)[kept])
+    completed = np.sort(req["completed_at_s"].to_numpy(float)[kept])
+    start, end = float(arrived[len(arrived) // 2]), float(arrived[-1])
+    if not end > start:
+        return None
+    times = np.array([start + (end - start) * i / _SAMPLES for i in range(_SAMPLES + 1)])
+    inside = np.searchsorted(arrived, times, side="right") - np.searchsorted(completed, times, side="right")
+    # NOTE: integer sums: Σ x·n over symmetric offsets x (Σ x = 0, so the mean of n drops out), exact everywhere
+    offsets = [i - _SAMPLES // 2 for i in range(_SAMPLES + 1)]
+    moment = sum(x * int(n) for x, n in zip(offsets, inside.tolist(), strict=True))
+    slope = moment / sum(x * x for x in offsets)
+    return slope * _SAMPLES / (len(arrived) - len(arrived) // 2)
 
 
 def record_from_result(
@@ -65,17 +115,72 @@ def record_from_result(
             metrics[quantile_key(family, q)] = v
     for q, v in zip(quantiles, result.tbt.quantiles(quantiles), strict=True):
         metrics[quantile_key("tbt", q)] = float(v)
-    cdf = {family: _quantiles(values, cdf_grid) for family, values in latencies.items()}
+    tpot = latencies["tpot"]
+    metrics["tpot_mean_s"] = numerics.fsum(tpot.tolist()) / tpot.size if tpot.size else math.nan
+    growth = steady_growth(result)
+    if growth is not None:
+        metrics["growth"] = growth
+    cdf = {family: _quantiles(values, cdf_grid) for family, values in latencies.items() if family != "tpot"}
     cdf["tbt"] = [float(v) for v in result.tbt.quantiles([float(q) for q in cdf_grid])]
     return {"metrics": metrics, "cdf": cdf}
+
+
+def steady_record(scenario: Any, record: Any) -> dict:
+    """`record(scenario)` (a probe's record), simulated again with twice the requests while the run was still
+    growing (module docstring), up to MAX_EXTENSION × the scenario's own; marks `unsteady` when it never
+    settled. Paper-comparable scenarios (a trial cap) keep the paper's criterion: no extension, no mark."""
+    n = requests_of(scenario)
+    result = record(scenario)
+    if n is None or getattr(_first_pool(scenario), "time_limit_s", None) is not None:
+        return result
+    m, simulated = result["metrics"], n
+    if "growth" not in m:  # not measured (a run that did not finish, a closed-form model): nothing to extend
+        return result
+    while m.get("growth", 0.0) > STEADY_GROWTH and simulated < MAX_EXTENSION * n:
+        simulated *= 2
+        result = record(with_requests(scenario, simulated))
+        m = result["metrics"]
+    m["requests_simulated"] = float(simulated)
+    if m.get("growth", 0.0) > STEADY_GROWTH:
+        m["unsteady"] = 1.0
+    return result
+
+
+def _first_pool(scenario: Any) -> Any:
+    return getattr(scenario, "prefill", scenario)  # a disaggregated scenario: its pools share the workload
+
+
+def requests_of(scenario: Any) -> int | None:
+    n = getattr(_first_pool(scenario), "num_requests", None)
+    return int(n) if isinstance(n, int) else None
+
+
+def with_requests(scenario: Any, n: int) -> Any:
+    """The scenario with `n` requests (each pool's, for a disaggregated one)."""
+    from dataclasses import replace
+
+    if hasattr(scenario, "prefill") and hasattr(scenario, "decode"):
+        return replace(scenario, prefill=replace(scenario.prefill, num_requests=n),
+                       decode=replace(scenario.decode, num_requests=n))  # fmt: skip
+    return replace(scenario, num_requests=n)
 
 
 def record_from_scenario(
     scenario: Any, qps: float, quantiles: tuple[float, ...], cdf_grid: tuple[float, ...]
 ) -> dict:
-    from simserve.sim.scenario import run_scenario
+    from simserve.sim.scenario import simulate_scenario
 
-    return record_from_result(run_scenario(scenario, qps), qps, quantiles, cdf_grid)
+    return record_from_result(probe_view(*simulate_scenario(scenario, qps)), qps, quantiles, cdf_grid)
+
+
+def probe_view(raw: Any, dep: Any = None) -> Any:
+    """What record_from_result reads of a run (the request table, the summary, the TBT histogram), without the
+    per-iteration table a probe never reads (metrics.build_result builds it for `simserve run`)."""
+    from types import SimpleNamespace
+
+    from simserve.sim.metrics import request_table, summarize
+
+    return SimpleNamespace(requests=request_table(raw), summary=summarize(raw, dep), tbt=raw.tbt)
 
 
 def check_fits(scenario: Any) -> None:

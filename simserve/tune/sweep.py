@@ -160,6 +160,7 @@ def _rows(spec: SweepSpec, results: dict[tuple, list[CapacityResult]]) -> pd.Dat
                 "tbt_quantile": slo.tbt_quantile,
                 "scheduling_delay_slo_s": slo.scheduling_delay_s,
                 "ttft_slo_s": slo.ttft_s,
+                "tpot_slo_s": slo.tpot_s,
                 "capacity_qps": spread.mean,
                 "capacity_std": spread.std,
                 "capacity_min": spread.min,
@@ -174,6 +175,7 @@ def _rows(spec: SweepSpec, results: dict[tuple, list[CapacityResult]]) -> pd.Dat
                         "ttft_p50_s",
                         "ttft_p99_s",
                         "throughput_rps",
+                        "tpot_mean_s",
                     )
                 },
                 "limited_by": per_seed[0].limited_by,

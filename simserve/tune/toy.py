@@ -59,7 +59,8 @@ class ToyScenario:
             return wait
         if metric == "ttft":
             return wait + prefill
-        # TBT: a decode iteration, plus the prefill work that shares (Sarathi) or stalls (vLLM) it.
+        # TBT (and TPOT, a request's mean gap, modelled alike): a decode iteration, plus the prefill work that
+        # shares (Sarathi) or stalls (vLLM) it.
         chunk = min(self._budget(), 2000) * self.prefill_s_per_token
         stall = {"vllm": prefill, "orca": prefill, "fcfs": 0.0}.get(self.policy, chunk)
         busy = min(1.0, rho * (1 + tail / 4))  # the chance a token shares an iteration with prefill work
@@ -69,7 +70,7 @@ class ToyScenario:
         """The probe record the sweep caches: summary metrics plus quantile curves for CDF plots."""
         overloaded = qps >= self.service_qps() * 0.98
         metrics: dict[str, float] = {"overloaded": float(overloaded), "qps": qps}
-        for family in ("tbt", "scheduling_delay", "ttft"):
+        for family in ("tbt", "scheduling_delay", "ttft", "tpot"):
             for q in quantiles:
                 value = math.nan if overloaded else self.quantile(family, q, qps)
                 metrics[f"{family}_p{100 * q:.10g}_s"] = value
