@@ -3,6 +3,11 @@
     python benchmarks/bench_plan.py                            # the issue's command
     python benchmarks/bench_plan.py --no-prune                 # every deployment and budget searched whole
     python benchmarks/bench_plan.py -- --gpus a100 --max-gpus 4   # other plan options after --
+    python benchmarks/bench_plan.py --case qwen3-dp              # an MoE question with attention-DP layouts
+
+The MoE cases (issue 33 item 19's question: 8×H200, every request 4000 prompt and 1000 output tokens, P50 TBT
+≤ 50 ms and P50 TTFT ≤ 3 s; the plan searches DP × TP layouts beside TP and EP ones) run on a trace file of
+1024 such requests, written into the run's temporary directory, as benchmarks/vs_aiconfigurator.py writes its own.
 
 Every run gets a fresh $SIMSERVE_CACHE, so it pays for everything a first plan pays for: writing roofline
 profiles, fitting predictors, and every probe. CPU seconds (user + sys of the plan and all its worker
@@ -25,6 +30,14 @@ from pathlib import Path
 
 ISSUE = ["--model", "llama-2-70b", "--trace", "sharegpt", "--slo", "0.2", "--gpus", "a100,h100,h200",
          "--max-gpus", "8"]  # fmt: skip
+FIXED = "{fixed}"  # replaced by the path of the fixed-length trace file
+MOE = ["--dtype", "fp8", "--gpus", "h200", "--max-gpus", "8", "--trace", FIXED, "--slo", "0.05", "--tbt-quantile",
+       "0.5", "--ttft-slo", "3", "--ttft-quantile", "0.5"]  # fmt: skip
+CASES = {
+    "issue": ISSUE,
+    "qwen3-dp": ["--model", "qwen3-235b-a22b", *MOE],
+    "deepseek-dp": ["--model", "deepseek-v3", *MOE],
+}
 
 
 def main() -> None:
@@ -32,10 +45,15 @@ def main() -> None:
     ap.add_argument("--no-prune", action="store_true", help="pass --no-prune to the plan")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--keep", type=Path, default=None, help="copy the plan's output directory here")
-    ap.add_argument("plan_args", nargs="*", help="plan options replacing the issue's (after --)")
+    ap.add_argument("--case", choices=sorted(CASES), default="issue", help="the plan options to run")
+    ap.add_argument("plan_args", nargs="*", help="plan options replacing the case's (after --)")
     args = ap.parse_args()
-    plan_args = args.plan_args or ISSUE
+    plan_args = args.plan_args or CASES[args.case]
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
+        if FIXED in plan_args:  # every request 4000 prompt and 1000 output tokens
+            trace = Path(tmp) / "fixed-4000-1000.csv"
+            trace.write_text("prompt_tokens,output_tokens\n" + "4000,1000\n" * 1024)
+            plan_args = [str(trace) if a == FIXED else a for a in plan_args]
         out = args.keep or Path(tmp) / "out"
         cmd = [
             sys.executable,
@@ -60,6 +78,7 @@ def main() -> None:
             sys.exit(f"the plan failed (exit {proc.returncode})")
         stats = json.loads((out / "plan.json").read_text())["stats"]
     shown = shlex.join(["simserve", "plan", *plan_args, *(["--no-prune"] if args.no_prune else [])])
+    shown = shown.replace(str(Path(tmp) / "fixed-4000-1000.csv"), "<4000/1000 trace>")
     print(f"command: {shown} --workers {args.workers} (cold cache)")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared)")
     print(f"CPU (user+sys, plan and workers): {cpu:.1f} s; wall: {wall:.1f} s")

@@ -1968,8 +1968,12 @@ class Core:
                 self.blocks[rid] += need
             else:
                 want = min(computed + n, self._num_tokens(rid))
-                self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
-                rep.free = cache.free
+                # NOTE: a call that takes no block (its blocks hold computed + n tokens: need <= 0, as blocks is
+                # its block count) and caches none (the full blocks of its first `want` tokens are cached) changes
+                # nothing: skipped, as _v1_grow skips it (most decodes of a step; attention DP runs every step here)
+                if need > 0 or want // bs > cache.num_cached[rid]:
+                    self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
+                    rep.free = cache.free
             if is_prefill:
                 prefills.append((rid, n))
             else:
