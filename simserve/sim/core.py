@@ -14,6 +14,8 @@ What it reproduces, and how:
     arrivals, the watchdog, the run's end), and the next event is the smallest key among a few slots.
   - Every float operation in the same order (iteration times, TBT gaps, bubbles), and the TBT histogram's
     buckets through libm's log, as `LogHistogram.add` does.
+  - Attention DP's ranks in lockstep (lockstep.py): each group of ranks is one process with one event slot, as the
+    reference's DpGroup is (section "attention-DP lockstep"); a rank's scheduling is the replica's own code.
   - The watchdog stays in Python: `run` returns at an overload check, with the shared request arrays and
     histogram up to date, and the caller (core_run.py) applies the rules of watchdog.py as cluster.Cluster does.
     It returns only at the checks where a rule could act (`_check_due`); at the others (most of them, at light
