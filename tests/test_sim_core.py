@@ -570,6 +570,7 @@ def test_the_core_steps_dp_ranks_as_the_reference_does_with_the_profiled_timer(m
     ref = _run(monkeypatch, "reference", sim)
     assert ref.reqs.preemptions.sum() > 0 and set(ref.reqs.replica.tolist()) == {0, 1, 2, 3}
     for mode in CORES:
+        assert _run(monkeypatch, mode, lambda: core_run.choose(cfg, timer)) is not None  # the core runs it
         assert_same(ref, _run(monkeypatch, mode, sim))
 
 
@@ -583,9 +584,12 @@ def test_a_request_a_drop_lets_in_waits_for_the_next_lockstep_step(monkeypatch, 
                     max_concurrency=2, sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
     prompt, output, arrived = [100, 3000, 50], [40, 5, 5], [0.0, 0.05, 0.05]
 
-    def sim():
-        return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8, e=1e-5), 100, cfg)
+    timer = LinearTimer(0.003, 2e-5, 3e-8, e=1e-5)
 
+    def sim():
+        return simulate(prompt, output, arrived, timer, 100, cfg)
+
+    assert _run(monkeypatch, mode, lambda: core_run.choose(cfg, timer)) is not None  # the core runs it
     ref = _run(monkeypatch, "reference", sim)
     r = ref.reqs
     assert r.status[1] == IGNORED and r.replica.tolist() == [0, 1, 1]
