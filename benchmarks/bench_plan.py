@@ -5,6 +5,11 @@
     python benchmarks/bench_plan.py --case disagg              # issue 33's agg + disagg plan, fixed 1700/400
     python benchmarks/bench_plan.py --stages                   # cold, then profiles only kept, then warm
     python benchmarks/bench_plan.py -- --gpus a100 --max-gpus 4   # other plan options after --
+    python benchmarks/bench_plan.py --case qwen3-dp              # an MoE question with attention-DP layouts
+
+The MoE cases (issue 33 item 19's question: 8×H200, every request 4000 prompt and 1000 output tokens, P50 TBT
+≤ 50 ms and P50 TTFT ≤ 3 s; the plan searches DP × TP layouts beside TP and EP ones) run on a trace file of
+1024 such requests, written into the run's temporary directory, as benchmarks/vs_aiconfigurator.py writes its own.
 
 Every run gets a fresh $SIMSERVE_CACHE, so it pays for everything a first plan pays for: writing the plan's
 profiles, fitting predictors, and every probe. With --stages the same command runs three times in that cache:
@@ -34,7 +39,15 @@ ISSUE = ["--model", "llama-2-70b", "--trace", "sharegpt", "--slo", "0.2", "--gpu
 # Issue 33's plan: LLaMA2-70B on up to 8 H200s, every prompt 1,700 tokens and every answer 400, both layouts.
 DISAGG = ["--model", "llama-2-70b", "--trace", "fixed:1700:400", "--slo", "0.2", "--gpus", "h200", "--max-gpus", "8",
           "--layouts", "agg,disagg"]  # fmt: skip
-CASES = {"issue": ISSUE, "disagg": DISAGG}
+FIXED = "{fixed}"  # replaced by the path of the fixed-length trace file
+MOE = ["--dtype", "fp8", "--gpus", "h200", "--max-gpus", "8", "--trace", FIXED, "--slo", "0.05", "--tbt-quantile",
+       "0.5", "--ttft-slo", "3", "--ttft-quantile", "0.5"]  # fmt: skip
+CASES = {
+    "issue": ISSUE,
+    "disagg": DISAGG,
+    "qwen3-dp": ["--model", "qwen3-235b-a22b", *MOE],
+    "deepseek-dp": ["--model", "deepseek-v3", *MOE],
+}
 
 
 def main() -> None:
@@ -48,11 +61,15 @@ def main() -> None:
     args = ap.parse_args()
     plan_args = args.plan_args or CASES[args.case]
     shown = shlex.join(["simserve", "plan", *plan_args, *(["--no-prune"] if args.no_prune else [])])
-    print(f"command: {shown} --workers {args.workers}")
+    print(f"command: {shown.replace(FIXED, '<4000/1000 trace>')} --workers {args.workers}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared), load "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) before the runs")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         cache = Path(tmp) / "cache"
+        if FIXED in plan_args:  # every request 4000 prompt and 1000 output tokens, 1024 of them
+            trace = Path(tmp) / "fixed-4000-1000.csv"
+            trace.write_text("prompt_tokens,output_tokens\n" + "4000,1000\n" * 1024)
+            plan_args = [str(trace) if a == FIXED else a for a in plan_args]
         stages = ("cold", "profiles", "warm") if args.stages else ("cold",)
         for stage in stages:
             if stage == "profiles":  # keep the generated profiles, drop predictors, timers, probes and traces

@@ -2,11 +2,15 @@
 
     python benchmarks/vs_aiconfigurator.py                 # Llama-2-70B, 8×H200, ISL/OSL 1700/400
     python benchmarks/vs_aiconfigurator.py --ttft 2 --tpot 0.2 --gpus 8
+    python benchmarks/vs_aiconfigurator.py --model qwen3-235b-a22b --dtype fp8 --isl 4000 --osl 1000 \
+        --ttft 3 --tpot 0.05                               # an MoE model: attention-DP layouts on both sides
 
 AIConfigurator (`aiconfigurator` on PyPI, pinned below) is installed into its own virtual environment
 (`--venv`, default $SIMSERVE_CACHE/aiconfigurator-venv), never into simserve's: it is run as a program, and
 none of its code is copied here. It needs the model's HuggingFace config.json; this machine may not reach
-HuggingFace, so the script writes one from simserve's catalog entry (the published config's fields).
+HuggingFace, so the script writes one from simserve's catalog entry (the published config's fields) for a
+dense Llama, and names the checkpoint whose config.json aiconfigurator-core ships for an MoE model
+(`AIC_MODELS`; fp8 weights: the FP8 checkpoint, from which AIConfigurator infers fp8_block quantization).
 
 Both tools get: the model, the GPU (H200 SXM), the GPU count, every request 1700 prompt and 400 output tokens
 (for simserve: a trace file of such requests, Poisson arrivals), and the latency SLAs, and both are asked for
@@ -35,6 +39,13 @@ import time
 from pathlib import Path
 
 AIC_PACKAGE = "aiconfigurator==0.12.0"
+# (simserve model, --dtype) -> the checkpoint aiconfigurator-core 0.12.0 ships a config.json for
+# (aiconfigurator_core/model_configs/<org>--<name>_config.json)
+AIC_MODELS = {
+    ("qwen3-235b-a22b", "bf16"): "Qwen/Qwen3-235B-A22B",
+    ("qwen3-235b-a22b", "fp8"): "Qwen/Qwen3-235B-A22B-FP8",
+    ("deepseek-v3", "fp8"): "deepseek-ai/DeepSeek-V3",
+}
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -75,7 +86,7 @@ def hf_config(model: str, where: Path) -> Path:
     return where
 
 
-def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
+def run_aic(exe: Path, model_dir: Path | str, args, out: Path) -> dict:
     cmd = [str(exe), "cli", "default", "--model", str(model_dir), "--system", "h200_sxm", "--total-gpus",
            str(args.gpus), "--backend", "vllm", "--isl", str(args.isl), "--osl", str(args.osl), "--ttft",
            f"{args.ttft * 1000:g}", "--tpot", f"{args.tpot * 1000:g}", "--database-mode", "SILICON",
@@ -83,18 +94,22 @@ def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
     _, cpu, wall = timed(cmd)
     found = {}
     for mode in ("agg", "disagg"):
-        (table,) = out.glob(f"*/{mode}/best_config_topn.csv")
+        (table,) = out.glob(f"**/{mode}/best_config_topn.csv")  # an HF id names a folder in a folder
         rows = list(csv.DictReader(table.open()))
         found[mode] = max(rows, key=lambda r: float(r["tokens/s/gpu"])) if rows else None
     tool = "AIConfigurator 0.12.0 (--database-mode SILICON, --backend vllm)"
-    command = ("aiconfigurator " + shlex.join(cmd[1:]).replace(str(model_dir), "<config.json dir>")
-               .replace(str(out), "<out>"))  # fmt: skip
+    command = "aiconfigurator " + shlex.join(cmd[1:]).replace(str(out), "<out>")
+    if isinstance(model_dir, Path):
+        command = command.replace(str(model_dir), "<config.json dir>")
+    moe = not isinstance(model_dir, Path)  # `parallel` names attention DP and the experts' TP and EP
     answers = {}
     agg = found["agg"]
     if agg is not None:
         replicas = args.gpus // int(agg["num_total_gpus"])
+        shape = agg["parallel"] if moe else f"TP{agg['tp']} PP{agg['pp']}"
+        batch = f"batch {agg['bs']}" + (f" (global_bs {agg['global_bs']})" if moe else "")
         answers["agg"] = {
-            "answer": f"{replicas}×TP{agg['tp']} PP{agg['pp']}, batch {agg['bs']}",
+            "answer": f"{replicas}×{shape}, {batch}",
             "req_per_s": replicas * float(agg["seq/s"]),
             "tokens_per_s_per_gpu": float(agg["tokens/s/gpu"]),
             "latency": f"TTFT {float(agg['ttft']):.0f} ms, TPOT {float(agg['tpot']):.1f} ms (steady state)",
@@ -103,6 +118,8 @@ def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
     if dis is not None:
         copies = args.gpus // int(dis["num_total_gpus"])  # AIConfigurator's "replicas" of one xPyD unit
         layout = f"{dis['(p)workers']}xTP{dis['(p)tp']}P+{dis['(d)workers']}xTP{dis['(d)tp']}D"
+        if moe:
+            layout = f"{dis['(p)workers']}x{dis['(p)parallel']}P+{dis['(d)workers']}x{dis['(d)parallel']}D"
         answers["disagg"] = {
             "answer": f"{copies}×({layout}), decode batch {dis['(d)bs']}",
             "req_per_s": copies * float(dis["seq/s"]),
@@ -114,7 +131,8 @@ def run_aic(exe: Path, model_dir: Path, args, out: Path) -> dict:
 
 def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int = 128) -> dict:
     out, cache = tmp / f"plan-{quantile}-{max_batch}", tmp / f"cache-{quantile}-{max_batch}"
-    flags = ["--model", "llama-2-70b", "--gpus", "h200", "--max-gpus", str(args.gpus), "--trace", str(trace),
+    flags = ["--model", args.model, "--dtype", args.dtype, "--gpus", "h200", "--max-gpus", str(args.gpus),
+             "--trace", str(trace),
              "--slo", f"{args.tpot:g}", "--tbt-quantile", f"{quantile:g}", "--ttft-slo", f"{args.ttft:g}",
              "--ttft-quantile", f"{quantile:g}", "--max-batch", str(max_batch),
              "--layouts", "agg,disagg", "--workers", str(args.workers)]  # fmt: skip
@@ -146,11 +164,15 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int =
         # the plan's own objective: $ per million output tokens (one H200 node: the same order as tokens/s per GPU)
         best = min(rows, key=lambda r: (float(r["usd_per_million_output_tokens"]), -float(r["capacity_qps"])))
         layout = best.get("layout") or "agg"
+        key = ("gpu", "tp", "pp", "ep", "budget")  # an MoE model's TP, EP = TP and DP × TP rows share tp and pp
         search = [r for r in searches if (r.get("layout") or "agg") == layout and r["seed"] == "0" and
-                  (r["gpu"], r["tp"], r["pp"], r["budget"]) == (best["gpu"], best["tp"], best["pp"], best["budget"])]
-        shape = f"TP{best['tp']} PP{best['pp']}" if layout == "agg" else layout
+                  all(r.get(k) == best.get(k) for k in key)]  # fmt: skip
+        ep, tp = int(best.get("ep") or 1), int(best["tp"])
+        dp = f"DP{ep // tp}×" if ep > tp else ""  # plan.report.deployment_label's: attention DP, EP = DP × TP
+        shape = f"{dp}TP{tp}{f' EP{ep}' if ep > 1 else ''} PP{best['pp']}" if layout == "agg" else layout
         chosen = (first.get("layout", "agg") == layout and str(first["tp"]) == best["tp"] and
-                  str(first["pp"]) == best["pp"] and int(first["replicas"]) == int(best["replicas"]))  # fmt: skip
+                  str(first["pp"]) == best["pp"] and str(first.get("ep", 1)) == (best.get("ep") or "1") and
+                  int(first["replicas"]) == int(best["replicas"]))  # fmt: skip
         note = " (the plan's first row)" if chosen else ""
         if chosen and ties:
             note = f" (the plan's first row, tied with {', '.join(sorted(ties))})"
@@ -169,7 +191,7 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int =
         }
     return {
         "tool": f"simserve plan --layouts agg,disagg, P{100 * quantile:g} TTFT and TBT, max batch {max_batch}",
-        "command": "simserve plan " + shlex.join(flags).replace(str(trace), "<1700/400 trace>"),
+        "command": "simserve plan " + shlex.join(flags).replace(str(trace), f"<{args.isl}/{args.osl} trace>"),
         "answers": answers,
         "cpu_s": cpu,
         "wall_s": wall,
@@ -178,6 +200,9 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int =
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    moe = sorted({m for m, _ in AIC_MODELS})
+    ap.add_argument("--model", default="llama-2-70b", help=f"llama-2-70b or an MoE model: {', '.join(moe)}")
+    ap.add_argument("--dtype", default="bf16", help="weights: bf16 | fp8 (simserve --dtype, AIC checkpoint)")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--isl", type=int, default=1700)
     ap.add_argument("--osl", type=int, default=400)
@@ -197,14 +222,20 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="vs-aic-") as t:
         tmp = Path(t)
-        trace = tmp / "fixed-1700-400.csv"
+        trace = tmp / f"fixed-{args.isl}-{args.osl}.csv"
         trace.write_text("prompt_tokens,output_tokens\n" + f"{args.isl},{args.osl}\n" * args.requests)
-        rows.append(run_aic(exe, hf_config("llama-2-70b", tmp / "llama-2-70b"), args, tmp / "aic"))
+        if args.model == "llama-2-70b":
+            model = hf_config(args.model, tmp / args.model)
+        elif (args.model, args.dtype) in AIC_MODELS:
+            model = AIC_MODELS[args.model, args.dtype]
+        else:
+            sys.exit(f"no AIConfigurator config for {args.model} {args.dtype}; known: {list(AIC_MODELS)}")
+        rows.append(run_aic(exe, model, args, tmp / "aic"))
         for q in (0.99, 0.5):
             rows.append(run_simserve(args, trace, q, tmp))
         # AIConfigurator's answer runs 176 requests per replica; simserve's default cap is 128 (--max-batch)
         rows.append(run_simserve(args, trace, 0.5, tmp, max_batch=256))
-    print(f"# Llama-2-70B, {args.gpus}×H200, ISL/OSL {args.isl}/{args.osl}, TTFT ≤ {args.ttft:g} s, "
+    print(f"# {args.model} {args.dtype}, {args.gpus}×H200, ISL/OSL {args.isl}/{args.osl}, TTFT ≤ {args.ttft:g} s, "
           f"TPOT/TBT ≤ {args.tpot:g} s; {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")  # fmt: skip
     print("| tool | layout | answer | req/s | output tokens/s per GPU | latency | CPU s (run) | wall s (run) |")
     print("|---|---|---|---|---|---|---|---|")

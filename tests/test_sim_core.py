@@ -89,23 +89,33 @@ def cases(draw, policies=CORE_POLICIES):
     max_len = draw(st.sampled_from([64, 200, 1024]))
     min_blocks = -(-max_len // 16)
     policy = draw(st.sampled_from(policies))
-    pp = 1 if policy == "sglang" else draw(st.integers(1, 3))  # sglang models SGLang without PP
+    # attention DP (sim/lockstep.py): D ranks stepping in lockstep, one or two deployments of them, at PP 1
+    dp = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
+    pp = 1 if policy == "sglang" or dp > 1 else draw(st.integers(1, 3))  # sglang models SGLang without PP
     stop = draw(st.sampled_from(["none", "overload", "tbt", "cap"]))
+    # the lockstep's experts (e per token of all ranks) and, sometimes, vLLM's CUDA graphs padding every rank
+    timer = (
+        ConstantTimer(0.01, num_stages=pp)
+        if draw(st.booleans())
+        else LinearTimer(0.003, 2e-5, 3e-8, num_stages=pp, e=draw(st.sampled_from([0.0, 2e-5, 1e-4])))
+    )
+    if dp > 1 and draw(st.booleans()):
+        timer.cudagraph_sizes = (1, 2, 4, 8, 16, 24, 32, 64)  # read as lockstep.DpGroup and core_run read it
     case = dict(
         prompt=rng.integers(1, max_len + 40, n),  # a few are too long: ignored
         output=rng.integers(1, draw(st.sampled_from([4, 40, 120])), n),
         arrived=np.cumsum(rng.exponential(draw(st.sampled_from([0.001, 0.02, 0.2])), n)),
         blocks=draw(st.integers(min_blocks, 4 * min_blocks)),  # small pools: preemption happens
-        timer=ConstantTimer(0.01, num_stages=pp)
-        if draw(st.booleans())
-        else LinearTimer(0.003, 2e-5, 3e-8, num_stages=pp),
+        timer=timer,
     )
+    budget = draw(st.one_of(st.none(), st.integers(1, 600)))
     case["cfg"] = SimConfig(
         policy=policy,
-        budget=draw(st.one_of(st.none(), st.integers(1, 600))),
+        budget=budget if budget is None or policy != "sglang" else max(budget, dp),  # a page (1) per rank
         max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
         max_model_len=max_len,
-        num_replicas=draw(st.integers(1, 3)),
+        num_replicas=dp * draw(st.integers(1, 2)) if dp > 1 else draw(st.integers(1, 3)),
+        dp_attention=dp,
         router=draw(st.sampled_from(["rr", "lor"])),
         stretch=False,
         # the watchdog's ways to end a run, so the core's returns to Python are exercised too
@@ -187,8 +197,9 @@ def sglang_cases(draw):
     cfg = case["cfg"]
     n = draw(st.integers(1, 60))
     if draw(st.booleans()):  # retraction-heavy: short prompts, long outputs, a pool of a few requests
+        # one replica, or one deployment of DP ranks
         cfg = replace(cfg, max_model_len=1024, sched_delay_slo_s=1e9, overload_wait_s=1e9, time_limit_s=None,
-                      num_replicas=1)  # fmt: skip
+                      num_replicas=cfg.dp_attention)  # fmt: skip
         case["prompt"] = rng.integers(1, 64, n)
         case["output"] = rng.integers(100, 1000, n)
         case["blocks"] = draw(st.integers(16, 320))
@@ -200,7 +211,8 @@ def sglang_cases(draw):
     case["arrived"] = np.cumsum(rng.exponential(draw(st.sampled_from([0.001, 0.02])), n))
     case["cfg"] = replace(
         cfg,
-        budget=draw(st.one_of(st.none(), st.integers(1, 40).map(lambda k: k * 16))),  # a multiple of any page
+        # a multiple of any page, and at least a page for each DP rank
+        budget=draw(st.one_of(st.none(), st.integers(cfg.dp_attention, 40).map(lambda k: k * 16))),
         enable_mixed_chunk=draw(st.booleans()),
         schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm"])),
         schedule_conservativeness=draw(st.sampled_from([0.1, 0.3, 1.0, 1.5])),
@@ -527,6 +539,102 @@ def test_a_policy_the_core_lacks_would_run_on_the_reference_and_say_so_once(caps
     assert core_run.choose(cfg, ConstantTimer(0.01)) is None
     assert core_run.choose(cfg, ConstantTimer(0.01)) is None
     assert capsys.readouterr().err.count("--policy sglang runs on the SimPy reference") == 1
+
+
+# -- attention-DP lockstep (core.Core._lockstep_* against sim/lockstep.py) ------------------------------------
+# The random cases above reach it too (D 2-4, one or two deployments, both routers, closed and open loops, small
+# pools, CUDA-graph padding); these use the profiled MoE timer, whose lockstep tables are the real ones.
+@needs_cython
+def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
+    """Timer.own_base/own_time/experts_time (core.py, run as plain Python) against BatchTimer.own_time and
+    experts_time, bit for bit: random batches, padded or not, in and past the tables' ends, the idle rank's
+    dummy batch (its own time only counts where it is the slowest rank, which the runs rarely reach)."""
+    import copy
+
+    from simserve.predictor.overhead import Component, CpuOverhead
+    from simserve.predictor.step import launch_costs, with_launch_costs
+    from simserve.sim.lockstep import DUMMY_KV
+    from simserve.vllm_worker import padded_timer
+
+    core = core_run._load(False)
+    rng = np.random.default_rng(2)
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    # the step composed with every part (async overlap that sometimes exceeds the GPU side, launch costs per
+    # mode), so own_time's composition is checked beyond the plain sum
+    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap")),
+             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu")),
+             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial")))  # fmt: skip
+    composed = copy.copy(moe_dp_timer)
+    composed._set_cpu(CpuOverhead(async_scheduling=True, components=heavy))
+    composed = with_launch_costs(padded_timer(composed, sizes), launch_costs(moe_dp_timer.deployment, sizes))
+    for timer in (moe_dp_timer, padded_timer(moe_dp_timer, sizes), composed):
+        kind, tables = core_run.timer_params(timer)
+        t = core.Timer(kind, 1, tables)
+        end, last = int(tables["tend"]), len(tables["experts"]) - 1
+        for pad in (0, 1, 24, 512, end + 7):
+            assert t.dummy_time(pad) == timer.own_time((), DUMMY_KV, pad)[0]
+            for _ in range(40):
+                k = rng.integers(0, 3)
+                prefills = [(int(c), int(p)) for c, p in zip(rng.integers(1, 3000, k), rng.integers(0, 5000, k),
+                                                              strict=True)]  # fmt: skip
+                kv = rng.integers(2, 6000, rng.integers(0 if prefills else 1, 300))
+                own, tokens = timer.own_time(prefills, kv, pad)
+                base = t.own_base([c for c, _ in prefills], [p for _, p in prefills], len(kv), int(kv.sum()))
+                assert t.own_time(tokens, base, len(prefills), len(prefills) + len(kv), pad) == own
+        for tokens in (0, 1, 2, 777, last, last + 1, 3 * last + 5):
+            assert t.experts_time(tokens) == timer.experts_time(tokens)
+
+
+@pytest.mark.parametrize("policy", ["vllm-v1", "sglang"])
+@pytest.mark.parametrize("graphs", [False, True])
+def test_the_core_steps_dp_ranks_as_the_reference_does_with_the_profiled_timer(monkeypatch, moe_dp_timer, policy,
+                                                                               graphs):  # fmt: skip
+    """Mixtral fp8 on H100 (TP 1, EP 2, two attention-DP ranks) from a roofline profile; two deployments of two
+    ranks behind the lor router, a pool small enough that a rank's KV is over half full (vLLM's balancer adds
+    its waiting penalty) and preempts, and vLLM's CUDA graphs padding the ranks to the largest (or not)."""
+    from simserve.vllm_worker import padded_timer
+
+    timer = padded_timer(moe_dp_timer, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) if graphs else moe_dp_timer
+    rng = np.random.default_rng(3)
+    n = 160
+    prompt, output = rng.integers(1, 3000, n), rng.integers(1, 300, n)
+    arrived = np.cumsum(rng.exponential(0.01, n))
+    cfg = SimConfig(policy=policy, budget=2048, max_model_len=4096, num_replicas=4, dp_attention=2, router="lor",
+                    sched_delay_slo_s=1e9, overload_wait_s=1e9, ignore_eos=False)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, arrived, timer, 700, cfg)
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert ref.reqs.preemptions.sum() > 0 and set(ref.reqs.replica.tolist()) == {0, 1, 2, 3}
+    for mode in CORES:
+        assert _run(monkeypatch, mode, lambda: core_run.choose(cfg, timer)) is not None  # the core runs it
+        assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@pytest.mark.parametrize("mode", CORES)
+def test_a_request_a_drop_lets_in_waits_for_the_next_lockstep_step(monkeypatch, mode):
+    """A closed-loop client of two: request 0 decodes on rank 0; request 1 can never fit the pool, and rank 1
+    drops it at the next step (DpGroup._batch), which frees a slot, so request 2 is sent then. It reaches
+    rank 1 through the arrivals process, after that step was formed (the group routes only at the top of its
+    loop): it waits for the next step, on the reference and on the core alike."""
+    cfg = SimConfig(policy="vllm-v1", budget=512, max_model_len=4096, num_replicas=2, dp_attention=2,
+                    max_concurrency=2, sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+    prompt, output, arrived = [100, 3000, 50], [40, 5, 5], [0.0, 0.05, 0.05]
+
+    timer = LinearTimer(0.003, 2e-5, 3e-8, e=1e-5)
+
+    def sim():
+        return simulate(prompt, output, arrived, timer, 100, cfg)
+
+    assert _run(monkeypatch, mode, lambda: core_run.choose(cfg, timer)) is not None  # the core runs it
+    ref = _run(monkeypatch, "reference", sim)
+    r = ref.reqs
+    assert r.status[1] == IGNORED and r.replica.tolist() == [0, 1, 1]
+    steps = build_result(ref).iterations
+    dropped_at = steps.start_s[steps.start_s > 0.05].min()  # the step after request 1 arrived: dropped there
+    assert r.arrived[2] == dropped_at and r.scheduled[2] > dropped_at  # sent then, scheduled a step later
+    assert_same(ref, _run(monkeypatch, mode, sim))
 
 
 # -- disaggregated serving (core.DisaggCore against disagg.DisaggCluster) ---------------------------------------

@@ -14,6 +14,8 @@ What it reproduces, and how:
     arrivals, the watchdog, the run's end), and the next event is the smallest key among a few slots.
   - Every float operation in the same order (iteration times, TBT gaps, bubbles), and the TBT histogram's
     buckets through libm's log, as `LogHistogram.add` does.
+  - Attention DP's ranks in lockstep (lockstep.py): each group of ranks is one process with one event slot, as the
+    reference's DpGroup is (section "attention-DP lockstep"); a rank's scheduling is the replica's own code.
   - The watchdog stays in Python: `run` returns at an overload check, with the shared request arrays and
     histogram up to date, and the caller (core_run.py) applies the rules of watchdog.py as cluster.Cluster does.
     It returns only at the checks where a rule could act (`_check_due`); at the others (most of them, at light
@@ -143,10 +145,24 @@ class Timer:
     a: cython.double
     b: cython.double
     c: cython.double
+    # attention-DP lockstep (BatchTimer.own_time / experts_time): a rank's own per-token table and the experts'
+    # table over all ranks' tokens (T_TABLES); the experts' seconds per token (T_LINEAR: LinearTimer.e)
+    own: cython.double[:]
+    own_slope: cython.double
+    experts: cython.double[:]
+    experts_last: cython.longlong
+    experts_slope: cython.double
+    e: cython.double
+    dummy_base: cython.double  # own_base of an idle rank's dummy batch (lockstep.DUMMY_KV)
 
     def __init__(self, kind: cython.int, num_stages: cython.int, p: dict):
         self.kind = kind
         self.num_stages = num_stages
+        self.e = p.get("e", 0.0)
+        if p.get("own") is not None:
+            self.own, self.own_slope = p["own"], p["own_slope"]
+            self.experts, self.experts_slope = p["experts"], p["experts_slope"]
+            self.experts_last = len(p["experts"]) - 1
         if kind == T_TABLES:
             self.tok, self.tend, self.tslope = p["tok"], p["tend"], p["tslope"]
             self.dec, self.dl, self.bmax, self.bhalf, self.jlast = (
@@ -168,6 +184,7 @@ class Timer:
             self.plain = p["plain"]
         else:
             self.a, self.b, self.c = p["a"], p["b"], p["c"]
+        self.dummy_base = self.own_base(_NONE, _NONE, 1, 1)
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
@@ -237,8 +254,7 @@ class Timer:
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    @cython.locals(tok=cython.double, mode=cython.int, gpu=cython.double, cpu=cython.double, r=cython.double,
-                   tt=cython.double)  # fmt: skip
+    @cython.locals(tok=cython.double)
     def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
                      kv_sum: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
         """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far. The step's
@@ -251,17 +267,26 @@ class Timer:
             tok = self.tok[stage, t]
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
-        r = cython.cast(cython.double, n + nd) if cython.compiled else float(n + nd)
+        return self._compose(tok + attn, n, n + nd, t, stage)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(mode=cython.int, gpu=cython.double, cpu=cython.double, r=cython.double, tt=cython.double)
+    def _compose(self, kernels: cython.double, num_prefills: cython.longlong, n: cython.longlong,
+                 t: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
+        """BatchTimer._compose, operation for operation: max(GPU side, overlapping CPU side) + serial CPU for a
+        step of `kernels` seconds, n requests (num_prefills of them prefill chunks) and t tokens."""
+        r = cython.cast(cython.double, n) if cython.compiled else float(n)
         if self.plain:  # NOTE: the general expression below with its zero terms dropped: the same bits, fewer loads
-            return tok + attn + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r
+            return kernels + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r
         if t > self.launch_cap:
             mode = 2
-        elif n:
+        elif num_prefills:
             mode = 1
         else:
             mode = 0
         tt = cython.cast(cython.double, t) if cython.compiled else float(t)
-        gpu = (tok + attn + self.cpu_gpu[stage, 0] + self.cpu_gpu[stage, 1] * r + self.cpu_gpu[stage, 2] * tt
+        gpu = (kernels + self.cpu_gpu[stage, 0] + self.cpu_gpu[stage, 1] * r + self.cpu_gpu[stage, 2] * tt
                + self.launch_gpu[stage, mode])  # fmt: skip
         cpu = self.cpu_ovl[stage, 0] + self.cpu_ovl[stage, 1] * r + self.cpu_ovl[stage, 2] * tt + self.launch_cpu[stage, mode]
         if cpu > gpu:
@@ -291,6 +316,67 @@ class Timer:
         for s in range(self.num_stages):
             total += self.time(chunks, prefixes, nd, kv_sum, s)
         return total
+
+    # -- attention-DP lockstep (sim/lockstep.py): BatchTimer.own_time split at the padding, and experts_time ---
+    @cython.cfunc
+    @cython.locals(q=cython.Py_ssize_t, kv=cython.longlong, attn=cython.double)
+    def own_base(
+        self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong
+    ) -> cython.double:
+        """The part of a rank's own time that the padding leaves alone: the batch's attention seconds
+        (T_TABLES: BatchTimer._batch_attention, the same sum in the same order), or the KV tokens it reads
+        (T_LINEAR: LinearTimer.own_time's kv)."""
+        if self.kind == T_CONSTANT:
+            return 0.0
+        if self.kind == T_LINEAR:
+            kv = kv_sum
+            for q in range(len(chunks)):
+                kv += prefixes[q] + chunks[q]
+            return cython.cast(cython.double, kv) if cython.compiled else float(kv)
+        attn = 0.0
+        for q in range(len(chunks)):
+            attn += self._prefill(chunks[q], prefixes[q])
+        if nd:
+            attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
+        return attn
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(x=cython.longlong, tok=cython.double)
+    def own_time(
+        self, t: cython.longlong, base: cython.double, num_prefills: cython.longlong, n: cython.longlong,
+        pad: cython.longlong,
+    ) -> cython.double:
+        """BatchTimer.own_time: a rank's own seconds for t tokens of n requests (num_prefills prefill chunks, the
+        rest decodes) whose own_base is `base`, its layers run at `pad` tokens when that is more (vLLM's CUDA
+        graphs across ranks)."""
+        if self.kind == T_CONSTANT:
+            return self.a
+        x = t if t > pad else pad
+        if self.kind == T_LINEAR:
+            return self.a + self.b * x + self.c * base
+        if t == 0:
+            return 0.0
+        tok = self.own[x] if x <= self.tend else self.own[self.tend] + (x - self.tend) * self.own_slope
+        return self._compose(tok + base, num_prefills, n, x, 0)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def dummy_time(self, pad: cython.longlong) -> cython.double:
+        """own_time of an idle rank's dummy batch: one decode token over one KV slot (lockstep.DUMMY_KV)."""
+        return self.own_time(1, self.dummy_base, 0, 1, pad)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def experts_time(self, tokens: cython.longlong) -> cython.double:
+        """BatchTimer.experts_time: the routed experts and the ranks' exchange for `tokens` of all ranks."""
+        if self.kind == T_CONSTANT:
+            return 0.0
+        if self.kind == T_LINEAR:
+            return self.e * tokens
+        if tokens <= self.experts_last:
+            return self.experts[tokens]
+        return self.experts[self.experts_last] + (tokens - self.experts_last) * self.experts_slope
 
 
 @cython.cclass
@@ -347,6 +433,11 @@ class Rep:
     w_prefill_kv: cython.longlong
     w_decode_kv: cython.longlong
     w_micro_batches: cython.longlong
+    # attention-DP lockstep: this rank's part of the step being formed (Core._lockstep_start); its batch is
+    # prefills0/decodes0, busy0 while it is in the step (False: a dummy batch)
+    ls_tokens: cython.longlong  # prefill chunk tokens + decodes
+    ls_base: cython.double  # Timer.own_base of the batch
+    ls_prefill: cython.longlong  # prefill chunk tokens
 
     def __init__(
         self, index: cython.int, num_blocks: cython.longlong, watermark: cython.longlong, pp: cython.int,
@@ -392,6 +483,9 @@ class Rep:
         self.w_prefill_kv = 0
         self.w_decode_kv = 0
         self.w_micro_batches = 0
+        self.ls_tokens = 0
+        self.ls_base = 0.0
+        self.ls_prefill = 0
 
 
 @cython.cclass
@@ -465,6 +559,16 @@ class Core:
     sg_in_batch_dep: cython.longlong
     sg_eos_reserve: cython.longlong  # sglang.IGNORE_EOS_RESERVE_TOKENS
     timer: Timer
+    # attention-DP lockstep (sim/lockstep.py): each run of `dp` consecutive replicas is one deployment's ranks,
+    # stepped together by one process per group (its event slot is the group's number); dp 1: no lockstep
+    dp: cython.int
+    num_groups: cython.int
+    ls_sizes: cython.longlong[:]  # vLLM's captured CUDA-graph sizes, ascending (none: no padding)
+    ls_num_sizes: cython.Py_ssize_t
+    ls_in_turn: cython.bint  # SGLang's DP controller: a group's ranks in turn; else vLLM's least-loaded rank
+    g_waits: cython.uchar[:]  # per group: its process waits for a notify (DpGroup.wake)
+    g_busy: cython.uchar[:]  # per group: a step is in flight (its timeout pending)
+    g_next: cython.longlong[:]  # per group: SGLang's next rank (DpGroup.next_rank)
     # disaggregation: this core runs one pool of a DisaggCore (`owner`), which counts the run's requests,
     # routes between the pools and moves the KV (ROLE_PREFILL / ROLE_DECODE); ROLE_AGGREGATED: a whole run
     role: cython.int
@@ -664,6 +768,7 @@ class Core:
         # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
         # fcfs and orca take _paused_decodes, which does not grow
         self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
+        self._lockstep_init(p)
         self._ids_obj = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.ids = self._ids_obj
         if self.api is not None:
@@ -684,6 +789,8 @@ class Core:
         # at time 0: every replica's scheduler and its stages, then arrivals, then the watchdog.
         i: cython.int
         self.slot0 = (base + len(self.reps)) * self.pp  # slot of rep.index r's stage s: r * pp + s
+        if self.dp > 1:  # the groups' processes instead (Cluster.__init__: lockstep.build's DpGroups)
+            self.slot0 = self.num_groups
         self.num_slots = self.slot0 + 3
         self.ev_time = np.zeros(self.num_slots)
         self.ev_prio = np.zeros(self.num_slots, dtype=np.intc)
@@ -733,7 +840,9 @@ class Core:
                 return FAILED
             self.now = t
             if best < self.slot0:
-                if best % self.pp == 0:
+                if self.dp > 1:
+                    self._lockstep_resume(best)
+                elif best % self.pp == 0:
                     self._sched_resume(self.reps[best // self.pp])
                     if self.stretch_ok and not self.error:
                         self._decode_stretch(self.reps[best // self.pp])
@@ -1012,6 +1121,8 @@ class Core:
         best: Rep
         i: cython.Py_ssize_t
         nrep: cython.Py_ssize_t = len(self.reps)
+        if self.dp > 1:
+            return self._lockstep_pick()
         if self.router_rr:
             rep = self.reps[self.rr % nrep]
             self.rr += 1
@@ -1025,6 +1136,9 @@ class Core:
 
     @cython.cfunc
     def _notify(self, rep: Rep) -> cython.void:
+        if self.dp > 1:
+            self._lockstep_notify(rep)
+            return
         if rep.sched_waits:
             rep.sched_waits = False
             self._schedule(self.now, NORMAL, rep.index * self.pp)
@@ -2043,8 +2157,12 @@ class Core:
                 self.blocks[rid] += need
             else:
                 want = min(computed + n, self._num_tokens(rid))
-                self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
-                rep.free = cache.free
+                # NOTE: a call that takes no block (its blocks hold computed + n tokens: need <= 0, as blocks is
+                # its block count) and caches none (the full blocks of its first `want` tokens are cached) changes
+                # nothing: skipped, as _v1_grow skips it (most decodes of a step; attention DP runs every step here)
+                if need > 0 or want // bs > cache.num_cached[rid]:
+                    self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
+                    rep.free = cache.free
             if is_prefill:
                 prefills.append((rid, n))
             else:
@@ -2450,6 +2568,230 @@ class Core:
             else:
                 self._allocate(rep, need)
         return ids
+
+    # -- attention-DP lockstep (sim/lockstep.py: DpGroup, pick_rank, padded_tokens) -----------------------------
+    # Each run of `dp` consecutive replicas is one deployment's ranks; one process per group steps them together:
+    # a step is the slowest rank's own time plus the experts over all ranks' tokens, an idle rank runs a dummy
+    # batch, and the ranks with work finish the step together. Everything here runs only when dp > 1; the rest
+    # of the core (policies, completions, routing up to the rank, the watchdog) is the same code as without.
+    def _lockstep_init(self, p: dict) -> None:
+        """The groups of lockstep.build, their router's rule and vLLM's CUDA-graph sizes (DpGroup.__init__)."""
+        sizes = tuple(p.get("cudagraph_sizes") or ())
+        self.dp = p.get("dp", 1)
+        self.num_groups = len(self.reps) // self.dp
+        self.ls_sizes = np.array(sizes or (0,), dtype=np.int64)
+        self.ls_num_sizes = len(sizes)
+        self.ls_in_turn = self.policy == P_SGLANG  # SGLang's DataParallelController.round_robin_scheduler
+        self.g_waits = np.zeros(max(self.num_groups, 1), dtype=np.uint8)
+        self.g_busy = np.zeros(max(self.num_groups, 1), dtype=np.uint8)
+        self.g_next = np.zeros(max(self.num_groups, 1), dtype=np.int64)
+        if self.dp > 1:
+            self.stretch_ok = False  # a rank's iterations are its group's steps: no single-replica stretch
+
+    @cython.cfunc
+    def _lockstep_notify(self, rep: Rep) -> cython.void:
+        """Rank.notify -> DpGroup.notify: wake the rank's group if its process waits (`wake.succeed()`)."""
+        g: cython.int = rep.index // self.dp
+        if self.g_waits[g]:
+            self.g_waits[g] = 0
+            self._schedule(self.now, NORMAL, g)
+
+    @cython.cfunc
+    def _lockstep_pick(self) -> Rep:
+        """Cluster._pick with groups: the router picks a deployment (round robin, or the fewest outstanding
+        requests over its ranks, ties to the lowest), then DpGroup.pick its rank: in turn (SGLang), or vLLM's
+        least-loaded rank (lockstep.pick_rank: strictly lower score, ties to the lowest rank)."""
+        g: cython.Py_ssize_t
+        i: cython.Py_ssize_t
+        d: cython.Py_ssize_t = self.dp
+        best_g: cython.Py_ssize_t = 0
+        load: cython.longlong
+        best_load: cython.longlong = 0
+        score: cython.double
+        best_score: cython.double
+        rep: Rep
+        best: Rep
+        if self.router_rr:
+            best_g = self.rr % self.num_groups
+            self.rr += 1
+        else:
+            for g in range(self.num_groups):
+                load = 0
+                for i in range(g * d, g * d + d):
+                    rep = self.reps[i]
+                    load += rep.outstanding
+                if g == 0 or load < best_load:
+                    best_g, best_load = g, load
+        if self.ls_in_turn:
+            i = self.g_next[best_g]
+            self.g_next[best_g] = (i + 1) % d
+            return self.reps[best_g * d + i]
+        best = self.reps[best_g * d]
+        best_score = self._rank_load(best)
+        for i in range(best_g * d + 1, best_g * d + d):
+            rep = self.reps[i]
+            score = self._rank_load(rep)
+            if score < best_score:
+                best, best_score = rep, score
+        return best
+
+    @cython.cfunc
+    @cython.locals(usage=cython.double, score=cython.double)
+    def _rank_load(self, rep: Rep) -> cython.double:
+        """lockstep.rank_load: in-flight requests, plus 6 × waiting × (KV usage − 0.5) over half full."""
+        score = cython.cast(cython.double, rep.outstanding) if cython.compiled else float(rep.outstanding)
+        if rep.waiting and rep.num_blocks:
+            usage = (
+                cython.cast(cython.double, rep.num_blocks - rep.free) if cython.compiled
+                else float(rep.num_blocks - rep.free)
+            ) / rep.num_blocks - 0.5  # fmt: skip
+            score += len(rep.waiting) * 6.0 * (usage if usage > 0.0 else 0.0)
+        return score
+
+    @cython.cfunc
+    def _lockstep_resume(self, g: cython.int) -> cython.void:
+        """DpGroup.step_loop resumes: after its step's timeout every rank in the step completes its batch, in
+        rank order (Replica._complete); then (or after a notify) it routes what is due and forms the next."""
+        i: cython.Py_ssize_t
+        rep: Rep
+        if self.g_busy[g]:
+            self.g_busy[g] = 0
+            for i in range(g * self.dp, g * self.dp + self.dp):
+                rep = self.reps[i]
+                if rep.busy0:
+                    rep.busy0 = False
+                    self._complete(rep, rep.prefills0, rep.decodes0)
+        self._lockstep_loop(g)
+
+    @cython.cfunc
+    def _lockstep_loop(self, g: cython.int) -> cython.void:
+        """The top of DpGroup.step_loop: route, each rank's scheduler decision (DpGroup._batch), then the step
+        (_lockstep_start), or wait for a notify when no rank has anything to run."""
+        i: cython.Py_ssize_t
+        rep: Rep
+        now: cython.double = self.now
+        formed: cython.bint = False
+        self._route_due(now)
+        for i in range(g * self.dp, g * self.dp + self.dp):
+            rep = self.reps[i]
+            rep.busy0 = self._lockstep_batch(rep, now)
+            if rep.busy0:
+                rep.prefills0 = self.b_prefills
+                rep.decodes0 = self.b_decodes
+                formed = True
+        if not formed:
+            self.g_waits[g] = 1
+            return
+        self._lockstep_start(g, now)
+
+    @cython.cfunc
+    def _lockstep_batch(self, rep: Rep, now: cython.double) -> cython.bint:
+        """DpGroup._batch: the rank's policy, dropping a head request that can never start (nothing resident
+        and still not admitted), as Replica.schedule does, but without routing again in between."""
+        while True:
+            if self._policy(rep, now):
+                return True
+            if self._num_running(rep) or not rep.waiting:
+                return False
+            self._drop_unfittable(rep)
+
+    @cython.cfunc
+    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t, most=cython.longlong, total=cython.longlong,
+                   pad=cython.longlong, nd=cython.longlong, kv_used=cython.longlong, own=cython.double,
+                   slowest=cython.double, step=cython.double, end=cython.double)  # fmt: skip
+    def _lockstep_start(self, g: cython.int, now: cython.double) -> cython.void:
+        """The step of DpGroup.step_loop: each rank's own time (an idle rank's dummy batch: one token), all at
+        the padded size when vLLM pads the ranks to the largest (lockstep.padded_tokens), the step = the
+        slowest rank + the experts over all ranks' tokens; the ranks with work start it and end it together."""
+        rep: Rep
+        timer: Timer = self.timer
+        first: cython.Py_ssize_t = g * self.dp
+        most = 0
+        total = 0
+        for i in range(first, first + self.dp):
+            rep = self.reps[i]
+            if rep.busy0:
+                self._lockstep_rank(rep)
+            else:
+                rep.ls_tokens = 1
+            total += rep.ls_tokens
+            if rep.ls_tokens > most:
+                most = rep.ls_tokens
+        pad = 0  # padded_tokens: the largest rank's count padded to a captured size, unless past the largest
+        if self.ls_num_sizes and most <= self.ls_sizes[self.ls_num_sizes - 1]:
+            k = 0
+            while self.ls_sizes[k] < most:  # vllm_worker.padded's bisect_left
+                k += 1
+            pad = self.ls_sizes[k]
+        slowest = 0.0
+        for i in range(first, first + self.dp):
+            rep = self.reps[i]
+            if rep.busy0:
+                own = timer.own_time(rep.ls_tokens, rep.ls_base, len(rep.prefills0),
+                                     len(rep.prefills0) + len(rep.decodes0), pad)
+            else:
+                own = timer.dummy_time(pad)
+            if i == first or own > slowest:  # max(owns): the first of equal ones
+                slowest = own
+        step = slowest + timer.experts_time(pad * self.dp if pad else total)
+        if not step >= 0:
+            self.error = INV_TIME_BACKWARDS
+        end = now + step
+        for i in range(first, first + self.dp):
+            rep = self.reps[i]
+            if rep.busy0:  # Replica._start_flight, then the iteration row
+                if not rep.in_flight:
+                    rep.busy_since = now
+                rep.in_flight += 1
+                nd = len(rep.decodes0)
+                kv_used = rep.num_blocks - rep.free
+                self._row(rep, 0, now, end, rep.ls_prefill, nd, len(rep.prefills0) + nd, kv_used)
+        self.g_busy[g] = 1
+        self._schedule(end, NORMAL, g)
+
+    @cython.cfunc
+    def _lockstep_rank(self, rep: Rep) -> cython.void:
+        """A rank's batch in the step: the scheduled-twice check, Replica._count_work, and its token count and
+        Timer.own_base (ls_*): _start_micro_batch's first half, at PP 1 and without the bubble (a rank has none)."""
+        rid: cython.longlong
+        chunk: cython.longlong
+        c: cython.longlong
+        pre: cython.longlong
+        q: cython.Py_ssize_t
+        kv_sum: cython.longlong = 0
+        num_prefill: cython.longlong = 0
+        prefills: list = rep.prefills0
+        dec: list = rep.decodes0
+        nd: cython.longlong = len(dec)
+        chunks: list = _NONE
+        prefixes: list = _NONE
+        if prefills:
+            chunks = []
+            prefixes = []
+        self.batch_no += 1
+        for rid, chunk in prefills:
+            if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                self.error = INV_SCHEDULED_TWICE
+            self.stamp[rid] = self.batch_no
+            chunks.append(chunk)
+            prefixes.append(self.computed[rid])
+        for rid in dec:
+            if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                self.error = INV_SCHEDULED_TWICE
+            self.stamp[rid] = self.batch_no
+            kv_sum += self.computed[rid] + 1
+        for q in range(len(chunks)):
+            c = chunks[q]
+            pre = prefixes[q]
+            num_prefill += c
+            rep.w_prefill_pairs += c * pre + c * (c + 1) // 2
+            rep.w_prefill_kv += pre + c
+        rep.w_tokens += num_prefill + nd
+        rep.w_decode_kv += kv_sum
+        rep.w_micro_batches += 1
+        rep.ls_tokens = num_prefill + nd
+        rep.ls_prefill = num_prefill
+        rep.ls_base = self.timer.own_base(chunks, prefixes, nd, kv_sum)
 
     # -- what the caller reads at each check ----------------------------------------------------------
     def busy(self) -> tuple:

@@ -95,11 +95,11 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     """The core module to run this case on, or None for the SimPy reference."""
     global _warned
     mode = os.environ.get(ENV, "")
-    if mode == "reference" or timer_params(timer) is None:
+    params = timer_params(timer)
+    if mode == "reference" or params is None:
         return None
-    if cfg.dp_attention > 1:  # the ranks' lockstep steps (sim/lockstep.py) are not in the core yet
-        reference_only("attention-DP ranks stepping in lockstep")
-        return None
+    if cfg.dp_attention > 1 and params[0] == 0 and params[1]["own"] is None:
+        return None  # a timer without attention DP's tables: the reference says so (BatchTimer.own_time)
     if cfg.policy in REFERENCE_ONLY:
         say_reference_once(cfg.policy)
         return None
@@ -116,21 +116,6 @@ def choose(cfg: SimConfig, timer) -> ModuleType | None:
     return core
 
 
-_reference_only: set[str] = set()
-
-
-def reference_only(mechanism: str) -> None:
-    """A mechanism the compiled core does not have yet (e.g. "disaggregated serving") runs on the SimPy
-    reference: say so once per process and mechanism, never give a silently different answer."""
-    if mechanism in _reference_only or os.environ.get(ENV, "") == "reference":
-        return
-    _reference_only.add(mechanism)
-    sys.stderr.write(  # one write: worker processes that say it at once do not interleave their lines
-        f"simserve: {mechanism} runs on the SimPy reference model (the compiled core does not have it yet), "
-        "which is slower\n"
-    )
-
-
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BatchTimer -> its tables as arrays
 
 
@@ -145,14 +130,24 @@ def timer_params(timer) -> tuple[int, dict] | None:
             _tables[timer] = _table_arrays(timer)
         return 0, _tables[timer]
     if kind is LinearTimer:
-        return 1, dict(a=timer.a, b=timer.b, c=timer.c)
+        return 1, dict(a=timer.a, b=timer.b, c=timer.c, e=timer.e)
     if kind is ConstantTimer:
         return 2, dict(a=timer.seconds, b=0.0, c=0.0)
     return None
 
 
 def _table_arrays(t) -> dict:
+    tok = t._tokens
+    lockstep = {"own": None}
+    if tok.own is not None:  # attention DP's lockstep tables (BatchTimer.own_time / experts_time)
+        lockstep = dict(
+            own=np.ascontiguousarray(tok.own, dtype=np.float64),
+            own_slope=float(tok.own_slope),
+            experts=np.ascontiguousarray(tok.experts, dtype=np.float64),
+            experts_slope=float(tok.experts_slope),
+        )
     return dict(
+        **lockstep,
         tok=np.ascontiguousarray(t._tok_np, dtype=np.float64),
         tend=int(t._tend),
         tslope=np.array(t._tslope, dtype=np.float64),
@@ -194,7 +189,7 @@ def run(
     attributes metrics.py and the tests read). `follow`: answer-driven conversations, as cluster.Cluster takes
     them (each request's next round, or -1, and the think times)."""
     kind, tables = timer_params(timer)
-    pp = timer.num_stages
+    pp = 1 if cfg.dp_attention > 1 else timer.num_stages  # attention-DP ranks run at PP 1 (lockstep.build)
     tbt = LogHistogram()
     log = IterationLog()
     n = reqs.n
@@ -223,6 +218,7 @@ def run(
     if cfg.policy == "sglang" and cfg.prefix_caching:  # SGLang's radix cache is the pool: the reference's own
         radixes = [RadixCache(pool, cfg.page_size, reqs) for _ in range(cfg.num_replicas)]
     params["radixes"] = radixes
+    params["cudagraph_sizes"] = getattr(timer, "cudagraph_sizes", ())  # lockstep.DpGroup.sizes
     hist = histogram_view(tbt)
     rows = core.ROW_BUFFER
     c = core.Core(
@@ -312,7 +308,11 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
     if cfg.policy == "sglang":  # SGLang's page pool and running-request cap (sglang.setup), its flags
         pool, max_batch = sglang.pool(cfg, num_blocks, pp)
         block_size = cfg.page_size
-        ratio = sglang.SGLangScheduler(cfg.schedule_conservativeness)
+        conservativeness = cfg.schedule_conservativeness
+        if cfg.dp_attention > 1:  # sglang.setup: a rank's chunk is the budget // D, conservativeness × 0.3
+            budget = budget // cfg.dp_attention
+            conservativeness *= sglang.DP_ATTENTION_CONSERVATIVENESS
+        ratio = sglang.SGLangScheduler(conservativeness)
         sg = dict(
             mixed=cfg.enable_mixed_chunk,
             lof=cfg.schedule_policy == "lof",
@@ -357,6 +357,7 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
         frontend_s=cfg.frontend_s,
         sglang=sg,
         due=due,
+        dp=cfg.dp_attention,
     )
 
 
