@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import published_report as report
 import published_runs as pr
 
 from simserve.errors import SimserveError
@@ -292,55 +293,6 @@ def simulate(run: pr.Run, opts: Options = Options()) -> dict:
     }
 
 
-def cell_table(results: list[dict], split: str) -> dict[str, dict[str, dict]]:
-    """'gpu / regime' -> family -> {median_abs_error_pct, runs} over the split's unflagged runs."""
-    cells: dict[tuple[str, str, str], list[float]] = {}
-    for res in results:
-        if "rows" not in res or res["split"] != split or res["flagged"]:
-            continue
-        for row in res["rows"]:
-            cells.setdefault((res["gpu"], res["regime"], row["family"]), []).append(abs(row["error_pct"]))
-    table: dict[str, dict[str, dict]] = {}
-    for (gpu, regime, fam), errs in sorted(cells.items()):
-        cell = {"median_abs_error_pct": float(np.median(errs)), "runs": len(errs)}
-        table.setdefault(f"{gpu} / {regime}", {})[fam] = cell
-    return table
-
-
-def format_cells(table: dict[str, dict[str, dict]]) -> str:
-    head = "| GPU / regime | " + " | ".join(pr.FAMILIES) + " |"
-    lines = [head, "|---" * (len(pr.FAMILIES) + 1) + "|"]
-    for name, fams in table.items():
-        cells = [
-            f"{fams[f]['median_abs_error_pct']:.1f}% ({fams[f]['runs']})" if f in fams else ""
-            for f in pr.FAMILIES
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def disagreement_rows(runs: tuple[pr.Run, ...], results: dict[str, dict]) -> list[dict]:
-    """Setups published twice with different numbers: both values, simserve's, and which one it is closer to."""
-    out = []
-    for members in pr.disagreements(runs):
-        done = [results[m.key] for m in members if m.key in results and "rows" in results[m.key]]
-        if len(done) < 2:
-            continue
-        for i, row in enumerate(done[0]["rows"]):
-            pubs = [(d["key"], d["rows"][i]["published"]) for d in done]
-            closer = min(pubs, key=lambda kp: abs(row["simulated"] - kp[1]))[0]
-            out.append(
-                {
-                    "setup": pr.setup_id(members[0]),
-                    "metric": row["metric"],
-                    "published": pubs,
-                    "simulated": row["simulated"],
-                    "closer_to": closer,
-                }
-            )
-    return out
-
-
 def compare(runs: tuple[pr.Run, ...], opts: Options = Options()) -> list[dict]:
     out = []
     print(
@@ -390,10 +342,19 @@ def main(argv: list[str] | None = None) -> int:
         help="Wall seconds per run before it is skipped (0: none).",
     )
     ap.add_argument("--json", type=Path, default=None, help="Also write runs, cells and disagreements here.")
+    ap.add_argument(
+        "--markdown", type=Path, default=None, help="Also write the per-run rows as markdown here."
+    )
+    ap.add_argument(
+        "--from-json", type=Path, default=None, help="Report a saved --json run; simulate nothing."
+    )
     args = ap.parse_args(argv)
     keys = [k for k in args.only.split(",") if k]
     try:
         runs = pr.load()
+        if args.from_json:
+            saved = json.loads(args.from_json.read_text())["runs"]
+            keys = keys or [r["key"] for r in saved]
         unknown = sorted(set(keys) - {r.key for r in runs})
         if unknown:
             raise SimserveError(
@@ -403,25 +364,33 @@ def main(argv: list[str] | None = None) -> int:
             if value < 1:
                 raise SimserveError(f"{flag} must be at least 1, got {value}")
         chosen = tuple(r for r in runs if (not keys or r.key in keys) and args.split in ("all", r.split))
-        opts = Options(args.samples, args.arrival_draws, not args.no_async_scheduling, args.run_timeout_s)
-        results = compare(chosen, opts)
-    except (SimserveError, pr.RunDataError) as exc:  # a bad key or record, a profile that cannot be built
+        if args.from_json:
+            wanted = {r.key for r in chosen}
+            results = [r for r in saved if r["key"] in wanted]
+        else:
+            opts = Options(args.samples, args.arrival_draws, not args.no_async_scheduling, args.run_timeout_s)
+            results = compare(chosen, opts)
+    except (SimserveError, pr.RunDataError, OSError, ValueError, KeyError) as exc:  # bad key, record or file
         print(f"error: {exc}", file=sys.stderr)
         return 2
     halves = ("fit", "report") if args.split == "all" else (args.split,)
-    cells = {half: cell_table(results, half) for half in halves}
+    cells = {half: report.cell_table(results, half) for half in halves}
     for half in halves:
         print(
             f"\nmedian |error| per GPU x regime x metric, {half} half (runs in brackets; flagged runs left out)"
         )
-        print(format_cells(cells[half]))
+        print(report.format_cells(cells[half]))
     flagged = [r for r in results if r.get("flagged")]
     if flagged:
         print(f"\nflagged (not in the medians): {', '.join(r['key'] + ': ' + r['flagged'] for r in flagged)}")
-    disagree = disagreement_rows(runs, {r["key"]: r for r in results})
+    disagree = report.disagreement_rows(runs, {r["key"]: r for r in results})
     if args.json:
         doc = {"runs": results, "cells": cells, "disagreements": disagree}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.markdown:
+        by_key = {r.key: r for r in runs}
+        text = report.runs_markdown(results, by_key) + "\n\n" + report.disagreements_markdown(disagree) + "\n"
+        args.markdown.write_text(text)
     return 0
 
 

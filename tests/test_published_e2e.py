@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import published_e2e as pe  # noqa: E402
+import published_report as report  # noqa: E402
 import published_runs as pr  # noqa: E402
 
 from simserve.errors import SimserveError  # noqa: E402
@@ -91,13 +92,13 @@ def test_cell_table_medians_per_half_without_flagged_runs():
         _result("e", "fit", "h100", "loaded decode", {"median_tpot_ms": 99.0}, flagged="multi-step"),
         {"key": "f", "skipped": "why"},
     ]
-    fit = pe.cell_table(results, "fit")
+    fit = report.cell_table(results, "fit")
     assert fit["h100 / loaded decode"]["TPOT"] == {"median_abs_error_pct": 20.0, "runs": 3}
     assert fit["h100 / loaded decode"]["throughput"]["runs"] == 1
-    assert pe.cell_table(results, "report")["h100 / loaded decode"] == {
+    assert report.cell_table(results, "report")["h100 / loaded decode"] == {
         "TPOT": {"median_abs_error_pct": 1.0, "runs": 1}
     }
-    table = pe.format_cells(fit)
+    table = report.format_cells(fit)
     assert "| h100 / loaded decode | 30.0% (1) |  | 20.0% (3) | 5.0% (1) |  |" in table
 
 
@@ -106,7 +107,7 @@ def test_disagreements_show_both_published_values():
     res = {r.key: _result(r.key, r.split, r.gpu, r.regime, {"batch_latency_ms": -18.0}) for r in runs}
     for r in runs:
         res[r.key]["rows"][0].update(published=r.measured["batch_latency_ms"], simulated=680.0)
-    (row,) = pe.disagreement_rows(runs, res)
+    (row,) = report.disagreement_rows(runs, res)
     assert row["published"] == [
         ("latency-llama3-8b-h200", 833.421),
         ("latency-llama3-8b-h200-b4338", 834.059),
@@ -164,3 +165,18 @@ def test_json_has_runs_cells_and_both_values_of_a_disagreement(tmp_path, capsys)
         pe.main(["--only", keys, "--split", "fit"]) == 0
     )  # both runs are in the report half: nothing to run
     assert "latency-llama3-8b-h200 " not in capsys.readouterr().out
+
+
+def test_a_saved_run_renders_again_without_simulating(tmp_path, monkeypatch):
+    saved, md = tmp_path / "e2e.json", tmp_path / "runs.md"
+    keys = "latency-llama3-8b-h200,latency-llama3-8b-h200-b4338"
+    assert pe.main(["--only", keys, "--json", str(saved)]) == 0
+    monkeypatch.setattr(pe, "simulate_once", lambda *a, **k: pytest.fail("--from-json must not simulate"))
+    assert pe.main(["--from-json", str(saved), "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert (
+        "| latency-llama3-8b-h200 | report | h200 | small-batch decode | vllm not stated | batch_latency_ms 833.4 → "
+        in text
+    )
+    assert "latency-llama3-8b-h200: 833.4; latency-llama3-8b-h200-b4338: 834.1" in text
+    assert pe.main(["--from-json", str(tmp_path / "missing.json")]) == 2
