@@ -88,7 +88,8 @@ def disagreements_markdown(rows: list[dict]) -> str:
     lines = ["| setup | metric | published (source: value) | simserve | closer to |", "|---|---|---|---|---|"]
     for row in rows:
         pubs = "; ".join(f"{key}: {_num(v)}" for key, v in row["published"])
-        setup = " ".join(row["setup"].split("|")[:3])
+        gpu, model, tp, _, _, _, client = row["setup"].split("|")[:7]
+        setup = f"{model} TP{tp} on {gpu}, {client}"
         lines.append(
             f"| {setup} | {row['metric']} | {pubs} | {_num(row['simulated'])} | {row['closer_to']} |"
         )
