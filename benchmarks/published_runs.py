@@ -3,7 +3,7 @@ engine each release ran (issue 30, item 4). A module, not a script: `published_e
 
 The runs are data, one `[[run]]` table each in `benchmarks/data/published_runs.toml` (that file's header lists
 the fields). Each record stores its regime and its split; both are also computed here from the record alone
-(the workload, the client, the published numbers — never a simulated one), and tests/test_published_e2e.py
+(the workload, the client, the published numbers — never a simulated one), and tests/test_published_runs.py
 requires the stored values to equal the computed ones, so neither can be edited by hand after looking at a
 simulation.
 
