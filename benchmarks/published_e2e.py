@@ -1,203 +1,152 @@
-"""Published end-to-end vLLM and SGLang results beside simserve's simulation of the same setup (issue 23 item 6).
+"""Published end-to-end vLLM and SGLang runs beside simserve's simulation of the same setup (issue 30 item 4).
 
-Each `Published` entry holds what a vLLM or SGLang run published (the numbers, with the address they were read from), the
-setup it states, and the closest setup simserve can express. The published numbers are comparison targets
-only: nothing in simserve is fitted or tuned to them, and no run here reads them. The script prints measured
-vs simulated and the error; docs/engines.md § Published end-to-end results says what each cannot express.
+The runs are data (benchmarks/data/published_runs.toml, loaded by benchmarks/published_runs.py, which also holds
+the regime and fit/report split rules). This script simulates each run with simserve's engine models at the
+defaults of the release the run names (`engine_setup`), compares every published metric, and prints per-run
+rows and the median |error| per GPU x regime x metric family, separately for the fit and the report half.
+Nothing is fitted here; the published numbers are comparison targets only.
 
-    python benchmarks/published_e2e.py                     # every entry
-    python benchmarks/published_e2e.py --only KEY,KEY --json out.json
+    python benchmarks/published_e2e.py                                 # every run
+    python benchmarks/published_e2e.py --split report --json out.json  # the report half
+    python benchmarks/published_e2e.py --only KEY,KEY
 
-Three sources, each with the setup stated on the page:
-
-* vLLM's own CI performance benchmark (`.buildkite/nightly-benchmarks`, buildkite's vllm/performance-benchmark
-  pipeline): `vllm bench latency` (8 prompts of 32 tokens, 128 outputs each, one batch) and `vllm bench
-  throughput` (200 ShareGPT prompts at once). Both drive the offline `LLM` engine (no HTTP front end,
-  `ignore_eos`). The page names no release: simulated as vLLM 0.33.0's V1 engine with the `LLM` class's defaults.
-* SGLang's reproduction of vLLM 0.6.0 (`benchmark/benchmark_vllm_060/README.md`): `vllm serve` (0.6.0 defaults,
-  `--num-scheduler-steps 10`, `--max-model-len 4096`) driven by `sglang.bench_serving` on ShareGPT at 4 and 8
-  requests/s (Poisson) and all at once. Simulated with simserve's V0 `vllm` policy, the scheduler 0.6.0 ran
-  (whole prompts, prefills first; chunked prefill is off at a 4096 max length).
-* The same page's SGLang 0.3.0 runs (`sglang.launch_server --disable-radix-cache`, the same client, models, GPUs
-  and rates). Simulated with the `sglang` policy (`--engine sglang`: SGLang 0.5.23's scheduler) at its defaults
-  (chunk 8192, max_prefill_tokens 16384, mixed chunk off, fcfs, max_running_requests from the pool; 0.3.0 had the
-  same values) and the memory fraction the page states (0.88 at TP 1, 0.85 at TP 4, 0.88 where it was set).
-
-ShareGPT workloads use vLLM's ShareGPT pairs and sampler (`--trace sharegpt-bench`: workload/bench_datasets.py,
-traces/sharegpt_bench.csv.gz). V1 entries run vLLM's worker (`--engine vllm`: CUDA-graph padding, async
-scheduling, its memory profile); online entries add the front end's published 10.2 ms to TTFT and E2E
-(sim/frontend.py). Results and their reading: docs/engines.md § Published end-to-end results.
+Runs that test something simserve does not model (vLLM's multi-step scheduling) are simulated and listed, but
+flagged and left out of the per-cell medians. docs/engines.md § Published end-to-end results reads the output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import signal
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import published_report as report
+import published_runs as pr
 
 from simserve.errors import SimserveError
 
-# vLLM's CI performance-benchmark report with H200 numbers (build 9515; the stored copy names no commit or date).
-H200_PAGE = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
-# The same report with 8xH100 numbers. NOTE: the stored copy sits under an unrelated pipeline's address
-# (elastic/enterprise-search-ruby); its text is vLLM's report (same test names, same descriptions). Kept, and
-# flagged in the docs, because it is the only H100 copy found.
-H100_PAGE = "https://buildkite.com/elastic/enterprise-search-ruby/builds/571"
-# SGLang's reproduction of vLLM 0.6.0, beside SGLang 0.3.0 on the same setups (both engines' numbers on one page)
-SGLANG_060 = "https://github.com/sgl-project/sglang/blob/main/benchmark/benchmark_vllm_060/README.md"
+# Draws per run, the median compared. ShareGPT: simserve's pairs are not the rows the published client drew;
+# Poisson: the published arrival draw is unknown. Measured against 20 draws: 10 ShareGPT draws moved a cell's
+# median |error| by up to 6.5 points (5 draws: 11.9), 5 Poisson draws by up to 9.0 (TTFT of 50-request runs).
+SAMPLES = 20
+ARRIVAL_DRAWS = 20
+# Wall seconds one run may take (its first draw builds and fits a profile: a few minutes on a busy 2-core host).
+# A run past it is reported as skipped, not waited for: simserve's predictor fit does not terminate on some
+# generated profiles (docs/engines.md § Published end-to-end results, "Runs simserve could not simulate").
+RUN_TIMEOUT_S = 900
 
-SAMPLES = 20  # ShareGPT draws per entry: the page's draw is not reproducible here (see Workload.seed)
+
+class RunTimeout(Exception):
+    pass
 
 
 @dataclass(frozen=True)
-class Engine:
-    """The closest simserve configuration of the published engine."""
+class Options:
+    samples: int = SAMPLES  # ShareGPT draws per run
+    arrival_draws: int = ARRIVAL_DRAWS  # Poisson draws per fixed-length run at a finite rate
+    async_scheduling: bool = True  # for the CI runs of an unstated release (vLLM 0.33.0's default)
+    timeout_s: int = 0  # wall seconds per run (0: no limit)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int):
+    """SIGALRM after `seconds` of wall time (0: no limit); the main thread only, as signals are."""
+
+    def stop(signum, frame):
+        raise RunTimeout
+
+    if seconds <= 0:
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """The closest simserve configuration of a published engine at its release's defaults."""
 
     policy: str  # vllm-v1 (V1 engine) | vllm (V0: whole prompts, prefills first) | sglang
     budget: int  # --max-num-batched-tokens; sglang: --chunked-prefill-size
-    max_batch: int | None  # --max-num-seqs; sglang: --max-running-requests (None: its default from the pool)
-    memory_utilization: float  # sglang: --mem-fraction-static
-    max_model_len: int  # sglang: --context-length
+    max_batch: int | None  # --max-num-seqs; sglang: --max-running-requests (None: from the KV pool)
+    memory_utilization: float  # --gpu-memory-utilization; sglang: --mem-fraction-static
+    max_model_len: int | None  # None: the model's context length
+    vllm_worker: bool = False  # V1's worker: CUDA-graph padding and its memory profile
+    async_scheduling: bool | None = None  # vLLM's --async-scheduling (vllm_worker only)
+    overlap_schedule: bool = False  # SGLang's overlap scheduler
 
 
-# vLLM 0.33.0's LLM class on a >= 70 GiB non-A100 GPU (vllm/engine/arg_utils.py, get_batch_defaults,
-# UsageContext.LLM_CLASS: 16384 tokens, 1024 sequences; CacheConfig.gpu_memory_utilization 0.92).
-V1_OFFLINE = Engine("vllm-v1", 16384, 1024, 0.92, 2048)
-# vLLM 0.6.0's server with --max-model-len 4096: chunked prefill off below 32k, so max_num_batched_tokens =
-# max(max_model_len, 2048) = 4096; max_num_seqs 256; gpu_memory_utilization 0.9 (EngineArgs defaults of 0.6.0).
-V0_SERVER_060 = Engine("vllm", 4096, 256, 0.90, 4096)
-# SGLang 0.3.0's server as the page ran it: --disable-radix-cache, everything else at its defaults, which are
-# 0.5.23's on these GPUs too (--chunked-prefill-size 8192, --max-prefill-tokens 16384, no mixed chunk, fcfs,
-# max_running_requests from the pool), the context length the model's (Llama-3.1: 131072). --mem-fraction-static
-# as the page states it: 0.88 at TP 1 and 0.85 at TP 4 by default, 0.88 set by hand for the TP 4 offline run.
-SGLANG_030_TP1 = Engine("sglang", 8192, None, 0.88, 131072)
-SGLANG_030_TP4 = Engine("sglang", 8192, None, 0.85, 131072)
-SGLANG_030_TP4_088 = Engine("sglang", 8192, None, 0.88, 131072)
+def _sglang_mem_fraction(tp: int) -> float:
+    """SGLang 0.3/0.4's default --mem-fraction-static by TP (sglang/srt/server_args.py, ServerArgs.__post_init__
+    in 0.4.4.post3: 0.79 at TP >= 16, 0.81 >= 8, 0.85 >= 4, 0.87 >= 2, else 0.88)."""
+    return 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
 
 
-@dataclass(frozen=True)
-class Workload:
-    dataset: str  # "fixed": every prompt `prompt` tokens, every output `output`; "sharegpt": the bench pairs
-    num_prompts: int
-    qps: float | None  # Poisson rate; None: every request at t = 0
-    prompt: int = 0
-    output: int = 0
-    # The client's sampler seed (vLLM 0, sglang.bench_serving 1). simserve's pairs come from a truncated copy of
-    # the ShareGPT file, so the same seed draws other rows: each entry runs SAMPLES draws from this seed on.
-    seed: int = 0
-    online: bool = False  # through the HTTP server: the client's TTFT and E2E include the front end
+def engine_setup(run: pr.Run, async_scheduling: bool = True) -> EngineSetup:
+    """The release's defaults on the run's GPU, then the settings its published flags change (run.overrides)."""
+    from simserve.catalog import GPUSpec
+
+    gpu = GPUSpec.from_name(run.gpu)
+    big = gpu.memory_gib >= 70 and "a100" not in gpu.name.lower()  # vLLM's H100/H200 tier
+    if run.engine == "vllm" and run.release == "not stated" and not run.online:
+        # vLLM 0.33.0's LLM class (vllm/engine/arg_utils.py get_batch_defaults, UsageContext.LLM_CLASS: 16384
+        # tokens / 1024 sequences on >= 70 GiB non-A100 GPUs, else 8192 / 256; CacheConfig gpu_memory_utilization
+        # 0.92); 2048 is the ShareGPT sampler's own limit (prompt + output <= 2048), above every CI request.
+        budget, seqs = (16384, 1024) if big else (8192, 256)
+        setup = EngineSetup("vllm-v1", budget, seqs, 0.92, 2048, True, async_scheduling)
+    elif run.engine == "vllm" and run.release == "0.6.0":
+        # V0 (vllm/engine/arg_utils.py of 0.6.0): chunked prefill off below a 32k max length, so
+        # max_num_batched_tokens = max(max_model_len, 2048); max_num_seqs 256; gpu_memory_utilization 0.9
+        max_len = int(run.overrides.get("max_model_len", 0)) or None
+        setup = EngineSetup("vllm", max(max_len or 2048, 2048), 256, 0.90, max_len)
+    elif run.engine == "vllm" and run.release == "0.8.2":
+        # vLLM 0.8.2 (arg_utils.py EngineArgs._set_default_args_v1): `vllm serve` 8192 tokens on H100/H200, else
+        # 2048; max_num_seqs 1024; gpu_memory_utilization 0.90; no async scheduling in this release
+        setup = EngineSetup("vllm-v1", 8192 if big else 2048, 1024, 0.90, None, True, False)
+    elif run.engine == "sglang" and run.release in ("0.3.0", "0.4.4.post1", "0.4.4.post3"):
+        # ServerArgs defaults (0.4.4.post3's server_args.py; 0.3.0 had the same values): --chunked-prefill-size
+        # 8192 above 25 GB, --mem-fraction-static by TP, max_running_requests from the pool. The overlap
+        # scheduler arrived in v0.4 (https://lmsys.org/blog/2024-12-04-sglang-v0-4/): on there, absent in 0.3.
+        setup = EngineSetup(
+            "sglang",
+            8192,
+            None,
+            _sglang_mem_fraction(run.tp),
+            None,
+            overlap_schedule=not run.release.startswith("0.3"),
+        )
+    else:
+        raise SimserveError(
+            f"{run.key}: no engine setup for {run.engine} {run.release}; add the release's defaults"
+        )
+    known = {"memory_utilization", "max_model_len", "budget", "max_batch"}
+    unknown = sorted(set(run.overrides) - known)
+    if unknown:
+        raise SimserveError(f"{run.key}: overrides {unknown} are not engine settings; known: {sorted(known)}")
+    return replace(setup, **run.overrides)
 
 
-@dataclass(frozen=True)
-class Published:
-    key: str
-    source: str
-    release: str  # the engine release the page ran, as it states it ("sglang 0.3.0" for SGLang's)
-    gpu: str
-    model: str  # simserve's catalog name
-    tp: int
-    engine: Engine
-    workload: Workload
-    measured: dict = field(default_factory=dict)  # metric (METRICS) -> the published value
+def _lengths(run: pr.Run, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if run.dataset == "sharegpt":
+        from simserve.workload.bench_datasets import sharegpt_lengths
 
-
-METRICS = {  # metric -> unit
-    "batch_latency_ms": "ms",
-    "throughput_rps": "req/s",
-    "median_ttft_ms": "ms",
-    "median_tpot_ms": "ms",
-    "median_e2e_ms": "ms",
-}
-
-LATENCY_8x32x128 = Workload("fixed", 8, None, prompt=32, output=128)
-SHAREGPT_200 = Workload("sharegpt", 200, None, seed=0)
-PUBLISHED: tuple[Published, ...] = (
-    Published("latency-llama3-8b-h200", H200_PAGE, "not stated", "h200", "llama-3-8b", 1, V1_OFFLINE,
-              LATENCY_8x32x128, {"batch_latency_ms": 833.421}),
-    Published("latency-llama3-70b-tp4-h200", H200_PAGE, "not stated", "h200", "llama-3-70b", 4, V1_OFFLINE,
-              LATENCY_8x32x128, {"batch_latency_ms": 2077.53}),
-    Published("latency-llama3-8b-h100", H100_PAGE, "not stated", "h100", "llama-3-8b", 1, V1_OFFLINE,
-              LATENCY_8x32x128, {"batch_latency_ms": 997.542}),
-    Published("latency-llama3-70b-tp4-h100", H100_PAGE, "not stated", "h100", "llama-3-70b", 4, V1_OFFLINE,
-              LATENCY_8x32x128, {"batch_latency_ms": 2444.47}),
-    Published("throughput-llama3-8b-h200", H200_PAGE, "not stated", "h200", "llama-3-8b", 1, V1_OFFLINE,
-              SHAREGPT_200, {"throughput_rps": 22.5674}),
-    Published("throughput-llama3-70b-tp4-h200", H200_PAGE, "not stated", "h200", "llama-3-70b", 4, V1_OFFLINE,
-              SHAREGPT_200, {"throughput_rps": 9.83905}),
-    Published("throughput-llama3-8b-h100", H100_PAGE, "not stated", "h100", "llama-3-8b", 1, V1_OFFLINE,
-              SHAREGPT_200, {"throughput_rps": 19.5005}),
-    Published("throughput-llama3-70b-tp4-h100", H100_PAGE, "not stated", "h100", "llama-3-70b", 4, V1_OFFLINE,
-              SHAREGPT_200, {"throughput_rps": 8.86239}),
-    # Mixture of experts (bf16): docs/models.md § Published end-to-end results
-    Published("latency-mixtral-8x7b-tp2-h200", H200_PAGE, "not stated", "h200", "mixtral-8x7b", 2, V1_OFFLINE,
-              LATENCY_8x32x128, {"batch_latency_ms": 1917.44}),
-    Published("latency-mixtral-8x7b-tp2-h100", H100_PAGE, "not stated", "h100", "mixtral-8x7b", 2, V1_OFFLINE,
-              LATENCY_8x32x128, {"batch_latency_ms": 2326.97}),
-    Published("throughput-mixtral-8x7b-tp2-h200", H200_PAGE, "not stated", "h200", "mixtral-8x7b", 2, V1_OFFLINE,
-              SHAREGPT_200, {"throughput_rps": 8.06251}),
-    Published("throughput-mixtral-8x7b-tp2-h100", H100_PAGE, "not stated", "h100", "mixtral-8x7b", 2, V1_OFFLINE,
-              SHAREGPT_200, {"throughput_rps": 8.15186}),
-    Published("v060-llama31-8b-a100-rps4", SGLANG_060, "0.6.0", "a100", "llama-3.1-8b", 1, V0_SERVER_060,
-              Workload("sharegpt", 1200, 4.0, seed=1, online=True),
-              {"median_ttft_ms": 100.48, "median_tpot_ms": 14.14, "median_e2e_ms": 1691.97}),
-    Published("v060-llama31-8b-a100-rps8", SGLANG_060, "0.6.0", "a100", "llama-3.1-8b", 1, V0_SERVER_060,
-              Workload("sharegpt", 2400, 8.0, seed=1, online=True),
-              {"median_ttft_ms": 120.39, "median_tpot_ms": 17.09, "median_e2e_ms": 2137.16}),
-    Published("v060-llama31-70b-tp4-h100-rps4", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4, V0_SERVER_060,
-              Workload("sharegpt", 1200, 4.0, seed=1, online=True),
-              {"median_ttft_ms": 179.15, "median_tpot_ms": 23.58, "median_e2e_ms": 2915.60}),
-    Published("v060-llama31-70b-tp4-h100-rps8", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4, V0_SERVER_060,
-              Workload("sharegpt", 2400, 8.0, seed=1, online=True),
-              {"median_ttft_ms": 207.12, "median_tpot_ms": 29.15, "median_e2e_ms": 3752.38}),
-    Published("v060-llama31-8b-a100-offline", SGLANG_060, "0.6.0", "a100", "llama-3.1-8b", 1, V0_SERVER_060,
-              Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 21.27}),
-    Published("v060-llama31-70b-tp4-h100-offline", SGLANG_060, "0.6.0", "h100", "llama-3.1-70b", 4,
-              V0_SERVER_060, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 19.04}),
-    # SGLang 0.3.0 on the same page, the same client and workloads
-    Published("sglang030-llama31-8b-a100-rps4", SGLANG_060, "sglang 0.3.0", "a100", "llama-3.1-8b", 1,
-              SGLANG_030_TP1, Workload("sharegpt", 1200, 4.0, seed=1, online=True),
-              {"median_ttft_ms": 31.98, "median_tpot_ms": 13.17, "median_e2e_ms": 1564.17}),
-    Published("sglang030-llama31-8b-a100-rps8", SGLANG_060, "sglang 0.3.0", "a100", "llama-3.1-8b", 1,
-              SGLANG_030_TP1, Workload("sharegpt", 2400, 8.0, seed=1, online=True),
-              {"median_ttft_ms": 35.68, "median_tpot_ms": 17.85, "median_e2e_ms": 2175.02}),
-    Published("sglang030-llama31-70b-tp4-h100-rps4", SGLANG_060, "sglang 0.3.0", "h100", "llama-3.1-70b", 4,
-              SGLANG_030_TP4, Workload("sharegpt", 1200, 4.0, seed=1, online=True),
-              {"median_ttft_ms": 53.94, "median_tpot_ms": 25.03, "median_e2e_ms": 3005.24}),
-    Published("sglang030-llama31-70b-tp4-h100-rps8", SGLANG_060, "sglang 0.3.0", "h100", "llama-3.1-70b", 4,
-              SGLANG_030_TP4, Workload("sharegpt", 2400, 8.0, seed=1, online=True),
-              {"median_ttft_ms": 58.11, "median_tpot_ms": 33.07, "median_e2e_ms": 4064.98}),
-    Published("sglang030-llama31-8b-a100-offline", SGLANG_060, "sglang 0.3.0", "a100", "llama-3.1-8b", 1,
-              SGLANG_030_TP1, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 22.03}),
-    Published("sglang030-llama31-70b-tp4-h100-offline", SGLANG_060, "sglang 0.3.0", "h100", "llama-3.1-70b", 4,
-              SGLANG_030_TP4_088, Workload("sharegpt", 5000, None, seed=1, online=True), {"throughput_rps": 19.84}),
-)  # fmt: skip
-
-
-def _scenario_extras(p: Published, async_scheduling: bool) -> dict:
-    """vLLM's worker model for V1 entries (it models V1's worker only), the front end for online clients."""
-    from simserve.sim.frontend import DEFAULT_FRONTEND_MS
-
-    extras = (
-        {"vllm_worker": True, "async_scheduling": async_scheduling} if p.engine.policy == "vllm-v1" else {}
-    )
-    if p.workload.online:
-        extras["frontend_ms"] = DEFAULT_FRONTEND_MS
-    return extras
-
-
-def _lengths(w: Workload, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    if w.dataset == "fixed":
-        return np.full(w.num_prompts, w.prompt), np.full(w.num_prompts, w.output)
-    from simserve.workload.bench_datasets import sharegpt_lengths
-
-    # vLLM's (and sglang.bench_serving's) sampler: prompt and output >= 4, prompt <= 1024, total <= 2048, the
-    # dataset's own output lengths (both benchmarks ignore EOS: every request generates exactly that many)
-    return sharegpt_lengths(w.num_prompts, seed, None)
+        # vLLM's (and sglang.bench_serving's) sampler: prompt and output >= 4, prompt <= 1024, total <= 2048,
+        # the dataset's own output lengths (both clients ignore EOS: every request generates that many)
+        return sharegpt_lengths(run.num_prompts, seed, None)
+    prompt, output = (int(x) for x in run.dataset.split(":")[1:])
+    return np.full(run.num_prompts, prompt), np.full(run.num_prompts, output)
 
 
 def _write_trace(prompt, output, arrived, folder: Path) -> str:
@@ -208,130 +157,240 @@ def _write_trace(prompt, output, arrived, folder: Path) -> str:
     return str(path)
 
 
-def simulate_once(p: Published, seed: int, async_scheduling: bool = True) -> tuple[dict, str, dict] | str:
-    """(metric -> simulated value, profile label, details) of one run, or why it has no answer."""
+def scenario_of(run: pr.Run, seed: int, trace: str, async_scheduling: bool = True):
+    from simserve.catalog import ModelSpec
+    from simserve.sim.frontend import DEFAULT_FRONTEND_MS
+    from simserve.sim.scenario import Scenario
+
+    e = engine_setup(run, async_scheduling)
+    max_len = e.max_model_len or ModelSpec.from_name(run.model_path).max_position
+    return Scenario(
+        model=run.model_path,
+        gpu=run.gpu,
+        tp=run.tp,
+        node=run.node,
+        trace=trace,
+        num_requests=run.num_prompts,
+        arrival="replay",
+        policy=e.policy,
+        budget=e.budget,
+        max_batch=e.max_batch,
+        seed=seed,
+        max_model_len=max_len,
+        memory_utilization=e.memory_utilization,
+        stop_when_overloaded=False,
+        dtype=run.dtype,
+        max_concurrency=run.max_concurrency,
+        vllm_worker=e.vllm_worker,
+        async_scheduling=e.async_scheduling if e.vllm_worker else None,
+        overlap_schedule=e.overlap_schedule,
+        frontend_ms=DEFAULT_FRONTEND_MS if run.online else 0.0,
+    )
+
+
+def simulate_once(run: pr.Run, seed: int, async_scheduling: bool = True) -> tuple[dict, str, dict] | str:
+    """(metric -> simulated value, profile label, details) of one draw, or why it has no answer."""
     from simserve.predictor.load import profile_label
     from simserve.profiling.generated import for_scenario
+    from simserve.sim.bench_report import bench_metrics
     from simserve.sim.request import DONE
-    from simserve.sim.scenario import Scenario, simulate_scenario
+    from simserve.sim.scenario import simulate_scenario
     from simserve.workload import arrival_times
 
-    w, e = p.workload, p.engine
-    prompt, output = _lengths(w, seed)
+    prompt, output = _lengths(run, seed)
     # the arrivals written into the trace and replayed: a burst at t = 0, or Poisson at the client's rate
-    arrived = np.zeros(len(prompt)) if w.qps is None else arrival_times(len(prompt), w.qps, "poisson", seed)
+    n = len(prompt)
+    arrived = np.zeros(n) if math.isinf(run.qps) else arrival_times(n, run.qps, "poisson", seed)
     with tempfile.TemporaryDirectory() as tmp:
-        scenario = Scenario(
-            model=p.model, gpu=p.gpu, tp=p.tp, trace=_write_trace(prompt, output, arrived, Path(tmp)),
-            num_requests=len(prompt), arrival="replay", policy=e.policy, budget=e.budget, max_batch=e.max_batch,
-            seed=seed, max_model_len=e.max_model_len, memory_utilization=e.memory_utilization,
-            stop_when_overloaded=False, **_scenario_extras(p, async_scheduling),
-        )  # fmt: skip
-        # no shipped profile (Llama-3-70B, Llama-3.1): build one, measured where NVIDIA's tables have the GPU
-        scenario, _ = for_scenario(scenario)
+        scenario = scenario_of(run, seed, _write_trace(prompt, output, arrived, Path(tmp)), async_scheduling)
+        scenario, _ = for_scenario(
+            scenario
+        )  # no shipped profile: build one, measured where NVIDIA's tables can
         raw, dep = simulate_scenario(scenario, 1.0)  # replay: the trace's arrival times, not this rate
     r = raw.reqs
     if not (r.status == DONE).all():
         return f"{int((r.status != DONE).sum())} of {r.n} requests not served"
-    front = raw.cfg.frontend_s  # the client's view; TPOT is the same either way
     span = float(r.completed.max() - r.arrived.min())
-    many = r.output > 1
-    tpot = (r.completed[many] - r.first_token[many]) / (r.output[many] - 1)
-    values = {
-        "batch_latency_ms": span * 1e3,
-        "throughput_rps": r.n / span,
-        "median_ttft_ms": (float(np.median(r.first_token - r.arrived)) + front) * 1e3,
-        "median_tpot_ms": float(np.median(tpot)) * 1e3,
-        "median_e2e_ms": (float(np.median(r.completed - r.arrived)) + front) * 1e3,
+    if run.online:  # the client's view, vLLM's definitions (sim/bench_report.py): front end on TTFT and E2E
+        b = bench_metrics(raw, math.inf if math.isinf(run.qps) else run.qps)
+        values = {
+            "throughput_rps": b["request_throughput"],
+            "median_ttft_ms": b["median_ttft_ms"],
+            "median_tpot_ms": b["median_tpot_ms"],
+            "median_itl_ms": b["median_itl_ms"],
+            "median_e2e_ms": b["median_e2el_ms"],
+        }
+    else:  # the offline LLM class: the batch's span; requests / span
+        values = {"batch_latency_ms": span * 1e3, "throughput_rps": r.n / span}
+    detail = {
+        "requests": int(r.n),
+        "prompt_tokens": int(r.prompt.sum()),
+        "output_tokens": int(r.output.sum()),
+        "iterations": len(raw.log),
+        "frontend_ms": raw.cfg.frontend_s * 1e3,
+        "kv_blocks": int(raw.num_blocks),
+        "preemptions": int(r.preemptions.sum()),
+        "policy": raw.cfg.policy,
     }
-    detail = {"requests": int(r.n), "prompt_tokens": int(r.prompt.sum()), "output_tokens": int(r.output.sum()),
-              "longest_output": int(r.output.max()), "iterations": len(raw.log), "frontend_ms": front * 1e3,
-              "kv_blocks": int(raw.num_blocks), "preemptions": int(r.preemptions.sum()),
-              "policy": raw.cfg.policy}  # fmt: skip
     return values, profile_label(dep, scenario.profiles_root), detail
 
 
-@dataclass(frozen=True)
-class Outcome:
-    entry: Published
-    skipped: str | None
-    rows: list  # per published metric: (metric, published, simulated median, lowest, highest over the draws)
-    profile: str
-    detail: dict
-
-
-def simulate(p: Published, samples: int = SAMPLES, async_scheduling: bool = True) -> Outcome:
-    """The entry simulated; a ShareGPT entry over `samples` draws (the median is compared, the range shown)."""
-    draws = []
-    for k in range(samples if p.workload.dataset == "sharegpt" else 1):
-        one = simulate_once(p, p.workload.seed + k, async_scheduling)
-        if isinstance(one, str):
-            return Outcome(p, one, [], "", {})
-        draws.append(one)
-    rows = []
-    for metric, published in p.measured.items():
-        got = sorted(d[0][metric] for d in draws)
-        rows.append((metric, published, float(np.median(got)), got[0], got[-1]))
-    return Outcome(p, None, rows, draws[0][1], {**draws[0][2], "draws": len(draws)})
+def draws(run: pr.Run, samples: int, arrival_draws: int = ARRIVAL_DRAWS) -> int:
+    if run.dataset == "sharegpt":
+        return samples
+    return 1 if math.isinf(run.qps) else arrival_draws
 
 
 def error_pct(simulated: float, published: float) -> float:
     return 100.0 * (simulated - published) / published
 
 
-def compare(keys: set[str], samples: int, async_scheduling: bool = True) -> list[dict]:
-    out = []
-    print(f"{'entry':34} {'metric':16} {'published':>10} {'simserve':>9} {'error':>7}  draws: min..max error")
-    for p in PUBLISHED:
-        if keys and p.key not in keys:
-            continue
-        o = simulate(p, samples, async_scheduling)
-        if o.skipped:
-            print(f"{p.key:34} skipped: {o.skipped}")
-            out.append({"key": p.key, "source": p.source, "skipped": o.skipped})
-            continue
-        for metric, published, sim, lo, hi in o.rows:
-            spread = f"{error_pct(lo, published):+.0f}..{error_pct(hi, published):+.0f}%" if hi > lo else ""
-            print(
-                f"{p.key:34} {metric:16} {published:>10.4g} {sim:>9.4g} {error_pct(sim, published):>+6.1f}%  {spread}"
-            )
-            out.append({"key": p.key, "source": p.source, "release": p.release, "metric": metric,
-                        "unit": METRICS[metric], "published": published, "simulated": sim, "min": lo, "max": hi,
-                        "error_pct": error_pct(sim, published), "profile": o.profile, **o.detail})  # fmt: skip
-    errors = sorted(abs(r["error_pct"]) for r in out if "error_pct" in r)
-    if errors:
-        print(
-            f"|error| median {float(np.median(errors)):.1f}%, max {errors[-1]:.1f}% over {len(errors)} numbers"
+def simulate(run: pr.Run, opts: Options = Options()) -> dict:
+    """The run simulated over its draws: per published metric the median, lowest and highest simulated value."""
+    got = []
+    n = draws(run, opts.samples, opts.arrival_draws)
+    try:
+        with _time_limit(opts.timeout_s):
+            for k in range(n):
+                one = simulate_once(run, run.seed + k, opts.async_scheduling)
+                if isinstance(one, str):
+                    return {"key": run.key, "skipped": one}
+                got.append(one)
+    except RunTimeout:
+        return {
+            "key": run.key,
+            "skipped": f"did not finish in {opts.timeout_s} s ({len(got)} of {n} draws)",
+        }
+    rows = []
+    for metric, published in run.measured.items():
+        values = sorted(g[0][metric] for g in got)
+        sim = float(np.median(values))
+        rows.append(
+            {
+                "metric": metric,
+                "family": pr.METRICS[metric][1],
+                "unit": pr.METRICS[metric][0],
+                "published": published,
+                "simulated": sim,
+                "min": values[0],
+                "max": values[-1],
+                "error_pct": error_pct(sim, published),
+            }
         )
+    return {
+        "key": run.key,
+        "split": run.split,
+        "gpu": run.gpu,
+        "regime": run.regime,
+        "engine": run.engine,
+        "release": run.release,
+        "source": run.source,
+        "flagged": run.flagged,
+        "rows": rows,
+        "profile": got[0][1],
+        **got[0][2],
+        "draws": len(got),
+    }
+
+
+def compare(runs: tuple[pr.Run, ...], opts: Options = Options()) -> list[dict]:
+    out = []
+    print(
+        f"{'run':46} {'split':6} {'metric':15} {'published':>10} {'simserve':>9} {'error':>7}  draws: min..max"
+    )
+    stuck: dict[tuple, str] = {}  # deployments whose run timed out: the next run would wait on the same fit
+    for run in runs:
+        deployment = (run.model, run.gpu, run.tp, run.dtype)
+        if deployment in stuck:
+            res = {"key": run.key, "skipped": f"same deployment as {stuck[deployment]}, which did not finish"}
+        else:
+            res = simulate(run, opts)
+            if res.get("skipped", "").startswith("did not finish"):
+                stuck[deployment] = run.key
+        out.append(res)
+        if "skipped" in res:
+            print(f"{run.key:46} skipped: {res['skipped']}")
+            continue
+        for row in res["rows"]:
+            lo, hi = (error_pct(row[k], row["published"]) for k in ("min", "max"))
+            spread = f"{lo:+.0f}..{hi:+.0f}%" if row["max"] > row["min"] else ""
+            flag = "  FLAGGED" if run.flagged else ""
+            print(
+                f"{run.key:46} {run.split:6} {row['metric']:15} {row['published']:>10.4g} {row['simulated']:>9.4g} "
+                f"{row['error_pct']:>+6.1f}%  {spread}{flag}"
+            )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="", help="Comma-separated entry keys (default: all).")
+    ap.add_argument("--split", choices=("fit", "report", "all"), default="all", help="Which half to run.")
+    ap.add_argument("--only", default="", help="Comma-separated run keys (default: every run of --split).")
+    ap.add_argument("--samples", type=int, default=SAMPLES, help="ShareGPT draws per run (median compared).")
     ap.add_argument(
-        "--samples", type=int, default=SAMPLES, help="ShareGPT draws per entry (median compared)."
+        "--arrival-draws", type=int, default=ARRIVAL_DRAWS, help="Poisson arrival draws per fixed-length run."
     )
     ap.add_argument(
         "--no-async-scheduling",
         action="store_true",
-        help="V1 entries without async scheduling (every CPU step on the critical path, as older releases ran).",
+        help="CI runs of an unstated release without async scheduling (every CPU step serial).",
     )
-    ap.add_argument("--json", type=Path, default=None, help="Also write the rows to this JSON file.")
+    ap.add_argument(
+        "--run-timeout-s",
+        type=int,
+        default=RUN_TIMEOUT_S,
+        help="Wall seconds per run before it is skipped (0: none).",
+    )
+    ap.add_argument("--json", type=Path, default=None, help="Also write runs, cells and disagreements here.")
+    ap.add_argument(
+        "--markdown", type=Path, default=None, help="Also write the per-run rows as markdown here."
+    )
+    ap.add_argument(
+        "--from-json", type=Path, default=None, help="Report a saved --json run; simulate nothing."
+    )
     args = ap.parse_args(argv)
-    keys = {k for k in args.only.split(",") if k}
+    keys = [k for k in args.only.split(",") if k]
     try:
-        unknown = sorted(keys - {p.key for p in PUBLISHED})
+        runs = pr.load()
+        if args.from_json:
+            saved = json.loads(args.from_json.read_text())["runs"]
+            keys = keys or [r["key"] for r in saved]
+        unknown = sorted(set(keys) - {r.key for r in runs})
         if unknown:
-            raise SimserveError(f"unknown entry {unknown}; known: {', '.join(p.key for p in PUBLISHED)}")
-        if args.samples < 1:
-            raise SimserveError(f"--samples must be at least 1, got {args.samples}")
-        rows = compare(keys, args.samples, not args.no_async_scheduling)
-    except SimserveError as exc:  # a bad key, a profile that cannot be built: one line
+            raise SimserveError(
+                f"unknown run {unknown}; see benchmarks/data/published_runs.toml for the keys"
+            )
+        for flag, value in (("--samples", args.samples), ("--arrival-draws", args.arrival_draws)):
+            if value < 1:
+                raise SimserveError(f"{flag} must be at least 1, got {value}")
+        chosen = tuple(r for r in runs if (not keys or r.key in keys) and args.split in ("all", r.split))
+        if args.from_json:
+            wanted = {r.key for r in chosen}
+            results = [r for r in saved if r["key"] in wanted]
+        else:
+            opts = Options(args.samples, args.arrival_draws, not args.no_async_scheduling, args.run_timeout_s)
+            results = compare(chosen, opts)
+    except (SimserveError, pr.RunDataError, OSError, ValueError, KeyError) as exc:  # bad key, record or file
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    halves = ("fit", "report") if args.split == "all" else (args.split,)
+    cells = {half: report.cell_table(results, half) for half in halves}
+    for half in halves:
+        print(
+            f"\nmedian |error| per GPU x regime x metric, {half} half (runs in brackets; flagged runs left out)"
+        )
+        print(report.format_cells(cells[half]))
+    flagged = [r for r in results if r.get("flagged")]
+    if flagged:
+        print(f"\nflagged (not in the medians): {', '.join(r['key'] + ': ' + r['flagged'] for r in flagged)}")
+    disagree = report.disagreement_rows(runs, {r["key"]: r for r in results})
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        doc = {"runs": results, "cells": cells, "disagreements": disagree}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.markdown:
+        by_key = {r.key: r for r in runs}
+        text = report.runs_markdown(results, by_key) + "\n\n" + report.disagreements_markdown(disagree) + "\n"
+        args.markdown.write_text(text)
     return 0
 
 
