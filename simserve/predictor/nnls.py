@@ -65,8 +65,13 @@ def _active_set(a: list[list[float]], b: list[float]) -> list[float]:
                 c = z
                 break
             # Step from c toward z until the first free coefficient reaches zero, then fix it at zero.
-            alpha = min(c[j] / (c[j] - z[j]) for j in free if z[j] <= 0.0)
+            # NOTE: the coefficient that sets the step is fixed at exactly zero, as Lawson and Hanson do: the
+            # stepped value can be left a few ulps above it (7e-15 on a generated QwQ-32B profile), and each
+            # further pass then shrank it without ever reaching zero, until alpha underflowed and the loop
+            # spun forever. Fixing it guarantees one fewer free column per pass.
+            alpha, blocking = min((c[j] / (c[j] - z[j]), j) for j in free if z[j] <= 0.0)
             c = [c[j] + alpha * (z[j] - c[j]) for j in range(n)]
+            c[blocking] = 0.0
             free = [j for j in free if c[j] > 0.0]
             c = [c[j] if j in free else 0.0 for j in range(n)]
     return c
