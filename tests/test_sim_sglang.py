@@ -95,6 +95,7 @@ def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
     rep.enqueue(0)
     rep.admit_head(0.0, 1000)
     rep.complete_chunk(0, 1000, 0.0)
+    rep.sglang.running = [0]  # the running batch (sglang.merge_last_batch puts it there between steps)
     rep.kv.allocate(rep.kv.free - free)
     rep.enqueue(1)
     assert (choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
@@ -119,6 +120,7 @@ def decoding_replica(prompts, generated, output=100, waiting=0):
         rep.kv.allocate(extra)
         reqs.blocks[rid] += extra
     rep.kv.allocate(rep.kv.free)  # the rest of the pool (page-rounding slack) taken: no request can grow
+    rep.sglang.running = list(range(n))  # the running batch, in admission order
     for rid in range(n, n + waiting):
         rep.enqueue(rid)
     return rep
