@@ -10,14 +10,21 @@ SGLang does with it, reduced to what scheduling sees:
 - **Matching** (`match_prefix`): the longest cached run of pages from the root, at most `num_tokens - 1` tokens
   (`Req._compute_max_prefix_len`), page-aligned down. A match ending inside a node splits it there. Every node
   on the path gets the call's access time (the LRU clock).
-- **Inserting** (`_insert_cache`, from `checkpoint` and `release_kv_cache(checkpoint=True)`): a chunked request's
-  computed pages after each chunk, a finished request's pages when it finishes (its KV up to its last computed
+- **Inserting** (`UnifiedRadixCache.checkpoint_into_tree`, from `checkpoint_kv_cache` and
+  `release_kv_cache(checkpoint=True)`): a chunked request's computed pages after each chunk, a prefilled
+  request's when its prompt is done, a finished request's when it finishes (its KV up to its last computed
   token, page-aligned down). Pages the tree already held are the request's duplicates: they are freed; new ones
-  move to the tree. The request then locks the node its pages end at (`inc_lock_ref` up to the root).
+  move to the tree. Then its prompt alone is inserted again, which splits the path at the prompt's last whole
+  page and touches the prompt's nodes after the output's. The request then locks the node its pages end at.
+  (SGLang 0.5.23's server runs `UnifiedRadixCache` over its Rust tree core; this follows the Python twin,
+  mem_cache/unified_cache/unified_tree_core.py, which gave the same schedule where both were run.)
 - **Locking**: a node locked by a running request is protected; an unlocked one is evictable. SGLang's
   admission sees `available + evictable` as free (`PrefillBudget._available_and_evictable`), and so does `free`.
-- **Eviction** (`evict`): when an allocation finds too few free pages, the least recently accessed unlocked
-  leaves go first, whole nodes at a time; a parent left childless and unlocked joins the candidates.
+- **Eviction** (`evict`, `evict_for`): where SGLang calls `evict_from_tree_cache` (the sglang policy says
+  where), the least recently accessed unlocked leaves go first, whole nodes at a time, until enough tokens are
+  free; a parent left childless and unlocked joins the candidates.
+- **Refresh** (`touch`, `SchedulePolicy._touch_waiting_prefixes`): a waiting request's prefix matched and
+  touched, as a match does.
   NOTE: SGLang keeps its leaves in a set and breaks ties of access time by set order (object ids); simserve
   breaks them by node creation order, so runs are deterministic.
 - **Retraction** (`release_kv_cache(checkpoint=False)`): the request's own pages are freed and its lock released;

@@ -5,6 +5,16 @@ Design note. SGLang keeps a waiting queue and a running (decode) batch, and each
 can be formed, or else decodes the whole running batch: `prefill.schedule(budget) or decode.schedule()`.
 Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk` lets them ride along.
 
+  between  (`event_loop_normal`, `get_next_batch_to_run`) The last step's prefill batch, less the request left
+  steps    half-prefilled and the finished ones, joins the running batch at the start of the next step: after
+           its requests, or, when the running batch is empty, as the running batch itself. The running batch
+           carries `batch_is_full`; an empty one is replaced, so the flag it carried is lost — after any prefill
+           into an idle replica, and after every mixed step (which leaves an empty running batch behind). A
+           batch that shrinks (a request finished or left as the chunked one) clears it. The running batch's
+           own order (merges, and the retraction order after a retraction) breaks retraction ties, orders the
+           ignore_eos look ahead and the running offset's float sum, and is the order its finished requests
+           release their KV into the radix cache.
+
   prefill  (`Scheduler._get_new_batch_prefill_raw` + `PrefillAdder`, managers/schedule_policy.py)
            Nothing when the waiting queue is empty and no request is half-prefilled, or when the running
            batch is full (max_running_requests). Otherwise the half-prefilled ("chunked") request first, then
@@ -14,13 +24,16 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
              input   --max-prefill-tokens (16384);
              memory  free KV tokens minus what admitted and running requests are expected to still need:
                      a running request holds back min(max_new_tokens − output so far, 4096) × new_token_ratio
-                     (× 1 with ignore_eos), an admitted one its page-ceiled chunk + one page + (when it is not
-                     cut short) min(max_new_tokens, 4096). A request is admitted only if its prompt + remaining
-                     output + a page is strictly below what is left (`PrefillBudget.check_prefill`).
-                     ignore_eos requests without the radix cache take another path
-                     (`PrefillAdder.add_one_req_ignore_eos`): their page-ceiled prompt + a page must fit what is
-                     left now, and the pool must outlast every request's outputs as requests finish
-                     (`_outlasts`); a request longer than the chunk is cut to what is left of it, unfloored.
+                     (× 1 if it was sent with ignore_eos: per request), an admitted one its page-ceiled chunk +
+                     one page + (when it is not cut short) min(max_new_tokens, 4096). A request is admitted only
+                     if its prompt + remaining output + a page is strictly below what is left
+                     (`PrefillBudget.check_prefill`). ignore_eos requests without the radix cache take another
+                     path (`PrefillAdder.add_one_req_ignore_eos`): their page-ceiled prompt + a page must fit
+                     what is left now, and the pool must outlast every request's outputs as requests finish
+                     (`_outlasts`); a request longer than the chunk is cut to what is left of it, unfloored —
+                     so after a request without ignore_eos was cut to the page, one with it can be cut too:
+                     SGLang then keeps only the last as the chunked request, and the first runs on as if
+                     prefilled (a bug of the release, followed).
            With --enable-mixed-chunk each decode takes one token of the chunk and input budgets, and the
            decodes join the prefill batch when their next tokens fit in the KV pool.
   decode   (`Scheduler.update_running_batch`) Every running request, one token each. When the pool cannot
@@ -37,7 +50,11 @@ With --prefix-caching the pool is SGLang's radix cache (radix_cache.py): a waiti
 longest cached prefix computed, the chunked request publishes its computed pages each step, a finished one its
 KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
 prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
-tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching).
+tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching); the
+other orders refresh the first 128 waiting requests' prefixes every 32nd pass. Cached pages are evicted where
+SGLang evicts (`evict_from_tree_cache`): before a prefill's allocation (its tokens, and a page more per request
+on paged pools), before a decode step's check and allocation (a page per request), and for the others' next
+20 steps after each retraction.
 Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr). With
 `--dp-attention D` (SGLang's `--attn-dp-size`) each rank is a replica of its own with --chunked-prefill-size
 // D, --max-running-requests // D and the conservativeness × 0.3; the ranks step together (lockstep.py).

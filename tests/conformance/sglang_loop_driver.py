@@ -2,7 +2,8 @@
 
     .venv-sglang/bin/python tests/conformance/sglang_loop_driver.py < workload.json > steps.json
 
-Reads a workload (sglang_loop.make) as JSON on stdin and writes one record per scheduler step on stdout. The
+Reads a workload (sglang_loop.make) as JSON on stdin, or a list of them, and writes one record per scheduler
+step on stdout (a list of such lists for a list). The
 scheduler is SGLang's own `Scheduler` class, its state evolving on its own: the instance is made without its
 `__init__` (which builds the GPU worker) and given what its scheduling methods read — the waiting queue, the
 running and last batches, the chunked request, the `NewTokenRatioTracker`, its `SchedulePolicy`, the flags as
@@ -39,7 +40,7 @@ PER_REQUEST = ("prompt", "output", "arrive", "ignore_eos", "group", "shared")
 FLAGS = {
     "name": str, "kv_tokens": int, "page_size": int, "chunk": int, "max_running": int, "max_prefill_tokens": int,
     "mixed": bool, "conservativeness": float, "prefix_caching": bool, "schedule_policy": str,
-    "max_model_len": int,
+    "max_model_len": int, "overlap": bool,
 }  # fmt: skip
 POLICIES = ("fcfs", "lof", "lpm")
 
@@ -82,9 +83,7 @@ def check(w: dict) -> str | None:
 
 def build(w: dict):
     """SGLang's Scheduler over CPU pools, with the workload's flags (returns it and the module namespace)."""
-    import sglang_stubs
-
-    sglang_stubs.STUBBED.add("uvicorn")  # the HTTP server scheduler.py imports on the way
+    import sglang_stubs  # noqa: F401  (before any sglang import)
     import torch
     from sglang.srt.managers import scheduler as sm
     from sglang.srt.managers.schedule_policy import SchedulePolicy
@@ -185,7 +184,7 @@ class _NoDllm:  # not a diffusion LM
         return False
 
 
-def process_results(s, batch, tokens: list[int]) -> None:
+def process_results(s, batch, tokens: list[int], overlap: bool) -> None:
     """`process_batch_result_prefill` / `_decode`'s finish handling (scheduler_components/batch_result_processor.py,
     a generation batch without overlap, speculation, logprobs or grammar): a request computing its last prompt
     token (or decoding) commits its token and checks its finish state; finished, its KV is released into the
@@ -197,6 +196,8 @@ def process_results(s, batch, tokens: list[int]) -> None:
     alloc.free_group_begin()
     if batch.forward_mode.is_decode():
         for req, tok in zip(batch.reqs, tokens, strict=True):
+            if overlap and (req.finished() or req.is_retracted):
+                continue  # it finished (or was retracted) while this batch was in flight
             req.output_ids.extend([tok])
             req.update_finish_state(1)
             if req.finished():
@@ -219,15 +220,21 @@ def process_results(s, batch, tokens: list[int]) -> None:
 
 
 def run(w: dict) -> list[dict]:
-    """`event_loop_normal` over the workload: one record per turn of the loop (sglang_loop.py's format)."""
+    """`event_loop_normal` over the workload, or with `overlap` `event_loop_overlap` (the next batch is scheduled
+    before the last one's results are processed); one record per turn of the loop (sglang_loop.py's format)."""
     s, sm = build(w)
+    from collections import deque
+
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     streams = sglang_streams.token_streams(w)
-    n, nxt, steps, finished = len(w["prompt"]), 0, [], 0
+    n, nxt, steps, overlap = len(w["prompt"]), 0, [], w["overlap"]
+    done: set[str] = set()
     retracted: list[int] = []
     aborted: list[int] = []
+    s.result_queue = deque()  # (batch, result) pairs, as the overlap loop queues them
+    s.enable_overlap = s.enable_skip_finishing_decode = overlap
 
     def requeue(req, is_retracted=False):  # _add_request_to_queue without priorities, limits or prefetch
         if is_retracted:
@@ -236,9 +243,16 @@ def run(w: dict) -> list[dict]:
 
     def abort_output(_out, req):  # update_running_batch: retract_decode aborts the last request out of memory
         aborted.append(int(req.rid))
+        done.add(req.rid)
+
+    def pop_and_process():  # the model's result: each request's next token is the next of its stream
+        batch, _ = s.result_queue.popleft()
+        tokens = [streams[int(r.rid)][len(r.origin_input_ids) + len(r.output_ids)] for r in batch.reqs]
+        process_results(s, batch, tokens, overlap)
+        done.update(r.rid for r in batch.reqs if r.finished())
 
     s._add_request_to_queue, s.send_abort_output = requeue, abort_output
-    while finished < n:
+    while len(done) < n:
         while nxt < n and w["arrive"][nxt] <= len(steps):  # ingest_requests
             params = SamplingParams(max_new_tokens=w["output"][nxt], ignore_eos=w["ignore_eos"][nxt])
             params.normalize(None)
@@ -250,16 +264,19 @@ def run(w: dict) -> list[dict]:
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch, batch = plan.running_batch, plan.batch_to_run
         step = record(batch, waiting, w["prefix_caching"])
-        if batch is not None:
-            # the model: each request's next token is the next of its stream
-            tokens = [streams[int(r.rid)][len(r.origin_input_ids) + len(r.output_ids)] for r in batch.reqs]
-            before = sum(r.finished() for r in batch.reqs)
-            process_results(s, batch, tokens)
-            finished += sum(r.finished() for r in batch.reqs) - before
-        elif s.is_fully_idle():
+        disable = overlap and s.is_disable_overlap_for_batch(batch, last_batch=s.last_batch)
+        if disable:
+            pop_and_process()
+        if batch is not None:  # run_batch
+            s.result_queue.append((batch.copy() if overlap else batch, None))
+        if overlap and s.last_batch is not None:  # the last batch's results, after this one is launched
+            if not disable:
+                pop_and_process()
+        elif not overlap and batch is not None:
+            pop_and_process()
+        elif batch is None and s.is_fully_idle():
             s.new_token_ratio_tracker.reset()  # Scheduler.on_idle
         s.last_batch = batch
-        finished += len(aborted)
         step.update(
             retracted=list(retracted), aborted=sorted(aborted),
             chunked=None if s.chunked_req is None else int(s.chunked_req.rid),
@@ -291,12 +308,19 @@ def record(batch, waiting: set[int], prefix_caching: bool) -> dict:
 
 
 def main() -> None:
-    w = json.load(sys.stdin)
-    problem = check(w)
-    if problem:
-        sys.stderr.write(f"sglang_loop_driver: {problem}\n")
-        sys.exit(2)
-    json.dump(run(w), sys.stdout)
+    """One workload (a JSON object) or several (a list, run one after another in this process: SGLang's import
+    is paid once); every workload is checked before any runs."""
+    given = json.load(sys.stdin)
+    workloads = given if isinstance(given, list) else [given]
+    for w in workloads:
+        problem = check(w) if isinstance(w, dict) else "a workload is a JSON object"
+        if problem:
+            sys.stderr.write(
+                f"sglang_loop_driver: {w.get('name', '?') if isinstance(w, dict) else '?'}: {problem}\n"
+            )
+            sys.exit(2)
+    runs = [run(w) for w in workloads]
+    json.dump(runs if isinstance(given, list) else runs[0], sys.stdout)
 
 
 if __name__ == "__main__":
