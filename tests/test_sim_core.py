@@ -221,6 +221,8 @@ def sglang_cases(draw):
         ignore_eos=draw(st.sampled_from([False, False, True])),
         block_size=16,
     )
+    if draw(st.booleans()):  # per request: some sent with ignore_eos, some without (both admission paths)
+        case["ignore_eos"] = rng.random(n) < draw(st.sampled_from([0.2, 0.5, 0.8]))
     return case
 
 
@@ -237,8 +239,9 @@ def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case
 
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"]
-        )
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            ignore_eos=case.get("ignore_eos"),
+        )  # fmt: skip
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
@@ -274,7 +277,7 @@ def test_the_core_gives_the_reference_results_for_sglangs_radix_cache(monkeypatc
     def sim():
         return simulate(
             case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"],
+            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
         )  # fmt: skip
 
     ref = _run(monkeypatch, "reference", sim)
@@ -382,7 +385,7 @@ def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, m
     def sim():
         return simulate(
             case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"],
+            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
         )  # fmt: skip
 
     ref = _run(monkeypatch, "reference", sim)

@@ -81,6 +81,30 @@ def test_admission_reserves_running_requests_future_output():
     assert raw.replicas[0].state.kv.free == raw.replicas[0].state.kv.num_blocks  # every token returned
 
 
+def test_a_prefill_from_an_empty_running_batch_loses_its_full_flag():
+    # Three requests (100 + 500, no ignore_eos) at once into 1600 tokens. Step 0 admits two: each is checked
+    # with its whole output and reserves 100 + 1 + 500 = 601, so the third finds 1600 − 1202 = 398 left, not
+    # 601: out of room, batch_is_full. But the running batch was empty: at step 1 SGLang's event loop makes
+    # the prefill batch the running batch (get_next_batch_to_run), whose flag is False, and the third is
+    # checked again, now against the two counted at new_token_ratio 0.7 × 499 outputs to come each: 601 <
+    # 1600 − 200 − 698.6. It joins at step 1; before this was modelled it waited ~500 steps for one to finish.
+    raw, _ = run([100, 100, 100], [500, 500, 500], [0.0] * 3, blocks=100, max_model_len=4096, ignore_eos=False)
+    assert raw.reqs.scheduled.tolist() == [0.0, 0.0, 0.01]
+
+
+def test_a_mixed_step_loses_the_full_flag_of_its_running_batch():
+    # Request 0 (10 + 1000) decodes; 1, 2, 3 (100 + 500 each) arrive during step 0, into 2400 tokens with
+    # --enable-mixed-chunk. Step 1 is a mixed step: request 0's decode rides along, 1 and 2 are admitted
+    # (601 < 2390 − 700.3, then 601 < 2390 − 1301.3) and 3 is not (601 ≥ 2390 − 1902.3): batch_is_full. A
+    # mixed step replaces the running batch by an empty one that keeps the flag, and at step 2 the prefill batch
+    # (1, 2 and 0's decode) becomes the running batch with its own flag, False: request 3 is checked against
+    # the three at new_token_ratio 0.7 (601 < 2189 − 1400.2) and joins at step 2.
+    raw, res = run([10, 100, 100, 100], [1000, 500, 500, 500], [0.0, 0.005, 0.005, 0.005], blocks=150,
+                   max_model_len=4096, ignore_eos=False, enable_mixed_chunk=True)  # fmt: skip
+    assert raw.reqs.scheduled.tolist() == [0.0, 0.01, 0.01, 0.02]
+    assert steps(res)[:3] == [(10, 0), (200, 1), (100, 3)]
+
+
 @pytest.mark.parametrize("free, admitted", [(903, False), (904, True)])
 def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
     # SGLang's add_one_req_ignore_eos (ignore_eos, no radix cache). Request 0 runs (1000-token prompt, 1 of 201
@@ -95,6 +119,7 @@ def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
     rep.enqueue(0)
     rep.admit_head(0.0, 1000)
     rep.complete_chunk(0, 1000, 0.0)
+    rep.sglang.running = [0]  # the running batch (sglang.merge_last_batch puts it there between steps)
     rep.kv.allocate(rep.kv.free - free)
     rep.enqueue(1)
     assert (choose_prefill(rep, 0.0, None) == [(1, 500)]) == admitted
@@ -119,6 +144,7 @@ def decoding_replica(prompts, generated, output=100, waiting=0):
         rep.kv.allocate(extra)
         reqs.blocks[rid] += extra
     rep.kv.allocate(rep.kv.free)  # the rest of the pool (page-rounding slack) taken: no request can grow
+    rep.sglang.running = list(range(n))  # the running batch, in admission order
     for rid in range(n, n + waiting):
         rep.enqueue(rid)
     return rep
@@ -129,7 +155,10 @@ def test_retraction_takes_fewest_outputs_then_longest_prompt_and_requeues_at_the
     rep = decoding_replica([30, 50, 10, 40], [5, 3, 3, 9], waiting=1)
     free_before, held = rep.kv.free, int(rep.reqs.blocks[1])
     dec = _decode(rep)
-    assert dec.tolist() == [0, 2, 3] and list(rep.waiting) == [4, 1]  # to the back of the queue
+    assert sorted(dec.tolist()) == [0, 2, 3] and list(rep.waiting) == [4, 1]  # to the back of the queue
+    # the batch keeps the retraction order (ScheduleBatch.filter_batch(keep_indices=sorted_indices)): most
+    # outputs first; the decodes run in it, and it breaks the next retraction's ties
+    assert rep.sglang.running == dec.tolist() == [3, 0, 2]
     assert rep.reqs.blocks[1] == 0 and rep.reqs.computed[1] == 0 and rep.reqs.preemptions[1] == 1
     assert rep.kv.free == free_before + held - 3  # its KV freed, then one token for each of the three
     # new_token_ratio from those that stayed: (5 + 3 + 9 + 20·3) / (3·100 + 1)

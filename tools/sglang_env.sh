@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Build the virtual environment that holds SGLang 0.5.23's own scheduling code for the conformance test
-# (tests/conformance/test_sglang_conformance.py). Kept apart from simserve's environment, as vLLM's is
-# (tools/vllm_env.sh). SGLang goes in with --no-deps (its Requires-Dist pulls a CUDA torch and GPU kernels);
-# the CPU torch 2.13.0 that lies on this machine kind's disk stands in for its torch 2.14.1 (the admission code
-# does not touch a tensor). The packages below are what `sglang.srt.managers.schedule_policy` and
-# `schedule_batch` import on the way (found one at a time), also --no-deps; modules only a GPU server needs
-# (sgl_kernel, flashinfer, torchvision's ops, ...) are stubbed at import by tests/conformance/sglang_stubs.py,
-# and torchvision is installed only for its version metadata (transformers reads it). Pinned to the versions
-# the table in docs/engines.md was measured with (tools/sglang_env.constraints.txt, `pip freeze`).
+# Build the virtual environment that holds SGLang 0.5.23's own scheduling code for the conformance tests
+# (tests/conformance/test_sglang_loop.py, its scheduler closed loop; test_sglang_conformance.py, its admission
+# open loop). Kept apart from simserve's environment, as vLLM's is (tools/vllm_env.sh). SGLang goes in with
+# --no-deps (its Requires-Dist pulls a CUDA torch and GPU kernels); the CPU torch 2.13.0 that lies on this
+# machine kind's disk stands in for its torch 2.14.1 (the scheduler's batches and KV pools are small CPU
+# tensors there). The packages below are what `sglang.srt.managers.scheduler` imports on the way (found one at
+# a time), also --no-deps; modules only a GPU server needs (sgl_kernel, flashinfer, torchvision's ops, the
+# HTTP server, ...) are stubbed at import by tests/conformance/sglang_stubs.py, and torchvision is installed
+# only for its version metadata (transformers reads it). Pinned to the versions the tables in docs/engines.md
+# were measured with (tools/sglang_env.constraints.txt, `pip freeze`).
 # Usage: tools/sglang_env.sh [VENV_DIR]   (default: .venv-sglang in the repository root). About 2.4 GB.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -24,4 +25,5 @@ PIP=("$VENV/bin/pip" install -q --disable-pip-version-check -c "$HERE/sglang_env
 import sys; sys.path.insert(0, '$(dirname "$HERE")/tests/conformance')
 import sglang_stubs
 from sglang.srt.managers.schedule_policy import PrefillAdder
+from sglang.srt.managers.scheduler import Scheduler
 import sglang; print('sglang', sglang.__version__)"

@@ -311,8 +311,11 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     prefix: tuple[np.ndarray, np.ndarray] | None = None,
     conversation: np.ndarray | None = None,
+    ignore_eos: np.ndarray | None = None,
 ) -> RawRun:
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
+
+    `ignore_eos` (sglang): per request, whether it is sent with ignore_eos (default: `cfg.ignore_eos` for all).
 
     `conversation` (answer-driven conversations, conversation.py): per request, the position of the round it
     follows (-1: a first round); a follow-up then arrives its recorded gap after that round completes.
@@ -344,6 +347,8 @@ def simulate(
     if prefix is not None:  # (group, tokens on it) per request: which blocks prefix caching can share
         reqs.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
         reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
+    if ignore_eos is not None:
+        reqs.ignore_eos = np.asarray(ignore_eos, dtype=bool)[order]
     core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
         log, tbt, replicas, overloaded, end, stopped, capped, api = core_run.run(

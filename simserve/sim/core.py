@@ -402,11 +402,13 @@ class Rep:
     watermark: cython.longlong
     turn_prefill: cython.bint
     preemptions: cython.longlong
-    num_finished: cython.longlong  # requests finished here (sglang: a batch that lost one may admit again)
-    # sglang: its scheduler's state (sglang.SGLangScheduler): new_token_ratio and batch_is_full
+    # sglang: its scheduler's state (sglang.SGLangScheduler): new_token_ratio, the running batch (its requests in
+    # its own order, its batch_is_full) and the last step's prefill batch (a list, or None)
     sg_ratio: cython.double
     sg_full: cython.bint
-    sg_finished_seen: cython.longlong
+    sg_running: list
+    sg_last: object
+    sg_refresh_calls: cython.longlong  # SchedulePolicy._waiting_prefix_refresh_calls (radix cache)
     stale: set
     outstanding: cython.longlong
     # disaggregation (DisaggCore): requests resident here because of a KV transfer, counted as running — on a
@@ -458,10 +460,11 @@ class Rep:
         self.watermark = watermark
         self.turn_prefill = True
         self.preemptions = 0
-        self.num_finished = 0
         self.sg_ratio = 0.0
         self.sg_full = False
-        self.sg_finished_seen = 0
+        self.sg_running = []
+        self.sg_last = None
+        self.sg_refresh_calls = 0
         self.stale = set()
         self.outstanding = 0
         self.held = 0
@@ -546,7 +549,7 @@ class Core:
     # sglang (sglang.py; block_size is its page size there)
     sg_mixed: cython.bint  # --enable-mixed-chunk
     sg_lof: cython.bint  # --schedule-policy lof
-    sg_ignore_eos: cython.bint
+    sg_eos: cython.uchar[:]  # per request: SamplingParams.ignore_eos
     sg_max_prefill: cython.longlong  # --max-prefill-tokens
     sg_init: cython.double  # new_token_ratio's start, floor and decay per decode step
     sg_min: cython.double
@@ -555,6 +558,7 @@ class Core:
     sg_retract_steps: cython.longlong  # sglang.RETRACT_DECODE_STEPS
     sg_lpm: cython.bint  # --schedule-policy lpm (with the radix cache; fcfs without)
     sg_lpm_max: cython.longlong  # sglang.LPM_MAX_WAITING, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE
+    sg_refresh_every: cython.longlong  # sglang_admission.WAITING_REFRESH_INTERVAL
     sg_in_batch_check: cython.longlong
     sg_in_batch_dep: cython.longlong
     sg_eos_reserve: cython.longlong  # sglang.IGNORE_EOS_RESERVE_TOKENS
@@ -704,7 +708,8 @@ class Core:
         sg = p.get("sglang") or {}
         self.sg_mixed = sg.get("mixed", False)
         self.sg_lof = sg.get("lof", False)
-        self.sg_ignore_eos = sg.get("ignore_eos", True)
+        eos = arrays.get("ignore_eos")  # a workload's per-request ignore_eos, else the run's for all
+        self.sg_eos = eos if eos is not None else np.full(self.n, sg.get("ignore_eos", True), dtype=np.uint8)
         self.sg_max_prefill = sg.get("max_prefill", 0)
         self.sg_init = sg.get("init", 0.0)
         self.sg_min = sg.get("min", 0.0)
@@ -713,6 +718,7 @@ class Core:
         self.sg_retract_steps = sg.get("retract_steps", 0)
         self.sg_lpm = sg.get("lpm", False)
         self.sg_lpm_max = sg.get("lpm_max", 0)
+        self.sg_refresh_every = sg.get("refresh_every", 1)
         self.sg_in_batch_check = sg.get("in_batch_check", 0)
         self.sg_in_batch_dep = sg.get("in_batch_dep", 0)
         self.sg_eos_reserve = sg.get("eos_reserve", 0)
@@ -1297,7 +1303,7 @@ class Core:
                 return
         elif pol == P_SGLANG:  # a copy of rep.decoding (Scheduler.update_running_batch); the radix cache's
             # pages are its own allocator's: not stretched
-            if rep.radix is not None or dec != rep.decoding:
+            if rep.radix is not None or dec != rep.sg_running:
                 return
         elif dec is not rep.decoding or rep.cache is not None:
             return
@@ -1451,19 +1457,19 @@ class Core:
     @cython.cfunc
     @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, need=cython.longlong)
     def _sg_stretch_step(self, rep: Rep, nd: cython.Py_ssize_t) -> cython.bint:
-        """_sglang's step for a running batch of decodes only, nothing waiting or prefilling: _sg_choose
-        chooses nothing (its only effect the finished-count bookkeeping), then _sg_decode: when the pages
-        fit, new_token_ratio decays one step and the pages grow. False, changing nothing, when they do not
-        fit (retraction is the policy's own step)."""
+        """_sglang's step for a running batch of decodes only, nothing waiting or prefilling: the last batch
+        was this decode batch (nothing to merge) and none of its requests finished (nothing to filter), so
+        _sg_choose chooses nothing and changes nothing; then _sg_decode: when the pages fit,
+        new_token_ratio decays one step and the pages grow. False, changing nothing, when they do not fit
+        (retraction is the policy's own step) or when the running batch is not that batch."""
+        if rep.sg_last is not None or len(rep.sg_running) != nd:
+            return False
         need = 0
         for k in range(nd):
             if self._block_start(self.computed[self.ids[k]]):
                 need += 1
         if need > rep.free:
             return False
-        if rep.num_finished != rep.sg_finished_seen:  # _sg_choose
-            rep.sg_full = False
-            rep.sg_finished_seen = rep.num_finished
         rep.sg_ratio = max(rep.sg_ratio - self.sg_decay, self.sg_min)  # NewTokenRatioTracker.decay_step
         if need:  # _sg_grow
             for k in range(nd):
@@ -1696,7 +1702,6 @@ class Core:
         if self.policy == P_V1:
             rep.running.remove(rid)
         rep.outstanding -= 1
-        rep.num_finished += 1
         self._on_done(rid)
 
     # -- KV blocks (kvcache.BlockManager) -------------------------------------------------------------------
@@ -2229,13 +2234,46 @@ class Core:
     # -- sglang (sglang.py: its design note; the same steps in the same order) ------------------------------
     @cython.cfunc
     def _sglang(self, rep: Rep, now: cython.double) -> tuple:
+        self._sg_merge(rep)
         prefills: list = self._sg_prefill(rep, now)
         if prefills:
+            rep.sg_last = [item[0] for item in prefills]
             return prefills, (self._sg_mixed_decodes(rep) if self.sg_mixed else _NONE)
+        rep.sg_last = None
         decodes: list = self._sg_decode(rep)
         if not decodes and not rep.waiting and not rep.prefilling:
             rep.sg_ratio = self.sg_init  # Scheduler.on_idle: NewTokenRatioTracker.reset
         return _NONE, decodes
+
+    @cython.cfunc
+    def _sg_merge(self, rep: Rep) -> cython.void:
+        """sglang.merge_last_batch: the last prefill batch (less the chunked and finished requests) joins the
+        running batch, or becomes it (flag False) when it is empty; a batch that shrank clears the flag."""
+        rid: cython.longlong
+        chunked: cython.longlong
+        last: list
+        kept: list
+        if rep.sg_last is not None:
+            chunked = rep.prefilling[0] if rep.prefilling else -1
+            last = []
+            for rid in rep.sg_last:
+                if rid != chunked and self.status[rid] == RUNNING:
+                    last.append(rid)
+            if len(last) < len(rep.sg_last):
+                rep.sg_full = False
+            if last and rep.sg_running:
+                rep.sg_running += last
+            elif last:
+                rep.sg_running = last
+                rep.sg_full = False
+            rep.sg_last = None
+        kept = []
+        for rid in rep.sg_running:
+            if self.status[rid] == RUNNING:
+                kept.append(rid)
+        if len(kept) < len(rep.sg_running):
+            rep.sg_running = kept
+            rep.sg_full = False
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -2262,6 +2300,11 @@ class Core:
             self._sync_radix(rep)
         pending = []
         out = self._sg_choose(rep, now, pending)
+        if out:  # alloc_for_extend: evict for the extend, paged: a page more per request
+            extend = 0
+            for item in out:
+                extend += item[1]
+            rep.radix.evict_for(extend + (len(out) * self.block_size if self.block_size > 1 else 0))
         rep.radix.allocate(sum(pending))
         self._sync_radix(rep)
         return out
@@ -2311,7 +2354,6 @@ class Core:
         ext: cython.longlong
         rest: cython.longlong
         extend: cython.longlong
-        ratio: cython.double
         held: cython.double
         total_offset: cython.double
         current_offset: cython.double
@@ -2326,12 +2368,12 @@ class Core:
         fits: cython.bint
         # PrefillAdder.add_one_req: ignore_eos requests with the radix cache off go to add_one_req_ignore_eos,
         # whose req_states (`states`) are built at its first call of the step
-        eos_path: cython.bint = self.sg_ignore_eos and rep.radix is None
         states: object = None  # a list once built
-        running: list = rep.decoding
-        if rep.num_finished != rep.sg_finished_seen or not running:
+        cut_rid: cython.longlong
+        cut_n: cython.longlong
+        running: list = rep.sg_running
+        if not running:
             rep.sg_full = False
-            rep.sg_finished_seen = rep.num_finished
         if chunked < 0 and (rep.sg_full or not rep.waiting):
             return _NONE
         if chunked < 0 and len(running) >= self.max_batch:
@@ -2344,15 +2386,23 @@ class Core:
                 k += 1
             keyed.sort()
             rep.waiting = deque([item[2] for item in keyed])
-        elif self.sg_lpm and rep.radix is not None and len(rep.waiting) <= self.sg_lpm_max:
+        if self.sg_lpm and rep.radix is not None and len(rep.waiting) <= self.sg_lpm_max:
             self._sg_sort_lpm(rep)
+        elif rep.radix is not None and rep.waiting:  # sglang_admission.refresh_waiting_prefixes
+            rep.sg_refresh_calls += 1
+            if (rep.sg_refresh_calls - 1) % self.sg_refresh_every == 0:
+                head = list(rep.waiting)[: self.sg_lpm_max]
+                for rid in reversed(head):
+                    rep.radix.touch(rid, self._num_tokens(rid))
+                self._sync_radix(rep)
         mixed = len(running) if self.sg_mixed else 0
         rem_chunk = self.budget - mixed
         rem_input = self.sg_max_prefill - mixed
-        ratio = 1.0 if self.sg_ignore_eos else rep.sg_ratio
         held = 0.0
-        for rid in running:
-            held += min(self.output[rid] - self.generated[rid], self.sg_clip) * ratio
+        for rid in running:  # in the batch's order (the float sum's last bits)
+            held += min(self.output[rid] - self.generated[rid], self.sg_clip) * (
+                1.0 if self.sg_eos[rid] else rep.sg_ratio
+            )
         free = rep.free * page
         total_offset = mixed + held
         current_offset = mixed
@@ -2383,6 +2433,8 @@ class Core:
             rem_chunk -= ext
             rem_input -= ext
         self._drop_too_long(rep)
+        cut_rid = -1  # the request this loop cut short (sglang_admission: `cut`), and its tokens this step
+        cut_n = 0
         while rep.waiting:
             no_token = free - total_offset <= 0 or free - current_offset <= 0
             if not no_token and (rem_input <= 0 or rem_chunk <= 0):
@@ -2399,7 +2451,7 @@ class Core:
                 pinned = rep.radix.unlocked_pages(node) * page  # the check pins it: not evictable for it
                 extend -= hit * page
             n = extend
-            if eos_path:  # PrefillAdder.add_one_req_ignore_eos
+            if self.sg_eos[rid] and rep.radix is None:  # PrefillAdder.add_one_req_ignore_eos
                 paged = self._pages(extend) * page + page
                 fits = paged <= min(free - current_offset, free - total_offset)
                 if fits:
@@ -2433,6 +2485,11 @@ class Core:
                 pending.append(self._pages(n))
                 self._sync_radix(rep)
                 free = rep.free * page  # available + evictable: only the lock changed it (nothing allocated)
+            if n < extend:  # cut short; an earlier one cut this step runs on as if prefilled (SGLang's bug)
+                if cut_rid >= 0:
+                    self.target[cut_rid] = self.computed[cut_rid] + cut_n
+                cut_rid = rid
+                cut_n = n
             out.append((rid, n))
             ext = self._pages(n) * page
             total_offset += ext + page + rest
@@ -2446,9 +2503,11 @@ class Core:
         return out
 
     @cython.cfunc
-    def _sg_eos_state(self, rid: cython.longlong) -> object:
+    def _sg_eos_state(self, rep: Rep, rid: cython.longlong) -> object:
         """sglang._eos_state: (outputs to come, prompt + outputs so far), or None when nothing is left."""
-        left: cython.longlong = self.output[rid] - self.generated[rid]
+        left: cython.double = cython.cast(cython.double, self.output[rid]) * (
+            1.0 if self.sg_eos[rid] else rep.sg_ratio
+        ) - self.generated[rid]
         if left <= 0:
             return None
         return (left, self.prompt[rid] + self.generated[rid])
@@ -2464,16 +2523,16 @@ class Core:
         state: object
         ids: list
         if states is None:
-            ids = [rid] + list(rep.decoding) + [item[0] for item in out]
+            ids = [rid] + rep.sg_running + [item[0] for item in out]
             keyed = []
             for x in ids:
-                state = self._sg_eos_state(x)
+                state = self._sg_eos_state(rep, x)
                 if state is not None:
                     keyed.append((state[0], k, state))
                     k += 1
             keyed.sort()  # by outputs to come, then the order above: a stable sort
             return [item[2] for item in keyed]
-        state = self._sg_eos_state(rid)
+        state = self._sg_eos_state(rep, rid)
         if state is not None:
             for i in range(len(states)):  # NOTE: i stays at the last index when none is >= (as in SGLang)
                 if state[0] <= states[i][0]:
@@ -2485,7 +2544,7 @@ class Core:
     def _sg_outlasts(self, states: list, left_now: cython.double) -> cython.bint:
         """sglang._outlasts: in finishing order, the pool keeps more than the reserve per request running."""
         freed: cython.longlong = 0
-        left: cython.longlong
+        left: cython.double
         alive: cython.longlong
         i: cython.Py_ssize_t
         m: cython.Py_ssize_t = len(states)
@@ -2508,14 +2567,30 @@ class Core:
         return need
 
     @cython.cfunc
+    def _sg_room(self, rep: Rep, tokens: cython.longlong) -> cython.void:
+        """sglang._room: with the radix cache, evict until `tokens` are free."""
+        if rep.radix is not None:
+            rep.radix.evict_for(tokens)
+            self._sync_radix(rep)
+
+    @cython.cfunc
+    def _sg_fits(self, rep: Rep, ids: list) -> cython.bint:
+        """sglang._fits: ScheduleBatch.check_decode_mem (evicting for the pages first)."""
+        need: cython.longlong = self._sg_decode_pages(ids)
+        self._sg_room(rep, need * self.block_size)
+        return need <= rep.free
+
+    @cython.cfunc
     def _sg_mixed_decodes(self, rep: Rep) -> list:
-        need: cython.longlong
-        if not rep.decoding:
+        """sglang._mixed_decodes: joined, the running batch's requests follow the prefill's in the batch and
+        the running batch is replaced by an empty one that keeps the flag."""
+        dec: list
+        if not rep.sg_running or not self._sg_fits(rep, rep.sg_running):
             return _NONE
-        need = self._sg_decode_pages(rep.decoding)
-        if need > rep.free:
-            return _NONE
-        return self._sg_grow(rep, list(rep.decoding), need)
+        dec = self._sg_grow(rep, list(rep.sg_running))
+        rep.sg_last += rep.sg_running
+        rep.sg_running = []
+        return dec
 
     @cython.cfunc
     def _sg_decode(self, rep: Rep) -> list:
@@ -2524,25 +2599,28 @@ class Core:
         decoded: cython.longlong = 0
         wanted: cython.longlong = 0
         first: cython.bint = True
-        keep: list = list(rep.decoding)
-        if not keep:
+        keep: list
+        keyed: list
+        if not rep.sg_running:
             return _NONE
-        if self._sg_decode_pages(keep) <= rep.free:
+        if self._sg_fits(rep, rep.sg_running):
             rep.sg_ratio = max(rep.sg_ratio - self.sg_decay, self.sg_min)  # NewTokenRatioTracker.decay_step
-            return self._sg_grow(rep, keep, self._sg_decode_pages(keep))
-        # the retraction order: most output so far first, then the shortest prompt, then id (the reference's
-        # stable reverse sort of the id-ordered list); retract from the end
-        keyed: list = [(-self.generated[rid], self.prompt[rid], rid) for rid in keep]
+            return self._sg_grow(rep, list(rep.sg_running))
+        # the retraction order: most output so far first, then the shortest prompt, then the batch's own order
+        # (the reference's stable reverse sort); retract from the end; the batch keeps that order after
+        keyed = [(-self.generated[rid], self.prompt[rid], k, rid) for k, rid in enumerate(rep.sg_running)]
         keyed.sort()
-        keep = [item[2] for item in keyed]
-        while first or self._sg_decode_pages(keep) > rep.free:
+        keep = [item[3] for item in keyed]
+        while first or not self._sg_fits(rep, keep):
             if len(keep) == 1:
                 break
             first = False
             self._preempt(rep, keep.pop(), True)
+            self._sg_room(rep, len(keep) * self.sg_retract_steps)  # release_req
         rep.sg_full = False
-        if self._sg_decode_pages(keep) > rep.free:
+        if not self._sg_fits(rep, keep):
             self._abort(rep, keep.pop())
+        rep.sg_running = keep
         for rid in keep:
             decoded += self.generated[rid]
             wanted += self.output[rid]
@@ -2551,13 +2629,18 @@ class Core:
             cython.cast(cython.double, decoded + self.sg_retract_steps * len(keep))
             / cython.cast(cython.double, wanted + 1),
         )
-        keep.sort()
-        return self._sg_grow(rep, keep, self._sg_decode_pages(keep))
+        return self._sg_grow(rep, list(keep))
 
     @cython.cfunc
-    def _sg_grow(self, rep: Rep, ids: list, need: cython.longlong) -> list:
-        """Allocate the decode step's new pages; returns the ids as the batch's decodes."""
+    def _sg_grow(self, rep: Rep, ids: list) -> list:
+        """sglang._grow: evict for a page per request, allocate the step's new pages; returns the ids (the
+        batch's order) as the batch's decodes."""
         rid: cython.longlong
+        need: cython.longlong
+        if not ids:
+            return ids
+        self._sg_room(rep, len(ids) * self.block_size)
+        need = self._sg_decode_pages(ids)
         if need:
             for rid in ids:
                 if self._block_start(self.computed[rid]):

@@ -292,6 +292,8 @@ def request_views(reqs: Requests) -> dict:
     arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
     arrays["prefix_group"] = memoryview(reqs.prefix_group)
     arrays["prefix_tokens"] = memoryview(reqs.prefix_tokens)
+    if reqs.ignore_eos is not None:  # sglang: a workload's per-request ignore_eos (else the run's, in params)
+        arrays["ignore_eos"] = memoryview(np.ascontiguousarray(reqs.ignore_eos, dtype=np.uint8))
     arrays["routed"] = memoryview(np.zeros(reqs.n, dtype=np.int64))  # ids in routing order, as the core routes them
     return arrays
 
@@ -325,6 +327,7 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
             retract_steps=sglang.RETRACT_DECODE_STEPS,
             lpm=cfg.schedule_policy == "lpm",
             lpm_max=sglang_admission.LPM_MAX_WAITING,
+            refresh_every=sglang_admission.WAITING_REFRESH_INTERVAL,
             in_batch_check=sglang_admission.IN_BATCH_CHECK,
             in_batch_dep=sglang_admission.IN_BATCH_DEPRIORITIZE,
             eos_reserve=sglang_admission.IGNORE_EOS_RESERVE_TOKENS,

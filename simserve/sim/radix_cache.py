@@ -10,14 +10,21 @@ SGLang does with it, reduced to what scheduling sees:
 - **Matching** (`match_prefix`): the longest cached run of pages from the root, at most `num_tokens - 1` tokens
   (`Req._compute_max_prefix_len`), page-aligned down. A match ending inside a node splits it there. Every node
   on the path gets the call's access time (the LRU clock).
-- **Inserting** (`_insert_cache`, from `checkpoint` and `release_kv_cache(checkpoint=True)`): a chunked request's
-  computed pages after each chunk, a finished request's pages when it finishes (its KV up to its last computed
+- **Inserting** (`UnifiedRadixCache.checkpoint_into_tree`, from `checkpoint_kv_cache` and
+  `release_kv_cache(checkpoint=True)`): a chunked request's computed pages after each chunk, a prefilled
+  request's when its prompt is done, a finished request's when it finishes (its KV up to its last computed
   token, page-aligned down). Pages the tree already held are the request's duplicates: they are freed; new ones
-  move to the tree. The request then locks the node its pages end at (`inc_lock_ref` up to the root).
+  move to the tree. Then its prompt alone is inserted again, which splits the path at the prompt's last whole
+  page and touches the prompt's nodes after the output's. The request then locks the node its pages end at.
+  (SGLang 0.5.23's server runs `UnifiedRadixCache` over its Rust tree core; this follows the Python twin,
+  mem_cache/unified_cache/unified_tree_core.py, which gave the same schedule where both were run.)
 - **Locking**: a node locked by a running request is protected; an unlocked one is evictable. SGLang's
   admission sees `available + evictable` as free (`PrefillBudget._available_and_evictable`), and so does `free`.
-- **Eviction** (`evict`): when an allocation finds too few free pages, the least recently accessed unlocked
-  leaves go first, whole nodes at a time; a parent left childless and unlocked joins the candidates.
+- **Eviction** (`evict`, `evict_for`): where SGLang calls `evict_from_tree_cache` (the sglang policy says
+  where), the least recently accessed unlocked leaves go first, whole nodes at a time, until enough tokens are
+  free; a parent left childless and unlocked joins the candidates.
+- **Refresh** (`touch`, `SchedulePolicy._touch_waiting_prefixes`): a waiting request's prefix matched and
+  touched, as a match does.
   NOTE: SGLang keeps its leaves in a set and breaks ties of access time by set order (object ids); simserve
   breaks them by node creation order, so runs are deterministic.
 - **Retraction** (`release_kv_cache(checkpoint=False)`): the request's own pages are freed and its lock released;
@@ -93,6 +100,13 @@ class RadixCache:
             raise RuntimeError(f"allocating {pages} pages with {self.available} free")
         self.available -= pages
 
+    def evict_for(self, tokens: int) -> None:
+        """`evict_from_tree_cache` / `evict_to_free_tokens`: evict until `tokens` are free (the allocator counts
+        tokens, so the shortfall is page-ceiled)."""
+        short = tokens - self.available * self.page
+        if short > 0:
+            self.evict(-(-short // self.page))
+
     def release(self, pages: int) -> None:
         self.available += pages
 
@@ -165,6 +179,11 @@ class RadixCache:
     def match(self, rid: int, num_tokens: int) -> tuple[int, _Node]:
         """`match_prefix` for a request of num_tokens tokens: (cached pages, the node they end at)."""
         return self._walk(rid, max(num_tokens - 1, 0) // self.page, next(self._clock))
+
+    def touch(self, rid: int, num_tokens: int) -> None:
+        """`touch_prefix` (a waiting request's refresh): `match_prefix` over all its tokens, page-aligned down —
+        the same walk, splits and access times — its result unused."""
+        self._walk(rid, num_tokens // self.page, next(self._clock))
 
     def insert(self, rid: int, pages: int) -> int:
         """`insert` of the request's first `pages` pages; returns how many the tree already held."""
@@ -245,20 +264,34 @@ class RadixCache:
             self.hits += hit
 
     def checkpoint(self, rid: int, computed: int) -> None:
-        """`RadixCache.checkpoint`: publish the request's computed pages; its duplicates are freed, and it
-        locks the node they end at instead of the one it held."""
+        """`UnifiedRadixCache.checkpoint_into_tree`: publish the request's computed pages (its duplicates are
+        freed), then insert its prompt alone again, which splits the path at the prompt's last whole page ("so
+        eviction can drop the output KV without the prompt") and makes the prompt's nodes the more recently
+        used; the request then locks the node its pages end at instead of the one it held. Every call walks
+        and touches the path, even one that adds no page."""
         pages = computed // self.page
-        held = self.protected_pages[rid]
-        if pages <= held:
+        if pages == 0:
             return
+        held = self.protected_pages[rid]
         already = self.insert(rid, pages)
         if already > held:  # the tree had these pages from another request: free this request's copies
             self.available += already - held
-        node = self.match(rid, pages * self.page + 1)[1]
+        prompt = int(self.reqs.prompt[rid]) // self.page
+        if 0 < prompt < pages:
+            self._walk(rid, prompt, next(self._clock))
+        node = self._find(rid, pages)
         self.dec_lock(self.lock[rid])
         self.inc_lock(node)
         self.lock[rid] = node
         self.protected_pages[rid] = pages
+
+    def _find(self, rid: int, pages: int) -> _Node:
+        """The node the request's first `pages` pages end at (they are in the tree, ending at a node)."""
+        node, d = self.root, 0
+        while d < pages:
+            node = node.children[self._first_stream(rid, d)]
+            d = node.end
+        return node
 
     def finish(self, rid: int) -> None:
         """`release_kv_cache(checkpoint=True)`: insert, free the rest of its own pages, unlock."""

@@ -46,6 +46,8 @@ class Requests:
         self.prefix_group = np.full(n, -1, dtype=np.int64)
         self.prefix_tokens = np.zeros(n, dtype=np.int64)
         self.cached_tokens = np.zeros(n, dtype=np.int64)
+        # sglang: per request, whether the client sent ignore_eos (None: the run's --ignore-eos for all)
+        self.ignore_eos: np.ndarray | None = None
 
     def num_tokens(self, rid: int) -> int:
         return int(self.prompt[rid] + self.generated[rid])

@@ -5,6 +5,16 @@ Design note. SGLang keeps a waiting queue and a running (decode) batch, and each
 can be formed, or else decodes the whole running batch: `prefill.schedule(budget) or decode.schedule()`.
 Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk` lets them ride along.
 
+  between  (`event_loop_normal`, `get_next_batch_to_run`) The last step's prefill batch, less the request left
+  steps    half-prefilled and the finished ones, joins the running batch at the start of the next step: after
+           its requests, or, when the running batch is empty, as the running batch itself. The running batch
+           carries `batch_is_full`; an empty one is replaced, so the flag it carried is lost — after any prefill
+           into an idle replica, and after every mixed step (which leaves an empty running batch behind). A
+           batch that shrinks (a request finished or left as the chunked one) clears it. The running batch's
+           own order (merges, and the retraction order after a retraction) breaks retraction ties, orders the
+           ignore_eos look ahead and the running offset's float sum, and is the order its finished requests
+           release their KV into the radix cache.
+
   prefill  (`Scheduler._get_new_batch_prefill_raw` + `PrefillAdder`, managers/schedule_policy.py)
            Nothing when the waiting queue is empty and no request is half-prefilled, or when the running
            batch is full (max_running_requests). Otherwise the half-prefilled ("chunked") request first, then
@@ -14,13 +24,16 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
              input   --max-prefill-tokens (16384);
              memory  free KV tokens minus what admitted and running requests are expected to still need:
                      a running request holds back min(max_new_tokens − output so far, 4096) × new_token_ratio
-                     (× 1 with ignore_eos), an admitted one its page-ceiled chunk + one page + (when it is not
-                     cut short) min(max_new_tokens, 4096). A request is admitted only if its prompt + remaining
-                     output + a page is strictly below what is left (`PrefillBudget.check_prefill`).
-                     ignore_eos requests without the radix cache take another path
-                     (`PrefillAdder.add_one_req_ignore_eos`): their page-ceiled prompt + a page must fit what is
-                     left now, and the pool must outlast every request's outputs as requests finish
-                     (`_outlasts`); a request longer than the chunk is cut to what is left of it, unfloored.
+                     (× 1 if it was sent with ignore_eos: per request), an admitted one its page-ceiled chunk +
+                     one page + (when it is not cut short) min(max_new_tokens, 4096). A request is admitted only
+                     if its prompt + remaining output + a page is strictly below what is left
+                     (`PrefillBudget.check_prefill`). ignore_eos requests without the radix cache take another
+                     path (`PrefillAdder.add_one_req_ignore_eos`): their page-ceiled prompt + a page must fit
+                     what is left now, and the pool must outlast every request's outputs as requests finish
+                     (`_outlasts`); a request longer than the chunk is cut to what is left of it, unfloored —
+                     so after a request without ignore_eos was cut to the page, one with it can be cut too:
+                     SGLang then keeps only the last as the chunked request, and the first runs on as if
+                     prefilled (a bug of the release, followed).
            With --enable-mixed-chunk each decode takes one token of the chunk and input budgets, and the
            decodes join the prefill batch when their next tokens fit in the KV pool.
   decode   (`Scheduler.update_running_batch`) Every running request, one token each. When the pool cannot
@@ -37,7 +50,11 @@ With --prefix-caching the pool is SGLang's radix cache (radix_cache.py): a waiti
 longest cached prefix computed, the chunked request publishes its computed pages each step, a finished one its
 KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
 prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
-tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching).
+tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching); the
+other orders refresh the first 128 waiting requests' prefixes every 32nd pass. Cached pages are evicted where
+SGLang evicts (`evict_from_tree_cache`): before a prefill's allocation (its tokens, and a page more per request
+on paged pools), before a decode step's check and allocation (a page per request), and for the others' next
+20 steps after each retraction.
 Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr). With
 `--dp-attention D` (SGLang's `--attn-dp-size`) each rank is a replica of its own with --chunked-prefill-size
 // D, --max-running-requests // D and the conservativeness × 0.3; the ranks step together (lockstep.py).
@@ -54,6 +71,7 @@ import numpy as np
 from simserve.errors import SimserveError
 from simserve.sim.kvcache import BlockManager
 from simserve.sim.radix_cache import RadixCache
+from simserve.sim.request import RUNNING
 from simserve.sim.sglang_admission import choose_prefill
 from simserve.sim.state import ReplicaState
 
@@ -77,17 +95,23 @@ def default_max_running_requests(pool_tokens: int, context_len: int) -> int:
 
 
 class SGLangScheduler:
-    """What SGLang's scheduler keeps between steps beyond the queues: new_token_ratio (NewTokenRatioTracker)."""
+    """What SGLang's scheduler keeps between steps beyond the waiting queue: new_token_ratio
+    (NewTokenRatioTracker), its running batch (`running`: the requests in the batch's own order, which merges
+    and retractions set; `full`: the batch's batch_is_full flag) and the last step's batch when it was a prefill
+    (`last`: its requests, merged into the running batch at the next step; None after a decode step)."""
 
-    __slots__ = ("init", "min", "decay", "ratio", "full", "finished_seen")
+    __slots__ = ("init", "min", "decay", "ratio", "full", "running", "last", "eos", "refresh_calls")
 
     def __init__(self, conservativeness: float):
         self.init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
         self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
         self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.ratio = self.init
-        self.full = False  # ScheduleBatch.batch_is_full
-        self.finished_seen = 0  # ReplicaState.num_finished when `full` was last looked at
+        self.full = False  # ScheduleBatch.batch_is_full of the running batch
+        self.running: list[int] = []
+        self.last: list[int] | None = None
+        self.eos: np.ndarray = np.zeros(0, dtype=bool)  # per request: SamplingParams.ignore_eos
+        self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls (the radix cache's LRU refresh)
 
 
 def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
@@ -145,16 +169,46 @@ def setup(rep: ReplicaState) -> None:
         rep.budget = cfg.token_budget() // cfg.dp_attention
         conservativeness *= DP_ATTENTION_CONSERVATIVENESS
     rep.sglang = SGLangScheduler(conservativeness)
+    eos = rep.reqs.ignore_eos  # a workload's per-request ignore_eos, else --ignore-eos for all
+    rep.sglang.eos = eos if eos is not None else np.full(rep.reqs.n, cfg.ignore_eos)
 
 
 def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """One turn of `Scheduler.event_loop_normal`: `get_next_batch_to_run`, a prefill batch if one can be
+    formed, else the running batch's decode step."""
+    s = rep.sglang
+    merge_last_batch(rep)
     prefills = _prefill(rep, now)
     if prefills:
+        s.last = [rid for rid, _ in prefills]  # ScheduleBatch.init_new(can_run_list): the chunked one first
         return prefills, _mixed_decodes(rep) if rep.cfg.enable_mixed_chunk else _NONE
+    s.last = None  # a decode batch (or none) is not merged next step
     decodes = _decode(rep)
     if not len(decodes) and not rep.waiting and not rep.prefilling:
-        rep.sglang.ratio = rep.sglang.init  # Scheduler.on_idle: NewTokenRatioTracker.reset
+        s.ratio = s.init  # Scheduler.on_idle (is_fully_idle): NewTokenRatioTracker.reset
     return [], decodes
+
+
+def merge_last_batch(rep: ReplicaState) -> None:
+    """`get_next_batch_to_run`'s start: the last prefill batch, less the half-prefilled request and the
+    finished ones, joins the running batch — appended to it, or, when the running batch is empty, BECOMING it,
+    with the prefill batch's own batch_is_full (False): the flag an empty running batch carried is lost (after
+    a mixed step the running batch is an empty one, and so is it before any prefill into an idle replica).
+    Either batch shrinking (a request finished, or left as the chunked one) clears the flag."""
+    s, status = rep.sglang, rep.reqs.status
+    if s.last is not None:
+        chunked = rep.prefilling[0] if rep.prefilling else -1
+        last = [rid for rid in s.last if rid != chunked and status[rid] == RUNNING]
+        if len(last) < len(s.last):
+            s.full = False
+        if last and s.running:
+            s.running += last  # ScheduleBatch.merge_batch: the running batch's requests, then the new ones
+        elif last:
+            s.running, s.full = last, False
+        s.last = None
+    kept = [rid for rid in s.running if status[rid] == RUNNING]  # running_batch.filter_batch()
+    if len(kept) < len(s.running):
+        s.running, s.full = kept, False
 
 
 def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
@@ -168,8 +222,25 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
     # and allocates after (prepare_for_extend): one admission's allocation cannot evict what a later one matched
     pending: list[int] = []  # pages to allocate
     out = choose_prefill(rep, now, pending)
+    if out:  # mem_cache/allocation.py alloc_for_extend: evict for the extend, paged: a page more per request
+        page = rep.block_size
+        radix.evict_for(sum(n for _, n in out) + (len(out) * page if page > 1 else 0))
     radix.allocate(sum(pending))
     return out
+
+
+def _room(rep: ReplicaState, tokens: int) -> None:
+    """`evict_from_tree_cache` (mem_cache/common.py) before SGLang checks or allocates `tokens`: with the radix
+    cache, unlocked cached pages are evicted, least recently used first, until that many tokens are free."""
+    if rep.radix is not None:
+        rep.radix.evict_for(tokens)
+
+
+def _fits(rep: ReplicaState, ids) -> bool:
+    """ScheduleBatch.check_decode_mem: the next decode step's pages fit (after evicting for them)."""
+    need = _decode_pages(rep, ids)
+    _room(rep, need * rep.block_size)
+    return need <= rep.kv.free
 
 
 def _decode_pages(rep: ReplicaState, ids) -> int:
@@ -180,49 +251,57 @@ def _decode_pages(rep: ReplicaState, ids) -> int:
 
 def _mixed_decodes(rep: ReplicaState) -> np.ndarray:
     """--enable-mixed-chunk: the running batch joins the prefill batch if its next tokens fit (otherwise it
-    sits this step out; a mixed step never retracts)."""
-    running = rep.decoding
-    if not running:
+    sits this step out; a mixed step never retracts). Joined, its requests are the prefill batch's, after the
+    prefill's own (`mix_with_running`), and the running batch is replaced by an empty one that keeps the flag."""
+    s = rep.sglang
+    if not s.running or not _fits(rep, s.running):
         return _NONE
-    need = _decode_pages(rep, running)
-    if need > rep.kv.free:
-        return _NONE
-    return _grow(rep, list(running), need)
+    dec = _grow(rep, s.running)
+    s.last += s.running
+    s.running = []
+    return dec
 
 
 def _decode(rep: ReplicaState) -> np.ndarray:
     """Scheduler.update_running_batch: decode every running request, retracting when the pool is short."""
-    keep = list(rep.decoding)
-    if not keep:
-        return _NONE
     s, r = rep.sglang, rep.reqs
-    if _decode_pages(rep, keep) <= rep.kv.free:
+    if not s.running:
+        return _NONE
+    if _fits(rep, s.running):
         s.ratio = max(s.ratio - s.decay, s.min)  # NewTokenRatioTracker.decay_step
-        return _grow(rep, keep, _decode_pages(rep, keep))
-    # ScheduleBatch._get_decode_retraction_order: keep most (output so far, −prompt) first, retract from the
-    # end. NOTE: ties fall to request id order (SGLang: the running batch's order, i.e. admission order).
-    keep.sort(key=lambda i: (int(r.generated[i]), -int(r.prompt[i])), reverse=True)
+        return _grow(rep, s.running)
+    # ScheduleBatch._get_decode_retraction_order: keep most (output so far, −prompt) first — a stable sort of
+    # the batch in its own order — and retract from the end; the batch keeps that order after
+    # (filter_batch(keep_indices=sorted_indices)).
+    keep = sorted(s.running, key=lambda i: (int(r.generated[i]), -int(r.prompt[i])), reverse=True)
     first = True
-    while first or _decode_pages(rep, keep) > rep.kv.free:
+    while first or not _fits(rep, keep):
         if len(keep) == 1:
             break  # always keep one
         first = False
         rep.preempt(keep.pop(), to_back=True)
+        _room(rep, len(keep) * RETRACT_DECODE_STEPS)  # release_req: room for the others' next steps
     s.full = False  # the batch shrank
-    if _decode_pages(rep, keep) > rep.kv.free:
+    if not _fits(rep, keep):
         # Even one request cannot grow: SGLang aborts it ("Out of memory even after retracting ...").
         rep.abort(keep.pop())
+    s.running = keep
     # NewTokenRatioTracker.estimate_new_token_ratio_after_retract over the requests that stayed
     decoded = sum(int(r.generated[i]) for i in keep)
     wanted = sum(int(r.output[i]) for i in keep)
     s.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (wanted + 1))
-    keep.sort()
-    return _grow(rep, keep, _decode_pages(rep, keep))
+    return _grow(rep, keep)
 
 
-def _grow(rep: ReplicaState, ids: list[int], need: int) -> np.ndarray:
-    """Allocate the decode step's new pages; returns the ids as the batch's decodes."""
+def _grow(rep: ReplicaState, ids: list[int]) -> np.ndarray:
+    """ScheduleBatch.prepare_for_decode: evict for a page per request (alloc_for_decode's estimate), allocate the
+    step's new pages; returns the ids as the batch's decodes, in the batch's order (the order its finished
+    requests release their KV into the radix cache: it decides the LRU order of what they leave there)."""
     dec = np.array(ids, dtype=np.int64)
+    if not len(dec):
+        return dec
+    _room(rep, len(dec) * rep.block_size)
+    need = _decode_pages(rep, dec)
     if need:
         full = rep.reqs.computed[dec] % rep.block_size == 0
         rep.kv.allocate(need)

@@ -9,6 +9,8 @@ decode step, retraction and new_token_ratio stay in sglang.py, whose design note
 
 from __future__ import annotations
 
+import itertools
+
 from simserve.sim.state import ReplicaState
 
 # managers/schedule_policy.py: CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
@@ -18,6 +20,9 @@ IGNORE_EOS_RESERVE_TOKENS = 1
 # managers/schedule_policy.py: WAITING_QUEUE_PREFIX_MATCH_MAX, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
 # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD (env defaults)
 LPM_MAX_WAITING = 128
+# managers/schedule_policy.py: WAITING_PREFIX_REFRESH_INTERVAL (scheduling passes between refreshes of the waiting
+# requests' prefixes; srt/environ.py SGLANG_ENABLE_WAITING_PREFIX_REFRESH, on by default)
+WAITING_REFRESH_INTERVAL = 32
 IN_BATCH_CHECK = 32
 IN_BATCH_DEPRIORITIZE = 32
 
@@ -30,11 +35,11 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
     cfg, r, page, s = rep.cfg, rep.reqs, rep.block_size, rep.sglang
     radix = rep.radix
     chunked = rep.prefilling[0] if rep.prefilling else -1  # at most one: only the last admitted is cut short
-    running = rep.decoding
-    # ScheduleBatch.batch_is_full: set when admission ran out of room, cleared when a request leaves the batch
-    if rep.num_finished != s.finished_seen or not running:
+    running = s.running  # the running batch, in its own order (sglang.merge_last_batch)
+    # ScheduleBatch.batch_is_full: set when admission runs out of room, cleared when a request leaves the batch
+    # (sglang.merge_last_batch) and here when the batch is empty
+    if not running:
         s.full = False
-        s.finished_seen = rep.num_finished
     if chunked < 0 and (s.full or not rep.waiting):
         return []
     if chunked < 0 and len(running) >= rep.max_batch:  # get_num_allocatable_reqs <= 0
@@ -42,15 +47,17 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
         return []
     if cfg.schedule_policy == "lof":  # SchedulePolicy._sort_by_longest_output: max_new_tokens, descending
         rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=lambda i: -int(r.output[i])))
-    elif cfg.schedule_policy == "lpm" and radix is not None and len(rep.waiting) <= LPM_MAX_WAITING:
+    if cfg.schedule_policy == "lpm" and radix is not None and len(rep.waiting) <= LPM_MAX_WAITING:
         sort_by_longest_prefix(rep)
+    elif radix is not None and rep.waiting:  # fcfs, lof, or lpm over a long queue
+        refresh_waiting_prefixes(rep)
     mixed = len(running) if cfg.enable_mixed_chunk else 0  # each decode takes a token of both budgets
     rem_chunk = rep.budget - mixed
     rem_input = cfg.max_prefill_tokens - mixed
-    ratio = 1.0 if cfg.ignore_eos else s.ratio
+    eos = s.eos
     held = 0.0  # PrefillAdder: running requests' expected future tokens (_get_running_request_total_token_offset)
-    for rid in running:
-        held += min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS) * ratio
+    for rid in running:  # NOTE: in the batch's order, as SGLang sums them (the float sum's last bits)
+        held += min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS) * (1.0 if eos[rid] else s.ratio)
     # NOTE: SGLang allocates after the adder has chosen, so the free pool it compares against stays fixed
     # while the offsets grow; simserve allocates as it admits, so it reads the pool once.
     free = rep.kv.free * page
@@ -59,7 +66,6 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
     out: list[tuple[int, int]] = []
     # PrefillAdder.add_one_req: ignore_eos requests with the radix cache off are admitted by
     # add_one_req_ignore_eos; `states` is its req_states, built at its first call of the step
-    eos_path = cfg.ignore_eos and radix is None
     states: list[tuple[int, int]] | None = None
     if chunked >= 0:  # PrefillAdder.add_chunked_req
         want = int(r.target[chunked] - r.computed[chunked])
@@ -88,6 +94,7 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
         rem_chunk -= ext
         rem_input -= ext
     rep.drop_too_long()
+    cut: tuple[int, int] | None = None  # the request this loop cut short, and its tokens this step
     while rep.waiting:  # Scheduler._get_new_batch_prefill_raw's loop over the waiting queue
         # PrefillAdder.budget_state: out of memory (NO_TOKEN) is checked first, and only OTHER (a compute
         # budget spent) stops the loop here; NO_TOKEN falls through to the admission check below.
@@ -107,7 +114,7 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
         # the checks count the outputs still to come; the reservation max_new_tokens whole, or nothing for a
         # request cut short (PrefillAdder._select_prefill_admission, add_one_req_ignore_eos)
         n = extend
-        if eos_path:  # PrefillAdder.add_one_req_ignore_eos
+        if eos[rid] and radix is None:  # PrefillAdder.add_one_req_ignore_eos
             paged = pages(extend, page) * page + page
             fits = paged <= min(free - current_offset, free - total_offset)  # PrefillBudget.can_allocate_prefill
             if fits:
@@ -139,6 +146,14 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
             rep.admit_head(now, hit + pages(n, page), hit * page)
             pending.append(pages(n, page))
             free = rep.kv.free * page  # available + evictable: only the lock changed it (nothing allocated yet)
+        if n < extend:  # cut short: PrefillAdder.new_chunked_req
+            if cut is not None:
+                # NOTE: SGLang 0.5.23 keeps one chunked request, the last one cut: a request without ignore_eos
+                # cut to the page can leave less than a page of the chunk, which an ignore_eos one then takes
+                # unfloored. The first runs on as if prefilled, with the tokens it computed (the rest of its
+                # prompt never is: a bug of the release, followed here).
+                r.target[cut[0]] = int(r.computed[cut[0]]) + cut[1]
+            cut = (rid, n)
         out.append((rid, n))
         ext = pages(n, page) * page
         total_offset += ext + page + rest
@@ -152,20 +167,21 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
     return out
 
 
-def eos_state(rep: ReplicaState, rid: int) -> tuple[int, int] | None:
+def eos_state(rep: ReplicaState, rid: int) -> tuple[float, int] | None:
     """add_one_req_ignore_eos's `add_req_state`: (outputs still to come, tokens it holds once prefilled) —
-    max_new_tokens × 1 (ignore_eos) less the outputs so far, not clipped; prompt + outputs so far. None for a
-    request with nothing left to generate."""
-    r = rep.reqs
-    left = int(r.output[rid] - r.generated[rid])
+    max_new_tokens × its ratio (1 for an ignore_eos request, else new_token_ratio) less the outputs so far, not
+    clipped; prompt + outputs so far. None for a request with nothing left to generate."""
+    r, s = rep.reqs, rep.sglang
+    left = int(r.output[rid]) * (1.0 if s.eos[rid] else s.ratio) - int(r.generated[rid])
     return (left, int(r.prompt[rid] + r.generated[rid])) if left > 0 else None
 
 
 def eos_states(rep: ReplicaState, states: list | None, rid: int, admitted: list[int]) -> list:
     """req_states with the candidate `rid` added: at the step's first call the candidate, the running batch
-    and the requests admitted so far, sorted stably by outputs to come; later calls insert the candidate."""
+    (in its order) and the requests admitted so far, sorted stably by outputs to come; later calls insert the
+    candidate."""
     if states is None:
-        states = [x for x in map(lambda i: eos_state(rep, i), [rid, *rep.decoding, *admitted]) if x]
+        states = [x for x in map(lambda i: eos_state(rep, i), [rid, *rep.sglang.running, *admitted]) if x]
         states.sort(key=lambda x: x[0])
         return states
     new = eos_state(rep, rid)
@@ -191,6 +207,20 @@ def outlasts(states: list, left_now: float) -> bool:
             return False
         freed += held
     return True
+
+
+def refresh_waiting_prefixes(rep: ReplicaState) -> None:
+    """SchedulePolicy._touch_waiting_prefixes: with the radix cache and an order that does not match the queue
+    (fcfs, lof, lpm over more than LPM_MAX_WAITING), every WAITING_REFRESH_INTERVAL-th time the queue is ordered
+    its first LPM_MAX_WAITING requests touch their cached prefixes, the head last: LRU eviction then takes
+    what the queue will not need soon first."""
+    s = rep.sglang
+    s.refresh_calls += 1
+    if (s.refresh_calls - 1) % WAITING_REFRESH_INTERVAL:
+        return
+    head = list(itertools.islice(rep.waiting, LPM_MAX_WAITING))
+    for rid in reversed(head):
+        rep.radix.touch(rid, rep.num_tokens(rid))
 
 
 def sort_by_longest_prefix(rep: ReplicaState) -> None:

@@ -71,7 +71,6 @@ class ReplicaState:
         self.preemptions = 0  # total, on this replica
         self.stale: set[int] = set()  # preempted while in a micro-batch in flight: its work there is dropped
         self.outstanding = 0  # routed here and not yet finished (the lor router's load)
-        self.num_finished = 0  # requests finished here (sglang: a batch that lost one may admit again)
         self.sglang = None  # sglang only: its scheduler's own state (simserve/sim/sglang.py)
         self.radix = None  # sglang with prefix caching: SGLang's radix cache, also the pool (radix_cache.py)
         if cfg.policy == "sglang":
@@ -215,7 +214,6 @@ class ReplicaState:
         if self.running is not None:
             self.running.remove(rid)
         self.outstanding -= 1
-        self.num_finished += 1
         self.on_done(self.index, rid)
 
     def release_finished(self) -> None:

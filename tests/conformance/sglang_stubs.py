@@ -1,6 +1,6 @@
 """Import-time stand-ins for what SGLang's scheduling modules import but a CPU-only check never runs.
 
-`sglang.srt.managers.schedule_policy` and `schedule_batch` import, on the way, GPU kernels (sgl_kernel,
+`sglang.srt.managers.schedule_policy`, `schedule_batch` and `scheduler` import, on the way, GPU kernels (sgl_kernel,
 flashinfer, deep_gemm, tvm_ffi), the HTTP server (fastapi, uvloop, aiohttp), grammar backends, multimodal
 helpers (torchvision's compiled ops do not load beside the CPU torch) and tools a GPU server uses. None of them
 is called by the prefill admission the conformance test drives (sglang_driver.py), so each is replaced by a
@@ -20,7 +20,7 @@ STUBBED = {
     "outlines", "xgrammar", "llguidance", "partial_json_parser", "compressed_tensors", "decord", "soundfile",
     "interegular", "jsonschema", "prometheus_client", "einops", "cuda", "blobfile", "modelscope", "pynvml",
     "nvidia", "deep_gemm", "pandas", "scipy", "hf_transfer", "datasets", "torchao", "sentencepiece", "tiktoken",
-    "timm", "av", "ray", "cv2",
+    "timm", "av", "ray", "cv2", "uvicorn",
 }  # fmt: skip
 
 

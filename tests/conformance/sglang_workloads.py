@@ -4,9 +4,11 @@ SGLang 0.5.23's own admission code to take the same decisions from (sglang_drive
 What is compared: at every step, from simserve's state at that step, SGLang's `PrefillAdder` (with its
 `PrefillBudget`) and the scheduler's loop around it decide which requests a prefill batch admits, how many
 tokens each (chunking), which request is left half-prefilled, and whether the batch is marked full; simserve's
-`sglang_admission.choose_prefill` must decide the same. Each step starts from simserve's state, so one difference does
-not cascade. Not compared: decode retraction (`ScheduleBatch.retract_decode` needs a real batch and pools),
-new_token_ratio's evolution (the state carries simserve's value), the radix cache, `lof`/`lpm` ordering.
+`sglang_admission.choose_prefill` must decide the same; and at each decode step that retracts, SGLang's own
+`ScheduleBatch.retract_decode` must retract the same requests. Each step starts from simserve's state, so one
+difference does not cascade: an open-loop diagnostic that names the decision at fault. How that state evolves
+(new_token_ratio, batch_is_full, the running batch's order), the radix cache, `lof`/`lpm` and per-request
+ignore_eos mixes are checked closed loop by sglang_loop.py, against SGLang's own scheduler.
 
     python tests/conformance/sglang_workloads.py .venv-sglang/bin/python    # the table in docs/engines.md
 """
@@ -71,14 +73,14 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
 
     def recorded(rep, now, pending):
         r, s, page = rep.reqs, rep.sglang, rep.block_size
-        full = s.full and rep.num_finished == s.finished_seen and bool(rep.decoding)  # the reset simserve applies
+        full = s.full and bool(s.running)  # the reset choose_prefill applies (an empty running batch)
         chunked = rep.prefilling[0] if rep.prefilling else None
 
         def row(rid):
             return [int(rid), int(r.prompt[rid]), int(r.generated[rid]), int(r.output[rid])]
 
         states.append({
-            "waiting": [row(i) for i in rep.waiting], "running": [row(i) for i in rep.decoding],
+            "waiting": [row(i) for i in rep.waiting], "running": [row(i) for i in s.running],
             "chunked": None if chunked is None else [*row(chunked), int(r.computed[chunked])],
             "free_tokens": int(rep.kv.free * page), "ratio": float(s.ratio), "full": bool(full),
             "page_size": page, "chunk": int(rep.budget), "max_prefill_tokens": int(cfg.max_prefill_tokens),
@@ -95,10 +97,10 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
 
     def recorded_decode(rep):
         r, page = rep.reqs, rep.block_size
-        if sglang._decode_pages(rep, rep.decoding) <= rep.kv.free:
+        if sglang._decode_pages(rep, rep.sglang.running) <= rep.kv.free:
             return decode(rep)
         running = [[int(i), int(r.prompt[i]), int(r.generated[i]), int(r.output[i]), int(r.computed[i])]
-                   for i in rep.decoding]  # fmt: skip
+                   for i in rep.sglang.running]  # fmt: skip
         states.append({"retract": True, "running": running, "free_tokens": int(rep.kv.free * page),
                        "page_size": page, "ignore_eos": bool(cfg.ignore_eos)})  # fmt: skip
         before_pre, before_ign = r.preemptions.copy(), set(np.flatnonzero(r.status == IGNORED).tolist())
