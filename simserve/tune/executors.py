@@ -7,7 +7,6 @@ reference) and the job arguments plain picklable data.
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_
 from typing import Any
 
 from simserve.errors import SimserveError
+from simserve.heap import freeze_heap
 
 EXECUTORS = ("local", "ray", "serial")
 RAY_CONNECT_TIMEOUT_S = 3.0  # a cluster head on a reachable network answers a TCP connect well within this
@@ -155,10 +155,7 @@ class Runner:
 
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # NOTE: the workers fork from this process. Objects that exist now go to the collector's permanent
-            # generation: a worker's full collections then skip the driver's heap (its imports: ~0.17 CPU-s a
-            # collection with pandas, matplotlib and scikit-learn loaded) and leave its pages shared
-            gc.freeze()
+            freeze_heap()  # NOTE: the workers fork from this process: their collections then skip its heap
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers, initializer=_worker_signals, initargs=(os.getpid(),)
             )
