@@ -12,7 +12,6 @@ from simserve.predictor.fit import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
 
-
 # profile_keys by profile object (kept in the entry, so its id is not reused while the entry exists): a plan asks
 # for the keys of one or two profiles (read once per process, load.read_profile_cached) some 25 times, 15 ms each.
 _KEYS: dict[int, tuple[Profile, frozenset[ModelKey]]] = {}
