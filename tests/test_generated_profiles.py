@@ -149,3 +149,25 @@ def test_plan_falls_back_to_a_roofline_profile_when_the_measured_one_cannot_be_b
     prov = next(cache.glob("plan-profiles/*/b200/mistral-7b/provenance.json"))
     written = prov.read_bytes()
     assert generated.resolve_profiles([dep])[dep].label == label and prov.read_bytes() == written
+
+
+def test_profile_csvs_are_the_bytes_pandas_would_write(tmp_path):
+    """schema.write_csv writes what df.to_csv(index=False, float_format="%.6g") writes, byte for byte: profiles
+    (and so their content hashes, which key the fitted-predictor and probe caches) do not depend on which."""
+    import numpy as np
+    import pandas as pd
+
+    from simserve.profiling.schema import FLOAT_FORMAT, SHIPPED_PROFILES, TABLES, write_csv
+
+    frames = {
+        "crafted": pd.DataFrame({
+            "op": ["a,b", 'q"x', "plain", "new\nline", "é"], "tp": [1, 2, 4, 8, 16],
+            "time_ms": [1e-9, np.nan, -0.0, np.inf, 123456789.123], "x": [0.1, 2.5e-7, 3.0, 1e22, 7.25],
+        }),  # fmt: skip
+        "mixed": pd.DataFrame({"op": ["a", None], "time_ms": [1.0, 2.0]}),  # not all text: pandas writes it
+        **{t: pd.read_csv(SHIPPED_PROFILES / "h200" / "llama2-70b" / f"{t}.csv") for t in TABLES},
+    }
+    for name, df in frames.items():
+        write_csv(df, tmp_path / f"{name}-ours.csv")
+        df.to_csv(tmp_path / f"{name}-pandas.csv", index=False, float_format=FLOAT_FORMAT)
+        assert (tmp_path / f"{name}-ours.csv").read_bytes() == (tmp_path / f"{name}-pandas.csv").read_bytes(), name

@@ -145,3 +145,41 @@ def test_profile_without_the_network_is_one_clear_error(tmp_path):
     predictor.compile(Deployment.create("mistral-7b", "a100", tp=2, pp=2))  # inside one node: fine
     with pytest.raises(SimserveError, match="no send_recv rows over ethernet-100g"):
         predictor.compile(Deployment.create("mistral-7b", "a100", tp=2, pp=4))
+
+
+def test_tree_ensemble_is_scikit_learns_extra_trees_bit_for_bit(predictor):
+    """TreeEnsemble fits and evaluates ExtraTreesRegressor's trees without its per-call machinery: the same
+    predictions to the last bit, on the rows a model was fitted on and on a table-sized grid (whose long runs
+    of rows with one answer are evaluated once: `_run_starts`)."""
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    from simserve.predictor.fit import ModelKey
+    from simserve.predictor.regressor import MIN_LEAF, N_TREES, RUNS_FROM, TreeEnsemble
+
+    rng = np.random.default_rng(3)
+    tokens = np.unique(rng.integers(1, 4096, 300)).astype(float)
+    batch, kv = rng.integers(1, 64, 400).astype(float), rng.integers(16, 8192, 400).astype(float)
+    tiles = np.c_[tokens, np.ceil(tokens / 128) * 128, np.ceil(tokens / 64) * 64]
+    cases = [  # (features, target): a tile-stepped token model and a 3-feature decode model
+        (tiles, 1.0 + 0.1 * np.sin(tokens / 300)),
+        (np.c_[batch, kv, batch * kv], 1.0 + rng.random(400) * 0.2),
+    ]
+    for x, y in cases:
+        for seed in (0, 7):
+            ours = TreeEnsemble.fit(x, y, N_TREES, MIN_LEAF, seed)
+            ref = ExtraTreesRegressor(n_estimators=N_TREES, min_samples_leaf=MIN_LEAF, random_state=seed)
+            ref.fit(x, y)
+            grid = np.repeat(x, 8, axis=0) * np.linspace(0.5, 3.0, 8 * len(x))[:, None]
+            grid = np.concatenate([grid, x])  # rows in runs, then the fitted rows in their own order
+            assert len(grid) >= RUNS_FROM
+            assert ours.predict(grid).tobytes() == ref.predict(grid).tobytes()
+            assert ours.predict(x).tobytes() == ref.predict(x).tobytes()
+            assert ours._predict(grid.astype(np.float32)).tobytes() == ours.predict(grid).tobytes()
+    # and a fitted model's token table: 16k rows in a few thousand runs, the same values as row by row
+    fitted = predictor.models[ModelKey("linear", predictor.report["op"][0], 1)]
+    t = np.arange(1, 16385, dtype=float)
+    trees_x, _ = fitted.model.features(t)
+    x32 = trees_x.astype(np.float32)
+    ens = fitted.model.correction
+    assert len(ens._run_starts(x32)) < len(t) // 2
+    assert ens.predict(trees_x).tobytes() == ens._predict(x32).tobytes()

@@ -89,6 +89,10 @@ def _register_for(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     _register_for(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the console script: the process ends with the command, so it may freeze its heap
+        from simserve import heap
+
+        heap.FREEZE_HEAP = True
     # argv None: the console script, so the process ends when main() returns
     with _one_interrupt(ignore_after=argv is None):
         _main(argv)

@@ -94,24 +94,27 @@ def plan(
     ),  # fmt: skip
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
-    from simserve.io import check_out_dir
-    from simserve.plan.command import VLLM_RELEASE
-    from simserve.plan.report import (
-        APPROXIMATION,
-        commands,
-        deployment_label,
-        disagg_story,
-        noise_lines,
-        recommendation,
-        spread,
-        table_rows,
-        ties,
-        write_outputs,
-    )
-    from simserve.plan.search import PlanSpec, run_plan
-    from simserve.plan.ties import key_label, seed_capacities
-    from simserve.sim.config import check_requests
-    from simserve.tune.capacity import SLO, impossible_slo
+    from simserve.heap import collector_paused
+
+    with collector_paused():  # pandas, matplotlib and the planner: no garbage to collect while they load
+        from simserve.io import check_out_dir
+        from simserve.plan.command import VLLM_RELEASE
+        from simserve.plan.report import (
+            APPROXIMATION,
+            commands,
+            deployment_label,
+            disagg_story,
+            noise_lines,
+            recommendation,
+            spread,
+            table_rows,
+            ties,
+            write_outputs,
+        )
+        from simserve.plan.search import PlanSpec, run_plan
+        from simserve.plan.ties import key_label, seed_capacities
+        from simserve.sim.config import check_requests
+        from simserve.tune.capacity import SLO, impossible_slo
 
     check_requests(requests)
     check_out_dir(out, force)  # before minutes of work, not after

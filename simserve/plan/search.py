@@ -322,6 +322,12 @@ def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, prof
         if not timer_cached(scenario):
             groups.setdefault((scenario.profiles_root, dep.gpu.name, dep.profile_model), []).append(scenario)
     jobs = sorted(groups.values(), key=len, reverse=True)  # the biggest first: the workers end together
+    if len(jobs) > 1 and runner.kind == "local" and runner.parallel > 1:
+        # NOTE: the local workers fork from this process at their first job: import the fitting code here, once,
+        # so that they share it, instead of each importing scikit-learn and SciPy (~0.8 CPU-s a process)
+        from simserve.predictor.fit import import_fitting
+
+        import_fitting()
     for _ in runner.map(build_timers, [(g,) for g in jobs]):
         pass
 

@@ -17,7 +17,7 @@ import numpy as np
 from simserve.cachedir import cache_root
 from simserve.io import atomic_path
 
-FORMAT = 3  # bump when the fitted models change shape or meaning (3: own NNLS baseline)
+FORMAT = 4  # bump when the fitted models change shape or meaning (3: own NNLS baseline; 4: TreeEnsemble)
 
 
 def key(content_hash: str, seed: int) -> str:

@@ -12,9 +12,25 @@ from simserve.predictor.fit import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
 
+# profile_keys by profile object (kept in the entry, so its id is not reused while the entry exists): a plan asks
+# for the keys of one or two profiles (read once per process, load.read_profile_cached) some 25 times, 15 ms each.
+_KEYS: dict[int, tuple[Profile, frozenset[ModelKey]]] = {}
+MAX_KEYS = 8
+
 
 def profile_keys(profile: Profile) -> set[ModelKey]:
     """The model keys a profile's rows would produce (without fitting anything)."""
+    hit = _KEYS.get(id(profile))
+    if hit is not None and hit[0] is profile:
+        return set(hit[1])
+    keys = _profile_keys(profile)
+    if len(_KEYS) >= MAX_KEYS:
+        _KEYS.pop(next(iter(_KEYS)))
+    _KEYS[id(profile)] = (profile, frozenset(keys))
+    return keys
+
+
+def _profile_keys(profile: Profile) -> set[ModelKey]:
     keys: set[ModelKey] = set()
     for family, df in (("linear", profile.linear), ("elementwise", profile.elementwise)):
         keys |= {

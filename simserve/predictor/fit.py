@@ -189,6 +189,17 @@ def fit_profile(profile: Profile, seed: int = 0, only: Collection[ModelKey] | No
     return Predictor(profile.path, _hash(profile), dict(profile.provenance), models, report, summary)
 
 
+def import_fitting() -> None:
+    """Import what fitting and compiling a timer imports (scikit-learn's trees, and SciPy under them): a process
+    that is about to fork workers which will fit calls this first, so that they share one import."""
+    from simserve.heap import collector_paused
+
+    with collector_paused():  # 0.1 CPU-s of collections while SciPy loads, and not walked again in the workers
+        import sklearn.tree  # noqa: F401
+
+        from simserve.predictor import coverage, tables, timer  # noqa: F401
+
+
 def _hash(profile: Profile) -> str:
     path = Path(profile.path)
     return content_hash(path) if (path / "linear.csv").exists() else ""

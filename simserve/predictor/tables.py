@@ -261,5 +261,8 @@ def prefill_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, fl
         np.arange(rows, dtype=float) * CHUNK_STEP, np.arange(cols, dtype=float) * PREFIX_STEP, indexing="ij"
     )
     c[0, :] = 1.0  # the chunk-0 row holds the 1-token chunk, so chunks 1..15 interpolate from it
-    ms = np.maximum(_predict(fitted, ("prefill", rows, cols), c.ravel(), p.ravel()), 0.0).reshape(c.shape)
+    # evaluated column by column (one prefix, growing chunks): the trees' answers then come in longer runs
+    # (regressor.TreeEnsemble.predict); each point's value does not depend on the order
+    by_prefix = _predict(fitted, ("prefill", rows, cols), c.T.ravel(), p.T.ravel())
+    ms = np.maximum(by_prefix.reshape(cols, rows).T, 0.0)
     return ms * MS * dep.layers_per_stage, float(CHUNK_STEP), float(PREFIX_STEP)

@@ -15,6 +15,7 @@ Collective rows: `link` is the node (e.g. a100-pairwise-nvlink) or network (ethe
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -65,13 +66,29 @@ class Profile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the profile's files (name and bytes), so a fitted predictor can be cached by it."""
+    """sha256 over the profile's files (name and bytes), so a fitted predictor can be cached by it.
+
+    Remembered in this process by each file's (mtime, size, inode), as the probe cache keys its inputs
+    (tune/probe.py): a plan asks ~100 times for the hash of one or two profiles (2 ms each, reading ~3 MB)."""
+    stats = []
+    for name in _FILES:
+        try:
+            st = (Path(path) / name).stat()
+        except FileNotFoundError:
+            continue
+        stats.append((name, st.st_mtime_ns, st.st_size, st.st_ino))
+    return _content_hash(str(path), tuple(stats))
+
+
+_FILES = (*(f"{t}.csv" for t in TABLES), PROVENANCE)
+
+
+@functools.lru_cache(maxsize=64)
+def _content_hash(path: str, stats: tuple) -> str:
     h = hashlib.sha256()
-    for name in [*(f"{t}.csv" for t in TABLES), PROVENANCE]:
-        f = Path(path) / name
-        if f.exists():
-            h.update(name.encode())
-            h.update(f.read_bytes())
+    for name, *_ in stats:
+        h.update(name.encode())
+        h.update((Path(path) / name).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -131,7 +148,11 @@ def read_profile(path: str | Path) -> Profile:
             ) from None
         for col in df.columns:  # extra columns (a backend's own, e.g. time_min_ms): numbers where all are
             if col not in TABLES[table] and col not in LABELS:
-                values = parse_floats(df[col].tolist())
+                try:  # NOTE: what parse_floats does, stopping at the first cell that is not a number (a text
+                    # column such as `kernel`: NaN cell by cell, 28,000 exceptions, was 0.1 s a generated profile)
+                    values = np.array(list(map(float, df[col].tolist())), dtype=np.float64)
+                except (TypeError, ValueError):
+                    continue
                 if not np.isnan(values).any():
                     df[col] = values
         tables[table] = validate_table(df, table, str(f))
@@ -159,9 +180,37 @@ def write_profile(path: str | Path, tables: dict[str, pd.DataFrame], provenance:
         for table, columns in TABLES.items():
             df = tables[table]
             extra = [c for c in df.columns if c not in columns]
-            df[columns + extra].to_csv(tmp / f"{table}.csv", index=False, float_format="%.6g")
+            write_csv(df[columns + extra], tmp / f"{table}.csv")
         (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
     return path
+
+
+FLOAT_FORMAT = "%.6g"
+
+
+def write_csv(df: pd.DataFrame, f: Path) -> None:
+    """df.to_csv(f, index=False, float_format=FLOAT_FORMAT), byte for byte, for the columns profiles hold
+    (integers, floats, text; any other column: pandas' own writer). pandas formats each value in Python and
+    hands the rows to the csv module, as this does; without its per-block machinery, a plan's generated profile
+    (~28,000 rows) is written in a quarter of the time (docs/planner.md, Speed)."""
+    import csv
+    import os
+
+    cols: list[list] = []
+    for name in df.columns:
+        values = df[name].tolist()
+        kind = df[name].dtype.kind
+        if kind == "f":
+            cols.append(["" if v != v else FLOAT_FORMAT % v for v in values])  # NaN: pandas' na_rep
+        elif kind in "iu" or (kind in "OT" and all(isinstance(v, str) for v in values)):
+            cols.append(values)
+        else:
+            df.to_csv(f, index=False, float_format=FLOAT_FORMAT)
+            return
+    with f.open("w", newline="") as fh:
+        out = csv.writer(fh, lineterminator=os.linesep)  # pandas' defaults: minimal quoting, '"' doubled
+        out.writerow([str(c) for c in df.columns])
+        out.writerows(zip(*cols, strict=True))
 
 
 def profiled_deployments(

@@ -243,6 +243,34 @@ def summarize(run: RawRun, dep=None) -> Summary:
     return summary
 
 
+def probe_summary(run: RawRun) -> dict:
+    """What a capacity probe's record reads of the summary (tune/simadapter.py: SUMMARY_FIELDS, the stop flags and
+    the front end's latency), each field computed as `summarize` computes it, without the latency percentiles,
+    busy times and utilisation a probe never reads (half the CPU of a probe's reduction)."""
+    r = run.reqs
+    done = r.status == DONE
+    duration = max(float(run.end_time) - float(r.arrived[0]), 1e-12)
+    return {
+        "completed": int(done.sum()),
+        "ignored": int((r.status == IGNORED).sum()),
+        "overloaded": run.overloaded,
+        "stopped_early": run.stopped_early,
+        "capped": run.capped,
+        "duration_s": duration,
+        "throughput_rps": float(done.sum()) / duration,
+        "throughput_tps": float(r.output[done].sum()) / duration,
+        "preemptions": int(r.preemptions.sum()),
+        "num_iterations": _iterations(run.log),
+        "kv_blocks_per_replica": run.num_blocks,
+        "frontend_s": run.cfg.frontend_s,
+    }
+
+
+def _iterations(log) -> int:
+    """The iterations of stage 0 (`_busy_and_iterations`' count, without the busy times)."""
+    return sum(int(ints[ints[:, 1] == 0, 6].sum()) for ints, _ in log.chunks(CHUNK_ROWS))
+
+
 def _api_report(run: RawRun, api, duration: float, ttft: np.ndarray, e2e: np.ndarray) -> dict:
     """The API servers' utilisation and queueing (api_server.ApiServers.report), the client's inter-token
     latency, and the engine-side TTFT and e2e (from entering the engine to the engine's token)."""

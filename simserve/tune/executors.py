@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_
 from typing import Any
 
 from simserve.errors import SimserveError
+from simserve.heap import freeze_heap
 
 EXECUTORS = ("local", "ray", "serial")
 RAY_CONNECT_TIMEOUT_S = 3.0  # a cluster head on a reachable network answers a TCP connect well within this
@@ -154,6 +155,7 @@ class Runner:
 
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            freeze_heap()  # NOTE: the workers fork from this process: their collections then skip its heap
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers, initializer=_worker_signals, initargs=(os.getpid(),)
             )

@@ -188,6 +188,10 @@ class ProbeCache:
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
+    def key(self, scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
+        """The probe's key (probe_key); a cache that lives for one run may remember it (scheduler.Overlay)."""
+        return probe_key(scenario, qps, quantiles)
+
     def get(self, key: str) -> dict | None:
         try:
             return json.loads(self.path(key).read_text())
@@ -224,7 +228,7 @@ def probe(
     offline: bool = False,
 ) -> dict:
     """The record of (scenario, qps): from the cache when there, else simulated (and cached)."""
-    key = probe_key(scenario, qps, quantiles)
+    key = cache.key(scenario, qps, quantiles) if cache is not None else probe_key(scenario, qps, quantiles)
     record = cache.get(key) if cache is not None else None
     if record is not None and not well_formed(record, quantiles):
         record = None  # valid JSON of the wrong shape (hand-edited, another tool's file): simulate again

@@ -57,17 +57,34 @@ def _request_latencies(result: Any, frontend_s: float = 0.0) -> dict[str, np.nda
     summary does; the scheduling delay stays engine-side. TPOT as `vllm bench serve` computes it,
     (completion − first token) / (output − 1), for requests of two or more output tokens (a front end's constant
     delay shifts both ends alike)."""
-    req = result.requests
-    done = req[req["status"] == "completed"] if "status" in req else req[req["completed_at_s"].notna()]
-    ttft = (done["first_token_at_s"] - done["arrived_at_s"]).to_numpy(float)
-    out = done["output_tokens"].to_numpy(float)
+    req = _columns(result.requests)
+    done = req["status"] == "completed" if "status" in req else ~np.isnan(req["completed_at_s"])
+    arrived, first = req["arrived_at_s"][done], req["first_token_at_s"][done]
+    ttft = first - arrived
+    out = req["output_tokens"][done].astype(float)
     many = out > 1
-    decode = (done["completed_at_s"] - done["first_token_at_s"]).to_numpy(float)
+    decode = req["completed_at_s"][done] - first
     return {
-        "scheduling_delay": (done["scheduled_at_s"] - done["arrived_at_s"]).to_numpy(float),
+        "scheduling_delay": req["scheduled_at_s"][done] - arrived,
         "ttft": ttft + frontend_s if frontend_s else ttft,
         "tpot": decode[many] / (out[many] - 1),
     }
+
+
+_FLOAT_COLUMNS = ("arrived_at_s", "scheduled_at_s", "first_token_at_s", "completed_at_s")
+
+
+def _columns(requests: Any) -> Mapping[str, np.ndarray]:
+    """The request table's columns a probe reads, as arrays: probe_view's own (a mapping already), or a
+    SimResult's DataFrame (float64 times, the status as text)."""
+    if isinstance(requests, Mapping):
+        return requests
+    cols = {c: requests[c].to_numpy(float) for c in _FLOAT_COLUMNS if c in requests}
+    if "output_tokens" in requests:
+        cols["output_tokens"] = requests["output_tokens"].to_numpy()
+    if "status" in requests:
+        cols["status"] = requests["status"].astype(str).to_numpy()
+    return cols
 
 
 def steady_growth(result: Any) -> float | None:
@@ -76,13 +93,13 @@ def steady_growth(result: Any) -> float | None:
     evenly spaced times, times the window): ~0 in steady state, the unserved fraction 1 − μ/λ when the queue
     grows, positive while the system is still filling. None when the run did not finish (overloaded, stopped
     early: it fails anyway) or its arrivals have no second half to speak of (all at once)."""
-    req = result.requests
-    status = req["status"].astype(str).to_numpy()
+    req = _columns(result.requests)
+    status = req["status"]
     kept = status != "ignored"
     if not kept.any() or (status[kept] != "completed").any():
         return None
-    arrived = np.sort(req["arrived_at_s"].to_numpy(float)[kept])
-    completed = np.sort(req["completed_at_s"].to_numpy(float)[kept])
+    arrived = np.sort(req["arrived_at_s"][kept])
+    completed = np.sort(req["completed_at_s"][kept])
     start, end = float(arrived[len(arrived) // 2]), float(arrived[-1])
     if not end > start:
         return None
@@ -170,17 +187,23 @@ def record_from_scenario(
 ) -> dict:
     from simserve.sim.scenario import simulate_scenario
 
-    return record_from_result(probe_view(*simulate_scenario(scenario, qps)), qps, quantiles, cdf_grid)
+    return record_from_result(probe_view(simulate_scenario(scenario, qps)[0]), qps, quantiles, cdf_grid)
 
 
-def probe_view(raw: Any, dep: Any = None) -> Any:
-    """What record_from_result reads of a run (the request table, the summary, the TBT histogram), without the
-    per-iteration table a probe never reads (metrics.build_result builds it for `simserve run`)."""
+def probe_view(raw: Any) -> Any:
+    """What record_from_result reads of a run: the request table's columns it reads (arrays, no DataFrame), the
+    summary fields it keeps (metrics.probe_summary) and the TBT histogram; not the per-iteration table, the
+    latency percentiles of the summary or its busy times, which a probe never reads."""
     from types import SimpleNamespace
 
-    from simserve.sim.metrics import request_table, summarize
+    from simserve.sim.metrics import STATUS, probe_summary
 
-    return SimpleNamespace(requests=request_table(raw), summary=summarize(raw, dep), tbt=raw.tbt)
+    r = raw.reqs
+    requests = {
+        "arrived_at_s": r.arrived, "scheduled_at_s": r.scheduled, "first_token_at_s": r.first_token,
+        "completed_at_s": r.completed, "output_tokens": r.output, "status": np.asarray(STATUS)[r.status],
+    }  # fmt: skip
+    return SimpleNamespace(requests=requests, summary=probe_summary(raw), tbt=raw.tbt)
 
 
 def check_fits(scenario: Any) -> None:
