@@ -3,10 +3,10 @@
 import json
 import sys
 
-import pandas as pd
 import pytest
 
 from simserve.cli import main
+from simserve.profiling import schema
 from simserve.profiling.schema import read_profile
 
 
@@ -103,15 +103,16 @@ def test_interrupted_write_leaves_no_partial_profile(tmp_path, monkeypatch, caps
     target = out / "a100-80gb" / "mistral-7b"
     before = {f.name: f.read_bytes() for f in target.iterdir()}
 
-    real_to_csv, calls = pd.DataFrame.to_csv, []
+    real_write_csv, calls = schema.write_csv, []
 
-    def to_csv(self, *args, **kwargs):  # the disk fills up while the second table is being written
+    def write_csv(df, f):  # the disk fills up while the second table is being written
         calls.append(1)
         if len(calls) == 2:
+            f.write_text("half a tab")  # a partial file in the temporary directory
             raise OSError("disk full")
-        return real_to_csv(self, *args, **kwargs)
+        return real_write_csv(df, f)
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", to_csv)
+    monkeypatch.setattr(schema, "write_csv", write_csv)
     with pytest.raises(SystemExit) as exit_:
         run("--gpu", "a100", "--model", "mistral-7b", "--tp", "1,2", "--quick", "--out", str(out))
     err = capsys.readouterr().err  # one line, the file system's words, no traceback
