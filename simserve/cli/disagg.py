@@ -15,7 +15,7 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
     from simserve.cli.run import _jsonable
     from simserve.errors import SimserveError
     from simserve.io import check_out_dir, output_dir
-    from simserve.profiling.generated import for_scenario
+    from simserve.resolve import for_scenario
     from simserve.sim.disagg import transfer_summary
     from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec, run_disagg
     from simserve.sim.metrics import summarize

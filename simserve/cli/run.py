@@ -430,7 +430,7 @@ def run_command(
         run_disaggregated(scenario, prefill, decode, kv_link, decode_router, qps, out, force, fmt, iterations)
         return
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
-    from simserve.profiling.generated import for_scenario
+    from simserve.resolve import for_scenario
 
     scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
     if generated:

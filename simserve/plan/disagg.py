@@ -193,7 +193,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     dominated (pass/fail is monotone in load), so it is not searched further ("pruned" in searches.csv).
     `profiles`: the aggregated searches' profile choices, reused (resolving one reads its profile)."""
     from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor, seed_task
-    from simserve.profiling.generated import resolve_profiles
+    from simserve.resolve import resolve_profiles
     from simserve.sim.scenario import _timer, _workload
     from simserve.tune.jobs import CapacityTask, run_tasks
 

@@ -23,7 +23,7 @@ from simserve.catalog.prices import PriceSpec, price_of
 from simserve.errors import SimserveError
 from simserve.plan.candidates import Candidate, enumerate_candidates, nothing_fits_message
 from simserve.plan.prune import budget_order, front_threshold
-from simserve.profiling.generated import ProfileChoice, resolve_profiles
+from simserve.resolve import ProfileChoice, resolve_profiles
 from simserve.sim.scenario import MAX_MODEL_LEN, Scenario, context_limit
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
