@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from simserve.catalog import GPU, MODELS
+from simserve.catalog.files import load_catalog_file
 from simserve.catalog.prices import PRICES, PriceSpec, price_of
-from simserve.catalog.table import load_catalog_file
 from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.plan.candidates import enumerate_candidates, parallelisms
