@@ -44,6 +44,16 @@ def test_circles_are_only_the_listed_ones():
     assert set(tool.circles(tool.graph())) == _allowed_circles()
 
 
+def test_no_benchmark_script_imports_another():
+    """benchmarks/: a script (it runs `if __name__ == "__main__"`) imports common.py and library modules, never
+    another script (one that needs another's output runs it: common.run_script)."""
+    tool = _tool()
+    runnable = tool.scripts()
+    assert {"vs_vidur", "validate_kernels", "l2_in_tables"} <= runnable and "common" not in runnable
+    bad = {name: sorted(found & runnable) for name, found in tool.script_graph().items() if found & runnable}
+    assert bad == {}
+
+
 def test_the_graph_sees_deferred_relative_and_from_imports(tmp_path):
     """The checks above can fail: a toy package with one import of each kind, an upward one and a circle; an
     annotation-only import (under `if TYPE_CHECKING:`) is not counted."""

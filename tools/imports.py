@@ -164,6 +164,21 @@ def script_graph(folder: Path = ROOT / "benchmarks") -> dict[str, set[str]]:
     return out
 
 
+def scripts(folder: Path = ROOT / "benchmarks") -> set[str]:
+    """The files of a folder that run as scripts (they test `__name__ == "__main__"`); the others are libraries."""
+    out = set()
+    for p in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if (
+                isinstance(node, ast.Compare)
+                and "__main__" in ast.unparse(node)
+                and "__name__" in ast.unparse(node)
+            ):
+                out.add(p.stem)
+                break
+    return out
+
+
 def main() -> None:
     g = graph()
     up = upward(g)
@@ -175,10 +190,14 @@ def main() -> None:
     print(f"circles: {len(cs)} ({sum(map(len, cs))} modules)")
     for c in cs:
         print("  " + " <-> ".join(c))
-    sg = script_graph()
+    sg, runnable = script_graph(), scripts()
     pairs = sorted((a, b) for a, bs in sg.items() for b in bs)
-    print(f"benchmark scripts importing another script: {len(pairs)}")
-    for a, b in pairs:
+    print(
+        f"benchmarks/: {len(runnable)} scripts, {len(sg) - len(runnable)} library modules, {len(pairs)} imports"
+    )
+    bad = [(a, b) for a, b in pairs if b in runnable]
+    print(f"imports of a script: {len(bad)}")
+    for a, b in bad:
         print(f"  benchmarks/{a} -> benchmarks/{b}")
     bc = circles(sg)
     print(f"benchmark circles: {len(bc)}")
