@@ -32,7 +32,7 @@ WEIGHT_BINS_MIB = (8, 24, 48, 96, 192, 512)
 
 
 def table_rates() -> pd.DataFrame:
-    from simserve.profiling.measured_backend import _gemm_rows
+    from simserve.profiling.measured_backend import measured_gemm_rows
 
     out = []
     for name in measured.SYSTEMS:
@@ -42,7 +42,7 @@ def table_rates() -> pd.DataFrame:
         db = measured.open_database(name)
         for dtype in ("bf16", "fp8"):
             try:
-                rows, _ = _gemm_rows(db, dtype)
+                rows, _ = measured_gemm_rows(db, dtype)
             except Exception:  # noqa: BLE001 - a table without this dtype (A100: no fp8)
                 continue
             gd = measured.GEMM_DTYPES[dtype]

@@ -1,7 +1,7 @@
 """`simserve sweep --engine vllm`: search a real engine's scheduler flags instead of a research budget.
 
 `--engine vllm` is one pinned release, vLLM 0.33.0's V1 engine (`VLLM_RELEASE`), named in every output. Its
-flags map onto the `vllm-v1` policy (simserve/sim/budgets.py): --max-num-batched-tokens is its token budget,
+flags map onto the `vllm-v1` policy (simserve/sim/vllm_v1.py): --max-num-batched-tokens is its token budget,
 --max-num-seqs its max batch, --long-prefill-token-threshold(-adaptive) the SimConfig fields of those names.
 Only flags that release's `vllm serve` accepts are searched or printed (--max-num-partial-prefills and
 --max-long-partial-prefills were removed in vLLM 0.27, PR #49244), and a grid point it would refuse to start
