@@ -19,10 +19,11 @@ import cProfile
 import os
 import platform
 import pstats
-import re
 import sys
 import time
 from pathlib import Path
+
+from common import write_block
 
 from simserve.sim.cluster import simulate
 from simserve.sim.scenario import Scenario, _num_blocks, _timer, _workload
@@ -91,11 +92,7 @@ def main() -> None:
                 *lines,
             ]
         )
-        text = DOC.read_text()
-        pattern = re.compile(r"(<!-- evloop:begin -->\n).*?(\n<!-- evloop:end -->)", re.S)
-        if not pattern.search(text):
-            sys.exit(f"{DOC} has no evloop markers")
-        DOC.write_text(pattern.sub(lambda m: m.group(1) + block + m.group(2), text))
+        write_block(DOC, "<!-- evloop:begin -->", "<!-- evloop:end -->", block)
         print(f"updated {DOC}")
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from common import write_block
 
 from simserve.errors import SimserveError
 from simserve.sim.scenario import Scenario, run_scenario
@@ -110,11 +111,7 @@ def main() -> None:
     if vidur_lines:
         block += "\n\n" + "\n".join(vidur_lines)
     if args.update_docs:
-        text = DOC.read_text()
-        pattern = re.compile(r"(<!-- bench_sim:begin -->\n).*?(\n<!-- bench_sim:end -->)", re.S)
-        if not pattern.search(text):
-            sys.exit(f"{DOC} has no bench_sim markers")
-        DOC.write_text(pattern.sub(lambda m: m.group(1) + block + m.group(2), text))
+        write_block(DOC, "<!-- bench_sim:begin -->", "<!-- bench_sim:end -->", block)
         print(f"updated {DOC}")
 
 
@@ -123,8 +120,8 @@ def vs_vidur_lines(num_requests: int, qps: float) -> list[str]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import tempfile
 
+    import side_by_side as vv
     import vidur_runner as vr
-    import vs_vidur as vv
 
     python = vr.VENV / "bin" / "python"
     if not (vr.VENV / ".simserve-vidur").exists() or not python.exists():

@@ -90,12 +90,12 @@ def vidur_h100_linear(root) -> None:
     from simserve.catalog import ModelSpec
     from simserve.deployment import Deployment
     from simserve.ops import linear_ops
-    from simserve.profiling.measured_backend import _gemm_rows, gemm_ms
+    from simserve.profiling.measured_backend import gemm_ms, measured_gemm_rows
 
     vops = {"qkv_proj": "attn_pre_proj", "o_proj": "attn_post_proj", "up_proj": "mlp_up_proj",
             "down_proj": "mlp_down_proj"}  # fmt: skip
     h100 = GPU.get("h100")
-    table, _ = _gemm_rows(measured.open_database("H100-SXM"), "bf16")
+    table, _ = measured_gemm_rows(measured.open_database("H100-SXM"), "bf16")
     files = sorted((root / "compute" / "h100").glob("*/*/mlp.csv"))
     if not files:
         print(f"\n(no Vidur H100 files under {root}: skipped)")

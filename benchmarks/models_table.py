@@ -9,6 +9,7 @@ chunk. Analytic numbers (spec-sheet peaks, A100-calibrated efficiencies), not me
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 
 from simserve.deployment import Deployment
@@ -33,6 +34,7 @@ CASES = [  # (model, gpu, tp, ep, dtype, kv dtype)
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     root = tempfile.mkdtemp(prefix="simserve-models-")
     print("| deployment | weights GiB/GPU | KV KiB/token/GPU | KV blocks | decode b1@512 ms | decode b32@4k ms | "
           "prefill 2048 ms |")  # fmt: skip

@@ -24,7 +24,6 @@ requests with more than one output token, as vllm bench computes it). Nothing is
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from common import write_block
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "models.md"
@@ -146,11 +146,7 @@ def main() -> None:
     args = ap.parse_args()
     out = table(args.backends.split(","))
     if args.write:
-        text = DOC.read_text()
-        if BEGIN not in text:
-            raise SystemExit(f"{DOC}: no '{BEGIN}' marker to replace")
-        block = f"{BEGIN}\n{out}\n{END}"
-        DOC.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S))
+        write_block(DOC, BEGIN, END, out)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,10 @@ replaces the generated block in docs/models.md. Needs `pip install -e '.[measure
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import numpy as np
+from common import write_block
 
 from simserve import precision
 from simserve.catalog import GPU
@@ -191,11 +191,7 @@ def main() -> None:
     out = table(args.engine)
     print(out)
     if args.write:
-        text = DOC.read_text()
-        block = f"{BEGIN}\n{out}\n{END}"
-        if BEGIN not in text:
-            raise SystemExit(f"{DOC}: no '{BEGIN}' marker to replace")
-        DOC.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S))
+        write_block(DOC, BEGIN, END, out)
 
 
 if __name__ == "__main__":

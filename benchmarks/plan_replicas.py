@@ -21,7 +21,7 @@ from dataclasses import replace
 from simserve.catalog import GPU
 from simserve.catalog.hardware import DEFAULT_NODE
 from simserve.plan.candidates import best_box
-from simserve.profiling.generated import resolve_profiles
+from simserve.resolve import resolve_profiles
 from simserve.sim.scenario import Scenario
 from simserve.tune.capacity import SLO
 from simserve.tune.jobs import CapacityTask, solve

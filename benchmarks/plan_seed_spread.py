@@ -18,7 +18,7 @@ import time
 from simserve.catalog import GPU
 from simserve.deployment import Deployment
 from simserve.plan.candidates import best_box
-from simserve.profiling.generated import resolve_profiles
+from simserve.resolve import resolve_profiles
 from simserve.sim.scenario import Scenario
 from simserve.tune.capacity import SLO
 from simserve.tune.first_probe import first_qps

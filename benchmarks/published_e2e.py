@@ -191,7 +191,7 @@ def scenario_of(run: pr.Run, seed: int, trace: str, async_scheduling: bool = Tru
 def simulate_once(run: pr.Run, seed: int, async_scheduling: bool = True) -> tuple[dict, str, dict] | str:
     """(metric -> simulated value, profile label, details) of one draw, or why it has no answer."""
     from simserve.predictor.load import profile_label
-    from simserve.profiling.generated import for_scenario
+    from simserve.resolve import for_scenario
     from simserve.sim.bench_report import bench_metrics
     from simserve.sim.request import DONE
     from simserve.sim.scenario import simulate_scenario

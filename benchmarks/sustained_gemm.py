@@ -14,6 +14,8 @@ and tests/test_step_parts.py checks them against the package when it is installe
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pandas as pd
 
@@ -41,6 +43,7 @@ def rates(gpu: str) -> dict | None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     rows = [r for gpu in measured.SYSTEMS if (r := rates(gpu)) is not None]
     print(pd.DataFrame(rows).to_string(index=False) if rows else "aiconfigurator-core is not installed")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from common import md, run_script
 
 from simserve.catalog import GPU, load_catalog_file
 from simserve.deployment import Deployment
@@ -46,15 +47,6 @@ PAPER = [  # (label, Deployment.create args, paper strict TBT SLO / 5 in ms)
     ("Llama-3-8B, A100, TP1 (Mistral's shapes)", ("llama-3-8b", "a100", 1, 1), None),
     ("Llama-2-7B, A100, TP1 (MHA: 4x the KV reads)", ("llama-2-7b", "a100", 1, 1), None),
 ]
-
-
-def md(df: pd.DataFrame) -> str:
-    df = df.reset_index()
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in row) + " |")
-    return "\n".join(lines)
 
 
 GPU_STEPS = ((128, 136), (256, 264), (512, 520), (1024, 1032))
@@ -339,17 +331,15 @@ def per_gpu_section(ref: Path | None, db_root: Path | None) -> str:
     if db_root is not None:
         out += [fp8_section(db_root), "", moe_section(db_root), ""]
         out += [attention_section(db_root, ref), ""]
-    out += [torch_section(), ""]
+    out += [run_script("torch_vs_measured", "--section"), ""]
     if db_root is not None:
-        out += [l2_section(), ""]
+        out += [run_script("l2_in_tables", "--section"), ""]
     if db is not None and len(db):
         out += [power_section(db_root, db), ""]
     if ref is not None and db_root is not None:
         out += [two_sources_section(ref, db_root), ""]
         if (ref / "compute" / "h100").is_dir():
-            import vidur_h100_condition
-
-            out += [vidur_h100_condition.section(ref, db_root), ""]
+            out += [run_script("vidur_h100_condition", "--reference", str(ref)), ""]
     if notes:
         out += ["Not validated: " + "; ".join(notes) + ".", ""]
     return "\n".join(out)
@@ -398,44 +388,6 @@ def attention_section(db_root: Path, ref: Path | None = None) -> str:
     ])  # fmt: skip
 
 
-def torch_section() -> str:
-    """The roofline against the kernels timed on a real GPU (profiles/torch/<gpu>/): out-of-sample, pooled over models."""
-    import tempfile
-
-    import torch_vs_measured as tvm
-
-    from simserve.predictor.load import default_profiles_root
-    from simserve.profiling.schema import read_profile
-
-    root = default_profiles_root() / "torch"
-    gpus = sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for gpu in gpus:
-            for model_dir in sorted(d for d in (root / gpu).iterdir() if (d / "linear.csv").is_file()):
-                torch_p = read_profile(model_dir)
-                tps = sorted(int(t) for t in torch_p.linear["tp"].unique())
-                roof = tvm.roofline_tables(model_dir.name, gpu, tps, Path(tmp))
-                for table in ("linear", "attention"):
-                    rows.append(tvm.errors(vars(torch_p), roof, table).assign(gpu=gpu, table=table))
-    if not rows:
-        return ""
-    err = pd.concat(rows, ignore_index=True)
-    g = err.groupby(["gpu", "table", "regime"])["err"]
-    out = pd.DataFrame({"n": g.size(), "median_ape": g.apply(lambda e: e.abs().median() * 100),
-                        "p90_ape": g.apply(lambda e: e.abs().quantile(0.9) * 100),
-                        "median_bias": g.median() * 100}).round(2)  # fmt: skip
-    return "\n".join([
-        "### Kernels timed on a real GPU (profiles/torch/): every row out-of-sample", "",
-        "The torch backend's profiles timed on the GPU itself (docs/profiling.md, torch 2.11 + cuBLAS, SDPA",
-        "FlashAttention-2, an L2 flush before each timing) against a roofline profile on the same grid, pooled over",
-        f"their models ({', '.join(gpus)}). Bias + means the roofline is slower. Hopper's roofline is fitted on vLLM's",
-        "FlashAttention-3 and cuBLAS kernels, which run 6-7% (GEMM, m > 512) and up to ~1.9x (long prefill) faster",
-        "than these; the small-m GEMM gap follows the flush's write-backs (\"What the tables measured\", below).", "",
-        md(out), "",
-    ])  # fmt: skip
-
-
 def fp8_section(db_root: Path) -> str:
     """The roofline's fp8 GEMMs (W8A8, per-tensor scales) against the database's, in- and out-of-sample."""
     fp8 = pv.load_gemm(db_root, dtype="fp8")
@@ -475,55 +427,6 @@ def moe_section(db_root: Path) -> str:
         "minimum to 0).", "",
         md(v.summary(moe, ["dtype", "gpu", "sample"])), "",
     ])  # fmt: skip
-
-
-def l2_section() -> str:
-    """What the database's GEMM rows measured, L2-warm or cold (benchmarks/l2_in_tables.py), and the roofline on
-    each condition's rows."""
-    import l2_in_tables as l2t
-
-    rates = l2t.table_rates()
-    gbps = ["resident_max_gbps", "cold_max_gbps"]
-    rates = rates.assign(resident_x_bus=(rates["resident_max_gbps"] / rates["bus_gbps"]).round(2),
-                         cold_x_bus=(rates["cold_max_gbps"] / rates["bus_gbps"]).round(2),
-                         median_lift=rates["median_lift"].round(2), **{c: rates[c].round(0) for c in gbps}
-                         ).drop(columns=["engine"]).set_index("gpu")  # fmt: skip
-    by = l2t.roofline_by_condition()
-    cond = by.assign(bias_pct=(by["bias"] * 100).round(1), median_abs_pct=(by["median_abs"] * 100).round(1))
-    cond = cond.drop(columns=["bias", "median_abs"]).set_index("gpu")
-    gap = l2t.torch_gap()
-    out = [
-        "### What the tables measured: L2-warm where the collector's loop fits, cold elsewhere", "",
-        "NVIDIA's vLLM collector (github.com/ai-dynamo/aiconfigurator, vLLM 0.24.0 collection d5bad971c:",
-        "`collector/vllm/collect_gemm.py` `run_gemm`, `collector/helper.py` `benchmark_with_power`) builds 6 linear",
-        "layers with their own weights (1 for fp8_block), runs them on one shared input inside a CUDA graph, replays",
-        "it 3 times, then times 6 replays back to back; a row is the total / 6 / 6. Nothing flushes L2 and nothing",
-        "rotates beyond the 6 weights, so where 6 weights fit in L2 they are read from L2 from the second replay on",
-        "(`collect_attn.py` times attention the same way over one KV cache). Below: the fastest rate skinny GEMMs",
-        "(m <= 16) stream their weights at (n·k·bytes / latency, GB/s) where the 6 weights fit in L2 and where they",
-        "exceed 2x L2 (cannot be resident), against the spec sheet's bus, and the rows the measured backend floors",
-        "to their weights' cold streaming time (simserve/profiling/l2_residency.py; `python benchmarks/",
-        "l2_in_tables.py`):", "",
-        md(rates), "",
-        "Only the GPUs with a large L2 on a slow bus show it: the L40S reads resident weights at up to 2.86x its",
-        "864 GB/s GDDR6, the RTX PRO 6000 at 1.68x its GDDR7; their rates fall to the bus's where 6 weights outgrow",
-        "L2. On HBM GPUs no row is faster than HBM (0 rows floored): the weights that fit in their L2 are small",
-        "enough that the kernels are latency-bound, so warm and cold time the same, and the shipped H100/H200",
-        "measured profiles do not move. The roofline models serving's condition (weights from HBM); against the",
-        "table's rows of each condition (bias + means the roofline is slower):", "",
-        md(cond), "",
-        "On the L40S the roofline is 36.6% slower than the rows its table timed warm at m <= 64 and 6.8% (median)",
-        "off the 10,200 rows timed cold: the L40S's 8.2% over all rows is the table's L2 condition, not a serving",
-        "error (RTX PRO 6000: 5.1% cold). A roofline evaluated in the table's condition needs an L2 bandwidth per GPU from the literature;",
-        "none was found for Ada or GB202, so none is modelled. The H200's torch profiles (L2 zero-filled before",
-        "each call) against the measured profile at m <= 16, by weight size: the extra time grows with the weights",
-        "up to L2 and stops there, as min(weights, L2) / HBM, the write-back of the dirty lines the GEMM's reads",
-        "evict, does; a warm table cannot explain it (weights over 96 MiB cannot be resident in 50 MiB):", "",
-    ]  # fmt: skip
-    if not gap.empty:
-        gap = gap.assign(weights_mib=gap["weights"].astype(str), torch_slower_pct=(gap["torch_slower"] * 100).round(1))
-        out += [md(gap.drop(columns=["weights", "torch_slower"]).set_index("weights_mib").round(2)), ""]
-    return "\n".join(out)
 
 
 def two_sources_section(ref: Path, db_root: Path) -> str:

@@ -17,21 +17,19 @@ offset (Vidur / NVIDIA − 1 on the (m, k, n) both measured).
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from common import REPO, md, torch_profile_pairs
 
 from simserve.catalog import GPU, MODELS
 from simserve.deployment import Deployment
 from simserve.ops import linear_ops
 from simserve.profiling import perfdb_validation as pv
 from simserve.profiling import roofline_validation as v
-from simserve.profiling.schema import read_profile
 
-REPO = Path(__file__).resolve().parent.parent
-TORCH_MODELS = ("llama-2-7b", "llama-3-8b", "llama2-70b")  # profiles/torch/h200/<model>, timed on a real H200
 BANDS = [0, 16, 128, 512, 4096]
 
 
@@ -50,12 +48,7 @@ def torch_vs_table(gpu_name: str = "h200") -> pd.DataFrame:
     shipped measured profile (NVIDIA's table) on the same GPU, with the flush's write-back min(W, L2) / HBM
     taken off the torch time (docs/kernel-validation.md, "What the tables measured")."""
     gpu, frames = GPU.get(gpu_name), []
-    for model in TORCH_MODELS:
-        tdir, mdir = REPO / "profiles" / "torch" / gpu_name / model, REPO / "profiles" / gpu_name / model
-        if not (tdir.is_dir() and mdir.is_dir()):
-            continue
-        j = read_profile(tdir).linear.merge(read_profile(mdir).linear, on=["op", "tp", "num_tokens"],
-                                            suffixes=("_torch", "_table"))  # fmt: skip
+    for model, j in torch_profile_pairs(gpu_name, REPO / "profiles", ("_torch", "_table")):
         for tp in sorted(j["tp"].unique()):
             for op in linear_ops(Deployment(MODELS.get(model), gpu, tp=int(tp))):
                 s = j[(j["op"] == op.name) & (j["tp"] == tp)]
@@ -128,8 +121,6 @@ def evidence(ref: Path, db_root: Path) -> pd.DataFrame:
 
 
 def section(ref: Path, db_root: Path) -> str:
-    from validate_kernels import md  # noqa: PLC0415 (benchmarks/ is on the path when validate_kernels runs)
-
     h100, a100 = residual_add_share(ref, "h100"), residual_add_share(ref, "a100")
     return "\n".join([
         "### Vidur's H100 condition, from its source: no measurement condition explains the offset", "",
@@ -150,10 +141,12 @@ def section(ref: Path, db_root: Path) -> str:
     ])  # fmt: skip
 
 
-def main() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", type=Path, default=v.reference_root(Path(__file__)),
+                    help="Vidur's reference data (default: ../shared/reference/vidur)")
+    ref = ap.parse_args(argv).reference
     db_root = pv.data_root()
-    ref = v.reference_root(Path(__file__))
     if db_root is None or not (ref / "compute" / "h100").is_dir():
         print("skipped: needs aiconfigurator-core (pip install -e '.[measured]') and ../shared/reference/vidur "
               "with compute/h100")

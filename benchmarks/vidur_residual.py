@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import side_by_side as vs  # noqa: E402
 import vidur_runner as vr  # noqa: E402
-import vs_vidur as vs  # noqa: E402
 
 from simserve.predictor.load import load_timer  # noqa: E402
 from simserve.predictor.overhead import CpuOverhead  # noqa: E402

@@ -12,6 +12,11 @@ from simserve.errors import SimserveError
 
 BLOCK_SIZE = 16  # tokens per KV-cache block (vLLM and Sarathi-Serve)
 
+# vLLM's --all2all-backend values simserve models, its default first: allgather_reducescatter from the all-reduce
+# rows (exchange_bytes), the DeepEP kernels from NVIDIA's measured dispatch + combine rows (ops.a2a_op).
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
+
+
 
 @dataclass(frozen=True)
 class Deployment:
@@ -34,7 +39,7 @@ class Deployment:
     # of dp ranks, each with its own requests, KV cache and TP group of `tp` GPUs for attention; the routed
     # experts are spread over all dp·tp GPUs (ep = dp·tp), whose MoE layers run the tokens of every rank together.
     dp: int = 1
-    # How attention-DP ranks exchange the experts' tokens: vLLM's --all2all-backend (ops.ALL2ALL_BACKENDS).
+    # How attention-DP ranks exchange the experts' tokens: vLLM's --all2all-backend (ALL2ALL_BACKENDS).
     all2all: str = "allgather_reducescatter"
 
     @classmethod
@@ -202,8 +207,6 @@ def _dp_advice(model: ModelSpec, dp: int, tp: int, gpus: int | None) -> str:
 
 
 def _check_all2all(backend: str, dp: int) -> None:
-    from simserve.ops import ALL2ALL_BACKENDS
-
     if backend not in ALL2ALL_BACKENDS:
         raise SimserveError(f"--all2all-backend {backend!r} is not modelled; use one of {', '.join(ALL2ALL_BACKENDS)}")
     if backend != ALL2ALL_BACKENDS[0] and dp < 2:

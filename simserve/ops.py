@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simserve.deployment import Deployment
+from simserve.deployment import ALL2ALL_BACKENDS, Deployment
 
 LINEAR_OPS = ("qkv_proj", "o_proj", "up_proj", "down_proj")
 MLA_LINEAR_OPS = ("qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
@@ -29,9 +29,6 @@ EXPERT_OPS = ("moe_up", "moe_down")
 ELEMENTWISE_OPS = ("attn_norm", "mlp_norm", "rotary", "act", "residual_add")
 ATTENTION_PHASES = ("prefill", "decode")
 COLLECTIVE_OPS = ("all_reduce", "send_recv")
-# vLLM's --all2all-backend values simserve models, its default first: allgather_reducescatter from the all-reduce
-# rows (exchange_bytes), the DeepEP kernels from NVIDIA's measured dispatch + combine rows (`a2a_op`).
-ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
 
 
 @dataclass(frozen=True)

@@ -164,14 +164,14 @@ class Accepted(Exception):
 def test_attention_dp_advice_is_a_command_that_runs(capsys, tmp_path, monkeypatch, engine, dp):
     import shlex
 
-    import simserve.profiling.generated as generated
+    import simserve.resolve as resolve
     from simserve.sim.scenario import check_scenario
 
     def accept(scenario):
         check_scenario(scenario)  # the deployment, its memory, the engine's flags: all that a run checks first
         raise Accepted
 
-    monkeypatch.setattr(generated, "for_scenario", accept)
+    monkeypatch.setattr(resolve, "for_scenario", accept)
     base = ["run", "--engine", engine, "--model", "mixtral-8x7b", "--gpu", "h100", "--requests", "8"]
     code, _, err = cli(capsys, *base, "--tp", "8", "--dp-attention", dp, "--out", str(tmp_path / "o"))
     assert one_line(code, err) and "; use " in err, err

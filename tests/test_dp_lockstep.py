@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simserve.sim.cluster import run_cluster
 from simserve.sim.config import SimConfig
-from simserve.sim.testing import run_cluster
 
 DP2 = SimConfig(policy="vllm-v1", budget=4096, max_model_len=4096, num_replicas=2, dp_attention=2)
 

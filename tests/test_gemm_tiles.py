@@ -163,7 +163,8 @@ def test_plan_regenerates_a_cached_roofline_profile_written_with_other_tiles(tmp
     import json
 
     from simserve.deployment import Deployment
-    from simserve.profiling.generated import generated_root, resolve_profiles
+    from simserve.profiling.generated import generated_root
+    from simserve.resolve import resolve_profiles
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
     # H100 PCIe: Hopper tiles, no shipped profile and no measured tables, so the planner writes a roofline one

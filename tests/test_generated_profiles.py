@@ -133,22 +133,23 @@ def test_the_users_own_profile_lacking_the_tp_degree_stays_an_error_with_its_fix
 
 @needs_db
 def test_plan_falls_back_to_a_roofline_profile_when_the_measured_one_cannot_be_built(cache, monkeypatch):
+    from simserve import resolve
     from simserve.deployment import Deployment
     from simserve.errors import SimserveError
-    from simserve.profiling import generated, measured_backend
+    from simserve.profiling import measured_backend
 
     def lacks_shapes(*args, **kwargs):
         raise SimserveError("the measured attention tables have no head dim 128 rows for this engine release")
 
     monkeypatch.setattr(measured_backend, "profile", lacks_shapes)
     dep = Deployment.create("mistral-7b", "b200", 1, 1)
-    label = generated.resolve_profiles([dep])[dep].label
+    label = resolve.resolve_profiles([dep])[dep].label
     assert label == ("generated roofline (analytic); not measured: the measured attention tables have no head dim "
                      "128 rows for this engine release")  # fmt: skip
     # written once: the next plan reuses the fallback (the same package release would fail the same way)
     prov = next(cache.glob("plan-profiles/*/b200/mistral-7b/provenance.json"))
     written = prov.read_bytes()
-    assert generated.resolve_profiles([dep])[dep].label == label and prov.read_bytes() == written
+    assert resolve.resolve_profiles([dep])[dep].label == label and prov.read_bytes() == written
 
 
 def test_profile_csvs_are_the_bytes_pandas_would_write(tmp_path):

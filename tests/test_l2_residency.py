@@ -75,11 +75,11 @@ def test_every_gpu_of_the_database_has_an_l2_size_with_a_source() -> None:
 
 @needs_db
 def test_the_packaged_tables_are_warm_only_where_l2_is_large_against_the_bus() -> None:
-    from simserve.profiling.measured_backend import _gemm_rows
+    from simserve.profiling.measured_backend import measured_gemm_rows
 
     for name, warm in (("L40S", True), ("RTX-P6000", True), ("H200", False), ("H100-SXM", False)):
         gpu = GPU.get(name)
-        rows, _ = _gemm_rows(measured.open_database(gpu.name), "bf16")
+        rows, _ = measured_gemm_rows(measured.open_database(gpu.name), "bf16")
         out, floor = l2_residency.floor_to_hbm(rows, "bfloat16", gpu)
         # the cold rate the table shows is below the spec sheet's bus bandwidth
         assert floor.cold_gbps < gpu.hbm_gbps

@@ -282,7 +282,7 @@ def test_mla_attention_is_the_module_less_its_projections() -> None:
     from simserve.deployment import Deployment
     from simserve.ops import linear_ops
     from simserve.profiling import measured_mla
-    from simserve.profiling.measured_backend import _gemm_rows, gemm_ms, profile
+    from simserve.profiling.measured_backend import gemm_ms, measured_gemm_rows, profile
 
     model = MODELS.get("deepseek-v3")
     tables, prov = profile(model, GPU.get("h200"), [8], None, None, 4096, 4096, quick=True, dtype="fp8")
@@ -296,7 +296,7 @@ def test_mla_attention_is_the_module_less_its_projections() -> None:
     row = dec[(dec["num_heads"] == 16) & (dec["batch_size"] == 1) & (dec["step"] == 1024)
               & (dec["gemm_type"] == "bfloat16") & (dec["kv_cache_dtype"] == "bfloat16")]  # fmt: skip
     dep = Deployment.create(model, "h200", 8, ep=8, dtype="fp8")
-    rows, _ = _gemm_rows(db, "bf16")
+    rows, _ = measured_gemm_rows(db, "bf16")
     proj = sum(gemm_ms(rows, np.array([1.0]), op.in_features, op.out_features)[0][0] for op in linear_ops(dep)
                if op.name in ("qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj"))  # fmt: skip
     att_obj, _ = measured_mla.attention(mods, dep, "bfloat16", gemm_ms, rows, "h200")

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from simserve.catalog import GPU, MODELS
+from simserve.catalog.files import load_catalog_file
 from simserve.catalog.prices import PRICES, PriceSpec, price_of
-from simserve.catalog.table import load_catalog_file
 from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.plan.candidates import enumerate_candidates, parallelisms
@@ -406,7 +406,7 @@ def test_a_plan_and_a_sweep_of_the_same_point_share_probes() -> None:
     """The probe key ignores the planner's code and the spelling of names, so `simserve sweep --gpu a100` and
     a plan (which names the catalog's A100-80GB) replay each other's simulations."""
     from simserve.cli.sweep import base_scenario
-    from simserve.profiling.generated import resolve_profiles
+    from simserve.resolve import resolve_profiles
     from simserve.tune.probe import probe_key, quantiles_for
     from simserve.tune.sweep import SweepSpec
 
@@ -455,7 +455,8 @@ def test_plan_regenerates_a_cached_roofline_profile_written_for_another_box(tmp_
     """The collective tables come from the node and network specs: a cached generated profile written when the
     catalog's box (or network) said something else is stale, as one written for another GPU spec is."""
     from simserve.deployment import Deployment
-    from simserve.profiling.generated import generated_root, resolve_profiles
+    from simserve.profiling.generated import generated_root
+    from simserve.resolve import resolve_profiles
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
     # B200: no shipped profile; generated measured with the package installed, roofline without: both are stale

@@ -10,7 +10,7 @@ from simserve.plan.candidates import data_parallelisms, enumerate_candidates
 from simserve.plan.command import replica_commands
 from simserve.plan.report import deployment_label
 from simserve.plan.search import PlanSpec
-from simserve.profiling.generated import ProfileChoice
+from simserve.resolve import ProfileChoice
 
 
 def _layouts(model: str, gpu: str):

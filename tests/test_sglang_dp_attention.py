@@ -11,8 +11,8 @@ import pytest
 
 from simserve.cli import main
 from simserve.errors import SimserveError
+from simserve.sim.cluster import run_cluster
 from simserve.sim.config import SimConfig
-from simserve.sim.testing import run_cluster
 from simserve.tune.sglang import check_sglang_scenario, sglang_command, sglang_defaults
 
 MIXTRAL = "mixtral-8x7b"

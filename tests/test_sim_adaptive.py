@@ -1,4 +1,4 @@
-"""Adaptive budgets and vLLM v1's scheduler, on timers simple enough to check by hand (simserve.sim.budgets)."""
+"""Adaptive budgets and vLLM v1's scheduler, on timers simple enough to check by hand (simserve.sim.adaptive_budgets, simserve.sim.vllm_v1)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from simserve.errors import SimserveError
 from simserve.sim import SimConfig, build_result, simulate
-from simserve.sim.budgets import largest_fitting
+from simserve.sim.adaptive_budgets import largest_fitting
 from simserve.sim.testing import ConstantTimer, LinearTimer
 
 NEW_POLICIES = ("slo-aware", "pressure", "equal-cost", "vllm-v1")

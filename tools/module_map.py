@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("catalog", "profiling", "predictor", "workload", "sim", "tune", "plan", "cli")
 # the top-level modules in reading order; any other top-level module follows in name order (none left out)
-TOP_FIRST = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py", "shipped.py")
+TOP_FIRST = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py", "shipped.py", "resolve.py")
 
 
 def top_modules() -> list[str]:

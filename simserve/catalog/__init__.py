@@ -4,9 +4,9 @@ The tables live in `models.py` and `hardware.py`; a user adds entries from a YAM
 `load_catalog_file` (or the `SIMSERVE_CATALOG` environment variable) without editing code.
 """
 
+from simserve.catalog.files import load_catalog_file
 from simserve.catalog.hardware import GPU, NETWORKS, NODES, GPUSpec, NetworkSpec, NodeSpec
 from simserve.catalog.models import MODELS, ModelSpec
-from simserve.catalog.table import load_catalog_file
 
 __all__ = [
     "GPU",

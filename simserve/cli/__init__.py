@@ -34,7 +34,7 @@ def _options(
         help="YAML/TOML file adding models, GPUs, nodes or networks (repeatable; also $SIMSERVE_CATALOG).",
     ),
 ) -> None:
-    from simserve.catalog.table import load_catalog_file, load_env_catalogs
+    from simserve.catalog.files import load_catalog_file, load_env_catalogs
 
     load_env_catalogs()
     for path in catalog:

@@ -12,10 +12,10 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
     from dataclasses import replace
 
     from simserve.cli.console import console as make_console
-    from simserve.cli.run import _jsonable
+    from simserve.cli.outputs import check_served, jsonable
     from simserve.errors import SimserveError
     from simserve.io import check_out_dir, output_dir
-    from simserve.profiling.generated import for_scenario
+    from simserve.resolve import for_scenario
     from simserve.sim.disagg import transfer_summary
     from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec, run_disagg
     from simserve.sim.metrics import summarize
@@ -47,9 +47,8 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
     ds = replace(ds, prefill=pools[0], decode=pools[1])
     run = run_disagg(ds, qps)
     summary = summarize(run.raw).as_dict()
-    from simserve.cli.run import _check_served
 
-    _check_served(summary, ds.prefill)  # every request dropped: an error, before anything is written
+    check_served(summary, ds.prefill)  # every request dropped: an error, before anything is written
     pools_doc = transfer_summary(run)
     from simserve.predictor.load import profile_label
     from simserve.sim.scenario import workload_drops, workload_notes
@@ -65,7 +64,7 @@ def run_disaggregated(scenario, prefill: str | None, decode: str | None, kv_link
                "qps": qps, "summary": summary, "disaggregation": pools_doc, "notes": notes,
                "trace_dropped": workload_drops(ds.prefill), "profiles": profiles,
                "step_parts": _step_parts(ds, run)}  # fmt: skip
-        (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
+        (tmp / "summary.json").write_text(json.dumps(jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print(console, ds, qps, summary, pools_doc, out)
     from simserve.cli.console import note
 

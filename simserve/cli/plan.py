@@ -197,7 +197,7 @@ def plan(
             f"seed spread {key_label(key)}: {v:.1%} (capacity per replica {per_seed} qps at seeds "
             f"{', '.join(map(str, sorted(caps[key])))}; (max − min) / mean)", highlight=False,
         )  # fmt: skip
-    from simserve.plan.disagg import LAYOUT_AGG, layout_of
+    from simserve.plan.rows import LAYOUT_AGG, layout_of
 
     if layout_of(best) == LAYOUT_AGG:
         console.print(f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin "

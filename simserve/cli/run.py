@@ -13,6 +13,8 @@ import typer
 
 from simserve.cli import app
 from simserve.cli.options import seed_option
+from simserve.cli.outputs import check_served as _check_served
+from simserve.cli.outputs import jsonable as _jsonable
 
 # Options `run`, `sweep`, `plan` and `profile` share: precision, expert parallelism, the context limit. (Here,
 # not in a module of their own: a warm `simserve run` imports no other command module.)
@@ -88,16 +90,6 @@ def _default_out(
     # a bench dataset spec (random:1024:128:0.1) names the run with dashes: no colons or dots in a folder name
     name = trace.replace(":", "-").replace(".", "p") if is_spec(trace) else Path(trace).name.split(".")[0]
     return Path("runs") / f"{model}-{gpu}-tp{tp}-pp{pp}-{policy}{b}-{name}-qps{qps:g}-s{seed}"
-
-
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    return x
 
 
 # The engine release a policy follows, named in the summary's title (simserve/tune/engine.py, sglang.py).
@@ -430,7 +422,7 @@ def run_command(
         run_disaggregated(scenario, prefill, decode, kv_link, decode_router, qps, out, force, fmt, iterations)
         return
     out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
-    from simserve.profiling.generated import for_scenario
+    from simserve.resolve import for_scenario
 
     scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
     if generated:
@@ -638,22 +630,6 @@ class _Arrivals:
         if span == 0:
             return cls(f"replayed: a burst of {n} requests at once", burst=True, replay=True)
         return cls(f"replayed: {n} requests over {span:.1f} s ({(n - 1) / span:.3g} req/s)", False, True)
-
-
-def _check_served(s: dict, scenario) -> None:
-    """A run whose every request was dropped has no latencies to report: its table was all nan, exit 0."""
-    n = s["num_requests"]
-    if s["completed"] or s["ignored"] < n:
-        return
-    from simserve.errors import SimserveError
-
-    limit = scenario.sim_config().prompt_limit()
-    what = "--budget (vllm's largest prefill)" if scenario.policy == "vllm" else "the max model length"
-    raise SimserveError(
-        f"no request was served: all {n} were dropped as longer than {what}, {limit} tokens (or than the KV "
-        f"cache); use shorter requests (random:IN:OUT with IN + OUT <= {limit}), or raise --max-model-len "
-        f"(--allow-long-context past the model's own limit)"
-    )
 
 
 def _parallelism(scenario, dep) -> str:

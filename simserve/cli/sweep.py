@@ -284,7 +284,7 @@ def sweep(
             raise SimserveError("--sustained-clock and --launch-gaps shape the simulator's steps; drop --toy")
         base = replace(base, sustained_clock=sustained_clock, launch_gaps=launch_gaps)
     if not toy:  # no shipped profile covers the deployment: build one (measured if it can), as `plan` does
-        from simserve.profiling.generated import for_scenario
+        from simserve.resolve import for_scenario
 
         base, generated = for_scenario(base)
         if generated:

@@ -34,11 +34,10 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.memory import plan_memory, profile_tokens
 from simserve.plan.candidates import best_box, expert_parallelisms, parallelisms
-from simserve.plan.prune import front_threshold
+from simserve.plan.prune import front_threshold, halvings_to_floor
+from simserve.plan.rows import LAYOUT_AGG, PLAN_COLUMNS, SEARCH_COLUMNS, at_capacity, user_speed
+from simserve.plan.ties import TIE_DEPLOYMENTS, contenders, seed_task
 from simserve.vllm_loader import refusal
-
-LAYOUT_AGG = "agg"
-LAYOUTS = ("agg", "disagg")
 
 
 @dataclass(frozen=True)
@@ -192,8 +191,7 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
     reach the Pareto front of the aggregated rows and that first layout; a failure there proves every row of it
     dominated (pass/fail is monotone in load), so it is not searched further ("pruned" in searches.csv).
     `profiles`: the aggregated searches' profile choices, reused (resolving one reads its profile)."""
-    from simserve.plan.search import _PLAN_COLUMNS, _SEARCH_COLUMNS, halvings_to_floor, seed_task
-    from simserve.profiling.generated import resolve_profiles
+    from simserve.resolve import resolve_profiles
     from simserve.sim.scenario import _timer, _workload
     from simserve.tune.jobs import CapacityTask, run_tasks
 
@@ -244,8 +242,8 @@ def search_disagg(spec, prices: dict[str, PriceSpec], runner, cache, stats: dict
         row = _search_row(lay, t, r, spec, profiles)
         row["status"] = f"seed spread ({row['status']})"
         rows.append(row)
-    searches = pd.DataFrame(rows, columns=[*_SEARCH_COLUMNS, "layout"])
-    return searches, plan.reindex(columns=[*_PLAN_COLUMNS, "layout"]), notes
+    searches = pd.DataFrame(rows, columns=[*SEARCH_COLUMNS, "layout"])
+    return searches, plan.reindex(columns=[*PLAN_COLUMNS, "layout"]), notes
 
 
 def _found(rows: pd.DataFrame | None) -> list[tuple[float, float]]:
@@ -257,8 +255,6 @@ def _found(rows: pd.DataFrame | None) -> list[tuple[float, float]]:
 
 def _contenders(layouts: list[Layout], plan: pd.DataFrame, agg_rows, spec) -> list[int]:
     """Indices of the searched layouts among the plan's TIE_DEPLOYMENTS cheapest deployments, agg ones included."""
-    from simserve.plan.search import TIE_DEPLOYMENTS
-    from simserve.plan.ties import contenders
 
     if plan.empty:
         return []
@@ -278,7 +274,6 @@ def _run(tasks, runner, cache, stats, run_tasks, speculate: bool = True):
 
 
 def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) -> dict:
-    from simserve.plan.search import at_capacity
 
     capacity, status, message = r.capacity_qps, "searched", r.message
     if capacity == 0 and threshold > 0:
@@ -297,7 +292,6 @@ def _search_row(lay: Layout, task, r, spec, profiles, threshold: float = 0.0) ->
 
 def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.DataFrame:
     """Plan rows: r copies of each layout (r·capacity, whole rental units), as plan_rows does for replicas."""
-    from simserve.plan.search import user_speed
 
     out = []
     for lay, r in zip(layouts, results, strict=True):
@@ -319,9 +313,3 @@ def _rows(layouts, results, spec, prices, out_tokens: float, profiles) -> pd.Dat
                 **user_speed(r.metrics_at_capacity.get("tpot_mean_s", math.nan)),
             })  # fmt: skip
     return pd.DataFrame(out)
-
-
-def layout_of(row) -> str:
-    """A plan row's layout: 'agg', or the xPyD label of a disaggregated row."""
-    v = row.get("layout", LAYOUT_AGG) if hasattr(row, "get") else LAYOUT_AGG
-    return v if isinstance(v, str) and v else LAYOUT_AGG

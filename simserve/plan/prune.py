@@ -16,6 +16,7 @@ Neither changes the front: what is skipped is proven dominated by rows the plan 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 FIRST_BUDGET = (
@@ -40,3 +41,9 @@ def front_threshold(rows: Sequence[tuple[float, float]], replica_costs: Sequence
         offered = max((cap for cap, usd in rows if usd <= cost), default=0.0)
         best = min(best, offered / r)
     return 0.0 if best == float("inf") else best
+
+
+def halvings_to_floor(start_qps: float, min_qps: float) -> int:
+    """Halvings from `start_qps` whose last probe is at or below `min_qps`, so a search from any start sees
+    every rate down to the floor (a search started above --start-qps needs more of them)."""
+    return max(0, math.ceil(math.log2(start_qps / min_qps) - 1e-9))

@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simserve.io import MARKER, output_dir
+from simserve.plan.rows import LAYOUT_AGG, deployment_label, layout_of
 from simserve.plan.search import PlanResult
 
 GPU_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
@@ -20,17 +21,6 @@ APPROXIMATION = (
     "it UNDERESTIMATES or matches (by 0-3% on the mean of 4 seeds at 2 and 4 replicas: "
     "benchmarks/plan_replicas.py, docs/planner.md), so multi-replica rows are conservative"
 )
-
-
-def deployment_label(row: pd.Series) -> str:
-    from simserve.plan.disagg import LAYOUT_AGG, layout_of
-
-    if layout_of(row) != LAYOUT_AGG:
-        return f"{int(row['replicas'])}×({row['gpu']} {layout_of(row)})"
-    ep = int(row.get("ep", 1))
-    dp = f"DP{ep // int(row['tp'])}×" if ep > int(row["tp"]) else ""  # attention DP: EP = DP × TP
-    ep_label = f" EP{ep}" if ep > 1 else ""
-    return f"{int(row['replicas'])}×({row['gpu']} {dp}TP{int(row['tp'])}{ep_label} PP{int(row['pp'])})"
 
 
 def pareto_plot(rows: pd.DataFrame, title: str = "") -> Figure:
@@ -121,7 +111,6 @@ def commands(result: PlanResult, row: pd.Series) -> list[str]:
     """The `vllm serve` line of each replica of `row` (plan/command.py)."""
     from simserve.catalog.hardware import NODES
     from simserve.plan.command import replica_commands
-    from simserve.plan.disagg import LAYOUT_AGG, layout_of
 
     s = result.spec
     if layout_of(row) != LAYOUT_AGG:
@@ -203,7 +192,6 @@ def table_rows(result: PlanResult, all_rows: bool = False) -> pd.DataFrame:
 
 def best_disagg(result: PlanResult) -> pd.Series | None:
     """The disaggregated row cheapest by the plan's objective (ties: fewer GPUs), or None."""
-    from simserve.plan.disagg import LAYOUT_AGG
 
     rows = result.rows
     if "layout" not in rows or rows.empty:
@@ -217,7 +205,6 @@ def best_disagg(result: PlanResult) -> pd.Series | None:
 def disagg_story(result: PlanResult) -> list[str]:
     """With disaggregated layouts asked for, what became of them: the best row against the first one, or why
     none has a row (each searched layout's outcome; the screen's notes are printed apart)."""
-    from simserve.plan.disagg import LAYOUT_AGG
 
     if "disagg" not in result.spec.layouts:
         return []

@@ -22,8 +22,10 @@ from simserve.catalog.models import resolve_model
 from simserve.catalog.prices import PriceSpec, price_of
 from simserve.errors import SimserveError
 from simserve.plan.candidates import Candidate, enumerate_candidates, nothing_fits_message
-from simserve.plan.prune import budget_order, front_threshold
-from simserve.profiling.generated import ProfileChoice, resolve_profiles
+from simserve.plan.prune import budget_order, front_threshold, halvings_to_floor
+from simserve.plan.rows import LAYOUTS, PLAN_COLUMNS, SEARCH_COLUMNS, at_capacity, user_speed
+from simserve.plan.ties import TIE_DEPLOYMENTS, contenders, seed_task
+from simserve.resolve import ProfileChoice, resolve_profiles
 from simserve.sim.scenario import MAX_MODEL_LEN, Scenario, context_limit
 from simserve.tune.capacity import SLO, CapacityResult
 from simserve.tune.executors import Runner
@@ -71,8 +73,6 @@ class PlanSpec:
     sustained_clock: bool | None = None
 
     def __post_init__(self) -> None:
-        from simserve.plan.disagg import LAYOUTS
-
         if self.sustained_clock:  # the step's parts: refused for a GPU the model has no sustained rate for
             from simserve.catalog import GPUSpec
 
@@ -196,12 +196,6 @@ def prepare(spec: PlanSpec) -> tuple[list[Candidate], list[str], dict[str, Price
 ROUND = 4  # deployments searched side by side: fixed, not the worker count, so the plan is the same on any machine
 
 
-def halvings_to_floor(start_qps: float, min_qps: float) -> int:
-    """Halvings from `start_qps` whose last probe is at or below `min_qps`, so a search from any start sees
-    every rate down to the floor (a search started above --start-qps needs more of them)."""
-    return max(0, math.ceil(math.log2(start_qps / min_qps) - 1e-9))
-
-
 @dataclass
 class _Deployment:
     """One deployment's searches, one token budget at a time (each starts from what the others found)."""
@@ -286,7 +280,7 @@ def run_plan(
             bar.update(tid, completed=sum(len(d.rows) for d in seen),
                        description=f"plan searches, {stats['probes_simulated']} probes simulated, "
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
-        searches = pd.DataFrame([row for d in seen for row in d.rows], columns=_SEARCH_COLUMNS)
+        searches = pd.DataFrame([row for d in seen for row in d.rows], columns=SEARCH_COLUMNS)
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
         again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats, speculate)
         searches = pd.concat([searches, again], ignore_index=True) if len(again) else searches
@@ -341,18 +335,13 @@ def _with_layouts(agg: pd.DataFrame, disagg: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
 
 
-TIE_DEPLOYMENTS = 3  # the cheapest deployments searched again at other seeds: the contenders for a tie
-
-
 def _seed_searches(
     rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats, speculate: bool = True
 ) -> pd.DataFrame:
     """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best budget,
     at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's seed."""
-    from simserve.plan.ties import contenders
-
     if not spec.tie_seeds or rows.empty:
-        return pd.DataFrame(columns=_SEARCH_COLUMNS)
+        return pd.DataFrame(columns=SEARCH_COLUMNS)
     objective = "usd_per_hour" if spec.target_qps else "usd_per_million_output_tokens"
     top = contenders(rows, objective).head(TIE_DEPLOYMENTS)
     by_key = {d.key: d for d in seen}
@@ -374,17 +363,7 @@ def _seed_searches(
         row["status"] = f"seed spread ({row['status']})"
         out.append(row)
     stats["seed_searches"] = len(out)
-    return pd.DataFrame(out, columns=_SEARCH_COLUMNS)
-
-
-SEED_STEP = 1.125  # another seed's search brackets in steps of 1/8 from the first seed's capacity
-
-
-def seed_task(scenario, spec: PlanSpec, start: float) -> CapacityTask:
-    """A search at another seed, from the capacity found at the plan's seed: bracketing in SEED_STEP steps (seeds
-    move a capacity by ~5-15%, docs/planner.md), down to the same floor (--min-qps)."""
-    steps = max(0, math.ceil(math.log(start / spec.min_qps) / math.log(SEED_STEP) - 1e-9))
-    return CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=steps, step=SEED_STEP)
+    return pd.DataFrame(out, columns=SEARCH_COLUMNS)
 
 
 def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: bool, profiles):
@@ -426,13 +405,6 @@ def _related_start(d: _Deployment, seen: list[_Deployment]) -> float | None:
     return max(related, key=lambda o: o.key[2]).best if related else None
 
 
-_SEARCH_COLUMNS = [
-    "gpu", "tp", "pp", "ep", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps",
-    "status",
-    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile", "tpot_mean_s", "requests_simulated",
-]  # fmt: skip
-
-
 def _search_row(
     d: _Deployment, task: CapacityTask, threshold: float, r: CapacityResult, spec: PlanSpec, profiles
 ) -> dict:
@@ -461,14 +433,6 @@ def _search_row(
         "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
         **at_capacity(r),
     }  # fmt: skip
-
-
-def at_capacity(r: CapacityResult) -> dict:
-    """What a search row keeps of the probe at capacity: the mean TPOT (a user's time per output token, as
-    `vllm bench serve` reports it) and how many requests that probe simulated (tune/simadapter.steady_record
-    lengthens a run until it is steady)."""
-    m = r.metrics_at_capacity
-    return {"tpot_mean_s": m.get("tpot_mean_s", math.nan), "requests_simulated": m.get("requests_simulated", math.nan)}
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
@@ -516,25 +480,11 @@ def plan_rows(
                     "profile": s["profile"], **user_speed(s.get("tpot_mean_s", math.nan)),
                 }
             )  # fmt: skip
-    df = pd.DataFrame(rows, columns=_PLAN_COLUMNS)
+    df = pd.DataFrame(rows, columns=PLAN_COLUMNS)
     df["pareto"] = pareto_mask(df)
     return df.sort_values(
         ["usd_per_hour", "capacity_qps"], ascending=[True, False], kind="stable"
     ).reset_index(drop=True)
-
-
-_PLAN_COLUMNS = [
-    "gpu", "tp", "pp", "ep", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps",
-    "capacity_per_gpu_qps", "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour",
-    "usd_per_million_output_tokens", "profile", "tpot_mean_s", "user_tokens_per_s",
-]  # fmt: skip
-
-
-def user_speed(tpot_mean_s: float) -> dict:
-    """Mean TPOT at capacity and the per-user speed it gives: output tokens per second one user sees while its
-    answer streams (1 / mean TPOT)."""
-    t = float(tpot_mean_s)
-    return {"tpot_mean_s": t, "user_tokens_per_s": 1.0 / t if t > 0 else math.nan}
 
 
 def pareto_mask(df: pd.DataFrame) -> list[bool]:

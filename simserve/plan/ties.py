@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from simserve.catalog.prices import PriceSpec
+from simserve.plan.rows import deployment_label
+from simserve.tune.jobs import CapacityTask
 
 DEPLOYMENT = ("gpu", "tp", "pp", "ep", "layout")  # layout: 'agg' or a disaggregated xPyD (plan/disagg.py)
 
@@ -130,8 +132,6 @@ def find_ties(
     """The contenders tied with `best`. `capacity_based`: the objective moves with the capacity ($ per million
     output tokens), so the tolerance and the seed spread apply; with --qps the objective is a price per hour
     and only the price ranges do."""
-    from simserve.plan.report import deployment_label
-
     b_obj, b_gpu = float(best[objective]), best["gpu"]
     b_key = tuple(best[k] for k in keys(rows))
     plan_spread = max(spread.values(), default=None)
@@ -167,3 +167,16 @@ def find_ties(
         if reasons:
             ties.append(Tie(deployment_label(row), obj, gap, tuple(reasons), tuple(breakers)))
     return ties
+
+
+TIE_DEPLOYMENTS = 3  # the cheapest deployments searched again at other seeds: the contenders for a tie
+
+
+SEED_STEP = 1.125  # another seed's search brackets in steps of 1/8 from the first seed's capacity
+
+
+def seed_task(scenario, spec, start: float) -> CapacityTask:
+    """A search at another seed, from the capacity found at the plan's seed: bracketing in SEED_STEP steps (seeds
+    move a capacity by ~5-15%, docs/planner.md), down to the same floor (--min-qps)."""
+    steps = max(0, math.ceil(math.log(start / spec.min_qps) / math.log(SEED_STEP) - 1e-9))
+    return CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=steps, step=SEED_STEP)

@@ -8,7 +8,7 @@ from pathlib import Path
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.ops import ELEMENTWISE_OPS, a2a_op, timed_linear_ops
-from simserve.predictor.fit import ModelKey
+from simserve.predictor.fitted import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
 

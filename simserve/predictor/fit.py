@@ -23,6 +23,7 @@ import pandas as pd
 
 from simserve import numerics
 from simserve.predictor import cache
+from simserve.predictor.fitted import Fitted, ModelKey
 from simserve.predictor.regressor import (
     PhysicsTimesTrees,
     collective_features,
@@ -40,24 +41,6 @@ if TYPE_CHECKING:
 FAMILIES = ("linear", "elementwise", "attention_prefill", "attention_decode", "collective")
 HELD_OUT = 0.2  # fraction of each group's rows kept out of training to measure the error
 MIN_ROWS_FOR_SPLIT = 10  # smaller groups are fitted on everything and report no held-out error
-
-
-@dataclass(frozen=True)
-class ModelKey:
-    """Which rows a model was fitted on. `tp` is 0 for collectives; link/num_workers only for collectives."""
-
-    family: str
-    op: str
-    tp: int = 0
-    link: str = ""
-    num_workers: int = 0
-
-
-@dataclass(frozen=True)
-class Fitted:
-    model: PhysicsTimesTrees
-    columns: tuple[str, ...]  # the profile columns the model reads, in call order
-    points: dict[str, np.ndarray]  # the distinct profiled values of each column (ranges for compile)
 
 
 @dataclass

@@ -32,7 +32,8 @@ from simserve.ops import (
 )
 
 if TYPE_CHECKING:  # fit imports scikit-learn; a compiled timer unpickled from the cache refers to TokenTables only
-    from simserve.predictor.fit import Fitted, ModelKey, Predictor
+    from simserve.predictor.fit import Predictor
+    from simserve.predictor.fitted import Fitted, ModelKey
 
 TOKENS_TABLE = (16384, 32768)  # dense per-token table: at least, at most
 DECODE_BATCH_TABLE = 256
@@ -121,7 +122,7 @@ class TokenTables:
 
 def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
     from simserve.predictor.coverage import find_collective, node_link, stage_link
-    from simserve.predictor.fit import ModelKey
+    from simserve.predictor.fitted import ModelKey
 
     tp, layers = dep.tp, dep.layers_per_stage
     linear = timed_linear_ops(dep)  # a MoE layer's ops run on a share of the layers (ops.LinearOp.share)
@@ -233,7 +234,7 @@ def _lockstep_tables(dep, total, moe_parts, curve, moe_layers, per_token, end, f
 
 def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float]:
     """Stage seconds of decode attention for b = 0..B requests (rows) at mean context j·step (columns)."""
-    from simserve.predictor.fit import ModelKey
+    from simserve.predictor.fitted import ModelKey
 
     fitted = _model(predictor, ModelKey("attention_decode", "decode", dep.tp))
     bmax = max(int(fitted.points["batch_size"].max()), DECODE_BATCH_TABLE)
@@ -250,7 +251,7 @@ def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, flo
 
 def prefill_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float, float]:
     """Stage seconds of one prefill chunk's attention: rows chunk i·CHUNK_STEP, columns prefix k·PREFIX_STEP."""
-    from simserve.predictor.fit import ModelKey
+    from simserve.predictor.fitted import ModelKey
 
     fitted = _model(predictor, ModelKey("attention_prefill", "prefill", dep.tp))
     cmax = max(float(fitted.points["chunk"].max()), CONTEXT_TABLE)

@@ -101,7 +101,9 @@ def _gemm_fit(lin, db, base: rl.KernelConstants, tiles=None, names=GEMM_NAMES) -
     return loss(x), x
 
 
-def _gemm_rows(mlp: pd.DataFrame | None, cc: int) -> pd.DataFrame | None:
+def _vidur_linear_rows(mlp: pd.DataFrame | None, cc: int) -> pd.DataFrame | None:
+    """Vidur's measured linear-op rows for compute capability `cc`; None where its GEMMs come from NVIDIA's
+    database alone (GEMM_FROM_DATABASE_ONLY) or Vidur's rows are absent."""
     if mlp is None or cc in GEMM_FROM_DATABASE_ONLY:
         return None
     return mlp[mlp["kind"] == "linear"].reset_index(drop=True)
@@ -110,14 +112,14 @@ def _gemm_rows(mlp: pd.DataFrame | None, cc: int) -> pd.DataFrame | None:
 def tile_loss(cc: int, root: Path | None, db_root: Path | None, tiles) -> tuple[float, list[float]]:
     """In-sample GEMM loss of compute capability `cc` with `tiles`, its constants refitted: (loss, constants)."""
     mlp, db = in_sample(root, db_root, cc)
-    lin = _gemm_rows(mlp, cc)
+    lin = _vidur_linear_rows(mlp, cc)
     return _gemm_fit(lin, db, rl.ARCH_KERNELS.get(cc, rl.KERNELS), tiles, gemm_names(cc))
 
 
 def fit(cc: int, root: Path | None, db_root: Path | None) -> dict[str, object] | None:
     """Refitted constants of compute capability `cc` (GEMM, and elementwise where measured), or None without data."""
     mlp, db = in_sample(root, db_root, cc)
-    lin = _gemm_rows(mlp, cc)
+    lin = _vidur_linear_rows(mlp, cc)
     if (lin is None or lin.empty) and (db is None or db.empty):
         return None
     names = gemm_names(cc)

@@ -71,7 +71,9 @@ def gemm_ms(table: pd.DataFrame, tokens: np.ndarray, k: int, n: int) -> tuple[np
     return out, np.maximum(kinds, shape_kind)
 
 
-def _gemm_rows(db: measured.Database, dtype: str) -> tuple[pd.DataFrame, str]:
+def measured_gemm_rows(db: measured.Database, dtype: str) -> tuple[pd.DataFrame, str]:
+    """NVIDIA's GEMM rows of one dtype from the kernel measured on the whole grid: the median latency per
+    (m, n, k), and that kernel's name."""
     df = db.gemm(dtype)
     sizes = df.groupby("kernel_source").size()
     kernel = str(sorted(sizes.index, key=lambda k: (-sizes[k], k))[0])  # the kernel measured on the whole grid
@@ -137,7 +139,7 @@ def _mla_attention(dep: Deployment, db: measured.Database, kv_dtype: str, b, kv,
         pre_t = mla_prefill_attention_ms(dep.gpu, s, ch, pre, dep.kv_bytes)
         return dec, "modelled", pre_t, "modelled", {"prefill": reason, "decode": reason}
     gemm_type, gemm_dtype = measured_mla.DERIVE_GEMM
-    gemm_rows, _ = _gemm_rows(db, gemm_dtype)
+    gemm_rows, _ = measured_gemm_rows(db, gemm_dtype)
     att, info = measured_mla.attention(modules, dep, kv_dtype, gemm_ms, gemm_rows, where)
     dec, k_dec = att.decode(b, kv, None)
     pre_t, k_pre = att.prefill(ch, pre, None)
@@ -228,7 +230,7 @@ def profile(
     deps = profiled_deployments(model, gpu, tps, node, network, max_model_len, dtype, kv_dtype, moe_skew)
     kv_dtype = {"bf16": "bfloat16", "fp8": "fp8"}.get(kv_dtype, kv_dtype)
     tokens = grid.token_grid(max_tokens, quick)
-    gemms, gemm_kernel = _gemm_rows(db, dtype)
+    gemms, gemm_kernel = measured_gemm_rows(db, dtype)
     # the tables time GEMMs with their weights warm in L2 where they fit; serving streams them from HBM
     gemms, l2_floor = l2_residency.floor_to_hbm(gemms, measured.GEMM_DTYPES.get(dtype, dtype), gpu)
     attention, att_kernels = attention_table(deps, db, kv_dtype, max_model_len, quick)

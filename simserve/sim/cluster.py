@@ -375,3 +375,15 @@ def simulate(
         cluster.capped,
         cluster.api,
     )
+
+
+def run_cluster(timer, prompt, output, arrived, cfg, num_blocks: int = 4000):
+    """Run the SimPy reference's Cluster on these requests to the end; returns (cluster, requests), whose
+    per-rank and per-request state a test can inspect (simulate returns only the summary)."""
+    import simpy
+
+    env = simpy.Environment()
+    reqs = Requests(np.asarray(prompt), np.asarray(output), np.asarray(arrived, dtype=float))
+    cluster = Cluster(env, reqs, cfg.validate(), timer, num_blocks)
+    env.run(until=cluster.finished)
+    return cluster, reqs

@@ -206,7 +206,11 @@ class SimConfig:
         return 0.0 if self.reserves_max_len else self.watermark
 
     def token_budget(self) -> int:
-        """Prefill tokens one iteration may carry (vLLM: the sum of whole prompts in a prefill batch)."""
+        """Tokens one iteration may carry. sarathi and vllm-v1 count the batch's decodes (a token each) and its
+        prefill chunks together (Sarathi's chunk size; vLLM's --max-num-batched-tokens); chunked (prefill-only
+        turns), the adaptive policies (their cap) and sglang (--chunked-prefill-size) count prefill tokens only;
+        vllm: the sum of whole prompts in a prefill-only batch, at most the max model length; hybrid: the max
+        model length; orca and fcfs: no limit."""
         if self.policy in ("sarathi", "chunked"):
             return self.budget or DEFAULT_CHUNK
         if self.policy in ADAPTIVE_POLICIES:

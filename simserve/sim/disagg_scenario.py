@@ -78,12 +78,6 @@ class DisaggScenario:
 
         return f"{one(self.prefill, 'P')}+{one(self.decode, 'D')}"
 
-    def record(self, qps: float, quantiles: tuple[float, ...], cdf_grid: tuple[float, ...]) -> dict:
-        """One capacity probe's record (tune/probe.py): the user's view of the run, as an aggregated probe's."""
-        from simserve.tune.simadapter import probe_view, record_from_result
-
-        return record_from_result(probe_view(run_disagg(self, qps).raw), qps, quantiles, cdf_grid)
-
     def check(self) -> tuple[int, int, KVLink]:
         """KV blocks per prefill and decode replica, and the link; SimserveError naming the pool that does not
         fit or the missing link."""

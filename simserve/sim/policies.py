@@ -16,8 +16,8 @@ prompt is in), and a policy hands out tokens under its limits:
   hybrid   ablation "hybrid batching only": sarathi with budget = max_model_len.
   slo-aware, pressure, equal-cost
            sarathi's batch with the prefill chunks sized each iteration from the BatchTimer's prediction
-           (budgets.py): under a TBT target, by queue pressure, or at equal cost per chunk (for PP).
-  vllm-v1  vLLM's v1 scheduler: one token budget shared by decodes and prefill chunks (budgets.py).
+           (adaptive_budgets.py): under a TBT target, by queue pressure, or at equal cost per chunk (for PP).
+  vllm-v1  vLLM's v1 scheduler: one token budget shared by decodes and prefill chunks (vllm_v1.py).
   sglang   SGLang's scheduler: a prefill batch (chunked, under a token and a KV-reservation budget) when one
            can be formed, else a decode step with retraction (sglang.py).
 
@@ -36,8 +36,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simserve.sim import budgets, sglang
+from simserve.sim import adaptive_budgets, sglang
 from simserve.sim.state import ReplicaState
+from simserve.sim.vllm_v1 import vllm_v1_batch
 
 _NO_DECODES = np.zeros(0, dtype=np.int64)
 
@@ -98,22 +99,22 @@ def chunked(rep: ReplicaState, now: float) -> Batch:
 
 def slo_aware(rep: ReplicaState, now: float) -> Batch:
     decodes = rep.schedule_decodes()
-    return Batch(budgets.fill_chunks(rep, now, len(decodes), budgets.slo_aware_size(rep, decodes)), decodes)
+    return Batch(adaptive_budgets.fill_chunks(rep, now, len(decodes), adaptive_budgets.slo_aware_size(rep, decodes)), decodes)
 
 
 def pressure(rep: ReplicaState, now: float) -> Batch:
     decodes = rep.schedule_decodes()
-    size = budgets.pressure_size(rep, decodes, now)
-    return Batch(budgets.fill_chunks(rep, now, len(decodes), size), decodes)
+    size = adaptive_budgets.pressure_size(rep, decodes, now)
+    return Batch(adaptive_budgets.fill_chunks(rep, now, len(decodes), size), decodes)
 
 
 def equal_cost(rep: ReplicaState, now: float) -> Batch:
     decodes = rep.schedule_decodes()
-    return Batch(budgets.fill_chunks(rep, now, len(decodes), budgets.equal_cost_size(rep)), decodes)
+    return Batch(adaptive_budgets.fill_chunks(rep, now, len(decodes), adaptive_budgets.equal_cost_size(rep)), decodes)
 
 
 def vllm_v1(rep: ReplicaState, now: float) -> Batch:
-    return Batch(*budgets.vllm_v1_batch(rep, now))
+    return Batch(*vllm_v1_batch(rep, now))
 
 
 def sglang_policy(rep: ReplicaState, now: float) -> Batch:

@@ -1,4 +1,5 @@
-"""Automatic prefix caching as vLLM 0.33.0 does it: hashed full blocks, ref counts, an LRU free queue.
+"""Automatic prefix caching as vLLM 0.33.0 does it: full blocks keyed by their prefix (the key standing in for
+vLLM's chained block hash: no token ids, nothing hashed), ref counts, an LRU free queue.
 
 The paged KV cache of one replica with vLLM V1's prefix caching on (`BlockPool` + `FullAttentionManager` of
 `vllm/v1/core/`, one full-attention KV group), reduced to what scheduling sees. Physical blocks are kept, not

@@ -318,7 +318,7 @@ def check_scenario(s: Scenario) -> int:
     if s.vllm_worker:
         if cfg.policy != "vllm-v1":
             raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
-        from simserve.tune.engine import check_vllm_flags
+        from simserve.vllm_flags import check_vllm_flags
 
         # what `vllm serve` would refuse to start with (--max-num-batched-tokens below --max-num-seqs, ...)
         check_vllm_flags(cfg.token_budget(), cfg.batch_limit(s.pp), cfg.long_prefill_token_threshold, s.max_len,

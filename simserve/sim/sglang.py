@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -73,7 +74,9 @@ from simserve.sim.kvcache import BlockManager
 from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import RUNNING
 from simserve.sim.sglang_admission import choose_prefill
-from simserve.sim.state import ReplicaState
+
+if TYPE_CHECKING:  # the state calls sglang.setup when it is built: annotations only here
+    from simserve.sim.state import ReplicaState
 
 # srt/environ.py defaults: SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
 # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS

@@ -10,8 +10,11 @@ decode step, retraction and new_token_ratio stay in sglang.py, whose design note
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
-from simserve.sim.state import ReplicaState
+if TYPE_CHECKING:  # the state calls sglang.setup when it is built: annotations only here
+    from simserve.sim.state import ReplicaState
+
 
 # managers/schedule_policy.py: CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
 CLIP_MAX_NEW_TOKENS = 4096

@@ -1,5 +1,5 @@
-"""Small batch timers with the predictor's interface, for tests and hand-checkable examples, and a SimPy
-cluster run whose state a test can inspect (`run_cluster`).
+"""Small batch timers with the predictor's interface, for tests and hand-checkable examples (the compiled core
+reproduces their arithmetic too: core_run.timer_params).
 
 A timer answers "how long does this batch take on this pipeline stage". The real one is
 `simserve.predictor.load_timer`; these two are simple enough to check a simulation by hand.
@@ -72,18 +72,3 @@ class LinearTimer:
 
     def experts_time(self, tokens: int) -> float:
         return self.e * tokens
-
-
-def run_cluster(timer, prompt, output, arrived, cfg, num_blocks: int = 4000):
-    """Run the SimPy reference's Cluster on these requests to the end; returns (cluster, requests), whose
-    per-rank and per-request state a test can inspect (simulate returns only the summary)."""
-    import simpy
-
-    from simserve.sim.cluster import Cluster
-    from simserve.sim.request import Requests
-
-    env = simpy.Environment()
-    reqs = Requests(np.asarray(prompt), np.asarray(output), np.asarray(arrived, dtype=float))
-    cluster = Cluster(env, reqs, cfg.validate(), timer, num_blocks)
-    env.run(until=cluster.finished)
-    return cluster, reqs

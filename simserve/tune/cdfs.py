@@ -14,18 +14,15 @@ from simserve.tune.probe import CacheMiss, ProbeCache, probe, probe_key, quantil
 
 def latency_cdfs(
     spec: Any,
-    rows: pd.DataFrame,
-    slo_s: float | None,
+    best: pd.DataFrame,
     qps: float,
     runner: Runner,
     cache: ProbeCache,
     shared: str | None,
     progress: bool,
 ) -> dict[str, dict[str, list[float]]]:
-    """TBT / TTFT / scheduling-delay quantile curves of each policy's best configuration at one load."""
-    from simserve.tune.sweep import best_per_policy
-
-    best = best_per_policy(rows, slo_s)
+    """TBT / TTFT / scheduling-delay quantile curves of each policy's best configuration (`best`: one row a
+    policy, sweep.best_per_policy) at one load."""
     quantiles = quantiles_for(spec.slos[0])
     jobs, labels, out = [], [], {}
     for _, row in best.iterrows():

@@ -1,7 +1,7 @@
 """`simserve sweep --engine vllm`: search a real engine's scheduler flags instead of a research budget.
 
 `--engine vllm` is one pinned release, vLLM 0.33.0's V1 engine (`VLLM_RELEASE`), named in every output. Its
-flags map onto the `vllm-v1` policy (simserve/sim/budgets.py): --max-num-batched-tokens is its token budget,
+flags map onto the `vllm-v1` policy (simserve/sim/vllm_v1.py): --max-num-batched-tokens is its token budget,
 --max-num-seqs its max batch, --long-prefill-token-threshold(-adaptive) the SimConfig fields of those names.
 Only flags that release's `vllm serve` accepts are searched or printed (--max-num-partial-prefills and
 --max-long-partial-prefills were removed in vLLM 0.27, PR #49244), and a grid point it would refuse to start
@@ -34,6 +34,7 @@ from simserve.tune.sglang import (
     sglang_command,
 )
 from simserve.tune.sweep import SweepSpec
+from simserve.vllm_flags import check_vllm_flags
 
 VLLM_RELEASE = "vLLM 0.33.0 (V1 engine)"
 
@@ -144,38 +145,6 @@ def parse_grid(
             )
         grid[name] = parsed
     return grid
-
-
-def check_vllm_flags(
-    tokens: int,
-    seqs: int,
-    threshold: int,
-    max_model_len: int,
-    chunked_prefill: bool = True,
-    fix: str = "narrow --engine-grid",
-) -> None:
-    """What vLLM 0.33.0 refuses to start with, in its own words: `SchedulerConfig.verify_max_model_len`
-    (vllm/config/scheduler.py) and the pydantic bounds of its fields (`ge=1`, `ge=0`). V1 always runs
-    with chunked prefill for generative models, and the printed command never turns it off. `fix` ends the
-    refusal of a combination: the sweep's grid, or `run`'s --budget/--max-batch."""
-    if tokens < 1 or seqs < 1:
-        raise SimserveError("--max-num-batched-tokens and --max-num-seqs values must be at least 1 (vLLM: ge=1)")
-    if tokens < max_model_len and not chunked_prefill:
-        raise SimserveError(
-            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len}). This "
-            "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
-            "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len."
-        )
-    if tokens < seqs:
-        raise SimserveError(
-            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}). "
-            f"(vLLM 0.33.0 refuses this combination: {fix})"
-        )
-    if threshold > max_model_len:
-        raise SimserveError(
-            f"long_prefill_token_threshold ({threshold}) cannot be greater than the max_model_len "
-            f"({max_model_len})."
-        )
 
 
 def check_grid(grid: dict[str, tuple[int, ...]], max_model_len: int) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from simserve.tune.capacity import SLO, Probe, Unanswered
+from simserve.tune.slo import SLO, Probe, Unanswered
 
 # A latency curve is close to linear only locally: across the first bracket, a factor of 2 in load from near
 # idle to overload, it is not (queueing delay explodes, TBT can jump when prefills start to stall decodes). So

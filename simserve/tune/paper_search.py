@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from simserve.errors import SimserveError
-from simserve.tune.capacity import SLO, CapacityResult, Probe, Simulate, quantile_key
+from simserve.tune.slo import SLO, CapacityResult, Probe, Simulate, quantile_key
 
 MAX_ITERATIONS = 20  # capacity_search/main.py --max-iterations
 PAPER_DELAY_SLO_S = 2.0  # --scheduling-delay-slo-value: the widening thresholds scale with it

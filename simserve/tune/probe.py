@@ -212,7 +212,7 @@ def simulate_record(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> 
     from simserve.tune.simadapter import record_from_scenario, steady_record
 
     def one(s: Any) -> dict:
-        # a disaggregated scenario reduces its own run, as the closed-form test model does
+        # the closed-form test model reduces its own run
         if hasattr(s, "record"):
             return s.record(qps, quantiles, CDF_GRID)
         return record_from_scenario(s, qps, quantiles, CDF_GRID)

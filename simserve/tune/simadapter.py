@@ -185,9 +185,16 @@ def with_requests(scenario: Any, n: int) -> Any:
 def record_from_scenario(
     scenario: Any, qps: float, quantiles: tuple[float, ...], cdf_grid: tuple[float, ...]
 ) -> dict:
+    """One capacity probe's record (tune/probe.py): the user's view of the run, a disaggregated one's as an
+    aggregated one's."""
+    from simserve.sim.disagg_scenario import DisaggScenario, run_disagg
     from simserve.sim.scenario import simulate_scenario
 
-    return record_from_result(probe_view(simulate_scenario(scenario, qps)[0]), qps, quantiles, cdf_grid)
+    if isinstance(scenario, DisaggScenario):
+        raw = run_disagg(scenario, qps).raw
+    else:
+        raw = simulate_scenario(scenario, qps)[0]
+    return record_from_result(probe_view(raw), qps, quantiles, cdf_grid)
 
 
 def probe_view(raw: Any) -> Any:

@@ -241,7 +241,8 @@ def run_sweep(
         primary = spec.slos[0].tbt_s
         qps, reference = cdf_load(rows, primary)
         shared = str(cache.root) if cache_dir is not None and runner.shares_filesystem else None
-        cdfs = latency_cdfs(spec, rows, primary, qps, runner, cache, shared, progress) if qps > 0 else {}
+        best = best_per_policy(rows, primary)
+        cdfs = latency_cdfs(spec, best, qps, runner, cache, shared, progress) if qps > 0 else {}
     stats["elapsed_s"] = time.perf_counter() - t0
     return SweepResult(spec, rows, ordered, cdfs, qps, reference, stats)
 
