@@ -131,9 +131,10 @@ def test_catalog_sustained_rates_are_the_packages():
 @pytest.mark.skipif(not core_run.compiled_available(), reason="the compiled core is not built")
 def test_the_core_composes_steps_as_the_reference_does(plain, dep, monkeypatch):
     sizes = capture_sizes(64, 512, 80)
-    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap")),
-             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu")),
-             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial")))  # fmt: skip
+    # each role with a per-prefill-chunk term too (vLLM's request admission: engine_cpu.components)
+    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
+             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
+             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)))  # fmt: skip
     timer = load_timer(dep, overhead=CpuOverhead(async_scheduling=True, components=heavy))
     timer = with_launch_costs(padded_timer(timer, sizes), launch_costs(dep, sizes))
 

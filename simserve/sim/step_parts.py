@@ -69,13 +69,15 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                             for s, x in zip(stage, t, strict=True)]) if timer.num_stages > 1 else coll  # fmt: skip
     mode = np.where(t > timer._launch_cap, 2, np.where(r["prefills"] > 0, 1, 0))
 
-    def coef(table):
+    pre = np.array(getattr(timer, "_cpu_pre", [(0.0, 0.0, 0.0)] * timer.num_stages), dtype=float)[stage]
+
+    def coef(table, role):  # a + b·n + c·t, and d per prefill chunk (predictor/overhead.py)
         a = np.array(table, dtype=float).reshape(-1, 3)[stage]
-        return a[:, 0] + a[:, 1] * n + a[:, 2] * t
+        return a[:, 0] + a[:, 1] * n + a[:, 2] * t + pre[:, role] * r["prefills"]
 
     lg = np.array(timer._launch_gpu, dtype=float)[stage, mode]
     lc = np.array(timer._launch_cpu, dtype=float)[stage, mode]
-    gpu_cpu, ovl, ser = coef(timer._cpu_gpu), coef(timer._cpu_ovl) + lc, coef(timer._cpu_ser)
+    gpu_cpu, ovl, ser = coef(timer._cpu_gpu, 0), coef(timer._cpu_ovl, 1) + lc, coef(timer._cpu_ser, 2)
     side = r["d"] - ser  # max(GPU side, overlapping CPU side)
     known = gemm + (linear - gemm) + ew + coll + lg + gpu_cpu
     cpu_bound = side <= ovl + CPU_BOUND_SLACK
