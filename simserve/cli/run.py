@@ -515,7 +515,7 @@ def _step_parts(scenario, raw, dep) -> dict:
 
     if scenario.dp_attention > 1:  # lockstep ranks: their steps are not one timer's
         return {}
-    return breakdown(raw.log, scenario_timer(scenario), dep)
+    return breakdown(raw.log, scenario_timer(scenario), dep, block_tokens=raw.cfg.kv_block_tokens())
 
 
 def _parts_line(scenario, parts: dict) -> str:

@@ -234,6 +234,10 @@ class SimConfig:
             return 8 if pp > 1 else 16
         return VLLM_V1_SEQS if self.policy == "vllm-v1" else 128
 
+    def kv_block_tokens(self) -> int:
+        """Tokens per KV block as the replicas count them (the iterations' kv_blocks_used): SGLang's pages."""
+        return self.page_size if self.policy == "sglang" else self.block_size
+
     def prompt_limit(self) -> int:
         """Longer requests are ignored (Sarathi-Serve: max_model_len; its vLLM: max tokens per batch)."""
         return self.token_budget() if self.policy == "vllm" else self.max_model_len

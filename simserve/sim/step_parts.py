@@ -89,10 +89,11 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
-def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None) -> dict:
+def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None, block_tokens: int | None = None) -> dict:
     """summary.json's `step_parts`: per step kind (and all steps), the mean step, its parts, achieved rates
-    (`replicas`: only those replicas' rows, e.g. a disaggregated pool)."""
-    from simserve.memory import kv_bytes_per_block
+    (`replicas`: only those replicas' rows, e.g. a disaggregated pool). `block_tokens`: tokens per KV block the
+    log counts (`kv_blocks_used`): SimConfig.kv_block_tokens(); None: the deployment's block size."""
+    from simserve.memory import kv_bytes_per_token
     from simserve.ops import linear_ops
     from simserve.predictor.step import gemm_flops_per_token
 
@@ -109,7 +110,9 @@ def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None) -> dict:
     act = layers * sum(
         op.share * (op.bytes(1, dep.model.dtype_bytes) - op.bytes(0, dep.model.dtype_bytes)) for op in ops
     )
-    kv = np.where(r["kind"] > 0, r["kv_blocks"] * kv_bytes_per_block(dep), 0.0)
+    # NOTE: SGLang's pool counts pages of --page-size tokens (1 by default), not vLLM's 16-token blocks
+    per_block = kv_bytes_per_token(dep) * (dep.block_size if block_tokens is None else block_tokens)
+    kv = np.where(r["kind"] > 0, r["kv_blocks"] * per_block, 0.0)
     flops, nbytes = r["t"] * fpt, weights + r["t"] * act + kv
     peak, sus, hbm = dep.gpu.peak_tflops * 1e12, dep.gpu.sustained_tflops * 1e12, dep.gpu.hbm_gbps * 1e9
     out = {}
