@@ -9,6 +9,7 @@ Nothing is fitted here; the published numbers are comparison targets only.
     python benchmarks/published_e2e.py                                 # every run
     python benchmarks/published_e2e.py --split report --json out.json  # the report half
     python benchmarks/published_e2e.py --only KEY,KEY
+    python benchmarks/published_e2e.py --only KEY,KEY --parts         # one draw each, its step parts (why)
 
 Runs that test something simserve does not model (vLLM's multi-step scheduling) are simulated and listed, but
 flagged and left out of the per-cell medians. docs/engines.md § Published end-to-end results reads the output.
@@ -53,6 +54,7 @@ class Options:
     arrival_draws: int = ARRIVAL_DRAWS  # Poisson draws per fixed-length run at a finite rate
     async_scheduling: bool = True  # for the CI runs of an unstated release (vLLM 0.33.0's default)
     timeout_s: int = 0  # wall seconds per run (0: no limit)
+    host_speed: float | None = None  # Scenario.host_speed (None: engine_cpu.SERVING_HOST_SPEED)
 
 
 @contextlib.contextmanager
@@ -85,6 +87,7 @@ class EngineSetup:
     max_model_len: int | None  # None: the model's context length
     vllm_worker: bool = False  # V1's worker: CUDA-graph padding and its memory profile
     async_scheduling: bool | None = None  # vLLM's --async-scheduling (vllm_worker only)
+    reserve_full_isl: bool = True  # vllm-v1's admission (SimConfig.reserve_full_isl): False before vLLM#37307
     overlap_schedule: bool = False  # SGLang's overlap scheduler
 
 
@@ -113,8 +116,10 @@ def engine_setup(run: pr.Run, async_scheduling: bool = True) -> EngineSetup:
         setup = EngineSetup("vllm", max(max_len or 2048, 2048), 256, 0.90, max_len)
     elif run.engine == "vllm" and run.release == "0.8.2":
         # vLLM 0.8.2 (arg_utils.py EngineArgs._set_default_args_v1): `vllm serve` 8192 tokens on H100/H200, else
-        # 2048; max_num_seqs 1024; gpu_memory_utilization 0.90; no async scheduling in this release
-        setup = EngineSetup("vllm-v1", 8192 if big else 2048, 1024, 0.90, None, True, False)
+        # 2048; max_num_seqs 1024; gpu_memory_utilization 0.90; no async scheduling in this release; a waiting
+        # request admitted when its first chunk's KV blocks fit (v1/core/sched/scheduler.py `schedule`: the
+        # waiting loop's allocate_slots(request, num_new_tokens), no full-sequence check)
+        setup = EngineSetup("vllm-v1", 8192 if big else 2048, 1024, 0.90, None, True, False, reserve_full_isl=False)
     elif run.engine == "sglang" and run.release in ("0.3.0", "0.4.4.post1", "0.4.4.post3"):
         # ServerArgs defaults (0.4.4.post3's server_args.py; 0.3.0 had the same values): --chunked-prefill-size
         # 8192 above 25 GB, --mem-fraction-static by TP, max_running_requests from the pool. The overlap
@@ -157,9 +162,29 @@ def _write_trace(prompt, output, arrived, folder: Path) -> str:
     return str(path)
 
 
-def scenario_of(run: pr.Run, seed: int, trace: str, async_scheduling: bool = True):
-    from simserve.catalog import ModelSpec
+def api_endpoint(run: pr.Run) -> str:
+    """The endpoint the client called: vLLM's benchmark_serving.py / `vllm bench serve` and sglang.bench_serving
+    send /v1/completions with their `vllm` and `openai` backends, /v1/chat/completions with `openai-chat`."""
+    return "chat" if "openai-chat" in run.client_flags else "completions"
+
+
+def frontend_of(run: pr.Run, policy: str) -> dict:
+    """The front end a run's client saw. Offline (the `LLM` class): none. vLLM served online: its API server as a
+    server (sim/api_server.py) at vLLM 0.33.0's measured costs for the endpoint, one process (`vllm serve`'s
+    default without data parallelism, in 0.6, 0.8 and 0.33 alike), beside the 10.2 ms of network and client
+    (sim/frontend.py). vLLM 0.6.0 and 0.8.2's own API servers were not measured: 0.33.0's stand in. SGLang: the
+    constant alone (its tokenizer manager and detokenizer are not measured; SWAP POINT for sglang_cpu.py)."""
     from simserve.sim.frontend import DEFAULT_FRONTEND_MS
+
+    if not run.online:
+        return dict(frontend_ms=0.0)
+    if policy == "sglang":
+        return dict(frontend_ms=DEFAULT_FRONTEND_MS)
+    return dict(frontend_ms=DEFAULT_FRONTEND_MS, api_server_count=1, api_endpoint=api_endpoint(run))
+
+
+def scenario_of(run: pr.Run, seed: int, trace: str, async_scheduling: bool = True, host_speed: float | None = None):
+    from simserve.catalog import ModelSpec
     from simserve.sim.scenario import Scenario
 
     e = engine_setup(run, async_scheduling)
@@ -184,11 +209,15 @@ def scenario_of(run: pr.Run, seed: int, trace: str, async_scheduling: bool = Tru
         vllm_worker=e.vllm_worker,
         async_scheduling=e.async_scheduling if e.vllm_worker else None,
         overlap_schedule=e.overlap_schedule,
-        frontend_ms=DEFAULT_FRONTEND_MS if run.online else 0.0,
+        reserve_full_isl=e.reserve_full_isl,
+        host_speed=host_speed,
+        **frontend_of(run, e.policy),
     )
 
 
-def simulate_once(run: pr.Run, seed: int, async_scheduling: bool = True) -> tuple[dict, str, dict] | str:
+def simulate_once(
+    run: pr.Run, seed: int, async_scheduling: bool = True, host_speed: float | None = None
+) -> tuple[dict, str, dict] | str:
     """(metric -> simulated value, profile label, details) of one draw, or why it has no answer."""
     from simserve.predictor.load import profile_label
     from simserve.resolve import for_scenario
@@ -202,7 +231,8 @@ def simulate_once(run: pr.Run, seed: int, async_scheduling: bool = True) -> tupl
     n = len(prompt)
     arrived = np.zeros(n) if math.isinf(run.qps) else arrival_times(n, run.qps, "poisson", seed)
     with tempfile.TemporaryDirectory() as tmp:
-        scenario = scenario_of(run, seed, _write_trace(prompt, output, arrived, Path(tmp)), async_scheduling)
+        trace = _write_trace(prompt, output, arrived, Path(tmp))
+        scenario = scenario_of(run, seed, trace, async_scheduling, host_speed)
         scenario, _ = for_scenario(
             scenario
         )  # no shipped profile: build one, measured where NVIDIA's tables can
@@ -252,7 +282,7 @@ def simulate(run: pr.Run, opts: Options = Options()) -> dict:
     try:
         with _time_limit(opts.timeout_s):
             for k in range(n):
-                one = simulate_once(run, run.seed + k, opts.async_scheduling)
+                one = simulate_once(run, run.seed + k, opts.async_scheduling, opts.host_speed)
                 if isinstance(one, str):
                     return {"key": run.key, "skipped": one}
                 got.append(one)
@@ -322,6 +352,40 @@ def compare(runs: tuple[pr.Run, ...], opts: Options = Options()) -> list[dict]:
     return out
 
 
+PARTS_KEEP = ("steps", "mean_step_s", "parts_s", "cpu_hidden_s", "cpu_bound_steps", "gemm_fraction_of_peak",
+              "hbm_fraction", "limited_by")  # fmt: skip
+
+
+def step_parts(run: pr.Run) -> dict:
+    """One draw of a run (its own seed) with summary.json's `step_parts` per step kind (sim/step_parts.breakdown):
+    what a simulated step of that setup spends, to say why a cell misses (`--parts`)."""
+    from simserve.resolve import for_scenario
+    from simserve.sim.scenario import scenario_timer, simulate_scenario
+    from simserve.sim.step_parts import breakdown
+    from simserve.workload import arrival_times
+
+    prompt, output = _lengths(run, run.seed)
+    n = len(prompt)
+    arrived = np.zeros(n) if math.isinf(run.qps) else arrival_times(n, run.qps, "poisson", run.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        s, _ = for_scenario(scenario_of(run, run.seed, _write_trace(prompt, output, arrived, Path(tmp))))
+        raw, dep = simulate_scenario(s, 1.0)
+    got = breakdown(raw.log, scenario_timer(s), dep, block_tokens=s.sim_config().kv_block_tokens())
+    return {"preemptions": int(raw.reqs.preemptions.sum()),
+            **{kind: {k: v[k] for k in PARTS_KEEP} for kind, v in got.items()}}  # fmt: skip
+
+
+def print_step_parts(key: str, got: dict) -> None:
+    print(f"{key}: {got['preemptions']} preemptions")
+    for kind, e in got.items():
+        if kind in ("preemptions", "all"):
+            continue
+        p = " ".join(f"{n} {x * 1e3:.2f}" for n, x in e["parts_s"].items() if x)
+        print(f"  {kind:12s} {e['steps']:6d} steps, mean {e['mean_step_s'] * 1e3:.2f} ms: {p}; "
+              f"GEMMs at {e['gemm_fraction_of_peak']:.0%} of dense peak, HBM {e['hbm_fraction']:.0%}; "
+              f"limited by {e['limited_by']}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=("fit", "report", "all"), default="all", help="Which half to run.")
@@ -340,6 +404,17 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=RUN_TIMEOUT_S,
         help="Wall seconds per run before it is skipped (0: none).",
+    )
+    ap.add_argument(
+        "--host-speed",
+        type=float,
+        default=None,
+        help="The serving hosts' speed for vLLM's measured CPU costs (default: simserve's, 2.0).",
+    )
+    ap.add_argument(
+        "--parts",
+        action="store_true",
+        help="With --only: one draw per run with its step_parts per step kind (why a cell misses); no comparison.",
     )
     ap.add_argument("--json", type=Path, default=None, help="Also write runs, cells and disagreements here.")
     ap.add_argument(
@@ -364,11 +439,22 @@ def main(argv: list[str] | None = None) -> int:
             if value < 1:
                 raise SimserveError(f"{flag} must be at least 1, got {value}")
         chosen = tuple(r for r in runs if (not keys or r.key in keys) and args.split in ("all", r.split))
+        if args.parts:
+            if not keys:
+                raise SimserveError("--parts needs --only KEY[,KEY...]: each run is simulated once, in full")
+            parts = {r.key: step_parts(r) for r in chosen}
+            for key, got in parts.items():
+                print_step_parts(key, got)
+            if args.json:
+                args.json.write_text(json.dumps(parts, indent=1))
+            return 0
         if args.from_json:
             wanted = {r.key for r in chosen}
             results = [r for r in saved if r["key"] in wanted]
         else:
-            opts = Options(args.samples, args.arrival_draws, not args.no_async_scheduling, args.run_timeout_s)
+            opts = Options(
+                args.samples, args.arrival_draws, not args.no_async_scheduling, args.run_timeout_s, args.host_speed
+            )
             results = compare(chosen, opts)
     except (SimserveError, pr.RunDataError, OSError, ValueError, KeyError) as exc:  # bad key, record or file
         print(f"error: {exc}", file=sys.stderr)

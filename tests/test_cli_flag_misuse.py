@@ -82,6 +82,12 @@ DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]
          "--kv-link nvlink joins GPUs inside one node, but the disaggregated layout"),
         # TP past the default box: the catalog's bigger box of the same GPU is named (A100's default holds 4)
         (["--model", "llama-2-70b", "--tp", "8"], "pick a node that holds 8 (--node dgx-a100)"),
+        # vLLM 0.33.0's measured CPU costs: a host speed that is no speed, or one with nothing to scale
+        (["--engine", "vllm", "--host-speed", "0"], "--host-speed"),
+        (["--engine", "vllm", "--host-speed", "-1"], "--host-speed"),
+        (["--policy", "sarathi", "--frontend", "off", "--host-speed", "2"], "drop --host-speed"),
+        (["--api-endpoint", "grpc"], "unknown --api-endpoint 'grpc'; choose completions or chat"),
+        (["--frontend", "constant", "--api-endpoint", "chat"], "this run has no API server"),
     ],
 )  # fmt: skip
 def test_a_flag_that_would_be_ignored_or_refused_is_named(capsys, tmp_path, args, words):

@@ -100,7 +100,7 @@ def test_host_speed_divides_every_cost():
         E.api_server_request_us("chat", 100, 10) / 4
     )
     for bad in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(SimserveError, match="host_speed"):
+        with pytest.raises(SimserveError, match="--host-speed must be a positive number"):
             E.step_us("schedule", 1, 1, host_speed=bad)
 
 
@@ -125,3 +125,42 @@ def test_where_each_part_runs():
     assert E.STEP["frontend_output"].process == "api_server"
     assert all(c.process == "api_server" for c in E.API_SERVER.values())
     assert E.ENGINE_CORE_STEP == F.ENGINE_STEP
+
+
+def test_the_step_components_are_the_measured_costs_at_the_host_speed():
+    """`--engine vllm`'s per-step CPU (engine_cpu.components): the measured constants divided by the host speed,
+    with vLLM V1's roles (busy-loop work serial without async scheduling, the EngineCore's input and output
+    threads overlapping the GPU either way); Vidur's prepare_inputs/sampler stand in for the model runner,
+    unscaled."""
+    from simserve.predictor.overhead import PREPARE_INPUTS, SAMPLER, CpuOverhead
+
+    one, two = dict(E.components(1.0)), dict(E.components(2.0))
+    assert one["schedule"].b_ms == pytest.approx(E.STEP["schedule"].per_req_us * 1e-3)
+    assert two["schedule"].b_ms == pytest.approx(one["schedule"].b_ms / 2)
+    assert two["admit"].d_ms == pytest.approx(
+        (E.ADD_REQUEST.per_request_us + E.ENGINE_CORE_REST.per_request_us) * 1e-3 / 2
+    )
+    assert (two["prepare_inputs"].a_ms, two["sampler"].a_ms) == (PREPARE_INPUTS[0], SAMPLER[0])
+    sync, asyn = CpuOverhead(components=E.components()), CpuOverhead(components=E.components(), async_scheduling=True)
+    assert set(sync.components_of("overlap")) == {"encode", "admit"}
+    assert set(asyn.components_of("serial")) == set()
+    # each prefill chunk pays its request's admission on the EngineCore's input thread, beside the GPU
+    assert sync.stage_coefficients(0, 1).prefill == pytest.approx((0.0, two["admit"].d_ms * 1e-3, 0.0))
+    assert sync.ms("admit", 8, 100, num_prefills=2) == pytest.approx(
+        two["admit"].c_ms * 100 + 2 * two["admit"].d_ms
+    )
+
+
+def test_a_scenario_charges_vllms_measured_cpu_only_to_its_worker(tmp_path):
+    from simserve.predictor.overhead import VIDUR
+    from simserve.sim.frontend import api_server_cpu
+    from simserve.sim.scenario import Scenario
+
+    vllm = Scenario(policy="vllm-v1", vllm_worker=True, host_speed=4.0)
+    assert dict(vllm.cpu_components())["schedule"].b_ms == pytest.approx(E.STEP["schedule"].per_req_us * 1e-3 / 4)
+    assert Scenario(policy="sarathi").cpu_components() == VIDUR
+    with pytest.raises(SimserveError, match="drop --host-speed"):
+        Scenario(policy="sarathi", host_speed=2.0).serving_host_speed()
+    chat, comp = api_server_cpu("chat", 2.0), api_server_cpu("completions", 2.0)
+    assert chat.request_s > comp.request_s and chat.token_s > comp.token_s
+    assert api_server_cpu("completions", 1.0).request_s == pytest.approx(2 * comp.request_s)

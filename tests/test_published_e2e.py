@@ -35,7 +35,9 @@ def test_latency_run_is_one_batch_of_eight_fixed_requests():
 
 def test_release_defaults_by_hand():
     h200 = RUNS["vb-vllm-082-l31-8b-fp8-h200-10000-500"]
-    assert pe.engine_setup(h200) == pe.EngineSetup("vllm-v1", 8192, 1024, 0.90, None, True, False)
+    assert pe.engine_setup(h200) == pe.EngineSetup(
+        "vllm-v1", 8192, 1024, 0.90, None, True, False, reserve_full_isl=False  # 0.8.2: no full-ISL admission
+    )
     on_a100 = pe.engine_setup(replace(h200, gpu="a100"))  # vLLM 0.8.2's small tier: 2048 tokens
     assert (on_a100.budget, on_a100.max_batch) == (2048, 1024)
     ci = RUNS["throughput-llama3-8b-a100"]  # the CI's LLM class on an A100: vLLM 0.33.0's 8192 / 256
@@ -137,7 +139,7 @@ def test_a_run_past_its_time_limit_is_skipped_and_its_deployment_not_retried(mon
 
     calls = []
 
-    def never_returns(run, seed, async_scheduling=True):
+    def never_returns(run, seed, async_scheduling=True, host_speed=None):
         calls.append(run.key)
         time.sleep(5)
 
@@ -180,3 +182,17 @@ def test_a_saved_run_renders_again_without_simulating(tmp_path, monkeypatch):
     )
     assert "latency-llama3-8b-h200: 833.4; latency-llama3-8b-h200-b4338: 834.1" in text
     assert pe.main(["--from-json", str(tmp_path / "missing.json")]) == 2
+
+
+def test_each_run_gets_the_front_end_its_client_saw():
+    """vLLM served online: its API server as a server (vLLM 0.33.0's measured costs for the endpoint the client
+    called, one process as `vllm serve` defaults to) beside the network constant; SGLang: the constant alone
+    (its tokenizer manager is not measured); the offline LLM class: none."""
+    vllm = RUNS["vb-vllm-082-l31-8b-fp8-h200-10000-500"]
+    got = pe.frontend_of(vllm, "vllm-v1")
+    assert got["api_server_count"] == 1 and got["api_endpoint"] == "completions" and got["frontend_ms"] > 0
+    chat = replace(vllm, client_flags=vllm.client_flags + " --backend openai-chat")
+    assert pe.frontend_of(chat, "vllm-v1")["api_endpoint"] == "chat"
+    sg = RUNS["vb-sglang-044post3-l31-8b-fp8-h200-10000-500"]
+    assert set(pe.frontend_of(sg, "sglang")) == {"frontend_ms"}
+    assert pe.frontend_of(RUNS["throughput-llama3-8b-h200"], "vllm-v1") == dict(frontend_ms=0.0)

@@ -164,3 +164,19 @@ def test_equal_cost_runs_under_pipeline_parallelism():
 def test_bad_knobs_name_the_flag(field, value, flag):
     with pytest.raises(SimserveError, match=flag):
         SimConfig(policy="vllm-v1", **{field: value}).validate()
+
+
+def test_vllm_v1_admission_before_full_isl_preempts_a_long_prompt_it_cannot_finish():
+    """A holds 10 of 16 blocks while it decodes; B's 200-token prompt needs 13. vLLM 0.33.0
+    (scheduler_reserve_full_isl) keeps B waiting until A is done; vLLM 0.8.2 admits B on its first 64-token chunk
+    (4 blocks), runs out two chunks later and preempts B, the last admitted (recompute), again and again."""
+    args = ([160, 200], [40, 2], [0.0, 0.001], "vllm-v1")
+    kw = dict(blocks=16, budget=64, stretch=False, sched_delay_slo_s=1e3, overload_wait_s=1e4)
+    now = run(*args, **kw)
+    before = run(*args, **kw, reserve_full_isl=False)
+    r0, r1 = now.requests.set_index("request_id"), before.requests.set_index("request_id")
+    assert now.summary.preemptions == 0 and r0.loc[1, "scheduled_at_s"] >= r0.loc[0, "completed_at_s"]
+    assert before.summary.preemptions > 0 and r1.loc[1, "scheduled_at_s"] < r1.loc[0, "completed_at_s"]
+    assert before.summary.completed == now.summary.completed == 2
+    # the waste: B's chunks computed, then recomputed
+    assert before.iterations.num_prefill_tokens.sum() > now.iterations.num_prefill_tokens.sum()

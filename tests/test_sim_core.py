@@ -128,6 +128,8 @@ def cases(draw, policies=CORE_POLICIES):
         tbt_target_s=draw(st.sampled_from([0.005, 0.02, 0.1])),
         long_prefill_token_threshold=draw(st.sampled_from([0, 64])),
         long_prefill_token_threshold_adaptive=draw(st.booleans()),
+        # vllm-v1's admission: the whole sequence must fit (vLLM 0.33.0), or only the first chunk (0.8.2)
+        reserve_full_isl=draw(st.booleans()),
         min_budget=draw(st.one_of(st.none(), st.integers(1, 300))),
         watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
         block_size=draw(st.sampled_from([16, 16, 8, 10])),  # 10: the core's division path, not its mask
@@ -564,9 +566,10 @@ def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
     sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     # the step composed with every part (async overlap that sometimes exceeds the GPU side, launch costs per
     # mode), so own_time's composition is checked beyond the plain sum
-    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap")),
-             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu")),
-             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial")))  # fmt: skip
+    # each role with a per-prefill-chunk term too (vLLM's request admission: engine_cpu.components)
+    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
+             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
+             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)))  # fmt: skip
     composed = copy.copy(moe_dp_timer)
     composed._set_cpu(CpuOverhead(async_scheduling=True, components=heavy))
     composed = with_launch_costs(padded_timer(composed, sizes), launch_costs(moe_dp_timer.deployment, sizes))

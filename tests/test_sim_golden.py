@@ -16,7 +16,10 @@ latencies came to include the serving front end's 10.2 ms (sim/frontend.py, `--f
 default front end became the API server as a server (sim/api_server.py): requests reach the engine after its
 input work, so every file moved; `sarathi-constant` (`--frontend constant`, the old default) keeps the old
 tables and trace. Re-pinned for issue 30 when summary.json gained `step_parts` (sim/step_parts.py: the mean step by
-part and step kind); the tables and the trace kept their hashes.)
+part and step kind); the tables and the trace kept their hashes. Re-pinned for issue 30 when the API server's
+PLACEHOLDER costs (3.8 ms per request, 0.10 ms per streamed token) became vLLM 0.33.0's measured ones at the
+default host speed 2.0 (sim/frontend.api_server_cpu: 1.39 ms, 2.7 µs per prompt token, 0.042 ms per token):
+every file of the three `--frontend server` cases moved; `sarathi-constant` kept its hashes.)
 """
 
 from __future__ import annotations
@@ -42,14 +45,14 @@ CASES = {
 FILES = ("requests.csv", "iterations.csv", "summary.json", "trace.json")
 
 GOLDEN = {
-    "orca-arxiv": {"requests.csv": "52825cd301107e2f", "iterations.csv": "df824a440f32bcde",
-                 "summary.json": "426cf3ec66805efa", "trace.json": "c4db2d6feaf4761f"},
-    "sarathi": {"requests.csv": "44df149eb3efdcac", "iterations.csv": "4f75fb1ed8f06ac3",
-              "summary.json": "509a11fa846f86e6", "trace.json": "f86ac408fd13312c"},
+    "orca-arxiv": {"requests.csv": "2498aa40a31c8613", "iterations.csv": "6b5bb60746662faf",
+                 "summary.json": "c8e464023a13965e", "trace.json": "a74d29ba778d4cfd"},
+    "sarathi": {"requests.csv": "bbf210254e8d10ab", "iterations.csv": "91636eaabfc9adea",
+              "summary.json": "d5bda6b6d4c2e865", "trace.json": "b442bdcd6c244581"},
     "sarathi-constant": {"requests.csv": "1ef4c98609fc2c2d", "iterations.csv": "49df1f6293c12a7e",
                        "summary.json": "d8c28282dac10f18", "trace.json": "6b2c038fbbd93798"},
-    "vllm-exact-2rep": {"requests.csv": "7fe47d70b04443cf", "iterations.csv": "65c1248b06fa5b44",
-                      "summary.json": "35bb5b38a99e0722", "trace.json": "3fe125af9f2b9cdf"},
+    "vllm-exact-2rep": {"requests.csv": "156a8517e32f33d1", "iterations.csv": "e3fe05d08541017f",
+                      "summary.json": "3623b0e5e13da931", "trace.json": "113d6788c9b2400f"},
 }
 
 

@@ -131,9 +131,10 @@ def test_catalog_sustained_rates_are_the_packages():
 @pytest.mark.skipif(not core_run.compiled_available(), reason="the compiled core is not built")
 def test_the_core_composes_steps_as_the_reference_does(plain, dep, monkeypatch):
     sizes = capture_sizes(64, 512, 80)
-    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap")),
-             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu")),
-             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial")))  # fmt: skip
+    # each role with a per-prefill-chunk term too (vLLM's request admission: engine_cpu.components)
+    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
+             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
+             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)))  # fmt: skip
     timer = load_timer(dep, overhead=CpuOverhead(async_scheduling=True, components=heavy))
     timer = with_launch_costs(padded_timer(timer, sizes), launch_costs(dep, sizes))
 
@@ -222,3 +223,14 @@ def test_a_disaggregated_prefill_pool_stays_within_the_ceiling():
     assert "GEMMs" in pool["prefill_only"]["limited_by"]
     with pytest.raises(SimserveError):
         Scenario(gpu="a40", sustained_clock=True).sustained_clock_on()
+
+
+def test_sglangs_kv_pages_are_counted_as_pages_in_the_hbm_fraction(capsys, tmp_path):
+    """SGLang's pool counts pages of --page-size tokens (1): read as vLLM's 16-token blocks, a decode step's
+    KV bytes were 16x too many and its HBM fraction far above 1 (11.6 on a published SGLang 0.4.4 run)."""
+    out = tmp_path / "o"
+    code, _, _ = cli(capsys, "run", "--model", "llama-3-8b", "--gpu", "h200", "--engine", "sglang", "--requests", "40",
+                     "--trace", "random:4000:60", "--qps", "inf", "--out", str(out))  # fmt: skip
+    assert code == 0
+    doc = json.loads((out / "summary.json").read_text())["step_parts"]
+    assert 0.05 < doc["decode_only"]["hbm_fraction"] <= 1.0, doc["decode_only"]

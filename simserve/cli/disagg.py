@@ -78,7 +78,8 @@ def _step_parts(ds, run) -> dict:
     from simserve.sim.step_parts import breakdown
 
     n, total = run.num_prefill, len(run.raw.replicas)
-    return {side: {"switches": s.step_parts(), **breakdown(run.raw.log, scenario_timer(s), s.deployment(), span)}
+    return {side: {"switches": s.step_parts(), **breakdown(run.raw.log, scenario_timer(s), s.deployment(), span,
+                                                                 s.sim_config().kv_block_tokens())}
             for side, s, span in (("prefill", ds.prefill, (0, n)), ("decode", ds.decode, (n, total)))}  # fmt: skip
 
 

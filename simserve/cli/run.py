@@ -269,6 +269,18 @@ def run_command(
         "--api-server-count",
         help="--frontend server: vLLM's API-server processes per deployment (default: its own, the DP size).",
     ),
+    api_endpoint: str = typer.Option(
+        "completions",
+        "--api-endpoint",
+        help="--frontend server: the endpoint clients call, completions or chat (vLLM 0.33.0's measured costs of each).",
+    ),
+    host_speed: float | None = typer.Option(
+        None,
+        "--host-speed",
+        help="The serving host's single-thread speed relative to the host vLLM 0.33.0's CPU costs were measured on "
+        "(tools/engine_cpu_refbench.py's ratio); scales --engine vllm's engine CPU and --frontend server's. Default 2.0 "
+        "(a DGX H100/H200 host's Xeon 8480C at its all-core turbo: docs/step-anatomy.md).",
+    ),
     frontend_ms: float | None = typer.Option(
         None,
         "--frontend-ms",
@@ -407,6 +419,8 @@ def run_command(
         overlap_schedule=engine == "sglang" and not disable_overlap_schedule,
         frontend_ms=frontend_ms,
         api_server_count=api_server_count,
+        host_speed=host_speed,
+        api_endpoint=api_endpoint,
     )
     if policy == "sglang":  # what SGLang's flags cannot say (PP, EP outside the TP group, DeepEP)
         from simserve.tune.sglang import check_sglang_scenario
@@ -446,8 +460,10 @@ def run_command(
     if raw.api is not None:
         api = summary["api_server"]
         use = ", ".join(f"{u:.0%}" for u in api["utilization"])
-        printed.append(f"API server: {api['processes']} process(es), {api['request_cpu_ms']:g} ms CPU per request + "
-                       f"{api['output_token_cpu_ms']:g} ms per streamed token (PLACEHOLDER costs: sim/frontend.py), busy "
+        printed.append(f"API server: {api['processes']} process(es), {api['request_cpu_ms']:.3g} ms CPU per request + "
+                       f"{api['prompt_token_cpu_ms'] * 1e3:.3g} µs per prompt token + {api['output_token_cpu_ms']:.3g} ms "
+                       f"per streamed token (vLLM 0.33.0's {scenario.api_endpoint}, measured, at host speed "
+                       f"{scenario.serving_host_speed():g}: --host-speed), busy "
                        f"{use}; TTFT and end-to-end are the client's, plus {scenario.frontend_ms:g} ms of network "
                        "(--frontend-ms); --frontend off for engine-side latencies")  # fmt: skip
     elif scenario.frontend_ms:
@@ -458,7 +474,9 @@ def run_command(
         sizes = scenario.cudagraph_sizes()
         graphs = f"CUDA graphs for batches of 1–{sizes[-1]} tokens ({len(sizes)} sizes)" if sizes else "no CUDA graphs"
         sched = "async scheduling (schedule, inputs and outputs overlap the GPU step)" if scenario.scheduling_is_async() else "sync scheduling"
-        printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {memory.describe()}")
+        cpu = (f"engine CPU per step: vLLM 0.33.0's, measured, at host speed {scenario.serving_host_speed():g} "
+               "(--host-speed; the model runner's: Vidur's stand-in, docs/step-anatomy.md)")  # fmt: skip
+        printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {cpu}; {memory.describe()}")
     parts = _step_parts(scenario, raw, dep)
     if parts.get("all"):
         printed.append(_parts_line(scenario, parts))
@@ -489,7 +507,7 @@ def _step_parts(scenario, raw, dep) -> dict:
 
     if scenario.dp_attention > 1:  # lockstep ranks: their steps are not one timer's
         return {}
-    return breakdown(raw.log, scenario_timer(scenario), dep)
+    return breakdown(raw.log, scenario_timer(scenario), dep, block_tokens=raw.cfg.kv_block_tokens())
 
 
 def _parts_line(scenario, parts: dict) -> str:

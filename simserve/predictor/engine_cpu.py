@@ -122,12 +122,26 @@ MODEL_RUNNER_UNMEASURED = StepCost(
 )  # fmt: skip
 
 
+# The serving host's single-thread speed relative to the measuring host when none is given (`--host-speed`), from
+# sources, not fitted to any end-to-end result. This host's uncontended floor of tools/engine_cpu_refbench.py is
+# 9.7-9.9 ms a round (the least loaded rounds: 9.7 ms beside the step measurements, refbench.json's 10.35,
+# 9.86 when issue 30's calibration began), with its core at 2.4-2.56 GHz (the same tool's dependent-add chain); the
+# medians the figures were measured at (16.1 ms) carry the shared host's contention. A DGX H100/H200 host runs
+# Intel Xeon Platinum 8480C (Sapphire Rapids: the same Golden Cove-class core as this Emerald Rapids; NVIDIA's DGX
+# H100 user guide: 2.0 GHz base, 3.0 GHz all-core turbo, 3.8 GHz max turbo), so at its all-core turbo a round
+# takes about 9.8 x 2.5 / 3.0 = 8.2 ms there: 16.12 / 8.2 = 1.97, rounded to 2.0 (2.5 at the max turbo, 1.65 at
+# this host's clock without contention). A100 hosts (DGX A100: AMD EPYC 7742, Zen 2) and other vendors' boxes
+# are not separated: one factor for every GPU host, with that uncertainty (docs/step-anatomy.md § Scaling).
+SERVING_HOST_SPEED = 2.0
+
+
 def _check_speed(host_speed: float) -> None:
     from simserve.errors import SimserveError
 
     if not (math.isfinite(host_speed) and host_speed > 0):
         raise SimserveError(
-            f"host_speed must be a positive number (1.0 = the measuring host), got {host_speed}"
+            f"--host-speed must be a positive number (the serving host's single-thread speed, 1.0 = the measuring "
+            f"host), got {host_speed}"
         )
 
 
@@ -187,3 +201,44 @@ def api_server_count(requested: int | None = None, data_parallel_size: int = 1) 
     if requested is not None and requested < 1:
         raise SimserveError(f"--api-server-count must be at least 1 here, got {requested}")
     return requested if requested is not None else max(1, data_parallel_size)
+
+
+def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
+    """vLLM 0.33.0's per-step engine CPU as predictor/overhead.py Components (ms at `host_speed`), for
+    `--engine vllm`. Measured (STEP, ADD_REQUEST, ENGINE_CORE_REST, divided by host_speed):
+      - schedule (busy loop, first stage), update_from_output (busy loop, last stage) and the EngineCore's other
+        per-step machinery (ENGINE_CORE_REST_PER_STEP_US, first stage): with async scheduling they overlap the
+        GPU (step_with_batch_queue); without it the busy loop runs them between GPU steps: serial;
+      - encode (output thread) and admitting new requests (input thread: ZMQ + msgpack decode, Request with its
+        sha256 block hashes, add_request; ADD_REQUEST + ENGINE_CORE_REST per request, charged per prefill chunk
+        of the step, and per prompt token per token of the step): other threads of the EngineCore, which run
+        while the busy loop waits for the GPU in either loop: overlap.
+    Not measured (MODEL_RUNNER_UNMEASURED): the model runner's CPU and the sampler. Vidur's Sarathi-Serve
+    prepare_inputs (overlap with async scheduling, serial without) and sampler (the GPU stream after the forward
+    pass with async scheduling, serial without) stand in, unscaled (measured on a datacenter A100 host) and
+    flagged as such, as predictor/overhead.py charges them. The sampler term is also the only stand-in for the LM
+    head's GEMM, which the kernel tables leave out (simserve.ops: the layers only).
+
+    Charging admission per prefill chunk over-charges a prompt split into k chunks by (k - 1) x 0.31 ms at host
+    speed 2, against the seconds its chunks take on the GPU; a prefix-cache hit still counts its request."""
+    from simserve.predictor.overhead import PREPARE_INPUTS, SAMPLER, Component
+
+    _check_speed(host_speed)
+    k = 1e-3 / host_speed  # measured µs -> ms at the serving host
+
+    def measured(cost: StepCost, stage: str, sync: str) -> Component:
+        return Component(cost.a_us * k, cost.per_req_us * k, cost.per_token_us * k, stage=stage,
+                         role_async="overlap", role_sync=sync)  # fmt: skip
+
+    admit_us = ADD_REQUEST.per_request_us + ENGINE_CORE_REST.per_request_us
+    return (
+        ("schedule", measured(STEP["schedule"], "first", "serial")),
+        ("engine_core_rest", Component(ENGINE_CORE_REST_PER_STEP_US * k, stage="first", role_async="overlap",
+                                       role_sync="serial")),
+        ("update", measured(STEP["update"], "last", "serial")),
+        ("encode", measured(STEP["encode"], "last", "overlap")),
+        ("admit", Component(0.0, 0.0, ADD_REQUEST.per_prompt_token_us * k, stage="first", role_async="overlap",
+                            d_ms=admit_us * k, role_sync="overlap")),
+        ("prepare_inputs", Component(*PREPARE_INPUTS, stage="first", role_async="overlap", role_sync="serial")),
+        ("sampler", Component(*SAMPLER, stage="last", role_async="gpu", role_sync="serial")),
+    )  # fmt: skip

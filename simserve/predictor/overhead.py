@@ -35,12 +35,15 @@ launches, waits for the GPU, then processes: only the kernel launches overlap th
 
 Each component below says what it is under async scheduling (`Component.role_async`): "overlap" (schedule,
 prepare inputs, process outputs), "gpu" (the sampler: its measured time is mostly its GPU work over the
-vocabulary, queued behind the forward pass), or "serial". Without async scheduling every component is serial,
-as it was before the overlap model existed, so those results are unchanged.
+vocabulary, queued behind the forward pass), or "serial". Without async scheduling every one of Vidur's components is
+serial, as it was before the overlap model existed, so those results are unchanged (`role_sync` below).
 
-Every component is `a + b·num_reqs + c·num_tokens` milliseconds. The defaults are Vidur's 2024 constants above
-(c = 0: that file has no token-count column); `CpuOverhead(components=...)` takes another set, e.g. one
-measured on vLLM 0.33.0's own code, with the same names and roles.
+Every component is `a + b·num_reqs + c·num_tokens + d·num_prefill_chunks` milliseconds. The defaults are Vidur's
+2024 constants above (c = d = 0: that file has no token-count column); `CpuOverhead(components=...)` takes another
+set: vLLM 0.33.0's own, measured (predictor/engine_cpu.py `components`), for `--engine vllm`. A component also says
+what it is without async scheduling (`role_sync`): "serial" for Vidur's (the engine did it all in one thread);
+vLLM V1's EngineCore receives requests and sends outputs on their own threads, which run while the busy loop
+waits for the GPU even in the synchronous loop, so those are "overlap" there too.
 
 The sampler's time includes its GPU work over the vocabulary, and the constants come from one model at TP2:
 they are an approximation for other models and TP degrees (documented in docs/predictor.md).
@@ -62,18 +65,23 @@ ROLES = ("overlap", "gpu", "serial")
 
 @dataclass(frozen=True)
 class Component:
-    """One piece of a step's engine CPU work: a + b·num_reqs + c·num_tokens ms, charged on the first stage
-    (before the forward pass) or the last (after it), and what it is under async scheduling (ROLES)."""
+    """One piece of a step's engine CPU work: a + b·num_reqs + c·num_tokens + d·num_prefill_chunks ms, charged on
+    the first stage (before the forward pass) or the last (after it), and what it is with async scheduling
+    (`role_async`) and without (`role_sync`) (ROLES)."""
 
     a_ms: float
     b_ms: float = 0.0  # per request in the batch
     c_ms: float = 0.0  # per token in the batch
     stage: str = "first"  # first | last
     role_async: str = "serial"
+    d_ms: float = 0.0  # per prefill chunk in the batch (a new request's admission: engine_cpu.components)
+    role_sync: str = "serial"
 
     def __post_init__(self):
-        if self.stage not in ("first", "last") or self.role_async not in ROLES:
-            raise ValueError(f"bad component: stage {self.stage!r}, role {self.role_async!r}")
+        if self.stage not in ("first", "last") or self.role_async not in ROLES or self.role_sync not in ROLES:
+            raise ValueError(
+                f"bad component: stage {self.stage!r}, roles {self.role_async!r} / {self.role_sync!r}"
+            )
 
 
 VIDUR = (
@@ -89,11 +97,13 @@ COMPONENTS = {name: (c.a_ms, c.b_ms) for name, c in VIDUR}  # the fitted (a, b) 
 @dataclass(frozen=True)
 class Coefficients:
     """Seconds charged to one stage per step, each `a + b·num_reqs + c·num_tokens`, by role: `gpu` runs on the
-    GPU's stream after the kernels, `overlap` runs on the CPU beside them, `serial` adds to the step."""
+    GPU's stream after the kernels, `overlap` runs on the CPU beside them, `serial` adds to the step; and per
+    prefill chunk in the step, `prefill` = (gpu, overlap, serial) seconds."""
 
     gpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
     overlap: tuple[float, float, float] = (0.0, 0.0, 0.0)
     serial: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    prefill: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -123,15 +133,16 @@ class CpuOverhead:
         return out
 
     def role(self, component: str) -> str:
-        return self._all()[component].role_async if self.async_scheduling else "serial"
+        c = self._all()[component]
+        return c.role_async if self.async_scheduling else c.role_sync
 
-    def ms(self, component: str, batch_size: int, num_tokens: int = 0) -> float:
+    def ms(self, component: str, batch_size: int, num_tokens: int = 0, num_prefills: int = 0) -> float:
         c = RAY if component == "ray_comm" else dict(self.components)[component]
-        return self.scale * (c.a_ms + c.b_ms * batch_size + c.c_ms * num_tokens)
+        return self.scale * (c.a_ms + c.b_ms * batch_size + c.c_ms * num_tokens + c.d_ms * num_prefills)
 
-    def total_ms(self, batch_size: int, num_tokens: int = 0) -> float:
+    def total_ms(self, batch_size: int, num_tokens: int = 0, num_prefills: int = 0) -> float:
         """Every component's time, hidden or not (what the engine's CPU spends per step)."""
-        return sum(self.ms(c, batch_size, num_tokens) for c in self._all())
+        return sum(self.ms(c, batch_size, num_tokens, num_prefills) for c in self._all())
 
     def components_of(self, role: str) -> tuple[str, ...]:
         return tuple(name for name in self._all() if self.role(name) == role)
@@ -152,7 +163,10 @@ class CpuOverhead:
             by_role[self.role(name)].append(comps[name])
         # NOTE: Python's sum from 0 in stage_components' order, then × scale × 1e-3, as before roles existed:
         # the serial coefficients keep their last bits (golden files)
-        return Coefficients(**{
+        per_step = {
             role: tuple(sum(getattr(c, f) for c in parts) * self.scale * 1e-3 for f in ("a_ms", "b_ms", "c_ms"))
             for role, parts in by_role.items()
-        })  # fmt: skip
+        }
+        # NOTE: (gpu, overlap, serial), the order the timer and the core read it in, not ROLES' order
+        prefill = tuple(sum(c.d_ms for c in by_role[role]) * self.scale * 1e-3 for role in ("gpu", "overlap", "serial"))
+        return Coefficients(**per_step, prefill=prefill)

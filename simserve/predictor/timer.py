@@ -69,6 +69,7 @@ class BatchTimer:
         self._cpu_gpu = [c.gpu for c in coeffs]
         self._cpu_ovl = [c.overlap for c in coeffs]
         self._cpu_ser = [c.serial for c in coeffs]
+        self._cpu_pre = [c.prefill for c in coeffs]  # per prefill chunk: (gpu, overlap, serial) seconds
 
     def set_launch(self, costs: LaunchCosts) -> None:
         """Charge vLLM's launch costs (predictor/step.py): per stage and mode, GPU gap and CPU launch seconds."""
@@ -173,17 +174,18 @@ class BatchTimer:
 
     def _compose(self, kernels: float, num_prefills: int, n: int, t: int, stage: int) -> float:
         """The step from its kernels (predictor/step.py): max(GPU side, overlapping CPU side) + serial CPU.
-        NOTE: with every overlap and launch term 0 these are the float operations of the plain sum
-        kernels + a + b·n (+ 0.0·t), so runs without the overlap model keep their last bits."""
+        NOTE: with every overlap, per-prefill and launch term 0 these are the float operations of the plain sum
+        kernels + a + b·n (+ 0.0·t + 0.0·p), so runs without the overlap model keep their last bits."""
         mode = 2 if t > self._launch_cap else (1 if num_prefills else 0)
+        pg, po, ps = self._cpu_pre[stage]
         ga, gb, gc = self._cpu_gpu[stage]
-        gpu = kernels + ga + gb * n + gc * t + self._launch_gpu[stage][mode]
+        gpu = kernels + ga + gb * n + gc * t + pg * num_prefills + self._launch_gpu[stage][mode]
         oa, ob, oc = self._cpu_ovl[stage]
-        cpu = oa + ob * n + oc * t + self._launch_cpu[stage][mode]
+        cpu = oa + ob * n + oc * t + po * num_prefills + self._launch_cpu[stage][mode]
         if cpu > gpu:
             gpu = cpu
         sa, sb, sc = self._cpu_ser[stage]
-        return gpu + sa + sb * n + sc * t
+        return gpu + sa + sb * n + sc * t + ps * num_prefills
 
     # -- attention DP's lockstep step (simserve/sim/lockstep.py) --------------------------------------------
 
@@ -254,6 +256,8 @@ class BatchTimer:
     def __setstate__(self, state: dict) -> None:
         state = dict(state)
         pre = state.pop("_pre")
+        # a timer cached before per-prefill-chunk CPU terms existed had none: zeros, the same times
+        state.setdefault("_cpu_pre", [(0.0, 0.0, 0.0)] * state["num_stages"])
         self.__dict__.update(state)
         self._pre_np = np.asarray(pre, dtype=np.float64)
         self._tok_np = self._stage_tables()

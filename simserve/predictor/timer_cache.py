@@ -18,8 +18,9 @@ import numpy as np
 from simserve.io import atomic_path
 from simserve.predictor.cache import cache_root
 
-FORMAT = 5  # bump when BatchTimer's attributes or the arithmetic that fills them change (3: own NNLS, libm curves;
-# 4: attention DP's lockstep tables; 5: CPU work by role and launch costs, predictor/step.py)
+FORMAT = 6  # bump when BatchTimer's attributes or the arithmetic that fills them change (3: own NNLS, libm curves;
+# 4: attention DP's lockstep tables; 5: CPU work by role and launch costs, predictor/step.py; 6: CPU work per
+# prefill chunk, `_cpu_pre`)
 
 
 def _root() -> Path:

@@ -83,6 +83,11 @@ class SimConfig:
     long_prefill_token_threshold_adaptive: bool = False
     # vllm-v1: automatic prefix caching (vLLM V1's default; sim/prefix_cache.py), `--enable-prefix-caching`
     prefix_caching: bool = False
+    # vllm-v1: a waiting request is admitted only if the KV blocks of its whole sequence fit (vLLM 0.33.0's
+    # `scheduler_reserve_full_isl`, default True; vllm-project/vllm#37307, 2026). False: as vLLM before that
+    # option (0.8.2's scheduler.py), if its first chunk's blocks fit, so a long prompt admitted into a nearly
+    # full pool is preempted (recompute) when the running requests need its blocks, and admitted again.
+    reserve_full_isl: bool = True
     # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
@@ -232,6 +237,10 @@ class SimConfig:
             # The paper's Orca setting: its max-length activation profile leaves no room for more.
             return 8 if pp > 1 else 16
         return VLLM_V1_SEQS if self.policy == "vllm-v1" else 128
+
+    def kv_block_tokens(self) -> int:
+        """Tokens per KV block as the replicas count them (the iterations' kv_blocks_used): SGLang's pages."""
+        return self.page_size if self.policy == "sglang" else self.block_size
 
     def prompt_limit(self) -> int:
         """Longer requests are ignored (Sarathi-Serve: max_model_len; its vLLM: max tokens per batch)."""

@@ -137,6 +137,7 @@ class Timer:
     cpu_gpu: cython.double[:, :]
     cpu_ovl: cython.double[:, :]
     cpu_ser: cython.double[:, :]
+    cpu_pre: cython.double[:, :]  # per prefill chunk: (gpu, overlap, serial) seconds
     launch_gpu: cython.double[:, :]
     launch_cpu: cython.double[:, :]
     launch_cap: cython.longlong
@@ -180,6 +181,7 @@ class Timer:
                 p["klast"],
             )
             self.cpu_gpu, self.cpu_ovl, self.cpu_ser = p["cpu_gpu"], p["cpu_ovl"], p["cpu_ser"]
+            self.cpu_pre = p["cpu_pre"]
             self.launch_gpu, self.launch_cpu, self.launch_cap = p["launch_gpu"], p["launch_cpu"], p["launch_cap"]
             self.plain = p["plain"]
         else:
@@ -271,7 +273,8 @@ class Timer:
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    @cython.locals(mode=cython.int, gpu=cython.double, cpu=cython.double, r=cython.double, tt=cython.double)
+    @cython.locals(mode=cython.int, gpu=cython.double, cpu=cython.double, r=cython.double, tt=cython.double,
+                   pp=cython.double)  # fmt: skip
     def _compose(self, kernels: cython.double, num_prefills: cython.longlong, n: cython.longlong,
                  t: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
         """BatchTimer._compose, operation for operation: max(GPU side, overlapping CPU side) + serial CPU for a
@@ -286,12 +289,15 @@ class Timer:
         else:
             mode = 0
         tt = cython.cast(cython.double, t) if cython.compiled else float(t)
+        pp = cython.cast(cython.double, num_prefills) if cython.compiled else float(num_prefills)
         gpu = (kernels + self.cpu_gpu[stage, 0] + self.cpu_gpu[stage, 1] * r + self.cpu_gpu[stage, 2] * tt
-               + self.launch_gpu[stage, mode])  # fmt: skip
-        cpu = self.cpu_ovl[stage, 0] + self.cpu_ovl[stage, 1] * r + self.cpu_ovl[stage, 2] * tt + self.launch_cpu[stage, mode]
+               + self.cpu_pre[stage, 0] * pp + self.launch_gpu[stage, mode])  # fmt: skip
+        cpu = (self.cpu_ovl[stage, 0] + self.cpu_ovl[stage, 1] * r + self.cpu_ovl[stage, 2] * tt
+               + self.cpu_pre[stage, 1] * pp + self.launch_cpu[stage, mode])  # fmt: skip
         if cpu > gpu:
             gpu = cpu
-        return gpu + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r + self.cpu_ser[stage, 2] * tt
+        return (gpu + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r + self.cpu_ser[stage, 2] * tt
+                + self.cpu_pre[stage, 2] * pp)  # fmt: skip
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
@@ -545,6 +551,7 @@ class Core:
     pressure_floor: cython.longlong
     long_threshold: cython.longlong
     long_adaptive: cython.bint
+    full_isl: cython.bint  # SimConfig.reserve_full_isl
     equal_limit: cython.double
     # sglang (sglang.py; block_size is its page size there)
     sg_mixed: cython.bint  # --enable-mixed-chunk
@@ -702,6 +709,7 @@ class Core:
         self.pressure_floor = p["pressure_floor"]
         self.long_threshold = p["long_threshold"]
         self.long_adaptive = p["long_adaptive"]
+        self.full_isl = p.get("reserve_full_isl", True)
         self.timer = timer
         self.role = p.get("role", ROLE_AGGREGATED)
         self.owner = None
@@ -2120,6 +2128,7 @@ class Core:
         victim: cython.longlong
         n: cython.longlong
         want: cython.longlong
+        whole: cython.longlong
         need: cython.longlong
         computed: cython.longlong
         target: cython.longlong
@@ -2189,9 +2198,12 @@ class Core:
                 if not n:
                     break
             else:
-                if not self._can_allocate(rep, -(-want // bs)):
-                    break
                 n = min(want, thr if thr else budget, budget)
+                whole = -(-want // bs)
+                if not self._can_allocate(rep, whole if self.full_isl else -(-n // bs)):
+                    break
+                if whole > rep.num_blocks - rep.watermark:
+                    break  # never fits even alone (budgets._NEVER_FITS)
                 self._admit_head(rep, now, -(-n // bs))
             prefills.append((rid, n))
             budget -= n
@@ -2207,8 +2219,10 @@ class Core:
         hit: cython.longlong = len(hits) * self.block_size
         n: cython.longlong = min(want - hit, thr if thr else budget, budget)
         free: cython.longlong = cache.free
-        if cache.blocks_to_allocate(rid, min(want, self.max_model_len), hits) > free:
+        if self.full_isl and cache.blocks_to_allocate(rid, min(want, self.max_model_len), hits) > free:
             return 0
+        if not self.full_isl and -(-min(want, self.max_model_len) // self.block_size) > cache.num_blocks:
+            return 0  # never fits even alone (budgets._NEVER_FITS)
         if cache.blocks_to_allocate(rid, hit + n, hits) > free:
             return 0
         cache.record(self.req_preemptions[rid] > 0, want, hit)

@@ -164,11 +164,12 @@ def _table_arrays(t) -> dict:
         cpu_gpu=np.array(t._cpu_gpu, dtype=np.float64).reshape(-1, 3),
         cpu_ovl=np.array(t._cpu_ovl, dtype=np.float64).reshape(-1, 3),
         cpu_ser=np.array(t._cpu_ser, dtype=np.float64).reshape(-1, 3),
+        cpu_pre=np.array(t._cpu_pre, dtype=np.float64).reshape(-1, 3),
         launch_gpu=np.array(t._launch_gpu, dtype=np.float64).reshape(-1, 3),
         launch_cpu=np.array(t._launch_cpu, dtype=np.float64).reshape(-1, 3),
         launch_cap=int(t._launch_cap),
         plain=not (np.any(t._cpu_gpu) or np.any(t._cpu_ovl) or np.any(np.array(t._cpu_ser)[:, 2])
-                   or np.any(t._launch_gpu) or np.any(t._launch_cpu)),
+                   or np.any(t._cpu_pre) or np.any(t._launch_gpu) or np.any(t._launch_cpu)),
     )
 
 
@@ -353,6 +354,7 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
         pressure_floor=cfg.pressure_floor() if cfg.policy == "pressure" else 0,
         long_threshold=cfg.long_prefill_token_threshold,
         long_adaptive=bool(cfg.long_prefill_token_threshold_adaptive),
+        reserve_full_isl=bool(cfg.reserve_full_isl),
         num_blocks=pool,
         watermark_blocks=int(cfg.kv_watermark() * pool),
         num_replicas=num_replicas,

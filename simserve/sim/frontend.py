@@ -3,8 +3,8 @@ tokenization on the way in; detokenization and the streamed chunk on the way out
 
 Three ways to run it (`simserve run --frontend`):
   - `server` (`run`'s default, except SGLang and disaggregated runs): the API server as a server
-    (sim/api_server.py): `--api-server-count` processes, each a FIFO queue of CPU work, API_SERVER_CPU per
-    request and per streamed token; it delays what the engine receives and what clients see, and caps
+    (sim/api_server.py): `--api-server-count` processes, each a FIFO queue of CPU work, vLLM 0.33.0's measured
+    CPU per request, prompt token and streamed token (`api_server_cpu`, scaled by `--host-speed`); it delays what the engine receives and what clients see, and caps
     throughput when requests are short. `--frontend-ms` is then the rest: network, HTTP transport and the
     client, added to TTFT and end-to-end as below.
   - `constant`: only `--frontend-ms`, added to every request's TTFT and end-to-end latency as the client sees
@@ -55,12 +55,24 @@ class ApiServerCpu:
     source: str
 
 
-# PLACEHOLDER until the measured constants of simserve/predictor/engine_cpu.py (issue 30) replace this line: the
-# first figures of shared/notes/vllm-server-on-cpu.md, vLLM 0.32's CPU build serving `vllm bench serve --backend
-# openai` (completions, random 128 in / 4 out, 300 requests at once) on the project's 2-core VM, one sample:
-# 3.8 ms of API-server CPU per request and 0.10 ms per streamed token (chat completions: 2.7 ms + 0.15 ms).
-# No per-prompt-token cost was measured (one prompt length): 0.
-API_SERVER_CPU = ApiServerCpu(3.8e-3, 0.0, 0.10e-3, "PLACEHOLDER: notes/vllm-server-on-cpu.md, 2-core VM, 1 sample")
+def api_server_cpu(endpoint: str = "completions", host_speed: float | None = None) -> ApiServerCpu:
+    """vLLM 0.33.0's API-server CPU per streamed request, measured by running `vllm serve` under `vllm bench serve`
+    here (predictor/engine_cpu.py API_SERVER: /v1/completions or /v1/chat/completions, docs/step-anatomy.md § The
+    API server), divided by the serving host's speed (None: engine_cpu.SERVING_HOST_SPEED)."""
+    from simserve.predictor import engine_cpu
+
+    if endpoint not in engine_cpu.API_SERVER:
+        raise SimserveError(f"unknown --api-endpoint {endpoint!r}; choose {' or '.join(engine_cpu.API_SERVER)}")
+    speed = engine_cpu.SERVING_HOST_SPEED if host_speed is None else host_speed
+    engine_cpu._check_speed(speed)
+    c = engine_cpu.API_SERVER[endpoint]
+    k = 1e-6 / speed
+    return ApiServerCpu(c.per_request_us * k, c.per_prompt_token_us * k, c.per_output_token_us * k,
+                        f"vLLM 0.33.0 {c.source} (engine_cpu.API_SERVER), host speed {speed:g}")  # fmt: skip
+
+
+# The default: completions (what `vllm bench serve` sends with its default backend) at the default host speed.
+API_SERVER_CPU = api_server_cpu()
 
 
 def check_api_server_count(value: int) -> int:

@@ -20,6 +20,7 @@ from simserve.sim.metrics import SimResult, build_result
 if TYPE_CHECKING:
     from simserve.sim.replica import BatchTimer
 
+API_ENDPOINTS = ("completions", "chat")  # engine_cpu.API_SERVER's keys: vLLM's /v1/completions, /v1/chat/completions
 # The paper's max_seq_len per trace (Sarathi-Serve capacity_search config); other traces get 8192.
 MAX_MODEL_LEN = {"sharegpt": 8192, "chat": 8192, "arxiv": 16384, "arxiv_summarization": 16384}
 
@@ -103,12 +104,21 @@ class Scenario:
     # defaults to the published measurement.
     frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
     # The API server as a server (sim/api_server.py): vLLM's --api-server-count processes per deployment, each
-    # a FIFO queue of CPU work (frontend.API_SERVER_CPU). 0: no API-server model (capacity searches; `run
+    # a FIFO queue of CPU work (frontend.api_server_cpu: vLLM 0.33.0's, measured). 0: no API-server model (capacity searches; `run
     # --frontend constant|off`). `frontend_ms` is then the network and client beside it.
     api_server_count: int = field(default=0, metadata={"omit_at_default": True})
     # vllm-v1: automatic prefix caching (SimConfig.prefix_caching); on by default for `--engine vllm` and
     # `run --policy vllm-v1`, as in vLLM V1. Added after outputs were pinned: omitted while off.
     prefix_caching: bool = field(default=False, metadata={"omit_at_default": True})
+    # The serving host's single-thread speed relative to the host vLLM 0.33.0's CPU costs were measured on
+    # (predictor/engine_cpu.py): divides the engine's measured per-step CPU (`--engine vllm`) and the API
+    # server's. None: engine_cpu.SERVING_HOST_SPEED, from the DGX hosts' published clocks.
+    host_speed: float | None = field(default=None, metadata={"omit_at_default": True})
+    # vllm-v1: SimConfig.reserve_full_isl (vLLM 0.33.0's admission rule; False: vLLM 0.8.2's, for the
+    # published runs of that release, benchmarks/published_e2e.py)
+    reserve_full_isl: bool = field(default=True, metadata={"omit_at_default": True})
+    # The API server's endpoint (`vllm bench serve --backend openai|vllm`: completions; `openai-chat`: chat)
+    api_endpoint: str = field(default="completions", metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -152,6 +162,7 @@ class Scenario:
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             long_prefill_token_threshold_adaptive=bool(self.long_prefill_token_threshold_adaptive),
             prefix_caching=bool(self.prefix_caching),
+            reserve_full_isl=bool(self.reserve_full_isl),
             max_num_partial_prefills=self.max_num_partial_prefills,
             max_long_partial_prefills=self.max_long_partial_prefills,
             time_limit_s=self.time_limit_s,
@@ -168,12 +179,13 @@ class Scenario:
         ).validate()
 
     def _api_servers(self) -> dict:
-        """SimConfig's API-server fields: the processes of every deployment, at frontend.API_SERVER_CPU."""
+        """SimConfig's API-server fields: the processes of every deployment, at vLLM 0.33.0's measured costs for the
+        endpoint (frontend.api_server_cpu) on this host speed."""
         if not self.api_server_count:
             return {}
-        from simserve.sim.frontend import API_SERVER_CPU, check_api_server_count
+        from simserve.sim.frontend import api_server_cpu, check_api_server_count
 
-        cpu = API_SERVER_CPU
+        cpu = api_server_cpu(self.api_endpoint, self.serving_host_speed())
         return dict(api_servers=check_api_server_count(self.api_server_count) * self.num_replicas,
                     api_request_s=cpu.request_s, api_prompt_token_s=cpu.prompt_token_s, api_token_s=cpu.token_s)  # fmt: skip
 
@@ -208,6 +220,36 @@ class Scenario:
                 "(vLLM 0.33.0): drop --async-scheduling or use --pp 1"
             )
         return self.pp == 1 if self.async_scheduling is None else self.async_scheduling
+
+    def serving_host_speed(self) -> float:
+        """--host-speed, else engine_cpu.SERVING_HOST_SPEED; refused where nothing measured on vLLM's code runs."""
+        from simserve.predictor.engine_cpu import SERVING_HOST_SPEED, _check_speed
+
+        if self.host_speed is None:
+            return SERVING_HOST_SPEED
+        _check_speed(self.host_speed)
+        if not (self.vllm_worker or self.api_server_count):
+            raise SimserveError(
+                "--host-speed scales vLLM 0.33.0's measured CPU costs (its engine with --engine vllm, its API server "
+                "with --frontend server); this run has neither: drop --host-speed"
+            )
+        return self.host_speed
+
+    def cpu_components(self) -> tuple:
+        """The per-step engine CPU the timer charges (predictor/overhead.py Components): vLLM 0.33.0's measured
+        costs for its worker (`--engine vllm`), Vidur's Sarathi-Serve constants for the research policies (the
+        engine they model) and, until SGLang's own are measured, for SGLang."""
+        from simserve.predictor.overhead import VIDUR
+
+        if self.vllm_worker:
+            from simserve.predictor.engine_cpu import components
+
+            return components(self.serving_host_speed())
+        if self.policy == "sglang":
+            # SWAP POINT (issue 30): SGLang's per-step scheduler CPU, measured from its own code, replaces Vidur's
+            # here when simserve/predictor/sglang_cpu.py lands: `return sglang_cpu.components(...)`.
+            return VIDUR
+        return VIDUR
 
     def launch_gaps_on(self) -> bool:
         """Whether steps pay vLLM's launch gaps (predictor/step.py): its worker's default; refused without it."""
@@ -315,6 +357,12 @@ def check_scenario(s: Scenario) -> int:
 
         check(dep)
     s.step_parts()  # refuses --async-scheduling, --launch-gaps and --sustained-clock where they cannot apply
+    s.serving_host_speed()  # refuses a bad --host-speed, or one with nothing to scale
+    if s.api_endpoint not in API_ENDPOINTS:
+        raise SimserveError(f"unknown --api-endpoint {s.api_endpoint!r}; choose {' or '.join(API_ENDPOINTS)}")
+    if s.api_endpoint != "completions" and not s.api_server_count:
+        raise SimserveError("--api-endpoint picks the API server's measured costs; this run has no API server: "
+                            "add --frontend server, or drop --api-endpoint")  # fmt: skip
     if s.vllm_worker:
         if cfg.policy != "vllm-v1":
             raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
@@ -400,11 +448,12 @@ def _timer(
     async_scheduling: bool = False,
     launch_gaps: bool = False,
     sustained_clock: bool = False,
+    components: tuple | None = None,
 ) -> BatchTimer:
     from simserve.predictor import load_timer
     from simserve.predictor.step import launch_costs, with_launch_costs, with_sustained_clock
 
-    timer = load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling))
+    timer = load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling, components))
     if sustained_clock:  # GEMMs no faster than the GPU sustains at its power limit (before padding: padded tokens
         timer = with_sustained_clock(timer, dep)  # are computed too)
     if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
@@ -419,22 +468,25 @@ def _timer(
 def scenario_timer(s) -> BatchTimer:
     """The compiled timer a scenario (or a disaggregated pool's scenario) runs on, with every step part."""
     return _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(),
-                  s.scheduling_is_async(), s.launch_gaps_on(), s.sustained_clock_on())  # fmt: skip
+                  s.scheduling_is_async(), s.launch_gaps_on(), s.sustained_clock_on(), s.cpu_components())  # fmt: skip
 
 
-def _overhead(cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False):
+def _overhead(cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False, components: tuple | None = None):
     from simserve.predictor import CpuOverhead
+    from simserve.predictor.overhead import VIDUR
 
     return CpuOverhead(
-        include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling
-    )
+        include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling,
+        components=VIDUR if components is None else components,
+    )  # fmt: skip
 
 
 def timer_cached(s: Scenario) -> bool:
     """Is the scenario's compiled timer in the on-disk timer cache already?"""
     from simserve.predictor.load import timer_cached as cached
 
-    return cached(s.deployment(), s.profiles_root, _overhead(s.cpu_overhead, s.ray_comm, s.scheduling_is_async()))
+    overhead = _overhead(s.cpu_overhead, s.ray_comm, s.scheduling_is_async(), s.cpu_components())
+    return cached(s.deployment(), s.profiles_root, overhead)
 
 
 def build_timers(scenarios: list[Scenario]) -> None:

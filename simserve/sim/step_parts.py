@@ -69,13 +69,15 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                             for s, x in zip(stage, t, strict=True)]) if timer.num_stages > 1 else coll  # fmt: skip
     mode = np.where(t > timer._launch_cap, 2, np.where(r["prefills"] > 0, 1, 0))
 
-    def coef(table):
+    pre = np.array(getattr(timer, "_cpu_pre", [(0.0, 0.0, 0.0)] * timer.num_stages), dtype=float)[stage]
+
+    def coef(table, role):  # a + b·n + c·t, and d per prefill chunk (predictor/overhead.py)
         a = np.array(table, dtype=float).reshape(-1, 3)[stage]
-        return a[:, 0] + a[:, 1] * n + a[:, 2] * t
+        return a[:, 0] + a[:, 1] * n + a[:, 2] * t + pre[:, role] * r["prefills"]
 
     lg = np.array(timer._launch_gpu, dtype=float)[stage, mode]
     lc = np.array(timer._launch_cpu, dtype=float)[stage, mode]
-    gpu_cpu, ovl, ser = coef(timer._cpu_gpu), coef(timer._cpu_ovl) + lc, coef(timer._cpu_ser)
+    gpu_cpu, ovl, ser = coef(timer._cpu_gpu, 0), coef(timer._cpu_ovl, 1) + lc, coef(timer._cpu_ser, 2)
     side = r["d"] - ser  # max(GPU side, overlapping CPU side)
     known = gemm + (linear - gemm) + ew + coll + lg + gpu_cpu
     cpu_bound = side <= ovl + CPU_BOUND_SLACK
@@ -87,10 +89,11 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
-def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None) -> dict:
+def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None, block_tokens: int | None = None) -> dict:
     """summary.json's `step_parts`: per step kind (and all steps), the mean step, its parts, achieved rates
-    (`replicas`: only those replicas' rows, e.g. a disaggregated pool)."""
-    from simserve.memory import kv_bytes_per_block
+    (`replicas`: only those replicas' rows, e.g. a disaggregated pool). `block_tokens`: tokens per KV block the
+    log counts (`kv_blocks_used`): SimConfig.kv_block_tokens(); None: the deployment's block size."""
+    from simserve.memory import kv_bytes_per_token
     from simserve.ops import linear_ops
     from simserve.predictor.step import gemm_flops_per_token
 
@@ -107,7 +110,9 @@ def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None) -> dict:
     act = layers * sum(
         op.share * (op.bytes(1, dep.model.dtype_bytes) - op.bytes(0, dep.model.dtype_bytes)) for op in ops
     )
-    kv = np.where(r["kind"] > 0, r["kv_blocks"] * kv_bytes_per_block(dep), 0.0)
+    # NOTE: SGLang's pool counts pages of --page-size tokens (1 by default), not vLLM's 16-token blocks
+    per_block = kv_bytes_per_token(dep) * (dep.block_size if block_tokens is None else block_tokens)
+    kv = np.where(r["kind"] > 0, r["kv_blocks"] * per_block, 0.0)
     flops, nbytes = r["t"] * fpt, weights + r["t"] * act + kv
     peak, sus, hbm = dep.gpu.peak_tflops * 1e12, dep.gpu.sustained_tflops * 1e12, dep.gpu.hbm_gbps * 1e9
     out = {}

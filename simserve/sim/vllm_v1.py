@@ -23,7 +23,9 @@ from simserve.sim.state import ReplicaState
 #   3. WAITING requests in FIFO order, only if nothing was preempted this step: while budget lasts and
 #      fewer than max_num_seqs run, the head is admitted if the blocks of its whole sequence fit
 #      (`scheduler_reserve_full_isl`, default True; watermark 0.0 by default), but only its first chunk's
-#      blocks are allocated. Several prefills share a step (V1 has no max_num_partial_prefills).
+#      blocks are allocated. Several prefills share a step (V1 has no max_num_partial_prefills). Before that
+#      option (SimConfig.reserve_full_isl False: vLLM 0.8.2's V1 scheduler, allocate_slots of the chunk),
+#      the head is admitted if its first chunk's blocks fit.
 #   4. With prefix caching (`rep.prefix`, sim/prefix_cache.py): a waiting request first takes the longest run
 #      of cached blocks (at most num_tokens - 1 tokens) as computed (`_admit_cached`); every allocation caches
 #      the full blocks of the tokens it schedules; finished requests' blocks go back before the next step, in
@@ -92,14 +94,23 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             if not n:
                 break
         else:
-            if not rep.kv.can_allocate(-(-want // bs)):
-                break  # the whole sequence must fit (scheduler_reserve_full_isl)
             n = min(want, thr or budget, budget)
+            whole = -(-want // bs)
+            if not rep.kv.can_allocate(whole if cfg.reserve_full_isl else -(-n // bs)):
+                break  # the whole sequence must fit (scheduler_reserve_full_isl), or before it its first chunk
+            if whole > rep.kv.num_blocks - rep.kv.watermark:
+                break  # never fits even alone (implied above with reserve_full_isl): see _NEVER_FITS
             rep.admit_head(now, -(-n // bs))
         prefills.append((rid, n))
         budget -= n
         rep.drop_too_long()
     return prefills, np.array(decodes, dtype=np.int64)
+
+
+# _NEVER_FITS: without scheduler_reserve_full_isl (vLLM 0.8.2) a prompt longer than the whole pool would be
+# admitted on its first chunk, preempt itself when the pool runs out and be admitted again, forever. vLLM cannot
+# meet one (it refuses to start unless max_model_len fits the pool); simserve's small pools can, so such a head
+# is held, and ignored once nothing is resident (ReplicaState.drop_unfittable), as with reserve_full_isl.
 
 
 def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budget: int, now: float) -> int:
@@ -109,8 +120,11 @@ def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budge
     hits = cache.lookup(rid, want)
     hit = len(hits) * rep.block_size
     n = min(want - hit, thr or budget, budget)
-    if cache.blocks_to_allocate(rid, min(want, rep.cfg.max_model_len), hits) > cache.free:
+    full = rep.cfg.reserve_full_isl
+    if full and cache.blocks_to_allocate(rid, min(want, rep.cfg.max_model_len), hits) > cache.free:
         return 0  # scheduler_reserve_full_isl, counting hit blocks that would leave the free queue
+    if not full and -(-min(want, rep.cfg.max_model_len) // rep.block_size) > cache.num_blocks:
+        return 0  # never fits even alone (implied above with reserve_full_isl): see _NEVER_FITS
     if cache.blocks_to_allocate(rid, hit + n, hits) > cache.free:
         return 0
     cache.record(bool(rep.reqs.preemptions[rid]), want, hit)
