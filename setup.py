@@ -1,6 +1,6 @@
-"""Build the compiled simulation core (simserve/sim/core.py, Cython pure-Python mode) and the table text
-formatter (simserve/sim/_textrows.pyx) when a C compiler is there; install without them when not (simserve
-then runs the SimPy reference model and says so once, and formats its tables in Python).
+"""Build the compiled simulation core (simserve/sim/core/, Cython pure-Python mode: one extension per module) and
+the table text formatter (simserve/sim/_textrows.pyx) when a C compiler is there; install without them when not
+(simserve then runs the SimPy reference model and says so once, and formats its tables in Python).
 
 Everything else about the package is in pyproject.toml.
 """
@@ -31,8 +31,19 @@ class OptionalBuildExt(build_ext):
     def _skip(self, e: Exception, name: str = "") -> None:
         what = {
             "simserve.sim._textrows": "the compiled table formatter (tables are then written by Python, same bytes)",
-        }.get(name, "the compiled simulation core (simserve will run the slower SimPy reference model)")
+        }.get(
+            name,
+            f"the compiled simulation core ({name or 'simserve.sim.core'}: simserve will run the slower SimPy reference model)",
+        )
         print(f"simserve: not building {what}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+# simserve/sim/core/'s compiled modules, base first (each cimports the ones above it; __init__.py and consts.py stay
+# Python): docs/architecture.md, "The compiled core".
+CORE_MODULES = (
+    "timer", "rep", "events", "blocks", "routing", "transitions", "paper_policies", "vllm_v1", "sglang", "scheduler",
+    "stretch", "lockstep", "driver", "disagg",
+)  # fmt: skip
 
 
 def extensions() -> list[Extension]:
@@ -40,16 +51,19 @@ def extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # Cython is a build requirement; without it (e.g. a bare `setup.py`), skip the core
         return []
-    ext = Extension(
-        "simserve.sim.core",
-        ["simserve/sim/core.py"],
-        # NOTE: results must match the reference to the last bit: no fused multiply-add, no fast-math.
-        extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
-    )
+    # NOTE: results must match the reference to the last bit: no fused multiply-add, no fast-math, in every module.
+    core = [
+        Extension(
+            f"simserve.sim.core.{m}",
+            [f"simserve/sim/core/{m}.py"],
+            extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
+        )
+        for m in CORE_MODULES
+    ]
     # The text of the output tables and trace.json (writers.py and perfetto.py fall back to Python without it).
     text = Extension("simserve.sim._textrows", ["simserve/sim/_textrows.pyx"], extra_compile_args=["-O2"])
     return cythonize(
-        [ext, text],
+        [*core, text],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,
