@@ -22,6 +22,7 @@ driver.Core is the class a run builds (its fields are declared once, in events.p
     driver.Core                start-up, the event loop, the watchdog's seam       (cluster.Cluster)
     disagg.DisaggCore          two pools and the KV link                           (disagg.DisaggCluster)
     timer.Timer, rep.Rep       the BatchTimer's arithmetic; one replica's state; consts: codes and slots
+    blockstart.block_start     the KV block test of every decode, inline in each module (blockstart.pxd)
 
 What it reproduces, and how:
   - SimPy's event order. SimPy pops events by (time, priority, id), the id counting every scheduled event;

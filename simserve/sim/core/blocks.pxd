@@ -6,7 +6,6 @@ cdef class CoreBlocks(CoreEvents):
     cdef void _allocate(self, Rep rep, long long n) noexcept
     cdef void _release(self, Rep rep, long long n) noexcept
     cdef bint _can_allocate(self, Rep rep, long long n) noexcept
-    cdef inline bint _block_start(self, long long computed) noexcept
     cdef long long _num_tokens(self, long long rid) noexcept
     cdef long long _admission_blocks(self, long long rid) noexcept
     cdef long long _pages(self, long long tokens) noexcept

@@ -42,15 +42,6 @@ class CoreBlocks(CoreEvents):
     def _can_allocate(self, rep: Rep, n: cython.longlong) -> cython.bint:
         return rep.free - n >= rep.watermark
 
-    @cython.cfunc
-    @cython.inline
-    @cython.exceptval(check=False)
-    def _block_start(self, computed: cython.longlong) -> cython.bint:
-        """Does the next token start a new KV block (computed % block_size == 0)?"""
-        if self.block_mask >= 0:  # NOTE: a mask, not a division: this runs for every decode of every batch
-            return (computed & self.block_mask) == 0
-        return computed % self.block_size == 0
-
     # -- a request's tokens and the blocks admitting it takes (state.ReplicaState) ----------------------------
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for

@@ -10,9 +10,11 @@ from collections import deque
 import cython
 
 if cython.compiled:
+    from cython.cimports.simserve.sim.core.blockstart import block_start
     from cython.cimports.simserve.sim.core.rep import Rep
     from cython.cimports.simserve.sim.core.vllm_v1 import CoreVllmV1
 else:
+    from .blockstart import block_start
     from .rep import Rep
     from .vllm_v1 import CoreVllmV1
 
@@ -347,7 +349,7 @@ class CoreSGLang(CoreVllmV1):
         rid: cython.longlong
         need: cython.longlong = 0
         for rid in ids:
-            if self._block_start(self.computed[rid]):
+            if block_start(self.computed[rid], self.block_mask, self.block_size):
                 need += 1
         return need
 
@@ -428,7 +430,7 @@ class CoreSGLang(CoreVllmV1):
         need = self._sg_decode_pages(ids)
         if need:
             for rid in ids:
-                if self._block_start(self.computed[rid]):
+                if block_start(self.computed[rid], self.block_mask, self.block_size):
                     self.blocks[rid] += 1
             if rep.radix is not None:
                 rep.radix.allocate(need)

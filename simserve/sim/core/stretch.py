@@ -7,9 +7,11 @@ from __future__ import annotations
 import cython
 
 if cython.compiled:
+    from cython.cimports.simserve.sim.core.blockstart import block_start
     from cython.cimports.simserve.sim.core.rep import Rep
     from cython.cimports.simserve.sim.core.scheduler import CoreScheduler
 else:
+    from .blockstart import block_start
     from .rep import Rep
     from .scheduler import CoreScheduler
 
@@ -101,13 +103,13 @@ class CoreStretch(CoreScheduler):
             if self.stretch_grow:  # NOTE: first: the sarathi-like policies' hot path pays no extra test
                 for k in range(nd):
                     rid = ids[k]
-                    if self._block_start(self.computed[rid]):
+                    if block_start(self.computed[rid], self.block_mask, self.block_size):
                         n_need += 1
                         self.blocks[rid] += 1
                 if not rep.free - n_need >= 1:
                     for k in range(nd):
                         rid = ids[k]
-                        if self._block_start(self.computed[rid]):
+                        if block_start(self.computed[rid], self.block_mask, self.block_size):
                             self.blocks[rid] -= 1
                     self._sched_loop(rep)
                     return
@@ -215,7 +217,7 @@ class CoreStretch(CoreScheduler):
             return False
         need = 0
         for k in range(nd):
-            if self._block_start(self.computed[self.ids[k]]):
+            if block_start(self.computed[self.ids[k]], self.block_mask, self.block_size):
                 need += 1
         if need > rep.free:
             return False
@@ -223,7 +225,7 @@ class CoreStretch(CoreScheduler):
         if need:  # _sg_grow
             for k in range(nd):
                 rid = self.ids[k]
-                if self._block_start(self.computed[rid]):
+                if block_start(self.computed[rid], self.block_mask, self.block_size):
                     self.blocks[rid] += 1
             self._allocate(rep, need)
         return True

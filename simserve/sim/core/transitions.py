@@ -12,9 +12,11 @@ from collections import deque
 import cython
 
 if cython.compiled:
+    from cython.cimports.simserve.sim.core.blockstart import block_start
     from cython.cimports.simserve.sim.core.rep import Rep, _insort, _remove_sorted
     from cython.cimports.simserve.sim.core.routing import CoreRouting
 else:
+    from .blockstart import block_start
     from .rep import Rep, _insort, _remove_sorted
     from .routing import CoreRouting
 
@@ -227,14 +229,14 @@ class CoreTransitions(CoreRouting):
         if not self.dynamic or not dec:
             return dec
         for rid in dec:  # NOTE: one pass, undone below in the rare case that blocks run short
-            if self._block_start(self.computed[rid]):
+            if block_start(self.computed[rid], self.block_mask, self.block_size):
                 n_need += 1
                 self.blocks[rid] += 1
         if rep.free - n_need >= 1:  # every can_append_slot check of the loop below would pass
             self._allocate(rep, n_need)
             return dec
         for rid in dec:
-            if self._block_start(self.computed[rid]):
+            if block_start(self.computed[rid], self.block_mask, self.block_size):
                 self.blocks[rid] -= 1
         return self._schedule_decodes_preempting(rep)
 
@@ -258,7 +260,7 @@ class CoreTransitions(CoreRouting):
                     preempted_self = True
                     break
             if not preempted_self:
-                if self._block_start(self.computed[rid]):
+                if block_start(self.computed[rid], self.block_mask, self.block_size):
                     self._allocate(rep, 1)
                     self.blocks[rid] += 1
                 out.append(rid)
