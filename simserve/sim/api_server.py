@@ -26,7 +26,7 @@ client sees it: the job that carries the last token, plus `cfg.frontend_s` (fron
 Work is added in time order, lazily: `advance(t)` processes the sends (and closed-loop slots freed) due by t
 before any later work; whoever touches the servers first at a time does it, so the result does not depend on
 the order in which a simulator processes events at equal times. The one thing that needs an event is a request
-entering the engine: the SimPy reference (cluster.py) and the compiled core (core.py) share this object and only
+entering the engine: the SimPy reference (cluster.py) and the compiled core (sim/core/) share this object and only
 schedule their arrivals process at `sleep()`'s time, waking it early (`output`/`failed` return True) when an
 answer frees a slot before that time.
 """

@@ -10,7 +10,7 @@ later; routing then goes by a heap of released arrival times instead of id order
 (`cfg.api_servers`, api_server.py) requests reach the engine when their input work is done, by the same heap;
 each micro-batch's tokens go through the API server on their way to the client, and the arrivals process
 sleeps until the next send or engine entry (woken early by an interrupt when an answer frees a slot before it).
-`simulate` runs this SimPy model, the reference, or the compiled core (core.py, chosen by core_run.py), which
+`simulate` runs this SimPy model, the reference, or the compiled core (sim/core/, chosen by core_run.py), which
 gives the same results faster.
 """
 
@@ -350,7 +350,7 @@ def simulate(
     if ignore_eos is not None:
         reqs.ignore_eos = np.asarray(ignore_eos, dtype=bool)[order]
     core = core_run.choose(cfg, timer)
-    if core is not None:  # the compiled core: the same results as the SimPy model below (core.py)
+    if core is not None:  # the compiled core: the same results as the SimPy model below (sim/core/)
         log, tbt, replicas, overloaded, end, stopped, capped, api = core_run.run(
             core, reqs, cfg, timer, num_blocks, progress, follow
         )

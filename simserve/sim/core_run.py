@@ -1,11 +1,11 @@
-"""Run a simulation on the compiled core (core.py) and keep the watchdog in Python; pick core or reference.
+"""Run a simulation on the compiled core (sim/core/) and keep the watchdog in Python; pick core or reference.
 
 `simulate` (cluster.py) asks `choose(cfg, timer)` which model runs:
-  - the compiled core when it was built at install (setup.py compiles core.py with Cython) and covers the
+  - the compiled core when it was built at install (setup.py compiles sim/core/ with Cython) and covers the
     case (`covers`: a timer whose arithmetic it has, below);
   - the SimPy reference otherwise, or when $SIMSERVE_CORE=reference asks for it. Without a compiled core
     simserve says so once per process on stderr and runs the reference.
-$SIMSERVE_CORE=python runs core.py uncompiled (plain Python, slow): how tests exercise the source itself.
+$SIMSERVE_CORE=python runs sim/core/ uncompiled (plain Python, slow): how tests exercise the source itself.
 
 The driver below is the reference's watchdog process (cluster.Cluster.watchdog) around `Core.run`, which
 returns at an overload check with the shared request arrays and histogram up to date. It returns only at
@@ -17,6 +17,8 @@ rules would change nothing, so the core schedules the next check itself.
 from __future__ import annotations
 
 import heapq
+import importlib
+import importlib.abc
 import importlib.util
 import os
 import sys
@@ -38,7 +40,7 @@ from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import Requests
 from simserve.sim.watchdog import Watchdog
 
-ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": core.py uncompiled; unset: the compiled core
+ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": sim/core/ uncompiled; unset: the compiled core
 _warned = False
 # Policies the core does not implement yet: they run on the SimPy reference, said once per process.
 REFERENCE_ONLY: tuple[str, ...] = ()
@@ -73,18 +75,40 @@ def _load(compiled: bool) -> ModuleType | None:
         if compiled:
             try:
                 from simserve.sim import core
-            except ModuleNotFoundError as exc:  # no extension built and no Cython to read core.py's types
+            except ModuleNotFoundError as exc:  # no extension built and no Cython to read core's types
                 if exc.name != "cython":
                     raise
                 core = None
             _modules[True] = core if core is not None and core.COMPILED else None
         else:
-            path = Path(__file__).with_name("core.py")
-            spec = importlib.util.spec_from_file_location("simserve.sim._core_source", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            _modules[False] = mod
+            _modules[False] = _load_source()
     return _modules[compiled]
+
+
+_SOURCE = "simserve.sim._core_source"  # the package's source, imported under its own name
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Finds simserve/sim/core/'s `.py` files for the names under _SOURCE (never the extensions built beside them)."""
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        folder = Path(__file__).with_name("core")
+        if fullname == _SOURCE:
+            return importlib.util.spec_from_file_location(
+                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
+            )
+        if fullname.startswith(_SOURCE + "."):
+            return importlib.util.spec_from_file_location(fullname, folder / f"{fullname.rpartition('.')[2]}.py")
+        return None
+
+
+def _load_source() -> ModuleType:
+    finder = _SourceFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        return importlib.import_module(_SOURCE)
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def compiled_available() -> bool:

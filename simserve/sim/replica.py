@@ -6,7 +6,7 @@ one applies the results (tokens, completions, freed KV) and wakes the scheduler.
 the previous stage while the replica has work in flight is in a pipeline bubble.
 
 This is the reference model: one event per micro-batch per stage, no shortcuts. Speed lives in the compiled
-core (core.py), which tests hold equal to this loop bit for bit; a new mechanism lands here first.
+core (sim/core/), which tests hold equal to this loop bit for bit; a new mechanism lands here first.
 """
 
 from __future__ import annotations

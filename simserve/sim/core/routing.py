@@ -1,0 +1,298 @@
+"""Arrivals, the API servers' output side and routing (cluster.Cluster; api_server.ApiServers; lockstep.pick_rank).
+
+The arrivals process (open loop, closed loop, conversations, the API servers' engine entries), the router
+(round robin or least outstanding; attention DP's rank choice, `_lockstep_pick`) and what a finished request
+releases (`_on_done`).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import cython
+
+if cython.compiled:
+    from cython.cimports.libc.math import INFINITY as INF
+    from cython.cimports.libc.math import ceil, log
+    from cython.cimports.simserve.sim.core.blocks import CoreBlocks
+    from cython.cimports.simserve.sim.core.rep import Rep
+else:
+    from math import ceil, log
+    from math import inf as INF
+
+    from .blocks import CoreBlocks
+    from .rep import Rep
+
+from .consts import DONE, IGNORED, NORMAL, ROLE_AGGREGATED, SLOT_ARRIVALS, SLOT_FINISHED, URGENT
+
+
+@cython.cclass
+class CoreRouting(CoreBlocks):
+    """Arrivals, routing and the API servers' streaming of tokens (cluster.Cluster, api_server.py)."""
+
+    # -- arrivals and routing (cluster.Cluster) -------------------------------------------------------
+    @cython.cfunc
+    def _arrivals(self) -> cython.void:
+        t: cython.double
+        if self.api is not None:
+            self._api_arrivals()
+            return
+        while self.next < self.n:
+            if self.conversation:  # Cluster._conversation_arrivals: the earliest released round, or wait
+                if not self.due:
+                    self.slot_waits = True
+                    return
+                t = self.due[0][0]
+                if t > self.now:
+                    self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+                    return
+                self._route_due(self.now)
+                continue
+            if self.next >= self.released:  # closed loop: every slot is taken until a request finishes
+                self.slot_waits = True
+                return
+            t = self.arrived[self.next]
+            if t > self.now:
+                self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+                return
+            self._route_due(self.now)
+
+    @cython.cfunc
+    def _api_arrivals(self) -> cython.void:
+        """Cluster._api_arrivals: route what is due, then sleep until the next send or engine entry."""
+        w: cython.double
+        self.api.awake()
+        self._route_due(self.now)
+        if self.next >= self.n:
+            return
+        w = self.api.sleep(self.due)
+        if w != INF:  # inf: only an interrupt wakes it (_wake_arrivals)
+            self._schedule(self.now + (w - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+
+    @cython.cfunc
+    def _wake_arrivals(self) -> cython.void:
+        """Process.interrupt() on the sleeping arrivals process: SimPy's Interruption, URGENT, now (its pending
+        timeout is dropped: SimPy keeps it in the queue, where it wakes nothing)."""
+        self._schedule(self.now, URGENT, self.slot0 + SLOT_ARRIVALS)
+
+    @cython.cfunc
+    def _api_output(self, ids: list) -> cython.void:
+        """Cluster._on_output: the step's tokens go to the API servers (ApiServers.output: first the sends due)."""
+        k: cython.Py_ssize_t
+        rid: cython.longlong
+        self.api.advance(self.now, self.due)
+        for k, rid in enumerate(ids):
+            self.api_ids[k] = rid
+        self._api_step(self.api_ids, len(ids), self.now)
+
+    @cython.cfunc
+    @cython.locals(i=cython.Py_ssize_t, s=cython.longlong, m=cython.longlong, rid=cython.longlong,
+                   start=cython.double, end=cython.double, t=cython.double, last=cython.double, gap=cython.double)  # fmt: skip
+    def _api_step(self, ids: cython.longlong[:], n: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """ApiServers.output after its advance, for ids[:n], float for float: each process's job for its share
+        of the step's tokens (in process order), then each client's times; an answer the client now has
+        frees its slot or releases its next round (ApiServers.answered), maybe waking the arrivals process."""
+        done: cython.bint = False
+        for s in range(self.api_count):
+            self.api_share[s] = 0
+        for i in range(n):
+            self.api_share[ids[i] % self.api_count] += 1
+        for s in range(self.api_count):  # ApiServers._job
+            m = self.api_share[s]
+            if not m:
+                continue
+            start = self.api_free[s]
+            if start > now:
+                self.api_out[0] += (start - now) * m
+                if start - now > self.api_out[1]:
+                    self.api_out[1] = start - now
+            else:
+                start = now
+            end = start + self.api_token_s * m
+            self.api_free[s] = end
+            self.api_tokens[s] += m
+            self.api_out[2] += 1
+            self.api_ends[s] = end
+        for i in range(n):
+            rid = ids[i]
+            t = self.api_ends[rid % self.api_count]
+            last = self.api_last[rid]
+            if last != last:
+                self.api_first[rid] = t
+            else:
+                gap = t - last
+                self._itl_add(gap)
+                if gap > self.api_itl_max[rid]:
+                    self.api_itl_max[rid] = gap
+            self.api_last[rid] = t
+            if self.status[rid] == DONE:
+                self.api_done[rid] = t
+                self.api.answered(rid, t + self.api_residual)
+                done = True
+        if done and self.api.woken():
+            self._wake_arrivals()
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _itl_add(self, value: cython.double) -> cython.void:
+        """LogHistogram.add(value) on the client's gap histogram (the bucket as _hist_add takes it)."""
+        i: cython.longlong
+        if value <= 0.0:
+            self.itl_zeros += 1.0
+            return
+        i = cython.cast(cython.longlong, ceil(log(value) / self.log_gamma)) - self.offset
+        if i < 0:
+            i = 0
+        if i > self.num_buckets - 1:
+            i = self.num_buckets - 1
+        self.itl_counts[i] += 1.0
+
+    def api_itl_zeros(self) -> float:
+        """The client gap histogram's zeros (kept here while the core runs: core_run writes them back)."""
+        return self.itl_zeros
+
+    @cython.cfunc
+    def _route_due(self, now: cython.double) -> cython.void:
+        rid: cython.longlong
+        rep: Rep
+        if self.api is not None:
+            self.api.advance(now, self.due)
+        while True:
+            if self.heap_route:
+                if not (self.due and self.due[0][0] <= now):
+                    return
+                rid = heapq.heappop(self.due)[1]
+            elif self.next < self.released and self.arrived[self.next] <= now:
+                rid = self.next
+            else:
+                return
+            self.routed[self.next] = rid
+            self.next += 1
+            if self.prompt[rid] > self.prompt_limit:
+                self.status[rid] = IGNORED
+                self._on_done(rid)
+                continue
+            rep = self._pick()
+            self.replica[rid] = rep.index
+            rep.waiting.append(rid)
+            rep.outstanding += 1
+            self._notify(rep)
+
+    @cython.cfunc
+    def _pick(self) -> Rep:
+        rep: Rep
+        best: Rep
+        i: cython.Py_ssize_t
+        nrep: cython.Py_ssize_t = len(self.reps)
+        if self.dp > 1:
+            return self._lockstep_pick()
+        if self.router_rr:
+            rep = self.reps[self.rr % nrep]
+            self.rr += 1
+            return rep
+        best = self.reps[0]
+        for i in range(1, nrep):
+            rep = self.reps[i]
+            if rep.outstanding < best.outstanding:
+                best = rep
+        return best
+
+    @cython.cfunc
+    def _notify(self, rep: Rep) -> cython.void:
+        if self.dp > 1:
+            self._lockstep_notify(rep)
+            return
+        if rep.sched_waits:
+            rep.sched_waits = False
+            self._schedule(self.now, NORMAL, rep.index * self.pp)
+
+    @cython.cfunc
+    def _on_done(self, rid: cython.longlong) -> cython.void:
+        nxt: cython.longlong
+        if self.role != ROLE_AGGREGATED:  # a pool of a disaggregated run: the run counts its requests
+            self.owner.pool_done(self, rid)
+            return
+        self.num_done += 1
+        if self.status[rid] == IGNORED:
+            self.num_ignored += 1
+            if self.api is not None and self.api.failed(rid, self.now):
+                self._wake_arrivals()
+        if self.released < self.n:  # closed loop: the finished request's slot goes to the next one (_on_done)
+            nxt = self.released
+            self.released += 1
+            # Cluster._on_done: sent now if due (plus the front end's delay), else at its own time
+            self.arrived[nxt] = max(self.arrived[nxt], self.now + self.frontend)
+            if self.slot_waits:  # the arrivals process waited on `slot_freed`: its succeed() event
+                self.slot_waits = False
+                self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
+        if self.conversation and self.child[rid] >= 0:  # the answer is in: the next round after its think time
+            nxt = self.child[rid]
+            self.arrived[nxt] = self.now + self.frontend + self.think[nxt]
+            heapq.heappush(self.due, (self.arrived[nxt], nxt))
+            if self.slot_waits:
+                self.slot_waits = False
+                self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
+        if self.num_done == self.n and not self.finished:
+            self.finished = True
+            self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
+
+    # -- attention DP: waking a group, choosing a rank (sim/lockstep.py: DpGroup.notify, pick_rank) -------------
+    @cython.cfunc
+    def _lockstep_notify(self, rep: Rep) -> cython.void:
+        """Rank.notify -> DpGroup.notify: wake the rank's group if its process waits (`wake.succeed()`)."""
+        g: cython.int = rep.index // self.dp
+        if self.g_waits[g]:
+            self.g_waits[g] = 0
+            self._schedule(self.now, NORMAL, g)
+
+    @cython.cfunc
+    def _lockstep_pick(self) -> Rep:
+        """Cluster._pick with groups: the router picks a deployment (round robin, or the fewest outstanding
+        requests over its ranks, ties to the lowest), then DpGroup.pick its rank: in turn (SGLang), or vLLM's
+        least-loaded rank (lockstep.pick_rank: strictly lower score, ties to the lowest rank)."""
+        g: cython.Py_ssize_t
+        i: cython.Py_ssize_t
+        d: cython.Py_ssize_t = self.dp
+        best_g: cython.Py_ssize_t = 0
+        load: cython.longlong
+        best_load: cython.longlong = 0
+        score: cython.double
+        best_score: cython.double
+        rep: Rep
+        best: Rep
+        if self.router_rr:
+            best_g = self.rr % self.num_groups
+            self.rr += 1
+        else:
+            for g in range(self.num_groups):
+                load = 0
+                for i in range(g * d, g * d + d):
+                    rep = self.reps[i]
+                    load += rep.outstanding
+                if g == 0 or load < best_load:
+                    best_g, best_load = g, load
+        if self.ls_in_turn:
+            i = self.g_next[best_g]
+            self.g_next[best_g] = (i + 1) % d
+            return self.reps[best_g * d + i]
+        best = self.reps[best_g * d]
+        best_score = self._rank_load(best)
+        for i in range(best_g * d + 1, best_g * d + d):
+            rep = self.reps[i]
+            score = self._rank_load(rep)
+            if score < best_score:
+                best, best_score = rep, score
+        return best
+
+    @cython.cfunc
+    @cython.locals(usage=cython.double, score=cython.double)
+    def _rank_load(self, rep: Rep) -> cython.double:
+        """lockstep.rank_load: in-flight requests, plus 6 × waiting × (KV usage − 0.5) over half full."""
+        score = cython.cast(cython.double, rep.outstanding) if cython.compiled else float(rep.outstanding)
+        if rep.waiting and rep.num_blocks:
+            usage = (
+                cython.cast(cython.double, rep.num_blocks - rep.free) if cython.compiled
+                else float(rep.num_blocks - rep.free)
+            ) / rep.num_blocks - 0.5  # fmt: skip
+            score += len(rep.waiting) * 6.0 * (usage if usage > 0.0 else 0.0)
+        return score

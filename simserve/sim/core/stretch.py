@@ -1,0 +1,257 @@
+"""Decode stretches: consecutive decode-only iterations of one replica run in one go while nothing else is due
+(no SimPy counterpart: the reference runs them one event at a time; the same floats in the same order).
+"""
+
+from __future__ import annotations
+
+import cython
+
+if cython.compiled:
+    from cython.cimports.simserve.sim.core.blockstart import block_start
+    from cython.cimports.simserve.sim.core.rep import Rep
+    from cython.cimports.simserve.sim.core.scheduler import CoreScheduler
+else:
+    from .blockstart import block_start
+    from .rep import Rep
+    from .scheduler import CoreScheduler
+
+from .consts import INV_SCHEDULED_TWICE, NORMAL, P_SGLANG, P_V1
+
+# NOTE: returned for "no prefills / no chunks" on the hot path instead of a fresh list; never mutated
+_NONE: list = []
+
+
+@cython.cclass
+class CoreStretch(CoreScheduler):
+    """Decode stretches: a replica's decode-only iterations while no other event is due."""
+
+    # -- decode stretches: consecutive decode-only iterations of one replica, nothing else due ------------
+    @cython.cfunc
+    @cython.locals(slot=cython.int, i=cython.int, k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong,
+                   left=cython.longlong, limit=cython.double, t=cython.double, now=cython.double,
+                   n_need=cython.longlong, kv_sum=cython.longlong, kv_used=cython.longlong, d=cython.double)  # fmt: skip
+    def _decode_stretch(self, rep: Rep) -> cython.void:
+        """Run the replica's next decode-only iterations here, one after the other, while each is surely the
+        next event of the whole simulation and changes nothing but its own requests: the same steps as
+        run() -> _sched_resume -> _complete -> _policy -> _start_micro_batch, in the same order and with
+        the same float operations, over the batch's ids in a C array instead of a Python list.
+
+        It starts after _sched_resume started a decode-only batch (PP = 1, nothing waiting or prefilling,
+        the batch is rep.decoding itself) and stops, leaving that replica's event pending for run(), before
+        an iteration that ends at or after another pending event or the next arrival (ties go to the other
+        event: it was scheduled earlier), before the completion of a batch in which a request finishes, or
+        when the next batch's KV growth would not fit (the scheduler loop then forms it: preemption)."""
+        ids: cython.longlong[:] = self.ids
+        slot = rep.index  # PP = 1: the replica's scheduler loop is its only slot
+        pol: cython.int = self.policy
+        if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting:
+            return
+        dec: list = rep.decodes0
+        if not dec:
+            return
+        if pol == P_V1:  # its batch is a new list: every running request must be in it, as a decode
+            if not self._v1_stretchable(rep, dec):
+                return
+        elif pol == P_SGLANG:  # a copy of rep.decoding (Scheduler.update_running_batch); the radix cache's
+            # pages are its own allocator's: not stretched
+            if rep.radix is not None or dec != rep.sg_running:
+                return
+        elif dec is not rep.decoding or rep.cache is not None:
+            return
+        # every other pending event and the next arrival: an iteration must end strictly before them all
+        limit = float("inf")
+        for i in range(self.num_slots):
+            if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
+                limit = self.ev_time[i]
+        if self.heap_route:
+            if self.due and self.due[0][0] < limit:
+                limit = self.due[0][0]
+            if self.api is not None and self.api.pending() < limit:
+                limit = self.api.pending()
+        elif self.next < self.released and self.arrived[self.next] < limit:
+            limit = self.arrived[self.next]
+        # completions before the first one that finishes a request (its bookkeeping is the loop's)
+        nd = len(dec)
+        left = self.output[dec[0]] - self.generated[dec[0]]
+        for k in range(nd):
+            rid = dec[k]
+            ids[k] = rid
+            if self.output[rid] - self.generated[rid] < left:
+                left = self.output[rid] - self.generated[rid]
+        left -= 1
+        while left > 0:
+            t = self.ev_time[slot]
+            if not t < limit or t < self.now:  # another event first, or time going backwards (run() says so)
+                return
+            # run(): this event is the smallest key
+            self.ev_on[slot] = 0
+            self.now = t
+            now = t
+            left -= 1
+            # _sched_resume: the batch ended; _complete at PP = 1 with decodes only
+            rep.busy0 = False
+            rep.in_flight -= 1
+            if not rep.in_flight:
+                rep.inflight_acc += now - rep.busy_since
+            self._complete_ids(nd, now)
+            if self.api is not None:  # nothing else is due (the limit): ApiServers.output's advance has no work
+                self._api_step(ids, nd, now)
+            rep.idle_mark[0] = self._inflight_time(rep, now)
+            # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
+            # with its KV growth (_schedule_decodes), when that fits without preemption
+            n_need = 0
+            if self.stretch_grow:  # NOTE: first: the sarathi-like policies' hot path pays no extra test
+                for k in range(nd):
+                    rid = ids[k]
+                    if block_start(self.computed[rid], self.block_mask, self.block_size):
+                        n_need += 1
+                        self.blocks[rid] += 1
+                if not rep.free - n_need >= 1:
+                    for k in range(nd):
+                        rid = ids[k]
+                        if block_start(self.computed[rid], self.block_mask, self.block_size):
+                            self.blocks[rid] -= 1
+                    self._sched_loop(rep)
+                    return
+                self._allocate(rep, n_need)
+            elif pol == P_V1:
+                if not self._v1_grow(rep, nd):
+                    self._sched_loop(rep)  # a preemption (or anything unusual): the policy's own step
+                    return
+            elif pol == P_SGLANG and not self._sg_stretch_step(rep, nd):
+                self._sched_loop(rep)  # a retraction: the policy's own step
+                return
+            # _start_micro_batch with no prefills
+            self.batch_no += 1
+            kv_sum = 0
+            for k in range(nd):
+                rid = ids[k]
+                if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                    self.error = INV_SCHEDULED_TWICE
+                self.stamp[rid] = self.batch_no
+                kv_sum += self.computed[rid] + 1
+            rep.w_tokens += nd
+            rep.w_decode_kv += kv_sum
+            rep.w_micro_batches += 1
+            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+            kv_used = rep.num_blocks - rep.free
+            d = self.timer.decode_time(nd, kv_sum, 0)
+            rep.prefills0 = _NONE
+            rep.busy0 = True
+            if not rep.in_flight:
+                rep.busy_since = now
+            rep.in_flight += 1
+            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
+            self._schedule(now + d, NORMAL, slot)
+            if self.error:
+                return
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, c=cython.longlong, bs=cython.longlong)
+    def _v1_stretchable(self, rep: Rep, dec: list) -> cython.bint:
+        """Is _vllm_v1's next step, after this decode-only batch, surely the same batch with only its blocks
+        grown? Every running request is in it as a decode (so none was left out by the token budget), in
+        decode state (computed + 1 == its tokens: the step schedules one token each), and, with prefix
+        caching, its blocks and cached-block count are those of its last allocate_slots (which _v1_grow's
+        skipping of no-op calls relies on)."""
+        bs = self.block_size
+        if len(dec) != len(rep.running) or len(dec) > self.budget or rep.finished:
+            return False
+        for k in range(len(dec)):
+            rid = dec[k]
+            if rid != rep.running[k]:
+                return False
+            c = self.computed[rid]
+            if c < self.target[rid] or c + 1 != self._num_tokens(rid):
+                return False
+            if rep.cache is not None and (
+                self.blocks[rid] != -(-(c + 1) // bs) or rep.cache.num_cached.get(rid, -1) != (c + 1) // bs
+            ):
+                return False
+        return True
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, c=cython.longlong, need=cython.longlong,
+                   n_need=cython.longlong, bs=cython.longlong)  # fmt: skip
+    def _v1_grow(self, rep: Rep, nd: cython.Py_ssize_t) -> cython.bint:
+        """_vllm_v1's running loop for a batch of decodes only (one token each, admission order): each
+        request's blocks for computed + 1 tokens, and with prefix caching the blocks that became full are
+        cached (PrefixCache.allocate_slots). False, changing nothing, when the growth would preempt (the
+        step's `while rep.free < need`: with needs of 0 or 1 that is their sum exceeding the free blocks)."""
+        bs = self.block_size
+        n_need = 0
+        for k in range(nd):
+            rid = self.ids[k]
+            need = -(-(self.computed[rid] + 1) // bs) - self.blocks[rid]
+            if need < 0 or need > 1:
+                return False
+            n_need += need
+        if n_need > rep.free:
+            return False
+        if rep.cache is None:
+            if n_need:
+                for k in range(nd):
+                    rid = self.ids[k]
+                    self.blocks[rid] = -(-(self.computed[rid] + 1) // bs)
+                self._allocate(rep, n_need)
+            return True
+        for k in range(nd):  # in admission order: the order the free queue hands out and caches blocks
+            rid = self.ids[k]
+            c = self.computed[rid]
+            # NOTE: a call that would take no block and cache none (the request's blocks hold c + 1 tokens
+            # already and no block became full) changes nothing: skipped (_v1_stretchable checked the counts)
+            if -(-(c + 1) // bs) != self.blocks[rid] or (c + 1) % bs == 0:
+                self.blocks[rid] = rep.cache.allocate_slots(rid, (), c + 1, min(c + 1, self._num_tokens(rid)))
+        rep.free = rep.cache.free
+        return True
+
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, need=cython.longlong)
+    def _sg_stretch_step(self, rep: Rep, nd: cython.Py_ssize_t) -> cython.bint:
+        """_sglang's step for a running batch of decodes only, nothing waiting or prefilling: the last batch
+        was this decode batch (nothing to merge) and none of its requests finished (nothing to filter), so
+        _sg_choose chooses nothing and changes nothing; then _sg_decode: when the pages fit,
+        new_token_ratio decays one step and the pages grow. False, changing nothing, when they do not fit
+        (retraction is the policy's own step) or when the running batch is not that batch."""
+        if rep.sg_last is not None or len(rep.sg_running) != nd:
+            return False
+        need = 0
+        for k in range(nd):
+            if block_start(self.computed[self.ids[k]], self.block_mask, self.block_size):
+                need += 1
+        if need > rep.free:
+            return False
+        rep.sg_ratio = max(rep.sg_ratio - self.sg_decay, self.sg_min)  # NewTokenRatioTracker.decay_step
+        if need:  # _sg_grow
+            for k in range(nd):
+                rid = self.ids[k]
+                if block_start(self.computed[rid], self.block_mask, self.block_size):
+                    self.blocks[rid] += 1
+            self._allocate(rep, need)
+        return True
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, t0=cython.double, last=cython.double,
+                   gap=cython.double, same=cython.bint)  # fmt: skip
+    def _complete_ids(self, nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """_complete_decodes over self.ids[:nd], none of which finishes (_decode_stretch made sure)."""
+        same = True
+        t0 = self.last_token[self.ids[0]]
+        for k in range(nd):
+            rid = self.ids[k]
+            last = self.last_token[rid]
+            if last != t0:
+                same = False
+            gap = now - last
+            self.gaps[k] = gap
+            self.computed[rid] += 1
+            self.generated[rid] += 1
+            self.last_token[rid] = now
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+        if same:
+            self._hist_add(now - t0, nd)
+        else:
+            for k in range(nd):
+                self._hist_add(self.gaps[k], 1.0)

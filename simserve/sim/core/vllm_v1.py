@@ -1,0 +1,143 @@
+"""vLLM V1's scheduler (budgets.vllm_v1_batch and its design note): running requests first, preemption of the
+newest, then waiting requests, with automatic prefix caching (`_admit_cached`, `_release_finished`).
+"""
+
+from __future__ import annotations
+
+import cython
+
+if cython.compiled:
+    from cython.cimports.simserve.sim.core.paper_policies import CorePaperPolicies
+    from cython.cimports.simserve.sim.core.rep import Rep
+else:
+    from .paper_policies import CorePaperPolicies
+    from .rep import Rep
+
+
+@cython.cclass
+class CoreVllmV1(CorePaperPolicies):
+    """vLLM V1's scheduler (budgets.vllm_v1_batch), prefix caching included."""
+
+    # -- vllm-v1 (budgets.vllm_v1_batch: its design note) ------------------------------------------------
+    @cython.cfunc
+    def _vllm_v1(self, rep: Rep, now: cython.double) -> tuple:
+        rid: cython.longlong
+        victim: cython.longlong
+        n: cython.longlong
+        want: cython.longlong
+        whole: cython.longlong
+        need: cython.longlong
+        computed: cython.longlong
+        target: cython.longlong
+        is_prefill: cython.bint
+        preempted: cython.bint = False
+        budget: cython.longlong = self.budget
+        eligible: cython.longlong = len(rep.running) + len(rep.waiting)
+        thr: cython.longlong = self.long_threshold if eligible > 1 else 0
+        bs: cython.longlong = self.block_size
+        i: cython.Py_ssize_t = 0
+        running: list = rep.running
+        prefills: list = []
+        decodes: list = []
+        cache: object = rep.cache
+        if cache is not None and rep.finished:
+            self._release_finished(rep)
+        if thr and self.long_adaptive:
+            thr = max(thr, self.budget // eligible)
+        while i < len(running) and budget > 0:
+            rid = running[i]
+            if self.pp > 1 and self.inflight[rid]:
+                i += 1
+                continue
+            computed = self.computed[rid]
+            target = self.target[rid]
+            is_prefill = computed < target
+            n = target - computed if is_prefill else 1
+            n = min(n, thr if thr else budget, budget)
+            need = -(-(computed + n) // bs) - self.blocks[rid]
+            while rep.free < need:
+                victim = running[len(running) - 1]
+                self._preempt(rep, victim)
+                preempted = True
+                if victim == rid:
+                    break
+            if i >= len(running):
+                break
+            if cache is None:
+                self._allocate(rep, need)
+                self.blocks[rid] += need
+            else:
+                want = min(computed + n, self._num_tokens(rid))
+                # NOTE: a call that takes no block (its blocks hold computed + n tokens: need <= 0, as blocks is
+                # its block count) and caches none (the full blocks of its first `want` tokens are cached) changes
+                # nothing: skipped, as _v1_grow skips it (most decodes of a step; attention DP runs every step here)
+                if need > 0 or want // bs > cache.num_cached[rid]:
+                    self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
+                    rep.free = cache.free
+            if is_prefill:
+                prefills.append((rid, n))
+            else:
+                decodes.append(rid)
+            budget -= n
+            i += 1
+        if preempted:
+            if not prefills and not decodes and not running:
+                return self._vllm_v1(rep, now)
+            return prefills, decodes
+        self._drop_too_long(rep)
+        while rep.waiting and budget > 0 and len(running) < self.max_batch:
+            rid = rep.waiting[0]
+            if self.pp > 1 and self.inflight[rid]:
+                break
+            want = self._num_tokens(rid)
+            if cache is not None:
+                n = self._admit_cached(rep, rid, want, thr, budget, now)
+                if not n:
+                    break
+            else:
+                n = min(want, thr if thr else budget, budget)
+                whole = -(-want // bs)
+                if not self._can_allocate(rep, whole if self.full_isl else -(-n // bs)):
+                    break
+                if whole > rep.num_blocks - rep.watermark:
+                    break  # never fits even alone (vllm_v1._NEVER_FITS)
+                self._admit_head(rep, now, -(-n // bs))
+            prefills.append((rid, n))
+            budget -= n
+            self._drop_too_long(rep)
+        return prefills, decodes
+
+    @cython.cfunc
+    def _admit_cached(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
+                      budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
+        """budgets._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
+        cache: object = rep.cache
+        hits: list = cache.lookup(rid, want)
+        hit: cython.longlong = len(hits) * self.block_size
+        n: cython.longlong = min(want - hit, thr if thr else budget, budget)
+        free: cython.longlong = cache.free
+        if self.full_isl and cache.blocks_to_allocate(rid, min(want, self.max_model_len), hits) > free:
+            return 0
+        if not self.full_isl and -(-min(want, self.max_model_len) // self.block_size) > cache.num_blocks:
+            return 0  # never fits even alone (vllm_v1._NEVER_FITS)
+        if cache.blocks_to_allocate(rid, hit + n, hits) > free:
+            return 0
+        cache.record(self.req_preemptions[rid] > 0, want, hit)
+        blocks: cython.longlong = cache.allocate_slots(rid, hits, hit + n, min(hit + n, want))
+        rep.free = cache.free
+        self._admit_head(rep, now, blocks)
+        self.computed[rid] = hit
+        self.cached_tokens[rid] = hit
+        return n
+
+    @cython.cfunc
+    def _release_finished(self, rep: Rep) -> cython.void:
+        """ReplicaState.release_finished: finished requests' blocks back, in admission order."""
+        rid: cython.longlong
+        if len(rep.finished) > 1:
+            rep.finished.sort(key=rep.admit_seq.__getitem__)
+        for rid in rep.finished:
+            rep.cache.free_request(rid)
+            del rep.admit_seq[rid]
+        rep.finished.clear()
+        rep.free = rep.cache.free
