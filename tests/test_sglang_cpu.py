@@ -127,3 +127,29 @@ def test_engine_sglang_steps_charge_the_measured_costs(capsys, tmp_path):
     code, out, err = run(tmp_path / "c", "--host-speed", "-1")
     assert code == 2 and "--host-speed must be a positive number" in out + err
     assert not (tmp_path / "c").exists()
+
+
+def test_an_sglang_sweep_preloads_its_own_timer(monkeypatch):
+    """`simserve sweep --engine sglang` preloaded the timer of a stand-in `vllm` scenario before forking its
+    workers; with the overlap scheduler on (SGLang's only) that scenario was refused and the sweep exited 2, and
+    with the timer now depending on the policy's CPU costs it would have preloaded the wrong one."""
+    from simserve.sim.scenario import Scenario
+    from simserve.tune import simadapter
+    from simserve.tune.sweep import SweepSpec, run_sweep
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def preload(scenarios):
+        seen.extend(scenarios)
+        raise Stop
+
+    monkeypatch.setattr(simadapter, "preload", preload)
+    base = Scenario(model="llama-3-8b", gpu="h100", policy="sglang", overlap_schedule=True)
+    spec = SweepSpec(base, policies=("sglang",), budgets=(8192,), seeds=(0, 1))
+    with pytest.raises(Stop):
+        run_sweep(spec)
+    assert [(s.policy, s.budget, s.overlap_schedule, s.seed) for s in seen] == [("sglang", 8192, True, 0),
+                                                                                ("sglang", 8192, True, 1)]  # fmt: skip
