@@ -22,9 +22,7 @@ from simserve.predictor.nnls import nnls
 # Every figure is brought to the speed at which the vLLM 0.33.0 figures were fitted (engine_cpu.MEASURING_HOST),
 # on the same host, so that one `host_speed` serves both modules.
 REFERENCE_US = VLLM_HOST["python_us"]
-MODES = ("decode", "extend")
-SCHEDULER = ("schedule", "launch", "result")  # per step, by the step's mode; `recv` is per iteration
-FRONTEND = ("detokenize", "tm_output", "tm_stream")  # per step, on the requests whose output is streamed
+SCHEDULER = ("recv", "schedule", "launch", "result")  # the scheduler's timed calls, per step
 COLUMN = {"recv": "recv_us", "schedule": "schedule_us", "launch": "launch_us", "result": "result_us",
           "detokenize": "detok_us", "tm_output": "tm_output_us", "tm_stream": "tm_stream_us", "tm_add": "tm_add_us"}  # fmt: skip
 SHAPE = ("num_reqs", "num_tokens", "decoding", "held", "new_reqs", "new_tokens", "streamed")
@@ -87,7 +85,7 @@ def fit_steps(rows: list[dict]) -> dict[str, tuple[float, ...]]:
     over every (configuration, step kind)'s block medians, for the scheduler's calls (`recv` included: it runs
     once per iteration, and its per-request part lands on the step that takes the new request)."""
     meds = _with_chunks(block_medians(rows))
-    return {name: _fit_and_error(meds, name, STEP_COLUMNS) for name in ("recv", *SCHEDULER)}
+    return {name: _fit_and_error(meds, name, STEP_COLUMNS) for name in SCHEDULER}
 
 
 def fit_frontend(rows: list[dict]) -> dict[str, tuple[float, float, float, float]]:
