@@ -173,7 +173,8 @@ def frontend_of(run: pr.Run, policy: str) -> dict:
     server (sim/api_server.py) at vLLM 0.33.0's measured costs for the endpoint, one process (`vllm serve`'s
     default without data parallelism, in 0.6, 0.8 and 0.33 alike), beside the 10.2 ms of network and client
     (sim/frontend.py). vLLM 0.6.0 and 0.8.2's own API servers were not measured: 0.33.0's stand in. SGLang: the
-    constant alone (its tokenizer manager and detokenizer are not measured; SWAP POINT for sglang_cpu.py)."""
+    constant alone (its tokenizer manager and detokenizer are measured per step, predictor/sglang_cpu.py, but not
+    as a server; SWAP POINT when they are)."""
     from simserve.sim.frontend import DEFAULT_FRONTEND_MS
 
     if not run.online:

@@ -278,7 +278,7 @@ def run_command(
         None,
         "--host-speed",
         help="The serving host's single-thread speed relative to the host vLLM 0.33.0's CPU costs were measured on "
-        "(tools/engine_cpu_refbench.py's ratio); scales --engine vllm's engine CPU and --frontend server's. Default 2.0 "
+        "(tools/engine_cpu_refbench.py's ratio); scales --engine vllm's and --engine sglang's engine CPU and --frontend server's. Default 2.0 "
         "(a DGX H100/H200 host's Xeon 8480C at its all-core turbo: docs/step-anatomy.md).",
     ),
     frontend_ms: float | None = typer.Option(
@@ -453,7 +453,9 @@ def run_command(
     printed = []  # notes for the terminal only (summary.json holds these numbers as fields)
     if engine == "sglang":
         printed.append("SGLang 0.5.23 overlap scheduler: " + ("on (schedule, inputs and output processing hidden "
-                       "behind the GPU step; --disable-overlap-schedule)" if scenario.overlap_schedule else "off"))  # fmt: skip
+                       "behind the GPU step; --disable-overlap-schedule)" if scenario.overlap_schedule else "off")
+                       + f"; engine CPU per step: its scheduler's, measured, at host speed {scenario.serving_host_speed():g} "
+                       "(--host-speed; the GPU worker's: Vidur's stand-in, docs/step-anatomy.md § SGLang)")  # fmt: skip
     elif policy == "sglang":  # the title names the release, whose default is the overlap scheduler: say it is not run
         printed.append("SGLang 0.5.23 overlap scheduler: off (--policy sglang is its scheduler alone, every step's CPU "
                        "work charged; --engine sglang runs it as the release does by default)")  # fmt: skip

@@ -222,23 +222,26 @@ class Scenario:
         return self.pp == 1 if self.async_scheduling is None else self.async_scheduling
 
     def serving_host_speed(self) -> float:
-        """--host-speed, else engine_cpu.SERVING_HOST_SPEED; refused where nothing measured on vLLM's code runs."""
+        """--host-speed, else engine_cpu.SERVING_HOST_SPEED; refused where nothing measured on vLLM's or SGLang's
+        code runs."""
         from simserve.predictor.engine_cpu import SERVING_HOST_SPEED, _check_speed
 
         if self.host_speed is None:
             return SERVING_HOST_SPEED
         _check_speed(self.host_speed)
-        if not (self.vllm_worker or self.api_server_count):
+        if not (self.vllm_worker or self.api_server_count or self.policy == "sglang"):
             raise SimserveError(
-                "--host-speed scales vLLM 0.33.0's measured CPU costs (its engine with --engine vllm, its API server "
-                "with --frontend server); this run has neither: drop --host-speed"
+                "--host-speed scales the measured CPU costs of vLLM 0.33.0 (its engine with --engine vllm, its API "
+                "server with --frontend server) and SGLang 0.5.23 (--engine sglang); this run has none: drop "
+                "--host-speed"
             )
         return self.host_speed
 
     def cpu_components(self) -> tuple:
         """The per-step engine CPU the timer charges (predictor/overhead.py Components): vLLM 0.33.0's measured
-        costs for its worker (`--engine vllm`), Vidur's Sarathi-Serve constants for the research policies (the
-        engine they model) and, until SGLang's own are measured, for SGLang."""
+        costs for its worker (`--engine vllm`), SGLang 0.5.23's for `--policy sglang` (predictor/sglang_cpu.py;
+        SGLang 0.3/0.4 runs too: no older release was measured), Vidur's Sarathi-Serve constants for the research
+        policies (the engine they model)."""
         from simserve.predictor.overhead import VIDUR
 
         if self.vllm_worker:
@@ -246,9 +249,9 @@ class Scenario:
 
             return components(self.serving_host_speed())
         if self.policy == "sglang":
-            # SWAP POINT (issue 30): SGLang's per-step scheduler CPU, measured from its own code, replaces Vidur's
-            # here when simserve/predictor/sglang_cpu.py lands: `return sglang_cpu.components(...)`.
-            return VIDUR
+            from simserve.predictor import sglang_cpu
+
+            return sglang_cpu.components(self.serving_host_speed())
         return VIDUR
 
     def launch_gaps_on(self) -> bool:

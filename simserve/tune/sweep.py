@@ -230,7 +230,9 @@ def run_sweep(
     if executor == "local" and not hasattr(spec.base, "record"):
         from simserve.tune.simadapter import preload
 
-        preload([spec.scenario("vllm", None, 128, seed) for seed in spec.seeds])
+        # the sweep's first point: the timer depends on the policy (its engine's CPU costs, the overlap scheduler
+        # only SGLang's), so a stand-in policy would load another timer, or be refused
+        preload([spec.scenario(*spec.configs()[0], seed) for seed in spec.seeds])
     with Runner(executor, workers, address) as runner:
         solved = run_tasks([t for _, _, t in keyed], runner, cache, runner.shares_filesystem, progress, stats)
         results: dict[tuple, dict[int, CapacityResult]] = {}
