@@ -150,11 +150,28 @@ def test_the_core_composes_steps_as_the_reference_does(plain, dep, monkeypatch):
     assert len(ref) > 50 and ref.equals(core)
 
 
+@pytest.mark.skipif(not core_run.compiled_available(), reason="the compiled core is not built")
+def test_async_scheduling_with_pipeline_parallelism_runs_on_the_core_as_on_the_reference(capsys, tmp_path,
+                                                                                       monkeypatch):  # fmt: skip
+    # vLLM 0.33.0's Model Runner V2 keeps async scheduling on with PP: each stage composes its own CPU roles
+    outs = {}
+    for mode in ("reference", ""):
+        monkeypatch.setenv(core_run.ENV, mode)
+        out = tmp_path / (mode or "core")
+        code, _, _ = cli(capsys, "run", "--engine", "vllm", "--model", "llama-2-70b", "--gpu", "a40", "--tp", "4",
+                         "--pp", "2", "--requests", "80", "--qps", "2", "--out", str(out))  # fmt: skip
+        assert code == 0
+        outs[mode] = json.loads((out / "summary.json").read_text())
+    assert outs["reference"]["step_parts"]["switches"]["async_scheduling"] is True
+    assert outs["reference"]["step_parts"] == outs[""]["step_parts"]
+    assert (out.parent / "reference" / "requests.csv").read_bytes() == (out / "requests.csv").read_bytes()
+
+
 @pytest.mark.parametrize(
     ("args", "word"),
     [(["--launch-gaps"], "--engine vllm"),
      (["--gpu", "a40", "--sustained-clock"], "sustained_tflops"),
-     (["--engine", "vllm", "--pp", "2", "--async-scheduling"], "pipeline parallelism")],
+     (["--engine", "vllm", "--ray-comm", "--async-scheduling"], "`ray` does not support async scheduling")],
 )  # fmt: skip
 def test_a_part_the_engine_cannot_have_is_one_line(capsys, tmp_path, args, word):
     code, _, err = cli(capsys, "run", "--requests", "4", "--out", str(tmp_path / "o"), *args)

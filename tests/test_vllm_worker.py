@@ -155,9 +155,12 @@ def test_async_scheduling_follows_vllms_defaults_and_refusals():
     base = dict(policy="vllm-v1", vllm_worker=True)
     assert Scenario(**base).scheduling_is_async()
     assert not Scenario(**base, async_scheduling=False).scheduling_is_async()
-    assert not Scenario(**base, model="llama2-70b", gpu="a40", tp=4, pp=2).scheduling_is_async()  # off with PP
-    with pytest.raises(SimserveError, match="pipeline parallelism"):
-        Scenario(**base, model="llama2-70b", gpu="a40", tp=4, pp=2, async_scheduling=True).scheduling_is_async()
+    # on with PP too: Model Runner V2, vLLM 0.33.0's default runner, keeps it (only the V1 runner turned it off)
+    pp2 = dict(base, model="llama2-70b", gpu="a40", tp=4, pp=2)
+    assert Scenario(**pp2).scheduling_is_async() and Scenario(**pp2, async_scheduling=True).scheduling_is_async()
+    assert not Scenario(**base, ray_comm=True).scheduling_is_async()  # the Ray executor does not support it
+    with pytest.raises(SimserveError, match="`ray` does not support async scheduling"):
+        Scenario(**base, ray_comm=True, async_scheduling=True).scheduling_is_async()
     with pytest.raises(SimserveError, match="--engine vllm"):
         check_scenario(Scenario(policy="vllm-v1", async_scheduling=True))
 

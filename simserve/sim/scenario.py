@@ -200,8 +200,8 @@ class Scenario:
         return capture_sizes(cfg.batch_limit(self.pp), cfg.token_budget(), GPUSpec.from_name(self.gpu).compute_capability)
 
     def scheduling_is_async(self) -> bool:
-        """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, unless PP > 1,
-        which its V1 model runner does not support with async scheduling: vllm/config/vllm.py). SGLang 0.5.23's
+        """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, also with PP > 1
+        under its default Model Runner V2; not on its Ray executor: vllm/config/vllm.py). SGLang 0.5.23's
         overlap scheduler does the same (`Scheduler.event_loop_overlap`: the next batch is scheduled and its
         inputs prepared while the GPU runs the current one, whose results are processed after the next is
         launched; on by default, `--disable-overlap-schedule`, refused with PP as `arg_groups/overrides.py`
@@ -214,12 +214,16 @@ class Scenario:
             if self.async_scheduling:
                 raise SimserveError("--async-scheduling is vLLM's flag: add --engine vllm (and --policy vllm-v1)")
             return False
-        if self.async_scheduling and self.pp > 1:
+        # vLLM 0.33.0 runs Model Runner V2 by default (config/vllm.py `use_v2_model_runner`), which keeps async
+        # scheduling on with pipeline parallelism (`max_concurrent_batches` = PP + 1; only the V1 runner turns it
+        # off with PP). Its Ray executor does not support it (`supports_async_scheduling` is the abstract
+        # executor's False): off by default with --ray-comm, refused there in vLLM's words.
+        if self.async_scheduling and self.ray_comm:
             raise SimserveError(
-                "ValueError: Async scheduling is not supported by the V1 model runner with pipeline parallelism "
-                "(vLLM 0.33.0): drop --async-scheduling or use --pp 1"
+                "ValueError: `ray` does not support async scheduling yet (vLLM 0.33.0): drop --async-scheduling "
+                "or --ray-comm"
             )
-        return self.pp == 1 if self.async_scheduling is None else self.async_scheduling
+        return not self.ray_comm if self.async_scheduling is None else self.async_scheduling
 
     def serving_host_speed(self) -> float:
         """--host-speed, else engine_cpu.SERVING_HOST_SPEED; refused where nothing measured on vLLM's or SGLang's
