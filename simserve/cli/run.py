@@ -109,7 +109,8 @@ def run_command(
     policy: str | None = typer.Option(
         None,
         "--policy",
-        help="fcfs | orca | vllm | sarathi | chunked | hybrid | slo-aware | pressure | equal-cost | vllm-v1 | "
+        help="fcfs | orca | vllm (the paper's prefill-first vLLM baseline, 2023) | sarathi | chunked | hybrid | "
+        "slo-aware | pressure | equal-cost | vllm-v1 (vLLM 0.33.0's V1 scheduler, what --engine vllm runs) | "
         "sglang (SGLang 0.5.23's scheduler). Default: sarathi; vllm-v1 with --engine vllm, sglang with --engine sglang.",
         show_default=False,
     ),

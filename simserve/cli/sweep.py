@@ -136,7 +136,8 @@ def sweep(
     policies: str = typer.Option(
         "fcfs,orca,vllm,sarathi",
         "--policies",
-        help="Any of fcfs, orca, vllm, sarathi, chunked, hybrid, slo-aware, pressure, equal-cost, vllm-v1.",
+        help="Any of fcfs, orca, vllm (the paper's prefill-first vLLM baseline), sarathi, chunked, hybrid, slo-aware, "
+        "pressure, equal-cost, vllm-v1 (vLLM 0.33.0's V1 scheduler; --engine vllm searches its flags).",
     ),
     budgets: str = typer.Option(
         "256,257,512,513,1024,2048",
