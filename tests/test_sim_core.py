@@ -1,4 +1,4 @@
-"""The compiled core (simserve/sim/core.py) against the SimPy reference, bit for bit.
+"""The compiled core (simserve/sim/core/) against the SimPy reference, bit for bit.
 
 Every comparison runs the same case twice, once with SIMSERVE_CORE=reference (the SimPy model) and once
 on the core, and compares every request array, every iteration row, the TBT histogram, the summary and the
