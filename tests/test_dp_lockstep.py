@@ -80,8 +80,8 @@ def test_lockstep_runs_are_deterministic_and_run_on_the_core_silently(moe_dp_tim
     b = simulate(prompt, output, arrived, moe_dp_timer, 4000, cfg)
     assert np.array_equal(a.reqs.completed, b.reqs.completed)
     assert np.array_equal(a.reqs.replica, b.reqs.replica)
-    monkeypatch.setenv(core_run.ENV, "python")  # core.py's source: chosen whether or not it is built
-    assert core_run.choose(cfg, moe_dp_timer) is not None  # the ranks' lockstep is in the core (core.py)
+    monkeypatch.setenv(core_run.ENV, "python")  # sim/core/'s source: chosen whether or not it is built
+    assert core_run.choose(cfg, moe_dp_timer) is not None  # the ranks' lockstep is in the core
     assert capsys.readouterr().err == ""
 
 

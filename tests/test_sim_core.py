@@ -1,4 +1,4 @@
-"""The compiled core (simserve/sim/core.py) against the SimPy reference, bit for bit.
+"""The compiled core (simserve/sim/core/) against the SimPy reference, bit for bit.
 
 Every comparison runs the same case twice, once with SIMSERVE_CORE=reference (the SimPy model) and once
 on the core, and compares every request array, every iteration row, the TBT histogram, the summary and the
@@ -23,9 +23,9 @@ from simserve.sim.request import IGNORED
 from simserve.sim.scenario import Scenario, simulate_scenario
 from simserve.sim.testing import ConstantTimer, LinearTimer
 
-# core.py run uncompiled needs Cython's pure-Python shadow module (the dev extra installs it).
+# sim/core/ run uncompiled needs Cython's pure-Python shadow module (the dev extra installs it).
 HAS_CYTHON = importlib.util.find_spec("cython") is not None
-needs_cython = pytest.mark.skipif(not HAS_CYTHON, reason="core.py uncompiled needs Cython (pip install -e '.[dev]')")
+needs_cython = pytest.mark.skipif(not HAS_CYTHON, reason="the core as Python needs Cython (pip install -e '.[dev]')")
 CORES = (["python"] if HAS_CYTHON else []) + (["compiled"] if core_run.compiled_available() else [])
 ARRAYS = (
     "arrived", "scheduled", "first_token", "completed", "last_token", "tbt_max", "computed", "target",
@@ -551,7 +551,7 @@ def test_a_policy_the_core_lacks_would_run_on_the_reference_and_say_so_once(caps
 # pools, CUDA-graph padding); these use the profiled MoE timer, whose lockstep tables are the real ones.
 @needs_cython
 def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
-    """Timer.own_base/own_time/experts_time (core.py, run as plain Python) against BatchTimer.own_time and
+    """Timer.own_base/own_time/experts_time (core/timer.py, run as plain Python) against BatchTimer.own_time and
     experts_time, bit for bit: random batches, padded or not, in and past the tables' ends, the idle rank's
     dummy batch (its own time only counts where it is the slowest rank, which the runs rarely reach)."""
     import copy

@@ -1,4 +1,4 @@
-"""The API server as a server: each process a FIFO queue of CPU work in front of the engine (issue 30, item 2).
+"""The API server as a server: each process a FIFO queue of CPU work in front of the engine.
 
 vLLM 0.33.0's OpenAI-compatible server is one asyncio process per `--api-server-count` (vllm/entrypoints/cli/
 serve.py: default 1, or the data-parallel size). In it, a request's coroutine renders and tokenizes the prompt

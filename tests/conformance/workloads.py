@@ -101,7 +101,7 @@ def make_prefix(name: str) -> dict:
 
 
 def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
-    """Step simserve's reference `vllm-v1` policy (budgets.vllm_v1_batch) over the workload; each batch
+    """Step simserve's reference `vllm-v1` policy (vllm_v1.vllm_v1_batch) over the workload; each batch
     completes before the next is formed (one GPU, no pipeline), as the driver does for vLLM."""
     from simserve.sim.config import SimConfig
     from simserve.sim.histogram import LogHistogram

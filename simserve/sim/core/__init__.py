@@ -1,4 +1,5 @@
-"""The compiled simulation core: the replica loop of replica.py/state.py/policies.py/budgets.py outside SimPy.
+"""The compiled simulation core: the SimPy reference's replica loop and policies outside SimPy (replica.py,
+state.py, policies.py, adaptive_budgets.py, vllm_v1.py, sglang*.py).
 
 Plain Python that Cython compiles module by module (pure-Python mode: each `.py` here has a `.pxd` beside it that
 declares its cdef class and functions for the others to cimport; the `cython.*` annotations are ignored when it
@@ -13,8 +14,8 @@ driver.Core is the class a run builds (its fields are declared once, in events.p
     blocks.CoreBlocks          KV blocks, the prefix / radix caches' mirror        (kvcache.py, state.py)
     routing.CoreRouting        arrivals, API servers' output, routing, DP rank pick (cluster.py, api_server.py)
     transitions.CoreTransitions admission of the head, preemption, completion    (state.ReplicaState)
-    paper_policies.CorePaperPolicies  fcfs, orca, vllm, sarathi, chunked, adaptive  (policies.py, budgets.py)
-    vllm_v1.CoreVllmV1         vLLM V1's scheduler                                 (budgets.vllm_v1_batch)
+    paper_policies.CorePaperPolicies  fcfs, orca, vllm, sarathi, chunked, adaptive  (policies.py, adaptive_budgets.py)
+    vllm_v1.CoreVllmV1         vLLM V1's scheduler                                 (vllm_v1.vllm_v1_batch)
     sglang.CoreSGLang          SGLang's scheduler                                  (sglang.py, sglang_admission.py)
     scheduler.CoreScheduler    the policy dispatch, scheduler loop, PP stages      (replica.Replica)
     stretch.CoreStretch        decode stretches (no SimPy counterpart)

@@ -1,5 +1,6 @@
-"""Admission of the paper's policies (policies.py, budgets.py): fcfs, orca, vllm (prefill-first), sarathi,
-chunked, and the adaptive ones (slo-aware, pressure, equal-cost: budgets.fill_chunks and the three sizes).
+"""Admission of the paper's policies (policies.py, adaptive_budgets.py): fcfs, orca, vllm (prefill-first),
+sarathi, chunked, and the adaptive ones (slo-aware, pressure, equal-cost: adaptive_budgets.fill_chunks and the
+three sizes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ _NONE: list = []
 
 @cython.cclass
 class CorePaperPolicies(CoreTransitions):
-    """The paper's policies: whole and chunked admission, budgets.fill_chunks and its sizes."""
+    """The paper's policies: whole and chunked admission, adaptive_budgets.fill_chunks and its sizes."""
 
     @cython.cfunc
     def _chunked(self, rep: Rep, now: cython.double) -> tuple:
@@ -105,7 +106,7 @@ class CorePaperPolicies(CoreTransitions):
             self._drop_too_long(rep)
         return out
 
-    # -- the adaptive policies (budgets.fill_chunks and the three sizes) ----------------------------------
+    # -- the adaptive policies (adaptive_budgets.fill_chunks and the three sizes) -------------------------
     @cython.cfunc
     def _fill_chunks(self, rep: Rep, now: cython.double, tokens: cython.longlong, decodes: list) -> list:
         rid: cython.longlong

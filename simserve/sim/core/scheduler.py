@@ -34,7 +34,7 @@ _NONE: list = []
 class CoreScheduler(CoreSGLang):
     """replica.Replica: the policy dispatch, the scheduler loop and the pipeline stages."""
 
-    # -- policies (policies.py, budgets.py) --------------------------------------------------------------
+    # -- policies (policies.py, adaptive_budgets.py, vllm_v1.py) ------------------------------------------
     @cython.cfunc
     def _policy(self, rep: Rep, now: cython.double) -> cython.bint:
         """Form the batch into b_prefills [(id, chunk)] and b_decodes [id]; False when it would be empty."""

@@ -175,7 +175,7 @@ class Timer:
     def through(
         self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong
     ) -> cython.double:
-        """Summed over every stage (budgets.predicted_time: Python's sum, from 0, in stage order)."""
+        """Summed over every stage (adaptive_budgets.predicted_time: Python's sum, from 0, in stage order)."""
         total = 0.0
         for s in range(self.num_stages):
             total += self.time(chunks, prefixes, nd, kv_sum, s)

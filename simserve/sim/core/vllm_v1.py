@@ -1,4 +1,4 @@
-"""vLLM V1's scheduler (budgets.vllm_v1_batch and its design note): running requests first, preemption of the
+"""vLLM V1's scheduler (vllm_v1.vllm_v1_batch and its design note): running requests first, preemption of the
 newest, then waiting requests, with automatic prefix caching (`_admit_cached`, `_release_finished`).
 """
 
@@ -16,9 +16,9 @@ else:
 
 @cython.cclass
 class CoreVllmV1(CorePaperPolicies):
-    """vLLM V1's scheduler (budgets.vllm_v1_batch), prefix caching included."""
+    """vLLM V1's scheduler (vllm_v1.vllm_v1_batch), prefix caching included."""
 
-    # -- vllm-v1 (budgets.vllm_v1_batch: its design note) ------------------------------------------------
+    # -- vllm-v1 (vllm_v1.vllm_v1_batch: its design note) ------------------------------------------------
     @cython.cfunc
     def _vllm_v1(self, rep: Rep, now: cython.double) -> tuple:
         rid: cython.longlong
@@ -110,7 +110,7 @@ class CoreVllmV1(CorePaperPolicies):
     @cython.cfunc
     def _admit_cached(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
                       budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
-        """budgets._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
+        """vllm_v1._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
         cache: object = rep.cache
         hits: list = cache.lookup(rid, want)
         hit: cython.longlong = len(hits) * self.block_size
