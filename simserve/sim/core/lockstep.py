@@ -16,10 +16,7 @@ else:
     from .stretch import CoreStretch
     from .timer import Timer
 
-from .consts import INV_SCHEDULED_TWICE, INV_TIME_BACKWARDS, NORMAL, P_SGLANG
-
-# NOTE: returned for "no prefills / no chunks" on the hot path instead of a fresh list; never mutated
-_NONE: list = []
+from .consts import INV_TIME_BACKWARDS, NORMAL, P_SGLANG
 
 
 @cython.cclass
@@ -148,44 +145,14 @@ class CoreLockstep(CoreStretch):
 
     @cython.cfunc
     def _lockstep_rank(self, rep: Rep) -> cython.void:
-        """A rank's batch in the step: the scheduled-twice check, Replica._count_work, and its token count and
-        Timer.own_base (ls_*): _start_micro_batch's first half, at PP 1 and without the bubble (a rank has none)."""
-        rid: cython.longlong
-        chunk: cython.longlong
-        c: cython.longlong
-        pre: cython.longlong
-        q: cython.Py_ssize_t
-        kv_sum: cython.longlong = 0
-        num_prefill: cython.longlong = 0
-        prefills: list = rep.prefills0
-        dec: list = rep.decodes0
-        nd: cython.longlong = len(dec)
-        chunks: list = _NONE
-        prefixes: list = _NONE
-        if prefills:
-            chunks = []
-            prefixes = []
-        self.batch_no += 1
-        for rid, chunk in prefills:
-            if self.stamp[rid] == self.batch_no or self.inflight[rid]:
-                self.error = INV_SCHEDULED_TWICE
-            self.stamp[rid] = self.batch_no
-            chunks.append(chunk)
-            prefixes.append(self.computed[rid])
-        for rid in dec:
-            if self.stamp[rid] == self.batch_no or self.inflight[rid]:
-                self.error = INV_SCHEDULED_TWICE
-            self.stamp[rid] = self.batch_no
-            kv_sum += self.computed[rid] + 1
-        for q in range(len(chunks)):
-            c = chunks[q]
-            pre = prefixes[q]
-            num_prefill += c
-            rep.w_prefill_pairs += c * pre + c * (c + 1) // 2
-            rep.w_prefill_kv += pre + c
-        rep.w_tokens += num_prefill + nd
-        rep.w_decode_kv += kv_sum
-        rep.w_micro_batches += 1
+        """A rank's batch in the step: _count_batch (the scheduled-twice check, Replica._count_work), then its
+        token count and Timer.own_base (ls_*); at PP 1 and without the bubble (a rank has none)."""
+        kv_sum: cython.longlong
+        num_prefill: cython.longlong
+        nd: cython.longlong = len(rep.decodes0)
+        chunks: list
+        prefixes: list
+        chunks, prefixes, kv_sum, num_prefill = self._count_batch(rep, rep.prefills0, rep.decodes0)
         rep.ls_tokens = num_prefill + nd
         rep.ls_prefill = num_prefill
         rep.ls_base = self.timer.own_base(chunks, prefixes, nd, kv_sum)

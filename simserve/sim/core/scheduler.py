@@ -108,16 +108,17 @@ class CoreScheduler(CoreSGLang):
             return
 
     @cython.cfunc
-    def _start_micro_batch(self, rep: Rep, prefills: list, dec: list, now: cython.double) -> cython.void:
+    def _count_batch(self, rep: Rep, prefills: list, dec: list) -> tuple:
+        """A batch about to run: the scheduled-twice check and Replica._count_work; (chunks, prefixes of the
+        chunks, the decodes' summed context, prefill tokens) for the timer. _start_micro_batch's and each
+        attention-DP rank's (_lockstep_rank)."""
         rid: cython.longlong
         chunk: cython.longlong
         c: cython.longlong
         p: cython.longlong
         kv_sum: cython.longlong = 0
         num_prefill: cython.longlong = 0
-        s: cython.int
-        d: cython.double
-        nd: cython.longlong = len(dec)
+        s: cython.Py_ssize_t
         chunks: list = _NONE
         prefixes: list = _NONE
         if prefills:
@@ -142,9 +143,21 @@ class CoreScheduler(CoreSGLang):
             num_prefill += c
             rep.w_prefill_pairs += c * p + c * (c + 1) // 2
             rep.w_prefill_kv += p + c
-        rep.w_tokens += num_prefill + nd
+        rep.w_tokens += num_prefill + len(dec)
         rep.w_decode_kv += kv_sum
         rep.w_micro_batches += 1
+        return chunks, prefixes, kv_sum, num_prefill
+
+    @cython.cfunc
+    def _start_micro_batch(self, rep: Rep, prefills: list, dec: list, now: cython.double) -> cython.void:
+        rid: cython.longlong
+        kv_sum: cython.longlong
+        num_prefill: cython.longlong
+        d: cython.double
+        nd: cython.longlong = len(dec)
+        chunks: list
+        prefixes: list
+        chunks, prefixes, kv_sum, num_prefill = self._count_batch(rep, prefills, dec)
         rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
         if self.pp > 1:
             for rid in dec:
