@@ -221,7 +221,7 @@ def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
 
     Charging admission per prefill chunk over-charges a prompt split into k chunks by (k - 1) x 0.31 ms at host
     speed 2, against the seconds its chunks take on the GPU; a prefix-cache hit still counts its request."""
-    from simserve.predictor.overhead import PREPARE_INPUTS, SAMPLER, Component
+    from simserve.predictor.overhead import MODEL_RUNNER_STAND_INS, Component
 
     _check_speed(host_speed)
     k = 1e-3 / host_speed  # measured µs -> ms at the serving host
@@ -239,6 +239,5 @@ def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
         ("encode", measured(STEP["encode"], "last", "overlap")),
         ("admit", Component(0.0, 0.0, ADD_REQUEST.per_prompt_token_us * k, stage="first", role_async="overlap",
                             d_ms=admit_us * k, role_sync="overlap")),
-        ("prepare_inputs", Component(*PREPARE_INPUTS, stage="first", role_async="overlap", role_sync="serial")),
-        ("sampler", Component(*SAMPLER, stage="last", role_async="gpu", role_sync="serial")),
+        *MODEL_RUNNER_STAND_INS,
     )  # fmt: skip

@@ -91,6 +91,12 @@ VIDUR = (
     ("process_outputs", Component(*PROCESS_OUTPUTS, stage="last", role_async="overlap")),
 )
 RAY = Component(*RAY_COMM, stage="first", role_async="serial")  # the driver → worker RPC: never hidden
+# The model runner's CPU where no engine's was measured (it needs a GPU): Vidur's prepare_inputs and sampler,
+# serial in a synchronous loop; engine_cpu.components (vLLM) and sglang_cpu.components (SGLang) end with these.
+MODEL_RUNNER_STAND_INS = (
+    ("prepare_inputs", Component(*PREPARE_INPUTS, stage="first", role_async="overlap", role_sync="serial")),
+    ("sampler", Component(*SAMPLER, stage="last", role_async="gpu", role_sync="serial")),
+)
 COMPONENTS = {name: (c.a_ms, c.b_ms) for name, c in VIDUR}  # the fitted (a, b) pairs, by name
 
 

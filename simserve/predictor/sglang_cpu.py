@@ -109,7 +109,7 @@ def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
     Not measured: the GPU worker's CPU and sampling. Vidur's Sarathi-Serve prepare_inputs (overlap with the
     overlap scheduler, serial without) and sampler (the GPU stream after the forward pass with overlap, serial
     without) stand in, unscaled and flagged, as engine_cpu.components charges them for vLLM."""
-    from simserve.predictor.overhead import PREPARE_INPUTS, SAMPLER, Component
+    from simserve.predictor.overhead import MODEL_RUNNER_STAND_INS, Component
 
     _check_speed(host_speed)
     k = 1e-3 / host_speed  # measured µs -> ms at the serving host
@@ -121,6 +121,5 @@ def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
 
     return (
         *((name, measured(name)) for name in SCHEDULER),
-        ("prepare_inputs", Component(*PREPARE_INPUTS, stage="first", role_async="overlap", role_sync="serial")),
-        ("sampler", Component(*SAMPLER, stage="last", role_async="gpu", role_sync="serial")),
+        *MODEL_RUNNER_STAND_INS,
     )  # fmt: skip
