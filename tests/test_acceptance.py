@@ -121,3 +121,21 @@ def test_the_table_is_package_data():
         "simserve"
     ]
     assert any(fnmatch(str(SHIPPED.relative_to(root / "simserve")), p) for p in patterns)
+
+
+def test_published_spec_results_are_complete_and_point_at_known_acceptance():
+    import json
+
+    doc = json.loads((SHIPPED.parents[2] / "benchmarks" / "published_spec.json").read_text())
+    fields = set(doc["fields"])
+    table = load_acceptance()
+    ids = [r["id"] for r in doc["results"]]
+    assert len(ids) == len(set(ids)) >= 4
+    for result in doc["results"]:
+        assert set(result) == fields, result["id"]
+        assert result["source_url"].startswith("https://"), result["id"]
+        assert result["points"] and all("speedup" in p for p in result["points"]), result["id"]
+        if result["load_kind"]:
+            assert all(result["load_kind"] in p for p in result["points"]), result["id"]
+        if result["acceptance_key"]:
+            lookup(*result["acceptance_key"], table=table)  # raises when the row is missing
