@@ -93,7 +93,9 @@ def save_histogram(trace: Trace, png: str | Path, bins: int = 60) -> Path:
 
 @dataclass(frozen=True)
 class RateOverTime:
-    """Recorded arrivals counted in windows of `window` seconds from the first (the last window may be short)."""
+    """Recorded arrivals counted in whole windows of `window` seconds from the first arrival; the tail after the
+    last whole window is left out (a few seconds' count would read as a burst or a lull). A trace shorter than
+    one window is one window, its span."""
 
     window: float
     starts: np.ndarray  # each window's start, seconds from the first arrival
@@ -103,19 +105,18 @@ class RateOverTime:
     def of(cls, arrived: np.ndarray, window: float) -> RateOverTime:
         t = np.asarray(arrived, dtype=np.float64) - arrived[0]
         span = float(t[-1])
-        edges = np.arange(0.0, span + window, window) if span > 0 else np.array([0.0, window])
-        if edges[-1] <= span:
-            edges = np.append(edges, edges[-1] + window)
-        counts, _ = np.histogram(t, bins=edges)
-        widths = (
-            np.minimum(edges[1:], max(span, window)) - edges[:-1]
-        )  # the last window: up to the last arrival
-        return cls(window, edges[:-1], counts / np.where(widths > 0, widths, window))
+        whole = int(span // window)
+        if whole == 0:
+            width = span if span > 0 else window
+            return cls(width, np.zeros(1), np.array([len(t) / width]))
+        edges = np.arange(whole + 1) * window
+        counts = np.bincount(np.minimum((t // window).astype(np.int64), whole), minlength=whole + 1)[:whole]
+        return cls(window, edges[:-1], counts / window)
 
     def summary(self, n: int, span: float) -> str:
         peak = int(np.argmax(self.rates))
         mean = (n - 1) / span if span > 0 else float("nan")
-        return (f"rate per {self.window:g}-s window: mean {mean:.2f} req/s, peak {self.rates[peak]:.2f} req/s (window "
+        return (f"rate per {self.window:g}-s window ({len(self.rates)} whole windows): mean {mean:.2f} req/s, peak {self.rates[peak]:.2f} req/s (window "
                 f"at {self.starts[peak]:,.0f} s), lowest {self.rates.min():.2f} req/s, peak/mean "
                 f"{self.rates[peak] / mean:.2f}")  # fmt: skip
 
