@@ -255,3 +255,84 @@ def test_a_mooncake_replay_under_a_load_curve_runs_with_prefix_hits(tmp_path):
     assert plain.reqs.n == 300 and abs(shaped.reqs.n - (300 + late.sum())) < 4 * np.sqrt(late.sum()) + 5
     # nearly every request opens with hash id 0 (a shared 512-token system prompt): it hits once computed
     assert (plain.reqs.cached_tokens >= 512).sum() > 250
+
+
+# -- ServeGen ----------------------------------------------------------------------------------------------
+
+
+def _servegen_clone(tmp_path):
+    pool = tmp_path / "ServeGen" / "data" / "language" / "m-large"
+    pool.mkdir(parents=True)
+    # client 3: 0.5 req/s Gamma in window 0, nothing in window 600, 0.2 req/s Weibull in window 1200
+    (pool / "chunk-3-trace.csv").write_text(
+        "0,0.5,1.2,Gamma,0.7,2.8\n600,0,0,,0,0\n1200,0.2,0.9,Weibull,1.1,5.0\n"
+    )
+    lengths = {"input_tokens": "{100: 0.25, 300: 0.75}", "output_tokens": "{0: 0.5, 7: 0.5}"}
+    (pool / "chunk-3-dataset.json").write_text(json.dumps({"0": lengths}))
+    # client 4: its dataset file is missing (skipped and counted)
+    (pool / "chunk-4-trace.csv").write_text("0,1.0,1.0,Gamma,1.0,1.0\n")
+    return tmp_path / "ServeGen"
+
+
+def test_a_servegen_day_follows_each_clients_windows_and_lengths(capsys, tmp_path):
+    out = tmp_path / "day.csv.gz"
+    args = (
+        "trace",
+        "build",
+        "servegen",
+        "--from",
+        str(_servegen_clone(tmp_path)),
+        "--hours",
+        "0.5",
+        "--out",
+        str(out),
+    )
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    t = load_trace(str(out))
+    first, third = (t.arrived_at < 600).sum(), (t.arrived_at >= 1200).sum()
+    # ceil(rate * 600) gaps rescaled to the window; the last lands on its end and is left out (or just inside)
+    assert first in (299, 300) and third in (119, 120) and first + third == len(t)
+    assert set(t.prompt_tokens.tolist()) <= {100, 300} and set(t.output_tokens.tolist()) <= {1, 7}  # 0 -> 1
+    assert 0.6 < (t.prompt_tokens == 300).mean() < 0.9
+    record = json.loads((tmp_path / "day.provenance.json").read_text())
+    assert (
+        record["source"]["licence"].startswith("Apache-2.0")
+        and record["counts"]["clients_without_dataset_skipped"] == 1
+    )
+    again = tmp_path / "again.csv.gz"
+    assert cli(capsys, *args[:-1], str(again))[0] == 0
+    assert gzip.decompress(again.read_bytes()) == gzip.decompress(out.read_bytes())  # seeded: the same day
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ([], ["--from", "alibaba/ServeGen"]),
+        (["--from", "CLONE", "--category", "multimodal"], ["--category multimodal", "language or reason"]),
+        (["--from", "CLONE", "--pool", "m-huge"], ["no such folder", "--pool"]),
+        (["--from", "CLONE", "--rate-scale", "-1"], ["--rate-scale"]),
+        (["--from", "CLONE", "--hours", "0"], ["--hours"]),
+    ],
+)
+def test_bad_servegen_builds_are_refused_in_one_line(capsys, tmp_path, extra, words):
+    clone = str(_servegen_clone(tmp_path))
+    out = tmp_path / "day.csv"
+    code, _, err = cli(
+        capsys,
+        "trace",
+        "build",
+        "servegen",
+        *[clone if a == "CLONE" else a for a in extra],
+        "--out",
+        str(out),
+    )
+    one_line_refusal(code, err, *words)
+    assert not out.exists()
+
+
+def test_servegen_options_belong_to_servegen(capsys, tmp_path):
+    code, _, err = cli(
+        capsys, "trace", "build", "azure-code-2023", "--hours", "2", "--out", str(tmp_path / "t.csv")
+    )
+    one_line_refusal(code, err, "--hours is a servegen option")

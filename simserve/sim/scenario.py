@@ -621,6 +621,10 @@ def workload_notes(s: Scenario) -> list[str]:
             f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
             f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
+    if s.load_curve is not None:
+        how = ("each recorded request sent floor(m) or ceil(m) times (thinned or duplicated with the seed)"
+               if s.arrival == "replay" else "arrival times warped so the rate at t is the process's times m(t)")  # fmt: skip
+        notes.append(f"--load-curve {s.load_curve}: the rate multiplied by its m(t): {how}")
     in_order = s.arrival in ("replay", "conversation") or t.in_order
     if not in_order and s.num_requests > len(t):
         notes.append(
