@@ -231,6 +231,13 @@ def test_replay_of_a_trace_without_arrival_times_is_refused_naming_the_trace(cap
     assert not out.exists()
 
 
+def test_answer_driven_conversations_need_conversations_not_block_ids(capsys, tmp_path):
+    code, _, err = cli(capsys, "run", "--requests", "8", "--trace", "mooncake-conversation", "--arrival", "conversation",
+                       "--out", str(tmp_path / "o"))  # fmt: skip
+    one_line_refusal(code, err, "--arrival conversation needs a multi-turn trace")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_load_curve_cannot_reshape_answer_driven_conversations(capsys, tmp_path):
     curve = tmp_path / "c.csv"
     curve.write_text("time_s,multiplier\n0,1\n")

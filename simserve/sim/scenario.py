@@ -416,7 +416,7 @@ def simulate_scenario(
     if s.arrival == "conversation":
         from simserve.sim.conversation import parents
 
-        if prefix is None or recorded is None:
+        if prefix is None or recorded is None or len(prefix) > 2:  # block ids say what is shared, not who follows whom
             raise SimserveError(
                 f"--arrival conversation needs a multi-turn trace (conversation_id and round columns, recorded "
                 f"arrivals); {s.trace} has none (build one with `simserve trace build sharegpt-multiturn`)"
