@@ -56,6 +56,10 @@ def test_block_key_is_block_runs_block_by_block_for_any_block_size():
                 label = next((lab for lab, end in runs if k < end), -(rid + 1))
                 expect = (label << 32) | k if label >= 0 else -(((rid + 1) << 32) | k)
                 assert block_key(r, rid, bs, k) == expect, (bs, rid, k)
+            n = -(-int(r.prompt[rid]) // bs) + 2
+            assert block_keys(r, rid, bs, n) == [block_key(r, rid, bs, k) for k in range(n)]
+            cache = PrefixCache(10, bs, r)  # its per-request memo of them too
+            assert [cache.block_key(rid, k) for k in range(n)] == block_keys(r, rid, bs, n)
 
 
 def test_a_partial_last_block_is_shared_only_in_whole_engine_blocks_and_then_the_request_is_its_own():

@@ -39,8 +39,8 @@ from simserve.workload.formats import HASH_BLOCK_TOKENS
 
 _GROUP_BITS = 32  # a key is label * 2**32 + block index: max_model_len / block_size < 2**32
 # Labels: a stream is its group number (0 .. 2**31 - 1, trace.py's bound), a chained block id is CHAIN_LABEL +
-# id (ids too are < 2**31), a request's own stream is -(rid + 1). So no two kinds of label collide, and every
-# key fits in 64 bits.
+# id (ids too are < 2**31), a request's own stream is -(rid + 1). So no two kinds of label collide. Keys are
+# compared for equality only (as vLLM's block hashes are); a chain key needs 64 bits unsigned, Python ints hold it.
 CHAIN_LABEL = 1 << 31
 
 
@@ -90,8 +90,17 @@ def block_key(reqs, rid: int, block_size: int, k: int) -> int:
 
 
 def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
-    """The keys of the request's first n_blocks blocks (what a prefix-aware router scores replicas by)."""
-    return [block_key(reqs, rid, block_size, k) for k in range(n_blocks)]
+    """The keys of the request's first n_blocks blocks (what a prefix-aware router scores replicas by): block_key
+    for each, worked out from its runs at once (tests/test_prefix_identity.py holds them equal)."""
+    keys: list[int] = []
+    start = 0
+    for label, end in block_runs(reqs, rid, block_size):
+        end = min(end, n_blocks)
+        keys.extend((label << _GROUP_BITS) | k for k in range(start, end))
+        start = max(start, end)
+    own = (rid + 1) << _GROUP_BITS
+    keys.extend(-(own | k) for k in range(start, n_blocks))
+    return keys
 
 
 class PrefixCache:
@@ -104,6 +113,7 @@ class PrefixCache:
         self.watermark = 0
         self.block_size = block_size
         self.reqs = reqs  # the requests' identity (prefix groups and tokens, chained block ids): block_key
+        self._keys: dict[int, list[int]] = {}  # request -> its shared blocks' keys, while it is being served
         self.ref = [0] * num_blocks
         self.key: list[int | None] = [None] * num_blocks
         # the free queue, front first: the next block a new allocation takes (vLLM starts it in id order)
@@ -130,7 +140,15 @@ class PrefixCache:
 
     # -- keys ---------------------------------------------------------------------------------------
     def block_key(self, rid: int, k: int) -> int:
-        return block_key(self.reqs, rid, self.block_size, k)
+        """`block_key`, its shared blocks' keys worked out once per admission (a 100k-token Mooncake prompt is
+        6k blocks, looked up and cached block by block); dropped when the request's blocks are freed."""
+        keys = self._keys.get(rid)
+        if keys is None:
+            runs = block_runs(self.reqs, rid, self.block_size)
+            keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[-1][1] if runs else 0)
+        if k < len(keys):
+            return keys[k]
+        return -(((rid + 1) << _GROUP_BITS) | k)  # past its shared blocks: the request's own stream
 
     # -- admission ------------------------------------------------------------------------------------
     def lookup(self, rid: int, num_tokens: int) -> list[int]:
@@ -201,6 +219,7 @@ class PrefixCache:
     def free_request(self, rid: int) -> None:
         """Release a finished or preempted request's blocks, tail first (`KVCacheManager.free`)."""
         held = self.held.pop(rid, [])
+        self._keys.pop(rid, None)
         self.num_cached.pop(rid, None)
         first, last = [], []
         for b in reversed(held):
