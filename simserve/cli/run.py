@@ -192,6 +192,10 @@ def run_command(
     time_scale: float = typer.Option(
         1.0, "--time-scale", help="replay / conversation: multiply the recorded times (and think times) by this."
     ),
+    load_curve: Path | None = typer.Option(
+        None, "--load-curve", help="CSV time_s,multiplier: the request rate multiplied by a step curve over time "
+        "(synthetic arrivals warped in time; --arrival replay thinned or duplicated with --seed).",
+    ),
     cv: float = typer.Option(
         1.0, "--cv", help="Coefficient of variation of gamma / vllm-bench gaps (vLLM's --burstiness is 1/cv²)."
     ),
@@ -360,6 +364,15 @@ def run_command(
     if time_scale != 1.0 and arrival not in ("replay", "conversation"):
         raise SimserveError(f"--time-scale scales recorded arrival times (--arrival replay or conversation); "
                             f"--arrival {arrival} draws its own: drop --time-scale, or set the rate with --qps")  # fmt: skip
+    if load_curve is not None:  # read and checked before the profile and the trace are loaded
+        from simserve.workload.load_curve import load_curve as read_curve
+
+        read_curve(str(load_curve))
+        if prefill is not None or decode is not None:
+            raise SimserveError("--load-curve shapes an aggregated run's arrivals; drop it, or --prefill/--decode")
+        if arrival == "conversation":
+            raise SimserveError("--load-curve cannot reshape --arrival conversation (its rounds follow their "
+                                "answers); use --arrival replay, or a synthetic --arrival")  # fmt: skip
     if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
         raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
                             f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
@@ -379,6 +392,7 @@ def run_command(
         arrival=arrival,
         cv=cv,
         time_scale=time_scale,
+        load_curve=None if load_curve is None else str(load_curve),
         policy=policy,
         budget=budget,
         max_batch=max_batch,
