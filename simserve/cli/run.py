@@ -181,7 +181,12 @@ def run_command(
         help="Closed-loop client (vllm bench serve's flag): at most N requests in flight; the next is sent when "
         "one finishes (and not before its --qps time).",
     ),
-    requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
+    requests: int | None = typer.Option(
+        None,
+        "--requests",
+        help="Requests to simulate: sampled from the trace (default 2048); with --arrival replay or conversation "
+        "the first N in the trace's order (default: the whole trace).",
+    ),
     seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
@@ -329,7 +334,8 @@ def run_command(
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
 
-    check_requests(requests)  # before the profile and the trace are loaded
+    if requests is not None:
+        check_requests(requests)  # before the profile and the trace are loaded
     check_options(fmt, iterations)
     policy = _policy(policy, engine)
     sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
@@ -388,7 +394,7 @@ def run_command(
         node=node,
         network=network,
         trace=trace,
-        num_requests=requests,
+        num_requests=2048 if requests is None else requests,
         arrival=arrival,
         cv=cv,
         time_scale=time_scale,
@@ -445,6 +451,10 @@ def run_command(
         if stop_when_overloaded:
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
         scenario = paper(scenario)
+    if requests is None and arrival in ("replay", "conversation"):  # a recorded trace: all of it, in order
+        from simserve.sim.scenario import whole_trace
+
+        scenario = whole_trace(scenario)
     if prefill is not None or decode is not None:
         from simserve.cli.disagg import run_disaggregated
 
@@ -456,7 +466,7 @@ def run_command(
     scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
     if generated:
         make_console().print(generated, highlight=False, soft_wrap=True)
-    with _progress_bar(requests) as progress:
+    with _progress_bar(scenario.num_requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
     _check_served(summary, scenario)  # before anything is written

@@ -559,6 +559,17 @@ def _usable(trace: str, max_len: int):
     return load_trace(trace, max_total_tokens=max_len)
 
 
+def whole_trace(s: Scenario) -> Scenario:
+    """The scenario with every usable request of its trace (replay and conversation runs without --requests: a
+    recorded day is replayed whole, as `vllm bench serve` replays a dataset file); at most MAX_REQUESTS."""
+    from simserve.sim.config import MAX_REQUESTS
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(s.trace):  # generated, not recorded: _workload says why it cannot be replayed
+        return s
+    return replace(s, num_requests=max(1, min(len(_usable(s.trace, s.max_len)), MAX_REQUESTS)))
+
+
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
     """(prompt, output, recorded arrivals or None, (prefix group, prefix tokens) or None) of the first n
