@@ -53,13 +53,18 @@ def _rows(log, replicas: tuple[int, int] | None = None) -> dict[str, np.ndarray]
     return out
 
 
+def _padded(t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """vllm_worker.padded over every row at once: the next captured size, or the row's own count past the largest
+    (eager) or at 0."""
+    at = sizes[np.minimum(np.searchsorted(sizes, t, side="left"), len(sizes) - 1)]
+    return np.where((t == 0) | (t > sizes[-1]), t, at)
+
+
 def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per row: each part's seconds on the step's critical path, and the hidden CPU work."""
-    from simserve.vllm_worker import padded
-
     tok, stage, t, n = timer._tokens, r["stage"], r["t"], r["n"]
     sizes = getattr(timer, "cudagraph_sizes", ())
-    tp = np.array([padded(int(x), sizes) for x in t]) if sizes else t
+    tp = _padded(t, np.asarray(sizes, dtype=np.int64)) if sizes else t
     linear = _at(tok.linear, tok.slopes["linear"], t)
     boost = getattr(timer, "boost_linear", None)
     gemm = linear if boost is None else np.minimum(linear, _at(boost, tok.slopes["linear"], tp))

@@ -177,6 +177,7 @@ class Core(CoreLockstep):
             self.api_share = np.zeros(api.count, dtype=np.int64)
             self.api_ends = np.zeros(api.count)
             self.api_ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
+            self.api_next = api.pending()
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats

@@ -80,7 +80,9 @@ class CoreRouting(CoreBlocks):
         """Cluster._on_output: the step's tokens go to the API servers (ApiServers.output: first the sends due)."""
         k: cython.Py_ssize_t
         rid: cython.longlong
-        self.api.advance(self.now, self.due)
+        if self.api_next <= self.now:
+            self.api.advance(self.now, self.due)
+            self.api_next = self.api.pending()
         for k, rid in enumerate(ids):
             self.api_ids[k] = rid
         self._api_step(self.api_ids, len(ids), self.now)
@@ -129,6 +131,8 @@ class CoreRouting(CoreBlocks):
                 self.api_done[rid] = t
                 self.api.answered(rid, t + self.api_residual)
                 done = True
+        if done:  # answers free slots or release rounds: the next send may come sooner
+            self.api_next = self.api.pending()
         if done and self.api.woken():
             self._wake_arrivals()
 
@@ -155,8 +159,9 @@ class CoreRouting(CoreBlocks):
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
-        if self.api is not None:
+        if self.api is not None and self.api_next <= now:
             self.api.advance(now, self.due)
+            self.api_next = self.api.pending()
         while True:
             if self.heap_route:
                 if not (self.due and self.due[0][0] <= now):

@@ -66,8 +66,8 @@ class CoreStretch(CoreScheduler):
         if self.heap_route:
             if self.due and self.due[0][0] < limit:
                 limit = self.due[0][0]
-            if self.api is not None and self.api.pending() < limit:
-                limit = self.api.pending()
+            if self.api is not None and self.api_next < limit:
+                limit = self.api_next
         elif self.next < self.released and self.arrived[self.next] < limit:
             limit = self.arrived[self.next]
         # completions before the first one that finishes a request (its bookkeeping is the loop's)
