@@ -83,8 +83,7 @@ class Core(CoreLockstep):
         self.max_batch = p["max_batch"]
         self.prompt_limit = p["prompt_limit"]
         self.max_model_len = p["max_model_len"]
-        self.router_rr = p["router"] == "rr"
-        self.rr = 0
+        self.router = p["router"]  # a routers.Router (core_run builds it, as cluster.Cluster does)
         self.check_period = p["check_period"]
         self.sched_delay_slo = p["sched_delay_slo"]
         self.tbt_target = p["tbt_target"]
