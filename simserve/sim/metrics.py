@@ -74,6 +74,8 @@ class Summary:
     prefix_cache_hit_rate: float | None = None
     prefix_cache_preempted_hits: int | None = None
     api_server: dict | None = None  # the API-server model's report (api_server.py); None: not modelled
+    # --kv-offload-gb: the CPU tier's counters summed over replicas (kv_offload.CpuTier.summary); None: no tier
+    kv_offload: dict | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -83,11 +85,24 @@ class Summary:
             del d["frontend_s"]
         if self.api_server is None:  # likewise: runs without the API-server model keep their summary
             del d["api_server"]
+        if self.kv_offload is None:  # likewise: runs without a CPU tier keep their summary
+            del d["kv_offload"]
         if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
             for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
                       "prefix_cache_preempted_hits"):  # fmt: skip
                 del d[k]
         return d
+
+
+def tier_report(tiers: list[dict], gpu_hits: int, gpu_queries: int) -> dict:
+    """The CPU tier beside the GPU prefix cache: tokens each tier served, of the prompt tokens looked up."""
+    out = {k: sum(t[k] for t in tiers) for k in tiers[0]}
+    out["load_s"] = float(out["load_s"])
+    out["gpu_prefix_hits"] = gpu_hits
+    out["gpu_hit_rate"] = gpu_hits / gpu_queries if gpu_queries else 0.0
+    # vLLM's connector prefix-cache counters: of the tokens the GPU hit left, how many the CPU tier held
+    out["cpu_hit_rate"] = out["cpu_hits"] / out["cpu_queries"] if out["cpu_queries"] else 0.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -203,6 +218,9 @@ def summarize(run: RawRun, dep=None) -> Summary:
         prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
                       prefix_cache_hit_rate=hits / queries if queries else 0.0,
                       prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
+        tiers = [c.tier.summary() for c in caches if getattr(c, "tier", None) is not None]
+        if tiers:
+            prefix["kv_offload"] = tier_report(tiers, hits, queries)
     summary = Summary(
         **prefix,
         num_requests=r.n,

@@ -167,6 +167,8 @@ class CoreScheduler(CoreSGLang):
         kv_used: cython.longlong = rep.num_blocks - rep.free
         if self.pp == 1:
             d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
+            if rep.cache is not None and rep.cache.tier is not None:  # Replica.schedule: awaiting a CPU-tier load
+                d += rep.cache.tier.take_stall(now)
             rep.prefills0 = prefills
             rep.decodes0 = dec
         else:
