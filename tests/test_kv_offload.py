@@ -48,13 +48,13 @@ def test_a_tier_hit_is_loaded_not_recomputed_and_waits_for_its_pcie_copy(monkeyp
 
 
 def test_a_too_small_tier_evicts_the_least_recently_used_blocks_tail_first():
-    tier = CpuTier(4, 1e-4, BS, lambda rid, k: 100 * rid + k, np.full(5, 4 * BS))
+    # request 2 reads request 0's stream; the others their own (keys 100 * rid + k)
+    tier = CpuTier(4, 1e-4, BS, lambda rid, k: k if rid == 2 else 100 * rid + k, np.full(5, 4 * BS))
     tier.scheduled(0, 4 * BS)  # request 0 stores its 4 blocks
     tier.finished(0)  # vLLM ranks a finished request's blocks afresh, tail first: its tail goes first
     tier.scheduled(1, 2 * BS)  # request 1's 2 blocks evict request 0's last two
     assert set(tier.rank) == {0, 1, 100, 101} and tier.evictions == 2
-    assert tier.lookup(2, 0, 4 * BS) == 0  # request 2's own stream is not there
-    tier._key = lambda rid, k: k if rid == 2 else 100 * rid + k  # request 2 reads request 0's stream
+    assert tier.lookup(3, 0, 4 * BS) == 0  # request 3's own stream is not there
     assert tier.lookup(2, 0, 4 * BS) == 2  # blocks 0 and 1 left: a hit stops at the first missing block
     tier._start(2, 0.0, 0, 2, 4 * BS, 0)  # loading pins them: a store must evict request 1's instead
     tier.scheduled(3, 2 * BS)  # request 3 (own stream 300, 301)

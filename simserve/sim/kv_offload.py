@@ -60,6 +60,7 @@ class CpuTier:
         self.block_s = block_s  # seconds to load one block over PCIe (per GPU, its shard)
         self.block_size = block_size
         self._key = block_key  # PrefixCache.block_key(rid, k)
+        self._keys: dict[int, list[int]] = {}  # request -> its block keys so far (a key never changes)
         self._prompt = prompt  # per request: prompt tokens (offload_prompt_only)
         # the policy: resident keys, their ranks, the evictable ones in a lazy min-heap (LRUCachePolicy)
         self.rank: dict[int, tuple[int, int]] = {}
@@ -152,9 +153,10 @@ class CpuTier:
                 self.store_failures += 1
                 return
             self.evictions += len(gone)
-        r = self._request_rank(rid)
+        r, rank = self._request_rank(rid), self.rank
         for key, pos in new:
-            self._set_rank(key, (r, -pos))
+            rank[key] = (r, -pos)
+        self._update_heap([key for key, _ in new])
         self.stores += len(new)
 
     def finished(self, rid: int) -> None:
@@ -162,12 +164,30 @@ class CpuTier:
         seen = self._seen.pop(rid, None)
         self._req_rank.pop(rid, None)
         self.next_stored.pop(rid, None)
+        self._keys.pop(rid, None)
         if not seen:
             return
+        rank, pinned, nxt, moved = self.rank, self.pinned, self._next_rank, []
         for key in sorted(seen, key=seen.__getitem__, reverse=True):
-            if key in self.rank:
-                self._next_rank += 1
-                self._set_rank(key, (self._next_rank, 0))
+            if key in rank:
+                nxt += 1
+                rank[key] = (nxt, 0)
+                if key not in pinned:
+                    moved.append(key)
+        self._next_rank = nxt
+        self._update_heap(moved)
+
+    def _update_heap(self, moved: list[int]) -> None:
+        """LRUCachePolicy._update_heap: many ranks changed, rebuild the heap; few, push them (stale entries are
+        skipped when popped)."""
+        if len(moved) >= max(64, (len(self.rank) - len(self.pinned)) // 4):
+            pinned = self.pinned
+            self._heap = [(r, k) for k, r in self.rank.items() if k not in pinned]
+            heapq.heapify(self._heap)
+        else:
+            heap = self._heap
+            for key in moved:
+                heapq.heappush(heap, (self.rank[key], key))
 
     # -- the connector's scheduler side ------------------------------------------------------------------
     def scheduled(self, rid: int, tokens: int) -> None:
@@ -176,26 +196,35 @@ class CpuTier:
         end = min(tokens, int(self._prompt[rid])) // self.block_size
         if end > start:
             self.next_stored[rid] = end
-            self.store(rid, [(self._key(rid, k), k) for k in range(start, end)])
+            keys = self.keys(rid, end)
+            self.store(rid, [(keys[k], k) for k in range(start, end)])
 
     def lookup(self, rid: int, gpu_blocks: int, num_tokens: int) -> int:
         """get_num_new_matched_tokens: resident blocks right after the GPU hit (-1: defer the request)."""
         self.next_stored[rid] = 0
-        n = 0
-        keys = []
-        for k in range(gpu_blocks, num_tokens // self.block_size):
-            key = self._key(rid, k)
-            if key not in self.rank:
-                break
-            keys.append(key)
+        rank = self.rank
+        end = num_tokens // self.block_size
+        keys = self.keys(rid, end)
+        n = gpu_blocks
+        while n < end and keys[n] in rank:
             n += 1
-        if any(key in self.being_loaded for key in keys):
+        if self.being_loaded and any(key in self.being_loaded for key in keys[gpu_blocks:n]):
             return -1
-        return n
+        return n - gpu_blocks
+
+    def keys(self, rid: int, blocks: int) -> list[int]:
+        """The request's first `blocks` block keys (PrefixCache.block_key), computed once each."""
+        keys = self._keys.get(rid)
+        if keys is None:
+            keys = self._keys[rid] = []
+        for k in range(len(keys), blocks):
+            keys.append(self._key(rid, k))
+        return keys
 
     def _start(self, rid: int, now: float, gpu_blocks: int, blocks: int, num_tokens: int, rest: int) -> None:
         """update_state_after_alloc: pin the blocks, start the copy; `rest`: blocks its sequence still needs."""
-        keys = [(self._key(rid, k), k) for k in range(gpu_blocks, gpu_blocks + blocks)]
+        own = self.keys(rid, gpu_blocks + blocks)
+        keys = [(own[k], k) for k in range(gpu_blocks, gpu_blocks + blocks)]
         for key, _ in keys:
             self.pinned[key] = self.pinned.get(key, 0) + 1
             self.being_loaded[key] = self.being_loaded.get(key, 0) + 1
