@@ -111,9 +111,17 @@ def test_a_bad_kv_offload_is_refused_in_one_line_and_nothing_is_written(capsys, 
     assert not (tmp_path / "o").exists()
 
 
-def test_sweep_takes_the_tier_only_for_vllm(capsys, tmp_path):
-    code, err = cli(capsys, "sweep", "--policies", "sarathi", "--kv-offload-gb", "64", "--out", str(tmp_path / "o"))
-    assert code == 2 and err.count("\n") == 1 and "--engine vllm" in err
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--policies", "sarathi", "--kv-offload-gb", "64"], "--engine vllm"),
+        (["--engine", "vllm", "--kv-offload-gb", "-1"], "--kv-offload-gb"),
+        (["--engine", "sglang", "--kv-offload-gb", "64"], "--engine vllm"),
+    ],
+)
+def test_sweep_takes_the_tier_only_for_vllm(capsys, tmp_path, extra, words):
+    code, err = cli(capsys, "sweep", "--model", "llama-3-8b", "--gpu", "h100", *extra, "--out", str(tmp_path / "o"))
+    assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "o").exists()
 
 

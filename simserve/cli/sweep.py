@@ -314,7 +314,7 @@ def sweep(
                 raise SimserveError("--kv-offload-gb is vLLM's CPU offloading of prefix-cached blocks: use it with "
                                     "--engine vllm and prefix caching on")  # fmt: skip
             base = replace(base, kv_offload_gb=kv_offload_gb)
-            base.sim_config()  # checked now: one line, before any search
+            replace(base, policy="vllm-v1").sim_config()  # checked now (the engine sweep runs vllm-v1): one line
         engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),
