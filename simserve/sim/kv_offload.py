@@ -32,8 +32,8 @@ scheduling sees, written once and driven by both the SimPy reference (sim/vllm_v
   recomputes its last token) and its blocks cached on the GPU then (`delay_cache_blocks`).
 
 Approximated (docs/traffic.md § KV offloading): a store is readable at once (vLLM: HIT_PENDING until the D2H copy
-of the step completes); a deferred or not-yet-loaded request blocks the queue behind it instead of being skipped;
-stores cost no GPU time (D2H on its own stream); when nothing else can run, the step that takes the loaded request
+of the step completes); a loaded request that does not fit stops admission (vLLM: the same, `break`); stores cost
+no GPU time (D2H on its own stream); when nothing else can run, the step that takes the loaded request
 starts when its copy ends (vLLM polls with empty steps until it does); only loads count against reservations.
 """
 
@@ -280,13 +280,13 @@ class CpuTier:
     def start_load(self, cache, rid: int, want: int, hits: list, max_model_len: int, full_isl: bool,
                    preempted: bool, now: float) -> int:  # fmt: skip
         """After the GPU hit `hits` of the waiting head: the blocks it now holds when an async load from the
-        CPU tier started (the caller takes it out of waiting), 0 when the tier has nothing for it, -1 when the
-        head must wait (a block it needs is being loaded, or its blocks do not fit)."""
+        CPU tier started (the caller takes it out of waiting), 0 when the tier has nothing for it, -1 when its
+        blocks do not fit (admission stops), -2 when a block it needs is being loaded (it is skipped this step)."""
         bs = self.block_size
         g = len(hits)
         m = self.lookup(rid, g, want)
         if m <= 0:
-            return m
+            return 2 * m  # -2: deferred (vLLM skips it this step), 0: nothing in the tier
         whole = min(want, max_model_len)
         need = cache.blocks_to_allocate(rid, whole if full_isl else (g + m) * bs, hits)
         if need + self.reserved > cache.free:

@@ -87,6 +87,7 @@ class CoreVllmV1(CorePaperPolicies):
         self._drop_too_long(rep)
         if cache is not None and cache.tier is not None and cache.tier.loading:  # vllm_v1: CPU-tier loads done
             cache.tier.promote(rep.waiting, now, False)
+        skipped: list = []
         while rep.waiting and budget > 0 and len(running) < self.max_batch:
             rid = rep.waiting[0]
             if self.pp > 1 and self.inflight[rid]:
@@ -94,7 +95,9 @@ class CoreVllmV1(CorePaperPolicies):
             want = self._num_tokens(rid)
             if cache is not None:
                 n = self._admit_cached(rep, rid, want, thr, budget, now)
-                if n < 0:  # loading from the CPU tier: it left waiting
+                if n < 0:  # vllm_v1: -1 loading from the CPU tier (it left waiting), -2 skipped this step
+                    if n == -2:
+                        skipped.append(rep.waiting.popleft())
                     self._drop_too_long(rep)
                     continue
                 if not n:
@@ -110,6 +113,8 @@ class CoreVllmV1(CorePaperPolicies):
             prefills.append((rid, n))
             budget -= n
             self._drop_too_long(rep)
+        for rid in reversed(skipped):
+            rep.waiting.appendleft(rid)
         if not prefills and not decodes and cache is not None and cache.tier is not None and cache.tier.loading:
             cache.tier.promote(rep.waiting, now, True)  # vllm_v1: nothing else to run, await the earliest load
             return self._vllm_v1(rep, now)
@@ -129,7 +134,7 @@ class CoreVllmV1(CorePaperPolicies):
             loading = tier.start_load(cache, rid, want, hits, self.max_model_len, self.full_isl,
                                       self.req_preemptions[rid] > 0, now)  # fmt: skip
             if loading < 0:
-                return 0
+                return 0 if loading == -1 else -2
             if loading:
                 rep.waiting.popleft()
                 self.blocks[rid] = loading
