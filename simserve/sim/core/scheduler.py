@@ -173,6 +173,8 @@ class CoreScheduler(CoreSGLang):
             rep.decodes0 = dec
         else:
             durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, s) for s in range(self.pp)]
+            if rep.cache is not None and rep.cache.tier is not None:  # as at PP 1 (the CLI refuses the tier with PP)
+                durations[0] += rep.cache.tier.take_stall(now)
             d = durations[0]
             rep.stage0 = (prefills, dec, durations, num_prefill, kv_used)
         rep.busy0 = True
