@@ -64,6 +64,9 @@ def assert_same(ref, got) -> None:
             assert list(px.queue) == list(py.queue) and px.key == py.key and px.ref == py.ref
             assert (px.queries, px.hits, px.preempted_queries, px.preempted_hits, px.evictions) == (
                 py.queries, py.hits, py.preempted_queries, py.preempted_hits, py.evictions)  # fmt: skip
+            assert (px.tier is None) == (py.tier is None)
+            if px.tier is not None:  # the CPU tier (kv_offload.py): what it holds, in which order, its counters
+                assert px.tier.rank == py.tier.rank and px.tier.summary() == py.tier.summary()
     assert (ref.api is None) == (got.api is None)
     if ref.api is not None:  # the API servers (api_server.py): what each client saw, and the servers' own state
         x, y = ref.api, got.api
@@ -500,6 +503,40 @@ def test_the_core_routes_as_the_reference_with_prefix_caching(monkeypatch, mode,
         return simulate(
             case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
             prefix=case["prefix"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@st.composite
+def tier_cases(draw):
+    """prefix_cases with a CPU KV tier (--kv-offload-gb, kv_offload.py): one stage, no attention DP, tiers from
+    a block to more than the GPU pool, loads from free to longer than a step, decode stretches on or off."""
+    case = draw(prefix_cases())
+    case["timer"] = (
+        ConstantTimer(0.01) if draw(st.booleans()) else LinearTimer(0.003, 2e-5, 3e-8)
+    )
+    case["cfg"] = replace(
+        case["cfg"], dp_attention=1, num_replicas=draw(st.integers(1, 2)), stretch=draw(st.booleans()),
+        kv_offload_blocks=draw(st.integers(1, 5 * case["blocks"])),
+        kv_offload_block_s=draw(st.sampled_from([0.0, 1e-4, 2e-3, 0.05])),
+    )  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=tier_cases())
+def test_the_core_gives_the_reference_results_with_a_cpu_kv_tier(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
         )  # fmt: skip
 
     ref = _run(monkeypatch, "reference", sim)

@@ -146,6 +146,12 @@ def run_command(
         help="vllm-v1: automatic prefix caching as vLLM V1 does it (default: on, as in vLLM); sglang: SGLang's radix "
         "cache (default: off; SGLang's own default is on).",
     ),
+    kv_offload_gb: float = typer.Option(
+        0.0,
+        "--kv-offload-gb",
+        help="vllm-v1 with prefix caching: a CPU KV tier of this many GiB per replica (vLLM's --kv-offloading-size, "
+        "native backend): blocks stored to host memory as computed, loaded back over PCIe instead of recomputed.",
+    ),
     max_num_partial_prefills: int = typer.Option(
         1, "--max-num-partial-prefills", help="Removed in vLLM 0.27 (V0 only): only 1 is accepted.", hidden=True
     ),
@@ -373,6 +379,8 @@ def run_command(
         if given:
             raise SimserveError(f"{given[0]} belongs to a disaggregated run: add --prefill and --decode (e.g. 2xTP2 "
                                 f"and 1xTP4), or drop it")  # fmt: skip
+    elif kv_offload_gb:
+        raise SimserveError("--kv-offload-gb is modelled for aggregated replicas; drop it, or drop --prefill/--decode")
     # the arrival processes' own knobs: another process would draw its times without them
     if time_scale != 1.0 and arrival not in ("replay", "conversation"):
         raise SimserveError(f"--time-scale scales recorded arrival times (--arrival replay or conversation); "
@@ -425,6 +433,7 @@ def run_command(
         long_prefill_token_threshold=long_prefill_token_threshold,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
         prefix_caching=policy == "vllm-v1" if prefix_caching is None else prefix_caching,
+        kv_offload_gb=kv_offload_gb,
         max_num_partial_prefills=max_num_partial_prefills,
         max_long_partial_prefills=max_long_partial_prefills,
         dtype=dtype,
@@ -729,6 +738,16 @@ def _print_replicas(console, Table, scenario, rows: list[dict]) -> None:
     console.print(table)
 
 
+def _tier_line(t: dict) -> str:
+    """The KV tiers' hits (summary.json's kv_offload), one line."""
+    return (
+        f"KV tiers: GPU prefix hits {t['gpu_prefix_hits']} tokens ({t['gpu_hit_rate']:.1%} of prompt tokens); CPU "
+        f"tier hits {t['cpu_hits']} tokens ({t['cpu_hit_rate']:.1%} of the rest), {t['tokens_loaded']} tokens loaded "
+        f"in {t['loads']} loads ({t['load_s']:.3g} s over PCIe); {t['stores']} blocks stored, {t['evictions']} "
+        f"evicted, {t['store_failures']} stores dropped; {t['cpu_blocks']} CPU blocks per replica"
+    )
+
+
 def _print_summary(
     console, Table, scenario, dep, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]
 ) -> None:
@@ -775,6 +794,8 @@ def _print_summary(
     ))  # fmt: skip
     if s.get("per_replica"):
         _print_replicas(console, Table, scenario, s["per_replica"])
+    if s.get("kv_offload"):
+        console.print(_tier_line(s["kv_offload"]))
     if s.get("capped"):
         console.print(note(
             f"the trial cap ({scenario.time_limit_s:g} s) ended the run: "

@@ -214,6 +214,11 @@ def sweep(
         "--no-prefix-caching",
         help="--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1).",
     ),
+    kv_offload_gb: float = typer.Option(
+        0.0,
+        "--kv-offload-gb",
+        help="--engine vllm: a CPU KV tier of this many GiB per replica (vLLM's --kv-offloading-size).",
+    ),
     frontend_ms: float = options.CAPACITY_FRONTEND_MS,
     sustained_clock: bool | None = options.SUSTAINED_CLOCK,
     launch_gaps: bool | None = options.LAUNCH_GAPS,
@@ -290,6 +295,8 @@ def sweep(
         base, generated = for_scenario(base)
         if generated:
             make_console(soft_wrap=True).print(generated, highlight=False)
+    if kv_offload_gb and engine is None and engine_grid is None:
+        raise SimserveError("--kv-offload-gb is vLLM's CPU KV tier: use it with --engine vllm")
     if no_prefix_caching and engine is None and engine_grid is None:
         raise SimserveError("--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm")
     if engine is not None or engine_grid is not None:
@@ -302,6 +309,12 @@ def sweep(
             )
         # vLLM V1's default: on (the sglang sweep runs without the radix cache: docs/engines.md, SGLang)
         base = replace(base, prefix_caching=not no_prefix_caching and engine != "sglang")
+        if kv_offload_gb:
+            if engine == "sglang" or no_prefix_caching:
+                raise SimserveError("--kv-offload-gb is vLLM's CPU offloading of prefix-cached blocks: use it with "
+                                    "--engine vllm and prefix caching on")  # fmt: skip
+            base = replace(base, kv_offload_gb=kv_offload_gb)
+            replace(base, policy="vllm-v1").sim_config()  # checked now (the engine sweep runs vllm-v1): one line
         engine_sweep(
             engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
             lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),

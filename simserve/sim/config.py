@@ -92,6 +92,10 @@ class SimConfig:
     # option (0.8.2's scheduler.py), if its first chunk's blocks fit, so a long prompt admitted into a nearly
     # full pool is preempted (recompute) when the running requests need its blocks, and admitted again.
     reserve_full_isl: bool = True
+    # vllm-v1 with prefix caching: vLLM's CPU KV tier (`--kv-offloading-size`, sim/kv_offload.py): its size in
+    # blocks (0: none) and the seconds one block takes over the GPU's PCIe link (Scenario.kv_offload_gb sets both)
+    kv_offload_blocks: int = 0
+    kv_offload_block_s: float = 0.0
     # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
     # is refused (validate), because the V1 scheduler simserve models has no such limit.
     max_num_partial_prefills: int = 1
@@ -205,6 +209,12 @@ class SimConfig:
                     f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; the "
                     "V1 scheduler admits every prefill that fits the token budget): drop it"
                 )
+        if self.kv_offload_blocks and (self.policy != "vllm-v1" or not self.prefix_caching):
+            raise SimserveError(
+                "--kv-offload-gb is vLLM's CPU offloading of prefix-cached KV blocks; use it with --policy vllm-v1 "
+                f"(or --engine vllm) and prefix caching on (got --policy {self.policy}"
+                f"{'' if self.prefix_caching else ', prefix caching off'})"
+            )
         if self.prefix_caching and self.policy not in ("vllm-v1", "sglang"):
             raise SimserveError(
                 f"prefix caching is modelled as vLLM V1 and SGLang do it; use --policy vllm-v1 or sglang, or "

@@ -35,6 +35,7 @@ from simserve.sim.api_server import ApiServers
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
+from simserve.sim.kv_offload import attach as attach_tier
 from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import Requests
@@ -233,7 +234,7 @@ def run(
         heapq.heapify(due)
     caches = radixes = None
     if cfg.prefix_caching and cfg.policy != "sglang":  # the reference's own block pool, one per replica
-        caches = [PrefixCache(num_blocks, cfg.block_size, reqs)
+        caches = [attach_tier(PrefixCache(num_blocks, cfg.block_size, reqs), cfg, reqs)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
     params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches, due)
     params["router"] = routers.make(cfg, reqs, num_blocks)  # the reference's own router (cluster.Cluster)

@@ -78,6 +78,8 @@ class Summary:
     # outstanding there (routed, not finished: each request from its arrival to its completion or the run's end,
     # over the run's duration) and its prefix-cache hit rate (None without prefix caching). per_replica_load.
     per_replica: tuple[dict, ...] | None = None
+    # --kv-offload-gb: the CPU tier's counters summed over replicas (kv_offload.CpuTier.summary); None: no tier
+    kv_offload: dict | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -89,11 +91,24 @@ class Summary:
             del d["api_server"]
         if self.per_replica is None:  # likewise: one-replica summaries keep their keys
             del d["per_replica"]
+        if self.kv_offload is None:  # likewise: runs without a CPU tier keep their summary
+            del d["kv_offload"]
         if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
             for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
                       "prefix_cache_preempted_hits"):  # fmt: skip
                 del d[k]
         return d
+
+
+def tier_report(tiers: list[dict], gpu_hits: int, gpu_queries: int) -> dict:
+    """The CPU tier beside the GPU prefix cache: tokens each tier served, of the prompt tokens looked up."""
+    out = {k: sum(t[k] for t in tiers) for k in tiers[0]}
+    out["load_s"] = float(out["load_s"])
+    out["gpu_prefix_hits"] = gpu_hits
+    out["gpu_hit_rate"] = gpu_hits / gpu_queries if gpu_queries else 0.0
+    # vLLM's connector prefix-cache counters: of the tokens the GPU hit left, how many the CPU tier held
+    out["cpu_hit_rate"] = out["cpu_hits"] / out["cpu_queries"] if out["cpu_queries"] else 0.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -209,6 +224,9 @@ def summarize(run: RawRun, dep=None) -> Summary:
         prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
                       prefix_cache_hit_rate=hits / queries if queries else 0.0,
                       prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
+        tiers = [c.tier.summary() for c in caches if getattr(c, "tier", None) is not None]
+        if tiers:
+            prefix["kv_offload"] = tier_report(tiers, hits, queries)
     per_replica = per_replica_load(run, duration) if len(run.replicas) > 1 else None
     summary = Summary(
         **prefix,

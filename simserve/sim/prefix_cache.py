@@ -106,6 +106,8 @@ def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
 class PrefixCache:
     """vLLM's BlockPool with prefix caching for one replica (the watermark is vLLM V1's default, 0)."""
 
+    tier = None  # --kv-offload-gb: the replica's CPU tier (sim/kv_offload.py), which sees every allocation
+
     def __init__(self, num_blocks: int, block_size: int, reqs):
         if num_blocks < 1:
             raise ValueError(f"a KV cache needs at least one block, got {num_blocks}")
@@ -175,6 +177,8 @@ class PrefixCache:
         else:
             self.queries += num_tokens
             self.hits += hit_tokens
+            if self.tier is not None:  # the connector's queries: what the local hit left
+                self.tier.queries += num_tokens - hit_tokens
 
     def allocate_slots(self, rid: int, hits: list[int], num_tokens: int, cache_tokens: int) -> int:
         """Take the hit blocks (first allocation only), blocks up to num_tokens tokens, and cache the full
@@ -202,6 +206,8 @@ class PrefixCache:
             self.ref[b] = 1
             held.append(b)
         self._cache_full_blocks(rid, held, cache_tokens // self.block_size)
+        if self.tier is not None:  # the connector offers the step's newly full blocks to the CPU tier
+            self.tier.scheduled(rid, cache_tokens)
         return len(held)
 
     def _cache_full_blocks(self, rid: int, held: list[int], full: int) -> None:

@@ -127,6 +127,8 @@ class Replica:
             kv = computed[dec] + 1
             timer = self.timer
             durations = [timer(prefills, kv, s) for s in range(self.pp)]
+            if st.prefix is not None and st.prefix.tier is not None:  # awaiting a CPU-tier load (kv_offload.py)
+                durations[0] += st.prefix.tier.take_stall(now)
             # Invariants (the core checks the same and stops with one line naming the one that broke).
             ids = [rid for rid, _ in batch.prefills] + dec.tolist()
             assert len(set(ids)) == len(ids) and not r.inflight[ids].any(), "a request was scheduled twice"

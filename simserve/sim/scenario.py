@@ -5,6 +5,7 @@ memory plan is cached per process, so a search that calls `run_scenario` many ti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -119,6 +120,8 @@ class Scenario:
     # vllm-v1: SimConfig.reserve_full_isl (vLLM 0.33.0's admission rule; False: vLLM 0.8.2's, for the
     # published runs of that release, benchmarks/published_e2e.py)
     reserve_full_isl: bool = field(default=True, metadata={"omit_at_default": True})
+    # vLLM's CPU KV tier, GiB per replica (`--kv-offloading-size`, summed over its GPUs): sim/kv_offload.py
+    kv_offload_gb: float = field(default=0.0, metadata={"omit_at_default": True})
     # The API server's endpoint (`vllm bench serve --backend openai|vllm`: completions; `openai-chat`: chat)
     api_endpoint: str = field(default="completions", metadata={"omit_at_default": True})
     # A load curve file (workload/load_curve.py): rate multipliers over time, warping synthetic arrivals or
@@ -182,7 +185,16 @@ class Scenario:
             frontend_s=self.frontend_ms / 1000.0,
             dp_attention=self.dp_attention,
             **self._api_servers(),
+            **self._kv_offload(),
         ).validate()
+
+    def _kv_offload(self) -> dict:
+        """SimConfig's CPU-tier fields: its blocks (vLLM's CPUOffloadingSpec arithmetic) and one block's load
+        time over the catalog's PCIe link (each GPU loads its own shard over its own link)."""
+        gb = self.kv_offload_gb
+        if not gb:
+            return {}
+        return kv_offload_config(self.deployment(), gb, self.pp, self.dp_attention)
 
     def _api_servers(self) -> dict:
         """SimConfig's API-server fields: the processes of every deployment, at vLLM 0.33.0's measured costs for the
@@ -464,6 +476,27 @@ def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtyp
 
 
 @lru_cache(maxsize=64)
+def kv_offload_config(dep: Deployment, gb: float, pp: int, dp: int) -> dict:
+    """--kv-offload-gb checked and turned into SimConfig's kv_offload_blocks and kv_offload_block_s."""
+    from simserve.memory import kv_bytes_per_block
+    from simserve.sim.kv_offload import tier_blocks
+
+    if not math.isfinite(gb) or gb < 0:
+        raise SimserveError(f"--kv-offload-gb must be a finite number of GiB >= 0, got {gb}; 0 or leaving it out: no CPU tier")
+    if pp > 1 or dp > 1:
+        raise SimserveError(
+            f"--kv-offload-gb is modelled for one pipeline stage and no attention DP (got --pp {pp}, --dp-attention "
+            f"{dp}); drop it or use --pp 1"
+        )  # fmt: skip
+    if dep.node is None:
+        raise SimserveError(f"the catalog has no node (and so no PCIe link) for {dep.gpu.name}; pass --node for --kv-offload-gb")
+    per_gpu = kv_bytes_per_block(dep)
+    blocks = tier_blocks(gb, per_gpu, dep.tp)
+    if blocks < 1:
+        raise SimserveError(f"--kv-offload-gb {gb} holds no KV block ({per_gpu * dep.tp} bytes each); raise it or drop it")
+    return dict(kv_offload_blocks=blocks, kv_offload_block_s=per_gpu / (dep.node.pcie_gbps * 1e9))
+
+
 def context_limit(model: str) -> int:
     """The model's max_position_embeddings (a catalog name or a config.json path)."""
     from simserve.catalog.models import resolve_model

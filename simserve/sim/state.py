@@ -18,6 +18,7 @@ import numpy as np
 
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import LogHistogram
+from simserve.sim.kv_offload import attach as attach_tier
 from simserve.sim.kvcache import BlockManager
 from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.request import DONE, IGNORED, RUNNING, Requests
@@ -49,6 +50,7 @@ class ReplicaState:
         self.prefix: PrefixCache | None = None
         if cfg.prefix_caching:
             self.prefix = PrefixCache(num_blocks, cfg.block_size, reqs)
+            attach_tier(self.prefix, cfg, reqs)  # --kv-offload-gb (sim/kv_offload.py)
         self.kv = self.prefix if self.prefix is not None else BlockManager(num_blocks, cfg.kv_watermark())
         # prefix caching: finished requests whose blocks go back at the next step, in `running` order (vLLM
         # frees them in the order it scheduled them, and that order is the free queue's LRU order)
@@ -222,6 +224,8 @@ class ReplicaState:
         if len(self.finished) > 1:
             self.finished.sort(key=self.admit_seq.__getitem__)
         for rid in self.finished:
+            if self.prefix.tier is not None:  # the connector's request_finished
+                self.prefix.tier.finished(rid)
             self.prefix.free_request(rid)
             del self.admit_seq[rid]
         self.finished.clear()

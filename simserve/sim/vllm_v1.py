@@ -84,6 +84,9 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             return vllm_v1_batch(rep, now)  # the empty step that only preempted (see the note above)
         return prefills, np.array(decodes, dtype=np.int64)
     rep.drop_too_long()
+    if cache is not None and cache.tier is not None and cache.tier.loading:  # CPU-tier loads done by now
+        cache.tier.promote(rep.waiting, now, False)
+    skipped: list[int] = []  # deferred behind a CPU-tier load this step (vLLM's skip_request)
     while rep.waiting and budget > 0 and len(running) < rep.max_batch:
         rid = rep.waiting[0]
         if rep.pp > 1 and r.inflight[rid]:
@@ -91,6 +94,11 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         want = rep.num_tokens(rid)
         if cache is not None:
             n = _admit_cached(rep, cache, rid, want, thr, budget, now)
+            if n < 0:  # -1: its KV is loading from the CPU tier, it left waiting; -2: skipped this step
+                if n == -2:
+                    skipped.append(rep.waiting.popleft())
+                rep.drop_too_long()
+                continue
             if not n:
                 break
         else:
@@ -104,6 +112,11 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         prefills.append((rid, n))
         budget -= n
         rep.drop_too_long()
+    for rid in reversed(skipped):  # back at the front, in their order
+        rep.waiting.appendleft(rid)
+    if not prefills and not decodes and cache is not None and cache.tier is not None and cache.tier.loading:
+        cache.tier.promote(rep.waiting, now, True)  # nothing else to run: await the earliest load
+        return vllm_v1_batch(rep, now)
     return prefills, np.array(decodes, dtype=np.int64)
 
 
@@ -116,8 +129,21 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
 def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budget: int, now: float) -> int:
     """vLLM's waiting path with prefix caching: the longest cached prefix is taken as computed, the chunk
     starts after it, and the whole sequence (less the hit blocks already held by running requests) must fit.
-    Admits the head and returns its chunk, or 0 when it does not fit."""
+    Admits the head and returns its chunk, or 0 when it does not fit; -1 when it started a load from the CPU
+    tier (sim/kv_offload.py) and left waiting, -2 when it waits for another request's load (skip it)."""
+    tier = cache.tier
+    if tier is not None and rid in tier.loaded:
+        return _admit_loaded(rep, cache, rid, want, thr, budget, now)
     hits = cache.lookup(rid, want)
+    if tier is not None:
+        preempted = bool(rep.reqs.preemptions[rid])
+        blocks = tier.start_load(cache, rid, want, hits, rep.cfg.max_model_len, rep.cfg.reserve_full_isl, preempted, now)
+        if blocks < 0:
+            return 0 if blocks == -1 else -2
+        if blocks:
+            rep.waiting.popleft()
+            rep.reqs.blocks[rid] = blocks
+            return -1
     hit = len(hits) * rep.block_size
     n = min(want - hit, thr or budget, budget)
     full = rep.cfg.reserve_full_isl
@@ -131,4 +157,19 @@ def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budge
     blocks = cache.allocate_slots(rid, hits, hit + n, min(hit + n, want))
     rep.admit_head(now, blocks, hit)
     rep.reqs.cached_tokens[rid] = hit
+    return n
+
+
+def _admit_loaded(rep: ReplicaState, cache, rid: int, want: int, thr: int, budget: int, now: float) -> int:
+    """A request whose CPU-tier load is done: scheduled from its loaded tokens on (vLLM's waiting path with
+    num_computed_tokens > 0: no lookup), if the rest of its sequence fits."""
+    computed = cache.tier.loaded[rid]
+    n = min(want - computed, thr or budget, budget)
+    whole = min(want, rep.cfg.max_model_len) if rep.cfg.reserve_full_isl else computed + n
+    if cache.blocks_to_allocate(rid, whole, ()) > cache.free:
+        return 0
+    del cache.tier.loaded[rid]
+    blocks = cache.allocate_slots(rid, (), computed + n, min(computed + n, want))
+    rep.admit_head(now, blocks, computed)
+    rep.reqs.cached_tokens[rid] = computed
     return n

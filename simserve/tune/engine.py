@@ -239,6 +239,8 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
         parts.append(f"--all2all-backend {base.all2all_backend}")
     if not getattr(base, "prefix_caching", True):
         parts.append("--no-enable-prefix-caching")  # on by default in the V1 engine
+    if getattr(base, "kv_offload_gb", 0.0):  # vLLM's native CPU offloading (sim/kv_offload.py)
+        parts.append(f"--kv-offloading-size {base.kv_offload_gb:g} --kv-offloading-backend native")
     return " ".join(parts)
 
 

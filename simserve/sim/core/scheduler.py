@@ -167,10 +167,14 @@ class CoreScheduler(CoreSGLang):
         kv_used: cython.longlong = rep.num_blocks - rep.free
         if self.pp == 1:
             d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
+            if rep.cache is not None and rep.cache.tier is not None:  # Replica.schedule: awaiting a CPU-tier load
+                d += rep.cache.tier.take_stall(now)
             rep.prefills0 = prefills
             rep.decodes0 = dec
         else:
             durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, s) for s in range(self.pp)]
+            if rep.cache is not None and rep.cache.tier is not None:  # as at PP 1 (the CLI refuses the tier with PP)
+                durations[0] += rep.cache.tier.take_stall(now)
             d = durations[0]
             rep.stage0 = (prefills, dec, durations, num_prefill, kv_used)
         rep.busy0 = True

@@ -157,6 +157,8 @@ class CoreStretch(CoreScheduler):
         bs = self.block_size
         if len(dec) != len(rep.running) or len(dec) > self.budget or rep.finished:
             return False
+        if rep.cache is not None and rep.cache.tier is not None and rep.cache.tier.loading:
+            return False  # a CPU-tier load in flight: a later step takes the request back (kv_offload.py)
         for k in range(len(dec)):
             rid = dec[k]
             if rid != rep.running[k]:

@@ -85,6 +85,9 @@ class CoreVllmV1(CorePaperPolicies):
                 return self._vllm_v1(rep, now)
             return prefills, decodes
         self._drop_too_long(rep)
+        if cache is not None and cache.tier is not None and cache.tier.loading:  # vllm_v1: CPU-tier loads done
+            cache.tier.promote(rep.waiting, now, False)
+        skipped: list = []
         while rep.waiting and budget > 0 and len(running) < self.max_batch:
             rid = rep.waiting[0]
             if self.pp > 1 and self.inflight[rid]:
@@ -92,6 +95,11 @@ class CoreVllmV1(CorePaperPolicies):
             want = self._num_tokens(rid)
             if cache is not None:
                 n = self._admit_cached(rep, rid, want, thr, budget, now)
+                if n < 0:  # vllm_v1: -1 loading from the CPU tier (it left waiting), -2 skipped this step
+                    if n == -2:
+                        skipped.append(rep.waiting.popleft())
+                    self._drop_too_long(rep)
+                    continue
                 if not n:
                     break
             else:
@@ -105,6 +113,11 @@ class CoreVllmV1(CorePaperPolicies):
             prefills.append((rid, n))
             budget -= n
             self._drop_too_long(rep)
+        for rid in reversed(skipped):
+            rep.waiting.appendleft(rid)
+        if not prefills and not decodes and cache is not None and cache.tier is not None and cache.tier.loading:
+            cache.tier.promote(rep.waiting, now, True)  # vllm_v1: nothing else to run, await the earliest load
+            return self._vllm_v1(rep, now)
         return prefills, decodes
 
     @cython.cfunc
@@ -112,7 +125,21 @@ class CoreVllmV1(CorePaperPolicies):
                       budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
         """vllm_v1._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
         cache: object = rep.cache
+        tier: object = cache.tier
+        loading: cython.longlong
+        if tier is not None and rid in tier.loaded:
+            return self._admit_loaded(rep, rid, want, thr, budget, now)
         hits: list = cache.lookup(rid, want)
+        if tier is not None:  # vllm_v1._admit_cached: a load from the CPU tier
+            loading = tier.start_load(cache, rid, want, hits, self.max_model_len, self.full_isl,
+                                      self.req_preemptions[rid] > 0, now)  # fmt: skip
+            if loading < 0:
+                return 0 if loading == -1 else -2
+            if loading:
+                rep.waiting.popleft()
+                self.blocks[rid] = loading
+                rep.free = cache.free
+                return -1
         hit: cython.longlong = len(hits) * self.block_size
         n: cython.longlong = min(want - hit, thr if thr else budget, budget)
         free: cython.longlong = cache.free
@@ -131,12 +158,32 @@ class CoreVllmV1(CorePaperPolicies):
         return n
 
     @cython.cfunc
+    def _admit_loaded(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
+                      budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
+        """vllm_v1._admit_loaded: a request back from its CPU-tier load, or 0 when the rest does not fit."""
+        cache: object = rep.cache
+        computed: cython.longlong = cache.tier.loaded[rid]
+        n: cython.longlong = min(want - computed, thr if thr else budget, budget)
+        whole: cython.longlong = min(want, self.max_model_len) if self.full_isl else computed + n
+        if cache.blocks_to_allocate(rid, whole, ()) > cache.free:
+            return 0
+        del cache.tier.loaded[rid]
+        blocks: cython.longlong = cache.allocate_slots(rid, (), computed + n, min(computed + n, want))
+        rep.free = cache.free
+        self._admit_head(rep, now, blocks)
+        self.computed[rid] = computed
+        self.cached_tokens[rid] = computed
+        return n
+
+    @cython.cfunc
     def _release_finished(self, rep: Rep) -> cython.void:
         """ReplicaState.release_finished: finished requests' blocks back, in admission order."""
         rid: cython.longlong
         if len(rep.finished) > 1:
             rep.finished.sort(key=rep.admit_seq.__getitem__)
         for rid in rep.finished:
+            if rep.cache.tier is not None:  # the connector's request_finished
+                rep.cache.tier.finished(rid)
             rep.cache.free_request(rid)
             del rep.admit_seq[rid]
         rep.finished.clear()
