@@ -12,6 +12,18 @@ from pathlib import Path
 import typer
 
 from simserve.cli import app
+from simserve.cli.autoscale import (
+    AUTOSCALE,
+    COLD_START,
+    NO_PLOTS,
+    REPLICA_CAPACITY,
+    SCALE_INTERVAL,
+    SCALE_POLICY,
+    SCALE_TARGET,
+    SCALE_TPOT_SLO,
+    SCALE_TTFT_SLO,
+    WEIGHTS_FROM,
+)
 from simserve.cli.options import seed_option
 from simserve.cli.outputs import check_served as _check_served
 from simserve.cli.outputs import jsonable as _jsonable
@@ -305,6 +317,16 @@ def run_command(
     decode_router: str = typer.Option(
         "kv", "--decode-router", help="Disaggregated: rr | lor | kv (most free KV blocks); --router is the prefill's."
     ),
+    autoscale: str | None = AUTOSCALE,
+    scale_policy: str = SCALE_POLICY,
+    scale_interval: float | None = SCALE_INTERVAL,
+    scale_target: float | None = SCALE_TARGET,
+    cold_start_s: float | None = COLD_START,
+    weights_from: str = WEIGHTS_FROM,
+    replica_capacity: float | None = REPLICA_CAPACITY,
+    ttft_slo: float | None = SCALE_TTFT_SLO,
+    tpot_slo: float | None = SCALE_TPOT_SLO,
+    no_plots: bool = NO_PLOTS,
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
     from rich.table import Table
@@ -363,6 +385,17 @@ def run_command(
     if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
         raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
                             f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
+    from simserve.cli import autoscale as scaling
+
+    scaling.check_flags(autoscale, prefill is not None or decode is not None, {
+        "--scale-policy": scale_policy != "utilization", "--scale-interval": scale_interval is not None,
+        "--scale-target": scale_target is not None, "--cold-start-s": cold_start_s is not None,
+        "--weights-from": weights_from != "s3", "--replica-capacity": replica_capacity is not None,
+        "--ttft-slo": ttft_slo is not None, "--tpot-slo": tpot_slo is not None, "--no-plots": no_plots})  # fmt: skip
+    from simserve.sim.scale_report import TPOT_SLO_S, TTFT_SLO_S
+
+    ttft_slo = TTFT_SLO_S if ttft_slo is None else ttft_slo
+    tpot_slo = TPOT_SLO_S if tpot_slo is None else tpot_slo
     _, frontend_ms, api_server_count = _frontend(
         frontend, frontend_ms, api_server_count, paper_setup, policy, prefill is not None or decode is not None,
         dp_attention,
@@ -436,12 +469,20 @@ def run_command(
 
         run_disaggregated(scenario, prefill, decode, kv_link, decode_router, qps, out, force, fmt, iterations)
         return
-    out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
+    if out is None:
+        out = _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed)
+        if autoscale is not None:  # an autoscaled run of the same scenario lands beside the fixed one
+            out = out.with_name(f"{out.name}-autoscale-{scale_policy}")
+    out = check_out_dir(out, force)
     from simserve.resolve import for_scenario
 
     scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
     if generated:
         make_console().print(generated, highlight=False, soft_wrap=True)
+    cold = None
+    if autoscale is not None:  # its replicas' cold start, and (slo) one replica's capacity: before the run
+        scenario, cold = scaling.configure(scenario, autoscale, scale_policy, scale_interval, scale_target,
+                                           cold_start_s, weights_from, replica_capacity, ttft_slo, tpot_slo)  # fmt: skip
     with _progress_bar(requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
@@ -489,7 +530,7 @@ def run_command(
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
+        doc = {"scenario": scaling.scenario_echo(scenario_fields(scenario)), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile,
                "vllm_bench_serve": bench}  # fmt: skip
         if scenario.policy in RELEASE_OF:
@@ -497,6 +538,9 @@ def run_command(
         if memory is not None:
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         doc["step_parts"] = {"switches": scenario.step_parts(), **parts}
+        if raw.scaler is not None:  # replicas.csv, replicas.png and the section's GPU-hours and SLO attainment
+            doc["autoscale"] = scaling.write_outputs(tmp, raw, scenario, dep, cold, ttft_slo, tpot_slo, not no_plots)
+            printed.append(scaling.describe(doc["autoscale"]))
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(make_console(), Table, scenario, dep, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare

@@ -13,6 +13,7 @@ import numpy as np
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
+from simserve.sim.autoscale import AutoscaleConfig
 from simserve.sim.cluster import RawRun, simulate
 from simserve.sim.config import SimConfig, check_requests
 from simserve.sim.metrics import SimResult, build_result
@@ -119,6 +120,9 @@ class Scenario:
     reserve_full_isl: bool = field(default=True, metadata={"omit_at_default": True})
     # The API server's endpoint (`vllm bench serve --backend openai|vllm`: completions; `openai-chat`: chat)
     api_endpoint: str = field(default="completions", metadata={"omit_at_default": True})
+    # The autoscaler (`--autoscale MIN:MAX`, sim/autoscale.py): the cluster then has its maximum of replicas,
+    # `num_replicas` of them active at the start. None: a fixed count, as before.
+    autoscale: AutoscaleConfig | None = field(default=None, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -145,13 +149,19 @@ class Scenario:
         """Whether the model's context limit, not the trace's default, set the max length."""
         return self.max_model_len is None and self.max_len < MAX_MODEL_LEN.get(self.trace, 8192)
 
+    @property
+    def replicas_in_model(self) -> int:
+        """The replicas the cluster holds: `num_replicas`, or the autoscaler's maximum (each with its API servers:
+        an approximation, the servers of replicas not running are idle, not absent)."""
+        return self.num_replicas if self.autoscale is None else self.autoscale.max_replicas
+
     def sim_config(self) -> SimConfig:
         return SimConfig(
             policy=self.policy,
             budget=self.budget,
             max_batch=self.max_batch,
             max_model_len=self.max_len,
-            num_replicas=self.num_replicas * self.dp_attention,
+            num_replicas=self.replicas_in_model * self.dp_attention,
             router=self.router,
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
@@ -186,7 +196,7 @@ class Scenario:
         from simserve.sim.frontend import api_server_cpu, check_api_server_count
 
         cpu = api_server_cpu(self.api_endpoint, self.serving_host_speed())
-        return dict(api_servers=check_api_server_count(self.api_server_count) * self.num_replicas,
+        return dict(api_servers=check_api_server_count(self.api_server_count) * self.replicas_in_model,
                     api_request_s=cpu.request_s, api_prompt_token_s=cpu.prompt_token_s, api_token_s=cpu.token_s)  # fmt: skip
 
     def cudagraph_sizes(self) -> tuple[int, ...]:
@@ -420,7 +430,9 @@ def simulate_scenario(
             )
         follows = parents(prefix[0], prompt, output)
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows), dep
+    autoscale = s.autoscale if s.autoscale is None else replace(s.autoscale, initial=s.num_replicas)
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows,
+                    autoscale=autoscale), dep  # fmt: skip
 
 
 @lru_cache(maxsize=16)

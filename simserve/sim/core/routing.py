@@ -183,16 +183,16 @@ class CoreRouting(CoreBlocks):
         rep: Rep
         best: Rep
         i: cython.Py_ssize_t
-        nrep: cython.Py_ssize_t = len(self.reps)
+        nrep: cython.Py_ssize_t = len(self.serving)
         if self.dp > 1:
             return self._lockstep_pick()
         if self.router_rr:
-            rep = self.reps[self.rr % nrep]
+            rep = self.serving[self.rr % nrep]
             self.rr += 1
             return rep
-        best = self.reps[0]
+        best = self.serving[0]
         for i in range(1, nrep):
-            rep = self.reps[i]
+            rep = self.serving[i]
             if rep.outstanding < best.outstanding:
                 best = rep
         return best
