@@ -163,3 +163,25 @@ def test_every_policy_follows_a_rate_step_up_and_back_down(policy, kw):
         mine = raw.reqs.arrived[raw.reqs.replica == i]
         spans = [(a + 5.0, b) for j, a, b in held if j == i]
         assert all(any(a <= t <= b for a, b in spans) for t in mine)
+
+
+@pytest.mark.parametrize("core", ["reference", ""])
+@pytest.mark.parametrize("policy", ["utilization", "queue"])
+def test_an_autoscaler_that_cannot_move_gives_the_fixed_runs_results(monkeypatch, core, policy):
+    """--replicas K --autoscale K:K is the fixed K (what benchmarks/autoscale_step.py's static rows rely on)."""
+    monkeypatch.setenv("SIMSERVE_CORE", core)
+    arrived = step_arrivals([(2.0, 30.0), (20.0, 30.0), (2.0, 30.0)])
+    n = len(arrived)
+    rng = np.random.default_rng(2)
+    prompt, output = rng.integers(50, 400, n), rng.integers(20, 80, n)
+    cfg = SimConfig(
+        policy="sarathi", num_replicas=3, max_model_len=2048, stop_when_overloaded=False, router="lor"
+    )
+    timer = ConstantTimer(0.05)
+    fixed = simulate(prompt, output, arrived, timer, 300, cfg)
+    pinned = simulate(prompt, output, arrived, timer, 300, cfg,
+                      autoscale=AutoscaleConfig(3, 3, policy, initial=3, interval_s=1.0, target=0.01 if policy == "utilization" else None))  # fmt: skip
+    assert len(pinned.scaler.rows) > 50  # it decided, every second, and could not move
+    for name in ("scheduled", "first_token", "completed", "replica", "preemptions"):
+        assert np.array_equal(getattr(fixed.reqs, name), getattr(pinned.reqs, name), equal_nan=True), name
+    assert fixed.end_time == pinned.end_time and len(fixed.log) == len(pinned.log)
