@@ -79,9 +79,13 @@ def extensions() -> list[Extension]:
     core.append(Extension(SHARED, sources=[], extra_compile_args=flags))
     # The text of the output tables and trace.json (writers.py and perfetto.py fall back to Python without it).
     text = Extension("simserve.sim._textrows", ["simserve/sim/_textrows.pyx"], extra_compile_args=["-O2"])
+    # The routers (plain Python typed by routers.pxd): the reference calls them, the core without a Python call.
+    # NOTE: with their own copy of Cython's helpers: the shared one lives in simserve.sim.core, whose __init__
+    # imports the core's modules, which cimport the routers (a circular import at start-up).
+    router = Extension("simserve.sim.routers", ["simserve/sim/routers.py"], extra_compile_args=flags)
     return [
         *cythonize(core, compiler_directives=directives, shared_utility_qualified_name=SHARED, quiet=True),
-        *cythonize([text], compiler_directives=directives, quiet=True),
+        *cythonize([text, router], compiler_directives=directives, quiet=True),
     ]
 
 

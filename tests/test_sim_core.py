@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from simserve.sim import SimConfig, build_result, core_run, simulate
 from simserve.sim.autoscale import AutoscaleConfig
-from simserve.sim.config import POLICY_NAMES
+from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS, POLICY_NAMES, ROUTER_NAMES
 from simserve.sim.core_run import REFERENCE_ONLY
 from simserve.sim.request import IGNORED
 from simserve.sim.scenario import Scenario, simulate_scenario
@@ -117,7 +117,8 @@ def cases(draw, policies=CORE_POLICIES):
         max_model_len=max_len,
         num_replicas=dp * draw(st.integers(1, 2)) if dp > 1 else draw(st.integers(1, 3)),
         dp_attention=dp,
-        router=draw(st.sampled_from(["rr", "lor"])),
+        router=draw(st.sampled_from(ROUTER_NAMES)),  # sim/routers.py, which both models call
+        router_weights=draw(st.sampled_from([DEFAULT_ROUTER_WEIGHTS, (1.0, 0.0, 5.0)])),
         stretch=False,
         # the watchdog's ways to end a run, so the core's returns to Python are exercised too
         sched_delay_slo_s=0.05 if stop == "overload" else 1e9,
@@ -396,6 +397,36 @@ def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, m
 
 
 @st.composite
+def routed_prefix_cases(draw):
+    """The prefix-aware and kv routers over 2-4 replicas (or DP deployments) of vllm-v1 with prefix caching,
+    requests sharing a few streams: the routers' index and the caches both in play."""
+    case = draw(prefix_cases())
+    cfg = case["cfg"]
+    d = cfg.dp_attention
+    case["cfg"] = replace(cfg, router=draw(st.sampled_from(["prefix-aware", "prefix-aware", "kv"])),
+                          num_replicas=d * draw(st.integers(2, 4 if d == 1 else 2)))  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=routed_prefix_cases())
+def test_the_core_routes_as_the_reference_with_prefix_caching(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"],
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@st.composite
 def conversation_cases(draw):
     """Answer-driven conversations (--arrival conversation): a few conversations whose rounds follow each
     other (a round is released when the one before it completes, plus the front end's delay and its think
@@ -447,6 +478,12 @@ def autoscale_cases(draw):
     hi = draw(st.integers(2, 4))
     lo = draw(st.integers(1, hi))
     case["cfg"] = replace(cfg, dp_attention=1, num_replicas=hi)
+    case["prefix"] = None
+    if cfg.policy == "vllm-v1" and draw(st.booleans()):  # prefix caching: the prefix-aware router's index in play
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        n = len(case["prompt"])
+        case["prefix"] = (rng.integers(0, 3, n), rng.integers(0, cfg.max_model_len + 50, n))
+        case["cfg"] = replace(case["cfg"], prefix_caching=True, watermark=0.0)
     gaps = np.diff(case["arrived"], prepend=0.0)
     n = len(gaps)
     gaps[n // 3 : 2 * n // 3] /= 10.0
@@ -475,7 +512,7 @@ def test_the_core_gives_the_reference_results_with_the_autoscaler(monkeypatch, m
     def sim():
         return simulate(
             case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            autoscale=case["autoscale"],
+            prefix=case["prefix"], autoscale=case["autoscale"],
         )  # fmt: skip
 
     ref, got = _run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim)
@@ -526,6 +563,11 @@ SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "pp2": (Scenario(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=120, stretch=False), 0.8),
     "sglang-mixed": (Scenario(**MISTRAL, policy="sglang", enable_mixed_chunk=True, budget=2048), 4.0),
     "closed-loop": (Scenario(**MISTRAL, policy="vllm-v1", max_concurrency=8, frontend_ms=2.0), 6.0),
+    # the routers (sim/routers.py) on a prefix-sharing workload with vLLM's prefix caching
+    "prefix-aware-4rep": (Scenario(**MISTRAL, policy="vllm-v1", prefix_caching=True, num_replicas=4,
+                                   router="prefix-aware", trace="prefix-repetition"), 12.0),  # fmt: skip
+    "kv-3rep-multiturn": (Scenario(**MISTRAL, policy="vllm-v1", prefix_caching=True, num_replicas=3, router="kv",
+                                   trace="sharegpt-multiturn"), 6.0),  # fmt: skip
 }
 
 
@@ -723,7 +765,8 @@ def disagg_cases(draw):
         budget=draw(st.one_of(st.none(), st.integers(1, 600))),
         max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
         max_model_len=max_len,
-        router=draw(st.sampled_from(["rr", "lor"])),
+        router=draw(st.sampled_from(ROUTER_NAMES)),  # sim/routers.py, which both models call
+        router_weights=draw(st.sampled_from([DEFAULT_ROUTER_WEIGHTS, (1.0, 0.0, 5.0)])),
         stretch=False,
         sched_delay_slo_s=0.05 if stop == "overload" else 1e9,
         stop_when_overloaded=draw(st.booleans()),

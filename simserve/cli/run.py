@@ -196,7 +196,14 @@ def run_command(
     requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
     seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
-    router: str = typer.Option("rr", "--router", help="rr (round robin) | lor (least outstanding requests)."),
+    router: str = typer.Option(
+        "rr", "--router", help="rr (round robin) | lor (least outstanding requests) | kv (least KV usage) | prefix-aware "
+        "(llm-d's default scorers: queue, KV usage, cached prefix blocks by its routing index). docs/traffic.md."
+    ),
+    router_weights: str = typer.Option(
+        "2,2,3", "--router-weights", help="prefix-aware: the weights of its queue, KV-usage and prefix scores "
+        "(llm-d's defaults 2,2,3)."
+    ),
     arrival: str = typer.Option(
         "poisson", "--arrival", help="poisson | poisson-clipped | gamma | vllm-bench (its client's gaps) | replay | conversation (a multi-turn "
         "trace's rounds, each sent its recorded gap after the previous round's answer)."
@@ -417,6 +424,7 @@ def run_command(
         max_batch=max_batch,
         num_replicas=replicas,
         router=router,
+        router_weights=_router_weights(router_weights, router),
         seed=seed,
         max_model_len=max_model_len,
         memory_utilization=_memory_utilization(memory_utilization, engine, policy, model, gpu, tp, pp, budget, dp_attention),
@@ -521,6 +529,10 @@ def run_command(
         cpu = (f"engine CPU per step: vLLM 0.33.0's, measured, at host speed {scenario.serving_host_speed():g} "
                "(--host-speed; the model runner's: Vidur's stand-in, docs/step-anatomy.md)")  # fmt: skip
         printed.append(f"vLLM 0.33.0 worker: {graphs}; {sched}; {cpu}; {memory.describe()}")
+    if scenario.router == "prefix-aware" and not scenario.prefix_caching:
+        printed.append("--router prefix-aware routes by its own index of the prompts it routed (llm-d's approximate "
+                       "mode); the replicas do not cache prefixes here (add --prefix-caching), so nothing is served "
+                       "from cache: only its load terms and its affinity shape the routing")  # fmt: skip
     parts = _step_parts(scenario, raw, dep)
     if parts.get("all"):
         printed.append(_parts_line(scenario, parts))
@@ -562,6 +574,23 @@ def _parts_line(scenario, parts: dict) -> str:
     kinds = ", ".join(f"{k.replace('_', '-')} {v['mean_step_s'] * 1e3:.2f} ms at {v['gemm_fraction_of_peak']:.0%} of "
                       f"dense peak, limited by {v['limited_by']}" for k, v in parts.items() if k != "all")  # fmt: skip
     return f"step parts ({', '.join(on) or 'kernels only'}): {kinds} (summary.json step_parts)"
+
+
+def _router_weights(text: str, router: str) -> tuple[float, float, float]:
+    """--router-weights QUEUE,KV,PREFIX as numbers (SimConfig.validate checks their range)."""
+    from simserve.errors import SimserveError
+    from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS
+
+    try:
+        weights = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        weights = ()
+    if len(weights) != 3:
+        raise SimserveError(f"--router-weights takes three numbers QUEUE,KV,PREFIX (llm-d's default 2,2,3), got {text!r}")
+    if router != "prefix-aware" and weights != DEFAULT_ROUTER_WEIGHTS:
+        raise SimserveError(f"--router-weights weighs the prefix-aware router's scores; --router {router} has none: "
+                            f"add --router prefix-aware, or drop --router-weights")  # fmt: skip
+    return weights
 
 
 def _frontend(mode: str | None, ms: float | None, count: int | None, paper_setup: bool, policy: str,
@@ -706,6 +735,20 @@ def _parallelism(scenario, dep) -> str:
     return f"{scenario.num_replicas}×({par})" if scenario.num_replicas > 1 else par
 
 
+def _print_replicas(console, Table, scenario, rows: list[dict]) -> None:
+    """Per replica (or DP rank): requests routed, mean outstanding, prefix-cache hit rate (summary.json's per_replica)."""
+    table = Table(title=f"per replica, --router {scenario.router}")
+    cached = any(row["prefix_cache_hit_rate"] is not None for row in rows)
+    columns = ("replica", "requests", "mean outstanding", *(("prefix-cache hit rate",) if cached else ()))
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        rate = row["prefix_cache_hit_rate"]
+        cells = [str(row["replica"]), str(row["requests"]), f"{row['mean_outstanding']:.3g}"]
+        table.add_row(*cells, *((f"{rate:.1%}",) if cached else ()))
+    console.print(table)
+
+
 def _print_summary(
     console, Table, scenario, dep, arrivals: _Arrivals, s: dict, out: Path, notes: list[str]
 ) -> None:
@@ -750,6 +793,8 @@ def _print_summary(
         f"MFU ≈ {s['mfu']:.1%}, MBU ≈ {s['mbu']:.1%} (estimates); {s['num_iterations']} iterations, "
         f"{s['kv_blocks_per_replica']} KV blocks per replica\nwrote {out}/"
     ))  # fmt: skip
+    if s.get("per_replica"):
+        _print_replicas(console, Table, scenario, s["per_replica"])
     if s.get("capped"):
         console.print(note(
             f"the trial cap ({scenario.time_limit_s:g} s) ended the run: "

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simserve.errors import SimserveError
-from simserve.sim import core_run
+from simserve.sim import core_run, routers
 from simserve.sim.api_server import ApiServers
 from simserve.sim.autoscale import AutoscaleConfig, Autoscaler, last_completion, replica_load
 from simserve.sim.config import SimConfig
@@ -126,14 +126,12 @@ class Cluster:
         if self.api is not None:  # every micro-batch's tokens go to the clients through the API server
             for rep in self.replicas:
                 rep.on_output = self._on_output
-        self._rr = 0
-        # The replicas the router may choose: all of them, or those the autoscaler has active (autoscale.py)
-        self.scaler = scaler
-        self.serving = self.replicas
+        self.router = routers.make(cfg, reqs, num_blocks)
+        self.scaler = scaler  # the autoscaler (autoscale.py): it tells the router which replicas serve
         self.arrivals_process = env.process(self.arrivals())
         env.process(self.watchdog())
         if scaler is not None:
-            self.serving = [self.replicas[i] for i in scaler.serving()]
+            self.router.set_serving(scaler.serving())
             env.process(self.autoscaler())
 
     # -- arrivals and routing ----------------------------------------------------------------------
@@ -210,24 +208,20 @@ class Cluster:
             r.status[rid] = IGNORED  # longer than the deployment accepts (Sarathi-Serve ignores it)
             self._on_done(-1, rid)
             return
-        rep = self._pick()
+        rep = self._pick(rid)
         r.replica[rid] = rep.index
         rep.state.enqueue(rid)
         rep.notify()
 
-    def _pick(self) -> Replica:
-        if self.groups:  # attention DP: the router picks a deployment, the engine's DP load balancer its rank
-            if self.cfg.router == "rr":
-                group = self.groups[self._rr % len(self.groups)]
-                self._rr += 1
-            else:
-                group = min(self.groups, key=lambda g: sum(rank.state.outstanding for rank in g.ranks))
-            return group.pick()
-        if self.cfg.router == "rr":
-            rep = self.serving[self._rr % len(self.serving)]
-            self._rr += 1
-            return rep
-        return min(self.serving, key=lambda rep: rep.state.outstanding)  # ties: the lowest index
+    def _pick(self, rid: int) -> Replica:
+        """The router (routers.py, which the compiled core calls too) picks a replica; with attention DP it picks
+        a deployment, and the engine's DP load balancer its rank (lockstep.DpGroup.pick)."""
+        if self.groups:
+            if self.router.needs_view:
+                for g, group in enumerate(self.groups):
+                    self.router.observe(g, *_load([rank.state for rank in group.ranks]))
+            return self.groups[self.router.pick(rid)].pick()
+        return self.replicas[route(self.router, self.replicas, rid)]
 
     def _on_done(self, replica: int, rid: int) -> None:
         self.num_done += 1
@@ -293,7 +287,7 @@ class Cluster:
             t = scaler.wake(env.now, [replica_load(rep.state) for rep in self.replicas], self.next,
                             lambda i: last_completion(self.reqs, i))  # fmt: skip
             if scaler.version != version:
-                self.serving = [self.replicas[i] for i in scaler.serving()]
+                self.router.set_serving(scaler.serving())
             yield env.timeout(t - env.now)
 
     def _end_run(self) -> bool:
@@ -302,6 +296,25 @@ class Cluster:
             return False
         self.finished.succeed()
         return True
+
+
+def _load(states) -> tuple[int, int, int, int]:
+    """What a router sees of one replica, or of a deployment's ranks summed: requests outstanding and waiting,
+    KV blocks in use and in all (the compiled core reads the same from its Rep, core/routing.py `_pick`)."""
+    return (
+        sum(st.outstanding for st in states),
+        sum(len(st.waiting) for st in states),
+        sum(st.kv.used for st in states),
+        sum(st.kv.num_blocks for st in states),
+    )
+
+
+def route(router: routers.Router, replicas: list[Replica], rid: int) -> int:
+    """The index of the replica `router` sends request `rid` to, after showing it each replica's load."""
+    if router.needs_view:
+        for i, rep in enumerate(replicas):
+            router.observe(i, *_load((rep.state,)))
+    return router.pick(rid)
 
 
 def request_arrays(prompt_tokens, output_tokens, arrived_at) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

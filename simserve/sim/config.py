@@ -13,7 +13,10 @@ from simserve.errors import SimserveError
 ADAPTIVE_POLICIES = ("slo-aware", "pressure", "equal-cost")  # the prefill budget changes per iteration
 POLICY_NAMES = ("fcfs", "orca", "vllm", "sarathi", "chunked", "hybrid", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")
 CHUNKING_POLICIES = ("sarathi", "chunked", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")  # `budget` caps prefill chunks
-ROUTER_NAMES = ("rr", "lor")
+# sim/routers.py: round robin, least outstanding requests, least KV usage, llm-d's prefix-aware profile
+ROUTER_NAMES = ("rr", "lor", "kv", "prefix-aware")
+# prefix-aware: llm-d's default scorer weights, queue, KV usage, prefix (pkg/epp/config/loader/defaults.go)
+DEFAULT_ROUTER_WEIGHTS = (2.0, 2.0, 3.0)
 RESERVING_POLICIES = ("fcfs", "orca")  # reserve max_model_len of KV at admission; never preempt
 DEFAULT_CHUNK = 512  # Sarathi-Serve's default chunk_size
 # The adaptive policies' largest chunk when --budget is not given: they pick smaller ones per iteration.
@@ -55,7 +58,8 @@ class SimConfig:
     max_batch: int | None = None
     max_model_len: int = 8192
     num_replicas: int = 1
-    router: str = "rr"  # rr: round robin; lor: least outstanding requests
+    router: str = "rr"  # ROUTER_NAMES (sim/routers.py): rr, lor, kv, prefix-aware
+    router_weights: tuple[float, float, float] = DEFAULT_ROUTER_WEIGHTS  # prefix-aware: queue, KV usage, prefix
     block_size: int = 16
     watermark: float = 0.01  # fraction of KV blocks admission keeps free (vllm/sarathi/chunked/hybrid)
     # NOTE: no effect any more. It switched the SimPy model's decode-stretch fast paths, which are gone
@@ -125,6 +129,12 @@ class SimConfig:
             raise SimserveError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICY_NAMES)}")
         if self.router not in ROUTER_NAMES:
             raise SimserveError(f"unknown router {self.router!r}; choose one of {', '.join(ROUTER_NAMES)}")
+        w = self.router_weights
+        if len(w) != 3 or not all(isinstance(x, (int, float)) and 0 <= x < math.inf for x in w):
+            raise SimserveError(
+                f"--router-weights takes three finite non-negative numbers QUEUE,KV,PREFIX (llm-d's default is "
+                f"{','.join(f'{x:g}' for x in DEFAULT_ROUTER_WEIGHTS)}), got {','.join(str(x) for x in w)}"
+            )
         if self.budget is not None and self.budget < 1:
             raise SimserveError(f"--budget must be at least 1 token, got {self.budget}")
         if self.max_batch is not None and self.max_batch < 1:

@@ -30,7 +30,7 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 
 from simserve.errors import SimserveError
-from simserve.sim import sglang, sglang_admission
+from simserve.sim import routers, sglang, sglang_admission
 from simserve.sim.api_server import ApiServers
 from simserve.sim.autoscale import Autoscaler, last_completion
 from simserve.sim.config import SimConfig
@@ -239,6 +239,7 @@ def run(
         caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
     params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches, due)
+    params["router"] = routers.make(cfg, reqs, num_blocks)  # the reference's own router (cluster.Cluster)
     if api is not None:  # the API servers send the requests: the core's own closed loop stays off
         params["api"] = api
         params["released"] = n
@@ -391,7 +392,7 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
         max_model_len=cfg.max_model_len,
         caches=caches,
         radixes=None,
-        router=cfg.router,
+        router=None,  # the caller's routers.Router
         check_period=cfg.check_period_s,
         sched_delay_slo=cfg.sched_delay_slo_s,
         overload_wait=cfg.overload_wait_s,

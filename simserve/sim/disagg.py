@@ -36,9 +36,9 @@ import numpy as np
 
 from simserve import numerics
 from simserve.errors import SimserveError
-from simserve.sim import disagg_core
-from simserve.sim.cluster import RawRun, request_arrays
-from simserve.sim.config import SimConfig
+from simserve.sim import disagg_core, routers
+from simserve.sim.cluster import RawRun, request_arrays, route
+from simserve.sim.config import ROUTER_NAMES, SimConfig
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
 from simserve.sim.kvlink import KVLink
@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # NOTE: SimPy only when the reference runs: a run on the comp
 
     from simserve.sim.replica import BatchTimer, Replica
 
-ROUTERS = {"prefill": ("rr", "lor"), "decode": ("rr", "lor", "kv")}  # kv: the most free KV blocks
+# prefill: routers.py's (as an aggregated run's); decode: _pick_decode's, whose kv is the most free KV blocks
+ROUTERS = {"prefill": ROUTER_NAMES, "decode": ("rr", "lor", "kv")}
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,10 @@ class DisaggCluster:
         self.link_free_at = 0.0
         self.active_transfers = 0
         self.prompt_limit = cfg.prompt_limit()
-        self.routers = (prefill.router, decode.router)
-        self._rr = [0, 0]
         pcfg, dcfg = prefill.cfg or cfg, decode.cfg or cfg
+        self.prefill_router = routers.make(pcfg, pre, prefill.num_blocks, prefill.router, prefill.replicas)
+        self.decode_router = decode.router
+        self._rr = 0
         self.prefill: list[Replica] = []
         for i in range(prefill.replicas):
             timer = prefill.timer
@@ -191,16 +193,18 @@ class DisaggCluster:
                 r.status[rid] = IGNORED
                 self._ignored(rid)
                 continue
-            rep = self._pick(0, self.prefill)
+            rep = self.prefill[route(self.prefill_router, self.prefill, rid)]  # routers.py, as an aggregated run
             r.replica[rid] = rep.index
             rep.state.enqueue(rid)
             rep.notify()
 
-    def _pick(self, side: int, reps: list[Replica]) -> Replica:
-        router = self.routers[side]
+    def _pick_decode(self, reps: list[Replica]) -> Replica:
+        """The decode router: its `kv` reads the requests routed to a replica and not yet given blocks there, which
+        only a decode pool has, so it stays here (and in core/disagg.py's `_pick_decode`), not in routers.py."""
+        router = self.decode_router
         if router == "rr":
-            rep = reps[self._rr[side] % len(reps)]
-            self._rr[side] += 1
+            rep = reps[self._rr % len(reps)]
+            self._rr += 1
             return rep
         if router == "kv":  # the most free KV blocks, less what requests already routed there will take
             return max(reps, key=lambda rep: rep.state.kv.free - self._incoming_blocks(rep.state))  # ties: lowest
@@ -218,7 +222,7 @@ class DisaggCluster:
         now = self.env.now
         self.transfers.prefilled[rid] = now
         self.transfers.prefill_replica[rid] = replica
-        rep = self._pick(1, self.decode)
+        rep = self._pick_decode(self.decode)
         self.dec.replica[rid] = rep.index
         rep.state.incoming.append(rid)
         rep.state.outstanding += 1

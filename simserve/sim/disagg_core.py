@@ -15,7 +15,7 @@ from types import ModuleType
 
 import numpy as np
 
-from simserve.sim import core_run
+from simserve.sim import core_run, routers
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import LogHistogram
 from simserve.sim.iterations import IterationLog
@@ -52,7 +52,10 @@ def run(core: ModuleType, pre: Requests, dec: Requests, cfg: SimConfig, prefill,
         kind, tables = core_run.timer_params(pool.timer)
         pp = pool.timer.num_stages
         params = core_run.core_params(pcfg, pp, pool.num_blocks, n, pool.replicas, None)
-        params.update(role=role, first_replica=first, router=pool.router if role == core.ROLE_PREFILL else "rr")
+        # the prefill pool's router is the reference's (DisaggCluster.prefill_router); the decode side's is DisaggCore's
+        router = routers.make(pcfg, reqs, pool.num_blocks, pool.router if role == core.ROLE_PREFILL else "rr",
+                              pool.replicas)  # fmt: skip
+        params.update(role=role, first_replica=first, router=router)
         cores.append(core.Core(core_run.request_views(reqs), core_run.histogram_view(hist), params,
                                core.Timer(kind, pp, tables), log, ints, floats))  # fmt: skip
     views = {name: memoryview(getattr(transfers, name))

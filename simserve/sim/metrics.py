@@ -74,6 +74,10 @@ class Summary:
     prefix_cache_hit_rate: float | None = None
     prefix_cache_preempted_hits: int | None = None
     api_server: dict | None = None  # the API-server model's report (api_server.py); None: not modelled
+    # More than one replica (or attention-DP rank): per replica, the requests routed to it, the mean number
+    # outstanding there (routed, not finished: each request from its arrival to its completion or the run's end,
+    # over the run's duration) and its prefix-cache hit rate (None without prefix caching). per_replica_load.
+    per_replica: tuple[dict, ...] | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -83,6 +87,8 @@ class Summary:
             del d["frontend_s"]
         if self.api_server is None:  # likewise: runs without the API-server model keep their summary
             del d["api_server"]
+        if self.per_replica is None:  # likewise: one-replica summaries keep their keys
+            del d["per_replica"]
         if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
             for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
                       "prefix_cache_preempted_hits"):  # fmt: skip
@@ -203,8 +209,10 @@ def summarize(run: RawRun, dep=None) -> Summary:
         prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
                       prefix_cache_hit_rate=hits / queries if queries else 0.0,
                       prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
+    per_replica = per_replica_load(run, duration) if len(run.replicas) > 1 else None
     summary = Summary(
         **prefix,
+        per_replica=per_replica,
         num_requests=r.n,
         completed=int(done.sum()),
         ignored=int((r.status == IGNORED).sum()),
@@ -241,6 +249,26 @@ def summarize(run: RawRun, dep=None) -> Summary:
         api_server=api_report,
     )
     return summary
+
+
+def per_replica_load(run: RawRun, duration: float) -> tuple[dict, ...]:
+    """Per replica: requests routed there, mean outstanding (Little's law over the requests table: each routed
+    request counts from its arrival to its completion, or to the run's end if unfinished) and prefix-cache hit
+    rate (tokens found cached / tokens looked up at first admissions, vLLM's counter; None when off)."""
+    r = run.reqs
+    end = float(run.end_time)
+    routed = (r.replica >= 0) & (r.status != IGNORED)  # a request a replica dropped left it at an unrecorded time
+    finish = np.where(np.isnan(r.completed), end, np.minimum(r.completed, end))
+    stay = np.maximum(finish - r.arrived, 0.0)
+    out = []
+    for rep in run.replicas:
+        mine = routed & (r.replica == rep.index)
+        cache = getattr(rep.state, "prefix", None) or getattr(rep.state, "radix", None)
+        rate = None if cache is None else (cache.hits / cache.queries if cache.queries else 0.0)
+        out.append(dict(replica=int(rep.index), requests=int(mine.sum()),
+                        mean_outstanding=float(stay[mine].sum()) / duration,
+                        prefix_cache_hit_rate=rate))  # fmt: skip
+    return tuple(out)
 
 
 def probe_summary(run: RawRun) -> dict:

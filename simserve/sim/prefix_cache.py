@@ -22,6 +22,9 @@ just a count, because which cached block is reused next decides later cache hits
 - Two blocks may hold the same key (vLLM does not deduplicate: a request admitted while another was still
   computing the shared prefix computes its own copy); a lookup takes the earliest cached.
 
+`block_keys(reqs, rid, num_tokens, block_size)` lists the keys of a request's blocks in order, as `block_key`
+gives them: what a prefix-aware router (sim/routers.py) indexes, so a router and the cache match on the same keys.
+
 `free` counts every block in the free queue, cached or not, as vLLM's `get_num_free_blocks` does; a block
 shared by several running requests is held once (ref count), so KV usage counts it once.
 """
@@ -31,6 +34,18 @@ from __future__ import annotations
 from collections import OrderedDict
 
 _GROUP_BITS = 32  # a key is stream * 2**32 + block index: max_model_len / block_size < 2**32
+
+
+def block_keys(reqs, rid: int, num_tokens: int, block_size: int) -> list[int]:
+    """The keys of the blocks holding request `rid`'s first `num_tokens` tokens, in order (the last block may be
+    partial): block k is its stream's block k while the whole block lies on the stream (`reqs.prefix_group`,
+    `reqs.prefix_tokens`), the request's own after, as `PrefixCache.block_key` keys them."""
+    g, shared = int(reqs.prefix_group[rid]), int(reqs.prefix_tokens[rid])
+    own = (rid + 1) << _GROUP_BITS
+    return [
+        (g << _GROUP_BITS) | k if g >= 0 and (k + 1) * block_size <= shared else -(own | k)
+        for k in range(-(-num_tokens // block_size))
+    ]
 
 
 class PrefixCache:

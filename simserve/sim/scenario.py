@@ -15,7 +15,7 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.sim.autoscale import AutoscaleConfig
 from simserve.sim.cluster import RawRun, simulate
-from simserve.sim.config import SimConfig, check_requests
+from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS, SimConfig, check_requests
 from simserve.sim.metrics import SimResult, build_result
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ class Scenario:
     dp_attention: int = field(default=1, metadata={"omit_at_default": True})
     all2all_backend: str = field(default="allgather_reducescatter", metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
+    # the prefix-aware router's scorer weights, queue, KV usage, prefix (SimConfig.router_weights, sim/routers.py)
+    router_weights: tuple[float, float, float] = field(default=DEFAULT_ROUTER_WEIGHTS, metadata={"omit_at_default": True})
     # sglang (SimConfig documents them; SGLang's flags of these names)
     enable_mixed_chunk: bool = field(default=False, metadata={"omit_at_default": True})
     schedule_policy: str = field(default="fcfs", metadata={"omit_at_default": True})
@@ -163,6 +165,7 @@ class Scenario:
             max_model_len=self.max_len,
             num_replicas=self.replicas_in_model * self.dp_attention,
             router=self.router,
+            router_weights=tuple(float(w) for w in self.router_weights),
             stretch=self.stretch,
             sched_delay_slo_s=self.sched_delay_slo_s,
             stop_when_overloaded=self.stop_when_overloaded,

@@ -85,8 +85,7 @@ class Core(CoreLockstep):
         self.max_batch = p["max_batch"]
         self.prompt_limit = p["prompt_limit"]
         self.max_model_len = p["max_model_len"]
-        self.router_rr = p["router"] == "rr"
-        self.rr = 0
+        self.router = p["router"]  # a routers.Router (core_run builds it, as cluster.Cluster does)
         self.check_period = p["check_period"]
         self.sched_delay_slo = p["sched_delay_slo"]
         self.tbt_target = p["tbt_target"]
@@ -191,7 +190,6 @@ class Core(CoreLockstep):
         if self.dp > 1:  # the groups' processes instead (Cluster.__init__: lockstep.build's DpGroups)
             self.slot0 = self.num_groups
         self.scaled = p.get("scaled", False)
-        self.serving = self.reps
         self.num_slots = self.slot0 + (4 if self.scaled else 3)
         self.ev_time = np.zeros(self.num_slots)
         self.ev_prio = np.zeros(self.num_slots, dtype=np.intc)
@@ -347,7 +345,7 @@ class Core(CoreLockstep):
 
     def set_serving(self, indices: list) -> None:
         """The replicas the router may choose from now on (the autoscaler's active ones, by index)."""
-        self.serving = [self.reps[i] for i in indices]
+        self.router.set_serving(indices)
 
     def schedule_scale(self, t: cython.double) -> None:
         """The autoscaler's `yield env.timeout(t - now)`: its next wake."""

@@ -1,5 +1,6 @@
 from simserve.sim.core.rep cimport Rep
 from simserve.sim.core.timer cimport Timer
+from simserve.sim.routers cimport Router
 
 
 cdef class CoreEvents:
@@ -44,8 +45,7 @@ cdef class CoreEvents:
     cdef long long max_batch
     cdef long long prompt_limit
     cdef long long max_model_len
-    cdef bint router_rr
-    cdef long long rr
+    cdef Router router  # sim/routers.py, the reference's router (compiled beside the core)
     cdef double check_period
     cdef double sched_delay_slo
     cdef double tbt_target
@@ -97,7 +97,6 @@ cdef class CoreEvents:
     cdef int slot0  # the first slot after the replicas'
     cdef bint watchdog_started
     cdef list reps
-    cdef list serving  # the replicas the router may choose: reps, or the autoscaler's active ones (set_serving)
     cdef bint scaled  # an autoscaled run: the autoscaler's event slot exists (slot0 + SLOT_SCALE)
     cdef long long next  # next request to arrive
     # the closed-loop client (cluster.Cluster, cfg.max_concurrency): requests it may have sent (n: open loop),

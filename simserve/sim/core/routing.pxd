@@ -10,9 +10,9 @@ cdef class CoreRouting(CoreBlocks):
     cdef void _api_step(self, long long[:] ids, Py_ssize_t n, double now)
     cdef void _itl_add(self, double value) noexcept
     cdef void _route_due(self, double now)
-    cdef Rep _pick(self)
+    cdef Rep _pick(self, long long rid)
     cdef void _notify(self, Rep rep)
     cdef void _on_done(self, long long rid)
     cdef void _lockstep_notify(self, Rep rep)
-    cdef Rep _lockstep_pick(self)
+    cdef Rep _lockstep_pick(self, long long rid)
     cdef double _rank_load(self, Rep rep)

@@ -1,8 +1,8 @@
 """Arrivals, the API servers' output side and routing (cluster.Cluster; api_server.ApiServers; lockstep.pick_rank).
 
-The arrivals process (open loop, closed loop, conversations, the API servers' engine entries), the router
-(round robin or least outstanding; attention DP's rank choice, `_lockstep_pick`) and what a finished request
-releases (`_on_done`).
+The arrivals process (open loop, closed loop, conversations, the API servers' engine entries), routing (the
+replicas' load handed to the reference's own router, sim/routers.py; attention DP's rank choice,
+`_lockstep_pick`) and what a finished request releases (`_on_done`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ if cython.compiled:
     from cython.cimports.libc.math import ceil, log
     from cython.cimports.simserve.sim.core.blocks import CoreBlocks
     from cython.cimports.simserve.sim.core.rep import Rep
+    from cython.cimports.simserve.sim.routers import Router
 else:
     from math import ceil, log
     from math import inf as INF
+
+    from simserve.sim.routers import Router
 
     from .blocks import CoreBlocks
     from .rep import Rep
@@ -172,30 +175,25 @@ class CoreRouting(CoreBlocks):
                 self.status[rid] = IGNORED
                 self._on_done(rid)
                 continue
-            rep = self._pick()
+            rep = self._pick(rid)
             self.replica[rid] = rep.index
             rep.waiting.append(rid)
             rep.outstanding += 1
             self._notify(rep)
 
     @cython.cfunc
-    def _pick(self) -> Rep:
+    def _pick(self, rid: cython.longlong) -> Rep:
+        """Cluster._pick: the router (sim/routers.py, the reference's own code) sees each replica's load."""
         rep: Rep
-        best: Rep
         i: cython.Py_ssize_t
-        nrep: cython.Py_ssize_t = len(self.serving)
+        router: Router = self.router
         if self.dp > 1:
-            return self._lockstep_pick()
-        if self.router_rr:
-            rep = self.serving[self.rr % nrep]
-            self.rr += 1
-            return rep
-        best = self.serving[0]
-        for i in range(1, nrep):
-            rep = self.serving[i]
-            if rep.outstanding < best.outstanding:
-                best = rep
-        return best
+            return self._lockstep_pick(rid)
+        if router.needs_view:
+            for i in range(len(self.reps)):
+                rep = self.reps[i]
+                router.observe(i, rep.outstanding, len(rep.waiting), rep.num_blocks - rep.free, rep.num_blocks)
+        return self.reps[router.pick(rid)]
 
     @cython.cfunc
     def _notify(self, rep: Rep) -> cython.void:
@@ -246,31 +244,34 @@ class CoreRouting(CoreBlocks):
             self._schedule(self.now, NORMAL, g)
 
     @cython.cfunc
-    def _lockstep_pick(self) -> Rep:
-        """Cluster._pick with groups: the router picks a deployment (round robin, or the fewest outstanding
-        requests over its ranks, ties to the lowest), then DpGroup.pick its rank: in turn (SGLang), or vLLM's
-        least-loaded rank (lockstep.pick_rank: strictly lower score, ties to the lowest rank)."""
+    def _lockstep_pick(self, rid: cython.longlong) -> Rep:
+        """Cluster._pick with groups: the router picks a deployment, seeing each one's load summed over its ranks,
+        then DpGroup.pick its rank: in turn (SGLang), or vLLM's least-loaded rank (lockstep.pick_rank: strictly
+        lower score, ties to the lowest rank)."""
         g: cython.Py_ssize_t
         i: cython.Py_ssize_t
         d: cython.Py_ssize_t = self.dp
-        best_g: cython.Py_ssize_t = 0
-        load: cython.longlong
-        best_load: cython.longlong = 0
+        best_g: cython.Py_ssize_t
+        out: cython.longlong
+        waiting: cython.longlong
+        used: cython.longlong
+        total: cython.longlong
         score: cython.double
         best_score: cython.double
         rep: Rep
         best: Rep
-        if self.router_rr:
-            best_g = self.rr % self.num_groups
-            self.rr += 1
-        else:
+        router: Router = self.router
+        if router.needs_view:
             for g in range(self.num_groups):
-                load = 0
+                out = waiting = used = total = 0
                 for i in range(g * d, g * d + d):
                     rep = self.reps[i]
-                    load += rep.outstanding
-                if g == 0 or load < best_load:
-                    best_g, best_load = g, load
+                    out += rep.outstanding
+                    waiting += len(rep.waiting)
+                    used += rep.num_blocks - rep.free
+                    total += rep.num_blocks
+                router.observe(g, out, waiting, used, total)
+        best_g = router.pick(rid)
         if self.ls_in_turn:
             i = self.g_next[best_g]
             self.g_next[best_g] = (i + 1) % d
