@@ -185,3 +185,25 @@ def test_an_autoscaler_that_cannot_move_gives_the_fixed_runs_results(monkeypatch
     for name in ("scheduled", "first_token", "completed", "replica", "preemptions"):
         assert np.array_equal(getattr(fixed.reqs, name), getattr(pinned.reqs, name), equal_nan=True), name
     assert fixed.end_time == pinned.end_time and len(fixed.log) == len(pinned.log)
+
+
+def test_a_cold_start_is_its_parts_with_the_weights_read_at_the_stores_measured_rate():
+    from dataclasses import replace
+
+    from simserve.memory import weights_bytes_per_gpu
+    from simserve.sim.cold_start import CAPTURE_S, COMPILE_S, ENGINE_S, cold_start
+    from simserve.sim.scenario import Scenario
+
+    s = Scenario(model="llama-3-8b", gpu="h100", policy="vllm-v1", vllm_worker=True)
+    s3, gp3 = cold_start(s, "s3"), cold_start(s, "gp3")
+    assert s3.weights_s == pytest.approx(weights_bytes_per_gpu(s.deployment()) / (3.51 * 2**30))
+    assert 4.0 < s3.weights_s < 4.5  # Llama-3-8B: ~15 GiB of bf16 weights at S3's 3.51 GiB/s
+    assert gp3.weights_s / s3.weights_s == pytest.approx(3.51 / 1.03)
+    assert (s3.compile_s, s3.engine_s) == (COMPILE_S, ENGINE_S) and s3.capture_s == pytest.approx(CAPTURE_S)
+    assert s3.total_s == pytest.approx(s3.weights_s + s3.compile_s + s3.capture_s + s3.engine_s)
+    eager = cold_start(replace(s, enforce_eager=True), "s3")  # no graphs, no compilation
+    assert (eager.compile_s, eager.capture_s) == (0.0, 0.0) and eager.total_s == pytest.approx(
+        s3.weights_s + ENGINE_S
+    )
+    with pytest.raises(SimserveError, match="unknown storage"):
+        cold_start(s, "floppy")
