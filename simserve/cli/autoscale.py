@@ -1,4 +1,5 @@
-"""`simserve run --autoscale MIN:MAX`: the autoscaler's options, its configuration, and what it writes.
+"""`simserve run --autoscale MIN:MAX`: the autoscaler's configuration and what it writes (its options are in
+run.py: a warm run without --autoscale imports no other command module).
 
 The policies and the controller are sim/autoscale.py and sim/scale_policies.py; a replica's cold start is
 sim/cold_start.py; replicas.csv, summary.json's `autoscale` section and replicas.png are sim/scale_report.py's.
@@ -10,50 +11,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
-
-import typer
-
-AUTOSCALE = typer.Option(
-    None,
-    "--autoscale",
-    help="MIN:MAX replicas: an autoscaler adds and removes replicas during the run (--replicas is the count at "
-    "the start); each new one pays a cold start; writes replicas.csv and replicas.png.",
-)
-SCALE_POLICY = typer.Option(
-    "utilization",
-    "--scale-policy",
-    help="utilization (Kubernetes HPA on KV-cache usage) | queue (Dynamo's load planner: queued prompt tokens) | "
-    "slo (Dynamo's SLA planner: predicted rate / one replica's capacity at the SLO).",
-)
-SCALE_INTERVAL = typer.Option(
-    None,
-    "--scale-interval",
-    help="Seconds between decisions (default: HPA 15, Dynamo load 5, Dynamo SLA 180).",
-)
-SCALE_TARGET = typer.Option(
-    None, "--scale-target", help="utilization: the KV-cache usage to hold (default 0.5)."
-)
-COLD_START = typer.Option(
-    None,
-    "--cold-start-s",
-    help="A new replica's start-up in seconds (default: weights from --weights-from + torch.compile + CUDA "
-    "graphs + engine start, vLLM 0.33.0's).",
-)
-WEIGHTS_FROM = typer.Option(
-    "s3", "--weights-from", help="Where a new replica loads weights: gp3 | io2 | s3 | weka | vast."
-)
-REPLICA_CAPACITY = typer.Option(
-    None,
-    "--replica-capacity",
-    help="slo: one replica's capacity in requests/s at the SLO (default: simserve's capacity search, cached).",
-)
-SCALE_TTFT_SLO = typer.Option(
-    None, "--ttft-slo", help="With --autoscale: the TTFT bound of SLO attainment (default 0.5 s)."
-)
-SCALE_TPOT_SLO = typer.Option(
-    None, "--tpot-slo", help="With --autoscale: the TPOT bound of SLO attainment (default 0.05 s)."
-)
-NO_PLOTS = typer.Option(False, "--no-plots", help="With --autoscale: skip replicas.png.")
 
 
 def check_flags(autoscale: str | None, disaggregated: bool, given: dict[str, bool]) -> None:

@@ -12,18 +12,6 @@ from pathlib import Path
 import typer
 
 from simserve.cli import app
-from simserve.cli.autoscale import (
-    AUTOSCALE,
-    COLD_START,
-    NO_PLOTS,
-    REPLICA_CAPACITY,
-    SCALE_INTERVAL,
-    SCALE_POLICY,
-    SCALE_TARGET,
-    SCALE_TPOT_SLO,
-    SCALE_TTFT_SLO,
-    WEIGHTS_FROM,
-)
 from simserve.cli.options import seed_option
 from simserve.cli.outputs import check_served as _check_served
 from simserve.cli.outputs import jsonable as _jsonable
@@ -86,6 +74,48 @@ ALLOW_LONG_CONTEXT = typer.Option(
     "--allow-long-context",
     help="Allow --max-model-len (or the trace's default) beyond the model's context limit, as the paper did.",
 )
+# The autoscaler's options (cli/autoscale.py, imported only when they are used)
+AUTOSCALE = typer.Option(
+    None,
+    "--autoscale",
+    help="MIN:MAX replicas: an autoscaler adds and removes replicas during the run (--replicas is the count at "
+    "the start); each new one pays a cold start; writes replicas.csv and replicas.png.",
+)
+SCALE_POLICY = typer.Option(
+    "utilization",
+    "--scale-policy",
+    help="utilization (Kubernetes HPA on KV-cache usage) | queue (Dynamo's load planner: queued prompt tokens) | "
+    "slo (Dynamo's SLA planner: predicted rate / one replica's capacity at the SLO).",
+)
+SCALE_INTERVAL = typer.Option(
+    None,
+    "--scale-interval",
+    help="Seconds between decisions (default: HPA 15, Dynamo load 5, Dynamo SLA 180).",
+)
+SCALE_TARGET = typer.Option(
+    None, "--scale-target", help="utilization: the KV-cache usage to hold (default 0.5)."
+)
+COLD_START = typer.Option(
+    None,
+    "--cold-start-s",
+    help="A new replica's start-up in seconds (default: weights from --weights-from + torch.compile + CUDA "
+    "graphs + engine start, vLLM 0.33.0's).",
+)
+WEIGHTS_FROM = typer.Option(
+    "s3", "--weights-from", help="Where a new replica loads weights: gp3 | io2 | s3 | weka | vast."
+)
+REPLICA_CAPACITY = typer.Option(
+    None,
+    "--replica-capacity",
+    help="slo: one replica's capacity in requests/s at the SLO (default: simserve's capacity search, cached).",
+)
+SCALE_TTFT_SLO = typer.Option(
+    None, "--ttft-slo", help="With --autoscale: the TTFT bound of SLO attainment (default 0.5 s)."
+)
+SCALE_TPOT_SLO = typer.Option(
+    None, "--tpot-slo", help="With --autoscale: the TPOT bound of SLO attainment (default 0.05 s)."
+)
+NO_PLOTS = typer.Option(False, "--no-plots", help="With --autoscale: skip replicas.png.")
 
 
 def _default_out(
@@ -392,17 +422,18 @@ def run_command(
     if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
         raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
                             f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
-    from simserve.cli import autoscale as scaling
-
-    scaling.check_flags(autoscale, prefill is not None or decode is not None, {
+    scale_flags = {
         "--scale-policy": scale_policy != "utilization", "--scale-interval": scale_interval is not None,
         "--scale-target": scale_target is not None, "--cold-start-s": cold_start_s is not None,
         "--weights-from": weights_from != "s3", "--replica-capacity": replica_capacity is not None,
-        "--ttft-slo": ttft_slo is not None, "--tpot-slo": tpot_slo is not None, "--no-plots": no_plots})  # fmt: skip
-    from simserve.sim.scale_report import TPOT_SLO_S, TTFT_SLO_S
+        "--ttft-slo": ttft_slo is not None, "--tpot-slo": tpot_slo is not None, "--no-plots": no_plots}  # fmt: skip
+    if autoscale is not None or any(scale_flags.values()):
+        from simserve.cli import autoscale as scaling
+        from simserve.sim.scale_report import TPOT_SLO_S, TTFT_SLO_S
 
-    ttft_slo = TTFT_SLO_S if ttft_slo is None else ttft_slo
-    tpot_slo = TPOT_SLO_S if tpot_slo is None else tpot_slo
+        scaling.check_flags(autoscale, prefill is not None or decode is not None, scale_flags)
+        ttft_slo = TTFT_SLO_S if ttft_slo is None else ttft_slo
+        tpot_slo = TPOT_SLO_S if tpot_slo is None else tpot_slo
     _, frontend_ms, api_server_count = _frontend(
         frontend, frontend_ms, api_server_count, paper_setup, policy, prefill is not None or decode is not None,
         dp_attention,
@@ -542,7 +573,8 @@ def run_command(
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scaling.scenario_echo(scenario_fields(scenario)), "qps": qps, "summary": summary, "notes": notes,
+        echo = scenario_fields(scenario)
+        doc = {"scenario": echo if autoscale is None else scaling.scenario_echo(echo), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile,
                "vllm_bench_serve": bench}  # fmt: skip
         if scenario.policy in RELEASE_OF:
