@@ -89,6 +89,18 @@ def test_a_burst_runs_to_completion_by_default(capsys, tmp_path):
     assert stopped["overloaded"] and stopped["completed"] < 32
 
 
+def test_a_replay_takes_the_whole_trace_unless_told(capsys, tmp_path):
+    # a recorded trace of 3,000 rows: a replay without --requests plays all of them (not the 2,048 a sampled run
+    # takes), in order; --requests N still takes the first N
+    trace = tmp_path / "day.csv"
+    trace.write_text("prompt_tokens,output_tokens,arrived_at\n" + "".join(f"64,2,{i * 0.5}\n" for i in range(3000)))
+    args = ["run", "--trace", str(trace), "--arrival", "replay"]
+    assert cli(capsys, *args, "--out", str(tmp_path / "all"))[0] == 0
+    assert json.loads((tmp_path / "all" / "summary.json").read_text())["summary"]["num_requests"] == 3000
+    assert cli(capsys, *args, "--requests", "10", "--out", str(tmp_path / "ten"))[0] == 0
+    assert json.loads((tmp_path / "ten" / "summary.json").read_text())["summary"]["num_requests"] == 10
+
+
 def test_cpu_overhead_and_ray_round_trip_switches(capsys, tmp_path):
     ttft = {}
     for name, extra in (("none", ["--no-cpu-overhead"]), ("default", []), ("ray", ["--ray-comm"])):

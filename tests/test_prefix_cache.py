@@ -3,6 +3,8 @@
 The step-by-step agreement with vLLM's own scheduler is tests/conformance/; these pin the rules one at a time.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,9 @@ BS = 16
 
 
 def cache(num_blocks, group, shared):
-    return PrefixCache(num_blocks, BS, np.array(group), np.array(shared))
+    return PrefixCache(
+        num_blocks, BS, SimpleNamespace(prefix_group=np.array(group), prefix_tokens=np.array(shared))
+    )
 
 
 def run_request(c, rid, tokens):

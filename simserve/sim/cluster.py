@@ -342,12 +342,15 @@ def simulate(
     num_blocks: int,
     cfg: SimConfig,
     progress: Callable[[int, int], None] | None = None,
-    prefix: tuple[np.ndarray, np.ndarray] | None = None,
+    prefix: tuple | None = None,
     conversation: np.ndarray | None = None,
     ignore_eos: np.ndarray | None = None,
     autoscale: AutoscaleConfig | None = None,
 ) -> RawRun:
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
+
+    `prefix`: (prefix group, tokens on it) per request, optionally followed by (offsets, ids), the CSR rows of
+    the requests' chained prefix-block ids (Requests.set_prefix; prefix_cache.shared_runs says what they mean).
 
     `ignore_eos` (sglang): per request, whether it is sent with ignore_eos (default: `cfg.ignore_eos` for all).
 
@@ -382,9 +385,7 @@ def simulate(
     # A request stops once its length passes max_model_len (Sarathi-Serve: FINISHED_LENGTH_CAPPED).
     output = np.minimum(output, np.maximum(cfg.max_model_len + 1 - prompt, 1))
     reqs = Requests(prompt, output, arrived)
-    if prefix is not None:  # (group, tokens on it) per request: which blocks prefix caching can share
-        reqs.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
-        reqs.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
+    reqs.set_prefix(prefix, order)  # which blocks prefix caching can share (Requests.set_prefix)
     if ignore_eos is not None:
         reqs.ignore_eos = np.asarray(ignore_eos, dtype=bool)[order]
     core = core_run.choose(cfg, timer)

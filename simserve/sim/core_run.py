@@ -236,7 +236,7 @@ def run(
         heapq.heapify(due)
     caches = radixes = None
     if cfg.prefix_caching and cfg.policy != "sglang":  # the reference's own block pool, one per replica
-        caches = [PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
+        caches = [PrefixCache(num_blocks, cfg.block_size, reqs)
                   for _ in range(cfg.num_replicas)]  # fmt: skip
     params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches, due)
     params["router"] = routers.make(cfg, reqs, num_blocks)  # the reference's own router (cluster.Cluster)

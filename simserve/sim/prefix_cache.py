@@ -5,13 +5,18 @@ The paged KV cache of one replica with vLLM V1's prefix caching on (`BlockPool` 
 `vllm/v1/core/`, one full-attention KV group), reduced to what scheduling sees. Physical blocks are kept, not
 just a count, because which cached block is reused next decides later cache hits:
 
-- A block is identified by its key: vLLM chains a block's hash over its parent's, so block k of two
-  requests match exactly when their first k + 1 blocks hold the same tokens. simserve's requests carry no
-  token ids; a request instead names the stream its tokens come from (`Requests.prefix_group`) and how many
-  of its tokens lie on it (`Requests.prefix_tokens`): block k is the group's block k while the whole block
-  lies within those tokens, and the request's own block k after (its own blocks still hit when a preempted
-  request is readmitted). A conversation's turns share the conversation's stream; requests of a synthetic
-  workload that share a system prompt share the prompt's stream for its length.
+- A block is identified by its key (`block_key`, below: the one definition every consumer uses — this cache,
+  SGLang's radix cache, the prefix-aware router, `simserve trace stats`): vLLM chains a block's hash over its
+  parent's, so block k of two requests match exactly when their first k + 1 blocks hold the same tokens.
+  simserve's requests carry no token ids; a request's tokens are instead a few runs of *labels*
+  (`shared_runs`), then its own stream. Either it names the stream its tokens come from
+  (`Requests.prefix_group`) and how many of its tokens lie on it (`Requests.prefix_tokens`): a conversation's
+  turns share the conversation's stream, requests that share a system prompt the prompt's stream for its
+  length. Or it carries a trace's chained block ids (`Requests.hash_ids`, Mooncake's `hash_ids`: one id per
+  HASH_BLOCK_TOKENS-token block, naming that block together with everything before it), which express a tree
+  of prefixes (A = [1, 2, 3], B = [1, 2, 5], C = [1, 2, 5, 6]) that one stream per request cannot. Block k is
+  keyed (label of the run its last token lies in, k) while the whole block lies on shared tokens, and by the
+  request's own stream after (its own blocks still hit when a preempted request is readmitted).
 - Only full blocks are cached, when the tokens that fill them are scheduled (`allocate_slots` →
   `cache_blocks`, so a request admitted later in the same step already hits them). A hit is the longest
   run of cached blocks from the start, at most `num_tokens - 1` tokens (the last token is always computed:
@@ -22,9 +27,6 @@ just a count, because which cached block is reused next decides later cache hits
 - Two blocks may hold the same key (vLLM does not deduplicate: a request admitted while another was still
   computing the shared prefix computes its own copy); a lookup takes the earliest cached.
 
-`block_keys(reqs, rid, num_tokens, block_size)` lists the keys of a request's blocks in order, as `block_key`
-gives them: what a prefix-aware router (sim/routers.py) indexes, so a router and the cache match on the same keys.
-
 `free` counts every block in the free queue, cached or not, as vLLM's `get_num_free_blocks` does; a block
 shared by several running requests is held once (ref count), so KV usage counts it once.
 """
@@ -33,32 +35,85 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-_GROUP_BITS = 32  # a key is stream * 2**32 + block index: max_model_len / block_size < 2**32
+from simserve.workload.formats import HASH_BLOCK_TOKENS
+
+_GROUP_BITS = 32  # a key is label * 2**32 + block index: max_model_len / block_size < 2**32
+# Labels: a stream is its group number (0 .. 2**31 - 1, trace.py's bound), a chained block id is CHAIN_LABEL +
+# id (ids too are < 2**31), a request's own stream is -(rid + 1). So no two kinds of label collide. Keys are
+# compared for equality only (as vLLM's block hashes are); a chain key needs 64 bits unsigned, Python ints hold it.
+CHAIN_LABEL = 1 << 31
 
 
-def block_keys(reqs, rid: int, num_tokens: int, block_size: int) -> list[int]:
-    """The keys of the blocks holding request `rid`'s first `num_tokens` tokens, in order (the last block may be
-    partial): block k is its stream's block k while the whole block lies on the stream (`reqs.prefix_group`,
-    `reqs.prefix_tokens`), the request's own after, as `PrefixCache.block_key` keys them."""
-    g, shared = int(reqs.prefix_group[rid]), int(reqs.prefix_tokens[rid])
+def shared_runs(reqs, rid: int) -> list[tuple[int, int]]:
+    """The request's shared tokens as runs of (label, end token), in order, each from the previous end; its
+    own stream follows the last. Two requests' token t are the same exactly when they lie in runs of the same
+    label (a stream's tokens, or a chained block id, which names everything before it too)."""
+    offsets = getattr(reqs, "hash_offsets", None)
+    if offsets is not None and offsets[rid + 1] > offsets[rid]:
+        lo, hi = int(offsets[rid]), int(offsets[rid + 1])
+        covered = min(int(reqs.prompt[rid]), (hi - lo) * HASH_BLOCK_TOKENS)
+        ids = reqs.hash_ids
+        return [(CHAIN_LABEL + int(ids[lo + m]), min((m + 1) * HASH_BLOCK_TOKENS, covered))
+                for m in range(-(-covered // HASH_BLOCK_TOKENS))]  # fmt: skip
+    g = int(reqs.prefix_group[rid])
+    return [(g, int(reqs.prefix_tokens[rid]))] if g >= 0 else []
+
+
+def block_runs(reqs, rid: int, block_size: int) -> list[tuple[int, int]]:
+    """`shared_runs` in whole blocks of block_size tokens: (label, end block), empty runs dropped. A block
+    belongs to the run its last token lies in (a chained id names all before it), so engine block j of a
+    Mooncake trace lies within Mooncake block j * block_size // 512 when block_size divides 512."""
+    runs, last = [], 0
+    for label, end in shared_runs(reqs, rid):
+        end //= block_size
+        if end > last:
+            runs.append((label, end))
+            last = end
+    return runs
+
+
+def block_key(reqs, rid: int, block_size: int, k: int) -> int:
+    """The key of the request's block k (block_size tokens): (label, k) of the run holding it (`block_runs`),
+    else of the request's own stream. The one place a block's identity is decided."""
+    end = (k + 1) * block_size  # NOTE: the direct arithmetic of block_runs, per block: this is the hot path
+    offsets = getattr(reqs, "hash_offsets", None)
+    if offsets is not None and offsets[rid + 1] > offsets[rid]:
+        lo, hi = int(offsets[rid]), int(offsets[rid + 1])
+        if end <= min(int(reqs.prompt[rid]), (hi - lo) * HASH_BLOCK_TOKENS):
+            label = CHAIN_LABEL + int(reqs.hash_ids[lo + (end - 1) // HASH_BLOCK_TOKENS])
+            return (label << _GROUP_BITS) | k
+    else:
+        g = int(reqs.prefix_group[rid])
+        if g >= 0 and end <= reqs.prefix_tokens[rid]:
+            return (g << _GROUP_BITS) | k
+    return -(((rid + 1) << _GROUP_BITS) | k)  # the request's own stream
+
+
+def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
+    """The keys of the request's first n_blocks blocks (what a prefix-aware router scores replicas by): block_key
+    for each, worked out from its runs at once (tests/test_prefix_identity.py holds them equal)."""
+    keys: list[int] = []
+    start = 0
+    for label, end in block_runs(reqs, rid, block_size):
+        end = min(end, n_blocks)
+        keys.extend((label << _GROUP_BITS) | k for k in range(start, end))
+        start = max(start, end)
     own = (rid + 1) << _GROUP_BITS
-    return [
-        (g << _GROUP_BITS) | k if g >= 0 and (k + 1) * block_size <= shared else -(own | k)
-        for k in range(-(-num_tokens // block_size))
-    ]
+    keys.extend(-(own | k) for k in range(start, n_blocks))
+    return keys
 
 
 class PrefixCache:
     """vLLM's BlockPool with prefix caching for one replica (the watermark is vLLM V1's default, 0)."""
 
-    def __init__(self, num_blocks: int, block_size: int, group, shared_tokens):
+    def __init__(self, num_blocks: int, block_size: int, reqs):
         if num_blocks < 1:
             raise ValueError(f"a KV cache needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
         self.watermark = 0
         self.block_size = block_size
-        self._group = group  # per request: the stream it shares (-1: none)
-        self._shared = shared_tokens  # per request: how many of its tokens lie on that stream
+        self.reqs = reqs  # the requests' identity (prefix groups and tokens, chained block ids): block_key
+        self._keys: dict[int, list[int]] = {}  # request -> its shared blocks' keys, while it is being served
         self.ref = [0] * num_blocks
         self.key: list[int | None] = [None] * num_blocks
         # the free queue, front first: the next block a new allocation takes (vLLM starts it in id order)
@@ -85,10 +140,15 @@ class PrefixCache:
 
     # -- keys ---------------------------------------------------------------------------------------
     def block_key(self, rid: int, k: int) -> int:
-        g = int(self._group[rid])
-        if g >= 0 and (k + 1) * self.block_size <= self._shared[rid]:
-            return (g << _GROUP_BITS) | k
-        return -(((rid + 1) << _GROUP_BITS) | k)  # the request's own stream
+        """`block_key`, its shared blocks' keys worked out once per admission (a 100k-token Mooncake prompt is
+        6k blocks, looked up and cached block by block); dropped when the request's blocks are freed."""
+        keys = self._keys.get(rid)
+        if keys is None:
+            runs = block_runs(self.reqs, rid, self.block_size)
+            keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[-1][1] if runs else 0)
+        if k < len(keys):
+            return keys[k]
+        return -(((rid + 1) << _GROUP_BITS) | k)  # past its shared blocks: the request's own stream
 
     # -- admission ------------------------------------------------------------------------------------
     def lookup(self, rid: int, num_tokens: int) -> list[int]:
@@ -159,6 +219,7 @@ class PrefixCache:
     def free_request(self, rid: int) -> None:
         """Release a finished or preempted request's blocks, tail first (`KVCacheManager.free`)."""
         held = self.held.pop(rid, [])
+        self._keys.pop(rid, None)
         self.num_cached.pop(rid, None)
         first, last = [], []
         for b in reversed(held):
@@ -170,3 +231,28 @@ class PrefixCache:
             self.queue.move_to_end(b, last=False)
         for b in last:  # append_n
             self.queue[b] = None
+
+
+def prefix_reuse(reqs, block_size: int) -> tuple[int, int]:
+    """(prompt blocks an infinite prefix cache would hit, whole prompt blocks), requests taken in id order, each
+    leaving its KV (prompt and output, up to its last computed token) cached for good: what a trace offers
+    prefix caching at best (`simserve trace stats`). A hit is a run of cached blocks from the start."""
+    seen: dict[int, int] = {}  # label -> blocks of it cached so far (the end of its run)
+    hits = total = 0
+    for rid in range(len(reqs.prompt)):
+        prompt = int(reqs.prompt[rid])
+        total += prompt // block_size
+        runs = block_runs(reqs, rid, block_size)
+        start = 0
+        for label, end in runs:
+            got = min(end, seen.get(label, 0), prompt // block_size)
+            if got <= start:
+                break
+            hits += got - start
+            if got < end:
+                break
+            start = end
+        done = (prompt + int(reqs.output[rid]) - 1) // block_size  # the last token's KV is never computed
+        for label, end in runs:
+            seen[label] = max(seen.get(label, 0), min(end, done))
+    return hits, total

@@ -3,10 +3,10 @@
 A radix tree over token pages: every node holds a run of pages, its children start with different pages. What
 SGLang does with it, reduced to what scheduling sees:
 
-- **Identity.** As for vLLM's prefix cache (prefix_cache.py): simserve's requests have no token ids; page k of a
-  request is its prefix group's page k while the whole page lies within its `prefix_tokens`, its own page k
-  after. Two requests' pages at the same depth match exactly when they come from the same stream, so a node's
-  pages are a few runs of (stream, depth range) instead of token ids.
+- **Identity.** As for vLLM's prefix cache (prefix_cache.py, `block_runs`, the one definition): simserve's
+  requests have no token ids; a request's pages are a few runs of labels (a prefix group's stream, or a
+  trace's chained block ids), then its own stream. Two requests' pages at the same depth match exactly when
+  their labels there are equal, so a node's pages are a few runs of (label, depth range) instead of token ids.
 - **Matching** (`match_prefix`): the longest cached run of pages from the root, at most `num_tokens - 1` tokens
   (`Req._compute_max_prefix_len`), page-aligned down. A match ending inside a node splits it there. Every node
   on the path gets the call's access time (the LRU clock).
@@ -37,6 +37,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+
+from simserve.sim.prefix_cache import block_runs, shared_runs
+
+_NO_END = 1 << 62  # a request's own stream runs past any depth
 
 
 class _Node:
@@ -76,6 +80,7 @@ class RadixCache:
         self.root.lock_ref = 1  # never evicted (SGLang: root_node.lock_ref = 1)
         self.leaves: set[_Node] = set()  # evictable leaves
         self.lock: dict[int, _Node] = {}  # request -> the node it locks
+        self._identity: dict[int, list[tuple[int, int]]] = {}  # request -> its label runs (_label_runs)
         self.protected_pages: dict[int, int] = {}  # request -> its pages the tree owns
         # prefix-cache counters, as summary.json reports vLLM's: tokens looked up and hit at admission
         self.queries = self.hits = self.preempted_queries = self.preempted_hits = 0
@@ -111,41 +116,41 @@ class RadixCache:
         self.available += pages
 
     # -- identity -------------------------------------------------------------------------------------
-    def _streams(self, rid: int) -> tuple[int, int, int]:
-        """(shared stream, pages on it, own stream) of a request."""
-        g = int(self.reqs.prefix_group[rid])
-        shared = int(self.reqs.prefix_tokens[rid]) // self.page if g >= 0 else 0
-        return g, shared, -(rid + 1)
+    def _label_runs(self, rid: int) -> list[tuple[int, int]]:
+        """(label, end page) runs of a request's pages (prefix_cache.block_runs), its own stream last."""
+        runs = self._identity.get(rid)
+        if runs is None:  # a request's identity never changes: worked out once
+            runs = self._identity[rid] = [*block_runs(self.reqs, rid, self.page), (-(rid + 1), _NO_END)]
+        return runs
 
     def _runs(self, rid: int, start: int, end: int) -> list[tuple[int, int]]:
-        g, m, own = self._streams(rid)
-        runs = []
-        if start < m:
-            runs.append((g, min(m, end)))
-        if end > m:
-            runs.append((own, end))
-        return runs
+        return _clip(self._label_runs(rid), start, end)
 
     def _match_in(self, node: _Node, rid: int, depth: int, limit: int) -> int:
         """How many of node's pages from `depth` on (below `limit`) are the request's."""
-        g, m, own = self._streams(rid)
+        mine = self._label_runs(rid)
+        i = 0
         x = depth
         for stream, end in node.runs:
             if end <= x:
                 continue
             seg = min(end, limit)
             while x < seg:
-                mine, mine_end = (g, min(m, seg)) if x < m else (own, seg)
-                if mine != stream:
+                while mine[i][1] <= x:
+                    i += 1
+                label, mine_end = mine[i]
+                if label != stream:
                     return x - depth
-                x = mine_end
+                x = min(mine_end, seg)
             if x >= limit:
                 break
         return x - depth
 
     def _first_stream(self, rid: int, depth: int) -> int:
-        g, m, own = self._streams(rid)
-        return g if depth < m else own
+        for label, end in self._label_runs(rid):
+            if depth < end:
+                return label
+        raise IndexError(depth)
 
     def _split(self, child: _Node, at: int) -> _Node:
         """`_split_node`: a new node for child's pages before depth `at`, child keeps the rest."""
@@ -245,6 +250,35 @@ class RadixCache:
             self.leaves.discard(node)
         else:
             self.leaves.add(node)
+
+    def waiting_deprioritized(
+        self, rid: int, num_tokens: int, queued: dict[int, int], threshold: int
+    ) -> bool:
+        """lpm's in-batch check (`SchedulePolicy._compute_prefix_matches`): whether the request shares at least
+        `threshold` of its num_tokens tokens with a waiting request checked before it (SGLang's waiting-queue
+        radix tree, here `queued`: label -> the most tokens of it a checked request had); if not, it joins."""
+        runs = shared_runs(self.reqs, rid)
+        if not runs:
+            return False
+        matched = 0
+        for label, end in runs:
+            end = min(end, num_tokens)
+            have = queued.get(label, 0)
+            if have < end:
+                matched = max(matched, have)
+                break
+            matched = end
+            if end >= num_tokens:
+                break
+        if matched >= threshold:
+            return True
+        start = 0
+        for label, end in runs:
+            if start >= num_tokens:
+                break
+            queued[label] = max(queued.get(label, 0), min(end, num_tokens))
+            start = end
+        return False
 
     # -- a request's life -------------------------------------------------------------------------------
     def admit(self, rid: int, pages: int, node: _Node | None, num_tokens: int, readmitted: bool) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simserve.workload.trace import take_rows
+
 WAITING, RUNNING, DONE, IGNORED = 0, 1, 2, 3
 
 
@@ -46,8 +48,22 @@ class Requests:
         self.prefix_group = np.full(n, -1, dtype=np.int64)
         self.prefix_tokens = np.zeros(n, dtype=np.int64)
         self.cached_tokens = np.zeros(n, dtype=np.int64)
+        # ... or, instead of a stream, a trace's chained prefix-block ids (Mooncake's hash_ids), request i's
+        # being hash_ids[hash_offsets[i]:hash_offsets[i + 1]] (None: no request has any)
+        self.hash_offsets: np.ndarray | None = None
+        self.hash_ids: np.ndarray | None = None
         # sglang: per request, whether the client sent ignore_eos (None: the run's --ignore-eos for all)
         self.ignore_eos: np.ndarray | None = None
+
+    def set_prefix(self, prefix: tuple | None, order: np.ndarray) -> None:
+        """The prefix identity of a workload given in trace order: (group, tokens on it) per request, optionally
+        followed by (offsets, ids) of the chained block ids; `order` maps ids to trace rows."""
+        if prefix is None:
+            return
+        self.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]
+        self.prefix_tokens[:] = np.asarray(prefix[1], dtype=np.int64)[order]
+        if len(prefix) > 2 and prefix[2] is not None:
+            self.hash_offsets, self.hash_ids = take_rows(prefix[2], prefix[3], order)
 
     def num_tokens(self, rid: int) -> int:
         return int(self.prompt[rid] + self.generated[rid])

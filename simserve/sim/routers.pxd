@@ -45,7 +45,7 @@ cdef class Router:
     @cython.locals(top=double, count=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t)
     cpdef Py_ssize_t _best(self) except -1
 
-    @cython.locals(prompt=cython.longlong)
+    @cython.locals(prompt=cython.longlong, blocks=cython.longlong)
     cpdef list _hashes(self, long long rid)
 
     @cython.locals(lru=object)

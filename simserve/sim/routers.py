@@ -164,7 +164,8 @@ class Router:
         prompt = int(self.reqs.prompt[rid])
         if prompt < self.block_size:
             return []
-        return block_keys(self.reqs, rid, min(prompt, MAX_PREFIX_BLOCKS * self.block_size), self.block_size)
+        blocks = -(-min(prompt, MAX_PREFIX_BLOCKS * self.block_size) // self.block_size)
+        return block_keys(self.reqs, rid, self.block_size, blocks)
 
     def _remember(self, keys, pod) -> None:
         """indexer.Add: the keys into the replica's LRU (a hit moves to the front; past capacity the oldest is

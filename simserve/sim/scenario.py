@@ -122,6 +122,9 @@ class Scenario:
     reserve_full_isl: bool = field(default=True, metadata={"omit_at_default": True})
     # The API server's endpoint (`vllm bench serve --backend openai|vllm`: completions; `openai-chat`: chat)
     api_endpoint: str = field(default="completions", metadata={"omit_at_default": True})
+    # A load curve file (workload/load_curve.py): rate multipliers over time, warping synthetic arrivals or
+    # thinning/duplicating replayed ones. None: the process's constant rate.
+    load_curve: str | None = field(default=None, metadata={"omit_at_default": True})
     # The autoscaler (`--autoscale MIN:MAX`, sim/autoscale.py): the cluster then has its maximum of replicas,
     # `num_replicas` of them active at the start. None: a fixed count, as before.
     autoscale: AutoscaleConfig | None = field(default=None, metadata={"omit_at_default": True})
@@ -426,16 +429,43 @@ def simulate_scenario(
     if s.arrival == "conversation":
         from simserve.sim.conversation import parents
 
-        if prefix is None or recorded is None:
+        if prefix is None or recorded is None or len(prefix) > 2:  # block ids say what is shared, not who follows whom
             raise SimserveError(
                 f"--arrival conversation needs a multi-turn trace (conversation_id and round columns, recorded "
                 f"arrivals); {s.trace} has none (build one with `simserve trace build sharegpt-multiturn`)"
             )
         follows = parents(prefix[0], prompt, output)
+    if s.arrival == "replay" and recorded is None:
+        raise SimserveError(
+            f"--arrival replay needs recorded arrival times, but trace {s.trace!r} has none (no arrived_at or "
+            f"timestamp column); use a trace with arrival times (e.g. --trace azure-conv-2023) or a synthetic "
+            f"--arrival such as poisson (which --load-curve shapes too)"
+        )
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
+    if s.load_curve is not None:
+        prompt, output, arrived, prefix = _shaped(s, prompt, output, arrived, prefix)
     autoscale = s.autoscale if s.autoscale is None else replace(s.autoscale, initial=s.num_replicas)
     return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows,
                     autoscale=autoscale), dep  # fmt: skip
+
+
+def _shaped(s: Scenario, prompt, output, arrived, prefix):
+    """The workload under --load-curve: synthetic arrivals warped in time, replayed ones thinned or duplicated."""
+    from simserve.workload.load_curve import load_curve
+    from simserve.workload.trace import take_rows
+
+    curve = load_curve(s.load_curve)
+    if s.arrival == "conversation":
+        raise SimserveError("--load-curve cannot reshape --arrival conversation (its rounds follow their answers); "
+                            "use --arrival replay, or a synthetic --arrival")  # fmt: skip
+    if s.arrival != "replay":
+        return prompt, output, curve.warp(arrived), prefix
+    rows, arrived = curve.thin(arrived, s.seed)
+    if not len(rows):
+        raise SimserveError(f"--load-curve {s.load_curve} thinned every request away; raise its multipliers")
+    if prefix is not None:
+        prefix = (prefix[0][rows], prefix[1][rows], *(take_rows(prefix[2], prefix[3], rows) if len(prefix) > 2 else ()))
+    return prompt[rows], output[rows], arrived, prefix
 
 
 @lru_cache(maxsize=16)
@@ -544,6 +574,17 @@ def _usable(trace: str, max_len: int):
     return load_trace(trace, max_total_tokens=max_len)
 
 
+def whole_trace(s: Scenario) -> Scenario:
+    """The scenario with every usable request of its trace (replay and conversation runs without --requests: a
+    recorded day is replayed whole, as `vllm bench serve` replays a dataset file); at most MAX_REQUESTS."""
+    from simserve.sim.config import MAX_REQUESTS
+    from simserve.workload import bench_datasets
+
+    if bench_datasets.is_spec(s.trace):  # generated, not recorded: _workload says why it cannot be replayed
+        return s
+    return replace(s, num_requests=max(1, min(len(_usable(s.trace, s.max_len)), MAX_REQUESTS)))
+
+
 @lru_cache(maxsize=16)
 def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
     """(prompt, output, recorded arrivals or None, (prefix group, prefix tokens) or None) of the first n
@@ -563,7 +604,7 @@ def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
     if not len(t):
         raise SimserveError(f"trace {trace!r} has no requests; pick a trace with at least one request")
     t = t.head(n) if replay or t.in_order else t.sample(n, seed)
-    prefix = None if t.prefix_group is None else (t.prefix_group, t.prefix_tokens)
+    prefix = t.prefix
     for a in (t.prompt_tokens, t.output_tokens, t.arrived_at, *(prefix or ())):
         if a is not None:
             a.setflags(write=False)  # cached: shared by every later call in this process
@@ -606,6 +647,10 @@ def workload_notes(s: Scenario) -> list[str]:
             f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
             f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
+    if s.load_curve is not None:
+        how = ("each recorded request sent floor(m) or ceil(m) times (thinned or duplicated with the seed)"
+               if s.arrival == "replay" else "arrival times warped so the rate at t is the process's times m(t)")  # fmt: skip
+        notes.append(f"--load-curve {s.load_curve}: the rate multiplied by its m(t): {how}")
     in_order = s.arrival in ("replay", "conversation") or t.in_order
     if not in_order and s.num_requests > len(t):
         notes.append(

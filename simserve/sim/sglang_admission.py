@@ -231,19 +231,13 @@ def sort_by_longest_prefix(rep: ReplicaState) -> None:
     as SGLang's matching does), then sort by cached prefix, longest first, stably; a request whose cached prefix
     is at most IN_BATCH_CHECK tokens but which shares IN_BATCH_DEPRIORITIZE or more tokens with an earlier
     waiting request goes last (computing one of them first lets the others hit)."""
-    radix, r = rep.radix, rep.reqs
+    radix = rep.radix
     matched: dict[int, float] = {}
-    queued: dict[int, int] = {}  # the waiting-queue tree: per stream, the longest run an earlier request put in it
+    queued: dict[int, int] = {}  # the waiting-queue tree: per label, the longest run an earlier request put in it
     for rid in rep.waiting:
         n = rep.num_tokens(rid)
         hit = radix.match(rid, n)[0] * rep.block_size
         matched[rid] = -hit
-        if hit > IN_BATCH_CHECK:
-            continue
-        g = int(r.prefix_group[rid])
-        mine = min(int(r.prefix_tokens[rid]), n) if g >= 0 else 0  # its tokens on a shared stream
-        if g >= 0 and min(mine, queued.get(g, 0)) >= IN_BATCH_DEPRIORITIZE:
+        if hit <= IN_BATCH_CHECK and radix.waiting_deprioritized(rid, n, queued, IN_BATCH_DEPRIORITIZE):
             matched[rid] = float("inf")
-        elif g >= 0:
-            queued[g] = max(queued.get(g, 0), mine)
     rep.waiting = type(rep.waiting)(sorted(rep.waiting, key=matched.__getitem__))

@@ -48,7 +48,7 @@ class ReplicaState:
         # vllm-v1 with prefix caching: vLLM's block pool (hashed blocks, LRU free queue); else a count
         self.prefix: PrefixCache | None = None
         if cfg.prefix_caching:
-            self.prefix = PrefixCache(num_blocks, cfg.block_size, reqs.prefix_group, reqs.prefix_tokens)
+            self.prefix = PrefixCache(num_blocks, cfg.block_size, reqs)
         self.kv = self.prefix if self.prefix is not None else BlockManager(num_blocks, cfg.kv_watermark())
         # prefix caching: finished requests whose blocks go back at the next step, in `running` order (vLLM
         # frees them in the order it scheduled them, and that order is the free queue's LRU order)

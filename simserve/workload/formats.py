@@ -4,7 +4,9 @@ The column names of three families are accepted, so a trace from another tool lo
 
 * Vidur / Sarathi-Serve: `num_prefill_tokens`, `num_decode_tokens`, optional `arrived_at` (seconds);
 * vLLM benchmarks: `prompt_len | input_len | prompt_tokens` and `output_len | expected_output_len | output_tokens`;
-* Mooncake / Bailian JSONL: `input_length`, `output_length`, `timestamp` (milliseconds).
+* Mooncake / Bailian JSONL: `input_length`, `output_length`, `timestamp` (milliseconds), and `hash_ids`: the
+  request's chained prefix-block ids, one per HASH_BLOCK_TOKENS tokens (a JSON list; in a CSV, the ids
+  separated by spaces), which prefix caching keys blocks by (sim/prefix_cache.py).
 
 Reading keeps every cell as text, so that validation (in `trace.py`) can quote the offending value.
 """
@@ -29,6 +31,10 @@ PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_len", "input_len", "prompt_token
 OUTPUT_COLUMNS = ("num_decode_tokens", "output_len", "expected_output_len", "output_tokens", "output_length")
 # Arrival column -> factor that converts it to seconds.
 ARRIVAL_COLUMNS = {"arrived_at": 1.0, "timestamp": 1e-3}
+# Prefix-block ids: one id per block of this many tokens. Mooncake's FAST'25 traces: "The block size is 512
+# tokens" (kvcache-ai/Mooncake, FAST25-release/README.md, "Trace Format", `hash_ids`).
+HASH_COLUMN = "hash_ids"
+HASH_BLOCK_TOKENS = 512
 
 if TYPE_CHECKING:  # imported where a file is parsed: a cached trace (trace_cache.py) needs no pandas
     import pandas as pd

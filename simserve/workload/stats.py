@@ -89,3 +89,55 @@ def save_histogram(trace: Trace, png: str | Path, bins: int = 60) -> Path:
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return png
+
+
+@dataclass(frozen=True)
+class RateOverTime:
+    """Recorded arrivals counted in whole windows of `window` seconds from the first arrival; the tail after the
+    last whole window is left out (a few seconds' count would read as a burst or a lull). A trace shorter than
+    one window is one window, its span."""
+
+    window: float
+    starts: np.ndarray  # each window's start, seconds from the first arrival
+    rates: np.ndarray  # requests per second in each window
+
+    @classmethod
+    def of(cls, arrived: np.ndarray, window: float) -> RateOverTime:
+        t = np.asarray(arrived, dtype=np.float64) - arrived[0]
+        span = float(t[-1])
+        whole = int(span // window)
+        if whole == 0:
+            width = span if span > 0 else window
+            return cls(width, np.zeros(1), np.array([len(t) / width]))
+        edges = np.arange(whole + 1) * window
+        counts = np.bincount(np.minimum((t // window).astype(np.int64), whole), minlength=whole + 1)[:whole]
+        return cls(window, edges[:-1], counts / window)
+
+    def summary(self, n: int, span: float) -> str:
+        peak = int(np.argmax(self.rates))
+        mean = (n - 1) / span if span > 0 else float("nan")
+        return (f"rate per {self.window:g}-s window ({len(self.rates)} whole windows): mean {mean:.2f} req/s, peak {self.rates[peak]:.2f} req/s (window "
+                f"at {self.starts[peak]:,.0f} s), lowest {self.rates.min():.2f} req/s, peak/mean "
+                f"{self.rates[peak] / mean:.2f}")  # fmt: skip
+
+
+def save_rate_plot(trace: Trace, rate: RateOverTime, png: str | Path) -> Path:
+    """Requests per second over time, one step per window; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # NOTE: headless: never needs a display, also under CI
+    import matplotlib.pyplot as plt
+
+    png = Path(png)
+    fig, ax = plt.subplots(figsize=(10, 3.6), constrained_layout=True)
+    hours = rate.starts[-1] > 3 * 3600
+    scale, unit = (3600.0, "h") if hours else (60.0, "min") if rate.starts[-1] > 600 else (1.0, "s")
+    ends = np.append(rate.starts, rate.starts[-1] + rate.window)  # the last window drawn to its end too
+    ax.step(ends / scale, np.append(rate.rates, rate.rates[-1]), where="post", color="#4C72B0")
+    ax.set(xlabel=f"time from the first request ({unit})", ylabel=f"requests/s ({rate.window:g}-s windows)",
+           ylim=(0, None))  # fmt: skip
+    ax.set_title(f"{trace.name}: {len(trace):,} requests")
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return png

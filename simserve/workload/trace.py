@@ -21,6 +21,8 @@ from simserve.shipped import shipped_dir
 from simserve.workload import trace_cache
 from simserve.workload.formats import (
     ARRIVAL_COLUMNS,
+    HASH_BLOCK_TOKENS,
+    HASH_COLUMN,
     OUTPUT_COLUMNS,
     PROMPT_COLUMNS,
     find_column,
@@ -30,7 +32,10 @@ from simserve.workload.formats import (
 TRACES_DIR = shipped_dir("traces")  # the repository's traces/ (or the wheel's copy)
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
 SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz",
-           "sharegpt-multiturn": "sharegpt_multiturn.csv.gz", "prefix-repetition": "prefix_repetition.csv.gz"}
+           "sharegpt-multiturn": "sharegpt_multiturn.csv.gz", "prefix-repetition": "prefix_repetition.csv.gz",
+           # public production traces with arrival times (workload/public_traces.py)
+           "mooncake-conversation": "mooncake_conversation.csv.gz", "mooncake-synthetic": "mooncake_synthetic.csv.gz",
+           "azure-code-2023": "azure_code_2023.csv.gz", "azure-conv-2023": "azure_conv_2023.csv.gz"}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
 if TYPE_CHECKING:  # pandas parses trace files; a cached trace (trace_cache.py) needs none
     import pandas as pd
@@ -51,6 +56,10 @@ class Trace:
     # is a stream its requests share for its length.
     prefix_group: np.ndarray | None = None
     prefix_tokens: np.ndarray | None = None
+    # ... or chained prefix-block ids (Mooncake's hash_ids, one per HASH_BLOCK_TOKENS tokens), request i's being
+    # hash_ids[hash_offsets[i]:hash_offsets[i + 1]]: a tree of prefixes (sim/prefix_cache.py, shared_runs)
+    hash_offsets: np.ndarray | None = None
+    hash_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # NOTE: loaders validate row by row with file context; this only guards traces built in code.
@@ -82,6 +91,23 @@ class Trace:
                 raise SimserveError(f"trace {self.name!r}: prefix groups are >= -1 and prefix tokens >= 0")
             object.__setattr__(self, "prefix_group", group)
             object.__setattr__(self, "prefix_tokens", shared)
+        if (self.hash_offsets is None) != (self.hash_ids is None):
+            raise SimserveError(f"trace {self.name!r}: hash_offsets and hash_ids go together")
+        if self.hash_offsets is not None:
+            offsets = np.asarray(self.hash_offsets, dtype=np.int64)
+            ids = np.asarray(self.hash_ids, dtype=np.int64)
+            if offsets.shape != (len(prompt) + 1,) or offsets[0] != 0 or offsets[-1] != len(ids) or (
+                np.diff(offsets) < 0
+            ).any():
+                raise SimserveError(f"trace {self.name!r}: hash_offsets must be one row start per request, then the end")
+            if (ids < 0).any() or (ids > _MAX_TOKENS).any():
+                raise SimserveError(f"trace {self.name!r}: hash ids are whole numbers from 0 to {_MAX_TOKENS}")
+            if self.prefix_group is not None:
+                raise SimserveError(
+                    f"trace {self.name!r}: give prefix groups or hash ids, not both (one prefix identity per trace)"
+                )
+            object.__setattr__(self, "hash_offsets", offsets)
+            object.__setattr__(self, "hash_ids", ids)
 
     @property
     def in_order(self) -> bool:
@@ -91,7 +117,19 @@ class Trace:
     def _rows(self, idx, arrived) -> Trace:
         group = None if self.prefix_group is None else self.prefix_group[idx]
         shared = None if self.prefix_tokens is None else self.prefix_tokens[idx]
-        return Trace(self.name, self.prompt_tokens[idx], self.output_tokens[idx], arrived, 0, group, shared)
+        offsets = ids = None
+        if self.hash_offsets is not None:
+            offsets, ids = take_rows(self.hash_offsets, self.hash_ids, np.arange(len(self))[idx])
+        return Trace(self.name, self.prompt_tokens[idx], self.output_tokens[idx], arrived, 0, group, shared,
+                     offsets, ids)  # fmt: skip
+
+    @property
+    def prefix(self) -> tuple | None:
+        """The prefix identity as cluster.simulate takes it: (group, tokens) [+ (hash offsets, hash ids)]."""
+        if self.hash_offsets is not None:
+            none = np.full(len(self), -1, dtype=np.int64)
+            return none, np.zeros(len(self), dtype=np.int64), self.hash_offsets, self.hash_ids
+        return None if self.prefix_group is None else (self.prefix_group, self.prefix_tokens)
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -130,12 +168,11 @@ def load_trace(name_or_path: str, max_total_tokens: int | None = None) -> Trace:
     cache_key = trace_cache.key(path)
     cached = trace_cache.load(cache_key)
     if cached is not None:
-        prompt, output, arrived, group, shared = cached
-        trace = Trace(name, prompt, output, arrived, 0, group, shared)
+        trace = Trace(name, *cached[:3], 0, *cached[3:])
     else:
         trace = read_trace(path, name)
         trace_cache.store(cache_key, trace.prompt_tokens, trace.output_tokens, trace.arrived_at,
-                          trace.prefix_group, trace.prefix_tokens)  # fmt: skip
+                          trace.prefix_group, trace.prefix_tokens, trace.hash_offsets, trace.hash_ids)  # fmt: skip
     if max_total_tokens is None:
         return trace
     if max_total_tokens <= 0:
@@ -181,7 +218,56 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
     if present:
         arrived = _arrival_times(path, table, present[0])
     group, shared = _prefix_columns(path, table, prompt, output)
-    return Trace(name or path.name, prompt, output, arrived, 0, group, shared)
+    offsets = ids = None
+    if HASH_COLUMN in table.columns:
+        if group is not None:
+            raise SimserveError(f"{path}: both {HASH_COLUMN} and conversation/prefix_group columns; keep one prefix "
+                                f"identity (drop the other columns)")  # fmt: skip
+        offsets, ids = _hash_ids(path, table[HASH_COLUMN].tolist(), prompt)
+    return Trace(name or path.name, prompt, output, arrived, 0, group, shared, offsets, ids)
+
+
+def _hash_ids(path: Path, cells: list, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR rows of prefix-block ids: a JSON list per row (JSONL) or ids separated by spaces (CSV); at most one
+    id per HASH_BLOCK_TOKENS tokens of the prompt (an empty cell: the request shares nothing)."""
+    rows: list[list[int]] = []
+    for i, cell in enumerate(cells):
+        try:
+            if isinstance(cell, list):
+                ids = [int(x) for x in cell if not isinstance(x, bool) and int(x) == x]
+                ok = len(ids) == len(cell)
+            else:
+                ids = [int(x) for x in str(cell).split()]
+                ok = True
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok or any(x < 0 or x > _MAX_TOKENS for x in ids):
+            raise SimserveError(
+                f"{path}: data row {i + 1}: {HASH_COLUMN} is {str(cell)!r:.40}, not a list of whole numbers from 0 "
+                f"to {_MAX_TOKENS} (in a CSV: ids separated by spaces)"
+            )
+        blocks = -(-int(prompt[i]) // HASH_BLOCK_TOKENS)
+        if len(ids) > blocks:
+            raise SimserveError(
+                f"{path}: data row {i + 1}: {len(ids)} {HASH_COLUMN} for a {prompt[i]}-token prompt, which spans "
+                f"{blocks} blocks of {HASH_BLOCK_TOKENS} tokens; give at most one id per block"
+            )
+        rows.append(ids)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    return offsets, np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(offsets[-1]))
+
+
+def take_rows(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a CSR array (row i is ids[offsets[i]:offsets[i + 1]]), in the order given, repeats allowed."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
+    new = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new[1:])
+    # each kept id's place in `ids`: its row's start plus its place in the row
+    at = np.repeat(starts - new[:-1], lengths) + np.arange(new[-1], dtype=np.int64)
+    return new, np.asarray(ids, dtype=np.int64)[at]
 
 
 CONVERSATION_COLUMNS = ("conversation_id", "conversation")

@@ -103,8 +103,6 @@ class CoreSGLang(CoreVllmV1):
         rid: cython.longlong
         n: cython.longlong
         hit: cython.longlong
-        g: cython.longlong
-        mine: cython.longlong
         k: cython.Py_ssize_t
         queued: dict = {}
         keyed: list = []
@@ -113,13 +111,8 @@ class CoreSGLang(CoreVllmV1):
             n = self._num_tokens(rid)
             hit = rep.radix.match(rid, n)[0] * self.block_size
             key = -hit
-            if hit <= self.sg_in_batch_check:
-                g = self.prefix_group[rid]
-                mine = min(self.prefix_tokens[rid], n) if g >= 0 else 0
-                if g >= 0 and min(mine, queued.get(g, 0)) >= self.sg_in_batch_dep:
-                    key = float("inf")
-                elif g >= 0:
-                    queued[g] = max(queued.get(g, 0), mine)
+            if hit <= self.sg_in_batch_check and rep.radix.waiting_deprioritized(rid, n, queued, self.sg_in_batch_dep):
+                key = float("inf")
             keyed.append((key, k, rid))
         keyed.sort()
         rep.waiting = deque([item[2] for item in keyed])
