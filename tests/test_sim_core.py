@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.sim import SimConfig, build_result, core_run, simulate
+from simserve.sim.autoscale import AutoscaleConfig
 from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS, POLICY_NAMES, ROUTER_NAMES
 from simserve.sim.core_run import REFERENCE_ONLY
 from simserve.sim.request import IGNORED
@@ -584,6 +585,58 @@ def test_the_core_gives_the_reference_results_for_conversations(monkeypatch, mod
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@st.composite
+def autoscale_cases(draw):
+    """An autoscaled run (sim/autoscale.py): any policy of the engine and of the autoscaler, replicas that cold
+    start, drain and come back, under arrivals whose rate steps up tenfold in the middle third."""
+    case = draw(cases())
+    cfg = case["cfg"]
+    hi = draw(st.integers(2, 4))
+    lo = draw(st.integers(1, hi))
+    case["cfg"] = replace(cfg, dp_attention=1, num_replicas=hi)
+    case["prefix"] = None
+    if cfg.policy == "vllm-v1" and draw(st.booleans()):  # prefix caching: the prefix-aware router's index in play
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        n = len(case["prompt"])
+        case["prefix"] = (rng.integers(0, 3, n), rng.integers(0, cfg.max_model_len + 50, n))
+        case["cfg"] = replace(case["cfg"], prefix_caching=True, watermark=0.0)
+    gaps = np.diff(case["arrived"], prepend=0.0)
+    n = len(gaps)
+    gaps[n // 3 : 2 * n // 3] /= 10.0
+    case["arrived"] = np.cumsum(gaps)
+    span = float(case["arrived"][-1])  # intervals and cold starts in proportion: decisions happen in every run
+    policy = draw(st.sampled_from(["utilization", "queue", "slo"]))
+    case["autoscale"] = AutoscaleConfig(
+        lo, hi, policy,
+        initial=draw(st.integers(lo, hi)),
+        interval_s=span * draw(st.sampled_from([0.02, 0.1, 0.3])),
+        cold_start_s=span * draw(st.sampled_from([0.0, 0.03, 0.15])),
+        target=draw(st.sampled_from([None, 0.02, 0.3])) if policy == "utilization" else None,
+        capacity_qps=(n / span) * draw(st.sampled_from([0.1, 0.5, 2.0])) if policy == "slo" else None,
+    )  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=autoscale_cases())
+def test_the_core_gives_the_reference_results_with_the_autoscaler(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            prefix=case["prefix"], autoscale=case["autoscale"],
+        )  # fmt: skip
+
+    ref, got = _run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    assert ref.scaler.rows == got.scaler.rows  # every decision, the metric it saw, to the last bit
+    assert ref.scaler.held(ref.end_time) == got.scaler.held(got.end_time)
 
 
 @pytest.mark.parametrize("rule", ["late", "oldest"])

@@ -74,6 +74,48 @@ ALLOW_LONG_CONTEXT = typer.Option(
     "--allow-long-context",
     help="Allow --max-model-len (or the trace's default) beyond the model's context limit, as the paper did.",
 )
+# The autoscaler's options (cli/autoscale.py, imported only when they are used)
+AUTOSCALE = typer.Option(
+    None,
+    "--autoscale",
+    help="MIN:MAX replicas: an autoscaler adds and removes replicas during the run (--replicas is the count at "
+    "the start); each new one pays a cold start; writes replicas.csv and replicas.png.",
+)
+SCALE_POLICY = typer.Option(
+    "utilization",
+    "--scale-policy",
+    help="utilization (Kubernetes HPA on KV-cache usage) | queue (Dynamo's load planner: queued prompt tokens) | "
+    "slo (Dynamo's SLA planner: predicted rate / one replica's capacity at the SLO).",
+)
+SCALE_INTERVAL = typer.Option(
+    None,
+    "--scale-interval",
+    help="Seconds between decisions (default: HPA 15, Dynamo load 5, Dynamo SLA 180).",
+)
+SCALE_TARGET = typer.Option(
+    None, "--scale-target", help="utilization: the KV-cache usage to hold (default 0.5)."
+)
+COLD_START = typer.Option(
+    None,
+    "--cold-start-s",
+    help="A new replica's start-up in seconds (default: weights from --weights-from + torch.compile + CUDA "
+    "graphs + engine start, vLLM 0.33.0's).",
+)
+WEIGHTS_FROM = typer.Option(
+    "s3", "--weights-from", help="Where a new replica loads weights: gp3 | io2 | s3 | weka | vast."
+)
+REPLICA_CAPACITY = typer.Option(
+    None,
+    "--replica-capacity",
+    help="slo: one replica's capacity in requests/s at the SLO (default: simserve's capacity search, cached).",
+)
+SCALE_TTFT_SLO = typer.Option(
+    None, "--ttft-slo", help="With --autoscale: the TTFT bound of SLO attainment (default 0.5 s)."
+)
+SCALE_TPOT_SLO = typer.Option(
+    None, "--tpot-slo", help="With --autoscale: the TPOT bound of SLO attainment (default 0.05 s)."
+)
+NO_PLOTS = typer.Option(False, "--no-plots", help="With --autoscale: skip replicas.png.")
 
 
 def _default_out(
@@ -327,6 +369,16 @@ def run_command(
     decode_router: str = typer.Option(
         "kv", "--decode-router", help="Disaggregated: rr | lor | kv (most free KV blocks); --router is the prefill's."
     ),
+    autoscale: str | None = AUTOSCALE,
+    scale_policy: str = SCALE_POLICY,
+    scale_interval: float | None = SCALE_INTERVAL,
+    scale_target: float | None = SCALE_TARGET,
+    cold_start_s: float | None = COLD_START,
+    weights_from: str = WEIGHTS_FROM,
+    replica_capacity: float | None = REPLICA_CAPACITY,
+    ttft_slo: float | None = SCALE_TTFT_SLO,
+    tpot_slo: float | None = SCALE_TPOT_SLO,
+    no_plots: bool = NO_PLOTS,
 ) -> None:
     """Simulate serving a trace; writes requests, iterations, summary.json and a Perfetto trace.json."""
     from rich.table import Table
@@ -397,6 +449,18 @@ def run_command(
     if cv != 1.0 and arrival not in ("gamma", "vllm-bench"):
         raise SimserveError(f"--cv shapes the gaps of --arrival gamma or vllm-bench; --arrival {arrival} has no such "
                             f"knob: drop --cv, or add --arrival gamma")  # fmt: skip
+    scale_flags = {
+        "--scale-policy": scale_policy != "utilization", "--scale-interval": scale_interval is not None,
+        "--scale-target": scale_target is not None, "--cold-start-s": cold_start_s is not None,
+        "--weights-from": weights_from != "s3", "--replica-capacity": replica_capacity is not None,
+        "--ttft-slo": ttft_slo is not None, "--tpot-slo": tpot_slo is not None, "--no-plots": no_plots}  # fmt: skip
+    if autoscale is not None or any(scale_flags.values()):
+        from simserve.cli import autoscale as scaling
+        from simserve.sim.scale_report import TPOT_SLO_S, TTFT_SLO_S
+
+        scaling.check_flags(autoscale, prefill is not None or decode is not None, scale_flags)
+        ttft_slo = TTFT_SLO_S if ttft_slo is None else ttft_slo
+        tpot_slo = TPOT_SLO_S if tpot_slo is None else tpot_slo
     _, frontend_ms, api_server_count = _frontend(
         frontend, frontend_ms, api_server_count, paper_setup, policy, prefill is not None or decode is not None,
         dp_attention,
@@ -477,12 +541,20 @@ def run_command(
 
         run_disaggregated(scenario, prefill, decode, kv_link, decode_router, qps, out, force, fmt, iterations)
         return
-    out = check_out_dir(out or _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed), force)
+    if out is None:
+        out = _default_out(model, gpu, tp, pp, policy, budget, trace, qps, seed)
+        if autoscale is not None:  # an autoscaled run of the same scenario lands beside the fixed one
+            out = out.with_name(f"{out.name}-autoscale-{scale_policy}")
+    out = check_out_dir(out, force)
     from simserve.resolve import for_scenario
 
     scenario, generated = for_scenario(scenario)  # no shipped profile covers it: build one (measured if it can)
     if generated:
         make_console().print(generated, highlight=False, soft_wrap=True)
+    cold = None
+    if autoscale is not None:  # its replicas' cold start, and (slo) one replica's capacity: before the run
+        scenario, cold = scaling.configure(scenario, autoscale, scale_policy, scale_interval, scale_target,
+                                           cold_start_s, weights_from, replica_capacity, ttft_slo, tpot_slo)  # fmt: skip
     with _progress_bar(scenario.num_requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)
     summary = summarize(raw, dep).as_dict()
@@ -534,7 +606,8 @@ def run_command(
     with output_dir(out, force) as tmp:
         write_tables(raw, tmp, fmt, iterations)  # streamed in chunks: no whole-table DataFrames
         write_chrome_trace(tmp / "trace.json", raw.log)
-        doc = {"scenario": scenario_fields(scenario), "qps": qps, "summary": summary, "notes": notes,
+        echo = scenario_fields(scenario)
+        doc = {"scenario": echo if autoscale is None else scaling.scenario_echo(echo), "qps": qps, "summary": summary, "notes": notes,
                "trace_dropped": workload_drops(scenario), "profile": profile,
                "vllm_bench_serve": bench}  # fmt: skip
         if scenario.policy in RELEASE_OF:
@@ -542,6 +615,9 @@ def run_command(
         if memory is not None:
             doc["vllm_worker"] = {**memory.as_dict(), "cudagraph_capture_sizes": list(scenario.cudagraph_sizes())}
         doc["step_parts"] = {"switches": scenario.step_parts(), **parts}
+        if raw.scaler is not None:  # replicas.csv, replicas.png and the section's GPU-hours and SLO attainment
+            doc["autoscale"] = scaling.write_outputs(tmp, raw, scenario, dep, cold, ttft_slo, tpot_slo, not no_plots)
+            printed.append(scaling.describe(doc["autoscale"]))
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(make_console(), Table, scenario, dep, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare

@@ -27,6 +27,7 @@ import numpy as np
 from simserve.errors import SimserveError
 from simserve.sim import core_run, routers
 from simserve.sim.api_server import ApiServers
+from simserve.sim.autoscale import AutoscaleConfig, Autoscaler, last_completion, replica_load
 from simserve.sim.config import SimConfig
 from simserve.sim.conversation import think_times
 from simserve.sim.histogram import LogHistogram
@@ -58,12 +59,13 @@ class RawRun:
     stopped_early: bool = False  # cfg.stop_tbt: the TBT quantile had surely missed its limit
     capped: bool = False  # cfg.time_limit_s ended the run with requests unfinished
     api: ApiServers | None = None  # the API-server model (cfg.api_servers): what the clients saw
+    scaler: Autoscaler | None = None  # the autoscaler (--autoscale): its decisions and the GPUs it held
 
 
 class Cluster:
     def __init__(
         self, env: simpy.Environment, reqs: Requests, cfg: SimConfig, timer: BatchTimer, num_blocks: int,
-        follow: tuple[np.ndarray, np.ndarray] | None = None,
+        follow: tuple[np.ndarray, np.ndarray] | None = None, scaler: Autoscaler | None = None,
     ):  # fmt: skip
         self.env, self.reqs, self.cfg = env, reqs, cfg
         self.n = reqs.n
@@ -125,8 +127,12 @@ class Cluster:
             for rep in self.replicas:
                 rep.on_output = self._on_output
         self.router = routers.make(cfg, reqs, num_blocks)
+        self.scaler = scaler  # the autoscaler (autoscale.py): it tells the router which replicas serve
         self.arrivals_process = env.process(self.arrivals())
         env.process(self.watchdog())
+        if scaler is not None:
+            self.router.set_serving(scaler.serving())
+            env.process(self.autoscaler())
 
     # -- arrivals and routing ----------------------------------------------------------------------
     def arrivals(self):
@@ -272,6 +278,18 @@ class Cluster:
                 sum(rep.work.micro_batches for rep in self.replicas),
             )
 
+    # -- the autoscaler (autoscale.py) -------------------------------------------------------------------
+    def autoscaler(self):
+        """The autoscaler's process: wake when it asks (its interval, or a cold start's end), let it scale."""
+        env, scaler = self.env, self.scaler
+        while True:
+            version = scaler.version
+            t = scaler.wake(env.now, [replica_load(rep.state) for rep in self.replicas], self.next,
+                            lambda i: last_completion(self.reqs, i))  # fmt: skip
+            if scaler.version != version:
+                self.router.set_serving(scaler.serving())
+            yield env.timeout(t - env.now)
+
     def _end_run(self) -> bool:
         """End the run at this check; False when the run had already finished."""
         if self.finished.triggered:
@@ -327,6 +345,7 @@ def simulate(
     prefix: tuple | None = None,
     conversation: np.ndarray | None = None,
     ignore_eos: np.ndarray | None = None,
+    autoscale: AutoscaleConfig | None = None,
 ) -> RawRun:
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
 
@@ -339,9 +358,13 @@ def simulate(
     follows (-1: a first round); a follow-up then arrives its recorded gap after that round completes.
 
     `progress(done, total)` is called once per overload check (each simulated second), for a progress bar.
+
+    `autoscale` (autoscale.py): the cluster's `cfg.num_replicas` replicas are the autoscaler's maximum; it starts
+    with `autoscale.initial` of them active and adds and removes replicas as its policy decides.
     """
     cfg.validate()
     prompt, output, arrived = request_arrays(prompt_tokens, output_tokens, arrived_at)
+    scaler = None if autoscale is None else new_autoscaler(autoscale, cfg, float(arrived.max()))
     follow = None
     if conversation is not None:
         if cfg.max_concurrency is not None:
@@ -368,13 +391,13 @@ def simulate(
     core = core_run.choose(cfg, timer)
     if core is not None:  # the compiled core: the same results as the SimPy model below (sim/core/)
         log, tbt, replicas, overloaded, end, stopped, capped, api = core_run.run(
-            core, reqs, cfg, timer, num_blocks, progress, follow
+            core, reqs, cfg, timer, num_blocks, progress, follow, scaler
         )
-        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped, api)
+        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped, api, scaler)
     import simpy
 
     env = simpy.Environment()
-    cluster = Cluster(env, reqs, cfg, timer, num_blocks, follow)
+    cluster = Cluster(env, reqs, cfg, timer, num_blocks, follow, scaler)
     cluster.progress = progress
     env.run(until=cluster.finished)
     return RawRun(
@@ -390,7 +413,25 @@ def simulate(
         cluster.stopped_early,
         cluster.capped,
         cluster.api,
+        scaler,
     )
+
+
+def new_autoscaler(autoscale: AutoscaleConfig, cfg: SimConfig, span_s: float) -> Autoscaler:
+    """The run's autoscaler, once its configuration fits the cluster and the trace's `span_s` seconds of
+    arrivals (SimserveError otherwise)."""
+    autoscale.validate()
+    if autoscale.cold_start_s >= span_s:
+        raise SimserveError(f"the cold start, {autoscale.cold_start_s:g} s, is as long as the run's arrivals "
+                            f"({span_s:.4g} s): no replica the autoscaler adds would serve; lower --cold-start-s "
+                            f"or run a longer trace (more --requests, or a lower --qps)")  # fmt: skip
+    if cfg.dp_attention > 1:
+        raise SimserveError("--autoscale scales whole replicas; attention data parallelism (--dp-attention) is not "
+                            "modelled with it: drop one of them")  # fmt: skip
+    if cfg.num_replicas != autoscale.max_replicas:
+        raise ValueError(f"an autoscaled cluster has its maximum of replicas, {autoscale.max_replicas}, not "
+                         f"{cfg.num_replicas}")  # fmt: skip
+    return Autoscaler(autoscale, cfg.max_model_len)
 
 
 def run_cluster(timer, prompt, output, arrived, cfg, num_blocks: int = 4000):

@@ -32,6 +32,7 @@ import numpy as np
 from simserve.errors import SimserveError
 from simserve.sim import routers, sglang, sglang_admission
 from simserve.sim.api_server import ApiServers
+from simserve.sim.autoscale import Autoscaler, last_completion
 from simserve.sim.config import SimConfig
 from simserve.sim.histogram import _LOG_GAMMA, _NUM, _OFFSET, LogHistogram
 from simserve.sim.iterations import IterationLog
@@ -39,6 +40,7 @@ from simserve.sim.kv_offload import attach as attach_tier
 from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.radix_cache import RadixCache
 from simserve.sim.request import Requests
+from simserve.sim.scale_policies import Load
 from simserve.sim.watchdog import Watchdog
 
 ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": sim/core/ uncompiled; unset: the compiled core
@@ -210,6 +212,7 @@ def run(
     num_blocks: int,
     progress: Callable[[int, int], None] | None,
     follow: tuple[np.ndarray, np.ndarray] | None = None,
+    scaler: Autoscaler | None = None,
 ):
     """Simulate on `core`; returns what cluster.simulate puts in its RawRun (replicas are summaries with the
     attributes metrics.py and the tests read). `follow`: answer-driven conversations, as cluster.Cluster takes
@@ -246,6 +249,7 @@ def run(
         radixes = [RadixCache(pool, cfg.page_size, reqs) for _ in range(cfg.num_replicas)]
     params["radixes"] = radixes
     params["cudagraph_sizes"] = getattr(timer, "cudagraph_sizes", ())  # lockstep.DpGroup.sizes
+    params["scaled"] = scaler is not None
     hist = histogram_view(tbt)
     rows = core.ROW_BUFFER
     c = core.Core(
@@ -260,7 +264,10 @@ def run(
     rules = Watchdog(reqs, cfg, tbt, None if due is None else routed)
     bucket, need = rules.tbt_stop if rules.tbt_stop is not None else (-1, 0.0)
     c.configure_watch(progress is not None, rules.cap, bucket, need)
-    overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress)
+    if scaler is not None:
+        c.set_serving(scaler.serving())
+    overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress,
+                                              scaler and (lambda now, arrived: _wake(c, scaler, reqs, now, arrived)))  # fmt: skip
     if api is not None:  # the client gap histogram's zeros, kept in the core while it ran (its counts are shared)
         api.itl.zeros = c.api_itl_zeros()
     replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
@@ -269,9 +276,11 @@ def run(
 
 
 def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_when_overloaded: bool,
-          progress: Callable[[int, int], None] | None = None) -> tuple[bool, bool, bool]:
+          progress: Callable[[int, int], None] | None = None,
+          scale: Callable[[float, int], None] | None = None) -> tuple[bool, bool, bool]:  # fmt: skip
     """The reference's watchdog process (cluster.Cluster.watchdog, its rules in the same order) around `c.run()`
-    for a Core or a DisaggCore; returns (overloaded, stopped early, capped)."""
+    for a Core or a DisaggCore; returns (overloaded, stopped early, capped). `scale(now, arrived)` wakes the
+    autoscaler at its event (an autoscaled Core's SCALE)."""
     overloaded = stopped_early = capped = False
     while True:
         code = c.run()
@@ -284,6 +293,9 @@ def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_
             )
         if code == core.FINISHED:
             return overloaded, stopped_early, capped
+        if code == core.SCALE:
+            scale(now, arrived)
+            continue
         if progress is not None:
             progress(num_done, n)
         if not overloaded and rules.overloaded(now, arrived, num_ignored):
@@ -305,6 +317,15 @@ def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_
             rules.check_stall(False, False, num_done, 0)
         c.watch(not overloaded, *rules.positions())
         c.next_check_at()
+
+
+def _wake(c, scaler: Autoscaler, reqs: Requests, now: float, arrived: int) -> None:
+    """cluster.Cluster.autoscaler's loop body on the core: the same wake, then the next one scheduled."""
+    version = scaler.version
+    t = scaler.wake(now, [Load(*load) for load in c.scale_loads()], arrived, lambda i: last_completion(reqs, i))
+    if scaler.version != version:
+        c.set_serving(scaler.serving())
+    c.schedule_scale(t)
 
 
 def request_views(reqs: Requests) -> dict:

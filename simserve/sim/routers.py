@@ -67,6 +67,15 @@ class Router:
         # llm-d's approximate index (indexer.go): block key -> replicas (hashToPods), per replica an LRU (podToLRU)
         self.pods: dict = {}
         self.lru: list = [OrderedDict() for _ in range(num)]
+        # The replicas it may pick, in index order: all of them, or the autoscaler's active ones (set_serving)
+        self.serving = np.arange(num, dtype=np.int64)
+        self.num_serving = num
+
+    def set_serving(self, indices) -> None:
+        """Pick only among these replicas from now on (sim/autoscale.py: those serving, in index order)."""
+        for k, i in enumerate(indices):
+            self.serving[k] = i
+        self.num_serving = len(indices)
 
     def observe(self, i, outstanding, waiting, kv_used, kv_total) -> None:
         """Replica i's state now (the caller fills every replica before `pick` when `needs_view`)."""
@@ -78,17 +87,19 @@ class Router:
     def pick(self, rid):
         """The replica request `rid` goes to."""
         if self.kind == RR:
-            i = self.rr % self.num
+            i = self.serving[self.rr % self.num_serving]
             self.rr += 1
             return i
         if self.kind == LOR:
-            best = 0
-            for i in range(1, self.num):
+            best = self.serving[0]
+            for k in range(1, self.num_serving):
+                i = self.serving[k]
                 if self.outstanding[i] < self.outstanding[best]:
                     best = i
             return best
         if self.kind == KV:
-            for i in range(self.num):
+            for k in range(self.num_serving):
+                i = self.serving[k]
                 self.score[i] = _clamp(1.0 - self.kv_used[i] / self.kv_total[i])
             return self._best()
         return self._prefix_pick(rid)
@@ -104,11 +115,13 @@ class Router:
                 break
             for i in holders:
                 self.match[i] += 1
-        low = high = self.waiting[0]
-        for i in range(1, self.num):
+        low = high = self.waiting[self.serving[0]]
+        for k in range(1, self.num_serving):
+            i = self.serving[k]
             low = min(low, self.waiting[i])
             high = max(high, self.waiting[i])
-        for i in range(self.num):
+        for k in range(self.num_serving):
+            i = self.serving[k]
             queue = 1.0 if high == low else (high - self.waiting[i]) / (high - low)  # queuedepth/queue.go
             kv = 1.0 - self.kv_used[i] / self.kv_total[i]  # kvcacheutilization
             prefix = self.match[i] / total if total else 0.0  # scorer/prefix/plugin.go
@@ -123,25 +136,28 @@ class Router:
 
     def _best(self):
         """max-score-picker: the highest score; ties uniformly at random (its shuffle, then a stable sort)."""
-        top = self.score[0]
+        top = self.score[self.serving[0]]
         count = 1
-        for i in range(1, self.num):
+        for j in range(1, self.num_serving):
+            i = self.serving[j]
             if self.score[i] > top:
                 top = self.score[i]
                 count = 1
             elif self.score[i] == top:
                 count += 1
         if count == 1:
-            for i in range(self.num):
+            for j in range(self.num_serving):
+                i = self.serving[j]
                 if self.score[i] == top:
                     return i
         k = self.rng.randrange(count)
-        for i in range(self.num):
+        for j in range(self.num_serving):
+            i = self.serving[j]
             if self.score[i] == top:
                 if k == 0:
                     return i
                 k -= 1
-        return 0
+        return self.serving[0]
 
     def _hashes(self, rid):
         """hashPrompt: no blocks under one block; at most MAX_PREFIX_BLOCKS, the last maybe partial."""

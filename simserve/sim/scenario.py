@@ -14,6 +14,7 @@ import numpy as np
 
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
+from simserve.sim.autoscale import AutoscaleConfig
 from simserve.sim.cluster import RawRun, simulate
 from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS, SimConfig, check_requests
 from simserve.sim.metrics import SimResult, build_result
@@ -127,6 +128,9 @@ class Scenario:
     # A load curve file (workload/load_curve.py): rate multipliers over time, warping synthetic arrivals or
     # thinning/duplicating replayed ones. None: the process's constant rate.
     load_curve: str | None = field(default=None, metadata={"omit_at_default": True})
+    # The autoscaler (`--autoscale MIN:MAX`, sim/autoscale.py): the cluster then has its maximum of replicas,
+    # `num_replicas` of them active at the start. None: a fixed count, as before.
+    autoscale: AutoscaleConfig | None = field(default=None, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -153,13 +157,19 @@ class Scenario:
         """Whether the model's context limit, not the trace's default, set the max length."""
         return self.max_model_len is None and self.max_len < MAX_MODEL_LEN.get(self.trace, 8192)
 
+    @property
+    def replicas_in_model(self) -> int:
+        """The replicas the cluster holds: `num_replicas`, or the autoscaler's maximum (each with its API servers:
+        an approximation, the servers of replicas not running are idle, not absent)."""
+        return self.num_replicas if self.autoscale is None else self.autoscale.max_replicas
+
     def sim_config(self) -> SimConfig:
         return SimConfig(
             policy=self.policy,
             budget=self.budget,
             max_batch=self.max_batch,
             max_model_len=self.max_len,
-            num_replicas=self.num_replicas * self.dp_attention,
+            num_replicas=self.replicas_in_model * self.dp_attention,
             router=self.router,
             router_weights=tuple(float(w) for w in self.router_weights),
             stretch=self.stretch,
@@ -204,7 +214,7 @@ class Scenario:
         from simserve.sim.frontend import api_server_cpu, check_api_server_count
 
         cpu = api_server_cpu(self.api_endpoint, self.serving_host_speed())
-        return dict(api_servers=check_api_server_count(self.api_server_count) * self.num_replicas,
+        return dict(api_servers=check_api_server_count(self.api_server_count) * self.replicas_in_model,
                     api_request_s=cpu.request_s, api_prompt_token_s=cpu.prompt_token_s, api_token_s=cpu.token_s)  # fmt: skip
 
     def cudagraph_sizes(self) -> tuple[int, ...]:
@@ -446,7 +456,9 @@ def simulate_scenario(
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
     if s.load_curve is not None:
         prompt, output, arrived, prefix = _shaped(s, prompt, output, arrived, prefix)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows), dep
+    autoscale = s.autoscale if s.autoscale is None else replace(s.autoscale, initial=s.num_replicas)
+    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows,
+                    autoscale=autoscale), dep  # fmt: skip
 
 
 def _shaped(s: Scenario, prompt, output, arrived, prefix):

@@ -15,6 +15,7 @@ IGNORED = 3
 CHECK = 1  # a watchdog check where a rule may act: evaluate the rules, then watch() + next_check_at() or end_run()
 FINISHED = 2  # the run's `finished` event was processed: the simulation is over
 FAILED = 3  # an invariant broke: `error` names it
+SCALE = 4  # the autoscaler's event (autoscale.py): the caller wakes it, then set_serving() + schedule_scale()
 
 # invariants (the reference asserts the same: kvcache.py, replica.py)
 INV_KV_NEGATIVE = 1
@@ -35,6 +36,7 @@ NORMAL = 1
 SLOT_ARRIVALS = 0
 SLOT_WATCHDOG = 1
 SLOT_FINISHED = 2
+SLOT_SCALE = 3  # the autoscaler's process, after the others (an autoscaled run only)
 
 # what a Core runs (Core.role)
 ROLE_AGGREGATED = 0

@@ -38,8 +38,10 @@ from .consts import (
     P_VLLM,
     POLICY_CODES,
     ROLE_AGGREGATED,
+    SCALE,
     SLOT_ARRIVALS,
     SLOT_FINISHED,
+    SLOT_SCALE,
     SLOT_WATCHDOG,
     URGENT,
 )
@@ -188,7 +190,8 @@ class Core(CoreLockstep):
         self.slot0 = (base + len(self.reps)) * self.pp  # slot of rep.index r's stage s: r * pp + s
         if self.dp > 1:  # the groups' processes instead (Cluster.__init__: lockstep.build's DpGroups)
             self.slot0 = self.num_groups
-        self.num_slots = self.slot0 + 3
+        self.scaled = p.get("scaled", False)
+        self.num_slots = self.slot0 + (4 if self.scaled else 3)
         self.ev_time = np.zeros(self.num_slots)
         self.ev_prio = np.zeros(self.num_slots, dtype=np.intc)
         self.ev_eid = np.zeros(self.num_slots, dtype=np.int64)
@@ -196,6 +199,8 @@ class Core(CoreLockstep):
         self.watchdog_started = False
         for i in range(self.slot0 + 2):  # every replica process, the arrivals, the watchdog: in that order
             self._schedule(0.0, URGENT, i)
+        if self.scaled:  # then the autoscaler's process (Cluster.__init__ starts it last)
+            self._schedule(0.0, URGENT, self.slot0 + SLOT_SCALE)
 
     @cython.ccall
     @cython.locals(i=cython.int, best=cython.int, t=cython.double, slot=cython.int)
@@ -247,6 +252,8 @@ class Core(CoreLockstep):
                         return CHECK  # NOTE: the rows stay here: nothing reads the log before the end
                     else:  # no rule can act at this check: loop, as the caller would (same time, same id)
                         self.next_check_at()
+                elif slot == SLOT_SCALE:
+                    return SCALE  # the caller wakes the autoscaler (Cluster.autoscaler), then schedule_scale()
                 else:
                     self.flush_rows()
                     return FINISHED
@@ -321,6 +328,29 @@ class Core(CoreLockstep):
             self.w_oldest < self.next
             and self.now - self.arrived[self.routed[self.w_oldest]] > self.overload_wait
         )
+
+    # -- the autoscaler's seam (autoscale.py; cluster.Cluster.autoscaler) ----------------------------------------
+    def scale_loads(self) -> list:
+        """Per replica, what autoscale.replica_load reports for the reference's: (outstanding, waiting, queued
+        prompt tokens of the waiting, KV blocks used, KV blocks)."""
+        rep: Rep
+        rid: cython.longlong
+        queued: cython.longlong
+        out: list = []
+        for rep in self.reps:
+            queued = 0
+            for rid in rep.waiting:
+                queued += self.prompt[rid] - self.computed[rid]
+            out.append((rep.outstanding, len(rep.waiting), queued, rep.num_blocks - rep.free, rep.num_blocks))
+        return out
+
+    def set_serving(self, indices: list) -> None:
+        """The replicas the router may choose from now on (the autoscaler's active ones, by index)."""
+        self.router.set_serving(indices)
+
+    def schedule_scale(self, t: cython.double) -> None:
+        """The autoscaler's `yield env.timeout(t - now)`: its next wake."""
+        self._schedule(self.now + (t - self.now), NORMAL, self.slot0 + SLOT_SCALE)
 
     @cython.ccall
     def end_run(self) -> cython.bint:

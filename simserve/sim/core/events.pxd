@@ -97,6 +97,7 @@ cdef class CoreEvents:
     cdef int slot0  # the first slot after the replicas'
     cdef bint watchdog_started
     cdef list reps
+    cdef bint scaled  # an autoscaled run: the autoscaler's event slot exists (slot0 + SLOT_SCALE)
     cdef long long next  # next request to arrive
     # the closed-loop client (cluster.Cluster, cfg.max_concurrency): requests it may have sent (n: open loop),
     # whether the arrivals process waits for a slot to free, the front end's delay on the next one's way in
