@@ -127,6 +127,8 @@ class Replica:
             kv = computed[dec] + 1
             timer = self.timer
             durations = [timer(prefills, kv, s) for s in range(self.pp)]
+            if st.cfg.spec_k:  # PP 1 (check_scenario): the draft runs after the target on the same GPU
+                durations[0] = self._with_draft(durations[0], batch.prefills, dec)
             # Invariants (the core checks the same and stops with one line naming the one that broke).
             ids = [rid for rid, _ in batch.prefills] + dec.tolist()
             assert len(set(ids)) == len(ids) and not r.inflight[ids].any(), "a request was scheduled twice"
@@ -210,6 +212,21 @@ class Replica:
             st.complete_decodes(dec, now)
         if self.on_output is not None and (sampled or len(dec)):
             self.on_output(now, sampled + dec.tolist())
+
+    def _with_draft(self, d: float, chunks: list[tuple[int, int]], dec: np.ndarray) -> float:
+        """The step `d` plus its drafter (speculative decoding; docs/speculative.md): for the requests that sample
+        this step, a first draft pass over the whole batch and spec_passes − 1 more at one token each, every
+        pass costing spec_fraction of the target's over the same tokens; plus the drafter's CPU per request
+        (n-gram)."""
+        cfg, r = self.state.cfg, self.state.reqs
+        ctx = [int(r.computed[rid]) + c for rid, c in chunks if r.computed[rid] + c >= r.target[rid]]
+        b = len(ctx) + len(dec)
+        if not b:
+            return d  # vLLM proposes nothing when no scheduled request samples
+        if cfg.spec_fraction:
+            kv = np.concatenate([r.computed[dec] + 1, np.array(ctx, dtype=np.int64)])
+            d = d + cfg.spec_fraction * (d + (cfg.spec_passes - 1) * self.timer([], kv, 0))
+        return d + cfg.spec_cpu_s * b
 
     def _count_work(self, prefills: list[tuple[int, int]], kv: np.ndarray) -> int:
         """Add one micro-batch's work; returns its prefill tokens."""

@@ -167,6 +167,8 @@ class CoreScheduler(CoreSGLang):
         kv_used: cython.longlong = rep.num_blocks - rep.free
         if self.pp == 1:
             d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
+            if self.spec_k:
+                d = self._with_draft(d, prefills, dec)
             rep.prefills0 = prefills
             rep.decodes0 = dec
         else:
@@ -179,6 +181,25 @@ class CoreScheduler(CoreSGLang):
         rep.in_flight += 1
         self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
+
+    @cython.cfunc
+    def _with_draft(self, d: cython.double, prefills: list, dec: list) -> cython.double:
+        """Replica._with_draft: the step plus its drafter's passes and CPU (speculative decoding)."""
+        rid: cython.longlong
+        chunk: cython.longlong
+        b: cython.longlong = len(dec)
+        kv: cython.longlong = 0
+        for rid in dec:
+            kv += self.computed[rid] + 1
+        for rid, chunk in prefills:
+            if self.computed[rid] + chunk >= self.target[rid]:
+                b += 1
+                kv += self.computed[rid] + chunk
+        if not b:
+            return d
+        if self.spec_fraction:
+            d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.time(_NONE, _NONE, b, kv, 0))
+        return d + self.spec_cpu_s * b
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
     @cython.cfunc
