@@ -3,7 +3,7 @@
     python benchmarks/bench_speculative.py [--repeats 3] [--requests 2048] [--reference]
 
 Mistral-7B on one A100, chat trace (sharegpt), the vllm-v1 policy without prefix caching (what speculation is
-modelled with), at 1 and 3.5 QPS; the same run with EAGLE-3, K = 3 (cumulative acceptance 0.75, 0.5, 0.3: the
+modelled with), at 0.5, 1 and 2 QPS; the same run with EAGLE-3, K = 3 (cumulative acceptance 0.75, 0.5, 0.3: the
 vLLM per-position convention, docs/speculative.md) and with n-gram, K = 5. Start-up (trace, timer, memory
 plan) is excluded; `simulate(...)` alone is timed with time.process_time, best of --repeats, on the compiled
 core (--reference: the SimPy model). Prints one markdown row per load.
@@ -23,7 +23,7 @@ from simserve.sim.scenario import Scenario, _num_blocks, _timer, _workload
 from simserve.speculative import draft_fraction
 from simserve.workload import arrival_times
 
-LOADS = (1.0, 3.5)
+LOADS = (0.5, 1.0, 2.0)
 CASES = {"eagle3 K=3": ("eagle3", (0.75, 0.5, 0.3)), "ngram K=5": ("ngram", (0.5, 0.3, 0.2, 0.1, 0.05))}
 
 

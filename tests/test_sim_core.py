@@ -216,7 +216,7 @@ def speculative_cases(draw):
 
 @pytest.mark.parametrize("mode", CORES)
 @settings(
-    max_examples=40,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

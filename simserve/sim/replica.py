@@ -122,9 +122,13 @@ class Replica:
                 yield self.wake
                 continue
             computed = r.computed
-            prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
             dec = batch.decodes
-            kv = computed[dec] + 1
+            verifies = 0
+            if st.cfg.spec_k:  # verifications run as decodes of 1 + s queries (docs/speculative.md, Costs)
+                prefills, kv, verifies = self._split_verifies(batch.prefills, dec)
+            else:
+                prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
+                kv = computed[dec] + 1
             timer = self.timer
             durations = [timer(prefills, kv, s) for s in range(self.pp)]
             if st.cfg.spec_k:  # PP 1 (check_scenario): the draft runs after the target on the same GPU
@@ -142,7 +146,7 @@ class Replica:
             mb = MicroBatch(batch.prefills, dec, durations, num_prefill, st.kv.used)
             self._start_flight(now)
             d = durations[0]
-            self.log.add(self.index, 0, now, now + d, num_prefill, len(dec), mb.num_requests, mb.kv_used)
+            self.log.add(self.index, 0, now, now + d, num_prefill, len(dec) + verifies, mb.num_requests, mb.kv_used)
             yield env.timeout(d)
             if self.pp == 1:
                 self._complete(mb)
@@ -212,6 +216,21 @@ class Replica:
             st.complete_decodes(dec, now)
         if self.on_output is not None and (sampled or len(dec)):
             self.on_output(now, sampled + dec.tolist())
+
+    def _split_verifies(self, chunks: list[tuple[int, int]], dec: np.ndarray) -> tuple[list, np.ndarray, int]:
+        """(prefill chunks, decode contexts, verifications): a verification of n tokens (a decoding request's
+        chunk) goes to the timer as n decode queries over contexts c+1 … c+n, as vLLM runs it through its decode
+        attention (a uniform batch of query length 1 + K), not as a prefill chunk."""
+        r = self.state.reqs
+        prefills, ctx, verifies = [], [r.computed[dec] + 1], 0
+        for rid, n in chunks:
+            c = int(r.computed[rid])
+            if c >= r.target[rid]:
+                ctx.append(np.arange(c + 1, c + n + 1, dtype=np.int64))
+                verifies += 1
+            else:
+                prefills.append((n, c))
+        return prefills, np.concatenate(ctx), verifies
 
     def _with_draft(self, d: float, chunks: list[tuple[int, int]], dec: np.ndarray) -> float:
         """The step `d` plus its drafter (speculative decoding; docs/speculative.md): for the requests that sample

@@ -35,6 +35,8 @@ cdef class CoreEvents:
     cdef double spec_fraction
     cdef long long spec_passes
     cdef double spec_cpu_s
+    cdef long long b_verify  # _count_batch: the batch's verification tokens, and verifications (requests)
+    cdef long long b_verifies
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     cdef double[:] counts
     cdef double zeros

@@ -125,12 +125,20 @@ class CoreScheduler(CoreSGLang):
             chunks = []
             prefixes = []
         self.batch_no += 1
+        self.b_verify = 0
+        self.b_verifies = 0
         for rid, chunk in prefills:
             if self.stamp[rid] == self.batch_no or self.inflight[rid]:
                 self.error = INV_SCHEDULED_TWICE
             self.stamp[rid] = self.batch_no
+            c = self.computed[rid]
+            if self.spec_k and c >= self.target[rid]:  # a verification: `chunk` decode queries (Replica._split_verifies)
+                kv_sum += chunk * c + chunk * (chunk + 1) // 2
+                self.b_verify += chunk
+                self.b_verifies += 1
+                continue
             chunks.append(chunk)
-            prefixes.append(self.computed[rid])
+            prefixes.append(c)
         for rid in dec:
             if self.stamp[rid] == self.batch_no or self.inflight[rid]:
                 self.error = INV_SCHEDULED_TWICE
@@ -143,7 +151,7 @@ class CoreScheduler(CoreSGLang):
             num_prefill += c
             rep.w_prefill_pairs += c * p + c * (c + 1) // 2
             rep.w_prefill_kv += p + c
-        rep.w_tokens += num_prefill + len(dec)
+        rep.w_tokens += num_prefill + len(dec) + self.b_verify
         rep.w_decode_kv += kv_sum
         rep.w_micro_batches += 1
         return chunks, prefixes, kv_sum, num_prefill
@@ -154,10 +162,11 @@ class CoreScheduler(CoreSGLang):
         kv_sum: cython.longlong
         num_prefill: cython.longlong
         d: cython.double
-        nd: cython.longlong = len(dec)
+        nd: cython.longlong
         chunks: list
         prefixes: list
         chunks, prefixes, kv_sum, num_prefill = self._count_batch(rep, prefills, dec)
+        nd = len(dec) + self.b_verify  # the timer's decode queries
         rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
         if self.pp > 1:
             for rid in dec:
@@ -179,7 +188,7 @@ class CoreScheduler(CoreSGLang):
         if not rep.in_flight:
             rep.busy_since = now
         rep.in_flight += 1
-        self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
+        self._row(rep, 0, now, now + d, num_prefill, len(dec) + self.b_verifies, len(prefills) + len(dec), kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
 
     @cython.cfunc
