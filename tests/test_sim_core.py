@@ -195,6 +195,51 @@ def test_the_core_gives_the_reference_results_for_vllm_v1(monkeypatch, mode, cas
 
 
 @st.composite
+def speculative_cases(draw):
+    """vllm-v1 with speculative decoding (PP 1, no prefix caching, no attention DP: what it models): K draft
+    tokens with or without lookahead slots (EAGLE/MTP or n-gram), acceptance from certain to never, a draft
+    pass costing a fraction of the step, CPU per request; prompts from one token (vLLM's padding) and a small
+    max length (its cap on the verification)."""
+    case = draw(cases(policies=("vllm-v1",)))
+    cfg = case["cfg"]
+    k = draw(st.integers(1, 6))
+    acc = sorted((draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])) for _ in range(k)), reverse=True)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = len(case["prompt"])
+    case["prompt"] = np.where(rng.random(n) < 0.2, 1, case["prompt"])
+    if isinstance(case["timer"], ConstantTimer) or case["timer"].num_stages > 1:
+        case["timer"] = LinearTimer(0.003, 2e-5, 3e-8)
+    case["cfg"] = replace(
+        cfg, num_replicas=min(cfg.num_replicas, 3) if cfg.dp_attention == 1 else 1, dp_attention=1,
+        budget=max(cfg.budget or 0, k + 2) if cfg.budget else None,
+        spec_k=k, spec_lookahead=draw(st.sampled_from([0, k])), spec_acceptance=tuple(acc),
+        spec_seed=draw(st.integers(0, 1000)), spec_fraction=draw(st.sampled_from([0.0, 0.05])),
+        spec_passes=k, spec_cpu_s=draw(st.sampled_from([0.0, 1e-5])),
+    )  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=speculative_cases())
+def test_the_core_gives_the_reference_results_with_speculative_decoding(monkeypatch, mode, case):
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"]
+        )
+
+    ref = _run(monkeypatch, "reference", sim)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    for name in ("spec", "spec_steps"):
+        assert np.array_equal(getattr(ref.reqs, name), getattr(got.reqs, name)), name
+
+
+@st.composite
 def sglang_cases(draw):
     """sglang at PP 1 (all it models) with its own knobs, on pools small enough to retract (and to abort a
     request that cannot grow even alone): without ignore_eos and with a low conservativeness, admission

@@ -22,7 +22,7 @@ SRC = ROOT / "simserve"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "errors", "io", "numerics", "shipped", "cachedir", "heap", "precision"),
     ("catalog",),
-    ("deployment", "ops", "memory", "vllm_flags", "vllm_loader", "vllm_worker"),
+    ("deployment", "ops", "memory", "vllm_flags", "vllm_loader", "vllm_worker", "speculative"),
     ("profiling",),
     ("predictor",),
     ("workload",),

@@ -154,12 +154,19 @@ def lookup(
     method: str, model_family: str, dataset: str, table: dict[Key, AcceptanceCurve] | None = None
 ) -> tuple[float, ...]:
     """The cumulative acceptance at positions 1..K for a key; an unknown key fails naming the known ones."""
+    return curve(method, model_family, dataset, table).acceptance
+
+
+def curve(
+    method: str, model_family: str, dataset: str, table: dict[Key, AcceptanceCurve] | None = None
+) -> AcceptanceCurve:
+    """The published curve for a key, with its source; an unknown key fails naming the known ones."""
     table = load_acceptance() if table is None else table
     families = _families(model_family)
     for family in families:
         key = (_name(method), family, _name(dataset))
         if key in table:
-            return table[key].acceptance
+            return table[key]
     asked = (_name(method), families[0], _name(dataset))
     alias = f" (catalog model {families[1]})" if len(families) > 1 else ""
     same_method = sorted(k for k in table if k[0] == asked[0])

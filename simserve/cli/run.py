@@ -63,6 +63,21 @@ DP_ATTENTION = typer.Option(
     help="Attention data parallelism of a MoE model (vLLM --data-parallel-size with --enable-expert-parallel): "
     "DP ranks of --tp GPUs, each with its own requests and KV cache, sharing experts over --ep = DP x TP GPUs.",
 )
+SPECULATIVE = typer.Option(
+    None,
+    "--speculative",
+    help="vllm-v1: speculative decoding as vLLM 0.33.0 runs it (--speculative-config method): eagle | eagle3 | mtp | "
+    "ngram (docs/speculative.md).",
+)
+NUM_SPECULATIVE_TOKENS = typer.Option(
+    None, "--num-speculative-tokens", help="--speculative: draft tokens per step, K (vLLM's num_speculative_tokens)."
+)
+ACCEPTANCE = typer.Option(
+    None,
+    "--acceptance",
+    help="--speculative: cumulative acceptance per draft position, a CSV position,acceptance or a JSON list "
+    "(default: the catalog's published rates for the model and trace).",
+)
 ALL2ALL_BACKEND = typer.Option(
     "allgather_reducescatter",
     "--all2all-backend",
@@ -302,6 +317,9 @@ def run_command(
     dp_attention: int = DP_ATTENTION,
     all2all_backend: str = ALL2ALL_BACKEND,
     allow_long_context: bool = ALLOW_LONG_CONTEXT,
+    speculative: str | None = SPECULATIVE,
+    num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
+    acceptance: str | None = ACCEPTANCE,
     engine: str | None = typer.Option(
         None,
         "--engine",
@@ -523,7 +541,13 @@ def run_command(
         api_server_count=api_server_count,
         host_speed=host_speed,
         api_endpoint=api_endpoint,
+        speculative=speculative,
+        num_speculative_tokens=num_speculative_tokens,
+        acceptance=acceptance,
     )
+    if speculative is not None and (prefill is not None or decode is not None):
+        raise SimserveError("--speculative is not modelled for disaggregated runs yet: drop --prefill/--decode or it")
+    spec = scenario.speculation()  # vLLM's refusals and the acceptance file, before anything is simulated
     if policy == "sglang":  # what SGLang's flags cannot say (PP, EP outside the TP group, DeepEP)
         from simserve.tune.sglang import check_sglang_scenario
 
@@ -597,6 +621,11 @@ def run_command(
         printed.append("--router prefix-aware routes by its own index of the prompts it routed (llm-d's approximate "
                        "mode); the replicas do not cache prefixes here (add --prefix-caching), so nothing is served "
                        "from cache: only its load terms and its affinity shape the routing")  # fmt: skip
+    if spec is not None:
+        rates = ", ".join(f"{a:.3g}" for a in spec.acceptance)
+        printed.append(f"speculative decoding: {spec.method}, K = {spec.k} (vLLM's num_speculative_tokens), lookahead "
+                       f"{spec.lookahead} KV slots; cumulative acceptance per position {rates} from {spec.source}, drawn "
+                       f"per request and step with seed {scenario.seed} (docs/speculative.md)")  # fmt: skip
     parts = _step_parts(scenario, raw, dep)
     if parts.get("all"):
         printed.append(_parts_line(scenario, parts))
@@ -618,6 +647,9 @@ def run_command(
         if raw.scaler is not None:  # replicas.csv, replicas.png and the section's GPU-hours and SLO attainment
             doc["autoscale"] = scaling.write_outputs(tmp, raw, scenario, dep, cold, ttft_slo, tpot_slo, not no_plots)
             printed.append(scaling.describe(doc["autoscale"]))
+        if spec is not None:
+            doc["speculative"] = {"method": spec.method, "num_speculative_tokens": spec.k, "lookahead": spec.lookahead,
+                                  "acceptance": list(spec.acceptance), "acceptance_source": spec.source}  # fmt: skip
         (tmp / "summary.json").write_text(json.dumps(_jsonable(doc), indent=2, sort_keys=True) + "\n")
     _print_summary(make_console(), Table, scenario, dep, arrivals, summary, out, notes + printed + [f"op times from a {profile} profile"])
     if _bench_client(scenario, qps):  # a `vllm bench serve` workload or client: its own printout, to compare

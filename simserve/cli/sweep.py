@@ -192,6 +192,9 @@ def sweep(
     dp_attention: int = options.DP_ATTENTION,
     all2all_backend: str = options.ALL2ALL_BACKEND,
     allow_long_context: bool = options.ALLOW_LONG_CONTEXT,
+    speculative: str | None = options.SPECULATIVE,
+    num_speculative_tokens: int | None = options.NUM_SPECULATIVE_TOKENS,
+    acceptance: str | None = options.ACCEPTANCE,
     paper_setup: bool = typer.Option(
         False,
         "--paper-setup",
@@ -297,6 +300,15 @@ def sweep(
             make_console(soft_wrap=True).print(generated, highlight=False)
     if kv_offload_gb and engine is None and engine_grid is None:
         raise SimserveError("--kv-offload-gb is vLLM's CPU KV tier: use it with --engine vllm")
+    if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
+        if engine != "vllm":
+            raise SimserveError("--speculative is modelled for vLLM's V1 scheduler: add --engine vllm")
+        if not no_prefix_caching:
+            raise SimserveError("--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
+                                "lookahead block hashes): add --no-prefix-caching")  # fmt: skip
+        base = replace(base, speculative=speculative, num_speculative_tokens=num_speculative_tokens,
+                       acceptance=acceptance)  # fmt: skip
+        base.speculation()  # vLLM's refusals and the acceptance file, before any search
     if no_prefix_caching and engine is None and engine_grid is None:
         raise SimserveError("--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm")
     if engine is not None or engine_grid is not None:

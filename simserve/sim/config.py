@@ -127,6 +127,16 @@ class SimConfig:
     # Attention data parallelism (sim/lockstep.py): each run of this many consecutive replicas is one
     # deployment's DP ranks, which step together (vLLM's DP engine cores in lockstep). 1: independent replicas.
     dp_attention: int = 1
+    # vllm-v1 with speculative decoding (simserve/speculative.py; 0: off): vLLM's num_speculative_tokens, its
+    # num_lookahead_tokens, the cumulative acceptance per position and the seed of the per-request draws; a draft
+    # pass's cost as a fraction of the target's step, the passes per step, and the drafter's CPU per request
+    spec_k: int = 0
+    spec_lookahead: int = 0
+    spec_acceptance: tuple[float, ...] = ()
+    spec_seed: int = 0
+    spec_fraction: float = 0.0
+    spec_passes: int = 0
+    spec_cpu_s: float = 0.0
 
     def validate(self) -> SimConfig:
         if self.policy not in POLICY_NAMES:
@@ -221,7 +231,24 @@ class SimConfig:
                 f"--no-prefix-caching "
                 f"(got --policy {self.policy})"
             )
+        if self.spec_k:
+            self._check_speculation()
         return self
+
+    def _check_speculation(self) -> None:
+        """What simserve models of speculative decoding (docs/speculative.md): vLLM's V1 scheduler, one engine
+        per replica, no pipeline stages, no prefix caching (its EAGLE block drop and lookahead hashes are not
+        modelled yet)."""
+        if self.policy != "vllm-v1":
+            raise SimserveError(f"--speculative is modelled for vLLM's V1 scheduler: use --policy vllm-v1 (or --engine "
+                                f"vllm), not {self.policy}")  # fmt: skip
+        if self.prefix_caching:
+            raise SimserveError("--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
+                                "lookahead block hashes): add --no-prefix-caching")  # fmt: skip
+        if self.dp_attention > 1:
+            raise SimserveError("--speculative with --dp-attention is not modelled yet: drop one of them")
+        if len(self.spec_acceptance) != self.spec_k:
+            raise SimserveError(f"{len(self.spec_acceptance)} acceptance rates for {self.spec_k} speculative tokens")
 
     def kv_watermark(self) -> float:
         """Fraction of KV blocks admission keeps free: none for orca/fcfs (they reserve max length) and for

@@ -219,6 +219,8 @@ def run(
     them (each request's next round, or -1, and the think times)."""
     kind, tables = timer_params(timer)
     pp = 1 if cfg.dp_attention > 1 else timer.num_stages  # attention-DP ranks run at PP 1 (lockstep.build)
+    if cfg.spec_k:  # the reference's ReplicaState draws them; the same numbers, before the run
+        reqs.draw_speculation(cfg.spec_acceptance, cfg.spec_seed)
     tbt = LogHistogram()
     log = IterationLog()
     n = reqs.n
@@ -343,6 +345,11 @@ def request_views(reqs: Requests) -> dict:
     if reqs.ignore_eos is not None:  # sglang: a workload's per-request ignore_eos (else the run's, in params)
         arrays["ignore_eos"] = memoryview(np.ascontiguousarray(reqs.ignore_eos, dtype=np.uint8))
     arrays["routed"] = memoryview(np.zeros(reqs.n, dtype=np.int64))  # ids in routing order, as the core routes them
+    for name in ("spec", "spec_sched", "spec_steps"):
+        arrays[name] = memoryview(getattr(reqs, name))
+    none = reqs.spec_draws is None  # no speculation: never read
+    arrays["spec_off"] = memoryview(np.zeros(1, dtype=np.int64) if none else reqs.spec_off)
+    arrays["spec_draws"] = memoryview(np.zeros(1, dtype=np.int16) if none else reqs.spec_draws)
     return arrays
 
 
@@ -410,6 +417,11 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
         sglang=sg,
         due=due,
         dp=cfg.dp_attention,
+        spec_k=cfg.spec_k,
+        spec_lookahead=cfg.spec_lookahead,
+        spec_fraction=cfg.spec_fraction,
+        spec_passes=cfg.spec_passes,
+        spec_cpu_s=cfg.spec_cpu_s,
     )
 
 

@@ -122,13 +122,19 @@ class Replica:
                 yield self.wake
                 continue
             computed = r.computed
-            prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
             dec = batch.decodes
-            kv = computed[dec] + 1
+            verifies = 0
+            if st.cfg.spec_k:  # verifications run as decodes of 1 + s queries (docs/speculative.md, Costs)
+                prefills, kv, verifies = self._split_verifies(batch.prefills, dec)
+            else:
+                prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
+                kv = computed[dec] + 1
             timer = self.timer
             durations = [timer(prefills, kv, s) for s in range(self.pp)]
             if st.prefix is not None and st.prefix.tier is not None:  # awaiting a CPU-tier load (kv_offload.py)
                 durations[0] += st.prefix.tier.take_stall(now)
+            if st.cfg.spec_k:  # PP 1 (check_scenario): the draft runs after the target on the same GPU
+                durations[0] = self._with_draft(durations[0], batch.prefills, dec)
             # Invariants (the core checks the same and stops with one line naming the one that broke).
             ids = [rid for rid, _ in batch.prefills] + dec.tolist()
             assert len(set(ids)) == len(ids) and not r.inflight[ids].any(), "a request was scheduled twice"
@@ -142,7 +148,7 @@ class Replica:
             mb = MicroBatch(batch.prefills, dec, durations, num_prefill, st.kv.used)
             self._start_flight(now)
             d = durations[0]
-            self.log.add(self.index, 0, now, now + d, num_prefill, len(dec), mb.num_requests, mb.kv_used)
+            self.log.add(self.index, 0, now, now + d, num_prefill, len(dec) + verifies, mb.num_requests, mb.kv_used)
             yield env.timeout(d)
             if self.pp == 1:
                 self._complete(mb)
@@ -212,6 +218,36 @@ class Replica:
             st.complete_decodes(dec, now)
         if self.on_output is not None and (sampled or len(dec)):
             self.on_output(now, sampled + dec.tolist())
+
+    def _split_verifies(self, chunks: list[tuple[int, int]], dec: np.ndarray) -> tuple[list, np.ndarray, int]:
+        """(prefill chunks, decode contexts, verifications): a verification of n tokens (a decoding request's
+        chunk) goes to the timer as n decode queries over contexts c+1 … c+n, as vLLM runs it through its decode
+        attention (a uniform batch of query length 1 + K), not as a prefill chunk."""
+        r = self.state.reqs
+        prefills, ctx, verifies = [], [r.computed[dec] + 1], 0
+        for rid, n in chunks:
+            c = int(r.computed[rid])
+            if c >= r.target[rid]:
+                ctx.append(np.arange(c + 1, c + n + 1, dtype=np.int64))
+                verifies += 1
+            else:
+                prefills.append((n, c))
+        return prefills, np.concatenate(ctx), verifies
+
+    def _with_draft(self, d: float, chunks: list[tuple[int, int]], dec: np.ndarray) -> float:
+        """The step `d` plus its drafter (speculative decoding; docs/speculative.md): for the requests that sample
+        this step, a first draft pass over the whole batch and spec_passes − 1 more at one token each, every
+        pass costing spec_fraction of the target's over the same tokens; plus the drafter's CPU per request
+        (n-gram)."""
+        cfg, r = self.state.cfg, self.state.reqs
+        ctx = [int(r.computed[rid]) + c for rid, c in chunks if r.computed[rid] + c >= r.target[rid]]
+        b = len(ctx) + len(dec)
+        if not b:
+            return d  # vLLM proposes nothing when no scheduled request samples
+        if cfg.spec_fraction:
+            kv = np.concatenate([r.computed[dec] + 1, np.array(ctx, dtype=np.int64)])
+            d = d + cfg.spec_fraction * (d + (cfg.spec_passes - 1) * self.timer([], kv, 0))
+        return d + cfg.spec_cpu_s * b
 
     def _count_work(self, prefills: list[tuple[int, int]], kv: np.ndarray) -> int:
         """Add one micro-batch's work; returns its prefill tokens."""

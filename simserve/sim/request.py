@@ -54,6 +54,22 @@ class Requests:
         self.hash_ids: np.ndarray | None = None
         # sglang: per request, whether the client sent ignore_eos (None: the run's --ignore-eos for all)
         self.ignore_eos: np.ndarray | None = None
+        # Speculative decoding (vllm-v1, SimConfig.spec_k): drafts proposed for the next step (vLLM's
+        # spec_token_ids), drafts scheduled in the step in flight (negative: vLLM's padding of a one-token
+        # admission, all rejected), verification steps so far, and the accepted counts drawn before the run
+        # (speculative.draws: step j of request i reads spec_draws[spec_off[i] + j]).
+        self.spec = np.zeros(n, dtype=np.int64)
+        self.spec_sched = np.zeros(n, dtype=np.int64)
+        self.spec_steps = np.zeros(n, dtype=np.int64)
+        self.spec_draws: np.ndarray | None = None
+        self.spec_off: np.ndarray | None = None
+
+    def draw_speculation(self, acceptance: tuple[float, ...], seed: int) -> None:
+        """Draw every verification step's accepted drafts once, before the run (both models read them)."""
+        if self.spec_draws is None:
+            from simserve.speculative import draws
+
+            self.spec_draws, self.spec_off = draws(self.output, acceptance, seed)
 
     def set_prefix(self, prefix: tuple | None, order: np.ndarray) -> None:
         """The prefix identity of a workload given in trace order: (group, tokens on it) per request, optionally

@@ -16,7 +16,7 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.sim.autoscale import AutoscaleConfig
 from simserve.sim.cluster import RawRun, simulate
-from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS, SimConfig, check_requests
+from simserve.sim.config import DEFAULT_ROUTER_WEIGHTS, VLLM_V1_TOKENS, SimConfig, check_requests
 from simserve.sim.metrics import SimResult, build_result
 
 if TYPE_CHECKING:
@@ -131,6 +131,11 @@ class Scenario:
     # The autoscaler (`--autoscale MIN:MAX`, sim/autoscale.py): the cluster then has its maximum of replicas,
     # `num_replicas` of them active at the start. None: a fixed count, as before.
     autoscale: AutoscaleConfig | None = field(default=None, metadata={"omit_at_default": True})
+    # Speculative decoding (vllm-v1; simserve/speculative.py): vLLM's method and num_speculative_tokens (None:
+    # MTP's n_predict), and the acceptance file (None: the catalog's published table for the model and trace)
+    speculative: str | None = field(default=None, metadata={"omit_at_default": True})
+    num_speculative_tokens: int | None = field(default=None, metadata={"omit_at_default": True})
+    acceptance: str | None = field(default=None, metadata={"omit_at_default": True})
 
     @property
     def max_len(self) -> int:
@@ -162,6 +167,20 @@ class Scenario:
         """The replicas the cluster holds: `num_replicas`, or the autoscaler's maximum (each with its API servers:
         an approximation, the servers of replicas not running are idle, not absent)."""
         return self.num_replicas if self.autoscale is None else self.autoscale.max_replicas
+
+    def speculation(self):
+        """The run's speculative decoding (speculative.Speculation), checked as vLLM 0.33.0 checks it; None: off."""
+        if self.speculative is None:
+            if self.num_speculative_tokens is not None or self.acceptance is not None:
+                raise SimserveError("--num-speculative-tokens and --acceptance configure speculative decoding: add "
+                                    "--speculative eagle|eagle3|mtp|ngram, or drop them")  # fmt: skip
+            return None
+        if self.pp > 1:
+            raise SimserveError("--speculative is modelled without pipeline parallelism (vLLM's drafter after the "
+                                "last stage is not): use --pp 1")  # fmt: skip
+        budget = self.budget or VLLM_V1_TOKENS  # vllm-v1's --max-num-batched-tokens (others are refused later)
+        return _speculation(self.speculative, self.num_speculative_tokens, self.model, self.trace, budget,
+                            self.acceptance)  # fmt: skip
 
     def sim_config(self) -> SimConfig:
         return SimConfig(
@@ -196,6 +215,7 @@ class Scenario:
             dp_attention=self.dp_attention,
             **self._api_servers(),
             **self._kv_offload(),
+            **self._speculation_fields(),
         ).validate()
 
     def _kv_offload(self) -> dict:
@@ -205,6 +225,17 @@ class Scenario:
         if not gb:
             return {}
         return kv_offload_config(self.deployment(), gb, self.pp, self.dp_attention)
+
+    def _speculation_fields(self) -> dict:
+        spec = self.speculation()
+        if spec is None:
+            return {}
+        from simserve.speculative import NGRAM_CPU_S, draft_fraction
+
+        model = resolve_model_spec(self.model)
+        return dict(spec_k=spec.k, spec_lookahead=spec.lookahead, spec_acceptance=spec.acceptance, spec_seed=self.seed,
+                    spec_fraction=draft_fraction(spec.method, model), spec_passes=0 if spec.method == "ngram" else spec.k,
+                    spec_cpu_s=NGRAM_CPU_S if spec.method == "ngram" else 0.0)  # fmt: skip
 
     def _api_servers(self) -> dict:
         """SimConfig's API-server fields: the processes of every deployment, at vLLM 0.33.0's measured costs for the
@@ -406,8 +437,8 @@ def check_scenario(s: Scenario) -> int:
         # what `vllm serve` would refuse to start with (--max-num-batched-tokens below --max-num-seqs, ...)
         check_vllm_flags(cfg.token_budget(), cfg.batch_limit(s.pp), cfg.long_prefill_token_threshold, s.max_len,
                          fix="raise --budget or lower --max-batch")  # fmt: skip
-        return s.worker_memory().num_blocks
-    return _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
+        return _spec_blocks(s, dep, s.worker_memory().num_blocks)
+    return _spec_blocks(s, dep, _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp)))
 
 
 def run_scenario(s: Scenario, qps: float, timer: BatchTimer | None = None, progress=None) -> SimResult:
@@ -485,6 +516,47 @@ def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtyp
                 all2all="allgather_reducescatter") -> Deployment:  # fmt: skip
     return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp,
                              all2all)  # fmt: skip
+
+
+@lru_cache(maxsize=16)
+def _speculation(method, k, model, trace, budget, acceptance):
+    from simserve.speculative import resolve
+
+    return resolve(method, k, model, _dataset(trace), budget, acceptance)
+
+
+def _dataset(trace: str) -> str:
+    """The dataset name a trace's acceptance rates are published for: a shipped trace's name, a bench dataset's
+    kind (random:…), a file's stem."""
+    from pathlib import Path
+
+    return Path(trace.split(":", 1)[0]).name.split(".", 1)[0]
+
+
+def resolve_model_spec(model: str):
+    from simserve.catalog.models import resolve_model
+
+    return resolve_model(model)
+
+
+def _spec_blocks(s: Scenario, dep: Deployment, num_blocks: int) -> int:
+    """KV blocks once the draft's weights and KV layers are in (speculative.draft_blocks); vLLM's refusal when
+    one max-length request no longer fits."""
+    spec = s.speculation()
+    if spec is None:
+        return num_blocks
+    from simserve.memory import kv_bytes_per_block
+    from simserve.speculative import draft_blocks
+
+    blocks = draft_blocks(num_blocks, kv_bytes_per_block(dep), dep.layers_per_stage, spec.method, dep.model, dep.tp,
+                          dep.weight_bytes)  # fmt: skip
+    if blocks * dep.block_size < dep.max_model_len:
+        raise SimserveError(
+            f"{dep.describe()}: with the {spec.method} draft's weights and KV, vLLM's KV cache ({blocks} blocks) cannot "
+            f"hold one {dep.max_model_len}-token request; raise --memory-utilization, lower --max-model-len, or use "
+            f"more GPUs"
+        )
+    return blocks
 
 
 @lru_cache(maxsize=64)

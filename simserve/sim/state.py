@@ -46,6 +46,9 @@ class ReplicaState:
         self.on_done = on_done  # (replica, request) when a request finishes or is ignored
         self.timer = timer  # the BatchTimer: adaptive policies predict an iteration's time with it
         self.dynamic = not cfg.reserves_max_len
+        if cfg.spec_k:
+            assert pp == 1, "speculative decoding is modelled at PP 1 (scenario.check_scenario refuses PP > 1)"
+            reqs.draw_speculation(cfg.spec_acceptance, cfg.spec_seed)
         # vllm-v1 with prefix caching: vLLM's block pool (hashed blocks, LRU free queue); else a count
         self.prefix: PrefixCache | None = None
         if cfg.prefix_caching:
@@ -167,6 +170,7 @@ class ReplicaState:
             self.prefix.free_request(rid)
         r.blocks[rid] = 0
         r.computed[rid] = 0
+        r.spec[rid] = 0  # vLLM's _preempt_request drops the request's drafts
         r.preemptions[rid] += 1
         # A micro-batch in flight that holds it will not count its work; until that micro-batch leaves the
         # pipeline the request stays marked in flight and cannot be admitted again (see policies.py).
@@ -271,6 +275,9 @@ class ReplicaState:
     def complete_chunk(self, rid: int, chunk: int, now: float) -> bool:
         """A prefill chunk left the last stage; the last one samples a token (then True)."""
         r = self.reqs
+        if r.spec_sched[rid]:
+            self.complete_verify(rid, chunk, now)
+            return True
         r.computed[rid] += chunk
         if r.computed[rid] < r.target[rid]:
             return False
@@ -289,9 +296,49 @@ class ReplicaState:
         else:
             if self.radix is not None:  # SGLang's checkpoint_kv_cache: a prefilled prompt joins the tree
                 self.radix.checkpoint(rid, int(r.computed[rid]))
+            r.spec[rid] = self.cfg.spec_k  # drafts proposed after its prefill (0: no speculation)
             bisect.insort(self.decoding, rid)
             self._decoding_array = None
         return True
+
+    def complete_verify(self, rid: int, chunk: int, now: float) -> None:
+        """A verification step left the last stage (speculative decoding): of its `spec_sched` drafts the
+        pre-drawn number were accepted (none of padding drafts), the rejected ones roll `computed` back
+        (vLLM's update_from_output), and the accepted ones plus the target's own next token are appended, up
+        to the request's output length. The tokens arrive together: one TBT gap, as vLLM streams them in
+        one chunk."""
+        r = self.reqs
+        s = int(r.spec_sched[rid])
+        padded = s < 0  # a one-token admission padded with placeholder drafts: still in prefilling
+        r.spec_sched[rid] = 0
+        if s < 0:  # vLLM's padding drafts (placeholders): all rejected, no draw
+            s, a = -s, 0
+        else:
+            a = min(int(r.spec_draws[r.spec_off[rid] + r.spec_steps[rid]]), s)
+            r.spec_steps[rid] += 1
+        r.computed[rid] += chunk - (s - a)
+        r.generated[rid] = min(r.generated[rid] + 1 + a, r.output[rid])
+        last = r.last_token[rid]
+        if last == last:
+            gap = now - last
+            r.tbt_max[rid] = max(r.tbt_max[rid], gap)
+            self.tbt.add(gap)
+        else:
+            r.first_token[rid] = now
+        r.last_token[rid] = now
+        if r.generated[rid] >= r.output[rid]:
+            if padded:
+                self.prefilling.remove(rid)
+            else:
+                self.decoding.remove(rid)
+                self._decoding_array = None
+            self.finish(rid, now)
+            return
+        r.spec[rid] = self.cfg.spec_k
+        if padded:  # a padded one-token admission: its prompt is computed now
+            self.prefilling.remove(rid)
+            bisect.insort(self.decoding, rid)
+            self._decoding_array = None
 
     def complete_decodes(self, dec: np.ndarray, now: float) -> None:
         """Each request in `dec` computed one token and sampled the next."""
@@ -313,6 +360,8 @@ class ReplicaState:
             if _count(worst < gap):
                 r.tbt_max[dec] = np.maximum(worst, gap)
             self.tbt.add(float(gap), float(len(dec)))
+        if self.cfg.spec_k:
+            r.spec[dec] = self.cfg.spec_k  # each proposed drafts for its next step
         done = gen >= r.output[dec]
         if _count(done):
             for rid in dec[done].tolist():

@@ -48,6 +48,7 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
     prefills: list[tuple[int, int]] = []
     decodes: list[int] = []
     preempted = False
+    k = cfg.spec_k
     i = 0
     while i < len(running) and budget > 0:
         rid = running[i]
@@ -56,8 +57,18 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             continue
         computed, target = int(r.computed[rid]), int(r.target[rid])
         is_prefill = computed < target
-        n = min(target - computed if is_prefill else 1, thr or budget, budget)
-        need = -(-(computed + n) // bs) - int(r.blocks[rid])
+        if k:  # speculative decoding: a decode verifies its drafts too (num_tokens_with_spec - computed)
+            n = min(target - computed if is_prefill else 1 + int(r.spec[rid]), thr or budget, budget)
+            # vLLM: the input position stays below max_model_len. NOTE: at least one token: a request already at
+            # the max length (vLLM stops it there, check_stop; simserve's traces drop them) decodes on as without
+            # speculation, never stalls
+            n = min(n, max(cfg.max_model_len - computed - 1, 1))
+            # allocate_slots with num_lookahead_tokens (capped at max_model_len); rejected drafts keep their blocks
+            slots = max(computed + n, min(computed + n + cfg.spec_lookahead, cfg.max_model_len))
+            need = max(-(-slots // bs) - int(r.blocks[rid]), 0)
+        else:
+            n = min(target - computed if is_prefill else 1, thr or budget, budget)
+            need = -(-(computed + n) // bs) - int(r.blocks[rid])
         while rep.kv.free < need:
             victim = running[-1]  # NOTE: never one scheduled already: those are before index i
             rep.preempt(victim)
@@ -75,14 +86,21 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             )
         if is_prefill:
             prefills.append((rid, n))
+        elif n > 1:  # a verification: 1 + its scheduled drafts through the target, as a chunk over its KV
+            r.spec_sched[rid] = n - 1
+            prefills.append((rid, n))
         else:
             decodes.append(rid)
+        if k:
+            r.spec[rid] = 0  # vLLM: new drafts come with this step's output (update_draft_token_ids)
         budget -= n
         i += 1
     if preempted:
         if not prefills and not decodes and not running:
             return vllm_v1_batch(rep, now)  # the empty step that only preempted (see the note above)
         return prefills, np.array(decodes, dtype=np.int64)
+    ran = bool(prefills or decodes)  # the running loop's: vLLM's scheduled_running_reqs, prefill_scheduled
+    prefill_ran = any(int(r.computed[p]) < int(r.target[p]) for p, _ in prefills)
     rep.drop_too_long()
     if cache is not None and cache.tier is not None and cache.tier.loading:  # CPU-tier loads done by now
         cache.tier.promote(rep.waiting, now, False)
@@ -101,6 +119,18 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
                 continue
             if not n:
                 break
+        elif k:
+            n, pad = _spec_admission(rep, want, ran, prefill_ran, thr, budget)
+            if not n:
+                break
+            whole = -(-want // bs)
+            first = -(-max(n, min(n + cfg.spec_lookahead, cfg.max_model_len)) // bs)  # its chunk and lookahead
+            if not rep.kv.can_allocate(whole if cfg.reserve_full_isl else first) or not rep.kv.can_allocate(first):
+                break
+            if whole > rep.kv.num_blocks - rep.kv.watermark:
+                break  # never fits even alone: see _NEVER_FITS
+            rep.admit_head(now, first)
+            r.spec_sched[rid] = -pad  # padding drafts: all rejected
         else:
             n = min(want, thr or budget, budget)
             whole = -(-want // bs)
@@ -118,6 +148,21 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         cache.tier.promote(rep.waiting, now, True)  # nothing else to run: await the earliest load
         return vllm_v1_batch(rep, now)
     return prefills, np.array(decodes, dtype=np.int64)
+
+
+def _spec_admission(rep: ReplicaState, want: int, ran: bool, prefill_ran: bool, thr: int, budget: int) -> tuple[int, int]:
+    """A waiting request's first chunk with speculative decoding, and the drafts padding it: vLLM pads a
+    one-token admission to 1 + K (placeholder drafts, for a uniform CUDA-graph decode batch) when the running
+    loop scheduled something and none of it was a prefill chunk; it schedules nothing rather than an unpadded
+    one when the budget is short ((0, 0): stop admitting)."""
+    cfg = rep.cfg
+    n = want
+    if want == 1 and ran and not prefill_ran and 1 + cfg.spec_k + 1 <= cfg.max_model_len:
+        if 1 + cfg.spec_k > budget:
+            return 0, 0
+        n = 1 + cfg.spec_k
+    n = min(n, thr or budget, budget)
+    return n, n - want if n > want else 0
 
 
 # _NEVER_FITS: without scheduler_reserve_full_isl (vLLM 0.8.2) a prompt longer than the whole pool would be

@@ -84,3 +84,27 @@ def test_the_comparison_sees_a_difference():
     changed[j] = {"tokens": ours[j]["tokens"], "preempted": []}
     assert workloads.compare(ours, changed) == [f"step {j}: simserve {workloads._normal(ours[j])}, vLLM "
                                                 f"{workloads._normal(changed[j])}"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(workloads.SPEC_WORKLOADS))
+def test_speculative_decoding_schedules_as_vllm_does(name):
+    """vLLM's Scheduler with a SpeculativeConfig, fed the accepted drafts simserve drew and K new drafts per
+    request that sampled: the same tokens (drafts included), drafts, KV blocks, free blocks and preemptions."""
+    w = workloads.make(name)
+    theirs = vllm_steps(w)
+    ours = workloads.run_simserve(w)
+    assert workloads.compare(ours, theirs) == []
+    assert sum(sum(s.get("spec", {}).values()) for s in ours) > 10000  # drafts verified, step after step
+    k = w["spec"]["k"]
+    if name == "spec-heavy":  # memory binds
+        assert sum(len(s["preempted"]) for s in ours) > 0
+    if name in ("spec-ngram", "spec-maxlen"):  # verifications cut short (threshold, max length)
+        assert any(0 < v < k for s in ours for v in s.get("spec", {}).values())
+
+
+def test_the_speculative_comparison_sees_the_lookahead():
+    """Without EAGLE's lookahead slots the blocks held differ: the comparison checks them."""
+    w = workloads.make("spec-light")
+    ours = workloads.run_simserve(w)
+    without = workloads.run_simserve({**w, "spec": {**w["spec"], "lookahead": 0}})
+    assert workloads.compare(ours, without) != []

@@ -51,6 +51,41 @@ def token_streams(w: dict) -> list[list[int]]:
     return out
 
 
+def speculative_config(w: dict, model, model_dir: str):
+    """vLLM's SpeculativeConfig for the workload's method: EAGLE-3 with a one-layer head's config.json beside
+    the target's (the scheduler reads only its method and K), or n-gram; None without speculation."""
+    spec = w.get("spec")
+    if spec is None:
+        return None
+    from vllm.config import ParallelConfig, SpeculativeConfig
+
+    draft = None
+    if spec["method"] != "ngram":
+        draft = os.path.join(model_dir, "eagle3")
+        os.makedirs(draft)
+        with open(os.path.join(draft, "config.json"), "w") as f:
+            json.dump({**MODEL_CONFIG, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}, f)
+    return SpeculativeConfig(method=spec["method"], model=draft, num_speculative_tokens=spec["k"],
+                             target_model_config=model, target_parallel_config=ParallelConfig())  # fmt: skip
+
+
+def spec_sampled(spec: dict, so, r, rid: int, verified: list, seq: list, drafts: dict) -> list:
+    """What the model runner samples for request `rid` this step: nothing for a prefill chunk that does not end
+    its prompt; else the accepted drafts plus the target's own token. The accepted count is simserve's draw
+    for this request's next verification step (placeholder drafts, vLLM's padding: none accepted). Every
+    request that samples proposes K drafts for its next step (`drafts`)."""
+    if r.num_computed_tokens < r.num_tokens:
+        return []
+    ids = so.scheduled_spec_decode_tokens.get(str(rid), [])
+    a = 0
+    if ids and ids[0] >= 0:
+        a = min(spec["draws"][spec["offsets"][rid] + verified[rid]], len(ids))
+        verified[rid] += 1
+    tail = seq[r.num_tokens :] + [1] * (len(ids) + 1)
+    drafts[str(rid)] = [1] * spec["k"]
+    return tail[: a + 1]
+
+
 def main() -> None:
     w = json.load(sys.stdin)
     import torch
@@ -58,7 +93,7 @@ def main() -> None:
     from vllm.sampling_params import SamplingParams
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
     bs = w["block_size"]
@@ -75,7 +110,8 @@ def main() -> None:
             long_prefill_token_threshold=w["long_prefill_token_threshold"],
             long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
         )  # fmt: skip
-        config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
+        config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched,
+                            speculative_config=speculative_config(w, model, model_dir))  # fmt: skip
         kv = KVCacheConfig(
             num_blocks=w["num_blocks"] + 1, kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["layer0"], FullAttentionSpec(
@@ -85,6 +121,9 @@ def main() -> None:
         class Structured:
             def accept_tokens(self, *args, **kwargs):
                 return True
+
+            def validate_tokens(self, request, spec_tokens):  # no structured output: every draft stands
+                return spec_tokens
 
         s = Scheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
                       structured_output_manager=Structured(), block_size=bs)  # fmt: skip
@@ -98,6 +137,8 @@ def main() -> None:
             hasher = get_request_block_hasher(bs, hash_fn)
         prompt, output, arrive = w["prompt"], w["output"], w["arrive"]
         n, nxt, steps, carried = len(prompt), 0, [], []
+        spec = w.get("spec")
+        verified = [0] * len(prompt)  # verification steps so far, per request (which draw the next one reads)
         seqs = token_streams(w)
         finished = 0
         while finished < n:
@@ -122,8 +163,12 @@ def main() -> None:
             carried = []
             ids = list(so.num_scheduled_tokens)
             sampled = []
+            drafts = {}
             for rid in ids:
                 r = s.requests[rid]
+                if spec is not None:  # the same accepted counts as simserve's: its pre-drawn numbers
+                    sampled.append(spec_sampled(spec, so, r, int(rid), verified, seqs[int(rid)], drafts))
+                    continue
                 # the next token of its stream: a later turn of the conversation carries it in its prompt
                 sampled.append(
                     [seqs[int(rid)][r.num_tokens]] if r.num_computed_tokens >= r.num_tokens else []
@@ -134,12 +179,22 @@ def main() -> None:
             if w["prefix_caching"]:
                 step_cached = {int(rid): s.requests[rid].num_computed_tokens - so.num_scheduled_tokens[rid]
                                for rid in ids if rid in waiting}  # fmt: skip
+            if spec is not None:  # KV blocks each scheduled request holds, and the pool's free blocks, as scheduled
+                pool = s.kv_cache_manager.coordinator.single_type_managers[0]
+                held = {int(rid): len(pool.req_to_blocks[rid]) for rid in ids}
+                free = s.kv_cache_manager.block_pool.get_num_free_blocks()
             s.update_from_output(so, out)
             finished += before - len(s.requests)
             step = {
                 "tokens": {int(k): int(v) for k, v in so.num_scheduled_tokens.items()},
                 "preempted": preempted,
             }
+            if spec is not None:
+                step["spec"] = {int(k): len(v) for k, v in so.scheduled_spec_decode_tokens.items()}
+                step["blocks"], step["free"] = held, free
+                # the drafter's proposals, as the model runner hands them to the engine after the step
+                live = [rid for rid in drafts if rid in s.requests]
+                s.update_draft_token_ids(DraftTokenIds(live, [drafts[rid] for rid in live]))
             if w["prefix_caching"]:  # schedule() advanced computed tokens by the chunk: the rest came cached
                 step["cached"] = step_cached
             steps.append(step)

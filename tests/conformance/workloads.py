@@ -44,10 +44,26 @@ PREFIX_WORKLOADS = {
     "crowded": ("shared", 300, 120, 256, 32, 64, 2048, 13),
 }
 
+# Speculative decoding (prefix caching off): name → (method, K, cumulative acceptance per position, base
+# workload of WORKLOADS whose stream it takes, prompt range override or None, num KV blocks, max_model_len).
+#   spec-light   EAGLE-3, K 3: verification chunks beside prefill chunks, lookahead slots, no preemption
+#   spec-heavy   EAGLE-3, K 4 in a pool of 300 blocks: memory binds, the last running request is preempted
+#   spec-ngram   n-gram (no lookahead), K 5, a 64-token threshold and prompts from 1 token: chunks cut the
+#                verification short, and one-token prompts (1-12 tokens here) are padded to 1 + K placeholder drafts
+#   spec-maxlen  EAGLE-3, K 4, max_model_len 640: verifications capped below it, lookahead capped at it
+SPEC_WORKLOADS = {
+    "spec-light": ("eagle3", 3, (0.8, 0.6, 0.45), "light", None, 10000, 4096),
+    "spec-heavy": ("eagle3", 4, (0.7, 0.5, 0.35, 0.2), "heavy", None, 300, 4096),
+    "spec-ngram": ("ngram", 5, (0.5, 0.3, 0.2, 0.1, 0.05), "tight", (1, 12), 160, 2048),
+    "spec-maxlen": ("eagle3", 4, (0.9, 0.8, 0.7, 0.6), "tight", (400, 620), 400, 640),
+}
+
 
 def make(name: str) -> dict:
     if name in PREFIX_WORKLOADS:
         return make_prefix(name)
+    if name in SPEC_WORKLOADS:
+        return make_spec(name)
     n, (p0, p1), (o0, o1), gap, blocks, budget, seqs, thr, max_len, seed = WORKLOADS[name]
     rng = np.random.default_rng(seed)
     prompt = rng.integers(p0, p1 + 1, n)
@@ -59,6 +75,29 @@ def make(name: str) -> dict:
         "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
         "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
         "long_prefill_token_threshold_adaptive": name in ADAPTIVE, "prefix_caching": False,
+    }  # fmt: skip
+
+
+def make_spec(name: str) -> dict:
+    """A speculative workload: its base's stream with its own prompts, pool and max length, and the accepted
+    counts simserve draws for every verification step (speculative.draws), which vLLM's side feeds back."""
+    from simserve.speculative import draws, lookahead
+
+    method, k, acceptance, base, prompts, blocks, max_len = SPEC_WORKLOADS[name]
+    n, (p0, p1), (o0, o1), gap, _, budget, seqs, thr, _, seed = WORKLOADS[base]
+    p0, p1 = prompts or (p0, p1)
+    rng = np.random.default_rng(seed + 100)
+    prompt = rng.integers(p0, p1 + 1, n)
+    output = np.minimum(rng.integers(o0, o1 + 1, n), max_len - prompt)
+    arrive = np.floor(np.cumsum(rng.exponential(gap, n))).astype(int)
+    accepted, offsets = draws(output, acceptance, seed)
+    return {
+        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
+        "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
+        "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
+        "long_prefill_token_threshold_adaptive": False, "prefix_caching": False,
+        "spec": {"method": method, "k": k, "lookahead": lookahead(method, k), "acceptance": list(acceptance),
+                 "seed": seed, "draws": accepted.tolist(), "offsets": offsets.tolist()},
     }  # fmt: skip
 
 
@@ -114,12 +153,17 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
     if w["prefix_caching"]:
         reqs.prefix_group[:] = w["group"]
         reqs.prefix_tokens[:] = w["shared"]
+    spec = w.get("spec")
+    extra = {}
+    if spec is not None:  # the scheduler's side of speculation (the costs do not matter here)
+        extra = dict(spec_k=spec["k"], spec_lookahead=spec["lookahead"], spec_acceptance=tuple(spec["acceptance"]),
+                     spec_seed=spec["seed"])  # fmt: skip
     cfg = SimConfig(
         policy="vllm-v1", budget=w["max_num_batched_tokens"], max_batch=w["max_num_seqs"],
         max_model_len=w["max_model_len"], block_size=w["block_size"],
         long_prefill_token_threshold=w["long_prefill_token_threshold"],
         long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
-        prefix_caching=w["prefix_caching"],
+        prefix_caching=w["prefix_caching"], **extra,
     ).validate()  # fmt: skip
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["num_blocks"], 1, LogHistogram(), lambda _, rid: done.append(rid))
@@ -144,6 +188,10 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
             step["cached"] = {
                 int(rid): int(reqs.cached_tokens[rid]) for rid, _ in batch.prefills if rid in waiting
             }
+        if spec is not None:  # drafts scheduled (padding included), KV blocks held, the pool's free blocks
+            step["spec"] = {int(rid): abs(int(reqs.spec_sched[rid])) for rid, _ in batch.prefills if reqs.spec_sched[rid]}
+            step["blocks"] = {rid: int(reqs.blocks[rid]) for rid in tokens}
+            step["free"] = int(st.kv.free)
         steps.append(step)
         now = float(len(steps))
         for rid, chunk in batch.prefills:
@@ -175,6 +223,11 @@ def _normal(step: dict) -> dict:
            "preempted": sorted(int(r) for r in step["preempted"])}  # fmt: skip
     if "cached" in step:
         out["cached"] = {int(k): int(v) for k, v in step["cached"].items()}
+    for key in ("spec", "blocks"):
+        if key in step:
+            out[key] = {int(k): int(v) for k, v in step[key].items()}
+    if "free" in step:
+        out["free"] = int(step["free"])
     return out
 
 
@@ -188,7 +241,7 @@ if __name__ == "__main__":  # the table in docs/engines.md: python tests/conform
     print("| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | "
           "admissions with a hit | cached tokens | differences |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in [*WORKLOADS, *PREFIX_WORKLOADS]:
+    for name in [*WORKLOADS, *PREFIX_WORKLOADS, *SPEC_WORKLOADS]:
         w = make(name)
         proc = subprocess.run([sys.argv[1], str(driver)], input=json.dumps(w), capture_output=True, text=True,
                               check=True)  # fmt: skip

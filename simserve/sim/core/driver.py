@@ -67,6 +67,8 @@ class Core(CoreLockstep):
         self.stamp = arrays["stamp"]
         self.cached_tokens = arrays["cached_tokens"]
         self.prefix_group, self.prefix_tokens = arrays["prefix_group"], arrays["prefix_tokens"]
+        self.spec, self.spec_sched, self.spec_steps = arrays["spec"], arrays["spec_sched"], arrays["spec_steps"]
+        self.spec_off, self.spec_draws = arrays["spec_off"], arrays["spec_draws"]
         self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
         self.zeros = hist["zeros"]
@@ -166,6 +168,13 @@ class Core(CoreLockstep):
         # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
         # fcfs and orca take _paused_decodes, which does not grow
         self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
+        self.spec_k = p.get("spec_k", 0)
+        self.spec_lookahead = p.get("spec_lookahead", 0)
+        self.spec_fraction = p.get("spec_fraction", 0.0)
+        self.spec_passes = p.get("spec_passes", 0)
+        self.spec_cpu_s = p.get("spec_cpu_s", 0.0)
+        if self.spec_k:  # a verification step is no decode-only step: no stretches
+            self.stretch_ok = False
         self._lockstep_init(p)
         self._ids_obj = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.ids = self._ids_obj

@@ -25,6 +25,19 @@ cdef class CoreEvents:
     cdef long long[:] cached_tokens
     cdef long long[:] prefix_group  # the prefix-sharing identity (sglang's lpm reads it)
     cdef long long[:] prefix_tokens
+    # speculative decoding (vllm-v1; request.Requests' spec arrays, SimConfig's spec_* fields; spec_k 0: off)
+    cdef long long[:] spec
+    cdef long long[:] spec_sched
+    cdef long long[:] spec_steps
+    cdef long long[:] spec_off
+    cdef short[:] spec_draws
+    cdef long long spec_k
+    cdef long long spec_lookahead
+    cdef double spec_fraction
+    cdef long long spec_passes
+    cdef double spec_cpu_s
+    cdef long long b_verify  # _count_batch: the batch's verification tokens, and verifications (requests)
+    cdef long long b_verifies
     # the TBT histogram (histogram.LogHistogram: counts shared, zeros mirrored)
     cdef double[:] counts
     cdef double zeros

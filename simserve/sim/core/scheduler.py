@@ -125,12 +125,20 @@ class CoreScheduler(CoreSGLang):
             chunks = []
             prefixes = []
         self.batch_no += 1
+        self.b_verify = 0
+        self.b_verifies = 0
         for rid, chunk in prefills:
             if self.stamp[rid] == self.batch_no or self.inflight[rid]:
                 self.error = INV_SCHEDULED_TWICE
             self.stamp[rid] = self.batch_no
+            c = self.computed[rid]
+            if self.spec_k and c >= self.target[rid]:  # a verification: `chunk` decode queries (Replica._split_verifies)
+                kv_sum += chunk * c + chunk * (chunk + 1) // 2
+                self.b_verify += chunk
+                self.b_verifies += 1
+                continue
             chunks.append(chunk)
-            prefixes.append(self.computed[rid])
+            prefixes.append(c)
         for rid in dec:
             if self.stamp[rid] == self.batch_no or self.inflight[rid]:
                 self.error = INV_SCHEDULED_TWICE
@@ -143,7 +151,7 @@ class CoreScheduler(CoreSGLang):
             num_prefill += c
             rep.w_prefill_pairs += c * p + c * (c + 1) // 2
             rep.w_prefill_kv += p + c
-        rep.w_tokens += num_prefill + len(dec)
+        rep.w_tokens += num_prefill + len(dec) + self.b_verify
         rep.w_decode_kv += kv_sum
         rep.w_micro_batches += 1
         return chunks, prefixes, kv_sum, num_prefill
@@ -154,10 +162,11 @@ class CoreScheduler(CoreSGLang):
         kv_sum: cython.longlong
         num_prefill: cython.longlong
         d: cython.double
-        nd: cython.longlong = len(dec)
+        nd: cython.longlong
         chunks: list
         prefixes: list
         chunks, prefixes, kv_sum, num_prefill = self._count_batch(rep, prefills, dec)
+        nd = len(dec) + self.b_verify  # the timer's decode queries
         rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
         if self.pp > 1:
             for rid in dec:
@@ -169,6 +178,8 @@ class CoreScheduler(CoreSGLang):
             d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
             if rep.cache is not None and rep.cache.tier is not None:  # Replica.schedule: awaiting a CPU-tier load
                 d += rep.cache.tier.take_stall(now)
+            if self.spec_k:
+                d = self._with_draft(d, prefills, dec)
             rep.prefills0 = prefills
             rep.decodes0 = dec
         else:
@@ -181,8 +192,27 @@ class CoreScheduler(CoreSGLang):
         if not rep.in_flight:
             rep.busy_since = now
         rep.in_flight += 1
-        self._row(rep, 0, now, now + d, num_prefill, nd, len(prefills) + nd, kv_used)
+        self._row(rep, 0, now, now + d, num_prefill, len(dec) + self.b_verifies, len(prefills) + len(dec), kv_used)
         self._schedule(now + d, NORMAL, rep.index * self.pp)
+
+    @cython.cfunc
+    def _with_draft(self, d: cython.double, prefills: list, dec: list) -> cython.double:
+        """Replica._with_draft: the step plus its drafter's passes and CPU (speculative decoding)."""
+        rid: cython.longlong
+        chunk: cython.longlong
+        b: cython.longlong = len(dec)
+        kv: cython.longlong = 0
+        for rid in dec:
+            kv += self.computed[rid] + 1
+        for rid, chunk in prefills:
+            if self.computed[rid] + chunk >= self.target[rid]:
+                b += 1
+                kv += self.computed[rid] + chunk
+        if not b:
+            return d
+        if self.spec_fraction:
+            d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.time(_NONE, _NONE, b, kv, 0))
+        return d + self.spec_cpu_s * b
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
     @cython.cfunc

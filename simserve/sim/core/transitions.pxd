@@ -4,6 +4,7 @@ from simserve.sim.core.rep cimport Rep
 
 cdef class CoreTransitions(CoreRouting):
     cdef bint _complete_chunk(self, Rep rep, long long rid, long long chunk, double now)
+    cdef void _complete_verify(self, Rep rep, long long rid, long long chunk, double now)
     cdef void _complete_decodes(self, Rep rep, list dec, double now)
     cdef void _finish(self, Rep rep, long long rid, double now)
     cdef long long _num_running(self, Rep rep)

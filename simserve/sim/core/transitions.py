@@ -38,6 +38,9 @@ class CoreTransitions(CoreRouting):
         """ReplicaState.complete_chunk: True when the chunk was the last and sampled a token."""
         last: cython.double
         gap: cython.double
+        if self.spec_sched[rid]:
+            self._complete_verify(rep, rid, chunk, now)
+            return True
         self.computed[rid] += chunk
         if self.computed[rid] < self.target[rid]:
             return False
@@ -58,8 +61,49 @@ class CoreTransitions(CoreRouting):
             if rep.radix is not None:  # SGLang's checkpoint_kv_cache: a prefilled prompt joins the tree
                 rep.radix.checkpoint(rid, self.computed[rid])
                 self._sync_radix(rep)
+            self.spec[rid] = self.spec_k
             _insort(rep.decoding, rid)
         return True
+
+    @cython.cfunc
+    def _complete_verify(self, rep: Rep, rid: cython.longlong, chunk: cython.longlong, now: cython.double) -> cython.void:
+        """ReplicaState.complete_verify: the pre-drawn accepted drafts, the rejected ones rolled back."""
+        s: cython.longlong = self.spec_sched[rid]
+        padded: cython.bint = s < 0  # padding drafts: a one-token admission, still in prefilling
+        a: cython.longlong
+        last: cython.double
+        gap: cython.double
+        self.spec_sched[rid] = 0
+        if s < 0:
+            s = -s
+            a = 0
+        else:
+            a = self.spec_draws[self.spec_off[rid] + self.spec_steps[rid]]
+            if a > s:
+                a = s
+            self.spec_steps[rid] += 1
+        self.computed[rid] += chunk - (s - a)
+        self.generated[rid] = min(self.generated[rid] + 1 + a, self.output[rid])
+        last = self.last_token[rid]
+        if last == last:
+            gap = now - last
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+            self._hist_add(gap, 1.0)
+        else:
+            self.first_token[rid] = now
+        self.last_token[rid] = now
+        if self.generated[rid] >= self.output[rid]:
+            if padded:
+                rep.prefilling.remove(rid)
+            else:
+                _remove_sorted(rep.decoding, rid)
+            self._finish(rep, rid, now)
+            return
+        self.spec[rid] = self.spec_k
+        if padded:
+            rep.prefilling.remove(rid)
+            _insort(rep.decoding, rid)
 
     @cython.cfunc
     def _complete_decodes(self, rep: Rep, dec: list, now: cython.double) -> cython.void:
@@ -82,6 +126,7 @@ class CoreTransitions(CoreRouting):
             k += 1
             self.computed[rid] += 1
             self.generated[rid] += 1
+            self.spec[rid] = self.spec_k
             self.last_token[rid] = now
             if gap > self.tbt_max[rid]:
                 self.tbt_max[rid] = gap
@@ -191,6 +236,7 @@ class CoreTransitions(CoreRouting):
             rep.free = rep.cache.free
         self.blocks[rid] = 0
         self.computed[rid] = 0
+        self.spec[rid] = 0
         self.req_preemptions[rid] += 1
         if self.inflight[rid]:
             rep.stale.add(rid)

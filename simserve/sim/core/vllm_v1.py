@@ -30,6 +30,10 @@ class CoreVllmV1(CorePaperPolicies):
         computed: cython.longlong
         target: cython.longlong
         is_prefill: cython.bint
+        ran: cython.bint
+        prefill_ran: cython.bint = False
+        first: cython.longlong
+        pad: cython.longlong
         preempted: cython.bint = False
         budget: cython.longlong = self.budget
         eligible: cython.longlong = len(rep.running) + len(rep.waiting)
@@ -52,9 +56,18 @@ class CoreVllmV1(CorePaperPolicies):
             computed = self.computed[rid]
             target = self.target[rid]
             is_prefill = computed < target
-            n = target - computed if is_prefill else 1
-            n = min(n, thr if thr else budget, budget)
-            need = -(-(computed + n) // bs) - self.blocks[rid]
+            if self.spec_k:  # vllm_v1.vllm_v1_batch: a decode verifies its drafts, lookahead slots
+                n = target - computed if is_prefill else 1 + self.spec[rid]
+                n = min(n, thr if thr else budget, budget)
+                n = min(n, max(self.max_model_len - computed - 1, 1))
+                need = -(-max(computed + n, min(computed + n + self.spec_lookahead, self.max_model_len)) // bs)
+                need -= self.blocks[rid]
+                if need < 0:
+                    need = 0
+            else:
+                n = target - computed if is_prefill else 1
+                n = min(n, thr if thr else budget, budget)
+                need = -(-(computed + n) // bs) - self.blocks[rid]
             while rep.free < need:
                 victim = running[len(running) - 1]
                 self._preempt(rep, victim)
@@ -76,14 +89,21 @@ class CoreVllmV1(CorePaperPolicies):
                     rep.free = cache.free
             if is_prefill:
                 prefills.append((rid, n))
+                prefill_ran = True
+            elif n > 1:  # a verification, as a chunk over its KV
+                self.spec_sched[rid] = n - 1
+                prefills.append((rid, n))
             else:
                 decodes.append(rid)
+            if self.spec_k:
+                self.spec[rid] = 0
             budget -= n
             i += 1
         if preempted:
             if not prefills and not decodes and not running:
                 return self._vllm_v1(rep, now)
             return prefills, decodes
+        ran = len(prefills) > 0 or len(decodes) > 0
         self._drop_too_long(rep)
         if cache is not None and cache.tier is not None and cache.tier.loading:  # vllm_v1: CPU-tier loads done
             cache.tier.promote(rep.waiting, now, False)
@@ -102,6 +122,22 @@ class CoreVllmV1(CorePaperPolicies):
                     continue
                 if not n:
                     break
+            elif self.spec_k:  # vllm_v1._spec_admission
+                n = want
+                if want == 1 and ran and not prefill_ran and 1 + self.spec_k + 1 <= self.max_model_len:
+                    if 1 + self.spec_k > budget:
+                        break
+                    n = 1 + self.spec_k
+                n = min(n, thr if thr else budget, budget)
+                pad = n - want if n > want else 0
+                whole = -(-want // bs)
+                first = -(-max(n, min(n + self.spec_lookahead, self.max_model_len)) // bs)
+                if not self._can_allocate(rep, whole if self.full_isl else first) or not self._can_allocate(rep, first):
+                    break
+                if whole > rep.num_blocks - rep.watermark:
+                    break
+                self._admit_head(rep, now, first)
+                self.spec_sched[rid] = -pad
             else:
                 n = min(want, thr if thr else budget, budget)
                 whole = -(-want // bs)

@@ -1,0 +1,201 @@
+"""Speculative decoding (simserve/speculative.py, the vllm-v1 policy's verification steps): hand-checkable
+schedules, the acceptance draws, the draft's memory, and vLLM's refusals and bad input in one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simserve import speculative
+from simserve.catalog.models import resolve_model
+from simserve.cli import main
+from simserve.errors import SimserveError
+from simserve.sim import SimConfig, simulate
+from simserve.sim.testing import ConstantTimer
+
+
+def _run(prompt, output, k, acceptance, lookahead=0, blocks=1000, max_len=4096):
+    cfg = SimConfig(policy="vllm-v1", max_model_len=max_len, spec_k=k, spec_lookahead=lookahead,
+                    spec_acceptance=tuple(acceptance), spec_seed=0).validate()  # fmt: skip
+    return simulate(
+        np.array(prompt), np.array(output), np.zeros(len(prompt)), ConstantTimer(0.01), blocks, cfg
+    )
+
+
+def test_every_draft_accepted_gives_k_plus_one_tokens_a_step():
+    """A 100-token prompt and 41 output tokens, K 4, every draft accepted: the prefill samples the first token,
+    then 8 verification steps of 5 tokens (4 drafts + the target's own) give the other 40."""
+    raw = _run([100], [41], 4, [1.0] * 4)
+    assert len(raw.log) == 9 and raw.reqs.generated[0] == 41
+    none = _run([100], [41], 4, [0.0] * 4)  # every draft rejected: one token a step, as without speculation
+    assert len(none.log) == 41 and none.reqs.generated[0] == 41
+
+
+def test_the_last_step_stops_at_the_output_length():
+    """41 outputs with K 6 and all accepted: 40 after the prefill take 6 steps of 7, the last one cut at 41."""
+    raw = _run([50], [41], 6, [1.0] * 6)
+    assert len(raw.log) == 1 + 6 and raw.reqs.generated[0] == 41
+
+
+def test_lookahead_slots_take_blocks_beyond_the_scheduled_tokens():
+    """A 16-token prompt with EAGLE's lookahead of K: admission allocates the chunk plus K slots (2 blocks);
+    n-gram (no lookahead) takes only the chunk's one block."""
+    from simserve.sim.histogram import LogHistogram
+    from simserve.sim.policies import vllm_v1
+    from simserve.sim.request import Requests
+    from simserve.sim.state import ReplicaState
+
+    for lookahead, blocks in ((3, 2), (0, 1)):
+        cfg = SimConfig(
+            policy="vllm-v1", spec_k=3, spec_lookahead=lookahead, spec_acceptance=(0.5, 0.5, 0.5)
+        ).validate()
+        reqs = Requests(np.array([16]), np.array([8]), np.zeros(1))
+        st = ReplicaState(0, reqs, cfg, 100, 1, LogHistogram(), lambda *_: None)
+        st.enqueue(0)
+        vllm_v1(st, 0.0)
+        assert reqs.blocks[0] == blocks
+
+
+def test_the_draws_follow_the_cumulative_acceptance():
+    """P(at least k accepted) = acceptance[k-1] (vLLM's per-position metric): over many draws the fraction
+    of steps accepting position k matches it, and the draws depend on the seed only."""
+    acc = (0.8, 0.5, 0.2)
+    a, off = speculative.draws(np.full(2000, 101), acc, seed=7)
+    assert len(a) == 2000 * 100 and off[1] == 100
+    for k, p in enumerate(acc, 1):
+        assert abs(np.mean(a >= k) - p) < 0.01
+    b, _ = speculative.draws(np.full(2000, 101), acc, seed=7)
+    assert np.array_equal(a, b) and not np.array_equal(
+        a, speculative.draws(np.full(2000, 101), acc, seed=8)[0]
+    )
+
+
+def test_the_draft_takes_memory_and_ngram_none():
+    spec = resolve_model("llama-3-8b")
+    per_block, layers = 2 * 2 * 8 * 128 * 32 * 16, 32  # bf16 K and V, 8 KV heads of 128, 32 layers, 16 tokens
+    eagle = speculative.draft_blocks(10000, per_block, layers, "eagle3", spec, 1, 2)
+    assert speculative.draft_blocks(10000, per_block, layers, "ngram", spec, 1, 2) == 10000
+    # one more KV layer in every block (32/33 of the blocks) less the head's weights (~0.5 B parameters in bf16)
+    assert eagle < 10000 * 32 / 33
+    weights = speculative.draft_params("eagle3", spec) * 2
+    assert eagle == int((10000 * per_block - weights) // (per_block * 33 / 32))
+    assert 0 < speculative.draft_fraction("eagle", spec) < speculative.draft_fraction("eagle3", spec) < 0.1
+
+
+def test_the_catalogs_table_is_the_default(tmp_path):
+    table = tmp_path / "acceptance.csv"
+    table.write_text("method,model_family,dataset,position,acceptance,source,note\n"
+                     "eagle3,llama-3.1-8b,sharegpt,2,0.5,https://example.org/x,\n"
+                     "eagle3,llama-3.1-8b,sharegpt,1,0.75,https://example.org/x,\n")  # fmt: skip
+    found = speculative.catalog_acceptance("eagle3", resolve_model("llama-3.1-8b"), "sharegpt", 2, table)
+    assert found[0] == (0.75, 0.5) and "https://example.org/x" in found[1]
+    # a key the table lacks: one line naming the known keys and --acceptance (catalog/acceptance.py)
+    with pytest.raises(SimserveError, match="known for eagle3: eagle3/llama-3.1-8b/sharegpt.*--acceptance"):
+        speculative.catalog_acceptance("eagle3", resolve_model("llama-3.1-8b"), "arxiv", 2, table)
+    # the shipped table (simserve/catalog/acceptance.csv) is the default
+    rates, source = speculative.catalog_acceptance("eagle3", resolve_model("llama-3.1-8b"), "mt-bench", 3)
+    assert rates == (0.7296, 0.5208, 0.3545) and "http" in source
+
+
+def cli(capsys, *args: str) -> tuple[int, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def _file(tmp_path, name: str, text: str) -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+RUN = ["run", "--policy", "vllm-v1", "--requests", "8", "--no-prefix-caching", "--frontend", "off"]
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--model", "mistral-7b", "--speculative", "mtp"], "num_nextn_predict_layers"),
+        (
+            [
+                "--model",
+                "deepseek-v3",
+                "--gpu",
+                "h200",
+                "--tp",
+                "8",
+                "--speculative",
+                "eagle",
+                "--num-speculative-tokens",
+                "2",
+            ],
+            "without speculative model",
+        ),
+        (
+            ["--speculative", "eagle", "--num-speculative-tokens", "0", "--acceptance", "ACC"],
+            "greater than zero",
+        ),
+        (
+            ["--speculative", "eagle", "--num-speculative-tokens", "129", "--acceptance", "ACC"],
+            "MAX_SPEC_LEN",
+        ),
+        (["--speculative", "eagle", "--acceptance", "ACC"], "num_speculative_tokens must be provided"),
+        (
+            ["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "HIGH"],
+            "not a probability",
+        ),
+        (["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "RISE"], "rises"),
+        (["--speculative", "eagle3", "--num-speculative-tokens", "4", "--acceptance", "ACC"], "needs 4"),
+        (["--speculative", "eagle3", "--num-speculative-tokens", "2"], "--acceptance FILE"),
+        (
+            ["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "BADJSON"],
+            "not valid JSON",
+        ),
+        (["--num-speculative-tokens", "2"], "add --speculative"),
+        (["--speculative", "medusa", "--num-speculative-tokens", "2"], "not modelled"),
+        (
+            ["--speculative", "eagle", "--num-speculative-tokens", "2", "--acceptance", "ACC", "--pp", "2"],
+            "--pp 1",
+        ),
+    ],
+)
+def test_bad_speculative_input_is_one_line_and_exit_2(capsys, tmp_path, extra, words):
+    files = {"ACC": _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n"),
+             "HIGH": _file(tmp_path, "h.json", "[1.2, 0.5]"), "RISE": _file(tmp_path, "r.json", "[0.4, 0.6]"),
+             "BADJSON": _file(tmp_path, "b.json", "[0.4,")}  # fmt: skip
+    extra = [files.get(a, a) for a in extra]
+    code, err = cli(capsys, *RUN, "--out", str(tmp_path / "o"), *extra)
+    assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_prefix_caching_with_speculation_is_refused(capsys, tmp_path):
+    acc = _file(tmp_path, "a.json", "[0.7, 0.4]")
+    code, err = cli(capsys, "run", "--engine", "vllm", "--requests", "4", "--out", str(tmp_path / "o"),
+                    "--speculative", "eagle", "--num-speculative-tokens", "2", "--acceptance", acc)  # fmt: skip
+    assert code == 2 and "--no-prefix-caching" in err and not (tmp_path / "o").exists()
+
+
+def test_a_sweep_with_speculation_needs_the_vllm_engine(capsys, tmp_path):
+    code, err = cli(capsys, "sweep", "--out", str(tmp_path / "o"), "--speculative", "ngram")
+    assert code == 2 and "--engine vllm" in err
+
+
+def test_a_speculative_run_writes_its_settings(capsys, tmp_path):
+    acc = _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n")
+    code, err = cli(capsys, *RUN, "--out", str(tmp_path / "o"), "--speculative", "eagle3", "--num-speculative-tokens",
+                    "3", "--acceptance", acc, "--qps", "2")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert doc["speculative"]["acceptance"] == [0.7, 0.4, 0.2] and doc["speculative"]["lookahead"] == 3
+    assert doc["scenario"]["speculative"] == "eagle3"
+
+
+def test_loading_checks_positions(tmp_path):
+    with pytest.raises(SimserveError, match="expected 2"):
+        speculative.load_acceptance(_file(tmp_path, "p.csv", "position,acceptance\n1,0.7\n3,0.4\n"), 2)
+    assert speculative.load_acceptance(_file(tmp_path, "ok.json", "[0.9, 0.5, 0.1]"), 2) == (0.9, 0.5)
