@@ -125,7 +125,7 @@ cdef class CoreEvents:
     # the API servers (api_server.ApiServers, the reference's own object): sends, engine entries, what the
     # clients see; None: no API-server model
     cdef object api
-    # api.pending() as of the last call that could change it (advance, answered): advance(t) is a no-op for any
+    # api.pending() as of the last call that could change it (advance, answered, failed): advance(t) is a no-op for any
     # t before it, so the per-step calls skip it (3.7M Python calls in a day's replay, ~1/3 of the API's cost)
     cdef double api_next
     cdef long long[:] child

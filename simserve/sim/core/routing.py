@@ -218,8 +218,11 @@ class CoreRouting(CoreBlocks):
         self.num_done += 1
         if self.status[rid] == IGNORED:
             self.num_ignored += 1
-            if self.api is not None and self.api.failed(rid, self.now):
-                self._wake_arrivals()
+            if self.api is not None:
+                woken = self.api.failed(rid, self.now)  # answered at once: a slot frees, a round is released
+                self.api_next = self.api.pending()
+                if woken:
+                    self._wake_arrivals()
         if self.released < self.n:  # closed loop: the finished request's slot goes to the next one (_on_done)
             nxt = self.released
             self.released += 1
