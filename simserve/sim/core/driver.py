@@ -173,8 +173,7 @@ class Core(CoreLockstep):
         self.spec_fraction = p.get("spec_fraction", 0.0)
         self.spec_passes = p.get("spec_passes", 0)
         self.spec_cpu_s = p.get("spec_cpu_s", 0.0)
-        if self.spec_k:  # a verification step is no decode-only step: no stretches
-            self.stretch_ok = False
+        # NOTE: with speculative decoding the stretches are verification stretches (stretch._verify_stretch)
         self._lockstep_init(p)
         self._ids_obj = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.ids = self._ids_obj

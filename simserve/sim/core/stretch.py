@@ -44,6 +44,9 @@ class CoreStretch(CoreScheduler):
         ids: cython.longlong[:] = self.ids
         slot = rep.index  # PP = 1: the replica's scheduler loop is its only slot
         pol: cython.int = self.policy
+        if self.spec_k:  # vllm-v1 with speculative decoding: its steps are verifications
+            self._verify_stretch(rep)
+            return
         if not rep.busy0 or rep.prefills0 or rep.prefilling or rep.waiting:
             return
         dec: list = rep.decodes0
@@ -58,18 +61,7 @@ class CoreStretch(CoreScheduler):
                 return
         elif dec is not rep.decoding or rep.cache is not None:
             return
-        # every other pending event and the next arrival: an iteration must end strictly before them all
-        limit = float("inf")
-        for i in range(self.num_slots):
-            if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
-                limit = self.ev_time[i]
-        if self.heap_route:
-            if self.due and self.due[0][0] < limit:
-                limit = self.due[0][0]
-            if self.api is not None and self.api_next < limit:
-                limit = self.api_next
-        elif self.next < self.released and self.arrived[self.next] < limit:
-            limit = self.arrived[self.next]
+        limit = self._stretch_limit(slot)
         # completions before the first one that finishes a request (its bookkeeping is the loop's)
         nd = len(dec)
         left = self.output[dec[0]] - self.generated[dec[0]]
@@ -137,6 +129,166 @@ class CoreStretch(CoreScheduler):
             kv_used = rep.num_blocks - rep.free
             d = self.timer.decode_time(nd, kv_sum, 0)
             rep.prefills0 = _NONE
+            rep.busy0 = True
+            if not rep.in_flight:
+                rep.busy_since = now
+            rep.in_flight += 1
+            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
+            self._schedule(now + d, NORMAL, slot)
+            if self.error:
+                return
+
+    @cython.cfunc
+    @cython.locals(i=cython.int, limit=cython.double)
+    def _stretch_limit(self, slot: cython.int) -> cython.double:
+        """Every other pending event and the next arrival (or routing, or API send): a stretched iteration must
+        end strictly before them all."""
+        limit = float("inf")
+        for i in range(self.num_slots):
+            if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
+                limit = self.ev_time[i]
+        if self.heap_route:
+            if self.due and self.due[0][0] < limit:
+                limit = self.due[0][0]
+            if self.api is not None and self.api_next < limit:
+                limit = self.api_next
+        elif self.next < self.released and self.arrived[self.next] < limit:
+            limit = self.arrived[self.next]
+        return limit
+
+    # -- verification stretches: speculative decoding's steps when every running request verifies its drafts ---
+    @cython.cfunc
+    @cython.locals(k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong, s=cython.longlong,
+                   a=cython.longlong, n=cython.longlong, c=cython.longlong, need=cython.longlong,
+                   n_need=cython.longlong, budget=cython.longlong, thr=cython.longlong, kv_sum=cython.longlong,
+                   kv=cython.longlong, verify=cython.longlong, kv_used=cython.longlong, limit=cython.double,
+                   t=cython.double, now=cython.double, d=cython.double, uniform=cython.bint, same=cython.bint)  # fmt: skip
+    def _verify_stretch(self, rep: Rep) -> cython.void:
+        """_decode_stretch for speculative decoding (vllm-v1, PP = 1, no prefix caching): the replica's next
+        steps, one after the other, while each is surely the next event of the simulation and is the same
+        batch again -- every running request verifying its drafts, none finishing (its acceptance is drawn
+        before the run: spec_draws), no preemption -- with the same float operations in the same order as
+        run() -> _sched_resume -> _complete -> _vllm_v1 -> _start_micro_batch (and _with_draft), so the
+        results are the reference's bit for bit. It stops as _decode_stretch does, and where the scheduler's
+        own step is needed (a request would finish, a chunk would differ from K + 1 or stop being a
+        verification, the budget would not reach every request, the lookahead blocks would not fit)."""
+        ids: cython.longlong[:] = self.ids
+        slot: cython.int = rep.index
+        pre: list = rep.prefills0
+        nd = len(pre)
+        if not rep.busy0 or rep.decodes0 or rep.prefilling or rep.waiting or rep.cache is not None:
+            return
+        if not nd or nd != len(rep.running):
+            return
+        # the batch: every running request, in admission order, a verification of K + 1 tokens (uniform: the
+        # list rep.prefills0 then stays the batch's; otherwise it is rebuilt when the step is the same)
+        uniform = True
+        for k in range(nd):
+            rid = pre[k][0]
+            if rid != rep.running[k] or self.spec_sched[rid] < 1 or self.computed[rid] < self.target[rid]:
+                return
+            if self.spec_sched[rid] != self.spec_k:
+                uniform = False
+            ids[k] = rid
+        limit = self._stretch_limit(slot)
+        while True:
+            t = self.ev_time[slot]
+            if not t < limit or t < self.now:  # another event first, or time going backwards (run() says so)
+                return
+            for k in range(nd):  # _complete_verify's outcome, from the pre-drawn acceptance: nobody finishes
+                rid = ids[k]
+                s = self.spec_sched[rid]
+                a = self.spec_draws[self.spec_off[rid] + self.spec_steps[rid]]
+                if a > s:
+                    a = s
+                if self.generated[rid] + 1 + a >= self.output[rid]:
+                    return
+            # run(): this event is the smallest key
+            self.ev_on[slot] = 0
+            self.now = t
+            now = t
+            # _sched_resume -> _complete at PP = 1: verifications only (each samples: all go to the API servers)
+            rep.busy0 = False
+            rep.in_flight -= 1
+            if not rep.in_flight:
+                rep.inflight_acc += now - rep.busy_since
+            for k in range(nd):
+                rid = ids[k]
+                self._complete_verify(rep, rid, self.spec_sched[rid] + 1, now)
+            if self.api is not None:  # nothing else is due (the limit): ApiServers.output's advance has no work
+                self._api_step(ids, nd, now)
+            rep.idle_mark[0] = self._inflight_time(rep, now)
+            # _sched_loop: nothing to route; _vllm_v1's running loop, first checked to give the same batch
+            thr = self.long_threshold if nd > 1 else 0
+            if thr and self.long_adaptive:
+                thr = max(thr, self.budget // nd)
+            budget = self.budget
+            n_need = 0
+            same = True
+            for k in range(nd):
+                rid = ids[k]
+                c = self.computed[rid]
+                if budget <= 0:
+                    self._sched_loop(rep)  # the budget does not reach every request: the policy's own step
+                    return
+                n = 1 + self.spec[rid]
+                n = min(n, thr if thr else budget, budget)
+                n = min(n, max(self.max_model_len - c - 1, 1))
+                if n < 2:
+                    self._sched_loop(rep)  # a plain decode: the policy's own step
+                    return
+                if n != self.spec_k + 1:
+                    same = False
+                need = -(-max(c + n, min(c + n + self.spec_lookahead, self.max_model_len)) // self.block_size)
+                need -= self.blocks[rid]
+                if need > 0:
+                    n_need += need
+                budget -= n
+            if n_need > rep.free:
+                self._sched_loop(rep)  # a preemption: the policy's own step
+                return
+            budget = self.budget
+            kv_sum = 0
+            kv = 0
+            verify = 0
+            self.batch_no += 1
+            for k in range(nd):  # the same loop, applied (_vllm_v1, then _count_batch and _with_draft's sums)
+                rid = ids[k]
+                c = self.computed[rid]
+                n = 1 + self.spec[rid]
+                n = min(n, thr if thr else budget, budget)
+                n = min(n, max(self.max_model_len - c - 1, 1))
+                need = -(-max(c + n, min(c + n + self.spec_lookahead, self.max_model_len)) // self.block_size)
+                need -= self.blocks[rid]
+                if need < 0:
+                    need = 0
+                self._allocate(rep, need)
+                self.blocks[rid] += need
+                self.spec_sched[rid] = n - 1
+                self.spec[rid] = 0
+                budget -= n
+                if self.stamp[rid] == self.batch_no or self.inflight[rid]:
+                    self.error = INV_SCHEDULED_TWICE
+                self.stamp[rid] = self.batch_no
+                kv_sum += n * c + n * (n + 1) // 2
+                verify += n
+                kv += c + n
+            if not (same and uniform):  # a chunk differs from K + 1: the batch's list holds the chunks
+                pre = [(ids[k], self.spec_sched[ids[k]] + 1) for k in range(nd)]
+                rep.prefills0 = pre
+            uniform = same
+            # _start_micro_batch (_count_batch's counters, then the step's time with its drafter's)
+            self.b_verify = verify
+            self.b_verifies = nd
+            rep.w_tokens += verify
+            rep.w_decode_kv += kv_sum
+            rep.w_micro_batches += 1
+            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+            kv_used = rep.num_blocks - rep.free
+            d = self.timer.decode_time(verify, kv_sum, 0)
+            if self.spec_fraction:  # _with_draft: every verification ends its request's prompt
+                d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.decode_time(nd, kv, 0))
+            d = d + self.spec_cpu_s * nd
             rep.busy0 = True
             if not rep.in_flight:
                 rep.busy_since = now
