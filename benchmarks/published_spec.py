@@ -12,6 +12,8 @@ published numbers are comparison targets only, and the acceptance is the one the
     python benchmarks/published_spec.py                 # every entry, the table and the crossings
     python benchmarks/published_spec.py --only ID,ID    # some entries
     python benchmarks/published_spec.py --json out.json
+    python benchmarks/published_spec.py --parts ID:BATCH                  # one point's decode step, off and on
+    python benchmarks/published_spec.py --trace mt-bench=fixed:128:1024    # another assumed workload (sensitivity)
 
 A batch size is a closed-loop client of that many requests in flight (`vllm bench serve --max-concurrency`,
 SimConfig.max_concurrency: a finished request's slot takes the next), all requests sent at t = 0. docs/speculative.md
@@ -54,8 +56,6 @@ REPORTED_TAU = {"specdecode-bench-sglang-chain-vs-tree-qwen3-8b-gsm8k": 2.25}
 # published change of the speedup from a to b). SpecDecode-Bench: "a 4.3% (8B) ... drop in EAGLE's ShareGPT
 # speedup from batch 1 to 32".
 NOTE_CHECKS = (("specdecode-bench-eagle-llama31-8b-gsm8k", "sharegpt", 1, 32, -0.043),)
-# Published non-speculative throughputs of a setup, to check simserve's baseline step: (entry id, batch, tokens/s).
-BASELINE_CHECKS = (("eagle3-paper-sglang-bs1", 1, 158.34),)
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Setup:
     k: int
     acceptance: tuple[float, ...]
     acceptance_source: str
-    engine: str  # vllm | sglang (simulated as vllm-v1 either way: speculation is modelled in vLLM's scheduler)
+    engine: str  # "vllm 0.10.1", "sglang 0.4.4": simulated as vllm-v1 either way (speculation is modelled there)
 
 
 def load(path: Path = SPEC_FILE) -> list[dict]:
@@ -129,7 +129,7 @@ def setup_of(entry: dict) -> Setup | str:
         source = f"acceptance.csv {'/'.join(entry['acceptance_key'])} (tau {found.mean_accepted_length(k):.2f})"
     else:
         return f"no published acceptance for this drafter and setup ({entry['acceptance_key_note']})"
-    return Setup(model, gpu, entry["tp"], entry["method"], k, acc, source, entry["engine"])
+    return Setup(model, gpu, entry["tp"], entry["method"], k, acc, source, f"{entry['engine']} {entry['engine_version']}")
 
 
 def scenario_of(s: Setup, batch: int, trace: str, speculative: bool, acceptance_file: str):
@@ -142,7 +142,7 @@ def scenario_of(s: Setup, batch: int, trace: str, speculative: bool, acceptance_
     decoding", server_args.py in 0.4 to 0.5.x without SGLANG_ENABLE_SPEC_V2): on without speculation, off with."""
     from simserve.sim.scenario import Scenario
 
-    overlap = s.engine == "sglang" and not speculative
+    overlap = s.engine.startswith("sglang") and not speculative
     spec = dict(speculative=s.method, num_speculative_tokens=s.k, acceptance=acceptance_file) if speculative else {}
     return Scenario(
         model=s.model,
@@ -270,23 +270,54 @@ def note_check(entry: dict, dataset: str, a: int, b: int, published: float) -> d
             "speedups": [lo["speedup"], hi["speedup"]], "published_change": published, "simulated_change": change}  # fmt: skip
 
 
+def baseline_checks(entry: dict) -> list[dict]:
+    """The entry's published tokens/s without speculation (points with baseline_tokens_per_s) beside simserve's for
+    the same model, GPU and engine: a check of the step speculation is compared with."""
+    return [baseline_check(entry, p["batch_size"], p["baseline_tokens_per_s"])
+            for p in entry["points"] if "baseline_tokens_per_s" in p and entry["gpu"] and entry["tp"]]  # fmt: skip
+
+
 def baseline_check(entry: dict, batch: int, published: float) -> dict:
     """A published tokens/s without speculation beside simserve's for the same model, GPU and engine."""
     from simserve.catalog import GPUSpec
 
     s = Setup(model_of(entry["model_family"]), GPUSpec.from_name(entry["gpu"]).name, entry["tp"], "eagle3", 1, (0.0,),
-              "-", entry["engine"])  # fmt: skip
+              "-", entry["engine"] or "")  # fmt: skip
     got = throughput(s, batch, TRACES[entry["dataset"]], False, "")
     return {"id": entry["id"], "batch_size": batch, "published_tokens_per_s": published,
             "simulated_tokens_per_s": got["tokens_per_s"], "tpot_ms": got["tpot_ms"],
             "error_pct": error_pct(got["tokens_per_s"], published)}  # fmt: skip
 
 
+def step_parts(entry: dict, batch: int) -> dict:
+    """Why a point misses: the mean decode step's parts (sim/step_parts.breakdown, ms) without and with
+    speculation at `batch` (the drafter's passes are added to the step after these parts: speculative.md § Costs)."""
+    from simserve.resolve import for_scenario
+    from simserve.sim.scenario import scenario_timer, simulate_scenario
+    from simserve.sim.step_parts import breakdown
+
+    setup = setup_of(entry)
+    if isinstance(setup, str):
+        raise SimserveError(f"{entry['id']}: not simulated: {setup}")
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        acc_file = str(Path(tmp) / "acceptance.json")
+        Path(acc_file).write_text(json.dumps(list(setup.acceptance)))
+        for name, on in (("off", False), ("on", True)):
+            s, _ = for_scenario(scenario_of(setup, batch, TRACES[entry["dataset"]], on, acc_file))
+            raw, dep = simulate_scenario(s, math.inf)
+            step = breakdown(raw.log, scenario_timer(s), dep, block_tokens=s.sim_config().kv_block_tokens())
+            d = step["decode_only"]
+            out[name] = {"steps": d["steps"], "mean_ms": d["mean_step_s"] * 1e3,
+                         **{k: v * 1e3 for k, v in d["parts_s"].items() if v}}  # fmt: skip
+    return out
+
+
 def run_all(entries: list[dict]) -> dict:
     by_id = {e["id"]: e for e in entries}
     results = [reproduce(e) for e in entries]
     notes = [note_check(by_id[i], *rest) for i, *rest in NOTE_CHECKS if i in by_id]
-    baselines = [baseline_check(by_id[i], *rest) for i, *rest in BASELINE_CHECKS if i in by_id]
+    baselines = [check for e in entries for check in baseline_checks(e)]
     errors = [abs(r["error_pct"]) for res in results for r in res.get("rows", [])]
     summary = {"points": len(errors), "median_abs_error_pct": statistics.median(errors) if errors else None,
                "max_abs_error_pct": max(errors) if errors else None}  # fmt: skip
@@ -350,8 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="Also write the results here.")
     ap.add_argument("--trace", action="append", default=[], metavar="DATASET=TRACE",
                     help="Another assumed workload for a dataset (e.g. mt-bench=fixed:128:1024): a sensitivity run.")  # fmt: skip
+    ap.add_argument("--parts", default="", metavar="ID:BATCH",
+                    help="Print one point's mean decode step parts without and with speculation (why it misses).")  # fmt: skip
     args = ap.parse_args(argv)
     try:
+        if args.parts:
+            key, _, batch = args.parts.partition(":")
+            by_id = {e["id"]: e for e in load()}
+            if key not in by_id or not batch.isdigit():
+                raise SimserveError(f"--parts {args.parts!r}: give ID:BATCH with an id of {SPEC_FILE.name}")
+            for name, parts in step_parts(by_id[key], int(batch)).items():
+                print(f"{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                              for k, v in parts.items()))  # fmt: skip
+            return 0
         for item in args.trace:
             dataset, sep, trace = item.partition("=")
             if not sep or dataset not in TRACES:

@@ -39,6 +39,12 @@ def test_a_reported_mean_accepted_length_is_the_sources_and_the_input():
         assert "reported" in setup.acceptance_source
 
 
+def test_a_result_from_a_note_is_in_that_note():
+    for key, _, a, b, change in ps.NOTE_CHECKS:
+        note = ENTRIES[key]["note"]
+        assert f"{-100 * change:.1f}%" in note and f"batch {a} to {b}" in note
+
+
 def test_crossing_names_the_batches_around_it():
     assert ps.crossing([(16, 1.02), (8, 1.2), (24, 0.93)]).startswith("16-24")
     assert ps.crossing([(2, 1.8), (64, 1.38)]) == "none up to 64"
