@@ -137,7 +137,7 @@ def scenario_of(s: Setup, batch: int, trace: str, speculative: bool, acceptance_
     costs), no prefix caching (speculation is modelled without it), `batch` requests in flight.
 
     The engine's overlap of CPU and GPU follows the engine as published: vLLM 0.10.1 had no async scheduling by
-    default (on from 0.11's successors; off for both runs); SGLang overlaps by default but turns the overlap off
+    default (off for both runs); SGLang overlaps by default but turns the overlap off
     for EAGLE and EAGLE-3 ("Overlap scheduler is disabled because of using eagle3 or standalone speculative
     decoding", server_args.py in 0.4 to 0.5.x without SGLANG_ENABLE_SPEC_V2): on without speculation, off with."""
     from simserve.sim.scenario import Scenario
