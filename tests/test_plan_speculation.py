@@ -123,7 +123,9 @@ def test_a_cli_plan_prints_the_speculation_column_and_command(tmp_path, capsys, 
     assert doc["speculation"]["tokens_searched"] == [2] and doc["speculation"]["method"] == "eagle3"
     assert all("--no-enable-prefix-caching" in c for c in doc["commands"])
     assert all(("--speculative-config" in c) == (k > 0) for c in doc["commands"])
-    assert COLUMN in pd.read_csv(out / "searches.csv").columns and GAIN in pd.read_csv(out / "plan.csv").columns
+    assert (
+        COLUMN in pd.read_csv(out / "searches.csv").columns and GAIN in pd.read_csv(out / "plan.csv").columns
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,9 @@ per setting. The best setting wins the deployment's row; a tie goes to speculati
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from simserve.errors import SimserveError
@@ -99,7 +99,9 @@ def orders(spec, cands: list, profiles) -> tuple[list[list[tuple[int, int]]], di
         refused = [(b, w) for b, w in why.items() if w is not None]
         if refused:
             at = "" if len(refused) == len(why) else f" at budget {', '.join(str(b) for b, _ in refused)}"
-            left.append({"deployment": key_label((dep.gpu.name, dep.tp, dep.pp, dep.ep)) + at, "why": refused[0][1]})
+            left.append(
+                {"deployment": key_label((dep.gpu.name, dep.tp, dep.pp, dep.ep)) + at, "why": refused[0][1]}
+            )
     info = {"tokens": list(ks), "acceptance": list(specs[-1].acceptance), "source": specs[-1].source,
             "not_searched": left}  # fmt: skip
     return out, {"speculation": info}
@@ -109,11 +111,11 @@ def with_gain(best: pd.DataFrame, searches: pd.DataFrame, keys: list[str]) -> pd
     """Each deployment's best row with GAIN: its capacity over the best capacity with speculation off, minus 1
     (0 when off wins; NaN where every search with it off stopped below the front, so that capacity is unknown)."""
     plain = searches[(searches[COLUMN] == OFF) & (searches["status"] == "searched")]
-    off = plain.groupby(keys)["capacity_qps"].max()
-    gains = []
-    for _, r in best.iterrows():
-        base = float(off.get(tuple(r[k] for k in keys), 0.0)) if len(keys) > 1 else float(off.get(r[keys[0]], 0.0))
-        gains.append(0.0 if int(r[COLUMN]) == OFF else (float(r["capacity_qps"]) / base - 1 if base > 0 else math.nan))
+    off = plain.groupby(keys, as_index=False)["capacity_qps"].max().rename(columns={"capacity_qps": "off"})
+    base = best[keys].merge(off, on=keys, how="left")["off"].fillna(0.0).to_numpy(float)
+    cap = best["capacity_qps"].to_numpy(float)
+    measured = np.divide(cap, base, out=np.full(len(cap), np.nan), where=base > 0) - 1
+    gains = np.where(best[COLUMN].to_numpy() == OFF, 0.0, measured)
     return best.assign(**{GAIN: gains})
 
 
@@ -140,7 +142,8 @@ def story(result) -> list[str]:
     if not spec.speculative:
         return []
     rows = result.rows.drop_duplicates(["gpu", "tp", "pp", "ep"])
-    pays = [f"{_name(r)} K={int(r[COLUMN])} ({_gain(r[GAIN])} capacity)" for _, r in rows.iterrows() if r[COLUMN]]
+    pays = [f"{_name(r)} K={int(r[COLUMN])} ({_gain(r[GAIN], spec.tolerance)} capacity)"
+            for _, r in rows.iterrows() if r[COLUMN]]  # fmt: skip
     not_pay = [_name(r) for _, r in rows.iterrows() if not r[COLUMN]]
     ks = ",".join(map(str, info.get("tokens", ())))
     lines = [f"speculation ({spec.speculative}, K {ks}; acceptance: {info.get('source', '')}; every search on "
@@ -151,7 +154,9 @@ def story(result) -> list[str]:
     for n in info.get("not_searched", []):  # one line per refusal: a plan has many PP > 1 deployments
         grouped.setdefault(n["why"], []).append(n["deployment"])
     for why, names in grouped.items():
-        lines.append(f"note: {len(names)} deployment(s) searched with speculation off only ({', '.join(names)}): {why}")
+        lines.append(
+            f"note: {len(names)} deployment(s) searched with speculation off only ({', '.join(names)}): {why}"
+        )
     if spec.speculative in ("eagle", "eagle3") and not spec.draft_model and pays:
         lines.append(f"note: vLLM needs the {spec.speculative} head's checkpoint as \"model\": replace "
                      f"{DRAFT_PLACEHOLDER} in the command, or give --draft-model HF_ID")  # fmt: skip
@@ -164,9 +169,15 @@ def _name(r) -> str:
     return key_label((r["gpu"], int(r["tp"]), int(r["pp"]), int(r["ep"])))
 
 
-def _gain(v) -> str:
+def _gain(v, tolerance: float) -> str:
+    """The gain in words. Each capacity is the lower end of a bracket --tolerance wide, so only a gain above it
+    is sure to be one (both searches simulate the same requests and arrivals: the seed's noise is common)."""
     v = float(v)
-    return "off's own capacity not measured: below the front or the floor" if v != v else f"{v:+.1%}"
+    if v != v:
+        return "off's own capacity not measured: below the front or the floor"
+    return f"{v:+.1%}" + (
+        f", within the search tolerance {tolerance:.1%}: not told apart from off" if v <= tolerance else ""
+    )
 
 
 def cell(r) -> str:
