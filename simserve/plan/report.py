@@ -167,7 +167,6 @@ def summarize(result: PlanResult) -> dict:
     }
 
 
-
 def _plain(v):
     return v.item() if hasattr(v, "item") else v
 

@@ -378,9 +378,8 @@ def _seed_searches(
     picked, tasks = [], []
     for _, row in top.iterrows():
         d = by_key[(row["gpu"], int(row["tp"]), int(row["pp"]), int(row["ep"]))]
-        start = max(d.best, spec.min_qps)
+        start, k = max(d.best, spec.min_qps), int(row.get(speculation.COLUMN, 0))  # K: the row's (0: off)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
-            k = int(row.get(speculation.COLUMN, 0))
             scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed, k)
             tasks.append(seed_task(scenario, spec, start))
             picked.append(d)
