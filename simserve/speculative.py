@@ -150,8 +150,9 @@ def draft_blocks(num_blocks: int, block_bytes: float, layers: int, method: str, 
 
 
 # -- acceptance ---------------------------------------------------------------------------------------------
-def validate(values: list[float], k: int, where: str) -> tuple[float, ...]:
-    """The first k cumulative acceptance rates, checked: in [0, 1], non-increasing, at least k of them."""
+def validate(values: list[float], k: int | None, where: str) -> tuple[float, ...]:
+    """The first k cumulative acceptance rates, checked: in [0, 1], non-increasing, at least k of them (k None:
+    all of them)."""
     for i, v in enumerate(values):
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0):
             raise SimserveError(f"{where}: acceptance at position {i + 1} is {v!r}, not a probability in [0, 1]; "
@@ -162,13 +163,13 @@ def validate(values: list[float], k: int, where: str) -> tuple[float, ...]:
                 "give the cumulative rate (vLLM's per-position metric: a position is accepted only if every "
                 "earlier one was), which never rises"
             )
-    if len(values) < k:
+    if k is not None and len(values) < k:
         raise SimserveError(f"{where} gives {len(values)} positions; --num-speculative-tokens {k} needs {k}: add "
                             f"positions or lower K")  # fmt: skip
     return tuple(float(v) for v in values[:k])
 
 
-def load_acceptance(path: str | Path, k: int) -> tuple[float, ...]:
+def load_acceptance(path: str | Path, k: int | None) -> tuple[float, ...]:
     """`--acceptance FILE`: a CSV with columns position,acceptance (positions 1, 2, … in order) or a JSON list."""
     p = Path(path)
     where = f"--acceptance {path}"
@@ -211,7 +212,7 @@ def load_acceptance(path: str | Path, k: int) -> tuple[float, ...]:
     return validate(values, k, where)
 
 
-def catalog_acceptance(method: str, spec: ModelSpec, dataset: str, k: int,
+def catalog_acceptance(method: str, spec: ModelSpec, dataset: str, k: int | None,
                        path: Path | None = None) -> tuple[tuple[float, ...], str]:  # fmt: skip
     """The published table's rates for (method, the model's family, dataset), with its source
     (catalog/acceptance.py, which reads and checks the table); an absent key fails naming the known ones and
@@ -232,6 +233,14 @@ def resolve(
     if acceptance is not None:
         return Speculation(method, k, load_acceptance(acceptance, k), f"--acceptance {acceptance}")
     return Speculation(method, k, *catalog_acceptance(method, resolve_model(model), dataset, k))
+
+
+def positions(method: str, model: str, dataset: str, acceptance: str | None) -> int:
+    """How many draft positions the acceptance rates give (--acceptance FILE, else the catalog's table): the
+    largest K they support."""
+    if acceptance is not None:
+        return len(load_acceptance(acceptance, None))
+    return len(catalog_acceptance(method, resolve_model(model), dataset, None)[0])
 
 
 def draws(output: np.ndarray, acceptance: tuple[float, ...], seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -92,6 +92,19 @@ def plan(
         help="Search every deployment, budget and disaggregated layout whole, even those that cannot reach "
         "the Pareto front (slower; gives every deployment's capacity).",
     ),  # fmt: skip
+    speculative: str | None = typer.Option(
+        None, "--speculative", help="Search each deployment with speculative decoding off and at each K: eagle | "
+        "eagle3 | mtp | ngram, on vLLM's V1 scheduler without prefix caching (docs/planner.md, Speculative decoding).",
+    ),  # fmt: skip
+    num_speculative_tokens: str | None = typer.Option(
+        None, "--num-speculative-tokens", help="--speculative: the K values to try, e.g. 1,2,3 (default: 1 up to "
+        "the positions the acceptance rates give, at most 5; mtp: the model's n_predict).",
+    ),  # fmt: skip
+    acceptance: str | None = options.ACCEPTANCE,
+    draft_model: str | None = typer.Option(
+        None, "--draft-model", help="--speculative eagle|eagle3: the head's checkpoint, printed as \"model\" in "
+        "the command's --speculative-config.",
+    ),  # fmt: skip
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
     from simserve.heap import collector_paused
@@ -112,6 +125,8 @@ def plan(
             write_outputs,
         )
         from simserve.plan.search import PlanSpec, run_plan
+        from simserve.plan.speculation import of as speculation_of
+        from simserve.plan.speculation import story as speculation_story
         from simserve.plan.ties import key_label, seed_capacities
         from simserve.sim.config import check_requests
         from simserve.tune.capacity import SLO, impossible_slo
@@ -143,7 +158,10 @@ def plan(
         disagg_layouts=disagg_layouts,
         frontend_ms=frontend_ms,
         sustained_clock=sustained_clock,
-    )
+        speculative=speculative, acceptance=acceptance, draft_model=draft_model,
+        speculative_tokens=None if num_speculative_tokens is None else _numbers(
+            num_speculative_tokens, int, "--num-speculative-tokens"),
+    )  # fmt: skip
     with interruptible(None if no_cache else cache):  # Ctrl-C or SIGTERM: one line, what is saved, exit 130/143
         result = run_plan(
             spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
@@ -158,7 +176,7 @@ def plan(
     for line in noise_lines(result):  # before the table: what its ranking can and cannot tell apart
         console.print(line, highlight=False)
     console.print(table)
-    for line in disagg_story(result):
+    for line in disagg_story(result) + speculation_story(result):
         console.print(line, highlight=False)
     if frontend_ms:
         from simserve.sim.frontend import frontend_line
@@ -174,7 +192,8 @@ def plan(
     why = f"cheapest per hour carrying {qps:g} qps" if qps else "cheapest per million output tokens"
     tied = ties(result)
     console.print(
-        f"{'tie, first' if tied else 'buy'}: {deployment_label(best)} at budget {int(best['budget'])}: "
+        f"{'tie, first' if tied else 'buy'}: {deployment_label(best)} at budget {int(best['budget'])}"
+        f"{speculation_of(result.spec, best)}: "
         f"{best['capacity_qps']:.3g} qps, {best['goodput_tokens_per_s_per_gpu']:.4g} output tokens/s per GPU "
         f"paid, ${best['usd_per_hour']:.2f}/h, ${best['usd_per_million_output_tokens']:.3f} per million output "
         f"tokens ({why}; {best['profile']} profile)",
@@ -239,19 +258,23 @@ def plan(
 
 def _table(df, all_rows: bool) -> Table:
     from simserve.plan.report import deployment_label
+    from simserve.plan.speculation import COLUMN, cell
 
     title = "all deployments" if all_rows else "Pareto-optimal deployments (cost vs capacity)"
     off_front = not all_rows and not df.empty and not df["pareto"].astype(bool).all()
     t = Table(title=title + (" (* off the front: the best disaggregated row)" if off_front else ""))
     cols = ("deployment", "GPUs (paid)", "budget", "qps", "qps/GPU", "goodput tok/s/GPU", "$/h", "$/M out tok",
             "TPOT ms", "tok/s/user", "profile")  # fmt: skip
+    spec_col = COLUMN in df.columns  # searched with --speculative: each row's K and its gain over off
+    if spec_col:
+        cols = (*cols[:3], "speculation", *cols[3:])
     for col in cols:
         t.add_column(col, justify="left" if col in ("deployment", "profile") else "right")
     for _, r in df.iterrows():
         star = "" if all_rows or bool(r["pareto"]) else "*"
         t.add_row(
             deployment_label(r) + star, f"{int(r['gpus'])} ({int(r['gpus_rented'])})", str(int(r["budget"])),
-            f"{r['capacity_qps']:.3g}", f"{r['capacity_per_gpu_qps']:.3g}",
+            *([cell(r)] if spec_col else []), f"{r['capacity_qps']:.3g}", f"{r['capacity_per_gpu_qps']:.3g}",
             f"{r['goodput_tokens_per_s_per_gpu']:.4g}", f"{r['usd_per_hour']:.2f}",
             f"{r['usd_per_million_output_tokens']:.3f}", _num(1e3 * r.get("tpot_mean_s", float("nan")), ".3g"),
             _num(r.get("user_tokens_per_s", float("nan")), ".3g"), r["profile"],

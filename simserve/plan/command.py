@@ -30,9 +30,10 @@ def vllm_serve(
     dtype: str = "bf16",
     kv_dtype: str = "bf16",
     ep: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """One replica's `vllm serve` arguments (the precision and expert flags as `simserve sweep --engine vllm`
-    prints them: tune/engine.vllm_command)."""
+    prints them: tune/engine.vllm_command), then `extra` (a plan with speculation: plan/speculation.serve_flags)."""
     args = ["vllm", "serve", resolve_model(model).hf_id]
     if tp > 1:
         args += ["--tensor-parallel-size", str(tp)]
@@ -48,7 +49,7 @@ def vllm_serve(
         args += ["--data-parallel-size", str(ep // tp)]
     if ep > 1:
         args += ["--enable-expert-parallel"]
-    return args
+    return args + list(extra)
 
 
 def replica_commands(
@@ -64,12 +65,14 @@ def replica_commands(
     dtype: str = "bf16",
     kv_dtype: str = "bf16",
     ep: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """A shell line per replica. Replicas that fit a node get consecutive GPUs (CUDA_VISIBLE_DEVICES) and ports
     from 8000, counted per node; a replica larger than a node runs on a Ray cluster of its nodes (vLLM's
     multi-node serving) and is started from its head node."""
     g = tp * pp * max(ep // tp, 1)  # GPUs of one replica: every attention-DP rank's
-    base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep)
+    base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep,
+                      extra)
     lines = []
     # replicas side by side in one node (0: a replica needs several nodes); no box known: all in one machine
     per_node = replicas if gpus_per_node is None else gpus_per_node // g

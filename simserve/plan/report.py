@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simserve.io import MARKER, output_dir
+from simserve.plan import speculation
 from simserve.plan.rows import LAYOUT_AGG, deployment_label, layout_of
 from simserve.plan.search import PlanResult
 
@@ -122,6 +123,7 @@ def commands(result: PlanResult, row: pd.Series) -> list[str]:
     return replica_commands(
         s.model, int(row["tp"]), int(row["pp"]), int(row["replicas"]), int(row["budget"]), s.max_batch,
         s.max_len, s.memory_utilization, per_node, s.dtype, s.kv_dtype, int(row.get("ep", 1)),
+        tuple(speculation.serve_flags(s, int(row.get(speculation.COLUMN, 0)))),
     )  # fmt: skip
 
 
@@ -161,6 +163,7 @@ def summarize(result: PlanResult) -> dict:
         "approximation": APPROXIMATION,
         "rejected": result.rejected,
         "stats": {k: _plain(v) for k, v in result.stats.items()},
+        **({"speculation": speculation.summary(result)} if result.spec.speculative else {}),
     }
 
 

@@ -21,8 +21,9 @@ from simserve.catalog.hardware import DEFAULT_NODE
 from simserve.catalog.models import resolve_model
 from simserve.catalog.prices import PriceSpec, price_of
 from simserve.errors import SimserveError
+from simserve.plan import speculation
 from simserve.plan.candidates import Candidate, enumerate_candidates, nothing_fits_message
-from simserve.plan.prune import budget_order, front_threshold, halvings_to_floor
+from simserve.plan.prune import front_threshold, halvings_to_floor
 from simserve.plan.rows import LAYOUTS, PLAN_COLUMNS, SEARCH_COLUMNS, at_capacity, user_speed
 from simserve.plan.ties import TIE_DEPLOYMENTS, contenders, seed_task
 from simserve.resolve import ProfileChoice, resolve_profiles
@@ -71,8 +72,21 @@ class PlanSpec:
     # GEMMs at the GPU's sustained rate (predictor/step.py; --sustained-clock/--no-sustained-clock): None is on
     # where the catalog has the rate
     sustained_clock: bool | None = None
+    # Speculative decoding (plan/speculation.py; --speculative, --num-speculative-tokens, --acceptance,
+    # --draft-model): each deployment searched off and at each K on vLLM's V1 scheduler. None: off, the
+    # Sarathi plan. speculative_tokens None: K from 1 to what the acceptance rates cover.
+    speculative: str | None = None
+    speculative_tokens: tuple[int, ...] | None = None
+    acceptance: str | None = None
+    draft_model: str | None = None
 
     def __post_init__(self) -> None:
+        if self.speculative is None and (self.speculative_tokens is not None or self.acceptance or self.draft_model):
+            raise SimserveError("--num-speculative-tokens, --acceptance and --draft-model configure speculative "
+                                "decoding: add --speculative eagle|eagle3|mtp|ngram, or drop them")  # fmt: skip
+        if self.speculative is not None and "disagg" in self.layouts:
+            raise SimserveError("--speculative is not modelled for disaggregated layouts yet: drop --disagg "
+                                "(--layouts agg) or --speculative")  # fmt: skip
         if self.sustained_clock:  # the step's parts: refused for a GPU the model has no sustained rate for
             from simserve.catalog import GPUSpec
 
@@ -131,7 +145,7 @@ class PlanSpec:
         return {k: v for k, v in given.items() if v != defaults[k]}
 
     def scenario(
-        self, cand: Candidate, budget: int, profile: ProfileChoice, seed: int | None = None
+        self, cand: Candidate, budget: int, profile: ProfileChoice, seed: int | None = None, k: int = 0
     ) -> Scenario:
         dep = cand.deployment
         ep = {"ep": dep.ep} if dep.ep > 1 else {}
@@ -145,12 +159,22 @@ class PlanSpec:
             model=model, gpu=dep.gpu.name, tp=dep.tp, pp=dep.pp, trace=self.trace,
             # None for the GPU's default box, as a sweep names it: plan and sweep then share probes
             node=None if dep.node is None or dep.node.name == DEFAULT_NODE.get(dep.gpu.name) else dep.node.name,
-            num_requests=self.num_requests, policy="sarathi", budget=budget, max_batch=self.max_batch,
+            num_requests=self.num_requests, policy=self.policy, budget=budget, max_batch=self.max_batch,
             seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
             sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
             **ep, **self.precision_fields(), **({"frontend_ms": self.frontend_ms} if self.frontend_ms else {}),
-            sustained_clock=self.sustained_clock,
+            sustained_clock=self.sustained_clock, **self._speculation(k),
         )  # fmt: skip
+
+    @property
+    def policy(self) -> str:
+        """Sarathi's scheduler; with --speculative, vLLM's V1 for every search (plan/speculation.py says why)."""
+        return "vllm-v1" if self.speculative else "sarathi"
+
+    def _speculation(self, k: int) -> dict:
+        if not k:
+            return {}
+        return dict(speculative=self.speculative, num_speculative_tokens=k, acceptance=self.acceptance)
 
     @property
     def _stop_tbt(self) -> tuple[float, float] | None:
@@ -202,7 +226,7 @@ class _Deployment:
 
     cand: Candidate
     price: PriceSpec
-    order: list[int]
+    order: list[tuple[int, int]]  # (token budget, K) in search order; K 0: speculation off
     rows: list[dict] = field(default_factory=list)
     best: float = 0.0  # capacity per replica at the best budget searched so far
 
@@ -246,14 +270,15 @@ def run_plan(
     # a bad trace fails here, in one line, before the progress bar and the searches start
     out_tokens = mean_output_tokens(spec.trace, spec.max_len, spec.num_requests, spec.seed)
     profiles = resolve_profiles([c.deployment for c in cands])
-    queue = [_Deployment(c, prices[c.deployment.gpu.name], budget_order(c.budgets)) for c in cands]
+    orders, notes = speculation.orders(spec, cands, profiles)
+    queue = [_Deployment(c, prices[c.deployment.gpu.name], o) for c, o in zip(cands, orders, strict=True)]
     if "agg" not in spec.layouts:
         queue = []
     queue.sort(key=lambda d: (d.usd_per_hour(1), d.cand.num_gpus * d.price.usd_per_gpu_hour, *d.key))
     cache = ProbeCache(cache_dir) if cache_dir is not None else MemoryCache()
     total = sum(len(d.order) for d in queue)
     stats: dict = dict(tasks=0, from_cache=0, probes_simulated=0, probes_speculative=0, probes_wasted=0)
-    stats.update(searches_pruned=0, deployments=len(queue))
+    stats.update(searches_pruned=0, deployments=len(queue), **notes)
     seen: list[_Deployment] = []
     active: list[_Deployment] = []
     with Runner(executor, workers, address) as runner, progress_bar(progress) as bar:
@@ -280,7 +305,7 @@ def run_plan(
             bar.update(tid, completed=sum(len(d.rows) for d in seen),
                        description=f"plan searches, {stats['probes_simulated']} probes simulated, "
                        f"{stats['searches_pruned']} pruned")  # fmt: skip
-        searches = pd.DataFrame([row for d in seen for row in d.rows], columns=SEARCH_COLUMNS)
+        searches = pd.DataFrame([row for d in seen for row in d.rows], columns=search_columns(spec))
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
         again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats, speculate)
         searches = pd.concat([searches, again], ignore_index=True) if len(again) else searches
@@ -299,6 +324,11 @@ def run_plan(
     return PlanResult(spec, searches, rows, prices, rejected, out_tokens, stats)
 
 
+def search_columns(spec: PlanSpec) -> list[str]:
+    """searches.csv's columns: with --speculative, also each search's K."""
+    return SEARCH_COLUMNS + ([speculation.COLUMN] if spec.speculative else [])
+
+
 def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, profiles) -> None:
     """Compile the timers no cache holds yet, one job per profile, before the searches start.
 
@@ -312,7 +342,7 @@ def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, prof
     groups: dict[tuple, list[Scenario]] = {}
     for d in queue:
         dep = d.cand.deployment
-        scenario = spec.scenario(d.cand, d.order[0], profiles[dep])
+        scenario = spec.scenario(d.cand, d.order[0][0], profiles[dep])
         if not timer_cached(scenario):
             groups.setdefault((scenario.profiles_root, dep.gpu.name, dep.profile_model), []).append(scenario)
     jobs = sorted(groups.values(), key=len, reverse=True)  # the biggest first: the workers end together
@@ -341,16 +371,16 @@ def _seed_searches(
     """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best budget,
     at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's seed."""
     if not spec.tie_seeds or rows.empty:
-        return pd.DataFrame(columns=SEARCH_COLUMNS)
+        return pd.DataFrame(columns=search_columns(spec))
     objective = "usd_per_hour" if spec.target_qps else "usd_per_million_output_tokens"
     top = contenders(rows, objective).head(TIE_DEPLOYMENTS)
     by_key = {d.key: d for d in seen}
     picked, tasks = [], []
     for _, row in top.iterrows():
         d = by_key[(row["gpu"], int(row["tp"]), int(row["pp"]), int(row["ep"]))]
-        start = max(d.best, spec.min_qps)
+        start, k = max(d.best, spec.min_qps), int(row.get(speculation.COLUMN, 0))  # K: the row's (0: off)
         for seed in range(spec.seed + 1, spec.seed + 1 + spec.tie_seeds):
-            scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed)
+            scenario = spec.scenario(d.cand, int(row["budget"]), profiles[d.cand.deployment], seed, k)
             tasks.append(seed_task(scenario, spec, start))
             picked.append(d)
     round_stats: dict = {}
@@ -363,13 +393,13 @@ def _seed_searches(
         row["status"] = f"seed spread ({row['status']})"
         out.append(row)
     stats["seed_searches"] = len(out)
-    return pd.DataFrame(out, columns=SEARCH_COLUMNS)
+    return pd.DataFrame(out, columns=search_columns(spec))
 
 
 def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: bool, profiles):
     """The next budget's capacity task, and the rate it must beat (0: none; its first probe is there)."""
-    budget = d.order[len(d.rows)]
-    scenario = spec.scenario(d.cand, budget, profiles[d.cand.deployment])
+    budget, k = d.order[len(d.rows)]
+    scenario = spec.scenario(d.cand, budget, profiles[d.cand.deployment], k=k)
     if not prune:
         return spec.task(scenario), 0.0
     threshold = d.best
@@ -412,7 +442,8 @@ def _search_row(
     capacity, status, message = r.capacity_qps, "searched", r.message
     if capacity == 0 and threshold > 0:
         status = "pruned"
-        why = "the deployment's best budget" if threshold == d.best else "the Pareto front found so far"
+        best = "the deployment's best budget" + (" and speculation" if spec.speculative else "")
+        why = best if threshold == d.best else "the Pareto front found so far"
         message = f"fails at {r.probes[0].qps:.4g} qps per replica, so cannot beat {why}"
     elif capacity < spec.min_qps:  # the same floor whatever the search's start
         capacity, status = 0.0, "below floor"
@@ -432,17 +463,23 @@ def _search_row(
         "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
         "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
         **at_capacity(r),
+        **({speculation.COLUMN: task.scenario.num_speculative_tokens or 0} if spec.speculative else {}),
     }  # fmt: skip
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
     """Each deployment at its best budget (highest capacity; a tie goes to the smaller budget: lower TBT), at
-    the plan's seed (searches at other seeds only measure the seed spread)."""
+    the plan's seed (searches at other seeds only measure the seed spread). Searched with speculation: at its
+    best (budget, K), a tie going to speculation off, then the smaller K, with the gain over off
+    (plan/speculation.py)."""
     if "status" in searches:
         searches = searches[~searches["status"].astype(str).str.startswith("seed spread")]
-    df = searches.sort_values(["capacity_qps", "budget"], ascending=[False, True], kind="stable")
+    spec_k = [speculation.COLUMN] if speculation.COLUMN in searches.columns else []
+    df = searches.sort_values(["capacity_qps", *spec_k, "budget"], ascending=[False, *[True] * len(spec_k), True],
+                              kind="stable")  # fmt: skip
     keys = [k for k in ("gpu", "tp", "pp", "ep") if k in df.columns]  # ep: absent in tables from before EP
-    return df.groupby(keys, sort=False).head(1).reset_index(drop=True)
+    best = df.groupby(keys, sort=False).head(1).reset_index(drop=True)
+    return speculation.with_gain(best, searches, keys) if spec_k else best
 
 
 def plan_rows(
@@ -478,9 +515,11 @@ def plan_rows(
                     "usd_per_hour": usd_h,
                     "usd_per_million_output_tokens": usd_h / (qps * out_tokens * 3600) * 1e6,
                     "profile": s["profile"], **user_speed(s.get("tpot_mean_s", math.nan)),
+                    **{c: s[c] for c in (speculation.COLUMN, speculation.GAIN) if c in s},
                 }
             )  # fmt: skip
-    df = pd.DataFrame(rows, columns=PLAN_COLUMNS)
+    spec_cols = [speculation.COLUMN, speculation.GAIN] if speculation.COLUMN in searches.columns else []
+    df = pd.DataFrame(rows, columns=PLAN_COLUMNS + spec_cols)
     df["pareto"] = pareto_mask(df)
     return df.sort_values(
         ["usd_per_hour", "capacity_qps"], ascending=[True, False], kind="stable"

@@ -522,10 +522,10 @@ def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtyp
 def _speculation(method, k, model, trace, budget, acceptance):
     from simserve.speculative import resolve
 
-    return resolve(method, k, model, _dataset(trace), budget, acceptance)
+    return resolve(method, k, model, acceptance_dataset(trace), budget, acceptance)
 
 
-def _dataset(trace: str) -> str:
+def acceptance_dataset(trace: str) -> str:
     """The dataset name a trace's acceptance rates are published for: a shipped trace's name, a bench dataset's
     kind (random:…), a file's stem."""
     from pathlib import Path
