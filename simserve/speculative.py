@@ -52,6 +52,19 @@ class Speculation:
         return lookahead(self.method, self.k)
 
 
+DRAFT_PLACEHOLDER = "DRAFT-MODEL"  # EAGLE's "model" when no draft checkpoint is named: to be filled in
+
+
+def serve_config(method: str, k: int, draft_model: str | None = None) -> str:
+    """The `--speculative-config` JSON vLLM 0.33.0 parses (SpeculativeConfig: method, num_speculative_tokens;
+    EAGLE and EAGLE-3 also need their head's checkpoint as "model", n-gram and MTP find theirs): the one place the
+    printed command lines (`sweep --engine vllm`, `plan`) spell it."""
+    config: dict = {"method": method, "num_speculative_tokens": k}
+    if method in ("eagle", "eagle3"):
+        config["model"] = draft_model or DRAFT_PLACEHOLDER
+    return json.dumps(config, separators=(",", ":"))
+
+
 def lookahead(method: str, k: int) -> int:
     return 0 if method == "ngram" else k
 

@@ -199,3 +199,18 @@ def test_loading_checks_positions(tmp_path):
     with pytest.raises(SimserveError, match="expected 2"):
         speculative.load_acceptance(_file(tmp_path, "p.csv", "position,acceptance\n1,0.7\n3,0.4\n"), 2)
     assert speculative.load_acceptance(_file(tmp_path, "ok.json", "[0.9, 0.5, 0.1]"), 2) == (0.9, 0.5)
+
+
+def test_the_sweeps_command_line_carries_the_speculative_config():
+    """`sweep --engine vllm --speculative` prints the `vllm serve` line of what it simulated: the drafts as vLLM
+    0.33.0's --speculative-config, K resolved as the run resolved it, EAGLE's head a placeholder to fill in."""
+    from simserve.sim.scenario import Scenario
+    from simserve.tune.engine import vllm_command
+
+    flags = {"max-num-batched-tokens": 2048, "max-num-seqs": 256}
+    cmd = vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1", speculative="ngram", num_speculative_tokens=3), flags)
+    assert cmd.endswith("""--speculative-config '{"method":"ngram","num_speculative_tokens":3}'""")
+    cmd = vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1", speculative="eagle3", num_speculative_tokens=2), flags)
+    config = json.loads(cmd.split("--speculative-config ")[1].strip("'"))
+    assert config == {"method": "eagle3", "num_speculative_tokens": 2, "model": speculative.DRAFT_PLACEHOLDER}
+    assert "speculative" not in vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1"), flags)

@@ -15,13 +15,13 @@ per setting. The best setting wins the deployment's row; a tie goes to speculati
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from simserve.errors import SimserveError
+from simserve.speculative import DRAFT_PLACEHOLDER, serve_config
 
 OFF = 0  # K = 0: speculation off
 # With no --num-speculative-tokens, K runs from 1 to the positions the acceptance rates give, at most this many:
@@ -30,7 +30,6 @@ OFF = 0  # K = 0: speculation off
 DEFAULT_MAX_TOKENS = 5
 COLUMN = "speculative_tokens"  # searches.csv and plan.csv: the search's K (0: off)
 GAIN = "speculation_gain"  # plan.csv: capacity at the row's K over the best with speculation off, minus 1
-DRAFT_PLACEHOLDER = "DRAFT-MODEL"  # EAGLE's "model" when --draft-model is not given: to be filled in
 
 
 def tokens(spec) -> list:
@@ -128,10 +127,7 @@ def serve_flags(spec, k: int) -> list[str]:
         return []
     flags = ["--no-enable-prefix-caching"]
     if k:
-        config: dict = {"method": spec.speculative, "num_speculative_tokens": k}
-        if spec.speculative in ("eagle", "eagle3"):
-            config["model"] = spec.draft_model or DRAFT_PLACEHOLDER
-        flags += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+        flags += ["--speculative-config", serve_config(spec.speculative, k, spec.draft_model)]
     return flags
 
 

@@ -241,6 +241,10 @@ def vllm_command(base: Any, best: dict[str, int]) -> str:
         parts.append("--no-enable-prefix-caching")  # on by default in the V1 engine
     if getattr(base, "kv_offload_gb", 0.0):  # vLLM's native CPU offloading (sim/kv_offload.py)
         parts.append(f"--kv-offloading-size {base.kv_offload_gb:g} --kv-offloading-backend native")
+    if getattr(base, "speculative", None):  # the K the sweep ran (Scenario.speculation: checked, K resolved)
+        from simserve.speculative import serve_config
+
+        parts.append(f"--speculative-config '{serve_config(base.speculative, base.speculation().k)}'")
     return " ".join(parts)
 
 
