@@ -46,8 +46,16 @@ class Recording:
         return wanted, metric
 
 
+def need_dynamo() -> None:
+    if not DYNAMO_PYTHON.exists():
+        pytest.skip(
+            f"no Dynamo 1.6.1 planner environment at {DYNAMO_PYTHON}: build it with `bash tools/dynamo_env.sh`"
+        )
+
+
 def record_run(monkeypatch, policy: str, rates, **kw) -> Recording:
     """An autoscaled run (1:6 replicas, 5 s cold starts) of Poisson arrivals at each (qps, seconds) in turn."""
+    need_dynamo()  # before the run: without Dynamo's environment there is nothing to compare it with
     made: list[Recording] = []
     step_s = kw.pop("step_s", 0.2)
     real = autoscale.make_policy
@@ -69,10 +77,7 @@ def record_run(monkeypatch, policy: str, rates, **kw) -> Recording:
 
 
 def replay(rec: Recording, policy: str, lo: int, hi: int, capacity_rps: float = 0.0) -> list[int]:
-    if not DYNAMO_PYTHON.exists():
-        pytest.skip(
-            f"no Dynamo 1.6.1 planner environment at {DYNAMO_PYTHON}: build it with `bash tools/dynamo_env.sh`"
-        )
+    need_dynamo()
     w = {"policy": policy, "min": lo, "max": hi, "context_length": CONTEXT, "capacity_rps": capacity_rps,
          "steps": rec.steps}  # fmt: skip
     proc = subprocess.run([str(DYNAMO_PYTHON), str(HERE / "dynamo_driver.py")], input=json.dumps(w),
