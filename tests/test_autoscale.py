@@ -19,8 +19,8 @@ def _load(kv_used=0, outstanding=0, queued=0, total=100) -> Load:
     return Load(outstanding, 0, queued, kv_used, total)
 
 
-def _view(active, starting=0, arrivals=0, elapsed=1.0, lo=1, hi=8, ctx=1000) -> View:
-    return View(active, starting, arrivals, elapsed, lo, hi, ctx)
+def _view(active, starting=0, arrivals=0, elapsed=1.0, lo=1, hi=8, ctx=1000, draining=0) -> View:
+    return View(active, starting, arrivals, elapsed, lo, hi, ctx, draining)
 
 
 # -- utilization (HPA) -----------------------------------------------------------------------------------------
@@ -60,12 +60,31 @@ def test_queue_adds_one_when_any_replica_queues_a_context_and_removes_one_when_a
     assert q.desired(0.0, _view([_load(queued=5000)], starting=1))[0] is None  # scaling in progress
 
 
+def test_queue_observes_while_a_replica_drains_and_scales_down_through_starting_ones():
+    """Dynamo 1.6.1 (state_machine.py, advance_load; its Kubernetes connector's inventory): a terminating pod
+    blocks the load planner; pending starts block only scale-ups, and a scale-down target cancels them."""
+    q = Queue()
+    assert q.desired(0.0, _view([_load(queued=5000)], draining=1))[0] is None
+    assert q.desired(0.0, _view([_load(queued=10)], starting=2))[0] == 1  # MIN: both starts cancelled
+    assert q.desired(0.0, _view([_load(queued=10)] * 2, starting=1))[0] == 1  # the start and a serving one
+    assert q.desired(0.0, _view([_load(queued=10)] * 2, starting=1, lo=2))[0] == 2  # the start only
+    assert q.desired(0.0, _view([_load(queued=10)] * 2, lo=2))[0] is None  # at MIN, nothing to cancel
+
+
 # -- slo (Dynamo's SLA planner) --------------------------------------------------------------------------------------
 def test_slo_sizes_to_the_predicted_rate_over_one_replicas_capacity():
     slo = Slo(capacity_qps=3.0)
     assert slo.desired(0.0, _view([_load()], arrivals=0, elapsed=10.0))[0] == 1  # idle start: min
     assert slo.desired(10.0, _view([_load()], arrivals=70, elapsed=10.0))[0] == 3  # 7 qps / 3 -> 3
     assert slo.desired(20.0, _view([_load()], arrivals=200, elapsed=10.0, hi=5))[0] == 5  # capped at MAX
+
+
+def test_slo_moves_at_most_eight_replicas_and_does_not_scale_up_while_replicas_start():
+    slo = Slo(capacity_qps=1.0)
+    assert slo.desired(0.0, _view([_load()], arrivals=200, elapsed=10.0, hi=100))[0] == 9  # wants 20: 1 + 8
+    assert slo.desired(10.0, _view([_load()] * 30, arrivals=50, elapsed=10.0, hi=100))[0] == 22  # wants 5: 30 - 8
+    assert slo.desired(20.0, _view([_load()] * 2, starting=3, arrivals=40, elapsed=10.0))[0] is None  # wants 4
+    assert slo.desired(30.0, _view([_load()] * 2, starting=3, arrivals=20, elapsed=10.0))[0] == 2  # cancels 3
 
 
 # -- the controller ------------------------------------------------------------------------------------------------

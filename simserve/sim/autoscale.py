@@ -148,6 +148,7 @@ class Autoscaler:
             min_replicas=c.min_replicas,
             max_replicas=c.max_replicas,
             context_length=self.context_length,
+            draining=self.phase.count(DRAINING),
         )
         wanted, metric = self.policy.desired(now, view)
         self.last_decision, self.last_arrived = now, arrived

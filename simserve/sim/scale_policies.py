@@ -12,17 +12,29 @@ Each follows public code or documentation, cited where its constants are:
   per period). kubernetes/kubernetes pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas)
   and horizontal.go (stabilizeRecommendation, the default behaviour); kubernetes.io/docs/tasks/run-application/
   horizontal-pod-autoscale/ ("Algorithm details", "Default Behavior": sync period 15 s, tolerance 0.1).
-- queue: Dynamo's load-based planner, its rule on queued prefill work (ai-dynamo/dynamo
-  components/src/dynamo/planner/core/load_scaling.py, `_prefill_easy_decision`, throughput thresholds
-  `_PREFILL_THROUGHPUT_SCALE_UP = 1.0`, `_PREFILL_THROUGHPUT_SCALE_DOWN = 0.1`): each replica's queued prompt
-  tokens over the context length; one more replica if any is at 1.0 or above, one fewer if every one is below
-  0.1; no decision while a scale-up is in progress (`_scaling_in_progress`: expected != ready workers).
-  Interval 5 s (config/defaults.py, `load_adjustment_interval`).
+- queue: Dynamo's load-based planner, its easy-mode rule on queued prefill work, as Dynamo 1.6.1 runs it for a
+  prefill pool (ai-dynamo/dynamo components/src/dynamo/planner/core/load_scaling.py, `_advance_load_single` and
+  `_prefill_easy_decision`, throughput thresholds `_PREFILL_THROUGHPUT_SCALE_UP = 1.0`,
+  `_PREFILL_THROUGHPUT_SCALE_DOWN = 0.1`): each serving replica's queued prompt tokens over the context length;
+  one more than the serving replicas if any is at 1.0 or above; one fewer (not below MIN, `min_endpoint`) if every
+  one is below 0.1 and more than one serves or one is starting. The replica inventory is what Dynamo's
+  Kubernetes connector reports (connectors/kubernetes.py, `_get_worker_inventory_sync`): while a replica drains
+  (a terminating pod) the deployment is unstable and the planner only observes (`_load_scaling_blocked`); while
+  replicas start (pending startup) it may not scale up but may scale down, cancelling starts
+  (state_machine.py, `advance_load` and `_startup_reduction`). Dynamo's guard against a scale-down that would
+  trigger a scale-up (`_consolidation_safe_easy_target`: max ratio x ready / (ready - 1) >= 1.0) never fires
+  with these thresholds (every ratio is below 0.1 and ready / (ready - 1) <= 2), so it is not written here.
+  Interval 5 s (config/defaults.py, `load_adjustment_interval`). Dynamo's own rule for an aggregated pool
+  (`_agg_easy_decision`, on KV usage) is not this one: simserve keeps the prefill rule, a queue signal beside HPA's
+  KV-usage one. Checked against Dynamo 1.6.1's code: tests/conformance/test_dynamo_planner.py.
 - slo: Dynamo's SLA planner, throughput scaling in aggregated mode (core/throughput_scaling.py,
   `_throughput_agg`): predict the next interval's requests, `desired = max(ceil(demand_rps / engine_rps),
-  min_endpoint)`, engine_rps the capacity of one replica at the SLO (simserve measures it: its capacity
-  search on one replica, or --replica-capacity). Predictor: Dynamo's `ConstantPredictor` (the next interval
-  as the last; core/load/predictors.py), not its default ARIMA. Interval 180 s (`throughput_adjustment_interval`).
+  min_endpoint)`, at most `max_throughput_scaling_replicas` (8) away from the serving replicas per decision
+  (`_cap_throughput_replicas`), at most MAX (the GPU budget, one GPU a replica); while replicas start, no scale-up
+  (a lower target cancels starts). engine_rps is the capacity of one replica at the SLO (simserve measures it: its
+  capacity search on one replica, or --replica-capacity). Predictor: Dynamo's `ConstantPredictor` (the next
+  interval as the last; core/load/predictors.py), not its default ARIMA. Interval 180 s
+  (`throughput_adjustment_interval`). Checked as the queue rule is.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ DYNAMO_LOAD_INTERVAL_S = 5.0  # load_adjustment_interval
 DYNAMO_THROUGHPUT_INTERVAL_S = 180.0  # throughput_adjustment_interval
 QUEUE_SCALE_UP = 1.0  # load_scaling.py _PREFILL_THROUGHPUT_SCALE_UP: queued prompt tokens >= context length
 QUEUE_SCALE_DOWN = 0.1  # _PREFILL_THROUGHPUT_SCALE_DOWN: queued < context length / 10
+DYNAMO_THROUGHPUT_STEP = 8  # max_throughput_scaling_replicas: the most one throughput decision moves
 
 POLICIES = ("utilization", "queue", "slo")
 DEFAULT_INTERVAL_S = {
@@ -79,6 +92,7 @@ class View:
     min_replicas: int
     max_replicas: int
     context_length: int  # the engine's max model length (Dynamo's `context_length`)
+    draining: int = 0  # replicas scaled down and still finishing their requests (terminating pods)
 
     @property
     def current(self) -> int:
@@ -137,13 +151,17 @@ class Queue:
 
     def desired(self, now: float, view: View) -> tuple[int | None, float]:
         ratios = [load.queued_tokens / view.context_length for load in view.active]
-        worst = max(ratios)
-        if view.starting:  # Dynamo: "Scaling in progress ..., observing only"
+        worst, ready = max(ratios), len(view.active)
+        if view.draining:  # Dynamo: "Scaling in progress ..., observing only"
             return None, worst
         if worst >= QUEUE_SCALE_UP:
-            return min(view.current + 1, view.max_replicas), worst
-        if view.current > 1 and all(r < QUEUE_SCALE_DOWN for r in ratios):
-            return max(view.current - 1, view.min_replicas), worst
+            if view.starting:  # advance_load: no scale-up while replicas start
+                return None, worst
+            return min(ready + 1, view.max_replicas), worst
+        if (ready > 1 or view.starting) and all(r < QUEUE_SCALE_DOWN for r in ratios):
+            wanted = max(ready - 1, view.min_replicas)
+            # _startup_reduction: a target that cancels no start is no decision
+            return (None if wanted >= view.current else wanted), worst
         return None, worst
 
 
@@ -161,8 +179,13 @@ class Slo:
         demand = (
             self.last or 0.0
         ) / view.elapsed_s  # predict_next(): the last interval's requests, per second
+        ready = len(view.active)
         wanted = max(math.ceil(demand / self.capacity_qps), view.min_replicas)
-        return min(wanted, view.max_replicas), demand
+        wanted = min(max(wanted, ready - DYNAMO_THROUGHPUT_STEP), ready + DYNAMO_THROUGHPUT_STEP)
+        wanted = min(max(wanted, view.min_replicas), view.max_replicas)
+        if view.starting and wanted > ready:  # no scale-up while replicas start
+            return None, demand
+        return wanted, demand
 
 
 def make_policy(name: str, target: float | None, capacity_qps: float | None):
