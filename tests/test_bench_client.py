@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from cli_runner import cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.sim import core_run, simulate
 from simserve.sim.bench_report import bench_metrics, format_bench
@@ -159,16 +159,6 @@ def test_closed_loop_runs_on_the_compiled_core(capsys, monkeypatch):
 
 
 # -- the command line -----------------------------------------------------------------------------------
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_run_prints_vllms_metrics_for_a_bench_workload(capsys, tmp_path):
     code, out, _ = cli(capsys, "run", "--policy", "vllm-v1", "--trace", "random:512:32:0.5", "--requests", "40",
                        "--qps", "inf", "--max-concurrency", "8", "--out", str(tmp_path / "o"))  # fmt: skip

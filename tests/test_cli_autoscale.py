@@ -7,21 +7,10 @@ import csv
 import json
 
 import pytest
-
-from simserve.cli import main
+from cli_runner import cli
 
 # a quick run: the shipped Mistral-7B/A100 profile, a short trace
 BASE = ["run", "--requests", "300", "--qps", "4", "--frontend", "constant"]
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize(

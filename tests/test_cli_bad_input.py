@@ -6,18 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from simserve.cli import main
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from cli_runner import cli
 
 
 @pytest.mark.parametrize(

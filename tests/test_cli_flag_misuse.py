@@ -7,23 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from simserve.cli import main
+from cli_runner import cli
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(
     not (REPO / "profiles" / "a100-80gb" / "mistral-7b").is_dir(), reason="shipped Mistral-7B profile absent"
 )
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 DISAGG = ["--model", "llama-2-70b", "--gpu", "h200"]

@@ -8,21 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_runner import cli
 
 from simserve.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 MIXTRAL = FIXTURES / "Mixtral-8x7B" / "config.json"
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def one_line(code: int, err: str) -> bool:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import cli
 
-from simserve.cli import main
 from simserve.io import MARKER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,16 +20,6 @@ pytestmark = pytest.mark.skipif(
     not (REPO / "profiles" / "a100-80gb" / "mistral-7b").is_dir(), reason="shipped Mistral-7B profile absent"
 )
 SMALL = ["--requests", "16", "--qps", "4"]
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_out_that_is_a_file_is_refused_before_any_work(capsys, tmp_path):

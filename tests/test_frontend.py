@@ -7,24 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from cli_runner import cli
 
-from simserve.cli import main
 from simserve.sim import simulate
 from simserve.sim.bench_report import bench_metrics
 from simserve.sim.config import SimConfig
 from simserve.sim.frontend import API_SERVER_CPU, DEFAULT_FRONTEND_MS
 from simserve.sim.metrics import summarize
 from simserve.sim.testing import ConstantTimer
-
-
-def cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_a_constant_front_end_adds_to_ttft_and_e2e_only(capsys, tmp_path):

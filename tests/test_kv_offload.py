@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from cli_runner import cli as run_cli
 
-from simserve.cli import main
 from simserve.sim import SimConfig, simulate
 from simserve.sim.kv_offload import CpuTier, tier_blocks
 from simserve.sim.scenario import Scenario
@@ -81,12 +81,8 @@ def test_no_tier_is_todays_configuration():
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    code, _, err = run_cli(capsys, *args)
+    return code, err
 
 
 RUN = ["run", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "8", "--qps", "1"]

@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 import pytest
+from cli_runner import cli as run_cli
 
-from simserve.cli import main
 from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.predictor import load_timer
@@ -18,12 +18,8 @@ QUICK = ["--gpu", "a100", "--model", "mistral-7b", "--quick"]
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:
-    try:
-        main(["profile", *args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    code, _, err = run_cli(capsys, "profile", *args)
+    return code, err
 
 
 def test_a_new_tp_degree_is_merged_beside_the_old_ones(capsys, tmp_path):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import cli as run_cli
 
-from simserve.cli import main
 from simserve.sim import SimConfig, build_result, core_run, routers, simulate
 from simserve.sim.prefix_cache import PrefixCache
 from simserve.sim.request import Requests
@@ -180,13 +180,8 @@ def test_mean_outstanding_is_littles_law_over_the_requests():
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out + out.err
+    code, out, err = run_cli(capsys, *args)
+    return code, out + err
 
 
 def test_an_unknown_router_is_one_line_with_the_choices(capsys, tmp_path):

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from cli_runner import cli as run_cli
 
 from simserve import speculative
 from simserve.catalog.models import resolve_model
-from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.sim import SimConfig, simulate
 from simserve.sim.testing import ConstantTimer
@@ -100,12 +100,8 @@ def test_the_catalogs_table_is_the_default(tmp_path):
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    code, _, err = run_cli(capsys, *args)
+    return code, err
 
 
 def _file(tmp_path, name: str, text: str) -> str:

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from cli_runner import cli
 
 from simserve.catalog import GPUSpec
-from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.predictor import load_timer
 from simserve.predictor.overhead import Component, CpuOverhead
@@ -38,16 +38,6 @@ def dep():
 @pytest.fixture(scope="module")
 def plain(dep):
     return load_timer(dep, overhead=CpuOverhead())
-
-
-def cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_without_overlap_or_launches_a_step_is_the_plain_sum(plain):

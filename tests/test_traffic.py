@@ -8,21 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from cli_runner import cli
 
-from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.workload import load_trace
 from simserve.workload.load_curve import LoadCurve, load_curve
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def one_line_refusal(code, err, *words):

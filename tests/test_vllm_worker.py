@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from cli_runner import cli
 
-from simserve.cli import main
 from simserve.errors import SimserveError
 from simserve.memory import GIB, activation_bytes_per_token, kv_bytes_per_block, weights_bytes_per_gpu
 from simserve.sim import SimConfig, core_run, simulate
@@ -100,16 +100,6 @@ def test_graphs_change_the_run_and_eager_mode_runs_unpadded():
     busy = [float((r.log.to_frame().end_s - r.log.to_frame().start_s).sum()) for r in (graphs, eager)]
     assert busy[0] > busy[1]  # padded batches take longer on the GPU
     assert not np.array_equal(graphs.reqs.completed, eager.reqs.completed)
-
-
-def cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_run_says_how_many_blocks_and_why(capsys, tmp_path):
