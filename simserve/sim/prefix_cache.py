@@ -96,10 +96,11 @@ def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
     start = 0
     for label, end in block_runs(reqs, rid, block_size):
         end = min(end, n_blocks)
-        keys.extend((label << _GROUP_BITS) | k for k in range(start, end))
+        base = label << _GROUP_BITS  # labels are >= 0 and k < 2**32: label << 32 | k is base + k, a range
+        keys.extend(range(base + start, base + end))
         start = max(start, end)
     own = (rid + 1) << _GROUP_BITS
-    keys.extend(-(own | k) for k in range(start, n_blocks))
+    keys.extend(range(-(own + start), -(own + n_blocks), -1))  # -(own | k) for k in start .. n_blocks - 1
     return keys
 
 
@@ -156,9 +157,9 @@ class PrefixCache:
         if keys is None:
             runs = block_runs(self.reqs, rid, self.block_size)
             keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[-1][1] if runs else 0)
-        if n > len(keys):  # past its shared blocks: the request's own stream
+        if n > len(keys):  # past its shared blocks: the request's own stream, -(own | k) (block_keys)
             own = (rid + 1) << _GROUP_BITS
-            keys.extend([-(own | k) for k in range(len(keys), n)])
+            keys.extend(range(-(own + len(keys)), -(own + n), -1))
         return keys
 
     # -- admission ------------------------------------------------------------------------------------
