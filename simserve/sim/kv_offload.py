@@ -43,6 +43,13 @@ import heapq
 from collections import OrderedDict
 
 _PAGESIZE = 4096  # SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE (x86-64 Linux)
+# A rank (request rank, -position) is one int, request rank * 2**32 - position (positions are block indices,
+# < 2**32: the pair's order), and a heap entry one int too, rank * 2**66 + key + 2**64 (keys are > -2**63 and
+# < 2**65, prefix_cache's CHAIN_LABEL keys): (rank, key)'s order, compared as ints, not as nested tuples.
+_POS_BITS = 32
+_KEY_BITS = 66
+_KEY_OFF = 1 << 64
+_KEY_MASK = (1 << _KEY_BITS) - 1
 
 
 def tier_blocks(gib: float, kv_bytes_per_block_per_gpu: int, world_size: int) -> int:
@@ -55,17 +62,19 @@ def tier_blocks(gib: float, kv_bytes_per_block_per_gpu: int, world_size: int) ->
 class CpuTier:
     """One replica's CPU tier: vLLM's CPUOffloadingManager (LRU) and the connector's per-request state."""
 
-    def __init__(self, num_blocks: int, block_s: float, block_size: int, block_key, prompt):
+    def __init__(self, num_blocks: int, block_s: float, block_size: int, block_key, prompt, keys_of=None):
         self.capacity = num_blocks
         self.block_s = block_s  # seconds to load one block over PCIe (per GPU, its shard)
         self.block_size = block_size
         self._key = block_key  # PrefixCache.block_key(rid, k)
+        self._keys_of = keys_of  # PrefixCache.keys(rid, n): the same keys, n at once (the hot path)
         self._keys: dict[int, list[int]] = {}  # request -> its block keys so far (a key never changes)
         self._prompt = prompt  # per request: prompt tokens (offload_prompt_only)
-        # the policy: resident keys, their ranks, the evictable ones in a lazy min-heap (LRUCachePolicy)
-        self.rank: dict[int, tuple[int, int]] = {}
+        # the policy: resident keys, their ranks, the evictable ones in a lazy min-heap (LRUCachePolicy) of
+        # (rank, key) packed into ints (_KEY_BITS); an entry whose key is pinned or ranked afresh is stale
+        self.rank: dict[int, int] = {}
         self.pinned: dict[int, int] = {}  # key -> loads reading it (ref_cnt > 0: not evictable)
-        self._heap: list[tuple[tuple[int, int], int]] = []
+        self._heap: list[int] = []
         self._next_rank = 0
         self._req_rank: dict[int, int] = {}
         self._seen: dict[int, dict[int, int]] = {}  # request -> keys it stored or reused -> position
@@ -90,62 +99,73 @@ class CpuTier:
             r = self._req_rank[rid] = self._next_rank
         return r
 
-    def _set_rank(self, key: int, rank: tuple[int, int]) -> None:
-        self.rank[key] = rank
-        if key not in self.pinned:
-            heapq.heappush(self._heap, (rank, key))
-
     def _access(self, rid: int, keys) -> None:
         """_record_request_cache_access → on_request_access: keys new to the request are remembered, and the
         resident ones take (its rank, -position) when that is more recent than theirs."""
-        seen = self._seen.setdefault(rid, {})
-        new = [(key, pos) for key, pos in keys if key not in seen]
-        if not new:
-            return
-        r = self._request_rank(rid)  # taken at the request's first access, resident keys or not
-        for key, pos in new:
+        seen = self._seen.get(rid)
+        if seen is None:
+            seen = self._seen[rid] = {}
+        r = -1  # the request's rank, taken at its first access, resident keys or not
+        rank, pinned, heap = self.rank, self.pinned, self._heap
+        for key, pos in keys:
+            if key in seen:
+                continue
+            if r < 0:
+                r = self._request_rank(rid) << _POS_BITS
             seen[key] = pos
-            old = self.rank.get(key)
-            if old is not None and old < (r, -pos):
-                self._set_rank(key, (r, -pos))
+            old = rank.get(key)
+            if old is not None and old < r - pos:
+                rank[key] = r - pos
+                if key not in pinned:
+                    heapq.heappush(heap, ((r - pos) << _KEY_BITS) | (key + _KEY_OFF))
 
-    def _evict(self, n: int, protected: set[int]) -> list[int] | None:
+    def _evict(self, n: int, protected) -> list[int] | None:
         """LRUCachePolicy.evict: the n least recent evictable keys, skipping protected; None (no change) if
         fewer than n."""
-        heap, chosen, deferred = self._heap, [], []
+        heap, rank, pinned, pop = self._heap, self.rank, self.pinned, heapq.heappop
+        chosen, deferred, last = [], [], -1
         while heap and len(chosen) < n:
-            entry = heapq.heappop(heap)
-            rank, key = entry
-            if self.rank.get(key) != rank or key in self.pinned or key in chosen:
+            entry = pop(heap)
+            if entry == last:
+                continue  # a second entry of a key just chosen (equal entries pop one after another)
+            key = (entry & _KEY_MASK) - _KEY_OFF
+            if rank.get(key) != entry >> _KEY_BITS or key in pinned:
                 continue  # stale
             if key in protected:
                 deferred.append(entry)
                 continue
             chosen.append(key)
+            last = entry
         if len(chosen) < n:
             for key in chosen:
-                heapq.heappush(heap, (self.rank[key], key))
+                heapq.heappush(heap, (rank[key] << _KEY_BITS) | (key + _KEY_OFF))
             for entry in deferred:
                 heapq.heappush(heap, entry)
             return None
         for entry in deferred:
             heapq.heappush(heap, entry)
         for key in chosen:
-            del self.rank[key]
-        if len(heap) > max(64, 4 * len(self.rank)):  # drop stale entries (order is by rank: unchanged)
-            self._heap = [(r, k) for k, r in self.rank.items() if k not in self.pinned]
-            heapq.heapify(self._heap)
+            del rank[key]
+        if len(heap) > 64 + 2 * (len(rank) - len(pinned)):  # drop stale entries (order is by rank: unchanged)
+            self._rebuild()
         return chosen
+
+    def _rebuild(self) -> None:
+        """The heap afresh: one entry per evictable key."""
+        pinned = self.pinned
+        self._heap = [(r << _KEY_BITS) | (k + _KEY_OFF) for k, r in self.rank.items() if k not in pinned]
+        heapq.heapify(self._heap)
 
     def store(self, rid: int, keys: list[tuple[int, int]]) -> None:
         """CPUOffloadingManager.prepare_store (+ complete_store at once) of (key, position) pairs."""
-        new = [(k, p) for k, p in keys if k not in self.rank]
+        rank = self.rank
+        new = [(k, p) for k, p in keys if k not in rank]
         self._access(rid, keys)  # every key offered, stored before or not (vLLM records them before allocating)
         if not new:
             return
-        need = len(new) - (self.capacity - len(self.rank))
+        need = len(new) - (self.capacity - len(rank))
         if need > 0:
-            if need > len(self.rank) - len(self.pinned):
+            if need > len(rank) - len(self.pinned):
                 self.store_failures += 1
                 return
             gone = self._evict(need, {k for k, _ in keys})
@@ -153,9 +173,9 @@ class CpuTier:
                 self.store_failures += 1
                 return
             self.evictions += len(gone)
-        r, rank = self._request_rank(rid), self.rank
+        r = self._request_rank(rid) << _POS_BITS
         for key, pos in new:
-            rank[key] = (r, -pos)
+            rank[key] = r - pos
         self._update_heap([key for key, _ in new])
         self.stores += len(new)
 
@@ -168,10 +188,12 @@ class CpuTier:
         if not seen:
             return
         rank, pinned, nxt, moved = self.rank, self.pinned, self._next_rank, []
-        for key in sorted(seen, key=seen.__getitem__, reverse=True):
+        pos = list(seen.values())  # usually seen head to tail already: then the tail first is its reverse
+        order = reversed(list(seen)) if pos == sorted(pos) else sorted(seen, key=seen.get, reverse=True)
+        for key in order:
             if key in rank:
                 nxt += 1
-                rank[key] = (nxt, 0)
+                rank[key] = nxt << _POS_BITS
                 if key not in pinned:
                     moved.append(key)
         self._next_rank = nxt
@@ -181,13 +203,11 @@ class CpuTier:
         """LRUCachePolicy._update_heap: many ranks changed, rebuild the heap; few, push them (stale entries are
         skipped when popped)."""
         if len(moved) >= max(64, (len(self.rank) - len(self.pinned)) // 4):
-            pinned = self.pinned
-            self._heap = [(r, k) for k, r in self.rank.items() if k not in pinned]
-            heapq.heapify(self._heap)
+            self._rebuild()
         else:
-            heap = self._heap
+            heap, rank, push = self._heap, self.rank, heapq.heappush
             for key in moved:
-                heapq.heappush(heap, (self.rank[key], key))
+                push(heap, (rank[key] << _KEY_BITS) | (key + _KEY_OFF))
 
     # -- the connector's scheduler side ------------------------------------------------------------------
     def scheduled(self, rid: int, tokens: int) -> None:
@@ -197,7 +217,7 @@ class CpuTier:
         if end > start:
             self.next_stored[rid] = end
             keys = self.keys(rid, end)
-            self.store(rid, [(keys[k], k) for k in range(start, end)])
+            self.store(rid, list(zip(keys[start:end], range(start, end), strict=True)))
 
     def lookup(self, rid: int, gpu_blocks: int, num_tokens: int) -> int:
         """get_num_new_matched_tokens: resident blocks right after the GPU hit (-1: defer the request)."""
@@ -217,8 +237,11 @@ class CpuTier:
         keys = self._keys.get(rid)
         if keys is None:
             keys = self._keys[rid] = []
-        for k in range(len(keys), blocks):
-            keys.append(self._key(rid, k))
+        if blocks > len(keys):
+            if self._keys_of is not None:
+                keys.extend(self._keys_of(rid, blocks)[len(keys):blocks])
+            else:
+                keys.extend([self._key(rid, k) for k in range(len(keys), blocks)])
         return keys
 
     def _start(self, rid: int, now: float, gpu_blocks: int, blocks: int, num_tokens: int, rest: int) -> None:
@@ -246,7 +269,7 @@ class CpuTier:
                 self.pinned[key] = c
             else:
                 del self.pinned[key]
-                heapq.heappush(self._heap, (self.rank[key], key))
+                heapq.heappush(self._heap, (self.rank[key] << _KEY_BITS) | (key + _KEY_OFF))
             c = self.being_loaded[key] - 1
             if c:
                 self.being_loaded[key] = c
@@ -316,5 +339,5 @@ def attach(cache, cfg, reqs):
     """Give a replica's PrefixCache its CPU tier when the config asks for one (SimConfig.kv_offload_blocks)."""
     if cfg.kv_offload_blocks:
         cache.tier = CpuTier(cfg.kv_offload_blocks, cfg.kv_offload_block_s, cfg.block_size, cache.block_key,
-                             reqs.prompt)  # fmt: skip
+                             reqs.prompt, cache.keys)  # fmt: skip
     return cache

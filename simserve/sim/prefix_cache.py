@@ -96,10 +96,11 @@ def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
     start = 0
     for label, end in block_runs(reqs, rid, block_size):
         end = min(end, n_blocks)
-        keys.extend((label << _GROUP_BITS) | k for k in range(start, end))
+        base = label << _GROUP_BITS  # labels are >= 0 and k < 2**32: label << 32 | k is base + k, a range
+        keys.extend(range(base + start, base + end))
         start = max(start, end)
     own = (rid + 1) << _GROUP_BITS
-    keys.extend(-(own | k) for k in range(start, n_blocks))
+    keys.extend(range(-(own + start), -(own + n_blocks), -1))  # -(own | k) for k in start .. n_blocks - 1
     return keys
 
 
@@ -115,7 +116,7 @@ class PrefixCache:
         self.watermark = 0
         self.block_size = block_size
         self.reqs = reqs  # the requests' identity (prefix groups and tokens, chained block ids): block_key
-        self._keys: dict[int, list[int]] = {}  # request -> its shared blocks' keys, while it is being served
+        self._keys: dict[int, list[int]] = {}  # request -> its blocks' keys so far, while it is served
         self.ref = [0] * num_blocks
         self.key: list[int | None] = [None] * num_blocks
         # the free queue, front first: the next block a new allocation takes (vLLM starts it in id order)
@@ -142,23 +143,35 @@ class PrefixCache:
 
     # -- keys ---------------------------------------------------------------------------------------
     def block_key(self, rid: int, k: int) -> int:
-        """`block_key`, its shared blocks' keys worked out once per admission (a 100k-token Mooncake prompt is
-        6k blocks, looked up and cached block by block); dropped when the request's blocks are freed."""
+        """`block_key`, from the request's keys worked out once (`keys`)."""
+        keys = self._keys.get(rid)
+        if keys is not None and k < len(keys):
+            return keys[k]
+        return self.keys(rid, k + 1)[k]
+
+    def keys(self, rid: int, n: int) -> list[int]:
+        """The request's keys (`block_key`) of at least its first n blocks: its shared blocks' worked out at
+        once on first use (a 100k-token Mooncake prompt is 6k blocks, looked up and cached one by one), its
+        own stream's as far as asked; dropped when the request's blocks are freed."""
         keys = self._keys.get(rid)
         if keys is None:
             runs = block_runs(self.reqs, rid, self.block_size)
             keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[-1][1] if runs else 0)
-        if k < len(keys):
-            return keys[k]
-        return -(((rid + 1) << _GROUP_BITS) | k)  # past its shared blocks: the request's own stream
+        if n > len(keys):  # past its shared blocks: the request's own stream, -(own | k) (block_keys)
+            own = (rid + 1) << _GROUP_BITS
+            keys.extend(range(-(own + len(keys)), -(own + n), -1))
+        return keys
 
     # -- admission ------------------------------------------------------------------------------------
     def lookup(self, rid: int, num_tokens: int) -> list[int]:
         """The cached blocks of the longest hit for a request of num_tokens tokens (vLLM's
         `find_longest_cache_hit` with max_length = num_tokens - 1)."""
-        out = []
-        for k in range((num_tokens - 1) // self.block_size):
-            blocks = self.cached.get(self.block_key(rid, k))
+        n = (num_tokens - 1) // self.block_size
+        cached, out = self.cached, []
+        if not cached or n <= 0:
+            return out
+        for key in self.keys(rid, n)[:n]:
+            blocks = cached.get(key)
             if not blocks:
                 break
             out.append(blocks[0])
@@ -193,18 +206,20 @@ class PrefixCache:
             held.extend(hits)
             self.num_cached[rid] = len(hits)
         new = -(-num_tokens // self.block_size) - len(held)
-        for _ in range(new):  # BlockPool.get_new_blocks: the front of the free queue, evicting its key
-            b, _none = self.queue.popitem(last=False)
-            key = self.key[b]
-            if key is not None:
-                self.key[b] = None
-                holders = self.cached[key]
-                holders.remove(b)
-                if not holders:
-                    del self.cached[key]
-                self.evictions += 1
-            self.ref[b] = 1
-            held.append(b)
+        if new > 0:
+            pop, bkey, ref = self.queue.popitem, self.key, self.ref
+            for _ in range(new):  # BlockPool.get_new_blocks: the front of the free queue, evicting its key
+                b = pop(last=False)[0]
+                key = bkey[b]
+                if key is not None:
+                    bkey[b] = None
+                    holders = self.cached[key]
+                    holders.remove(b)
+                    if not holders:
+                        del self.cached[key]
+                    self.evictions += 1
+                ref[b] = 1
+                held.append(b)
         self._cache_full_blocks(rid, held, cache_tokens // self.block_size)
         if self.tier is not None:  # the connector offers the step's newly full blocks to the CPU tier
             self.tier.scheduled(rid, cache_tokens)
@@ -212,31 +227,36 @@ class PrefixCache:
 
     def _cache_full_blocks(self, rid: int, held: list[int], full: int) -> None:
         done = self.num_cached[rid]
+        if full <= done:
+            return
+        keys, bkey, cached = self.keys(rid, full), self.key, self.cached
         for k in range(done, full):
             b = held[k]
-            if self.key[b] is not None:
+            if bkey[b] is not None:
                 continue  # already cached (a hit block)
-            key = self.block_key(rid, k)
-            self.key[b] = key
-            self.cached.setdefault(key, []).append(b)
-        if full > done:
-            self.num_cached[rid] = full
+            key = bkey[b] = keys[k]
+            holders = cached.get(key)
+            if holders is None:
+                cached[key] = [b]
+            else:
+                holders.append(b)
+        self.num_cached[rid] = full
 
     def free_request(self, rid: int) -> None:
         """Release a finished or preempted request's blocks, tail first (`KVCacheManager.free`)."""
         held = self.held.pop(rid, [])
         self._keys.pop(rid, None)
         self.num_cached.pop(rid, None)
-        first, last = [], []
+        first, last, ref, bkey, queue = [], [], self.ref, self.key, self.queue
         for b in reversed(held):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                (first if self.key[b] is None else last).append(b)
+            r = ref[b] = ref[b] - 1
+            if r == 0:
+                (first if bkey[b] is None else last).append(b)
+        move = queue.move_to_end
         for b in reversed(first):  # prepend_n: the list's first block ends up at the front
-            self.queue[b] = None
-            self.queue.move_to_end(b, last=False)
-        for b in last:  # append_n
-            self.queue[b] = None
+            queue[b] = None
+            move(b, last=False)
+        queue.update(dict.fromkeys(last))  # append_n
 
 
 def prefix_reuse(reqs, block_size: int) -> tuple[int, int]:
