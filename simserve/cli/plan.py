@@ -86,6 +86,26 @@ def plan(
     disagg_layouts: int = typer.Option(
         4, "--disagg-layouts", help="How many disaggregated layouts to search (a count): the N cheapest the analytic screen keeps."
     ),
+    arrival: str = typer.Option(
+        "poisson", "--arrival", help="poisson: plan at a steady rate; replay: also plan a day of the trace's recorded "
+        "arrivals (static vs autoscaled, per router and KV tier: plan/day.py, docs/planner.md)."),  # fmt: skip
+    autoscale: str | None = typer.Option(
+        None, "--autoscale", help="MIN:MAX replicas of the day plan's autoscaled rows (implies --arrival replay; "
+        "default 1:the static count)."),  # fmt: skip
+    scale_policy: str = typer.Option("utilization", "--scale-policy", help="Day plan: utilization | queue | slo."),
+    routers: str = typer.Option("rr,prefix-aware", "--routers", help="Day plan: the routers tried."),
+    kv_offload_gb: float = typer.Option(
+        0.0, "--kv-offload-gb", help="Day plan: also try vLLM's CPU KV tier of this many GiB per replica."
+    ),
+    day_deployments: int = typer.Option(
+        2, "--day-deployments", help="Day plan: replay the steady plan's N cheapest deployments."
+    ),
+    replay_requests: int | None = typer.Option(
+        None, "--replay-requests", help="Day plan: replay the trace's first N requests (default: all of it)."
+    ),
+    attainment: float = typer.Option(
+        0.99, "--attainment", help="Day plan: the share of requests that must meet TTFT and TPOT SLOs."
+    ),
     no_prune: bool = typer.Option(
         False,
         "--no-prune",
@@ -162,15 +182,24 @@ def plan(
         speculative_tokens=None if num_speculative_tokens is None else _numbers(
             num_speculative_tokens, int, "--num-speculative-tokens"),
     )  # fmt: skip
+    day_plan = _day_spec(spec, arrival, autoscale, scale_policy, routers, kv_offload_gb, day_deployments,
+                         replay_requests, attainment)  # fmt: skip
     with interruptible(None if no_cache else cache):  # Ctrl-C or SIGTERM: one line, what is saved, exit 130/143
         result = run_plan(
             spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
         )
+        day = None  # the day plan's result (plan/day.py), with --arrival replay or --autoscale
+        if day_plan is not None and (result.searches["capacity_qps"] > 0).any():
+            from simserve.plan.day import run_day
+            from simserve.tune.executors import Runner
+
+            with Runner(executor, workers, address) as runner:
+                day = run_day(spec, *day_plan, result, runner, progress=True)
     if not (result.searches["capacity_qps"] > 0).any():  # an impossible SLO: no deployment serves any load
         flags = "--slo, --delay-slo, --min-qps" + (", --ttft-slo" if ttft_slo is not None else "")
         flags += ", --tpot-slo" if tpot_slo is not None else ""
         raise impossible_slo(result.searches["message"], "on every deployment searched", flags)
-    written = write_outputs(result, out, plots=not no_plots, force=force)
+    written = write_outputs(result, out, plots=not no_plots, force=force, day=day)
     table = _table(table_rows(result, all_rows), all_rows)
     console = table_console(table)
     for line in noise_lines(result):  # before the table: what its ranking can and cannot tell apart
@@ -254,6 +283,42 @@ def plan(
         f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "
         f"in {s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/\nnote: {APPROXIMATION}"
     )
+    if day is not None:
+        _print_day(console, day, spec)
+
+
+def _day_spec(spec, arrival, autoscale, scale_policy, routers, kv_offload_gb, deployments, requests, attainment):
+    """The day plan's spec and the replayed span (plan/day.py), checked before the steady plan starts; None
+    without --arrival replay or --autoscale (then its flags are refused)."""
+    from simserve.plan.day import DaySpec, check_day
+
+    if arrival not in ("poisson", "replay"):
+        raise SimserveError(f"plan's --arrival is poisson (a steady rate) or replay (plus a day plan), got {arrival!r}")
+    day = DaySpec(autoscale, scale_policy, tuple(r.strip() for r in routers.split(",") if r.strip()), kv_offload_gb,
+                  deployments, requests, attainment)  # fmt: skip
+    if arrival == "poisson" and autoscale is None:
+        given = [f for f, v, d in (("--scale-policy", scale_policy, "utilization"), ("--routers", routers, "rr,prefix-aware"),
+                                   ("--kv-offload-gb", kv_offload_gb, 0.0), ("--day-deployments", deployments, 2),
+                                   ("--replay-requests", requests, None), ("--attainment", attainment, 0.99)) if v != d]  # fmt: skip
+        if given:
+            raise SimserveError(f"{given[0]} belongs to a day plan: add --arrival replay (or --autoscale MIN:MAX), or drop it")
+        return None
+    slo = spec.slo
+    day = DaySpec(**{**day.__dict__, "ttft_slo": slo.ttft_s or day.ttft_slo, "tpot_slo": slo.tpot_s or day.tpot_slo})
+    return day, check_day(spec, day)
+
+
+def _print_day(console, day, spec) -> None:
+    from simserve.plan.day import TABLE_COLUMNS, summary_lines, table_rows
+
+    t = Table(title="a day: static vs autoscaled, per router and KV tier (cheapest per day first)")
+    for col in TABLE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("deployment", "router", "provisioning") else "right")
+    for cells in table_rows(day):
+        t.add_row(*cells)
+    console.print(t)
+    for line in summary_lines(day, spec):
+        console.print(line, highlight=False, markup=False)
 
 
 def _table(df, all_rows: bool) -> Table:

@@ -171,13 +171,23 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def write_outputs(result: PlanResult, out: str | Path, plots: bool = True, force: bool = False) -> list[Path]:
-    """plan.csv, searches.csv, plan.json and pareto.png into `out`; each file lands whole (io.output_dir)."""
+def write_outputs(
+    result: PlanResult, out: str | Path, plots: bool = True, force: bool = False, day=None
+) -> list[Path]:
+    """plan.csv, searches.csv, plan.json and pareto.png into `out`, with a day plan (plan/day.py) day.csv and
+    plan.json's `day` section; each file lands whole (io.output_dir)."""
     out = Path(out)
+    doc = summarize(result)
+    if day is not None:
+        from simserve.plan.day import summarize as day_summary
+
+        doc["day"] = day_summary(day)
     with output_dir(out, force) as tmp:
         result.rows.to_csv(tmp / "plan.csv", index=False, float_format="%.6g")
         result.searches.to_csv(tmp / "searches.csv", index=False, float_format="%.6g")
-        (tmp / "plan.json").write_text(json.dumps(summarize(result), indent=2) + "\n")
+        if day is not None:
+            day.rows.to_csv(tmp / "day.csv", index=False, float_format="%.6g")
+        (tmp / "plan.json").write_text(json.dumps(doc, indent=2) + "\n")
         if plots:
             pareto_plot(result.rows, title(result)).savefig(tmp / "pareto.png", dpi=110)
     return sorted(out / rel for rel in (out / MARKER).read_text().split())
