@@ -301,7 +301,7 @@ def run_day(spec, day: DaySpec, span_s: float, plan, runner, progress: bool = Fa
     stats["elapsed_s"] = time.perf_counter() - t0
     result = DayResult(day, df, span_s, notes=_notes(spec, plan), stats=stats)
     best = result.winner()
-    return replace(result, commands=[] if best is None else [start_command(spec, day, best, n)])
+    return replace(result, commands=[] if best is None else start_commands(spec, day, best, n))
 
 
 def _cheapest(plan, k: int) -> pd.DataFrame:
@@ -397,8 +397,22 @@ def _notes(spec, plan) -> list[str]:
     return notes
 
 
-def start_command(spec, day: DaySpec, row: pd.Series, n: int) -> str:
-    """The `simserve run` line that replays the winner (its summary.json and replicas.csv say the rest)."""
+def start_commands(spec, day: DaySpec, row: pd.Series, n: int) -> list[str]:
+    """The `simserve run` line that replays the winner (its summary.json and replicas.csv say the rest), and
+    the `vllm serve` line of each of its replicas (plan/command.py's, with the KV tier's flags)."""
+    from simserve.plan.command import vllm_serve
+
+    serve = vllm_serve(spec.model, int(row["tp"]), int(row["pp"]), int(row["budget"]), spec.max_batch, spec.max_len,
+                       spec.memory_utilization, spec.dtype, spec.kv_dtype, int(row["ep"]))  # fmt: skip
+    if row["kv_offload_gb"]:  # as tune/engine.py writes vLLM 0.33.0's CPU KV tier
+        serve += ["--kv-offloading-size", f"{float(row['kv_offload_gb']):g}", "--kv-offloading-backend", "native"]
+    how = (f"{row['replicas']} under an autoscaler ({row['provisioning']})" if ":" in str(row["replicas"])
+           else f"{row['replicas']} of them")  # fmt: skip
+    return [_run_command(spec, day, row, n), f"# each replica (vLLM 0.33.0), {how}, behind --router {row['router']}:",
+            shlex.join(serve)]  # fmt: skip
+
+
+def _run_command(spec, day: DaySpec, row: pd.Series, n: int) -> str:
     args = ["simserve", "run", "--model", spec.model, "--gpu", str(row["gpu"]), "--tp", str(int(row["tp"])),
             "--pp", str(int(row["pp"])), "--trace", spec.trace, "--arrival", "replay", "--engine", "vllm",
             "--budget", str(int(row["budget"])), "--max-batch", str(spec.max_batch),
@@ -409,6 +423,8 @@ def start_command(spec, day: DaySpec, row: pd.Series, n: int) -> str:
         args += ["--kv-offload-gb", f"{float(row['kv_offload_gb']):g}"]
     if day.requests is not None:
         args += ["--requests", str(n)]
+    # the plan's front end (engine-side unless --frontend-ms), not run's default API-server model
+    args += ["--frontend", "constant", "--frontend-ms", f"{spec.frontend_ms:g}"] if spec.frontend_ms else ["--frontend", "off"]
     if str(row["provisioning"]).startswith("autoscaled"):
         lo = str(row["replicas"]).split(":")[0]
         args += ["--replicas", lo, "--autoscale", str(row["replicas"]), "--scale-policy", day.scale_policy,
@@ -465,7 +481,7 @@ def summary_lines(result: DayResult, spec) -> list[str]:
                  f"{tier}, "
                  f"{best['provisioning']} {best['replicas']}: {float(best['gpu_hours_per_day']):.4g} GPU-h/day, "
                  f"${float(best['usd_per_day']):,.0f}/day{vs}, SLO met by {float(best['slo_attainment']):.1%}")  # fmt: skip
-    lines.append("replay it:")
+    lines.append("replay it, then start it:")
     lines += result.commands
     lines.append(f"{result.stats['replays']} replays in {result.stats['elapsed_s']:.1f} s")
     return lines
