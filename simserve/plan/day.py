@@ -15,8 +15,8 @@ tried, the day plan replays the trace's own arrivals (the whole trace, or its fi
 The SLO is per request, the autoscaler's (sim/scale_report.py, DistServe's definition): TTFT <= --ttft-slo and
 TPOT <= --tpot-slo, met by at least --attainment of the requests (unfinished requests miss). The replayed span
 (t = 0 to the last completion) is taken as a sample of the day: GPU-hours per day are the run's GPU-seconds
-scaled by 24 h / span. Dollars per day: static replicas in whole rental units (catalog/prices.py) for 24 h;
-autoscaled GPU-hours at the GPU-hour price (renting by the GPU-hour, as an autoscaled cloud fleet is billed).
+scaled by 24 h / span. Dollars per day: GPU-hours per day at the catalog's GPU-hour price, static and autoscaled
+alike (a GPU rented only by the node, catalog/prices.py, is noted: a fleet smaller than a node pays the node).
 
 Each replay runs the scenario `simserve run --engine vllm --arrival replay` runs (vLLM 0.33.0's scheduler and
 worker, prefix caching on, the plan's token budget as --max-num-batched-tokens): the same Scenario, profile
@@ -340,10 +340,10 @@ def _static_row(c: _Config, day: DaySpec) -> dict:
     b, row = c.static, _row_key(c, "static")
     if b.passing is None:
         worst = b.probes.get(b.high, {})
-        return {**row, "replicas": str(b.high), "meets_slo": False, **_metrics(worst, c, b.high),
+        return {**row, "replicas": str(b.high), "meets_slo": False, **_metrics(worst, c),
                 "status": f"no count within --max-gpus meets the SLO ({b.high} replicas: "
                           f"{worst.get('slo_attainment', math.nan):.1%})"}  # fmt: skip
-    return {**row, "replicas": str(b.passing), "meets_slo": True, **_metrics(b.probes[b.passing], c, b.passing),
+    return {**row, "replicas": str(b.passing), "meets_slo": True, **_metrics(b.probes[b.passing], c),
             "status": f"fewest that meet the SLO ({len(b.probes)} replays)"}  # fmt: skip
 
 
@@ -374,7 +374,7 @@ def _scaled_row(c: _Config, day: DaySpec, lo: int) -> dict:
         status = f"MIN raised from {b.low} to {lo} to meet the SLO ({len(b.probes)} replays)"
     else:
         status = f"meets the SLO ({len(b.probes)} replays)"
-    return {**row, **_metrics(answer, c, None), "replicas": f"{lo}:{c.max_replicas}", "cold_start_s": c.cold_start_s,
+    return {**row, **_metrics(answer, c), "replicas": f"{lo}:{c.max_replicas}", "cold_start_s": c.cold_start_s,
             "meets_slo": met, "status": status}  # fmt: skip
 
 
@@ -384,19 +384,26 @@ def _row_key(c: _Config, provisioning: str) -> dict:
             "kv_offload_gb": c.tier, "provisioning": provisioning, "cold_start_s": math.nan}  # fmt: skip
 
 
-def _metrics(answer: dict, c: _Config, static: int | None) -> dict:
+def _metrics(answer: dict, c: _Config) -> dict:
     """Per-day GPU-hours and dollars of one replay: its GPU-seconds scaled from its span to 24 h."""
     if not answer:
         return {}
     gpu_h = answer["gpu_s"] * DAY_S / answer["span_s"] / 3600.0
     g = answer["gpus_per_replica"]
-    usd = 24.0 * c.price.usd_per_hour(g, static) if static is not None else gpu_h * c.price.usd_per_gpu_hour
+    # both at the GPU-hour price: a static fleet rented in whole nodes against an autoscaled one billed by the
+    # GPU-hour would credit the autoscaler with the node's idle GPUs (summary_lines says what a node costs)
+    usd = gpu_h * c.price.usd_per_gpu_hour
     return {"span_s": answer["span_s"], "gpu_hours_per_day": gpu_h, "usd_per_day": usd, "gpus_per_replica": g,
             **{k: answer[k] for k in ("slo_attainment", "ttft_p99_s", "tpot_p99_s", "scale_events")}}  # fmt: skip
 
 
 def _notes(spec, plan) -> list[str]:
     notes = []
+    for gpu, p in plan.prices.items():
+        if p.gpus_per_rental > 1:
+            notes.append(f"{gpu} is rented by the {p.gpus_per_rental}-GPU node ({p.describe()}): $/day is the "
+                         f"GPU-hours' share; a fleet smaller than a node pays the whole node, "
+                         f"${24 * p.usd_per_hour(1, p.gpus_per_rental):,.0f}/day")  # fmt: skip
     if "disagg" in spec.layouts:
         notes.append("disaggregated layouts are in the steady plan above but not replayed: the autoscaler, prefix "
                      "caching and the KV tier are not modelled for them (cli/autoscale.py, sim/disagg_scenario.py), "
@@ -471,8 +478,8 @@ def summary_lines(result: DayResult, spec) -> list[str]:
     lines = [f"day plan: {spec.trace} replayed ({_count(d)}, recorded span {result.span_s:,.0f} s; replays end "
              f"at up to {span:,.0f} s), GPU-hours and $ scaled from each replay's span to 24 h; SLO: TTFT <= "
              f"{d.ttft_slo:g} s and TPOT <= {d.tpot_slo:g} s for >= {d.attainment:.0%} of requests; static: the "
-             f"fewest replicas that meet it (whole rental units, 24 h); autoscaled: --scale-policy "
-             f"{d.scale_policy}, GPU-hours held at the GPU-hour price"]  # fmt: skip
+             f"fewest replicas that meet it, held 24 h; autoscaled: --scale-policy {d.scale_policy}, the GPU-hours "
+             f"its replicas were held; $ = GPU-hours at the GPU-hour price"]  # fmt: skip
     lines += [f"note: {n}" for n in result.notes]
     best = result.winner()
     if best is None:
