@@ -401,7 +401,7 @@ def _notes(spec, plan) -> list[str]:
     notes = []
     for gpu, p in plan.prices.items():
         if p.gpus_per_rental > 1:
-            notes.append(f"{gpu} is rented by the {p.gpus_per_rental}-GPU node ({p.describe()}): $/day is the "
+            notes.append(f"{gpu} is rented by the {p.gpus_per_rental}-GPU node (price lines above): $/day is the "
                          f"GPU-hours' share; a fleet smaller than a node pays the whole node, "
                          f"${24 * p.usd_per_hour(1, p.gpus_per_rental):,.0f}/day")  # fmt: skip
     if "disagg" in spec.layouts:
