@@ -303,6 +303,9 @@ def _day_spec(spec, arrival, autoscale, scale_policy, routers, kv_offload_gb, de
         if given:
             raise SimserveError(f"{given[0]} belongs to a day plan: add --arrival replay (or --autoscale MIN:MAX), or drop it")
         return None
+    if getattr(spec, "speculative", None):  # its replays run without a draft: a speculative row would not match
+        raise SimserveError("the day plan (--arrival replay, --autoscale) replays without speculative decoding; "
+                            "drop --speculative, or plan the day without it")  # fmt: skip
     slo = spec.slo
     day = DaySpec(**{**day.__dict__, "ttft_slo": slo.ttft_s or day.ttft_slo, "tpot_slo": slo.tpot_s or day.tpot_slo})
     return day, check_day(spec, day)
