@@ -8,8 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
-from simserve.cli import main
+from cli_runner import cli
 
 
 def bursty_trace(path, quiet_qps: float = 0.3, burst_qps: float = 5.0, seed: int = 0) -> str:
@@ -31,13 +30,7 @@ def bursty_trace(path, quiet_qps: float = 0.3, burst_qps: float = 5.0, seed: int
 
 
 def plan(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(["plan", *args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return cli(capsys, "plan", *args)
 
 
 # a small steady plan: Mistral-7B on one A100 (its shipped profile), one budget, one seed
