@@ -201,3 +201,23 @@ def test_light_load_runs_with_the_profiled_timer_match_the_reference(monkeypatch
         return simulate_scenario(LIGHT[name], 0.5)[0]
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, CORES[-1], sim))
+
+
+@pytest.mark.parametrize("worker", [False, True])
+@pytest.mark.parametrize("qps", [0.5, 8.0])
+def test_speculative_runs_with_the_profiled_timer_match_the_reference(monkeypatch, tmp_path, worker, qps):
+    """EAGLE-3 with K = 3 on the profiled timer (its decode-attention table; with vLLM's worker also CUDA-graph
+    padding and launch costs): verifications priced as one decode read beside their drafts, in the core's
+    scheduler loop and its verification stretches as in the reference, at light load (mostly stretches) and
+    heavier (batches that change every step)."""
+    acceptance = tmp_path / "acceptance.json"
+    acceptance.write_text("[0.8, 0.6, 0.4]")
+    s = Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=worker, speculative="eagle3", num_speculative_tokens=3,
+                 acceptance=str(acceptance))  # fmt: skip
+
+    def sim():
+        return simulate_scenario(s, qps)[0]
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert ref.reqs.spec_steps.sum() > 0  # verifications ran
+    assert_same(ref, _run(monkeypatch, CORES[-1], sim))

@@ -77,6 +77,23 @@ def test_breakdown_sums_to_call(timer):
         assert parts["all_reduce"] == parts["send_recv"] == 0.0  # TP1, PP1
 
 
+def test_a_verifications_drafts_share_its_decode_read(timer):
+    """A speculative verification of n = 4 tokens over c = 3000 (docs/speculative.md, Costs): the linear layers
+    and the per-request CPU terms see the 4 tokens of 4 decodes, attention one decode read of its c + n keys --
+    far less than 4 decodes' reads of c + 1 ... c + 4."""
+    c, n = 3000, 4
+    parts = timer.breakdown([], [c + n], drafts=n - 1)
+    four = timer.breakdown([], list(range(c + 1, c + n + 1)))
+    one = timer.breakdown([], [c + n])
+    assert parts["attention_decode"] == one["attention_decode"] < 0.5 * four["attention_decode"]
+    for name in ("linear", "elementwise"):  # at 4 tokens (memory-bound here: about their time at 1)
+        assert parts[name] == four[name]
+    assert parts["cpu_overhead"] == pytest.approx(four["cpu_overhead"], rel=1e-9)
+    assert parts["cpu_overhead"] > one["cpu_overhead"]
+    assert sum(parts.values()) == pytest.approx(timer([], [c + n], drafts=n - 1), rel=1e-12)
+    assert timer([], [c + n], drafts=n - 1) < timer([], list(range(c + 1, c + n + 1)))
+
+
 def test_numpy_and_list_decodes_agree(timer):
     kv = np.arange(100, 4100, 40)
     assert timer([(512, 0)], kv) == pytest.approx(timer([(512, 0)], kv.tolist()), rel=1e-15)

@@ -13,7 +13,7 @@ from simserve import speculative
 from simserve.catalog.models import resolve_model
 from simserve.errors import SimserveError
 from simserve.sim import SimConfig, simulate
-from simserve.sim.testing import ConstantTimer
+from simserve.sim.testing import ConstantTimer, LinearTimer
 
 
 def _run(prompt, output, k, acceptance, lookahead=0, blocks=1000, max_len=4096):
@@ -37,6 +37,20 @@ def test_the_last_step_stops_at_the_output_length():
     """41 outputs with K 6 and all accepted: 40 after the prefill take 6 steps of 7, the last one cut at 41."""
     raw = _run([50], [41], 6, [1.0] * 6)
     assert len(raw.log) == 1 + 6 and raw.reqs.generated[0] == 41
+
+
+def test_a_verification_reads_its_context_once():
+    """Costs (docs/speculative.md): under seconds = a + b·tokens + c·(KV read), the 8 verifications of 5 tokens
+    after a 100-token prefill cost a + 5b + (c_i + 5)·c each over c_i = 100, 105, ... computed tokens: all 5
+    tokens through the linear layers, the request's context read once for its 5 queries (vLLM's decode kernel
+    with query length 5), not five decode reads of c_i + 1 ... c_i + 5."""
+    a, b, c = 0.01, 1e-4, 1e-6
+    cfg = SimConfig(policy="vllm-v1", max_model_len=4096, spec_k=4, spec_acceptance=(1.0,) * 4,
+                    spec_seed=0).validate()  # fmt: skip
+    raw = simulate(np.array([100]), np.array([41]), np.zeros(1), LinearTimer(a, b, c), 1000, cfg)
+    expected = (a + 100 * b + 100 * c) + sum(a + 5 * b + (100 + 5 * i + 5) * c for i in range(8))
+    assert raw.reqs.generated[0] == 41
+    assert raw.log.columns(0, len(raw.log))["end_s"].max() == pytest.approx(expected, rel=1e-12)
 
 
 def test_lookahead_slots_take_blocks_beyond_the_scheduled_tokens():

@@ -2,8 +2,9 @@
 
 Stage time = Σ over the stage's layers [linear + elementwise ops on T + prefill attention per chunk + decode
 attention + TP all-reduces of T·hidden·2 bytes] + the send of T·hidden·2 bytes to the next stage + the CPU
-overhead charged to the stage, with T = Σ prefill chunks + number of decodes. Everything that depends only on T
-is one table per stage; attention comes from two small grids. The hot path is plain Python arithmetic on lists
+overhead charged to the stage, with T = Σ prefill chunks + number of decodes (+ a speculative verification's
+drafts, which share their request's one decode-attention read: __call__'s `drafts`). Everything that depends only
+on T is one table per stage; attention comes from two small grids. The hot path is plain Python arithmetic on lists
 (indexing a list is several times faster than indexing a numpy array element by element).
 
 Decode attention is looked up at the batch's mean context length: decode kernels split the work over requests,
@@ -142,11 +143,11 @@ class BatchTimer:
     # -- the simulator's API ------------------------------------------------------------------------------
 
     def _batch_attention(
-        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray
+        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, drafts: int = 0
     ) -> tuple[int, int, float]:
-        """(decodes, tokens, attention seconds) of a batch: what __call__ and own_time both charge."""
+        """(decode reads, tokens, attention seconds) of a batch: what __call__ and own_time both charge."""
         nd = len(decode_kv)
-        t = nd
+        t = nd + drafts
         attn = 0.0
         for chunk, prefix in prefills:
             t += chunk
@@ -157,20 +158,28 @@ class BatchTimer:
         return nd, t, attn
 
     def __call__(
-        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+        self,
+        prefills: Sequence[tuple[int, int]],
+        decode_kv: Sequence[int] | np.ndarray,
+        stage: int = 0,
+        drafts: int = 0,
     ) -> float:
         """Seconds for one iteration of this batch on pipeline stage `stage`.
 
         prefills: (chunk_tokens, prefix_tokens) per prefill request (prefix = tokens already in KV);
-        decode_kv: per decode request, the context length its attention reads.
+        decode_kv: per decode request, the context length its attention reads;
+        drafts: decode tokens beyond one per decode_kv entry that read no KV of their own -- a speculative
+        verification's drafts, whose queries the decode kernel runs with their request's own over one read of
+        its KV (its decode_kv entry: all c + 1 + s keys; docs/speculative.md, Costs). They are tokens of the
+        linear layers and rows of the per-request CPU terms, as they were when priced as decodes of their own.
         """
         if not 0 <= stage < self.num_stages:
             self._check_stage(stage)
-        nd, t, attn = self._batch_attention(prefills, decode_kv)
+        nd, t, attn = self._batch_attention(prefills, decode_kv, drafts)
         if t == 0:  # no decodes and no prefill tokens
             return 0.0
         tok = self._tok[stage][t] if t <= self._tend else self._token_time(t, stage)
-        return self._compose(tok + attn, len(prefills), len(prefills) + nd, t, stage)
+        return self._compose(tok + attn, len(prefills), len(prefills) + nd + drafts, t, stage)
 
     def _compose(self, kernels: float, num_prefills: int, n: int, t: int, stage: int) -> float:
         """The step from its kernels (predictor/step.py): max(GPU side, overlapping CPU side) + serial CPU.
@@ -212,12 +221,16 @@ class BatchTimer:
         return exp[last] + (tokens - last) * self._tokens.experts_slope
 
     def breakdown(
-        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+        self,
+        prefills: Sequence[tuple[int, int]],
+        decode_kv: Sequence[int] | np.ndarray,
+        stage: int = 0,
+        drafts: int = 0,
     ) -> dict[str, float]:
         """Seconds per component of __call__'s total (they sum to it)."""
         self._check_stage(stage)
         nd = len(decode_kv)
-        t = nd + sum(c for c, _ in prefills)
+        t = nd + drafts + sum(c for c, _ in prefills)
         out = dict.fromkeys(COMPONENTS, 0.0)
         if t == 0:
             return out
@@ -235,7 +248,7 @@ class BatchTimer:
         if nd:
             kv_sum = float(np.sum(decode_kv))
             out["attention_decode"] = self._decode(nd, kv_sum)
-        n = len(prefills) + nd
+        n = len(prefills) + nd + drafts
         kernels = sum(out.values())
         out["cpu_overhead"] = self._compose(kernels, len(prefills), n, t, stage) - kernels
         return out

@@ -28,7 +28,7 @@ _add_reduce = np.add.reduce  # a bound ufunc method: less call overhead than nda
 class BatchTimer(Protocol):
     num_stages: int
 
-    def __call__(self, prefills: Any, decode_kv: Any, stage: int = 0) -> float: ...
+    def __call__(self, prefills: Any, decode_kv: Any, stage: int = 0, drafts: int = 0) -> float: ...
 
 
 class Work:
@@ -40,7 +40,9 @@ class Work:
         self.tokens = 0  # prefill chunk tokens + decode tokens
         self.prefill_pairs = 0  # query-key pairs of causal prefill attention
         self.prefill_kv = 0  # KV tokens prefill attention reads
-        self.decode_kv = 0  # KV tokens decode attention reads
+        # KV tokens decode attention reads; a verification's n queries count n·c + n(n+1)/2 (the keys each one
+        # sees: its attention FLOPs), although the kernel reads the c + n once (docs/speculative.md, Costs)
+        self.decode_kv = 0
         self.micro_batches = 0
 
 
@@ -123,14 +125,15 @@ class Replica:
                 continue
             computed = r.computed
             dec = batch.decodes
-            verifies = 0
-            if st.cfg.spec_k:  # verifications run as decodes of 1 + s queries (docs/speculative.md, Costs)
-                prefills, kv, verifies = self._split_verifies(batch.prefills, dec)
+            verifies = drafts = draft_keys = 0
+            timer = self.timer
+            if st.cfg.spec_k:  # verifications run as decodes of query length 1 + s (docs/speculative.md, Costs)
+                prefills, kv, verifies, drafts, draft_keys = self._split_verifies(batch.prefills, dec)
+                durations = [timer(prefills, kv, s, drafts) for s in range(self.pp)]
             else:
                 prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
                 kv = computed[dec] + 1
-            timer = self.timer
-            durations = [timer(prefills, kv, s) for s in range(self.pp)]
+                durations = [timer(prefills, kv, s) for s in range(self.pp)]
             if st.prefix is not None and st.prefix.tier is not None:  # awaiting a CPU-tier load (kv_offload.py)
                 durations[0] += st.prefix.tier.take_stall(now)
             if st.cfg.spec_k:  # PP 1 (check_scenario): the draft runs after the target on the same GPU
@@ -139,7 +142,7 @@ class Replica:
             ids = [rid for rid, _ in batch.prefills] + dec.tolist()
             assert len(set(ids)) == len(ids) and not r.inflight[ids].any(), "a request was scheduled twice"
             assert min(durations) >= 0, "simulated time went backwards (a negative iteration time)"
-            num_prefill = self._count_work(prefills, kv)
+            num_prefill = self._count_work(prefills, kv, drafts, draft_keys)
             self.bubble[0] += self._inflight_time(now) - self.idle_mark[0]
             if self.pp > 1:
                 r.inflight[dec] = True
@@ -219,20 +222,27 @@ class Replica:
         if self.on_output is not None and (sampled or len(dec)):
             self.on_output(now, sampled + dec.tolist())
 
-    def _split_verifies(self, chunks: list[tuple[int, int]], dec: np.ndarray) -> tuple[list, np.ndarray, int]:
-        """(prefill chunks, decode contexts, verifications): a verification of n tokens (a decoding request's
-        chunk) goes to the timer as n decode queries over contexts c+1 … c+n, as vLLM runs it through its decode
-        attention (a uniform batch of query length 1 + K), not as a prefill chunk."""
+    def _split_verifies(
+        self, chunks: list[tuple[int, int]], dec: np.ndarray
+    ) -> tuple[list, np.ndarray, int, int, int]:
+        """(prefill chunks, decode reads, verifications, drafts, the drafts' keys): a verification of n tokens (a
+        decoding request's chunk) over c computed goes to the timer as one decode read of its c + n keys and
+        n − 1 drafts beside it, as vLLM runs it through its decode attention (a uniform batch of query length
+        1 + K that reads each request's KV once for all its queries), not as a prefill chunk. The drafts' queries
+        see (n − 1)·c + n(n − 1)/2 keys of that read (the work's count: Replica._count_work)."""
         r = self.state.reqs
-        prefills, ctx, verifies = [], [r.computed[dec] + 1], 0
+        prefills, reads, verifies, drafts, draft_keys = [], [], 0, 0, 0
         for rid, n in chunks:
             c = int(r.computed[rid])
             if c >= r.target[rid]:
-                ctx.append(np.arange(c + 1, c + n + 1, dtype=np.int64))
+                reads.append(c + n)
                 verifies += 1
+                drafts += n - 1
+                draft_keys += (n - 1) * c + n * (n - 1) // 2
             else:
                 prefills.append((n, c))
-        return prefills, np.concatenate(ctx), verifies
+        kv = np.concatenate([r.computed[dec] + 1, np.array(reads, dtype=np.int64)])
+        return prefills, kv, verifies, drafts, draft_keys
 
     def _with_draft(self, d: float, chunks: list[tuple[int, int]], dec: np.ndarray) -> float:
         """The step `d` plus its drafter (speculative decoding; docs/speculative.md): for the requests that sample
@@ -249,16 +259,19 @@ class Replica:
             d = d + cfg.spec_fraction * (d + (cfg.spec_passes - 1) * self.timer([], kv, 0))
         return d + cfg.spec_cpu_s * b
 
-    def _count_work(self, prefills: list[tuple[int, int]], kv: np.ndarray) -> int:
-        """Add one micro-batch's work; returns its prefill tokens."""
+    def _count_work(
+        self, prefills: list[tuple[int, int]], kv: np.ndarray, drafts: int = 0, draft_keys: int = 0
+    ) -> int:
+        """Add one micro-batch's work; returns its prefill tokens. A verification's drafts (_split_verifies) are
+        tokens, and their queries' keys count in decode_kv beside their request's read."""
         w = self.work
         num_prefill = 0
         for c, p in prefills:
             num_prefill += c
             w.prefill_pairs += c * p + c * (c + 1) // 2
             w.prefill_kv += p + c
-        w.tokens += num_prefill + len(kv)
+        w.tokens += num_prefill + len(kv) + drafts
         if len(kv):
-            w.decode_kv += int(_add_reduce(kv))
+            w.decode_kv += int(_add_reduce(kv)) + draft_keys
         w.micro_batches += 1
         return num_prefill

@@ -22,7 +22,11 @@ class ConstantTimer:
         self.num_stages = num_stages
 
     def __call__(
-        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+        self,
+        prefills: Sequence[tuple[int, int]],
+        decode_kv: Sequence[int] | np.ndarray,
+        stage: int = 0,
+        drafts: int = 0,
     ) -> float:
         return self.seconds
 
@@ -37,9 +41,11 @@ class ConstantTimer:
 
 
 class LinearTimer:
-    """seconds = a + b·tokens + c·kv, where tokens = prefill chunk tokens + decodes and kv = KV tokens read.
+    """seconds = a + b·tokens + c·kv, where tokens = prefill chunk tokens + decodes (+ a speculative verification's
+    drafts: BatchTimer.__call__) and kv = KV tokens read.
 
-    A prefill chunk of c tokens over a prefix of p reads p + c KV tokens; a decode reads its context.
+    A prefill chunk of c tokens over a prefix of p reads p + c KV tokens; a decode reads its context, a
+    verification its context once for all its queries.
     Under attention DP's lockstep (sim/lockstep.py) that is a rank's own time, its tokens at the padded count,
     and the experts add e·X for the X tokens of all ranks.
     """
@@ -59,10 +65,14 @@ class LinearTimer:
         return tokens, kv
 
     def __call__(
-        self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, stage: int = 0
+        self,
+        prefills: Sequence[tuple[int, int]],
+        decode_kv: Sequence[int] | np.ndarray,
+        stage: int = 0,
+        drafts: int = 0,
     ) -> float:
         tokens, kv = self._tokens_kv(prefills, decode_kv)
-        return self.a + self.b * tokens + self.c * kv
+        return self.a + self.b * (tokens + drafts) + self.c * kv
 
     def own_time(
         self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, pad_to: int = 0

@@ -118,7 +118,7 @@ class Core(CoreLockstep):
         self.sg_eos_reserve = sg.get("eos_reserve", 0)
         self.equal_limit = 0.0
         if self.policy == P_EQUAL:  # adaptive_budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
-            self.equal_limit = timer.time([self.budget], [0], 0, 0, 0)
+            self.equal_limit = timer.time([self.budget], [0], 0, 0, 0, 0)
         self.now = 0.0
         self.eid = 0
         caches = p["caches"] or [None] * p["num_replicas"]

@@ -153,7 +153,7 @@ class CorePaperPolicies(CoreTransitions):
               nd: cython.longlong, kv_sum: cython.longlong) -> cython.bint:  # fmt: skip
         """The size functions' `fits(c)`: slo-aware over every stage, equal-cost on stage 0 alone."""
         if self.policy == P_EQUAL:
-            return self.timer.time([c], [prefix], 0, 0, 0) <= self.equal_limit
+            return self.timer.time([c], [prefix], 0, 0, 0, 0) <= self.equal_limit
         return self.timer.through(chunks + [c], prefixes + [prefix], nd, kv_sum) <= self.tbt_target
 
     @cython.cfunc

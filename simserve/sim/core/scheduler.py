@@ -117,6 +117,7 @@ class CoreScheduler(CoreSGLang):
         c: cython.longlong
         p: cython.longlong
         kv_sum: cython.longlong = 0
+        draft_keys: cython.longlong = 0
         num_prefill: cython.longlong = 0
         s: cython.Py_ssize_t
         chunks: list = _NONE
@@ -132,8 +133,9 @@ class CoreScheduler(CoreSGLang):
                 self.error = INV_SCHEDULED_TWICE
             self.stamp[rid] = self.batch_no
             c = self.computed[rid]
-            if self.spec_k and c >= self.target[rid]:  # a verification: `chunk` decode queries (Replica._split_verifies)
-                kv_sum += chunk * c + chunk * (chunk + 1) // 2
+            if self.spec_k and c >= self.target[rid]:  # a verification: one decode read and chunk - 1 drafts
+                kv_sum += c + chunk  # (Replica._split_verifies)
+                draft_keys += (chunk - 1) * c + chunk * (chunk - 1) // 2
                 self.b_verify += chunk
                 self.b_verifies += 1
                 continue
@@ -152,7 +154,7 @@ class CoreScheduler(CoreSGLang):
             rep.w_prefill_pairs += c * p + c * (c + 1) // 2
             rep.w_prefill_kv += p + c
         rep.w_tokens += num_prefill + len(dec) + self.b_verify
-        rep.w_decode_kv += kv_sum
+        rep.w_decode_kv += kv_sum + draft_keys
         rep.w_micro_batches += 1
         return chunks, prefixes, kv_sum, num_prefill
 
@@ -163,10 +165,12 @@ class CoreScheduler(CoreSGLang):
         num_prefill: cython.longlong
         d: cython.double
         nd: cython.longlong
+        drafts: cython.longlong
         chunks: list
         prefixes: list
         chunks, prefixes, kv_sum, num_prefill = self._count_batch(rep, prefills, dec)
-        nd = len(dec) + self.b_verify  # the timer's decode queries
+        nd = len(dec) + self.b_verifies  # the timer's decode reads, and the tokens that share them
+        drafts = self.b_verify - self.b_verifies
         rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
         if self.pp > 1:
             for rid in dec:
@@ -175,7 +179,7 @@ class CoreScheduler(CoreSGLang):
                 self.inflight[rid] = 1
         kv_used: cython.longlong = rep.num_blocks - rep.free
         if self.pp == 1:
-            d = self.timer.time(chunks, prefixes, nd, kv_sum, 0)
+            d = self.timer.time(chunks, prefixes, nd, kv_sum, drafts, 0)
             if rep.cache is not None and rep.cache.tier is not None:  # Replica.schedule: awaiting a CPU-tier load
                 d += rep.cache.tier.take_stall(now)
             if self.spec_k:
@@ -183,7 +187,7 @@ class CoreScheduler(CoreSGLang):
             rep.prefills0 = prefills
             rep.decodes0 = dec
         else:
-            durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, s) for s in range(self.pp)]
+            durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, drafts, s) for s in range(self.pp)]
             if rep.cache is not None and rep.cache.tier is not None:  # as at PP 1 (the CLI refuses the tier with PP)
                 durations[0] += rep.cache.tier.take_stall(now)
             d = durations[0]
@@ -211,7 +215,7 @@ class CoreScheduler(CoreSGLang):
         if not b:
             return d
         if self.spec_fraction:
-            d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.time(_NONE, _NONE, b, kv, 0))
+            d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.time(_NONE, _NONE, b, kv, 0, 0))
         return d + self.spec_cpu_s * b
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------

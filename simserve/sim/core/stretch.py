@@ -127,7 +127,7 @@ class CoreStretch(CoreScheduler):
             rep.w_micro_batches += 1
             rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
             kv_used = rep.num_blocks - rep.free
-            d = self.timer.decode_time(nd, kv_sum, 0)
+            d = self.timer.decode_time(nd, kv_sum, 0, 0)
             rep.prefills0 = _NONE
             rep.busy0 = True
             if not rep.in_flight:
@@ -161,8 +161,9 @@ class CoreStretch(CoreScheduler):
     @cython.locals(k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong, s=cython.longlong,
                    a=cython.longlong, n=cython.longlong, c=cython.longlong, need=cython.longlong,
                    n_need=cython.longlong, budget=cython.longlong, thr=cython.longlong, kv_sum=cython.longlong,
-                   kv=cython.longlong, verify=cython.longlong, kv_used=cython.longlong, limit=cython.double,
-                   t=cython.double, now=cython.double, d=cython.double, uniform=cython.bint, same=cython.bint)  # fmt: skip
+                   draft_keys=cython.longlong, verify=cython.longlong, kv_used=cython.longlong,
+                   limit=cython.double, t=cython.double, now=cython.double, d=cython.double, uniform=cython.bint,
+                   same=cython.bint)  # fmt: skip
     def _verify_stretch(self, rep: Rep) -> cython.void:
         """_decode_stretch for speculative decoding (vllm-v1, PP = 1, no prefix caching): the replica's next
         steps, one after the other, while each is surely the next event of the simulation and is the same
@@ -249,7 +250,7 @@ class CoreStretch(CoreScheduler):
                 return
             budget = self.budget
             kv_sum = 0
-            kv = 0
+            draft_keys = 0
             verify = 0
             self.batch_no += 1
             for k in range(nd):  # the same loop, applied (_vllm_v1, then _count_batch and _with_draft's sums)
@@ -270,9 +271,9 @@ class CoreStretch(CoreScheduler):
                 if self.stamp[rid] == self.batch_no or self.inflight[rid]:
                     self.error = INV_SCHEDULED_TWICE
                 self.stamp[rid] = self.batch_no
-                kv_sum += n * c + n * (n + 1) // 2
+                kv_sum += c + n  # one decode read, n - 1 drafts beside it (_count_batch)
+                draft_keys += (n - 1) * c + n * (n - 1) // 2
                 verify += n
-                kv += c + n
             if not (same and uniform):  # a chunk differs from K + 1: the batch's list holds the chunks
                 pre = [(ids[k], self.spec_sched[ids[k]] + 1) for k in range(nd)]
                 rep.prefills0 = pre
@@ -281,13 +282,15 @@ class CoreStretch(CoreScheduler):
             self.b_verify = verify
             self.b_verifies = nd
             rep.w_tokens += verify
-            rep.w_decode_kv += kv_sum
+            rep.w_decode_kv += kv_sum + draft_keys
             rep.w_micro_batches += 1
             rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
             kv_used = rep.num_blocks - rep.free
-            d = self.timer.decode_time(verify, kv_sum, 0)
-            if self.spec_fraction:  # _with_draft: every verification ends its request's prompt
-                d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.decode_time(nd, kv, 0))
+            d = self.timer.decode_time(nd, kv_sum, verify - nd, 0)
+            if self.spec_fraction:  # _with_draft: every verification ends its request's prompt (c + n keys)
+                d = d + self.spec_fraction * (
+                    d + (self.spec_passes - 1) * self.timer.decode_time(nd, kv_sum, 0, 0)
+                )
             d = d + self.spec_cpu_s * nd
             rep.busy0 = True
             if not rep.in_flight:

@@ -42,10 +42,10 @@ cdef class Timer:
     cdef double _decode_row(self, long long b, double mean_kv) noexcept
     cdef double _decode(self, long long nd, double kv_sum) noexcept
     cdef double _prefill(self, long long chunk, long long prefix) noexcept
-    cdef double time(self, list chunks, list prefixes, long long nd, long long kv_sum, int stage)
-    cdef double _tables_time(self, long long t, double attn, long long n, long long nd, long long kv_sum, int stage) noexcept
+    cdef double time(self, list chunks, list prefixes, long long nd, long long kv_sum, long long drafts, int stage)
+    cdef double _tables_time(self, long long t, double attn, long long n, long long nd, long long kv_sum, long long drafts, int stage) noexcept
     cdef double _compose(self, double kernels, long long num_prefills, long long n, long long t, int stage) noexcept
-    cdef double decode_time(self, long long nd, long long kv_sum, int stage) noexcept
+    cdef double decode_time(self, long long nd, long long kv_sum, long long drafts, int stage) noexcept
     cdef double through(self, list chunks, list prefixes, long long nd, long long kv_sum)
     cdef double own_base(self, list chunks, list prefixes, long long nd, long long kv_sum)
     cdef double own_time(self, long long t, double base, long long num_prefills, long long n, long long pad) noexcept

@@ -89,36 +89,38 @@ class Timer:
     @cython.locals(t=cython.longlong, attn=cython.double, tok=cython.double, chunk=cython.longlong,
                    prefix=cython.longlong, kv=cython.longlong, n=cython.Py_ssize_t, q=cython.Py_ssize_t)  # fmt: skip
     def time(self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong,
-             stage: cython.int) -> cython.double:  # fmt: skip
+             drafts: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
         """Seconds of one iteration on `stage`: prefill chunks over their prefixes, nd decodes reading
-        kv_sum KV entries in all (the BatchTimer's __call__)."""
+        kv_sum KV entries in all and `drafts` more decode tokens that share those reads (a speculative
+        verification's; the BatchTimer's __call__)."""
         n = len(chunks)
         if self.kind == T_CONSTANT:
             return self.a
         if self.kind == T_LINEAR:
-            t = nd
+            t = nd + drafts
             kv = kv_sum
             for q in range(n):
                 chunk = chunks[q]
                 t += chunk
                 kv += prefixes[q] + chunk
             return self.a + self.b * t + self.c * kv
-        t = nd
+        t = nd + drafts
         attn = 0.0
         for q in range(n):
             chunk = chunks[q]
             prefix = prefixes[q]
             t += chunk
             attn += self._prefill(chunk, prefix)
-        return self._tables_time(t, attn, n, nd, kv_sum, stage)
+        return self._tables_time(t, attn, n, nd, kv_sum, drafts, stage)
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(tok=cython.double)
     def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
-                     kv_sum: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
-        """time()'s T_TABLES part after the prefill chunks: t tokens, attn their attention so far. The step's
-        composition is BatchTimer._compose's, operation for operation."""
+                     kv_sum: cython.longlong, drafts: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
+        """time()'s T_TABLES part after the prefill chunks: t tokens (drafts included), attn their attention so
+        far, nd decode reads of kv_sum keys. The step's composition is BatchTimer._compose's, operation for
+        operation (the drafts are rows of its per-request terms, as in BatchTimer.__call__)."""
         if nd:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
         elif t == 0:
@@ -127,7 +129,7 @@ class Timer:
             tok = self.tok[stage, t]
         else:
             tok = self.tok[stage, self.tend] + (t - self.tend) * self.tslope[stage]
-        return self._compose(tok + attn, n, n + nd, t, stage)
+        return self._compose(tok + attn, n, n + nd + drafts, t, stage)
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
@@ -160,15 +162,16 @@ class Timer:
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(t=cython.longlong, kv=cython.longlong)
-    def decode_time(self, nd: cython.longlong, kv_sum: cython.longlong, stage: cython.int) -> cython.double:
+    def decode_time(self, nd: cython.longlong, kv_sum: cython.longlong, drafts: cython.longlong,
+                    stage: cython.int) -> cython.double:  # fmt: skip
         """time() of a batch without prefill chunks (the same operations, without its Python lists)."""
         if self.kind == T_CONSTANT:
             return self.a
         if self.kind == T_LINEAR:
-            t = nd
+            t = nd + drafts
             kv = kv_sum
             return self.a + self.b * t + self.c * kv
-        return self._tables_time(nd, 0.0, 0, nd, kv_sum, stage)
+        return self._tables_time(nd + drafts, 0.0, 0, nd, kv_sum, drafts, stage)
 
     @cython.cfunc
     @cython.locals(total=cython.double, s=cython.int)
@@ -178,7 +181,7 @@ class Timer:
         """Summed over every stage (adaptive_budgets.predicted_time: Python's sum, from 0, in stage order)."""
         total = 0.0
         for s in range(self.num_stages):
-            total += self.time(chunks, prefixes, nd, kv_sum, s)
+            total += self.time(chunks, prefixes, nd, kv_sum, 0, s)
         return total
 
     # -- attention-DP lockstep (sim/lockstep.py): BatchTimer.own_time split at the padding, and experts_time ---
