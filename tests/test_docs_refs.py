@@ -48,6 +48,7 @@ EXTERNAL = {
             "unified_tree_core.py",
         )
     },
+    **{("traffic.md", f): "Dynamo's planner source" for f in ("state_machine.py", "throughput_scaling.py", "load_scaling.py")},
     ("kernel-validation.md", "collect_attn.py"): "aiconfigurator's collector",
     ("kernel-validation.md", "mlp_wrapper.py"): "Vidur's profiler",
     ("kernel-validation.md", "mlp_impl.py"): "Vidur's profiler",

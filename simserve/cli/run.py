@@ -475,6 +475,7 @@ def run_command(
     if autoscale is not None or any(scale_flags.values()):
         from simserve.cli import autoscale as scaling
         from simserve.sim.scale_report import TPOT_SLO_S, TTFT_SLO_S
+        from simserve.tune.autoscaling import configure as configure_autoscaling
 
         scaling.check_flags(autoscale, prefill is not None or decode is not None, scale_flags)
         ttft_slo = TTFT_SLO_S if ttft_slo is None else ttft_slo
@@ -577,7 +578,7 @@ def run_command(
         make_console().print(generated, highlight=False, soft_wrap=True)
     cold = None
     if autoscale is not None:  # its replicas' cold start, and (slo) one replica's capacity: before the run
-        scenario, cold = scaling.configure(scenario, autoscale, scale_policy, scale_interval, scale_target,
+        scenario, cold = configure_autoscaling(scenario, autoscale, scale_policy, scale_interval, scale_target,
                                            cold_start_s, weights_from, replica_capacity, ttft_slo, tpot_slo)  # fmt: skip
     with _progress_bar(scenario.num_requests) as progress:
         raw, dep = simulate_scenario(scenario, qps, progress=progress)

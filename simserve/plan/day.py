@@ -20,7 +20,7 @@ alike (a GPU rented only by the node, catalog/prices.py, is noted: a fleet small
 
 Each replay runs the scenario `simserve run --engine vllm --arrival replay` runs (vLLM 0.33.0's scheduler and
 worker, prefix caching on, the plan's token budget as --max-num-batched-tokens): the same Scenario, profile
-resolution, autoscaler configuration (cli/autoscale.configure) and simulate_scenario as `run`. Disaggregated
+resolution, autoscaler configuration (tune/autoscaling.configure) and simulate_scenario as `run`. Disaggregated
 layouts are not replayed: the autoscaler, prefix caching and the KV tier are not modelled for them
 (cli/autoscale.check_flags, sim/disagg_scenario.DisaggScenario.check), so a day plan would compare them on
 different engines; the plan says so instead.
@@ -252,12 +252,12 @@ def run_day(spec, day: DaySpec, span_s: float, plan, runner, progress: bool = Fa
     """The day plan for the cheapest `day.deployments` aggregated deployments of the steady plan `plan`."""
     import time
 
-    from simserve.cli import autoscale as scaling
     from simserve.plan.search import prepare
     from simserve.resolve import resolve_profiles
     from simserve.sim.autoscale import parse_autoscale
     from simserve.sim.scale_report import WINDOW_S
     from simserve.sim.scenario import check_scenario
+    from simserve.tune.autoscaling import configure as configure_autoscaling
     from simserve.tune.jobs import progress_bar
 
     t0 = time.perf_counter()
@@ -287,7 +287,7 @@ def run_day(spec, day: DaySpec, span_s: float, plan, runner, progress: bool = Fa
                                        _Bisection(1, hi, min(first, hi))))  # fmt: skip
 
     def autoscaled(c: _Config, lo: int):
-        s, _ = scaling.configure(replace(c.base, num_replicas=lo), f"{lo}:{c.max_replicas}", day.scale_policy, None,
+        s, _ = configure_autoscaling(replace(c.base, num_replicas=lo), f"{lo}:{c.max_replicas}", day.scale_policy, None,
                                  None, None, day.weights_from, None, day.ttft_slo, day.tpot_slo)  # fmt: skip
         return s
 
@@ -314,15 +314,13 @@ def run_day(spec, day: DaySpec, span_s: float, plan, runner, progress: bool = Fa
 def _cheapest(plan, k: int) -> pd.DataFrame:
     """The steady plan's k cheapest aggregated deployments (per million output tokens, or per hour with --qps),
     each at its best budget."""
-    from simserve.plan.report import objective
-
     rows = plan.rows
     if "layout" in rows:
         rows = rows[rows["layout"].fillna("agg") == "agg"]
     if rows.empty:
         raise SimserveError(f"no aggregated deployment within {plan.spec.max_gpus} GPUs meets "
                             f"{plan.spec.slo.describe()} at a steady rate: nothing to plan a day for; raise --max-gpus or --slo")  # fmt: skip
-    rows = rows.sort_values([objective(plan), "gpus"], kind="stable")
+    rows = rows.sort_values([plan.objective, "gpus"], kind="stable")
     return rows.drop_duplicates(["gpu", "tp", "pp", "ep"]).head(k)
 
 

@@ -57,10 +57,6 @@ def recommendation(result: PlanResult) -> pd.Series | None:
     return rows.sort_values([*keys, "gpus"], kind="stable").iloc[0]
 
 
-def objective(result: PlanResult) -> str:
-    return "usd_per_hour" if result.spec.target_qps else "usd_per_million_output_tokens"
-
-
 def spread(result: PlanResult) -> dict[tuple, float]:
     from simserve.plan.ties import seed_spread
 
@@ -76,7 +72,7 @@ def ties(result: PlanResult) -> list:
         return []
     s = result.spec
     return find_ties(
-        result.rows, best, objective(result), result.prices, s.tolerance, spread(result), s.num_requests,
+        result.rows, best, result.objective, result.prices, s.tolerance, spread(result), s.num_requests,
         capacity_based=s.target_qps is None,
     )  # fmt: skip
 
@@ -91,7 +87,7 @@ def noise_lines(result: PlanResult) -> list[str]:
     best = recommendation(result)
     if not measured or best is None or result.spec.target_qps is not None:
         return []
-    obj = objective(result)
+    obj = result.objective
     rows = contenders(result.rows, obj)
     if len(rows) < 2:
         return []
@@ -212,7 +208,7 @@ def best_disagg(result: PlanResult) -> pd.Series | None:
     d = rows[rows["layout"].fillna(LAYOUT_AGG) != LAYOUT_AGG]
     if d.empty:
         return None
-    return d.sort_values([objective(result), "gpus"], kind="stable").iloc[0]
+    return d.sort_values([result.objective, "gpus"], kind="stable").iloc[0]
 
 
 def disagg_story(result: PlanResult) -> list[str]:
@@ -222,7 +218,7 @@ def disagg_story(result: PlanResult) -> list[str]:
     if "disagg" not in result.spec.layouts:
         return []
     best, first = best_disagg(result), recommendation(result)
-    obj = objective(result)
+    obj = result.objective
     if best is not None and first is not None:
         if deployment_label(best) == deployment_label(first):
             return [f"disaggregated: {deployment_label(best)} is the first row"]

@@ -193,6 +193,12 @@ class PlanResult:
     mean_output_tokens: float
     stats: dict = field(default_factory=dict)
 
+    @property
+    def objective(self) -> str:
+        """The column the plan ranks by: dollars per hour when it was asked to carry a --qps target, else per
+        million output tokens."""
+        return "usd_per_hour" if self.spec.target_qps else "usd_per_million_output_tokens"
+
 
 def mean_output_tokens(trace: str, max_len: int, n: int, seed: int) -> float:
     """Mean output length of the simulated request sample: output tokens per request served. The searches'
