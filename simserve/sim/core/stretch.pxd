@@ -5,6 +5,7 @@ from simserve.sim.core.rep cimport Rep
 cdef class CoreStretch(CoreScheduler):
     cdef void _decode_stretch(self, Rep rep)
     cdef double _stretch_limit(self, int slot)
+    cdef void _stretch_start(self, Rep rep, int slot, double now, double d, Py_ssize_t nd)
     cdef void _verify_stretch(self, Rep rep)
     cdef bint _v1_stretchable(self, Rep rep, list dec)
     cdef bint _v1_grow(self, Rep rep, Py_ssize_t nd)

@@ -29,7 +29,7 @@ class CoreStretch(CoreScheduler):
     @cython.cfunc
     @cython.locals(slot=cython.int, i=cython.int, k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong,
                    left=cython.longlong, limit=cython.double, t=cython.double, now=cython.double,
-                   n_need=cython.longlong, kv_sum=cython.longlong, kv_used=cython.longlong, d=cython.double)  # fmt: skip
+                   n_need=cython.longlong, kv_sum=cython.longlong, d=cython.double)  # fmt: skip
     def _decode_stretch(self, rep: Rep) -> cython.void:
         """Run the replica's next decode-only iterations here, one after the other, while each is surely the
         next event of the whole simulation and changes nothing but its own requests: the same steps as
@@ -124,19 +124,28 @@ class CoreStretch(CoreScheduler):
                 kv_sum += self.computed[rid] + 1
             rep.w_tokens += nd
             rep.w_decode_kv += kv_sum
-            rep.w_micro_batches += 1
-            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
-            kv_used = rep.num_blocks - rep.free
             d = self.timer.decode_time(nd, kv_sum, 0, 0)
             rep.prefills0 = _NONE
-            rep.busy0 = True
-            if not rep.in_flight:
-                rep.busy_since = now
-            rep.in_flight += 1
-            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
-            self._schedule(now + d, NORMAL, slot)
+            self._stretch_start(rep, slot, now, d, nd)
             if self.error:
                 return
+
+    @cython.cfunc
+    @cython.locals(kv_used=cython.longlong)
+    def _stretch_start(self, rep: Rep, slot: cython.int, now: cython.double, d: cython.double,
+                       nd: cython.Py_ssize_t) -> cython.void:  # fmt: skip
+        """_start_micro_batch's part after the step's time, for a stretched step of nd requests (no prefill
+        tokens): its counters, the pipeline bubble, the row and the step's end (the bubble and KV use do not
+        depend on d, so computing them after it changes no value)."""
+        rep.w_micro_batches += 1
+        rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
+        kv_used = rep.num_blocks - rep.free
+        rep.busy0 = True
+        if not rep.in_flight:
+            rep.busy_since = now
+        rep.in_flight += 1
+        self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
+        self._schedule(now + d, NORMAL, slot)
 
     @cython.cfunc
     @cython.locals(i=cython.int, limit=cython.double)
@@ -161,7 +170,7 @@ class CoreStretch(CoreScheduler):
     @cython.locals(k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong, s=cython.longlong,
                    a=cython.longlong, n=cython.longlong, c=cython.longlong, need=cython.longlong,
                    n_need=cython.longlong, budget=cython.longlong, thr=cython.longlong, kv_sum=cython.longlong,
-                   draft_keys=cython.longlong, verify=cython.longlong, kv_used=cython.longlong,
+                   draft_keys=cython.longlong, verify=cython.longlong,
                    limit=cython.double, t=cython.double, now=cython.double, d=cython.double, uniform=cython.bint,
                    same=cython.bint)  # fmt: skip
     def _verify_stretch(self, rep: Rep) -> cython.void:
@@ -283,21 +292,13 @@ class CoreStretch(CoreScheduler):
             self.b_verifies = nd
             rep.w_tokens += verify
             rep.w_decode_kv += kv_sum + draft_keys
-            rep.w_micro_batches += 1
-            rep.bubble[0] += self._inflight_time(rep, now) - rep.idle_mark[0]
-            kv_used = rep.num_blocks - rep.free
             d = self.timer.decode_time(nd, kv_sum, verify - nd, 0)
             if self.spec_fraction:  # _with_draft: every verification ends its request's prompt (c + n keys)
                 d = d + self.spec_fraction * (
                     d + (self.spec_passes - 1) * self.timer.decode_time(nd, kv_sum, 0, 0)
                 )
             d = d + self.spec_cpu_s * nd
-            rep.busy0 = True
-            if not rep.in_flight:
-                rep.busy_since = now
-            rep.in_flight += 1
-            self._row(rep, 0, now, now + d, 0, nd, nd, kv_used)
-            self._schedule(now + d, NORMAL, slot)
+            self._stretch_start(rep, slot, now, d, nd)
             if self.error:
                 return
 
