@@ -88,6 +88,7 @@ def check_day(spec, day: DaySpec) -> float:
     from simserve.sim.autoscale import AutoscaleConfig, parse_autoscale
     from simserve.sim.config import ROUTER_NAMES
     from simserve.sim.scenario import _workload
+    from simserve.tune.autoscaling import check_slos
 
     for r in day.routers:
         if r not in ROUTER_NAMES:
@@ -100,9 +101,7 @@ def check_day(spec, day: DaySpec) -> float:
         raise SimserveError(f"--attainment is a share of requests in (0, 1], e.g. 0.99; got {day.attainment}")
     if day.deployments < 1:
         raise SimserveError(f"--day-deployments must be at least 1, got {day.deployments}")
-    for flag, v in (("--ttft-slo", day.ttft_slo), ("--tpot-slo", day.tpot_slo)):
-        if not v > 0:
-            raise SimserveError(f"{flag} must be a positive number of seconds, got {v}")
+    check_slos(day.ttft_slo, day.tpot_slo)
     if day.autoscale is not None:  # MIN > MAX, MIN < 1, an unknown policy: refused by the autoscaler's own check
         lo, hi = parse_autoscale(day.autoscale)
         AutoscaleConfig(lo, hi, day.scale_policy, lo, capacity_qps=1.0).validate()

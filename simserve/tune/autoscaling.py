@@ -9,6 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 
+def check_slos(ttft_slo: float, tpot_slo: float) -> None:
+    """The per-request SLOs an autoscaled run (and a day plan) is judged by: positive seconds."""
+    from simserve.errors import SimserveError
+
+    for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
+        if not v > 0:
+            raise SimserveError(f"{flag} must be a positive number of seconds, got {v}")
+
+
 def configure(scenario, autoscale: str, policy: str, interval: float | None, target: float | None,
               cold_start_s: float | None, weights_from: str, capacity: float | None, ttft_slo: float,
               tpot_slo: float):  # fmt: skip
@@ -21,9 +30,7 @@ def configure(scenario, autoscale: str, policy: str, interval: float | None, tar
     if capacity is not None and policy != "slo":
         raise SimserveError(f"--replica-capacity is the slo policy's; --scale-policy {policy} does not read it: "
                             "drop it, or use --scale-policy slo")  # fmt: skip
-    for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
-        if not v > 0:
-            raise SimserveError(f"{flag} must be a positive number of seconds, got {v}")
+    check_slos(ttft_slo, tpot_slo)
     parts = None
     if cold_start_s is None:
         parts = cold_start(scenario, weights_from)
