@@ -24,7 +24,15 @@ import numpy as np
 import pandas as pd
 
 from simserve.errors import SimserveError
-from simserve.profiling.measured_grid import DERIVED, EXTRAPOLATED, INTERPOLATED, bracket, loglog, point_kind
+from simserve.profiling.measured_grid import (
+    DERIVED,
+    EXTRAPOLATED,
+    INTERPOLATED,
+    MEASURED,
+    bracket,
+    loglog,
+    point_kind,
+)
 
 
 def _combine(xs: list[float], vals: list[np.ndarray], x: float, kinds: list[np.ndarray], grid) -> tuple:
@@ -58,6 +66,17 @@ class HeadTable:
         self._groups = {x: (inner_v[keys == x], lat[keys == x]) for x in self._grid.tolist()}
         self._along_batch: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
 
+    def prime(self, batches: np.ndarray) -> None:
+        """Interpolate along batch at every grid length for all of `batches` in one call each, rather than one
+        call per (length, batch) in `time`: loglog is elementwise in its query points, so the values are the same."""
+        for x in self._grid.tolist():
+            try:
+                values, kinds = loglog(*self._group(x), batches)
+            except ValueError:  # no usable rows at this length: left to `time`, which raises if it needs them
+                continue
+            for b, v, k in zip(batches.tolist(), values, kinds, strict=True):
+                self._along_batch[(float(x), b)] = (np.array([v]), np.array([k]))
+
     def _group(self, x: float) -> tuple[np.ndarray, np.ndarray]:
         return self._groups[x]
 
@@ -72,21 +91,31 @@ class HeadTable:
                 vals.append(v)
                 kinds.append(k)
             return _combine(xs, vals, batch, kinds, self._grid)
-        # decode: per measured length, along batch; then across lengths, one requested length at a time
-        out, kind = np.empty(len(lengths)), np.empty(len(lengths), dtype=int)
-        grid = self._grid
-        for i, length in enumerate(lengths):
-            xs = bracket(grid, length)
-            vals, kinds = [], []
-            for x in xs:
-                v, k = self._along_batch.get((x, batch), (None, None))
-                if v is None:
-                    v, k = self._along_batch[(x, batch)] = loglog(*self._group(x), [batch])
-                vals.append(v)
-                kinds.append(k)
-            v, k = _combine(xs, vals, length, kinds, grid)
-            out[i], kind[i] = v[0], k[0]
-        return out, kind
+        # decode: per measured length, along batch (each grid length once per batch); then across lengths, every
+        # requested length at once: the same arithmetic as _combine's, elementwise
+        grid = np.unique(np.asarray(self._grid, dtype=float))
+        i = np.searchsorted(grid, lengths)
+        exact = (i < len(grid)) & (grid[np.minimum(i, len(grid) - 1)] == lengths)
+        i0 = np.where(exact, i, np.clip(i - 1, 0, len(grid) - 2))
+        i1 = np.where(exact, i, i0 + 1)
+        if len(grid) == 1:
+            i0 = i1 = np.zeros(len(lengths), dtype=int)
+        vg, kg = np.empty(len(grid)), np.zeros(len(grid), dtype=int)
+        for j in np.unique(np.concatenate([i0, i1])).tolist():
+            x = float(grid[j])
+            v, k = self._along_batch.get((x, batch), (None, None))
+            if v is None:
+                v, k = self._along_batch[(x, batch)] = loglog(*self._group(x), [batch])
+            vg[j], kg[j] = v[0], k[0]
+        x0, x1, v0, v1 = grid[i0], grid[i1], vg[i0], vg[i1]
+        pair = ~exact & (i0 != i1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.log(v1 / v0) / np.log(x1 / x0)
+            slope = np.where((x0 < lengths) & (lengths < x1), slope, np.clip(slope, 0.0, 2.0))
+            out = np.where(pair, v0 * np.exp(slope * np.log(lengths / x0)), v0)
+        where = np.where(exact, MEASURED, np.where((grid[0] < lengths) & (lengths < grid[-1]), INTERPOLATED,
+                                                   EXTRAPOLATED))  # point_kind, elementwise
+        return out, np.maximum(np.maximum(kg[i0], kg[i1]), where)
 
 
 class HeadResolver:
@@ -126,6 +155,11 @@ class HeadResolver:
         sel = self.df[(self.df["num_heads"] == heads) & (self.df["num_key_value_heads"] == self.kv)]
         return HeadTable(sel[["batch_size", "length", "latency"]], self.length_first)
 
+    def prime(self, batches: np.ndarray) -> None:
+        """Decode tables: interpolate along batch for all of `batches` at once (HeadTable.prime)."""
+        for table in self.tables.values():
+            table.prime(batches * self.fold)
+
     def time(self, batch: float, lengths) -> tuple[np.ndarray, np.ndarray]:
         b = batch * self.fold
         parts = [self.tables[h].time(b, lengths) for h in self.heads]
@@ -156,9 +190,15 @@ class Attention:
     """Measured prefill and decode attention for one head shape per GPU."""
 
     def __init__(self, prefill: pd.DataFrame, decode: pd.DataFrame, q_heads: int, kv_heads: int, head_dim: int,
-                 kv_dtype: str, where: str):  # fmt: skip
-        pre, self.prefill_kernel = _rows(prefill, head_dim, kv_dtype, "prefill", where)
-        dec, self.decode_kernel = _rows(decode, head_dim, kv_dtype, "decode", where)
+                 kv_dtype: str, where: str, selected: dict | None = None):  # fmt: skip
+        # `selected`: the rows _rows chose, kept by the caller across deployments of one profile (every TP degree
+        # reads the same head dim and KV dtype; only the heads per GPU differ)
+        selected = {} if selected is None else selected
+        for phase, df in (("prefill", prefill), ("decode", decode)):
+            if (phase, head_dim, kv_dtype) not in selected:
+                selected[(phase, head_dim, kv_dtype)] = _rows(df, head_dim, kv_dtype, phase, where)
+        pre, self.prefill_kernel = selected[("prefill", head_dim, kv_dtype)]
+        dec, self.decode_kernel = selected[("decode", head_dim, kv_dtype)]
         self.pre = HeadResolver(pre, q_heads, kv_heads, True, where)
         self.dec = HeadResolver(dec, q_heads, kv_heads, False, where)
 
@@ -167,6 +207,7 @@ class Attention:
         if window:
             kv_len = np.minimum(kv_len, window)  # a sliding window reads only its last `window` tokens
         out, kind = np.empty(len(batch)), np.empty(len(batch), dtype=int)
+        self.dec.prime(np.unique(batch).astype(float))
         for b in np.unique(batch):
             sel = batch == b
             out[sel], kind[sel] = self.dec.time(float(b), kv_len[sel])

@@ -107,13 +107,15 @@ def attention_table(deps: list[Deployment], db: measured.Database, kv_dtype: str
     ch, pre = ch[keep], pre[keep]
     frames, kernels = [], {}
     rows = {} if deps[0].model.is_mla else {phase: db.attention(phase) for phase in ("prefill", "decode")}
+    selected: dict = {}  # the rows each phase's kernel measured, chosen once for every TP degree
     for dep in deps:
         if dep.model.is_mla:
             dec, k_dec, pre_t, k_pre, kernels = _mla_attention(dep, db, kv_dtype, b, kv, ch, pre)
         else:
             s, window = attention_shape(dep), dep.model.sliding_window
             where = f"{db.folder}/attention/{db.engine}/{db.version}"
-            att = Attention(rows["prefill"], rows["decode"], s.q_heads, s.kv_heads, s.head_dim, kv_dtype, where)
+            att = Attention(rows["prefill"], rows["decode"], s.q_heads, s.kv_heads, s.head_dim, kv_dtype, where,
+                            selected)  # fmt: skip
             kernels = {"prefill": att.prefill_kernel, "decode": att.decode_kernel}
             dec, k_dec = att.decode(b, kv, window)
             pre_t, k_pre = att.prefill(ch, pre, window)
