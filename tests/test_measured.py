@@ -30,6 +30,34 @@ def test_loglog_is_exact_on_the_grid_and_for_power_laws_and_flags_extrapolation(
     assert list(v) == pytest.approx([1.0, 1.3])
 
 
+def test_decode_reads_every_context_at_once_as_it_read_them_one_at_a_time() -> None:
+    """HeadTable's decode path interpolates all requested contexts together (and along batch once per grid
+    length after `prime`): the values and kinds are those of bracketing and combining one context at a time."""
+    from simserve.profiling.measured_attention import HeadTable, _combine
+    from simserve.profiling.measured_grid import bracket
+
+    rng = np.random.default_rng(3)
+    grid_b, grid_l = [1, 2, 8, 32], [128, 1024, 4096, 16384]
+    # steeper than quadratic at the top and falling at the bottom: the extrapolated slopes are clamped there
+    bend = {128: 10.0, 16384: 30.0}
+    rows = pd.DataFrame([(b, n, 0.01 * b**0.3 * n**0.8 * bend.get(n, 1.0) * (1 + 0.05 * rng.random()))
+                         for n in grid_l for b in grid_b], columns=["batch_size", "length", "latency"])  # fmt: skip
+    lengths = np.array([16.0, 128, 500, 1024, 3000, 4096, 16384, 40000])  # below, on, inside and above the grid
+    for batch in (1.0, 5.0, 64.0):
+        table = HeadTable(rows, length_first=False)
+        got, kinds = table.time(batch, lengths)
+        for i, length in enumerate(lengths):
+            xs = bracket(grid_l, length)
+            parts = [loglog(rows[rows["length"] == x]["batch_size"], rows[rows["length"] == x]["latency"], [batch])
+                     for x in xs]  # fmt: skip
+            v, k = _combine(xs, [p[0] for p in parts], length, [p[1] for p in parts], np.array(grid_l))
+            assert got[i] == v[0] and kinds[i] == k[0]
+        primed = HeadTable(rows, length_first=False)
+        primed.prime(np.array([batch]))
+        again, again_kinds = primed.time(batch, lengths)
+        assert np.array_equal(again, got) and np.array_equal(again_kinds, kinds)
+
+
 def test_without_the_package_the_backend_says_how_to_install_it(monkeypatch, capsys, tmp_path) -> None:
     from simserve.cli import main
 
