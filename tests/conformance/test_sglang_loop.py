@@ -41,7 +41,8 @@ def sglang_runs() -> dict[str, list[dict]]:
 
 # what each workload is there for, as a check on what it exercised (sglang_loop.counts)
 def _exercised(name: str, c: dict, stats: dict) -> None:
-    assert c["steps"] >= 1000 and c["admissions"] >= 190
+    # (EAGLE's verifications give several tokens a step: its workloads count verifications below)
+    assert (c["steps"] >= 1000 or name in sl.SPEC_WORKLOADS) and c["admissions"] >= 190
     if not name.startswith(("chunk256-eos", "spec-light")):  # there the chunk, not memory, bounds each step
         assert c["full"] > 100
     if name.startswith("chunk256"):
