@@ -65,6 +65,39 @@ def serve_config(method: str, k: int, draft_model: str | None = None) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
+# SGLang 0.5.23's methods simserve models on its scheduler (--speculative-algorithm EAGLE | EAGLE3 with
+# --speculative-eagle-topk 1: a chain of K drafts, verified as K + 1 tokens)
+SGLANG_METHODS = ("eagle", "eagle3")
+
+
+def check_sglang(method: str, k: int | None, model: str | ModelSpec) -> int:
+    """What simserve models of SGLang 0.5.23's speculative decoding (docs/speculative.md): EAGLE or EAGLE-3 as a
+    chain (topk 1) of K = --speculative-num-steps drafts, with --speculative-num-draft-tokens K + 1 (what SGLang
+    sets for topk 1: arg_groups/speculative_hook.py _handle_eagle_family); returns k."""
+    if method not in SGLANG_METHODS:
+        raise SimserveError(
+            f"--speculative {method} on sglang is not modelled: simserve models SGLang's EAGLE and EAGLE-3 "
+            "(--speculative-algorithm EAGLE|EAGLE3, --speculative-eagle-topk 1); use --speculative eagle or eagle3, "
+            "or --engine vllm for mtp and ngram"
+        )
+    spec = resolve_model(model)
+    if spec.is_moe or spec.is_mla or not spec.ffn:
+        raise SimserveError(
+            f"--speculative {method} needs an EAGLE head, and simserve knows its shape only for dense models (one "
+            f"decoder layer of the target's shapes); {spec.name} is a mixture-of-experts or latent-attention model"
+        )
+    if k is None:
+        raise SimserveError(
+            "--speculative on sglang needs --num-speculative-tokens K (SGLang's --speculative-num-steps; without it "
+            "SGLang picks steps, topk and draft tokens per model, _auto_choose_speculative_params, which simserve "
+            "does not model)"
+        )
+    if k <= 0:
+        raise SimserveError(f"--num-speculative-tokens {k}: SGLang's --speculative-num-steps needs at least one "
+                            "draft step; give K >= 1")  # fmt: skip
+    return k
+
+
 def lookahead(method: str, k: int) -> int:
     return 0 if method == "ngram" else k
 
@@ -238,11 +271,11 @@ def catalog_acceptance(method: str, spec: ModelSpec, dataset: str, k: int | None
 
 
 def resolve(
-    method: str, k: int | None, model: str, dataset: str, budget: int, acceptance: str | None
+    method: str, k: int | None, model: str, dataset: str, budget: int, acceptance: str | None, engine: str = "vllm"
 ) -> Speculation:
-    """A run's Speculation from its flags: vLLM's checks, then the acceptance from --acceptance FILE, else the
-    catalog's published table for (method, model family, dataset)."""
-    k = check(method, k, model, budget)
+    """A run's Speculation from its flags: vLLM's checks (SGLang's, engine "sglang"), then the acceptance from
+    --acceptance FILE, else the catalog's published table for (method, model family, dataset)."""
+    k = check_sglang(method, k, model) if engine == "sglang" else check(method, k, model, budget)
     if acceptance is not None:
         return Speculation(method, k, load_acceptance(acceptance, k), f"--acceptance {acceptance}")
     return Speculation(method, k, *catalog_acceptance(method, resolve_model(model), dataset, k))

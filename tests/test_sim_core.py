@@ -411,6 +411,69 @@ def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypat
 
 
 @st.composite
+def sglang_speculative_cases(draw):
+    """sglang with EAGLE (no radix cache, no mixed chunks, no attention DP: what it models): K drafts per
+    verification, acceptance from certain to never, the reserve past the committed tokens on every page size,
+    pools small enough to retract (and abort)."""
+    case = draw(sglang_cases())
+    cfg = case["cfg"]
+    k = draw(st.integers(1, 6))
+    acc = sorted((draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])) for _ in range(k)), reverse=True)
+    if isinstance(case["timer"], ConstantTimer) or case["timer"].num_stages > 1:
+        case["timer"] = LinearTimer(0.003, 2e-5, 3e-8)
+    case["cfg"] = replace(
+        cfg, num_replicas=min(cfg.num_replicas, 3) if cfg.dp_attention == 1 else 1, dp_attention=1,
+        enable_mixed_chunk=False, spec_k=k, spec_acceptance=tuple(acc), spec_seed=draw(st.integers(0, 1000)),
+        spec_fraction=draw(st.sampled_from([0.0, 0.05])), spec_passes=k,
+    )  # fmt: skip
+    return case
+
+
+@pytest.mark.parametrize("mode", CORES)
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=sglang_speculative_cases())
+def test_the_core_gives_the_reference_results_for_sglang_with_eagle(monkeypatch, mode, case):
+    """sglang's EAGLE verification steps: each running request's K drafts verified, its KV kept allocated to the
+    committed tokens plus 2(K + 1), retraction against that."""
+
+    def sim():
+        return simulate(
+            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            ignore_eos=case.get("ignore_eos"),
+        )  # fmt: skip
+
+    ref = _run(monkeypatch, "reference", sim)
+    got = _run(monkeypatch, mode, sim)
+    assert_same(ref, got)
+    assert np.array_equal(ref.reqs.spec_steps, got.reqs.spec_steps)
+
+
+@pytest.mark.parametrize("mode", CORES)
+def test_the_core_retracts_as_the_reference_does_for_sglang_with_eagle(monkeypatch, mode):
+    """The retraction-heavy case above with EAGLE (K = 4, page 4): each request holds 10 tokens past its
+    committed ones, so the pool runs out sooner; both retract and abort alike."""
+    rng = np.random.default_rng(7)
+    n = 60
+    prompt = np.concatenate([rng.integers(1, 64, n), [10, 12]])
+    output = np.concatenate([rng.integers(300, 600, n), [6000, 6000]])
+    arrived = np.concatenate([np.cumsum(rng.exponential(0.002, n)), [1.0, 1.0]])
+    cfg = SimConfig(policy="sglang", max_model_len=8192, ignore_eos=False, schedule_conservativeness=0.1,
+                    page_size=4, budget=256, sched_delay_slo_s=1e9, overload_wait_s=1e9, spec_k=4,
+                    spec_acceptance=(0.8, 0.6, 0.4, 0.2), spec_passes=4, spec_fraction=0.05)  # fmt: skip
+
+    def sim():
+        return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8), 263, cfg)
+
+    ref = _run(monkeypatch, "reference", sim)
+    assert ref.reqs.preemptions.sum() > 10 and ref.reqs.spec_steps.sum() > 1000
+    assert_same(ref, _run(monkeypatch, mode, sim))
+
+
+@st.composite
 def prefix_cases(draw):
     """vllm-v1 with prefix caching: requests sharing streams (a few groups, shared lengths from nothing to
     past the whole request: conversation turns), on pools small enough to evict and preempt."""

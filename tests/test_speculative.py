@@ -224,3 +224,94 @@ def test_the_sweeps_command_line_carries_the_speculative_config():
     config = json.loads(cmd.split("--speculative-config ")[1].strip("'"))
     assert config == {"method": "eagle3", "num_speculative_tokens": 2, "model": speculative.DRAFT_PLACEHOLDER}
     assert "speculative" not in vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1"), flags)
+
+
+# -- SGLang 0.5.23's EAGLE on its scheduler (--engine sglang / --policy sglang) -----------------------------
+def _sglang(prompt, output, k, acceptance, pages=1000, page=1, max_running=None):
+    cfg = SimConfig(policy="sglang", max_model_len=4096, spec_k=k, spec_acceptance=tuple(acceptance), spec_seed=0,
+                    page_size=page, max_batch=max_running).validate()  # fmt: skip
+    return simulate(
+        np.array(prompt), np.array(output), np.zeros(len(prompt)), ConstantTimer(0.01), pages, cfg
+    )
+
+
+def test_sglang_verifies_k_drafts_a_step_as_vllm_does():
+    """One request, K 4, every draft accepted: the prefill samples the first token, then 8 verification steps
+    of 5 tokens give the other 40; every draft rejected: one token a step."""
+    raw = _sglang([100], [41], 4, [1.0] * 4)
+    assert len(raw.log) == 9 and raw.reqs.generated[0] == 41 and raw.reqs.spec_steps[0] == 8
+    none = _sglang([100], [41], 4, [0.0] * 4)
+    assert len(none.log) == 41 and none.reqs.spec_steps[0] == 40
+
+
+def test_sglang_keeps_twice_the_draft_tokens_allocated_past_the_committed_ones():
+    """eagle_prepare_for_decode: before each verification a request holds its committed tokens plus
+    get_alloc_reserve_per_decode = 2 (K + 1) (page-ceiled), and keeps what it held (max with the last)."""
+    from simserve.sim.histogram import LogHistogram
+    from simserve.sim.policies import sglang_policy
+    from simserve.sim.request import Requests
+    from simserve.sim.state import ReplicaState
+
+    for page, k in ((1, 3), (16, 3), (4, 5)):
+        cfg = SimConfig(policy="sglang", max_model_len=4096, spec_k=k, spec_acceptance=(0.5,) * k, page_size=page,
+                        block_size=16).validate()  # fmt: skip
+        reqs = Requests(np.array([100]), np.array([200]), np.zeros(1))
+        st = ReplicaState(0, reqs, cfg, 100, 1, LogHistogram(), lambda *_: None)
+        st.enqueue(0)
+        batch = sglang_policy(st, 0.0)  # the prefill
+        for rid, n in batch.prefills:
+            st.complete_chunk(rid, n, 1.0)
+        held = int(reqs.blocks[0])
+        for step in range(20):
+            free = st.kv.free
+            batch = sglang_policy(st, float(step))
+            assert batch.prefills == [(0, k + 1)] and int(reqs.spec_sched[0]) == k  # a verification
+            want = max(held, -(-(int(reqs.computed[0]) + 2 * (k + 1)) // page))
+            assert int(reqs.blocks[0]) == want and st.kv.free == free - (want - held)
+            held = want
+            st.complete_chunk(0, k + 1, float(step + 1))
+
+
+def test_sglang_with_eagle_runs_48_requests_unless_told():
+    """_handle_eagle_family: max_running_requests is reset to 48 for speculative decoding when not given."""
+    from simserve.sim import sglang
+
+    eagle = SimConfig(policy="sglang", spec_k=2, spec_acceptance=(0.5, 0.2)).validate()
+    assert sglang.pool(eagle, 100_000, 1)[1] == 48
+    assert sglang.pool(SimConfig(policy="sglang").validate(), 100_000, 1)[1] > 48
+    told = SimConfig(policy="sglang", spec_k=2, spec_acceptance=(0.5, 0.2), max_batch=100).validate()
+    assert sglang.pool(told, 100_000, 1)[1] == 100
+
+
+SGLANG_RUN = ["run", "--engine", "sglang", "--requests", "8", "--frontend", "off"]
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--speculative", "ngram", "--num-speculative-tokens", "2", "--acceptance", "ACC"], "not modelled"),
+        (["--speculative", "mtp", "--num-speculative-tokens", "1", "--acceptance", "ACC"], "not modelled"),
+        (["--speculative", "eagle", "--acceptance", "ACC"], "--speculative-num-steps"),
+        (["--speculative", "eagle", "--num-speculative-tokens", "0", "--acceptance", "ACC"], "at least one"),
+        (["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "ACC", "--prefix-caching"],
+         "--no-prefix-caching"),
+        (["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "ACC", "--enable-mixed-chunk"],
+         "--enable-mixed-chunk"),
+    ],
+)  # fmt: skip
+def test_bad_speculative_input_on_sglang_is_one_line_and_exit_2(capsys, tmp_path, extra, words):
+    acc = _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n")
+    extra = [acc if a == "ACC" else a for a in extra]
+    code, err = cli(capsys, *SGLANG_RUN, "--out", str(tmp_path / "o"), *extra)
+    assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_speculative_sglang_run_says_sglangs_flags(capsys, tmp_path):
+    acc = _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n")
+    code, err = cli(capsys, *SGLANG_RUN, "--out", str(tmp_path / "o"), "--speculative", "eagle3",
+                    "--num-speculative-tokens", "3", "--acceptance", acc, "--qps", "2")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert doc["speculative"]["num_speculative_tokens"] == 3 and doc["scenario"]["speculative"] == "eagle3"
+    assert doc["summary"]["completed"] == 8

@@ -67,10 +67,14 @@ SPECULATIVE = typer.Option(
     None,
     "--speculative",
     help="vllm-v1: speculative decoding as vLLM 0.33.0 runs it (--speculative-config method): eagle | eagle3 | mtp | "
-    "ngram (docs/speculative.md).",
+    "ngram; sglang: eagle | eagle3 as SGLang 0.5.23 runs it (--speculative-algorithm EAGLE|EAGLE3, "
+    "--speculative-eagle-topk 1) (docs/speculative.md).",
 )
 NUM_SPECULATIVE_TOKENS = typer.Option(
-    None, "--num-speculative-tokens", help="--speculative: draft tokens per step, K (vLLM's num_speculative_tokens)."
+    None,
+    "--num-speculative-tokens",
+    help="--speculative: draft tokens per step, K (vLLM's num_speculative_tokens; SGLang's --speculative-num-steps, "
+    "with --speculative-num-draft-tokens K+1).",
 )
 ACCEPTANCE = typer.Option(
     None,
@@ -624,9 +628,17 @@ def run_command(
                        "from cache: only its load terms and its affinity shape the routing")  # fmt: skip
     if spec is not None:
         rates = ", ".join(f"{a:.3g}" for a in spec.acceptance)
-        printed.append(f"speculative decoding: {spec.method}, K = {spec.k} (vLLM's num_speculative_tokens), lookahead "
-                       f"{spec.lookahead} KV slots; cumulative acceptance per position {rates} from {spec.source}, drawn "
-                       f"per request and step with seed {scenario.seed} (docs/speculative.md)")  # fmt: skip
+        if scenario.policy == "sglang":  # SGLang's flags, and its KV reserve per request (sglang.spec_reserve)
+            from simserve.sim.sglang import spec_reserve
+
+            how = (f"K = {spec.k} (SGLang's --speculative-algorithm {spec.method.upper()} --speculative-num-steps "
+                   f"{spec.k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {spec.k + 1}), "
+                   f"{spec_reserve(spec.k)} KV tokens reserved per request past its committed ones")  # fmt: skip
+        else:
+            how = f"K = {spec.k} (vLLM's num_speculative_tokens), lookahead {spec.lookahead} KV slots"
+        printed.append(f"speculative decoding: {spec.method}, {how}; cumulative acceptance per position {rates} from "
+                       f"{spec.source}, drawn per request and step with seed {scenario.seed} "
+                       "(docs/speculative.md)")  # fmt: skip
     parts = _step_parts(scenario, raw, dep)
     if parts.get("all"):
         printed.append(_parts_line(scenario, parts))

@@ -302,7 +302,8 @@ def sweep(
         raise SimserveError("--kv-offload-gb is vLLM's CPU KV tier: use it with --engine vllm")
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         if engine != "vllm":
-            raise SimserveError("--speculative is modelled for vLLM's V1 scheduler: add --engine vllm")
+            raise SimserveError("sweep --speculative is modelled for vLLM's V1 scheduler: add --engine vllm (SGLang's "
+                                "EAGLE: simserve run --engine sglang --speculative eagle|eagle3)")  # fmt: skip
         if not no_prefix_caching:
             raise SimserveError("--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
                                 "lookahead block hashes): add --no-prefix-caching")  # fmt: skip

@@ -236,12 +236,19 @@ class SimConfig:
         return self
 
     def _check_speculation(self) -> None:
-        """What simserve models of speculative decoding (docs/speculative.md): vLLM's V1 scheduler, one engine
-        per replica, no pipeline stages, no prefix caching (its EAGLE block drop and lookahead hashes are not
-        modelled yet)."""
-        if self.policy != "vllm-v1":
-            raise SimserveError(f"--speculative is modelled for vLLM's V1 scheduler: use --policy vllm-v1 (or --engine "
-                                f"vllm), not {self.policy}")  # fmt: skip
+        """What simserve models of speculative decoding (docs/speculative.md): vLLM's V1 scheduler or SGLang's
+        (EAGLE), one engine per replica, no pipeline stages, no prefix caching (vLLM's EAGLE block drop and
+        lookahead hashes, SGLang's radix cache under speculation: not modelled yet)."""
+        if self.policy not in ("vllm-v1", "sglang"):
+            raise SimserveError(f"--speculative is modelled for vLLM's V1 scheduler and SGLang's: use --policy vllm-v1 "
+                                f"or sglang (or --engine vllm|sglang), not {self.policy}")  # fmt: skip
+        if self.policy == "sglang" and self.prefix_caching:
+            raise SimserveError("--speculative on sglang with its radix cache is not modelled yet (what a verification "
+                                "step caches): add --no-prefix-caching (SGLang's --disable-radix-cache)")  # fmt: skip
+        if self.policy == "sglang" and self.enable_mixed_chunk:
+            raise SimserveError("--enable-mixed-chunk with --speculative on sglang is not modelled yet (SGLang 0.5.23 "
+                                "runs the running requests as one-token decodes in a mixed step): drop "
+                                "--enable-mixed-chunk")  # fmt: skip
         if self.prefix_caching:
             raise SimserveError("--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
                                 "lookahead block hashes): add --no-prefix-caching")  # fmt: skip

@@ -369,8 +369,9 @@ def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: 
         if cfg.dp_attention > 1:  # sglang.setup: a rank's chunk is the budget // D, conservativeness × 0.3
             budget = budget // cfg.dp_attention
             conservativeness *= sglang.DP_ATTENTION_CONSERVATIVENESS
-        ratio = sglang.SGLangScheduler(conservativeness)
+        ratio = sglang.SGLangScheduler(conservativeness, cfg.spec_k)
         sg = dict(
+            reserve=ratio.reserve,
             mixed=cfg.enable_mixed_chunk,
             lof=cfg.schedule_policy == "lof",
             ignore_eos=cfg.ignore_eos,

@@ -179,8 +179,9 @@ class Scenario:
             raise SimserveError("--speculative is modelled without pipeline parallelism (vLLM's drafter after the "
                                 "last stage is not): use --pp 1")  # fmt: skip
         budget = self.budget or VLLM_V1_TOKENS  # vllm-v1's --max-num-batched-tokens (others are refused later)
+        engine = "sglang" if self.policy == "sglang" else "vllm"  # whose refusals: SGLang's on its scheduler
         return _speculation(self.speculative, self.num_speculative_tokens, self.model, self.trace, budget,
-                            self.acceptance)  # fmt: skip
+                            self.acceptance, engine)  # fmt: skip
 
     def sim_config(self) -> SimConfig:
         return SimConfig(
@@ -519,10 +520,10 @@ def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtyp
 
 
 @lru_cache(maxsize=16)
-def _speculation(method, k, model, trace, budget, acceptance):
+def _speculation(method, k, model, trace, budget, acceptance, engine="vllm"):
     from simserve.speculative import resolve
 
-    return resolve(method, k, model, acceptance_dataset(trace), budget, acceptance)
+    return resolve(method, k, model, acceptance_dataset(trace), budget, acceptance, engine)
 
 
 def acceptance_dataset(trace: str) -> str:

@@ -86,6 +86,9 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 # arg_groups/parallel_hook.py: `schedule_conservativeness * 0.3` when DP attention is on
 DP_ATTENTION_CONSERVATIVENESS = 0.3
+# arg_groups/speculative_hook.py _handle_eagle_family: "Max running requests is reset to 48 for speculative
+# decoding" when --max-running-requests is not given
+SPEC_MAX_RUNNING_REQUESTS = 48
 _NONE = np.zeros(0, dtype=np.int64)
 
 
@@ -103,9 +106,9 @@ class SGLangScheduler:
     and retractions set; `full`: the batch's batch_is_full flag) and the last step's batch when it was a prefill
     (`last`: its requests, merged into the running batch at the next step; None after a decode step)."""
 
-    __slots__ = ("init", "min", "decay", "ratio", "full", "running", "last", "eos", "refresh_calls")
+    __slots__ = ("init", "min", "decay", "ratio", "full", "running", "last", "eos", "refresh_calls", "reserve")
 
-    def __init__(self, conservativeness: float):
+    def __init__(self, conservativeness: float, spec_k: int = 0):
         self.init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
         self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
         self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
@@ -115,6 +118,15 @@ class SGLangScheduler:
         self.last: list[int] | None = None
         self.eos: np.ndarray = np.zeros(0, dtype=bool)  # per request: SamplingParams.ignore_eos
         self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls (the radix cache's LRU refresh)
+        self.reserve = spec_reserve(spec_k)  # EAGLE: KV tokens each verification keeps allocated past the committed
+
+
+def spec_reserve(k: int) -> int:
+    """EAGLE with K draft steps and topk 1 (spec v2): the KV a request keeps allocated past its committed tokens
+    before each verification step, `get_alloc_reserve_per_decode` (mem_cache/allocation_sizing.py): twice
+    `get_alloc_len_per_decode` = max(num_steps × topk, num_draft_tokens) = K + 1 tokens (topk 1: the
+    draft-token count is K + 1); 0 without speculation."""
+    return 2 * (k + 1) if k else 0
 
 
 def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
@@ -131,9 +143,10 @@ def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
     tokens = num_blocks * cfg.block_size
     # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it;
     # under DP attention it is the server's, split evenly over the ranks (the default is each rank's own)
+    given = cfg.max_batch or (SPEC_MAX_RUNNING_REQUESTS if cfg.spec_k else 0)  # EAGLE's 48 counts as given
     max_running = (
-        max(min(max(cfg.max_batch // cfg.dp_attention, 1), tokens // 2), 1)
-        if cfg.max_batch
+        max(min(max(given // cfg.dp_attention, 1), tokens // 2), 1)
+        if given
         else default_max_running_requests(tokens, cfg.max_model_len)
     )
     return tokens // cfg.page_size, max_running
@@ -171,7 +184,7 @@ def setup(rep: ReplicaState) -> None:
         # --chunked-prefill-size // D, and the conservativeness is scaled by 0.3 (admission trusts more)
         rep.budget = cfg.token_budget() // cfg.dp_attention
         conservativeness *= DP_ATTENTION_CONSERVATIVENESS
-    rep.sglang = SGLangScheduler(conservativeness)
+    rep.sglang = SGLangScheduler(conservativeness, cfg.spec_k)
     eos = rep.reqs.ignore_eos  # a workload's per-request ignore_eos, else --ignore-eos for all
     rep.sglang.eos = eos if eos is not None else np.full(rep.reqs.n, cfg.ignore_eos)
 
@@ -189,7 +202,19 @@ def sglang_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]], 
     decodes = _decode(rep)
     if not len(decodes) and not rep.waiting and not rep.prefilling:
         s.ratio = s.init  # Scheduler.on_idle (is_fully_idle): NewTokenRatioTracker.reset
+    if s.reserve and len(decodes):
+        return _verifications(rep, decodes), _NONE
     return [], decodes
+
+
+def _verifications(rep: ReplicaState, dec: np.ndarray) -> list[tuple[int, int]]:
+    """EAGLE's decode step is a verification of every running request (spec v2, eagle_worker_v2.py): its last
+    sampled token and its K drafts through the target, a (request, 1 + K) pair as vLLM's verifications are
+    (state.complete_verify appends the accepted drafts and the bonus token; Replica prices it as a decode read
+    of query length 1 + K)."""
+    k = rep.cfg.spec_k
+    rep.reqs.spec_sched[dec] = k
+    return [(rid, k + 1) for rid in dec.tolist()]
 
 
 def merge_last_batch(rep: ReplicaState) -> None:
@@ -247,8 +272,14 @@ def _fits(rep: ReplicaState, ids) -> bool:
 
 
 def _decode_pages(rep: ReplicaState, ids) -> int:
-    """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages."""
+    """Pages the next decode step of `ids` needs (ScheduleBatch.new_tokens_required_next_decode): one for each
+    whose computed tokens fill their pages; with EAGLE, what takes each to its committed tokens plus the
+    reserve (`_new_tokens_required_next_decode_spec_v2`)."""
     page, computed = rep.block_size, rep.reqs.computed
+    reserve = rep.sglang.reserve
+    if reserve:
+        blocks = rep.reqs.blocks
+        return sum(max(0, -(-(int(computed[rid]) + reserve) // page) - int(blocks[rid])) for rid in ids)
     return sum(1 for rid in ids if computed[rid] % page == 0)
 
 
@@ -305,7 +336,12 @@ def _grow(rep: ReplicaState, ids: list[int]) -> np.ndarray:
         return dec
     _room(rep, len(dec) * rep.block_size)
     need = _decode_pages(rep, dec)
-    if need:
+    if need and rep.sglang.reserve:  # eagle_prepare_for_decode: each up to its committed tokens + the reserve
+        r, page = rep.reqs, rep.block_size
+        want = -(-(r.computed[dec] + rep.sglang.reserve) // page)
+        rep.kv.allocate(need)
+        r.blocks[dec] = np.maximum(r.blocks[dec], want)
+    elif need:
         full = rep.reqs.computed[dec] % rep.block_size == 0
         rep.kv.allocate(need)
         rep.reqs.blocks[dec[full]] += 1

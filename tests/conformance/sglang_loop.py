@@ -72,14 +72,28 @@ PREFIX_WORKLOADS = {
     "chat-retract-mixed": ("chat", 300, 8_000, 1024, 48, "lpm", 1, True, 0.0, 0.3, 15),
     "shared-retract-lof-paged": ("shared", 300, 10_000, 1024, 48, "lof", 16, True, 0.0, 0.3, 16),
 }
+# EAGLE speculative decoding (--speculative-algorithm EAGLE, topk 1): name -> (the workload it speculates on,
+# K = --speculative-num-steps, cumulative acceptance per draft position (docs/speculative.md), draw seed). Each
+# request's accepted drafts per verification are drawn as simserve draws them (speculative.draws) and given to
+# both sides.
+SPEC_WORKLOADS = {
+    "spec-light": ("light", 3, (0.8, 0.6, 0.4), 20),
+    "spec-tight": ("tight", 4, (0.75, 0.5, 0.3, 0.15), 21),
+    "spec-paged": ("paged", 3, (0.7, 0.45, 0.25), 22),
+    "spec-retract": ("tiny-pool", 5, (0.9, 0.8, 0.6, 0.5, 0.3), 23),
+    "spec-retract-paged": ("tiny-pool-paged", 2, (0.6, 0.3), 24),
+    "spec-eos-mix": ("eos-mix", 3, (0.8, 0.6, 0.4), 25),
+}
 # The workloads CI runs (SGLang's side about two minutes here); `--full` / SIMSERVE_SGLANG_FULL=1 runs them all.
 CI = ("tight", "mixed", "chunk256", "tiny-pool", "burst-eos", "mixed-heavy", "eos-mix-mixed-paged", "retract-many",
-      "shared-lpm-paged", "chat-retract-mixed")  # fmt: skip
+      "shared-lpm-paged", "chat-retract-mixed", "spec-tight", "spec-retract", "spec-retract-paged")  # fmt: skip
 
 
 def make(name: str) -> dict:
     if name in PREFIX_WORKLOADS:
         return make_prefix(name)
+    if name in SPEC_WORKLOADS:
+        return make_spec(name)
     n, (p0, p1), (o0, o1), gap, tokens, chunk, running, mixed, eos, page, cons, seed = WORKLOADS[name]
     rng = np.random.default_rng(seed)
     prompt, output = rng.integers(p0, p1, n), rng.integers(o0, o1, n)
@@ -94,7 +108,7 @@ def make(name: str) -> dict:
         "ignore_eos": ignore.tolist(), "group": [-1] * n, "shared": [0] * n, "kv_tokens": tokens,
         "page_size": page, "chunk": chunk, "max_running": running, "max_prefill_tokens": 16384, "mixed": mixed,
         "conservativeness": cons, "prefix_caching": False, "schedule_policy": "fcfs", "max_model_len": 8192,
-        "overlap": False,
+        "overlap": False, "spec": 0, "acceptance": [], "accepted": [[] for _ in range(n)],
     }  # fmt: skip
 
 
@@ -130,7 +144,20 @@ def make_prefix(name: str) -> dict:
         "ignore_eos": ignore.tolist(), "group": group.tolist(), "shared": shared.tolist(), "kv_tokens": tokens,
         "page_size": page, "chunk": chunk, "max_running": running, "max_prefill_tokens": 16384, "mixed": mixed,
         "conservativeness": cons, "prefix_caching": True, "schedule_policy": policy, "max_model_len": 8192,
-        "overlap": False,
+        "overlap": False, "spec": 0, "acceptance": [], "accepted": [[] for _ in range(n)],
+    }  # fmt: skip
+
+
+def make_spec(name: str) -> dict:
+    from simserve.speculative import draws
+
+    base, k, acceptance, seed = SPEC_WORKLOADS[name]
+    w = make(base)
+    accepted, offsets = draws(np.array(w["output"]), acceptance, seed)
+    steps = [max(o - 1, 0) for o in w["output"]]
+    return w | {
+        "name": name, "spec": k, "acceptance": list(acceptance), "mixed": False,
+        "accepted": [accepted[a : a + m].tolist() for a, m in zip(offsets.tolist(), steps, strict=True)],
     }  # fmt: skip
 
 
@@ -153,6 +180,7 @@ def config(w: dict):
         block_size=16, page_size=w["page_size"], enable_mixed_chunk=w["mixed"], ignore_eos=all(w["ignore_eos"]),
         schedule_conservativeness=w["conservativeness"], prefix_caching=w["prefix_caching"],
         schedule_policy=w["schedule_policy"], max_prefill_tokens=w["max_prefill_tokens"],
+        spec_k=w["spec"], spec_acceptance=tuple(w["acceptance"]),
     ).validate()  # fmt: skip
 
 
@@ -170,6 +198,11 @@ def run_simserve(w: dict, stats: dict | None = None, max_steps: int = 1_000_000)
     reqs.ignore_eos = np.array(w["ignore_eos"], dtype=bool)
     reqs.prefix_group[:] = w["group"]
     reqs.prefix_tokens[:] = w["shared"]
+    if w["spec"]:  # the workload's draws (speculative.draws), which the driver feeds SGLang's side too
+        steps = [max(o - 1, 0) for o in w["output"]]
+        reqs.spec_off = np.concatenate([[0], np.cumsum(steps)[:-1]]).astype(np.int64)
+        reqs.spec_draws = np.array([a for acc, m in zip(w["accepted"], steps, strict=True) for a in acc[:m]],
+                                   dtype=np.int16)  # fmt: skip
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["kv_tokens"] // 16, 1, LogHistogram(), lambda _, rid: done.append(rid))
     retracted: list[int] = []
@@ -190,10 +223,13 @@ def run_simserve(w: dict, stats: dict | None = None, max_steps: int = 1_000_000)
         waiting = set(st.waiting)
         batch = sglang_policy(st, float(len(steps)))
         step: dict = {}
-        if batch.prefills:
-            step["prefills"] = [[int(rid), int(c)] for rid, c in batch.prefills]
-        if batch.prefills or len(batch.decodes):
-            step["decodes"] = sorted(int(rid) for rid in batch.decodes)
+        # EAGLE's verifications come as (request, 1 + K) pairs: SGLang's decode batch
+        verify = sorted(int(rid) for rid, _ in batch.prefills if reqs.spec_sched[rid])
+        prefills = [[int(rid), int(c)] for rid, c in batch.prefills if not reqs.spec_sched[rid]]
+        if prefills:
+            step["prefills"] = prefills
+        if prefills or len(batch.decodes) or verify:
+            step["decodes"] = sorted(int(rid) for rid in batch.decodes) + verify
         if st.radix is not None and batch.prefills:  # what each newly admitted request found cached
             step["cached"] = {
                 int(rid): int(reqs.computed[rid]) for rid, _ in batch.prefills if rid in waiting
@@ -217,6 +253,9 @@ def run_simserve(w: dict, stats: dict | None = None, max_steps: int = 1_000_000)
             raise AssertionError(f"simserve did not drain {w['name']} in {max_steps} steps")
     if stats is not None:
         stats["evicted pages"] = st.radix.evictions if st.radix is not None else 0
+        stats["verifications"] = int(reqs.spec_steps.sum())  # EAGLE: verification steps, drafts accepted
+        stats["accepted"] = int(sum(reqs.spec_draws[o : o + s].astype(np.int64).sum() for o, s in
+                                    zip(reqs.spec_off.tolist(), reqs.spec_steps.tolist(), strict=True))) if w["spec"] else 0
     return steps
 
 
@@ -292,6 +331,9 @@ def table(python: str, names: list[str]) -> None:
               f"({c['most in a step']}) | {c['chunked']} | {c['full']} | {c['retracting steps']} "
               f"({c['retracted']}) | {c['ratio'][0]:.3f}–{c['ratio'][1]:.3f} | {hits} | {stats['evicted pages']} | "
               f"{len(d)} |")  # fmt: skip
+        if name in SPEC_WORKLOADS:
+            print(f"    EAGLE K={SPEC_WORKLOADS[name][1]}: {stats['verifications']} verifications, "
+                  f"{stats['accepted']} drafts accepted")  # fmt: skip
         for line in d[:3]:
             print("   ", line)
     print(f"SGLang's side: {took:.0f} s wall for {len(names)} workloads")
@@ -299,4 +341,4 @@ def table(python: str, names: list[str]) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[2:] if a != "--full"]
-    table(sys.argv[1], args or ([*WORKLOADS, *PREFIX_WORKLOADS] if "--full" in sys.argv else list(CI)))
+    table(sys.argv[1], args or ([*WORKLOADS, *PREFIX_WORKLOADS, *SPEC_WORKLOADS] if "--full" in sys.argv else list(CI)))

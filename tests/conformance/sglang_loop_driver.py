@@ -36,11 +36,11 @@ sys.path.insert(0, str(HERE))
 import sglang_streams  # noqa: E402
 
 # the workload's fields and what the driver accepts for each (sglang_loop.make writes them)
-PER_REQUEST = ("prompt", "output", "arrive", "ignore_eos", "group", "shared")
+PER_REQUEST = ("prompt", "output", "arrive", "ignore_eos", "group", "shared", "accepted")
 FLAGS = {
     "name": str, "kv_tokens": int, "page_size": int, "chunk": int, "max_running": int, "max_prefill_tokens": int,
     "mixed": bool, "conservativeness": float, "prefix_caching": bool, "schedule_policy": str,
-    "max_model_len": int, "overlap": bool,
+    "max_model_len": int, "overlap": bool, "spec": int, "acceptance": list,
 }  # fmt: skip
 POLICIES = ("fcfs", "lof", "lpm")
 
@@ -78,6 +78,12 @@ def check(w: dict) -> str | None:
         return "workload field 'output': every request needs a prompt and at least one output token"
     if not w["prefix_caching"] and any(g >= 0 for g in w["group"]):
         return "workload field 'group': shared token streams need prefix_caching"
+    if w["spec"] < 0 or (w["spec"] and (w["mixed"] or w["overlap"])):
+        return ("workload field 'spec': EAGLE with K >= 1 drafts, without mixed chunks or the overlap loop (simserve "
+                "models neither with speculation)")
+    if w["spec"] and any(len(a) < o - 1 or any(not 0 <= x <= w["spec"] for x in a)
+                         for a, o in zip(w["accepted"], w["output"], strict=True)):
+        return "workload field 'accepted': per request, at least output - 1 accepted-draft counts in [0, spec]"
     return None
 
 
@@ -88,6 +94,7 @@ def build(w: dict):
     from sglang.srt.managers import scheduler as sm
     from sglang.srt.managers.schedule_policy import SchedulePolicy
     from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import NewTokenRatioTracker
+    from sglang.srt.mem_cache import allocation
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -105,12 +112,26 @@ def build(w: dict):
         schedule_conservativeness=w["conservativeness"], enable_mixed_chunk=w["mixed"],
         disable_radix_cache=not w["prefix_caching"], context_length=w["max_model_len"],
     )  # fmt: skip
+    spec = SpeculativeAlgorithm.NONE
+    if w["spec"]:  # --speculative-algorithm EAGLE --speculative-num-steps K --speculative-eagle-topk 1
+        # --speculative-num-draft-tokens K+1 --disable-overlap-schedule, as the speculative hook resolves them
+        # (arg_groups/speculative_hook.py _handle_eagle_family needs the model's config, which there is none of
+        # here: the resolved values are set on the published arguments)
+        args.speculative_algorithm, args.speculative_num_steps = "EAGLE", w["spec"]
+        args.speculative_eagle_topk, args.speculative_num_draft_tokens = 1, w["spec"] + 1
+        args.disable_overlap_schedule = True
+        # paged pools: get_last_loc's torch path (mem_cache/allocation.py), as SGLang takes it with the
+        # torch_native attention backend; the default backends launch a Triton kernel (a GPU) for the same lookup
+        args.attention_backend = "torch_native"
+        spec = SpeculativeAlgorithm.from_string("EAGLE")
+        allocation.assign_req_to_token_pool_func = assign_req_to_token_pool
     _CONTEXT.set_server_args(args)
     # Scheduler.__init__: the PP micro-batch cap defaults to max_running_requests
     get_context().override(
         "scheduler.pp_max_micro_batch_size_default", pp_max_micro_batch_size=w["max_running"]
     )
-    rows = ReqToTokenPool(w["max_running"], w["max_model_len"] + 8, "cpu", False)
+    # the rows hold a request's over-allocation past max_model_len (get_req_to_token_extra_context_len)
+    rows = ReqToTokenPool(w["max_running"], w["max_model_len"] + 8 + 2 * (w["spec"] + 1) + page, "cpu", False)
     if page == 1:
         alloc = TokenToKVPoolAllocator(w["kv_tokens"], torch.float16, "cpu", None, False)
     else:
@@ -127,7 +148,7 @@ def build(w: dict):
         req_to_token_pool=rows, token_to_kv_pool_allocator=alloc, page_size=page, chunked_prefill_size=w["chunk"],
         max_prefill_tokens=w["max_prefill_tokens"], max_running_requests=w["max_running"], is_mixed_chunk=w["mixed"],
         model_config=types.SimpleNamespace(vocab_size=sglang_streams.VOCAB, is_encoder_decoder=False),
-        enable_overlap=False, spec_algorithm=SpeculativeAlgorithm.NONE,
+        enable_overlap=False, spec_algorithm=spec,
         # features this check leaves off, each at the value Scheduler.__init__ gives it when off
         _pending_chunked_abort_req=None, dllm_config=None, enable_hisparse=False, hisparse_coordinator=None,
         enable_hierarchical_cache=False, enable_hicache_storage=False, enable_lmcache=False,
@@ -146,6 +167,18 @@ def build(w: dict):
         future_map=None,
     )  # fmt: skip
     return s, sm
+
+
+def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
+    """mem_cache/allocation.py `assign_req_to_token_pool_func` on CPU tensors: its Triton kernel
+    (`assign_req_to_token_pool`, a GPU launch) writes each request's newly allocated KV slots into its
+    req_to_token row, request i's slots [start_i, end_i) from out_cache_loc in batch order; this is that copy
+    in torch (the slots must be right: a finished request frees what its row names)."""
+    at = 0
+    for i in range(batch_size):
+        lo, hi = int(start_offset[i]), int(end_offset[i])
+        req_to_token[int(req_pool_indices[i]), lo:hi] = out_cache_loc[at : at + hi - lo]
+        at += hi - lo
 
 
 class _NoGrammars:  # no structured output: nothing waits for a grammar
@@ -219,6 +252,28 @@ def process_results(s, batch, tokens: list[int], overlap: bool) -> None:
     alloc.free_group_end()
 
 
+def process_verify(s, batch, runs: list[list[int]]) -> None:
+    """A verification step's results (spec v2 without overlap): `_resolve_spec_v2_tokens` commits each
+    request's accepted run (its accepted drafts and the target's bonus token) to kv_committed_len, then
+    `process_batch_result_decode` appends the run to output_ids, updates the finish state with its length and
+    releases a finished request's KV (its over-allocation included) into the tree. The runs stand in for the
+    draft and target models: each request accepts the workload's pre-drawn count (simserve's draw for that
+    verification), its tokens the next of its stream."""
+    from sglang.srt.mem_cache.common import release_kv_cache
+
+    alloc, tree = s.token_to_kv_pool_allocator, s.tree_cache
+    alloc.free_group_begin()
+    for req, run in zip(batch.reqs, runs, strict=True):
+        if req.is_retracted or req.finished():
+            continue
+        req.kv.kv_committed_len += len(run)
+        req.output_ids.extend(run)
+        req.update_finish_state(len(run))
+        if req.finished():
+            release_kv_cache(req, tree, checkpoint=True)
+    alloc.free_group_end()
+
+
 def run(w: dict) -> list[dict]:
     """`event_loop_normal` over the workload, or with `overlap` `event_loop_overlap` (the next batch is scheduled
     before the last one's results are processed); one record per turn of the loop (sglang_loop.py's format)."""
@@ -229,6 +284,8 @@ def run(w: dict) -> list[dict]:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     streams = sglang_streams.token_streams(w)
+    if w["spec"]:  # a verification can accept past max_new_tokens (the request then finishes): ids to spare
+        streams = [st + [1] * (w["spec"] + 1) for st in streams]
     n, nxt, steps, overlap = len(w["prompt"]), 0, [], w["overlap"]
     done: set[str] = set()
     retracted: list[int] = []
@@ -245,10 +302,20 @@ def run(w: dict) -> list[dict]:
         aborted.append(int(req.rid))
         done.add(req.rid)
 
+    verified = [0] * n  # verification steps each request ran (its index into `accepted`)
+
     def pop_and_process():  # the model's result: each request's next token is the next of its stream
         batch, _ = s.result_queue.popleft()
-        tokens = [streams[int(r.rid)][len(r.origin_input_ids) + len(r.output_ids)] for r in batch.reqs]
-        process_results(s, batch, tokens, overlap)
+        if w["spec"] and batch.forward_mode.is_decode():  # a verification: the accepted drafts and the bonus
+            runs = []
+            for r in batch.reqs:
+                i, at = int(r.rid), len(r.origin_input_ids) + len(r.output_ids)
+                runs.append(streams[i][at : at + w["accepted"][i][verified[i]] + 1])
+                verified[i] += 1
+            process_verify(s, batch, runs)
+        else:
+            tokens = [streams[int(r.rid)][len(r.origin_input_ids) + len(r.output_ids)] for r in batch.reqs]
+            process_results(s, batch, tokens, overlap)
         done.update(r.rid for r in batch.reqs if r.finished())
 
     s._add_request_to_queue, s.send_abort_output = requeue, abort_output

@@ -25,7 +25,8 @@ import sglang_loop as sl  # noqa: E402
 ROOT = HERE.parent.parent
 SGLANG_PYTHON = Path(os.environ.get("SIMSERVE_SGLANG_PYTHON", ROOT / ".venv-sglang" / "bin" / "python"))
 NAMES = (
-    [*sl.WORKLOADS, *sl.PREFIX_WORKLOADS] if os.environ.get("SIMSERVE_SGLANG_FULL") == "1" else list(sl.CI)
+    [*sl.WORKLOADS, *sl.PREFIX_WORKLOADS, *sl.SPEC_WORKLOADS] if os.environ.get("SIMSERVE_SGLANG_FULL") == "1"
+    else list(sl.CI)
 )
 
 
@@ -40,8 +41,9 @@ def sglang_runs() -> dict[str, list[dict]]:
 
 # what each workload is there for, as a check on what it exercised (sglang_loop.counts)
 def _exercised(name: str, c: dict, stats: dict) -> None:
-    assert c["steps"] >= 1000 and c["admissions"] >= 190
-    if not name.startswith("chunk256-eos"):  # there the chunk, not memory, bounds each step
+    # (EAGLE's verifications give several tokens a step: its workloads count verifications below)
+    assert (c["steps"] >= 1000 or name in sl.SPEC_WORKLOADS) and c["admissions"] >= 190
+    if not name.startswith(("chunk256-eos", "spec-light")):  # there the chunk, not memory, bounds each step
         assert c["full"] > 100
     if name.startswith("chunk256"):
         assert c["chunked"] > 1000  # nearly every step continues a cut prompt
@@ -60,13 +62,18 @@ def _exercised(name: str, c: dict, stats: dict) -> None:
         assert c["most in a step"] >= 5
     if name in sl.PREFIX_WORKLOADS:
         assert c["hits"] > 30 and stats["evicted pages"] > 0
+    if name in sl.SPEC_WORKLOADS:  # EAGLE: verification steps that accept some drafts and reject others
+        assert stats["verifications"] > 1000 and 0 < stats["accepted"] < stats["verifications"] * sl.make(name)["spec"]
+    if name.startswith("spec-retract"):  # each request's reserve past its committed tokens runs the pool out
+        assert c["retracting steps"] > 0
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_simserve_steps_as_sglang_does_closed_loop(name, sglang_runs):
-    """Every step alike: the prefill batch (requests, extend lengths, in batch order), the decodes, the
-    requests retracted (in order) and aborted, the chunked request, batch_is_full, new_token_ratio, the KV
-    pool's free and evictable tokens, and with the radix cache the tokens each admission found cached."""
+    """Every step alike: the prefill batch (requests, extend lengths, in batch order), the decodes (with EAGLE:
+    the verifications), the requests retracted (in order) and aborted, the chunked request, batch_is_full,
+    new_token_ratio, the KV pool's free and evictable tokens (with EAGLE: each request's over-allocation for its
+    next verification held), and with the radix cache the tokens each admission found cached."""
     w = sl.make(name)
     stats: dict = {}
     ours = sl.run_simserve(w, stats)

@@ -110,6 +110,7 @@ class Core(CoreLockstep):
         self.sg_decay = sg.get("decay", 0.0)
         self.sg_clip = sg.get("clip", 0)
         self.sg_retract_steps = sg.get("retract_steps", 0)
+        self.sg_reserve = sg.get("reserve", 0)
         self.sg_lpm = sg.get("lpm", False)
         self.sg_lpm_max = sg.get("lpm_max", 0)
         self.sg_refresh_every = sg.get("refresh_every", 1)
@@ -162,9 +163,11 @@ class Core(CoreLockstep):
         # NOTE: the policies whose batch, at PP = 1 with nothing waiting and nothing prefilling, is the
         # replica's decoding list itself and changes no other state (chunked sets its turn flag to prefills,
         # which a decode-only batch already left set)
+        # (sglang with EAGLE: not stretched; its verifications go through the scheduler loop, _verify_stretch
+        # being vllm-v1's)
         self.stretch_ok = self.pp == 1 and self.policy in (
             P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL, P_V1, P_SGLANG
-        )  # fmt: skip
+        ) and not (self.policy == P_SGLANG and p.get("spec_k", 0))  # fmt: skip
         # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
         # fcfs and orca take _paused_decodes, which does not grow
         self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)

@@ -78,6 +78,7 @@ cdef class CoreEvents:
     cdef double sg_decay
     cdef long long sg_clip  # sglang.CLIP_MAX_NEW_TOKENS
     cdef long long sg_retract_steps  # sglang.RETRACT_DECODE_STEPS
+    cdef long long sg_reserve  # EAGLE: sglang.spec_reserve (0: no speculation)
     cdef bint sg_lpm  # --schedule-policy lpm (with the radix cache; fcfs without)
     cdef long long sg_lpm_max  # sglang.LPM_MAX_WAITING, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE
     cdef long long sg_refresh_every  # sglang_admission.WAITING_REFRESH_INTERVAL

@@ -17,3 +17,4 @@ cdef class CoreSGLang(CoreVllmV1):
     cdef list _sg_mixed_decodes(self, Rep rep)
     cdef list _sg_decode(self, Rep rep)
     cdef list _sg_grow(self, Rep rep, list ids)
+    cdef list _sg_verifications(self, list ids)

@@ -40,7 +40,20 @@ class CoreSGLang(CoreVllmV1):
         decodes: list = self._sg_decode(rep)
         if not decodes and not rep.waiting and not rep.prefilling:
             rep.sg_ratio = self.sg_init  # Scheduler.on_idle: NewTokenRatioTracker.reset
+        if self.sg_reserve and decodes:
+            return self._sg_verifications(decodes), _NONE
         return _NONE, decodes
+
+    @cython.cfunc
+    def _sg_verifications(self, ids: list) -> list:
+        """sglang._verifications: EAGLE's decode step verifies each running request's K drafts, a (request,
+        1 + K) pair."""
+        rid: cython.longlong
+        out: list = []
+        for rid in ids:
+            self.spec_sched[rid] = self.spec_k
+            out.append((rid, self.spec_k + 1))
+        return out
 
     @cython.cfunc
     def _sg_merge(self, rep: Rep) -> cython.void:
@@ -338,9 +351,17 @@ class CoreSGLang(CoreVllmV1):
 
     @cython.cfunc
     def _sg_decode_pages(self, ids: list) -> cython.longlong:
-        """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages."""
+        """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages; with
+        EAGLE, those taking each to its committed tokens plus the reserve (sglang._decode_pages)."""
         rid: cython.longlong
         need: cython.longlong = 0
+        want: cython.longlong
+        if self.sg_reserve:
+            for rid in ids:
+                want = (self.computed[rid] + self.sg_reserve + self.block_size - 1) // self.block_size
+                if want > self.blocks[rid]:
+                    need += want - self.blocks[rid]
+            return need
         for rid in ids:
             if block_start(self.computed[rid], self.block_mask, self.block_size):
                 need += 1
@@ -417,11 +438,18 @@ class CoreSGLang(CoreVllmV1):
         batch's order) as the batch's decodes."""
         rid: cython.longlong
         need: cython.longlong
+        want: cython.longlong
         if not ids:
             return ids
         self._sg_room(rep, len(ids) * self.block_size)
         need = self._sg_decode_pages(ids)
-        if need:
+        if need and self.sg_reserve:  # eagle_prepare_for_decode: each up to its committed tokens + the reserve
+            for rid in ids:
+                want = (self.computed[rid] + self.sg_reserve + self.block_size - 1) // self.block_size
+                if want > self.blocks[rid]:
+                    self.blocks[rid] = want
+            self._allocate(rep, need)
+        elif need:
             for rid in ids:
                 if block_start(self.computed[rid], self.block_mask, self.block_size):
                     self.blocks[rid] += 1
