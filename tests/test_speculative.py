@@ -224,3 +224,17 @@ def test_the_sweeps_command_line_carries_the_speculative_config():
     config = json.loads(cmd.split("--speculative-config ")[1].strip("'"))
     assert config == {"method": "eagle3", "num_speculative_tokens": 2, "model": speculative.DRAFT_PLACEHOLDER}
     assert "speculative" not in vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1"), flags)
+
+
+def test_draws_count_the_positions_whose_acceptance_exceeds_each_uniform():
+    """speculative.draws: a request's j-th verification step accepts #{k: acc[k] > u} drafts, u the j-th of its
+    uniforms from the run's own stream (seed, 0x5EC), so about acc[k] of the steps reach position k + 1; a
+    request has output - 1 steps at most."""
+    output = np.array([1, 5, 300, 2000])
+    acc = (0.75, 0.5, 0.3)
+    a, off = speculative.draws(output, acc, 3)
+    assert list(off) == [0, 0, 4, 303] and len(a) == 4 + 299 + 1999 and a.dtype == np.int16
+    u = np.random.default_rng([3, 0x5EC]).random(len(a))
+    assert np.array_equal(a, (u[:, None] < np.array(acc)[None, :]).sum(axis=1))
+    for k, p in enumerate(acc):
+        assert abs((a > k).mean() - p) < 0.04
