@@ -315,3 +315,17 @@ def test_a_speculative_sglang_run_says_sglangs_flags(capsys, tmp_path):
     doc = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert doc["speculative"]["num_speculative_tokens"] == 3 and doc["scenario"]["speculative"] == "eagle3"
     assert doc["summary"]["completed"] == 8
+
+
+def test_draws_count_the_positions_whose_acceptance_exceeds_each_uniform():
+    """speculative.draws: a request's j-th verification step accepts #{k: acc[k] > u} drafts, u the j-th of its
+    uniforms from the run's own stream (seed, 0x5EC), so about acc[k] of the steps reach position k + 1; a
+    request has output - 1 steps at most."""
+    output = np.array([1, 5, 300, 2000])
+    acc = (0.75, 0.5, 0.3)
+    a, off = speculative.draws(output, acc, 3)
+    assert list(off) == [0, 0, 4, 303] and len(a) == 4 + 299 + 1999 and a.dtype == np.int16
+    u = np.random.default_rng([3, 0x5EC]).random(len(a))
+    assert np.array_equal(a, (u[:, None] < np.array(acc)[None, :]).sum(axis=1))
+    for k, p in enumerate(acc):
+        assert abs((a > k).mean() - p) < 0.04

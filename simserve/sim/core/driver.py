@@ -177,6 +177,7 @@ class Core(CoreLockstep):
         self.spec_passes = p.get("spec_passes", 0)
         self.spec_cpu_s = p.get("spec_cpu_s", 0.0)
         # NOTE: with speculative decoding the stretches are verification stretches (stretch._verify_stretch)
+        self.v_pairs = [None] * len(arrays["prompt"]) if self.spec_k else None
         self._lockstep_init(p)
         self._ids_obj = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
         self.ids = self._ids_obj

@@ -14,6 +14,7 @@ else:
     from .sglang import CoreSGLang
 
 from .consts import (
+    DONE,
     INV_SCHEDULED_TWICE,
     NORMAL,
     P_CHUNKED,
@@ -120,11 +121,8 @@ class CoreScheduler(CoreSGLang):
         draft_keys: cython.longlong = 0
         num_prefill: cython.longlong = 0
         s: cython.Py_ssize_t
-        chunks: list = _NONE
+        chunks: list = _NONE  # (new lists at the first prefill chunk: a batch of verifications has none)
         prefixes: list = _NONE
-        if prefills:
-            chunks = []
-            prefixes = []
         self.batch_no += 1
         self.b_verify = 0
         self.b_verifies = 0
@@ -139,6 +137,9 @@ class CoreScheduler(CoreSGLang):
                 self.b_verify += chunk
                 self.b_verifies += 1
                 continue
+            if chunks is _NONE:
+                chunks = []
+                prefixes = []
             chunks.append(chunk)
             prefixes.append(c)
         for rid in dec:
@@ -283,6 +284,8 @@ class CoreScheduler(CoreSGLang):
             for rid, chunk in prefills:
                 if self._complete_chunk(rep, rid, chunk, now) and self.api is not None:
                     sampled.append(rid)
+                if self.spec_k and self.status[rid] == DONE:  # (speculation runs at PP 1) its pair is not reused
+                    self.v_pairs[rid] = None
         else:
             for rid, chunk in prefills:
                 if self._complete_chunk(rep, rid, chunk, now) and self.api is not None:

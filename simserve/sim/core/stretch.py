@@ -241,18 +241,13 @@ class CoreStretch(CoreScheduler):
                 if budget <= 0:
                     self._sched_loop(rep)  # the budget does not reach every request: the policy's own step
                     return
-                n = 1 + self.spec[rid]
-                n = min(n, thr if thr else budget, budget)
-                n = min(n, max(self.max_model_len - c - 1, 1))
+                n = self._spec_tokens(1 + self.spec[rid], c, budget, thr)
                 if n < 2:
                     self._sched_loop(rep)  # a plain decode: the policy's own step
                     return
                 if n != self.spec_k + 1:
                     same = False
-                need = -(-max(c + n, min(c + n + self.spec_lookahead, self.max_model_len)) // self.block_size)
-                need -= self.blocks[rid]
-                if need > 0:
-                    n_need += need
+                n_need += self._spec_need(rid, c, n)
                 budget -= n
             if n_need > rep.free:
                 self._sched_loop(rep)  # a preemption: the policy's own step
@@ -262,16 +257,13 @@ class CoreStretch(CoreScheduler):
             draft_keys = 0
             verify = 0
             self.batch_no += 1
-            for k in range(nd):  # the same loop, applied (_vllm_v1, then _count_batch and _with_draft's sums)
+            # the same loop, applied (_vllm_v1, then _count_batch and _with_draft's sums): its tokens and blocks
+            # again (the pass above changes nothing, so that the policy's own step can take over)
+            for k in range(nd):
                 rid = ids[k]
                 c = self.computed[rid]
-                n = 1 + self.spec[rid]
-                n = min(n, thr if thr else budget, budget)
-                n = min(n, max(self.max_model_len - c - 1, 1))
-                need = -(-max(c + n, min(c + n + self.spec_lookahead, self.max_model_len)) // self.block_size)
-                need -= self.blocks[rid]
-                if need < 0:
-                    need = 0
+                n = self._spec_tokens(1 + self.spec[rid], c, budget, thr)
+                need = self._spec_need(rid, c, n)
                 self._allocate(rep, need)
                 self.blocks[rid] += need
                 self.spec_sched[rid] = n - 1
@@ -284,7 +276,7 @@ class CoreStretch(CoreScheduler):
                 draft_keys += (n - 1) * c + n * (n - 1) // 2
                 verify += n
             if not (same and uniform):  # a chunk differs from K + 1: the batch's list holds the chunks
-                pre = [(ids[k], self.spec_sched[ids[k]] + 1) for k in range(nd)]
+                pre = [self._verify_pair(ids[k], self.spec_sched[ids[k]] + 1) for k in range(nd)]
                 rep.prefills0 = pre
             uniform = same
             # _start_micro_batch (_count_batch's counters, then the step's time with its drafter's)

@@ -57,13 +57,8 @@ class CoreVllmV1(CorePaperPolicies):
             target = self.target[rid]
             is_prefill = computed < target
             if self.spec_k:  # vllm_v1.vllm_v1_batch: a decode verifies its drafts, lookahead slots
-                n = target - computed if is_prefill else 1 + self.spec[rid]
-                n = min(n, thr if thr else budget, budget)
-                n = min(n, max(self.max_model_len - computed - 1, 1))
-                need = -(-max(computed + n, min(computed + n + self.spec_lookahead, self.max_model_len)) // bs)
-                need -= self.blocks[rid]
-                if need < 0:
-                    need = 0
+                n = self._spec_tokens(target - computed if is_prefill else 1 + self.spec[rid], computed, budget, thr)
+                need = self._spec_need(rid, computed, n)
             else:
                 n = target - computed if is_prefill else 1
                 n = min(n, thr if thr else budget, budget)
@@ -92,7 +87,7 @@ class CoreVllmV1(CorePaperPolicies):
                 prefill_ran = True
             elif n > 1:  # a verification, as a chunk over its KV
                 self.spec_sched[rid] = n - 1
-                prefills.append((rid, n))
+                prefills.append(self._verify_pair(rid, n))
             else:
                 decodes.append(rid)
             if self.spec_k:
@@ -155,6 +150,42 @@ class CoreVllmV1(CorePaperPolicies):
             cache.tier.promote(rep.waiting, now, True)  # vllm_v1: nothing else to run, await the earliest load
             return self._vllm_v1(rep, now)
         return prefills, decodes
+
+    # -- speculative decoding: a running request's tokens and blocks (the scheduler's step and the verification
+    # stretch's, stretch._verify_stretch), and its verification as the batch lists it
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    def _spec_tokens(self, want: cython.longlong, computed: cython.longlong, budget: cython.longlong,
+                     thr: cython.longlong) -> cython.longlong:  # fmt: skip
+        """vllm_v1.vllm_v1_batch: the tokens a running request is scheduled -- `want` (the rest of its prompt,
+        or 1 + its drafts) within the long-prefill threshold and the budget, below the model length."""
+        n: cython.longlong = min(want, thr if thr else budget, budget)
+        return min(n, max(self.max_model_len - computed - 1, 1))
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only (block_size > 0); no Python error to check for
+    def _spec_need(self, rid: cython.longlong, computed: cython.longlong, n: cython.longlong) -> cython.longlong:
+        """vllm_v1.vllm_v1_batch: the blocks request rid adds for computed + n tokens and the drafter's
+        lookahead slots (0 when it holds them)."""
+        slots: cython.longlong = max(computed + n, min(computed + n + self.spec_lookahead, self.max_model_len))
+        if slots <= self.blocks[rid] * self.block_size:  # NOTE: most steps: the division (Python's //) skipped
+            return 0
+        return -(-slots // self.block_size) - self.blocks[rid]
+
+    @cython.cfunc
+    def _verify_pair(self, rid: cython.longlong, n: cython.longlong) -> tuple:
+        """(rid, n), a verification of n tokens as the batch lists it: the request's pair of its last step when
+        n is the same (K + 1, mostly), not a new tuple and id object per request per step (tuples are immutable:
+        the batches that hold the pair share it); _complete drops a finished request's."""
+        pair: tuple = self.v_pairs[rid]
+        m: cython.longlong
+        if pair is not None:
+            m = pair[1]
+            if m == n:
+                return pair
+        pair = (rid, n)
+        self.v_pairs[rid] = pair
+        return pair
 
     @cython.cfunc
     def _admit_cached(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
