@@ -103,7 +103,8 @@ class ApiServers:
 
     def advance(self, t: float, due: list) -> None:
         """Process every send and freed slot due by `t` in time order (a slot first at equal times: it may send);
-        each send's input work gives the time its request enters the engine, pushed on `due` as (time, id)."""
+        each send's input work gives the time its request enters the engine, pushed on `due` as (time, id).
+        NOTE: core.Core._api_advance does the open loop's in C, float for float (tests/test_sim_core.py)."""
         r = self.reqs
         while True:
             f = self.frees[0][0] if self.frees else INF

@@ -270,8 +270,8 @@ def run(
         c.set_serving(scaler.serving())
     overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress,
                                               scaler and (lambda now, arrived: _wake(c, scaler, reqs, now, arrived)))  # fmt: skip
-    if api is not None:  # the client gap histogram's zeros, kept in the core while it ran (its counts are shared)
-        api.itl.zeros = c.api_itl_zeros()
+    if api is not None:  # what the core kept of the API servers while it ran (api_finish)
+        c.api_finish()
     replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
                 for i, t in enumerate(c.replica_totals())]  # fmt: skip
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped, api

@@ -51,14 +51,20 @@ def scaling_summary(run, gpus_per_replica: int, ttft_slo_s: float = TTFT_SLO_S, 
     static_s = scaler.config.max_replicas * gpus_per_replica * end
     start, ttft, tpot = client_latencies(run)
     met = (ttft <= ttft_slo_s) & (tpot <= tpot_slo_s)  # NaN (not finished) compares False: a miss
+    # each request's window k (edges[k] <= start < edges[k + 1], the edges k * window_s), counted in one pass
+    # rather than a mask over every request per window (a day is 1,440 windows of a million requests)
+    num = max(1, math.ceil(end / window_s))
+    edges = np.arange(num + 1) * window_s
+    win = np.searchsorted(edges, start, side="right") - 1
+    inside = (win >= 0) & (win < num)  # NaN sorts last: outside, as its comparisons are False
+    counts = np.bincount(win[inside], minlength=num).tolist()
+    hits = np.bincount(win[inside & met], minlength=num).tolist()
     windows = []
-    for k in range(max(1, math.ceil(end / window_s))):
+    for k, (n, hit) in enumerate(zip(counts, hits, strict=True)):
         lo, hi = k * window_s, (k + 1) * window_s
-        mine = (start >= lo) & (start < hi)
-        n = int(mine.sum())
         busy = math.fsum(max(0.0, min(b, hi, end) - max(a, lo)) for _, a, b in held)
         windows.append({"start_s": lo, "requests": n, "rate_qps": n / window_s,
-                        "slo_attainment": float(met[mine].mean()) if n else None,
+                        "slo_attainment": hit / n if n else None,
                         "mean_replicas_held": busy / max(min(hi, end) - lo, 1e-12)})  # fmt: skip
     c = scaler.config
     return {

@@ -74,11 +74,15 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                             for s, x in zip(stage, t, strict=True)]) if timer.num_stages > 1 else coll  # fmt: skip
     mode = np.where(t > timer._launch_cap, 2, np.where(r["prefills"] > 0, 1, 0))
 
-    pre = np.array(getattr(timer, "_cpu_pre", [(0.0, 0.0, 0.0)] * timer.num_stages), dtype=float)[stage]
+    def per_stage(table) -> np.ndarray:  # (stages, 3) -> per row; one stage: the row of scalars (broadcast)
+        a = np.array(table, dtype=float).reshape(-1, 3)
+        return a[0] if timer.num_stages == 1 else a[stage].T
+
+    pre = per_stage(getattr(timer, "_cpu_pre", [(0.0, 0.0, 0.0)] * timer.num_stages))
 
     def coef(table, role):  # a + b·n + c·t, and d per prefill chunk (predictor/overhead.py)
-        a = np.array(table, dtype=float).reshape(-1, 3)[stage]
-        return a[:, 0] + a[:, 1] * n + a[:, 2] * t + pre[:, role] * r["prefills"]
+        a = per_stage(table)
+        return a[0] + a[1] * n + a[2] * t + pre[role] * r["prefills"]
 
     lg = np.array(timer._launch_gpu, dtype=float)[stage, mode]
     lc = np.array(timer._launch_cpu, dtype=float)[stage, mode]
@@ -120,28 +124,42 @@ def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None, block_to
     kv = np.where(r["kind"] > 0, r["kv_blocks"] * per_block, 0.0)
     flops, nbytes = r["t"] * fpt, weights + r["t"] * act + kv
     peak, sus, hbm = dep.gpu.peak_tflops * 1e12, dep.gpu.sustained_tflops * 1e12, dep.gpu.hbm_gbps * 1e9
+    sums = _weighted_sums(r, {"d": r["d"], **parts, "flops": flops, "nbytes": nbytes})
     out = {}
-    for name, mask in (
-        ("all", np.ones(len(r["d"]), dtype=bool)),
-        *((k, r["kind"] == i) for i, k in enumerate(KINDS)),
-    ):
-        w = r["k"][mask]
-        steps = float(w.sum())
+    for name, total in sums.items():
+        steps = total["k"]
         if not steps:
             continue
-        time = float((r["d"][mask] * w).sum())
-        mean = {p: float((parts[p][mask] * w).sum() / steps) for p in (*PARTS, "cpu_hidden")}
-        gemm_rate = float((flops[mask] * w).sum() / time)
+        time = total["d"]
+        mean = {p: total[p] / steps for p in (*PARTS, "cpu_hidden")}
+        gemm_rate = total["flops"] / time
         entry = {
             "steps": int(round(steps)), "mean_step_s": time / steps, "parts_s": {p: mean[p] for p in PARTS},
-            "cpu_hidden_s": mean["cpu_hidden"], "cpu_bound_steps": int(round(float((parts["cpu_bound"][mask] * w).sum()))),
+            "cpu_hidden_s": mean["cpu_hidden"], "cpu_bound_steps": int(round(total["cpu_bound"])),
             "gemm_tflops": gemm_rate / 1e12, "gemm_fraction_of_peak": gemm_rate / peak,
-            "hbm_fraction": float((nbytes[mask] * w).sum() / time) / hbm,
+            "hbm_fraction": total["nbytes"] / time / hbm,
         }  # fmt: skip
         if sus:
             entry["gemm_fraction_of_sustained"] = gemm_rate / sus
         entry["limited_by"] = _limit(mean)
         out[name] = entry
+    return out
+
+
+def _weighted_sums(r: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Per step kind ("all", then KINDS): each value's sum over the kind's rows weighted by the steps a row is,
+    and the steps ("k"). Summed as `(x[kind] * k[kind]).sum()` sums (numpy's pairwise sum over the kind's rows in
+    row order), but each product is taken once and the rows are put in kind order once, so every kind is a
+    contiguous slice rather than a mask over every row (a day's replay has millions of rows)."""
+    order = np.argsort(r["kind"], kind="stable")
+    bounds = np.searchsorted(r["kind"][order], np.arange(len(KINDS) + 1)).tolist()
+    out: dict[str, dict[str, float]] = {name: {} for name in ("all", *KINDS)}
+    for key, x in (("k", None), *values.items()):
+        wx = r["k"] if x is None else x * r["k"]
+        out["all"][key] = float(wx.sum())
+        wx = wx[order]
+        for i, name in enumerate(KINDS):
+            out[name][key] = float(wx[bounds[i] : bounds[i + 1]].sum())
     return out
 
 

@@ -191,6 +191,12 @@ class Core(CoreLockstep):
             self.api_ends = np.zeros(api.count)
             self.api_ids = np.zeros(max(len(arrays["prompt"]), 1), dtype=np.int64)
             self.api_next = api.pending()
+            self.api_open = api.child is None and api.released == api.reqs.n and api.next_send == 0
+            self.api_send = 0
+            self.api_sent, self.api_wait = api.sent, api.input_wait
+            self.api_requests = np.zeros(api.count, dtype=np.int64)
+            self.api_prompt_tokens = np.zeros(api.count, dtype=np.int64)
+            self.api_request_s, self.api_prompt_token_s = api.request_s, api.prompt_token_s
         self.error = 0
         self.log = log
         self._row_ints_obj, self._row_floats_obj = row_ints, row_floats

@@ -129,6 +129,18 @@ cdef class CoreEvents:
     # api.pending() as of the last call that could change it (advance, answered, failed): advance(t) is a no-op for any
     # t before it, so the per-step calls skip it (3.7M Python calls in a day's replay, ~1/3 of the API's cost)
     cdef double api_next
+    # the open loop's input side (no closed-loop slots, no conversations: an answer changes nothing there),
+    # twinned here for speed (_api_advance; ApiServers.advance is the reference's) so that neither a send nor an
+    # answer calls Python: the sends processed, the ApiServers' own arrays, each process's requests and prompt
+    # tokens (added to ApiServers.requests / prompt_tokens when the run ends: api_finish)
+    cdef bint api_open
+    cdef long long api_send
+    cdef double[:] api_sent
+    cdef double[:] api_wait
+    cdef long long[:] api_requests
+    cdef long long[:] api_prompt_tokens
+    cdef double api_request_s
+    cdef double api_prompt_token_s
     cdef long long[:] child
     cdef double[:] think
     cdef list due

@@ -5,6 +5,7 @@ from simserve.sim.core.rep cimport Rep
 cdef class CoreRouting(CoreBlocks):
     cdef void _arrivals(self)
     cdef void _api_arrivals(self)
+    cdef void _api_advance(self, double t)
     cdef void _wake_arrivals(self)
     cdef void _api_output(self, list ids)
     cdef void _api_step(self, long long[:] ids, Py_ssize_t n, double now)

@@ -64,13 +64,43 @@ class CoreRouting(CoreBlocks):
     def _api_arrivals(self) -> cython.void:
         """Cluster._api_arrivals: route what is due, then sleep until the next send or engine entry."""
         w: cython.double
-        self.api.awake()
+        if not self.api_open:  # the open loop never wakes it early (ApiServers.woken): no wake time to keep
+            self.api.awake()
         self._route_due(self.now)
         if self.next >= self.n:
             return
-        w = self.api.sleep(self.due)
+        if self.api_open:  # ApiServers.sleep
+            w = self.api_next
+            if self.due and self.due[0][0] < w:
+                w = self.due[0][0]
+        else:
+            w = self.api.sleep(self.due)
         if w != INF:  # inf: only an interrupt wakes it (_wake_arrivals)
             self._schedule(self.now + (w - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
+
+    @cython.cfunc
+    @cython.locals(rid=cython.longlong, k=cython.longlong, s=cython.double, start=cython.double, end=cython.double)
+    def _api_advance(self, t: cython.double) -> cython.void:
+        """ApiServers.advance(t, self.due), and api_next its pending() after; the open loop's here, float for float:
+        each send due by t in id order, its input work queued on process id % count, its engine entry on `due`."""
+        if not self.api_open:
+            self.api.advance(t, self.due)
+            self.api_next = self.api.pending()
+            return
+        while self.api_send < self.n and self.api_sent[self.api_send] <= t:
+            rid = self.api_send
+            self.api_send += 1
+            k = rid % self.api_count
+            s = self.api_sent[rid]
+            start = self.api_free[k] if self.api_free[k] > s else s
+            end = start + (self.api_request_s + self.api_prompt_token_s * self.prompt[rid])
+            self.api_free[k] = end
+            self.api_requests[k] += 1
+            self.api_prompt_tokens[k] += self.prompt[rid]
+            self.api_wait[rid] = start - s
+            self.arrived[rid] = end
+            heapq.heappush(self.due, (end, rid))
+        self.api_next = self.api_sent[self.api_send] if self.api_send < self.n else INF
 
     @cython.cfunc
     def _wake_arrivals(self) -> cython.void:
@@ -84,8 +114,7 @@ class CoreRouting(CoreBlocks):
         k: cython.Py_ssize_t
         rid: cython.longlong
         if self.api_next <= self.now:
-            self.api.advance(self.now, self.due)
-            self.api_next = self.api.pending()
+            self._api_advance(self.now)
         for k, rid in enumerate(ids):
             self.api_ids[k] = rid
         self._api_step(self.api_ids, len(ids), self.now)
@@ -132,8 +161,9 @@ class CoreRouting(CoreBlocks):
             self.api_last[rid] = t
             if self.status[rid] == DONE:
                 self.api_done[rid] = t
-                self.api.answered(rid, t + self.api_residual)
-                done = True
+                if not self.api_open:  # the open loop's answers free no slot and release no round
+                    self.api.answered(rid, t + self.api_residual)
+                    done = True
         if done:  # answers free slots or release rounds: the next send may come sooner
             self.api_next = self.api.pending()
         if done and self.api.woken():
@@ -154,17 +184,23 @@ class CoreRouting(CoreBlocks):
             i = self.num_buckets - 1
         self.itl_counts[i] += 1.0
 
-    def api_itl_zeros(self) -> float:
-        """The client gap histogram's zeros (kept here while the core runs: core_run writes them back)."""
-        return self.itl_zeros
+    def api_finish(self) -> None:
+        """Hands the API servers what was kept here while the core ran: the client gap histogram's zeros (its
+        counts are shared) and, in the open loop, the sends processed and each process's input work."""
+        k: cython.Py_ssize_t
+        self.api.itl.zeros = self.itl_zeros
+        if self.api_open:
+            self.api.next_send = self.api_send
+            for k in range(self.api_count):
+                self.api.requests[k] += self.api_requests[k]
+                self.api.prompt_tokens[k] += self.api_prompt_tokens[k]
 
     @cython.cfunc
     def _route_due(self, now: cython.double) -> cython.void:
         rid: cython.longlong
         rep: Rep
         if self.api is not None and self.api_next <= now:
-            self.api.advance(now, self.due)
-            self.api_next = self.api.pending()
+            self._api_advance(now)
         while True:
             if self.heap_route:
                 if not (self.due and self.due[0][0] <= now):
@@ -218,7 +254,7 @@ class CoreRouting(CoreBlocks):
         self.num_done += 1
         if self.status[rid] == IGNORED:
             self.num_ignored += 1
-            if self.api is not None:
+            if self.api is not None and not self.api_open:  # the open loop: an error frees nothing
                 woken = self.api.failed(rid, self.now)  # answered at once: a slot frees, a round is released
                 self.api_next = self.api.pending()
                 if woken:
