@@ -83,9 +83,15 @@ def extensions() -> list[Extension]:
     # NOTE: with their own copy of Cython's helpers: the shared one lives in simserve.sim.core, whose __init__
     # imports the core's modules, which cimport the routers (a circular import at start-up).
     router = Extension("simserve.sim.routers", ["simserve/sim/routers.py"], extra_compile_args=flags)
+    # The prefix cache and its CPU tier (plain Python typed by their .pxd), likewise: the reference calls them, the
+    # core (and the cache the tier) without a Python call.
+    tiers = [Extension(f"simserve.sim.{m}", [f"simserve/sim/{m}.py"], extra_compile_args=flags)
+             for m in ("kv_offload", "prefix_cache")]  # fmt: skip
     return [
         *cythonize(core, compiler_directives=directives, shared_utility_qualified_name=SHARED, quiet=True),
         *cythonize([text, router], compiler_directives=directives, quiet=True),
+        # NOTE: their annotations (`rid: int`, for readers and the reference) are not C types: the .pxd types them
+        *cythonize(tiers, compiler_directives={**directives, "annotation_typing": False}, quiet=True),
     ]
 
 

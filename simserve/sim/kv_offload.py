@@ -60,7 +60,10 @@ def tier_blocks(gib: float, kv_bytes_per_block_per_gpu: int, world_size: int) ->
 
 
 class CpuTier:
-    """One replica's CPU tier: vLLM's CPUOffloadingManager (LRU) and the connector's per-request state."""
+    """One replica's CPU tier: vLLM's CPUOffloadingManager (LRU) and the connector's per-request state.
+
+    Compiled (kv_offload.pxd, as prefix_cache.py is): the SimPy reference calls it as Python, the compiled core
+    and PrefixCache without a Python call."""
 
     def __init__(self, num_blocks: int, block_s: float, block_size: int, block_key, prompt, keys_of=None):
         self.capacity = num_blocks
@@ -228,8 +231,10 @@ class CpuTier:
         n = gpu_blocks
         while n < end and keys[n] in rank:
             n += 1
-        if self.being_loaded and any(key in self.being_loaded for key in keys[gpu_blocks:n]):
-            return -1
+        if self.being_loaded:
+            for k in range(gpu_blocks, n):
+                if keys[k] in self.being_loaded:
+                    return -1
         return n - gpu_blocks
 
     def keys(self, rid: int, blocks: int) -> list[int]:
@@ -287,8 +292,11 @@ class CpuTier:
 
     def force(self, now: float) -> list[int]:
         """Nothing else can run: the earliest load is awaited; the step that takes it starts when it ends."""
-        rid = min(self.loading, key=lambda q: self.loading[q][0])
-        self.stall = self.loading[rid][0] - now
+        rid, ready = -1, 0.0
+        for q, s in self.loading.items():  # the earliest to end; of equal ends, the first started
+            if rid < 0 or s[0] < ready:
+                rid, ready = q, s[0]
+        self.stall = ready - now
         self._stall_at = now
         self._complete(rid)
         return [rid]
@@ -338,6 +346,9 @@ class CpuTier:
 def attach(cache, cfg, reqs):
     """Give a replica's PrefixCache its CPU tier when the config asks for one (SimConfig.kv_offload_blocks)."""
     if cfg.kv_offload_blocks:
-        cache.tier = CpuTier(cfg.kv_offload_blocks, cfg.kv_offload_block_s, cfg.block_size, cache.block_key,
-                             reqs.prompt, cache.keys)  # fmt: skip
+        # NOTE: the class looked up by name when called (compiled, `CpuTier` is bound when built): a test may
+        # substitute a recording tier (tests/conformance/test_kv_offload_conformance.py)
+        tier = globals()["CpuTier"]
+        cache.tier = tier(cfg.kv_offload_blocks, cfg.kv_offload_block_s, cfg.block_size, cache.block_key,
+                          reqs.prompt, cache.keys)  # fmt: skip
     return cache

@@ -33,7 +33,7 @@ shared by several running requests is held once (ref count), so KV usage counts 
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from array import array
 
 from simserve.workload.formats import HASH_BLOCK_TOKENS
 
@@ -105,9 +105,12 @@ def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
 
 
 class PrefixCache:
-    """vLLM's BlockPool with prefix caching for one replica (the watermark is vLLM V1's default, 0)."""
+    """vLLM's BlockPool with prefix caching for one replica (the watermark is vLLM V1's default, 0).
 
-    tier = None  # --kv-offload-gb: the replica's CPU tier (sim/kv_offload.py), which sees every allocation
+    Compiled (prefix_cache.pxd, as routers.py is): the SimPy reference calls it as Python, the compiled core
+    without a Python call. Ref counts and the free queue are int arrays: the queue is a doubly linked list over
+    `_next` / `_prev` (block ids; the sentinel `num_blocks` links its back to its front), as vLLM's
+    FreeKVCacheBlockQueue is, and `free` counts it."""
 
     def __init__(self, num_blocks: int, block_size: int, reqs):
         if num_blocks < 1:
@@ -116,11 +119,16 @@ class PrefixCache:
         self.watermark = 0
         self.block_size = block_size
         self.reqs = reqs  # the requests' identity (prefix groups and tokens, chained block ids): block_key
+        self.tier = None  # --kv-offload-gb: the replica's CPU tier (sim/kv_offload.py), which sees every allocation
         self._keys: dict[int, list[int]] = {}  # request -> its blocks' keys so far, while it is served
-        self.ref = [0] * num_blocks
+        self._ref = array("q", bytes(8 * num_blocks))
         self.key: list[int | None] = [None] * num_blocks
         # the free queue, front first: the next block a new allocation takes (vLLM starts it in id order)
-        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._next = array("q", range(1, num_blocks + 2))
+        self._prev = array("q", range(-1, num_blocks))
+        self._next[num_blocks] = 0
+        self._prev[0] = num_blocks
+        self.free = num_blocks
         self.cached: dict[int, list[int]] = {}  # key -> blocks holding it, earliest cached first
         self.held: dict[int, list[int]] = {}  # request -> its blocks, in token order
         self.num_cached: dict[int, int] = {}  # request -> how many of its blocks are cached already
@@ -131,18 +139,43 @@ class PrefixCache:
 
     # -- the count interface the schedulers share with kvcache.BlockManager ----------------------------
     @property
-    def free(self) -> int:
-        return len(self.queue)
-
-    @property
     def used(self) -> int:
-        return self.num_blocks - len(self.queue)
+        return self.num_blocks - self.free
 
     def can_allocate(self, blocks: int) -> bool:
-        return len(self.queue) - blocks >= 0
+        return self.free - blocks >= 0
+
+    @property
+    def ref(self) -> list[int]:
+        """Each block's ref count."""
+        return list(self._ref)
+
+    @property
+    def queue(self) -> list[int]:
+        """The free queue, front first."""
+        out, b = [], self._next[self.num_blocks]
+        while b != self.num_blocks:
+            out.append(b)
+            b = self._next[b]
+        return out
+
+    # -- the free queue: a doubly linked list over block ids, the sentinel num_blocks at both ends ---------
+    def _unlink(self, b: int) -> None:
+        nxt, prv = self._next, self._prev
+        nxt[prv[b]] = nxt[b]
+        prv[nxt[b]] = prv[b]
+        self.free -= 1
+
+    def _link_after(self, at: int, b: int) -> None:
+        nxt, prv = self._next, self._prev
+        nxt[b] = nxt[at]
+        prv[b] = at
+        prv[nxt[at]] = b
+        nxt[at] = b
+        self.free += 1
 
     # -- keys ---------------------------------------------------------------------------------------
-    def block_key(self, rid: int, k: int) -> int:
+    def block_key(self, rid: int, k: int):
         """`block_key`, from the request's keys worked out once (`keys`)."""
         keys = self._keys.get(rid)
         if keys is not None and k < len(keys):
@@ -156,7 +189,8 @@ class PrefixCache:
         keys = self._keys.get(rid)
         if keys is None:
             runs = block_runs(self.reqs, rid, self.block_size)
-            keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[-1][1] if runs else 0)
+            # NOTE: no negative index: compiled without wraparound (setup.py)
+            keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[len(runs) - 1][1] if runs else 0)
         if n > len(keys):  # past its shared blocks: the request's own stream, -(own | k) (block_keys)
             own = (rid + 1) << _GROUP_BITS
             keys.extend(range(-(own + len(keys)), -(own + n), -1))
@@ -167,21 +201,28 @@ class PrefixCache:
         """The cached blocks of the longest hit for a request of num_tokens tokens (vLLM's
         `find_longest_cache_hit` with max_length = num_tokens - 1)."""
         n = (num_tokens - 1) // self.block_size
-        cached, out = self.cached, []
+        cached = self.cached
+        out: list[int] = []
         if not cached or n <= 0:
             return out
-        for key in self.keys(rid, n)[:n]:
-            blocks = cached.get(key)
+        keys = self.keys(rid, n)
+        for k in range(n):
+            blocks = cached.get(keys[k])
             if not blocks:
                 break
             out.append(blocks[0])
         return out
 
-    def blocks_to_allocate(self, rid: int, num_tokens: int, hits: list[int]) -> int:
+    def blocks_to_allocate(self, rid: int, num_tokens: int, hits) -> int:
         """Free blocks that holding num_tokens tokens takes (`get_num_blocks_to_allocate`): new blocks past
         what it holds or hits, plus the hit blocks that sit in the free queue (touching takes them out)."""
-        need = -(-num_tokens // self.block_size) - len(self.held.get(rid, ())) - len(hits)
-        return max(need, 0) + sum(1 for b in hits if self.ref[b] == 0)
+        held = self.held.get(rid)
+        need = -(-num_tokens // self.block_size) - (len(held) if held is not None else 0) - len(hits)
+        n = max(need, 0)
+        for b in hits:
+            if self._ref[b] == 0:
+                n += 1
+        return n
 
     def record(self, rid_preempted: bool, num_tokens: int, hit_tokens: int) -> None:
         if rid_preempted:
@@ -193,23 +234,25 @@ class PrefixCache:
             if self.tier is not None:  # the connector's queries: what the local hit left
                 self.tier.queries += num_tokens - hit_tokens
 
-    def allocate_slots(self, rid: int, hits: list[int], num_tokens: int, cache_tokens: int) -> int:
+    def allocate_slots(self, rid: int, hits, num_tokens: int, cache_tokens: int) -> int:
         """Take the hit blocks (first allocation only), blocks up to num_tokens tokens, and cache the full
         blocks of the first cache_tokens tokens; returns how many blocks the request holds now."""
+        ref = self._ref
         held = self.held.get(rid)
         if held is None:
             held = self.held[rid] = []
             for b in hits:  # BlockPool.touch
-                if self.ref[b] == 0:
-                    del self.queue[b]
-                self.ref[b] += 1
+                if ref[b] == 0:
+                    self._unlink(b)
+                ref[b] += 1
             held.extend(hits)
             self.num_cached[rid] = len(hits)
         new = -(-num_tokens // self.block_size) - len(held)
         if new > 0:
-            pop, bkey, ref = self.queue.popitem, self.key, self.ref
+            bkey, front = self.key, self.num_blocks
             for _ in range(new):  # BlockPool.get_new_blocks: the front of the free queue, evicting its key
-                b = pop(last=False)[0]
+                b = self._next[front]
+                self._unlink(b)
                 key = bkey[b]
                 if key is not None:
                     bkey[b] = None
@@ -243,20 +286,24 @@ class PrefixCache:
         self.num_cached[rid] = full
 
     def free_request(self, rid: int) -> None:
-        """Release a finished or preempted request's blocks, tail first (`KVCacheManager.free`)."""
-        held = self.held.pop(rid, [])
+        """Release a finished or preempted request's blocks, tail first (`KVCacheManager.free`): uncached ones
+        to the front of the free queue (the list's first block ending up first), cached ones to its back."""
+        held = self.held.pop(rid, None)
         self._keys.pop(rid, None)
         self.num_cached.pop(rid, None)
-        first, last, ref, bkey, queue = [], [], self.ref, self.key, self.queue
-        for b in reversed(held):
-            r = ref[b] = ref[b] - 1
-            if r == 0:
-                (first if bkey[b] is None else last).append(b)
-        move = queue.move_to_end
-        for b in reversed(first):  # prepend_n: the list's first block ends up at the front
-            queue[b] = None
-            move(b, last=False)
-        queue.update(dict.fromkeys(last))  # append_n
+        if held is None:
+            return
+        ref, bkey, end = self._ref, self.key, self.num_blocks
+        at = end  # prepend_n: each freed uncached block after the one freed before it
+        for i in range(len(held) - 1, -1, -1):
+            b = held[i]
+            ref[b] -= 1
+            if ref[b] == 0:
+                if bkey[b] is None:
+                    self._link_after(at, b)
+                    at = b
+                else:
+                    self._link_after(self._prev[end], b)  # append_n: to the back
 
 
 def prefix_reuse(reqs, block_size: int) -> tuple[int, int]:

@@ -1,3 +1,5 @@
+from simserve.sim.prefix_cache cimport PrefixCache
+
 
 cdef class Rep:
     cdef int index
@@ -7,7 +9,7 @@ cdef class Rep:
     cdef list running  # vllm-v1: ids in admission order (ReplicaState.running); unused otherwise
     # vllm-v1 with prefix caching: the same PrefixCache object the reference uses (sim/prefix_cache.py); `free`
     # mirrors its free queue after every change. finished / admit_seq / admitted: ReplicaState's.
-    cdef object cache
+    cdef PrefixCache cache
     # sglang with --prefix-caching: the reference's own RadixCache (sim/radix_cache.py), which is also the
     # pool; `free` mirrors its free pages (available + evictable) after every change (_sync_radix)
     cdef object radix

@@ -9,7 +9,12 @@ import cython
 if cython.compiled:
     from cython.cimports.simserve.sim.core.paper_policies import CorePaperPolicies
     from cython.cimports.simserve.sim.core.rep import Rep
+    from cython.cimports.simserve.sim.kv_offload import CpuTier
+    from cython.cimports.simserve.sim.prefix_cache import PrefixCache
 else:
+    from simserve.sim.kv_offload import CpuTier
+    from simserve.sim.prefix_cache import PrefixCache
+
     from .paper_policies import CorePaperPolicies
     from .rep import Rep
 
@@ -43,7 +48,7 @@ class CoreVllmV1(CorePaperPolicies):
         running: list = rep.running
         prefills: list = []
         decodes: list = []
-        cache: object = rep.cache
+        cache: PrefixCache = rep.cache
         if cache is not None and rep.finished:
             self._release_finished(rep)
         if thr and self.long_adaptive:
@@ -191,8 +196,8 @@ class CoreVllmV1(CorePaperPolicies):
     def _admit_cached(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
                       budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
         """vllm_v1._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
-        cache: object = rep.cache
-        tier: object = cache.tier
+        cache: PrefixCache = rep.cache
+        tier: CpuTier = cache.tier
         loading: cython.longlong
         if tier is not None and rid in tier.loaded:
             return self._admit_loaded(rep, rid, want, thr, budget, now)
@@ -228,7 +233,7 @@ class CoreVllmV1(CorePaperPolicies):
     def _admit_loaded(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
                       budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
         """vllm_v1._admit_loaded: a request back from its CPU-tier load, or 0 when the rest does not fit."""
-        cache: object = rep.cache
+        cache: PrefixCache = rep.cache
         computed: cython.longlong = cache.tier.loaded[rid]
         n: cython.longlong = min(want - computed, thr if thr else budget, budget)
         whole: cython.longlong = min(want, self.max_model_len) if self.full_isl else computed + n
