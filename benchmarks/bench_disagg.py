@@ -25,13 +25,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=1024)
     ap.add_argument("--qps", type=float, nargs="+", default=[4.0, 12.0])
-    ap.add_argument("--reference", action="store_true", help="time the SimPy reference model, not the compiled core")
+    ap.add_argument(
+        "--reference", action="store_true", help="time the SimPy reference model, not the compiled core"
+    )
     args = ap.parse_args()
     if args.reference:
         os.environ["SIMSERVE_CORE"] = "reference"
     base = Scenario(model="llama-2-70b", gpu="h200", budget=512, num_requests=args.requests)
     ds = DisaggScenario.create(base, PoolSpec(2, 2), PoolSpec(1, 4))
-    timers = tuple(_timer(x.deployment(), x.profiles_root, x.cpu_overhead, x.ray_comm) for x in (ds.prefill, ds.decode))
+    timers = tuple(
+        _timer(x.deployment(), x.profiles_root, x.cpu_overhead, x.ray_comm) for x in (ds.prefill, ds.decode)
+    )
     print(f"{'reference' if args.reference else 'compiled core'}: {ds.label()}, {args.requests} requests")
     print(f"| QPS | CPU s (best of {args.repeats}) | requests / CPU s | iterations | first-token digest |")
     print("|---|---|---|---|---|")

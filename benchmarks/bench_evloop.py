@@ -46,7 +46,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=2048)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--reference", action="store_true", help="time the SimPy reference model, not the compiled core")
+    ap.add_argument(
+        "--reference", action="store_true", help="time the SimPy reference model, not the compiled core"
+    )
     ap.add_argument("--update-docs", action="store_true", help=f"write the table into {DOC.name}")
     ap.add_argument("--policy", default="sarathi", help="the batching policy (default sarathi, B = 512)")
     ap.add_argument("--max-concurrency", type=int, default=None, help="a closed-loop client with N slots")
@@ -56,8 +58,14 @@ def main() -> None:
     if args.update_docs and (args.policy != "sarathi" or args.max_concurrency is not None):
         sys.exit("--update-docs writes the Sarathi open-loop table only")
     budget = 512 if args.policy == "sarathi" else None
-    s = Scenario(model="mistral-7b", gpu="a100", budget=budget, num_requests=args.requests, policy=args.policy,
-                 max_concurrency=args.max_concurrency)  # fmt: skip
+    s = Scenario(
+        model="mistral-7b",
+        gpu="a100",
+        budget=budget,
+        num_requests=args.requests,
+        policy=args.policy,
+        max_concurrency=args.max_concurrency,
+    )
     lines = ["| QPS | CPU s | requests / CPU s | iterations | table rows |", "|---|---|---|---|---|"]
     print("\n".join(lines))
     for qps in LOADS:
@@ -85,9 +93,9 @@ def main() -> None:
         flags += " --reference" if args.reference else ""
         block = "\n".join(
             [
-                f"Measured with `python benchmarks/bench_evloop.py --repeats {args.repeats}{flags} --update-docs` "
-                f"(Python {platform.python_version()}, {platform.machine()}, best of {args.repeats} CPU times of "
-                f"`simulate` alone, {args.requests} requests):",
+                f"Measured with `python benchmarks/bench_evloop.py --repeats {args.repeats}{flags} "
+                f"--update-docs` (Python {platform.python_version()}, {platform.machine()}, best of "
+                f"{args.repeats} CPU times of `simulate` alone, {args.requests} requests):",
                 "",
                 *lines,
             ]

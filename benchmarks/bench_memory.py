@@ -28,8 +28,12 @@ def run_child(tree: Path, args: list[str], cache: Path) -> dict:
     env = {**os.environ, "SIMSERVE_CACHE": str(cache), "PYTHONPATH": str(tree)}
     t = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, *args], env=env, cwd=tree,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", CHILD, *args],
+        env=env,
+        cwd=tree,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -49,7 +53,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--qps", type=float, default=3.0)
     ap.add_argument("--modes", default="all,sampled,none", help="--iterations modes to run, comma-separated")
-    ap.add_argument("--tree", type=Path, default=REPO, help="the simserve checkout to run (default: this one)")
+    ap.add_argument(
+        "--tree", type=Path, default=REPO, help="the simserve checkout to run (default: this one)"
+    )
     ap.add_argument("extra", nargs="*", help="more `simserve run` options, after --")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,14 +63,30 @@ def main() -> None:
         run_child(a.tree, ["run", "--requests", "10", "--out", str(Path(tmp) / "warm"), *a.extra], cache)
         for mode in a.modes.split(","):
             out = Path(tmp) / f"out-{mode}"
-            args = ["run", "--requests", str(a.requests), "--qps", f"{a.qps:g}", "--iterations", mode,
-                    "--out", str(out), *a.extra]
+            args = [
+                "run",
+                "--requests",
+                str(a.requests),
+                "--qps",
+                f"{a.qps:g}",
+                "--iterations",
+                mode,
+                "--out",
+                str(out),
+                *a.extra,
+            ]
             r = run_child(a.tree, args, cache)
-            files = ", ".join(f"{p.name} {p.stat().st_size / 1e6:.0f} MB" for p in sorted(out.iterdir())
-                              if not p.name.startswith("."))
-            print(f"simserve {' '.join(args[:-2 - len(a.extra)] + list(a.extra))} ({a.tree}): peak RSS "
-                  f"{r['peak_rss_mb']:.0f} MB, CPU {r['cpu_s']:.0f} s, wall {r['wall_s']:.0f} s "
-                  f"(load {os.getloadavg()[0]:.1f}); {files}", flush=True)
+            files = ", ".join(
+                f"{p.name} {p.stat().st_size / 1e6:.0f} MB"
+                for p in sorted(out.iterdir())
+                if not p.name.startswith(".")
+            )
+            print(
+                f"simserve {' '.join(args[: -2 - len(a.extra)] + list(a.extra))} ({a.tree}): peak RSS "
+                f"{r['peak_rss_mb']:.0f} MB, CPU {r['cpu_s']:.0f} s, wall {r['wall_s']:.0f} s "
+                f"(load {os.getloadavg()[0]:.1f}); {files}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -9,14 +9,15 @@
 
 The MoE cases (issue 33 item 19's question: 8×H200, every request 4000 prompt and 1000 output tokens, P50 TBT
 ≤ 50 ms and P50 TTFT ≤ 3 s; the plan searches DP × TP layouts beside TP and EP ones) run on a trace file of
-1024 such requests, written into the run's temporary directory, as benchmarks/vs_aiconfigurator.py writes its own.
+1024 such requests, written into the run's temporary directory, as benchmarks/vs_aiconfigurator.py writes its
+own.
 
 Every run gets a fresh $SIMSERVE_CACHE, so it pays for everything a first plan pays for: writing the plan's
 profiles, fitting predictors, and every probe. With --stages the same command runs three times in that cache:
-cold (nothing cached), profiles (everything but the generated profiles removed again: the predictors are fitted
-and every probe simulated, as on a machine that has planned this model and GPU before but nothing else), and warm
-(everything cached). CPU seconds (user + sys of the plan and all its worker processes) are the figure to compare
-on a shared machine: wall time there depends on the other load.
+cold (nothing cached), profiles (everything but the generated profiles removed again: the predictors are
+fitted and every probe simulated, as on a machine that has planned this model and GPU before but nothing
+else), and warm (everything cached). CPU seconds (user + sys of the plan and all its worker processes) are the
+figure to compare on a shared machine: wall time there depends on the other load.
 """
 
 from __future__ import annotations
@@ -34,14 +35,52 @@ import tempfile
 import time
 from pathlib import Path
 
-ISSUE = ["--model", "llama-2-70b", "--trace", "sharegpt", "--slo", "0.2", "--gpus", "a100,h100,h200",
-         "--max-gpus", "8"]  # fmt: skip
+ISSUE = [
+    "--model",
+    "llama-2-70b",
+    "--trace",
+    "sharegpt",
+    "--slo",
+    "0.2",
+    "--gpus",
+    "a100,h100,h200",
+    "--max-gpus",
+    "8",
+]
 # Issue 33's plan: LLaMA2-70B on up to 8 H200s, every prompt 1,700 tokens and every answer 400, both layouts.
-DISAGG = ["--model", "llama-2-70b", "--trace", "fixed:1700:400", "--slo", "0.2", "--gpus", "h200", "--max-gpus", "8",
-          "--layouts", "agg,disagg"]  # fmt: skip
+DISAGG = [
+    "--model",
+    "llama-2-70b",
+    "--trace",
+    "fixed:1700:400",
+    "--slo",
+    "0.2",
+    "--gpus",
+    "h200",
+    "--max-gpus",
+    "8",
+    "--layouts",
+    "agg,disagg",
+]
 FIXED = "{fixed}"  # replaced by the path of the fixed-length trace file
-MOE = ["--dtype", "fp8", "--gpus", "h200", "--max-gpus", "8", "--trace", FIXED, "--slo", "0.05", "--tbt-quantile",
-       "0.5", "--ttft-slo", "3", "--ttft-quantile", "0.5"]  # fmt: skip
+MOE = [
+    "--dtype",
+    "fp8",
+    "--gpus",
+    "h200",
+    "--max-gpus",
+    "8",
+    "--trace",
+    FIXED,
+    "--slo",
+    "0.05",
+    "--tbt-quantile",
+    "0.5",
+    "--ttft-slo",
+    "3",
+    "--ttft-quantile",
+    "0.5",
+]
 CASES = {
     "issue": ISSUE,
     "disagg": DISAGG,
@@ -54,7 +93,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-prune", action="store_true", help="pass --no-prune to the plan")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--case", choices=sorted(CASES), default="issue", help="a preset command (default: issue)")
+    ap.add_argument(
+        "--case", choices=sorted(CASES), default="issue", help="a preset command (default: issue)"
+    )
     ap.add_argument("--stages", action="store_true", help="cold, then with only the profiles kept, then warm")
     ap.add_argument("--keep", type=Path, default=None, help="copy the plan's output directory here")
     ap.add_argument("plan_args", nargs="*", help="plan options replacing the preset's (after --)")
@@ -62,8 +103,10 @@ def main() -> None:
     plan_args = args.plan_args or CASES[args.case]
     shown = shlex.join(["simserve", "plan", *plan_args, *(["--no-prune"] if args.no_prune else [])])
     print(f"command: {shown.replace(FIXED, '<4000/1000 trace>')} --workers {args.workers}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared), load "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) before the runs")  # fmt: skip
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared), load "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) before the runs"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         cache = Path(tmp) / "cache"
         if FIXED in plan_args:  # every request 4000 prompt and 1000 output tokens, 1024 of them
@@ -80,14 +123,28 @@ def main() -> None:
             cpu, wall, stats, stdout = _run(plan_args, args, cache, out)
             if stage == stages[-1]:
                 print(stdout)
-            print(f"{stage}: CPU (user+sys, plan and workers) {cpu:.1f} s; wall {wall:.1f} s; searches {stats['tasks']}"
-                  f", pruned after one probe {stats.get('searches_pruned', 0)}, probes simulated "
-                  f"{stats['probes_simulated']} ({stats['probes_speculative']} speculative)")  # fmt: skip
+            print(
+                f"{stage}: CPU (user+sys, plan and workers) {cpu:.1f} s; wall {wall:.1f} s; searches "
+                f"{stats['tasks']}, pruned after one probe {stats.get('searches_pruned', 0)}, probes "
+                f"simulated {stats['probes_simulated']} ({stats['probes_speculative']} speculative)"
+            )
 
 
 def _run(plan_args: list[str], args, cache: Path, out: Path) -> tuple[float, float, dict, str]:
-    cmd = [sys.executable, "-c", "from simserve.cli import main; main()", "plan", *plan_args,
-           "--workers", str(args.workers), "--out", str(out), "--cache", str(cache / "probes"), "--force"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "from simserve.cli import main; main()",
+        "plan",
+        *plan_args,
+        "--workers",
+        str(args.workers),
+        "--out",
+        str(out),
+        "--cache",
+        str(cache / "probes"),
+        "--force",
+    ]
     cmd += ["--no-prune"] if args.no_prune else []
     env = {**os.environ, "SIMSERVE_CACHE": str(cache)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

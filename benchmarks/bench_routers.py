@@ -33,13 +33,26 @@ def main() -> None:
     ap.add_argument("--trace", default="prefix-repetition")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    print(f"{args.replicas} replicas, {args.requests} requests of {args.trace} at {args.qps:g} QPS, vllm-v1 with "
-          f"prefix caching; best of {args.repeats} CPU times of simulate")  # fmt: skip
-    print("| router | CPU s | requests / CPU s | prefix-cache hit rate | TTFT p50 (s) | TTFT p99 (s) | requests per replica (min-max) |")  # fmt: skip
+    print(
+        f"{args.replicas} replicas, {args.requests} requests of {args.trace} at {args.qps:g} QPS, vllm-v1 "
+        f"with prefix caching; best of {args.repeats} CPU times of simulate"
+    )
+    print(
+        "| router | CPU s | requests / CPU s | prefix-cache hit rate | TTFT p50 (s) | TTFT p99 (s) | "
+        "requests per replica (min-max) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name in args.routers.split(","):
-        s = Scenario(model="mistral-7b", gpu="a100", policy="vllm-v1", prefix_caching=True, trace=args.trace,
-                     num_requests=args.requests, num_replicas=args.replicas, router=name)  # fmt: skip
+        s = Scenario(
+            model="mistral-7b",
+            gpu="a100",
+            policy="vllm-v1",
+            prefix_caching=True,
+            trace=args.trace,
+            num_requests=args.requests,
+            num_replicas=args.replicas,
+            router=name,
+        )
         cfg, dep = s.sim_config(), s.deployment()
         num_blocks = _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp))
         prompt, output, recorded, prefix = _workload(s.trace, s.max_len, s.num_requests, s.seed, False)

@@ -6,14 +6,14 @@
     python benchmarks/bench_run.py --memory 1000000 --qps 3   # peak RSS of one run of that many requests
                                                                # (benchmarks/bench_memory.py does this per mode)
 
-Each run is a fresh child interpreter (`python -c "... main(['run', ...])"`), so imports are paid as a user pays
-them. Reported per run: wall seconds from interpreter start to exit, wall and CPU seconds inside the child
-after the interpreter has started (imports + run + writing; CPU = user + system of the child), and the child's
-peak RSS (ru_maxrss from os.wait4, that child alone). "cold" uses an empty $SIMSERVE_CACHE (fits the
+Each run is a fresh child interpreter (`python -c "... main(['run', ...])"`), so imports are paid as a user
+pays them. Reported per run: wall seconds from interpreter start to exit, wall and CPU seconds inside the
+child after the interpreter has started (imports + run + writing; CPU = user + system of the child), and the
+child's peak RSS (ru_maxrss from os.wait4, that child alone). "cold" uses an empty $SIMSERVE_CACHE (fits the
 predictor, parses the trace) and empty bytecode caches; "warm" reuses both. Bytecode goes to a private
-PYTHONPYCACHEPREFIX (PYTHONDONTWRITEBYTECODE is dropped for the children), as an installed package has its .pyc
-files; without them every warm run would also compile simserve's sources (~0.05 s). Wall figures depend on
-machine load: compare CPU seconds, and the best of the warm runs.
+PYTHONPYCACHEPREFIX (PYTHONDONTWRITEBYTECODE is dropped for the children), as an installed package has its
+.pyc files; without them every warm run would also compile simserve's sources (~0.05 s). Wall figures depend
+on machine load: compare CPU seconds, and the best of the warm runs.
 """
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ def run_child(args: list[str], cache: Path, tree: Path, pyc: Path) -> dict:
     env.update(SIMSERVE_CACHE=str(cache), PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(pyc))
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
         t = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, cwd=tree, stdout=out_f,
-                                stderr=err_f, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, *args], env=env, cwd=tree, stdout=out_f, stderr=err_f, text=True
+        )
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (CPU, peak RSS)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t
@@ -91,7 +92,7 @@ def run_child(args: list[str], cache: Path, tree: Path, pyc: Path) -> dict:
     if proc.returncode != 0:
         sys.exit(f"error: simserve run failed: {stderr.strip().splitlines()[-1:]}")
     line = [x for x in stdout.splitlines() if x.startswith("BENCH=")][-1]
-    out = json.loads(line[len("BENCH="):])
+    out = json.loads(line[len("BENCH=") :])
     out["wall_total_s"] = wall
     out["cpu_total_s"] = usage.ru_utime + usage.ru_stime
     out["peak_rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
@@ -105,19 +106,27 @@ def main() -> None:
     ap.add_argument("--memory", type=int, metavar="N", help="one warm run of N requests; report its peak RSS")
     ap.add_argument("--cache", type=Path, help="reuse this $SIMSERVE_CACHE (default: a fresh temporary one)")
     ap.add_argument("--warm", type=int, default=5, help="warm runs after the cold one")
-    ap.add_argument("--tree", type=Path, default=REPO, help="the simserve checkout to run (default: this one)")
-    ap.add_argument("--phases", action="store_true", help="after the warm runs, time each step of one in-process")
+    ap.add_argument(
+        "--tree", type=Path, default=REPO, help="the simserve checkout to run (default: this one)"
+    )
+    ap.add_argument(
+        "--phases", action="store_true", help="after the warm runs, time each step of one in-process"
+    )
     ap.add_argument("extra", nargs="*", help="more `simserve run` options, after --")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cache = a.cache or Path(tmp) / "cache"
         n = a.memory or a.requests
         args = ["run", "--requests", str(n), "--qps", f"{a.qps:g}", *a.extra]
-        print(f"simserve {' '.join(args)}  ({a.tree}, python {sys.version.split()[0]}, "
-              f"load {os.getloadavg()[0]:.1f})")
+        print(
+            f"simserve {' '.join(args)}  ({a.tree}, python {sys.version.split()[0]}, "
+            f"load {os.getloadavg()[0]:.1f})"
+        )
         phases = ["warm"] if a.memory else ["cold"] + ["warm"] * a.warm
         if a.memory:  # warm the timer cache with a tiny run, so the figure is the big run's own
-            run_child(["run", "--requests", "10", "--out", str(Path(tmp) / "w")], cache, a.tree, Path(tmp) / "pyc")
+            run_child(
+                ["run", "--requests", "10", "--out", str(Path(tmp) / "w")], cache, a.tree, Path(tmp) / "pyc"
+            )
         warm = []
         for i, phase in enumerate(phases):
             r = run_child([*args, "--out", str(Path(tmp) / f"out{i}")], cache, a.tree, Path(tmp) / "pyc")
@@ -125,21 +134,27 @@ def main() -> None:
                 warm.append(r)
             print(
                 f"{phase:5s} wall {r['wall_total_s']:6.2f} s total, {r['wall_after_start_s']:6.2f} s after "
-                f"interpreter start; CPU {r['cpu_total_s']:6.2f} s total, {r['cpu_after_start_s']:6.2f} s after "
-                f"start; peak RSS {r['peak_rss_mb']:.0f} MB"
+                f"interpreter start; CPU {r['cpu_total_s']:6.2f} s total, {r['cpu_after_start_s']:6.2f} s "
+                f"after start; peak RSS {r['peak_rss_mb']:.0f} MB"
             )
         if a.phases:
             env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-            env.update(SIMSERVE_CACHE=str(cache), PYTHONPATH=str(a.tree), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
+            env.update(
+                SIMSERVE_CACHE=str(cache), PYTHONPATH=str(a.tree), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc")
+            )
             print("steps of one warm run, CPU seconds:")
-            subprocess.run([sys.executable, "-c", PHASES, str(n), f"{a.qps:g}", str(Path(tmp) / "phases")],
-                           env=env, cwd=a.tree, check=True)
+            subprocess.run(
+                [sys.executable, "-c", PHASES, str(n), f"{a.qps:g}", str(Path(tmp) / "phases")],
+                env=env,
+                cwd=a.tree,
+                check=True,
+            )
         if len(warm) > 1:
             best = min(warm, key=lambda r: r["cpu_after_start_s"])
             print(
                 f"best warm: CPU {best['cpu_after_start_s']:.2f} s after interpreter start "
-                f"({best['cpu_total_s']:.2f} s total), wall {min(r['wall_after_start_s'] for r in warm):.2f} s "
-                f"after start (load {os.getloadavg()[0]:.1f})"
+                f"({best['cpu_total_s']:.2f} s total), wall {min(r['wall_after_start_s'] for r in warm):.2f} "
+                f"s after start (load {os.getloadavg()[0]:.1f})"
             )
 
 

@@ -3,11 +3,11 @@
     python benchmarks/bench_sim.py [--repeats 3] [--update-docs]
 
 Cases: Mistral-7B on one A100 (chat trace, Sarathi B=512) and LLaMA2-70B on 8×A40 (TP4-PP2, Sarathi B=512),
-2048 requests at a rate just below each one's capacity (the printed scheduling delay and P99 TBT show
-where each run sits against the paper's SLOs), and the LLaMA2-70B case again at half that rate. Each case
-runs once to warm the per-process caches (trace, predictor, memory plan), then `--repeats` times; the
-fastest CPU time (time.process_time) is reported, for the compiled core (the default) and for the SimPy
-reference model ($SIMSERVE_CORE=reference). When a profile is missing the case falls back to a LinearTimer and says so.
+2048 requests at a rate just below each one's capacity (the printed scheduling delay and P99 TBT show where
+each run sits against the paper's SLOs), and the LLaMA2-70B case again at half that rate. Each case runs once
+to warm the per-process caches (trace, predictor, memory plan), then `--repeats` times; the fastest CPU time
+(time.process_time) is reported, for the compiled core (the default) and for the SimPy reference model
+($SIMSERVE_CORE=reference). When a profile is missing the case falls back to a LinearTimer and says so.
 
 Then, when `.venv-vidur/` exists (created once by `python benchmarks/vs_vidur.py --quick`), the same run also
 times Vidur beside simserve on identical inputs (benchmarks/vs_vidur.py's setup: Llama-2-7B on one A100, 2,000
@@ -72,7 +72,8 @@ def main() -> None:
     ap.add_argument("--vidur-qps", type=float, default=1.0)
     args = ap.parse_args()
     lines = [
-        "| case | QPS | path | CPU s | requests / CPU s | iterations / CPU s | table rows for iterations | sched. delay P50 | TBT P99 |",
+        "| case | QPS | path | CPU s | requests / CPU s | iterations / CPU s | table rows for iterations | "
+        "sched. delay P50 | TBT P99 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
@@ -83,9 +84,9 @@ def main() -> None:
             cpu, res, note = measure(s, qps, args.repeats)
             m = res.summary
             lines.append(
-                f"| {name} | {qps:g} | {path} | {cpu:.2f} | {m.completed / cpu:,.0f} | {m.num_iterations / cpu:,.0f} "
-                f"| {len(res.iterations):,} for {m.num_iterations:,} | {m.scheduling_delay_p50_s:.2f} s "
-                f"| {m.tbt_p99_s * 1e3:.0f} ms |"
+                f"| {name} | {qps:g} | {path} | {cpu:.2f} | {m.completed / cpu:,.0f} | "
+                f"{m.num_iterations / cpu:,.0f} | {len(res.iterations):,} for {m.num_iterations:,} | "
+                f"{m.scheduling_delay_p50_s:.2f} s | {m.tbt_p99_s * 1e3:.0f} ms |"
             )
             print(lines[-1], flush=True)
             if note:
@@ -116,7 +117,8 @@ def main() -> None:
 
 
 def vs_vidur_lines(num_requests: int, qps: float) -> list[str]:
-    """Markdown lines: simserve and Vidur on identical inputs, one after the other, or one line saying why not."""
+    """Markdown lines: simserve and Vidur on identical inputs, one after the other, or one line saying why
+    not."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import tempfile
 
@@ -150,8 +152,8 @@ def vs_vidur_lines(num_requests: int, qps: float) -> list[str]:
         f"| ratio Vidur / simserve | {theirs.wall_s / ours.wall_s:.0f}x | {theirs.sim_s / ours.sim_s:.0f}x | "
         f"{theirs.cpu_s / ours.cpu_s:.0f}x | {theirs.sim_cpu_s / ours.sim_cpu_s:.0f}x |",
         "",
-        "(simserve in this process, warm: timer from the cache, simulation, tables; Vidur a subprocess: interpreter "
-        "start, cached predictors, simulation, outputs. CPU = user + system.)",
+        "(simserve in this process, warm: timer from the cache, simulation, tables; Vidur a subprocess: "
+        "interpreter start, cached predictors, simulation, outputs. CPU = user + system.)",
     ]
 
 

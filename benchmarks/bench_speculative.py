@@ -1,12 +1,13 @@
-"""Speculative decoding's cost to the simulator: CPU seconds of `simulate` with and without it (issue 32, item 6).
+"""Speculative decoding's cost to the simulator: CPU seconds of `simulate` with and without it (issue 32, item
+6).
 
     python benchmarks/bench_speculative.py [--repeats 7] [--requests 8192] [--reference]
 
 Mistral-7B on one A100, chat trace (sharegpt), the vllm-v1 policy without prefix caching (what speculation is
-modelled with), at 0.5, 1 and 2 QPS; the same run with EAGLE-3, K = 3 (cumulative acceptance 0.75, 0.5, 0.3: the
-vLLM per-position convention, docs/speculative.md) and with n-gram, K = 5. Start-up (trace, timer, memory
-plan) is excluded; `simulate(...)` alone is timed with time.process_time on the compiled core (--reference: the
-SimPy model). A load's three runs take turns, --repeats rounds of them, so a change in the machine's load
+modelled with), at 0.5, 1 and 2 QPS; the same run with EAGLE-3, K = 3 (cumulative acceptance 0.75, 0.5, 0.3:
+the vLLM per-position convention, docs/speculative.md) and with n-gram, K = 5. Start-up (trace, timer, memory
+plan) is excluded; `simulate(...)` alone is timed with time.process_time on the compiled core (--reference:
+the SimPy model). A load's three runs take turns, --repeats rounds of them, so a change in the machine's load
 between rounds reaches all three alike; each run's figure is its best round (the least disturbed one: on a
 shared machine the disturbances only add), after a gc.collect() so no run pays for another's garbage. Prints
 one markdown row per load: CPU seconds, steps (iterations) and CPU per step in µs, the ratio to the plain run.
@@ -62,12 +63,25 @@ def main() -> None:
     configs = [cfg]
     for method, acc in CASES.values():
         k = len(acc)
-        configs.append(replace(cfg, spec_k=k, spec_lookahead=0 if method == "ngram" else k, spec_acceptance=acc,
-                               spec_fraction=draft_fraction(method, model), spec_passes=0 if method == "ngram" else k))  # fmt: skip
-    print(f"host {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.1f}; {args.requests} requests; best of {args.repeats} rounds")  # fmt: skip
-    print("| QPS | plain: CPU s (steps), µs/step | "
-          + " | ".join(f"{c}: CPU s (steps), µs/step, ratio" for c in CASES) + " |")  # fmt: skip
+        configs.append(
+            replace(
+                cfg,
+                spec_k=k,
+                spec_lookahead=0 if method == "ngram" else k,
+                spec_acceptance=acc,
+                spec_fraction=draft_fraction(method, model),
+                spec_passes=0 if method == "ngram" else k,
+            )
+        )
+    print(
+        f"host {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
+        f"{os.getloadavg()[0]:.1f}; {args.requests} requests; best of {args.repeats} rounds"
+    )
+    print(
+        "| QPS | plain: CPU s (steps), µs/step | "
+        + " | ".join(f"{c}: CPU s (steps), µs/step, ratio" for c in CASES)
+        + " |"
+    )
     print("|---|---|" + "---|" * len(CASES))
     for qps in LOADS:
         arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, None, s.time_scale)

@@ -113,7 +113,8 @@ def main() -> None:
             cold = timed(cmd, env)
             warm = timed(cmd, env)
             print(
-                f"| default sweep, cold cache | `{shown} --workers {args.workers}` | {cold[0]:.1f} | {cold[1]:.1f} |"
+                f"| default sweep, cold cache | `{shown} --workers {args.workers}` | {cold[0]:.1f} | "
+                f"{cold[1]:.1f} |"
             )
             print(f"| same sweep, warm cache | (rerun) | {warm[0]:.1f} | {warm[1]:.1f} |")
             work.append((shown, *simulated_work(out / "probes.csv")))

@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: the repository's root, markdown tables, a generated block written into a doc
-between its markers, the shipped torch profiles joined with another profile's rows, and running another script.
+"""What the benchmark scripts share: the repository's root, markdown tables, a generated block written into a
+doc between its markers, the shipped torch profiles joined with another profile's rows, and running another
+script.
 
 Scripts import this module (and the library modules beside it that have no `__main__`: paper_*, published_*,
 vidur_runner, side_by_side), never another script: a script whose output another needs is run as documented
@@ -49,10 +50,12 @@ def write_block(doc: Path, begin: str, end: str, body: str) -> None:
     doc.write_text(pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text, count=1))
 
 
-def torch_profile_pairs(gpu_name: str, other_root: Path, suffixes: tuple[str, str]) -> Iterator[tuple[str, pd.DataFrame]]:
-    """(model, linear rows) for each TORCH_MODELS model with a shipped torch profile on `gpu_name` and a profile
-    under `other_root` (the shipped measured ones: REPO/profiles): the torch rows joined with the other's on
-    (op, tp, num_tokens), their times suffixed by `suffixes`."""
+def torch_profile_pairs(
+    gpu_name: str, other_root: Path, suffixes: tuple[str, str]
+) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(model, linear rows) for each TORCH_MODELS model with a shipped torch profile on `gpu_name` and a
+    profile under `other_root` (the shipped measured ones: REPO/profiles): the torch rows joined with the
+    other's on (op, tp, num_tokens), their times suffixed by `suffixes`."""
     from simserve.profiling.schema import read_profile
 
     for model in TORCH_MODELS:
@@ -65,12 +68,14 @@ def torch_profile_pairs(gpu_name: str, other_root: Path, suffixes: tuple[str, st
 
 
 def run_script(name: str, *args: str) -> str:
-    """What `python benchmarks/<name>.py ARGS` prints (its last line break dropped): a script that needs another
-    script's output runs it, as its docs say to, rather than importing it."""
+    """What `python benchmarks/<name>.py ARGS` prints (its last line break dropped): a script that needs
+    another script's output runs it, as its docs say to, rather than importing it."""
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).resolve().parent / f"{name}.py"), *args],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"benchmarks/{name}.py {' '.join(args)} failed (exit {proc.returncode}): {last}")

@@ -34,25 +34,32 @@ CASES = [  # (model, gpu, tp, ep, dtype, kv dtype)
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     root = tempfile.mkdtemp(prefix="simserve-models-")
-    print("| deployment | weights GiB/GPU | KV KiB/token/GPU | KV blocks | decode b1@512 ms | decode b32@4k ms | "
-          "prefill 2048 ms |")  # fmt: skip
+    print(
+        "| deployment | weights GiB/GPU | KV KiB/token/GPU | KV blocks | decode b1@512 ms | decode b32@4k "
+        "ms | prefill 2048 ms |"
+    )
     print("|---|---|---|---|---|---|---|")
     for model, gpu, tp, ep, dtype, kv in CASES:
         dep = Deployment.create(model, gpu, tp, 1, max_model_len=8192, dtype=dtype, kv_dtype=kv, ep=ep)
         path = profile_dir(root, dep.gpu.name, dep.profile_model)
         if not (path / "linear.csv").exists():
-            tables, fields = profile(dep.model, dep.gpu, [tp], dep.node, None, 8192, 8192, quick=True,
-                                     dtype=dtype, kv_dtype=kv)  # fmt: skip
+            tables, fields = profile(
+                dep.model, dep.gpu, [tp], dep.node, None, 8192, 8192, quick=True, dtype=dtype, kv_dtype=kv
+            )
             write_profile(path, tables, {"backend": fields.get("backend", "roofline"), **fields})
         timer = load_timer(dep, root, cache=False)
         mem = plan_memory(dep, profile_tokens("sarathi", 8192, 2048, 128))
         b1 = timer([], [512]) * 1e3
         b32 = timer([], [4096] * 32) * 1e3
         pre = timer([(2048, 0)], []) * 1e3
-        print(f"| {dep.describe()} | {weights_bytes_per_gpu(dep) / GIB:.1f} | {kv_bytes_per_token(dep) / 1024:.1f} | "
-              f"{mem.num_blocks} | {b1:.2f} | {b32:.2f} | {pre:.1f} |")  # fmt: skip
+        print(
+            f"| {dep.describe()} | {weights_bytes_per_gpu(dep) / GIB:.1f} | "
+            f"{kv_bytes_per_token(dep) / 1024:.1f} | {mem.num_blocks} | {b1:.2f} | {b32:.2f} | {pre:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,19 +1,21 @@
-"""The Sarathi-Serve (OSDI'24) evaluation, run on simserve: capacities, decode iteration times, Table 6 ablation.
+"""The Sarathi-Serve (OSDI'24) evaluation, run on simserve: capacities, decode iteration times, Table 6
+ablation.
 
     python benchmarks/paper.py                # full: 4 deployments × 2 traces × 2 SLOs × 3 policies, 2048 requests
                                               # → docs/paper-reproduction.{md,json}
     python benchmarks/paper.py --quick        # CI-sized: Mistral-7B and LLaMA2-70B (PP), chat, strict SLO,
                                               # 256 requests, 10% tolerance → a temporary folder (or --out)
 
-Capacity = the highest Poisson rate with P99 TBT ≤ SLO and median scheduling delay ≤ 2 s (simserve.tune.capacity),
-each cell one search, in two columns: simserve's default, and paper-comparable (simserve.sim.scenario.paper_setup:
-clipped Poisson, the Ray round trip, the 30-minute trial cap; the paper's own search, tune/paper_search.py), whose
-capped trials are also run uncapped to count the pass/fail verdicts the cap decides; the searches run on the sweep's executor (local processes by default) and every simulation
-is kept in the probe cache (--cache), so a rerun replays in seconds and an interrupted run resumes. Strict-SLO
+Capacity = the highest Poisson rate with P99 TBT ≤ SLO and median scheduling delay ≤ 2 s
+(simserve.tune.capacity), each cell one search, in two columns: simserve's default, and paper-comparable
+(simserve.sim.scenario.paper_setup: clipped Poisson, the Ray round trip, the 30-minute trial cap; the paper's
+own search, tune/paper_search.py), whose capped trials are also run uncapped to count the pass/fail verdicts
+the cap decides; the searches run on the sweep's executor (local processes by default) and every simulation is
+kept in the probe cache (--cache), so a rerun replays in seconds and an interrupted run resumes. Strict-SLO
 searches run first: vLLM and Orca do not depend on the SLO, so the relaxed searches then replay their shared
-probes from the cache. When ../shared/reference holds the paper's own chat trace, the chat cells are also run on
-it (read at run time, never copied). The configuration tables and the paper's claims live in paper_cells.py; the
-markdown is rendered by paper_report.py.
+probes from the cache. When ../shared/reference holds the paper's own chat trace, the chat cells are also run
+on it (read at run time, never copied). The configuration tables and the paper's claims live in
+paper_cells.py; the markdown is rendered by paper_report.py.
 """
 
 from __future__ import annotations
@@ -145,7 +147,10 @@ def run_capacities(
 
 
 def run_cap_check(
-    searches: list[tuple[pc.Cell, CapacityTask, CapacityResult]], runner: Runner, cache: ProbeCache, progress: bool
+    searches: list[tuple[pc.Cell, CapacityTask, CapacityResult]],
+    runner: Runner,
+    cache: ProbeCache,
+    progress: bool,
 ) -> list[dict]:
     """Every paper-comparable trial the 30-minute cap cut, run again without the cap: per search, its trials,
     how many the cap cut, and the verdicts that differ (the trial passes only with the cap, or fails only
@@ -174,9 +179,15 @@ def run_cap_check(
             only_without += uncapped and not p.passed
             capacity_by_cap |= p.passed and not uncapped and p.qps == result.capacity_qps
         out.append(
-            {**asdict(cell), "trials": len(result.probes), "capped": capped, "pass_only_with_cap": only_with,
-             "fail_only_with_cap": only_without, "capacity_passes_only_with_cap": capacity_by_cap}
-        )  # fmt: skip
+            {
+                **asdict(cell),
+                "trials": len(result.probes),
+                "capped": capped,
+                "pass_only_with_cap": only_with,
+                "fail_only_with_cap": only_without,
+                "capacity_passes_only_with_cap": capacity_by_cap,
+            }
+        )
     return out
 
 
@@ -204,7 +215,9 @@ def run_ablation(cfg: RunConfig, runner: Runner, cache: ProbeCache, progress: bo
     for trace in cfg.ablation_traces:
         for label, policy, budget in pc.ABLATION_VARIANTS:
             for seed in cfg.ablation_seeds:
-                jobs.append((pc.ablation_scenario(trace, policy, budget, seed), pc.ABLATION_QPS[trace], quantiles))
+                jobs.append(
+                    (pc.ablation_scenario(trace, policy, budget, seed), pc.ABLATION_QPS[trace], quantiles)
+                )
                 keys.append((trace, label))
     records = run_probes(jobs, runner, cache, progress, "Table 6 ablation runs")
     out = []
@@ -214,11 +227,18 @@ def run_ablation(cfg: RunConfig, runner: Runner, cache: ProbeCache, progress: bo
         tbt = [m["tbt_p99_s"] for m in ms]
         paper = pc.PAPER_TABLE6[label][trace]
         out.append(
-            {"trace": trace, "variant": label, "seeds": len(ms),
-             "ttft_p50_s": sum(ttft) / len(ttft), "ttft_p50_range_s": [min(ttft), max(ttft)],
-             "tbt_p99_s": sum(tbt) / len(tbt), "tbt_p99_range_s": [min(tbt), max(tbt)],
-             "paper_ttft_p50_s": paper[0], "paper_tbt_p99_s": paper[1]}
-        )  # fmt: skip
+            {
+                "trace": trace,
+                "variant": label,
+                "seeds": len(ms),
+                "ttft_p50_s": sum(ttft) / len(ttft),
+                "ttft_p50_range_s": [min(ttft), max(ttft)],
+                "tbt_p99_s": sum(tbt) / len(tbt),
+                "tbt_p99_range_s": [min(tbt), max(tbt)],
+                "paper_ttft_p50_s": paper[0],
+                "paper_tbt_p99_s": paper[1],
+            }
+        )
     return out
 
 
@@ -260,7 +280,7 @@ def run(
         "searches": stats,
         "traces": {
             k: {"label": pc.TRACES[k].label, "max_model_len": pc.TRACES[k].max_model_len} for k in cfg.traces
-        },  # fmt: skip
+        },
         "trace_stats": stats_by_trace,
         "cells": main_rows,
         "ratios": ratio_rows,
@@ -302,14 +322,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--requests", type=int, help="requests per trial (default 2048; quick 256)")
     ap.add_argument("--tolerance", type=float, help="relative search tolerance (default 0.025; quick 0.1)")
-    ap.add_argument("--arrival", choices=("poisson", "poisson-clipped"), default="poisson",
-                    help="poisson-clipped reproduces the paper's generator (gaps clipped at 3/qps)")  # fmt: skip
+    ap.add_argument(
+        "--arrival",
+        choices=("poisson", "poisson-clipped"),
+        default="poisson",
+        help="poisson-clipped reproduces the paper's generator (gaps clipped at 3/qps)",
+    )
     ap.add_argument("--deployments", help=f"comma-separated subset of {','.join(pc.BY_KEY)}")
     ap.add_argument("--traces", help=f"comma-separated subset of {','.join(pc.TRACES)}")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-paper-chat", action="store_true", help="skip the paper's chat trace column")
     ap.add_argument(
-        "--no-paper-setup", action="store_true", help="skip the paper-comparable column (simserve's default only)"
+        "--no-paper-setup",
+        action="store_true",
+        help="skip the paper-comparable column (simserve's default only)",
     )
     ap.add_argument("--executor", choices=("local", "serial", "ray"), default="local")
     ap.add_argument("--workers", type=int, help="worker processes (default: all cores)")
@@ -323,7 +349,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def config_from(args: argparse.Namespace) -> RunConfig:
     """The run's configuration from the command line; SimserveError (one line) on a bad option."""
     cfg = replace(
-        QUICK if args.quick else RunConfig(), arrival=args.arrival, seed=args.seed, paper_setup=not args.no_paper_setup
+        QUICK if args.quick else RunConfig(),
+        arrival=args.arrival,
+        seed=args.seed,
+        paper_setup=not args.no_paper_setup,
     )
     if args.requests is not None:
         cfg = replace(cfg, num_requests=args.requests)

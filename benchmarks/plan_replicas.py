@@ -29,15 +29,25 @@ from simserve.tune.jobs import CapacityTask, solve
 
 def plan_scenario(model: str, gpu: str, tp: int, requests: int, budget: int, seed: int, slo: SLO) -> Scenario:
     """The case as `simserve plan` runs it: Sarathi at `budget`, in the box the plan picks for the replica
-    (plan/candidates.best_box: A100 TP4 in the NVSwitch dgx-a100, not the GPU's default NVLink-pairs box, where
-    the TP all-reduce would cross PCIe and the table would measure a deployment no plan makes)."""
+    (plan/candidates.best_box: A100 TP4 in the NVSwitch dgx-a100, not the GPU's default NVLink-pairs box,
+    where the TP all-reduce would cross PCIe and the table would measure a deployment no plan makes)."""
     spec = GPU.get(gpu)
     box = best_box(spec, tp, 1)
     # None for the GPU's default box, as plan/search.py writes it (so plans and this benchmark share probes)
     node = None if box is None or box.name == DEFAULT_NODE.get(spec.name) else box.name
-    return Scenario(model=model, gpu=gpu, tp=tp, node=node, trace="sharegpt", num_requests=requests,
-                    policy="sarathi", budget=budget, max_batch=128, seed=seed,
-                    stop_tbt=(slo.tbt_s, slo.tbt_quantile))  # fmt: skip
+    return Scenario(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        node=node,
+        trace="sharegpt",
+        num_requests=requests,
+        policy="sarathi",
+        budget=budget,
+        max_batch=128,
+        seed=seed,
+        stop_tbt=(slo.tbt_s, slo.tbt_quantile),
+    )
 
 
 def with_plan_profile(scenario: Scenario) -> tuple[Scenario, str]:
@@ -57,7 +67,8 @@ def replica_error(
     cluster_scenario = replace(
         scenario, num_replicas=replicas, router="rr", num_requests=scenario.num_requests * replicas
     )
-    # Start at the rule's answer: the search brackets from there (any start gives the same capacity ± tolerance).
+    # Start at the rule's answer: the search brackets from there (any start gives the same capacity ±
+    # tolerance).
     start = max(single * replicas, 0.01)
     cluster = solve(CapacityTask(cluster_scenario, slo, tolerance, start_qps=start)).capacity_qps
     approx = single * replicas
@@ -75,8 +86,12 @@ def replica_error(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="*", default=["mistral-7b:a100:1", "llama-2-70b:a100:4"],
-                    help="model:gpu:tp deployments")  # fmt: skip
+    ap.add_argument(
+        "--cases",
+        nargs="*",
+        default=["mistral-7b:a100:1", "llama-2-70b:a100:4"],
+        help="model:gpu:tp deployments",
+    )
     ap.add_argument("--replicas", type=int, nargs="*", default=[2, 4])
     ap.add_argument("--requests", type=int, default=1024, help="requests per replica")
     ap.add_argument("--budget", type=int, default=512)
@@ -86,11 +101,13 @@ def main() -> None:
     args = ap.parse_args()
     slo = SLO(args.slo)
     seeds = " ".join(map(str, args.seeds))
-    print(f"# {args.requests} requests per replica, sarathi budget {args.budget}, {slo.describe()}, "
-          f"tolerance {args.tolerance:g}, seeds {seeds}")  # fmt: skip
     print(
-        "| model | GPU | TP | box | profile | R | seed | 1 replica (qps) | R × 1 replica | R replicas simulated | "
-        "error |"
+        f"# {args.requests} requests per replica, sarathi budget {args.budget}, {slo.describe()}, "
+        f"tolerance {args.tolerance:g}, seeds {seeds}"
+    )
+    print(
+        "| model | GPU | TP | box | profile | R | seed | 1 replica (qps) | R × 1 replica | R replicas "
+        "simulated | error |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     summary = []
@@ -106,19 +123,25 @@ def main() -> None:
                 row = replica_error(scenario, r, slo, args.tolerance, single)
                 single = row["single_qps"]
                 rows.append(row)
-                print(f"| {model} | {gpu} | {tp} | {box} | {label} | {r} | {seed} | {row['single_qps']:.3f} | "
-                      f"{row['rule_qps']:.3f} | {row['cluster_qps']:.3f} | {100 * row['error']:+.1f}% |",
-                      flush=True)  # fmt: skip
+                print(
+                    f"| {model} | {gpu} | {tp} | {box} | {label} | {r} | {seed} | {row['single_qps']:.3f} | "
+                    f"{row['rule_qps']:.3f} | {row['cluster_qps']:.3f} | {100 * row['error']:+.1f}% |",
+                    flush=True,
+                )
         for r in args.replicas:
             mine = [x for x in rows if x["replicas"] == r]
             rule = statistics.fmean(x["rule_qps"] for x in mine)
             cluster = statistics.fmean(x["cluster_qps"] for x in mine)
             errors = [100 * x["error"] for x in mine]
-            summary.append(f"| {model} | {gpu} | {tp} | {r} | {rule:.3f} | {cluster:.3f} | "
-                           f"{100 * (rule - cluster) / cluster:+.1f}% | {min(errors):+.1f}% to {max(errors):+.1f}% |")  # fmt: skip
+            summary.append(
+                f"| {model} | {gpu} | {tp} | {r} | {rule:.3f} | {cluster:.3f} | "
+                f"{100 * (rule - cluster) / cluster:+.1f}% | {min(errors):+.1f}% to {max(errors):+.1f}% |"
+            )
     print(f"\nMeans over seeds {seeds} (CPU {time.process_time():.0f} s):\n")
-    print("| model | GPU | TP | R | R × 1 replica, mean qps | R replicas simulated, mean qps | error of the means | "
-          "error per seed |")  # fmt: skip
+    print(
+        "| model | GPU | TP | R | R × 1 replica, mean qps | R replicas simulated, mean qps | error of the "
+        "means | error per seed |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(summary))
 

@@ -1,6 +1,6 @@
-"""How far does another seed move a plan's capacity, against the requests per simulation? One deployment searched
-as the plan searches it (its scenario, its SLO, its first probe below the throughput bound), at seeds 0..N-1,
-for each request count; prints the capacities and (max − min) / mean, the spread the plan's ties use.
+"""How far does another seed move a plan's capacity, against the requests per simulation? One deployment
+searched as the plan searches it (its scenario, its SLO, its first probe below the throughput bound), at seeds
+0..N-1, for each request count; prints the capacities and (max − min) / mean, the spread the plan's ties use.
 
     python benchmarks/plan_seed_spread.py                              # docs/planner.md, "Seed spread"
     python benchmarks/plan_seed_spread.py --trace sharegpt
@@ -42,19 +42,35 @@ def main() -> None:
     dep = Deployment.create(args.model, gpu, args.tp, args.pp, box, max_model_len=4096)
     root = resolve_profiles([dep])[dep].root
     slo = SLO(args.slo)
-    print(f"{args.model} on {gpu.name} TP{args.tp} PP{args.pp} ({box.name}), budget {args.budget}, {args.trace}, "
-          f"{slo.describe()}, seeds 0-{args.seeds - 1}")  # fmt: skip
+    print(
+        f"{args.model} on {gpu.name} TP{args.tp} PP{args.pp} ({box.name}), budget {args.budget}, "
+        f"{args.trace}, {slo.describe()}, seeds 0-{args.seeds - 1}"
+    )
     for n in args.requests:
         t0 = time.process_time()
         caps = []
         for seed in range(args.seeds):
-            s = Scenario(model=args.model, gpu=gpu.name, tp=args.tp, pp=args.pp, node=box.name, trace=args.trace,
-                         num_requests=n, policy="sarathi", budget=args.budget, max_batch=128, seed=seed,
-                         profiles_root=root, stop_tbt=(args.slo, slo.tbt_quantile))  # fmt: skip
+            s = Scenario(
+                model=args.model,
+                gpu=gpu.name,
+                tp=args.tp,
+                pp=args.pp,
+                node=box.name,
+                trace=args.trace,
+                num_requests=n,
+                policy="sarathi",
+                budget=args.budget,
+                max_batch=128,
+                seed=seed,
+                profiles_root=root,
+                stop_tbt=(args.slo, slo.tbt_quantile),
+            )
             caps.append(solve(CapacityTask(s, slo, 0.025, 1.0, first_qps=first_qps(s, 1.0))).capacity_qps)
         mean = statistics.fmean(caps)
-        print(f"{n:5d} requests: capacity per replica {', '.join(f'{c:.3g}' for c in caps)} qps; spread "
-              f"(max − min) / mean {(max(caps) - min(caps)) / mean:.1%}; {time.process_time() - t0:.1f} CPU-s")  # fmt: skip
+        print(
+            f"{n:5d} requests: capacity per replica {', '.join(f'{c:.3g}' for c in caps)} qps; spread "
+            f"(max − min) / mean {(max(caps) - min(caps)) / mean:.1%}; {time.process_time() - t0:.1f} CPU-s"
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Two `benchmarks/published_e2e.py --json` results side by side: median |error| per half x GPU x regime x metric
-family, before -> after on the runs both simulated, and after over all its runs where that differs (issue 30).
+"""Two `benchmarks/published_e2e.py --json` results side by side: median |error| per half x GPU x regime x
+metric family, before -> after on the runs both simulated, and after over all its runs where that differs
+(issue 30).
 
     python benchmarks/published_compare.py BEFORE.json AFTER.json [--engine vllm|sglang]
 """
@@ -16,7 +17,8 @@ FAMILIES = ("throughput", "TTFT", "TPOT", "ITL", "E2E")
 
 
 def cells(path: Path, keys: set[str] | None = None, engine: str | None = None) -> dict:
-    """(split, 'gpu / regime') -> family -> |error| %, flagged and skipped runs left out (as the harness does)."""
+    """(split, 'gpu / regime') -> family -> |error| %, flagged and skipped runs left out (as the harness
+    does)."""
     out: dict = defaultdict(lambda: defaultdict(list))
     for r in json.loads(path.read_text())["runs"]:
         if "rows" not in r or r.get("flagged") or (keys is not None and r["key"] not in keys):
@@ -37,9 +39,12 @@ def table(before: Path, after: Path, engine: str | None = None) -> str:
 
     lines = []
     for half in ("report", "fit"):
-        lines += [f"\n**{half} half:** before → after on the runs both simulated [after, all its runs], "
-                  "median |error| %, runs in brackets\n",
-                  "| GPU / regime | " + " | ".join(FAMILIES) + " |", "|---|" + "---|" * len(FAMILIES)]  # fmt: skip
+        lines += [
+            f"\n**{half} half:** before → after on the runs both simulated [after, all its runs], "
+            "median |error| %, runs in brackets\n",
+            "| GPU / regime | " + " | ".join(FAMILIES) + " |",
+            "|---|" + "---|" * len(FAMILIES),
+        ]
         for cell in sorted({c for h, c in [*b, *every] if h == half}):
             row = []
             for f in FAMILIES:

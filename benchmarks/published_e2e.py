@@ -1,10 +1,10 @@
 """Published end-to-end vLLM and SGLang runs beside simserve's simulation of the same setup (issue 30 item 4).
 
-The runs are data (benchmarks/data/published_runs.toml, loaded by benchmarks/published_runs.py, which also holds
-the regime and fit/report split rules). This script simulates each run with simserve's engine models at the
-defaults of the release the run names (`engine_setup`), compares every published metric, and prints per-run
-rows and the median |error| per GPU x regime x metric family, separately for the fit and the report half.
-Nothing is fitted here; the published numbers are comparison targets only.
+The runs are data (benchmarks/data/published_runs.toml, loaded by benchmarks/published_runs.py, which also
+holds the regime and fit/report split rules). This script simulates each run with simserve's engine models at
+the defaults of the release the run names (`engine_setup`), compares every published metric, and prints
+per-run rows and the median |error| per GPU x regime x metric family, separately for the fit and the report
+half. Nothing is fitted here; the published numbers are comparison targets only.
 
     python benchmarks/published_e2e.py                                 # every run
     python benchmarks/published_e2e.py --split report --json out.json  # the report half
@@ -38,9 +38,10 @@ from simserve.errors import SimserveError
 # median |error| by up to 6.5 points (5 draws: 11.9), 5 Poisson draws by up to 9.0 (TTFT of 50-request runs).
 SAMPLES = 20
 ARRIVAL_DRAWS = 20
-# Wall seconds one run may take (its first draw builds and fits a profile: a few minutes on a busy 2-core host).
-# A run past it is reported as skipped, not waited for: simserve's predictor fit does not terminate on some
-# generated profiles (docs/engines.md § Published end-to-end results, "Runs simserve could not simulate").
+# Wall seconds one run may take (its first draw builds and fits a profile: a few minutes on a busy 2-core
+# host). A run past it is reported as skipped, not waited for: simserve's predictor fit does not terminate on
+# some generated profiles (docs/engines.md § Published end-to-end results, "Runs simserve could not
+# simulate").
 RUN_TIMEOUT_S = 900
 
 
@@ -92,21 +93,23 @@ class EngineSetup:
 
 
 def _sglang_mem_fraction(tp: int) -> float:
-    """SGLang 0.3/0.4's default --mem-fraction-static by TP (sglang/srt/server_args.py, ServerArgs.__post_init__
-    in 0.4.4.post3: 0.79 at TP >= 16, 0.81 >= 8, 0.85 >= 4, 0.87 >= 2, else 0.88)."""
+    """SGLang 0.3/0.4's default --mem-fraction-static by TP (sglang/srt/server_args.py,
+    ServerArgs.__post_init__ in 0.4.4.post3: 0.79 at TP >= 16, 0.81 >= 8, 0.85 >= 4, 0.87 >= 2, else 0.88)."""
     return 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
 
 
 def engine_setup(run: pr.Run, async_scheduling: bool = True) -> EngineSetup:
-    """The release's defaults on the run's GPU, then the settings its published flags change (run.overrides)."""
+    """The release's defaults on the run's GPU, then the settings its published flags change
+    (run.overrides)."""
     from simserve.catalog import GPUSpec
 
     gpu = GPUSpec.from_name(run.gpu)
     big = gpu.memory_gib >= 70 and "a100" not in gpu.name.lower()  # vLLM's H100/H200 tier
     if run.engine == "vllm" and run.release == "not stated" and not run.online:
         # vLLM 0.33.0's LLM class (vllm/engine/arg_utils.py get_batch_defaults, UsageContext.LLM_CLASS: 16384
-        # tokens / 1024 sequences on >= 70 GiB non-A100 GPUs, else 8192 / 256; CacheConfig gpu_memory_utilization
-        # 0.92); 2048 is the ShareGPT sampler's own limit (prompt + output <= 2048), above every CI request.
+        # tokens / 1024 sequences on >= 70 GiB non-A100 GPUs, else 8192 / 256; CacheConfig
+        # gpu_memory_utilization 0.92); 2048 is the ShareGPT sampler's own limit (prompt + output <= 2048),
+        # above every CI request.
         budget, seqs = (16384, 1024) if big else (8192, 256)
         setup = EngineSetup("vllm-v1", budget, seqs, 0.92, 2048, True, async_scheduling)
     elif run.engine == "vllm" and run.release == "0.6.0":
@@ -115,15 +118,18 @@ def engine_setup(run: pr.Run, async_scheduling: bool = True) -> EngineSetup:
         max_len = int(run.overrides.get("max_model_len", 0)) or None
         setup = EngineSetup("vllm", max(max_len or 2048, 2048), 256, 0.90, max_len)
     elif run.engine == "vllm" and run.release == "0.8.2":
-        # vLLM 0.8.2 (arg_utils.py EngineArgs._set_default_args_v1): `vllm serve` 8192 tokens on H100/H200, else
-        # 2048; max_num_seqs 1024; gpu_memory_utilization 0.90; no async scheduling in this release; a waiting
-        # request admitted when its first chunk's KV blocks fit (v1/core/sched/scheduler.py `schedule`: the
-        # waiting loop's allocate_slots(request, num_new_tokens), no full-sequence check)
-        setup = EngineSetup("vllm-v1", 8192 if big else 2048, 1024, 0.90, None, True, False, reserve_full_isl=False)
+        # vLLM 0.8.2 (arg_utils.py EngineArgs._set_default_args_v1): `vllm serve` 8192 tokens on H100/H200,
+        # else 2048; max_num_seqs 1024; gpu_memory_utilization 0.90; no async scheduling in this release; a
+        # waiting request admitted when its first chunk's KV blocks fit (v1/core/sched/scheduler.py
+        # `schedule`: the waiting loop's allocate_slots(request, num_new_tokens), no full-sequence check)
+        setup = EngineSetup(
+            "vllm-v1", 8192 if big else 2048, 1024, 0.90, None, True, False, reserve_full_isl=False
+        )
     elif run.engine == "sglang" and run.release in ("0.3.0", "0.4.4.post1", "0.4.4.post3"):
-        # ServerArgs defaults (0.4.4.post3's server_args.py; 0.3.0 had the same values): --chunked-prefill-size
-        # 8192 above 25 GB, --mem-fraction-static by TP, max_running_requests from the pool. The overlap
-        # scheduler arrived in v0.4 (https://lmsys.org/blog/2024-12-04-sglang-v0-4/): on there, absent in 0.3.
+        # ServerArgs defaults (0.4.4.post3's server_args.py; 0.3.0 had the same values):
+        # --chunked-prefill-size 8192 above 25 GB, --mem-fraction-static by TP, max_running_requests from the
+        # pool. The overlap scheduler arrived in v0.4 (https://lmsys.org/blog/2024-12-04-sglang-v0-4/): on
+        # there, absent in 0.3.
         setup = EngineSetup(
             "sglang",
             8192,
@@ -163,18 +169,19 @@ def _write_trace(prompt, output, arrived, folder: Path) -> str:
 
 
 def api_endpoint(run: pr.Run) -> str:
-    """The endpoint the client called: vLLM's benchmark_serving.py / `vllm bench serve` and sglang.bench_serving
-    send /v1/completions with their `vllm` and `openai` backends, /v1/chat/completions with `openai-chat`."""
+    """The endpoint the client called: vLLM's benchmark_serving.py / `vllm bench serve` and
+    sglang.bench_serving send /v1/completions with their `vllm` and `openai` backends, /v1/chat/completions
+    with `openai-chat`."""
     return "chat" if "openai-chat" in run.client_flags else "completions"
 
 
 def frontend_of(run: pr.Run, policy: str) -> dict:
-    """The front end a run's client saw. Offline (the `LLM` class): none. vLLM served online: its API server as a
-    server (sim/api_server.py) at vLLM 0.33.0's measured costs for the endpoint, one process (`vllm serve`'s
-    default without data parallelism, in 0.6, 0.8 and 0.33 alike), beside the 10.2 ms of network and client
-    (sim/frontend.py). vLLM 0.6.0 and 0.8.2's own API servers were not measured: 0.33.0's stand in. SGLang: the
-    constant alone (its tokenizer manager and detokenizer are measured per step, predictor/sglang_cpu.py, but not
-    as a server; SWAP POINT when they are)."""
+    """The front end a run's client saw. Offline (the `LLM` class): none. vLLM served online: its API server
+    as a server (sim/api_server.py) at vLLM 0.33.0's measured costs for the endpoint, one process (`vllm
+    serve`'s default without data parallelism, in 0.6, 0.8 and 0.33 alike), beside the 10.2 ms of network and
+    client (sim/frontend.py). vLLM 0.6.0 and 0.8.2's own API servers were not measured: 0.33.0's stand in.
+    SGLang: the constant alone (its tokenizer manager and detokenizer are measured per step,
+    predictor/sglang_cpu.py, but not as a server; SWAP POINT when they are)."""
     from simserve.sim.frontend import DEFAULT_FRONTEND_MS
 
     if not run.online:
@@ -184,7 +191,9 @@ def frontend_of(run: pr.Run, policy: str) -> dict:
     return dict(frontend_ms=DEFAULT_FRONTEND_MS, api_server_count=1, api_endpoint=api_endpoint(run))
 
 
-def scenario_of(run: pr.Run, seed: int, trace: str, async_scheduling: bool = True, host_speed: float | None = None):
+def scenario_of(
+    run: pr.Run, seed: int, trace: str, async_scheduling: bool = True, host_speed: float | None = None
+):
     from simserve.catalog import ModelSpec
     from simserve.sim.scenario import Scenario
 
@@ -277,7 +286,8 @@ def error_pct(simulated: float, published: float) -> float:
 
 
 def simulate(run: pr.Run, opts: Options = Options()) -> dict:
-    """The run simulated over its draws: per published metric the median, lowest and highest simulated value."""
+    """The run simulated over its draws: per published metric the median, lowest and highest simulated
+    value."""
     got = []
     n = draws(run, opts.samples, opts.arrival_draws)
     try:
@@ -327,7 +337,8 @@ def simulate(run: pr.Run, opts: Options = Options()) -> dict:
 def compare(runs: tuple[pr.Run, ...], opts: Options = Options()) -> list[dict]:
     out = []
     print(
-        f"{'run':46} {'split':6} {'metric':15} {'published':>10} {'simserve':>9} {'error':>7}  draws: min..max"
+        f"{'run':46} {'split':6} {'metric':15} {'published':>10} {'simserve':>9} {'error':>7}  draws: "
+        "min..max"
     )
     stuck: dict[tuple, str] = {}  # deployments whose run timed out: the next run would wait on the same fit
     for run in runs:
@@ -347,19 +358,28 @@ def compare(runs: tuple[pr.Run, ...], opts: Options = Options()) -> list[dict]:
             spread = f"{lo:+.0f}..{hi:+.0f}%" if row["max"] > row["min"] else ""
             flag = "  FLAGGED" if run.flagged else ""
             print(
-                f"{run.key:46} {run.split:6} {row['metric']:15} {row['published']:>10.4g} {row['simulated']:>9.4g} "
-                f"{row['error_pct']:>+6.1f}%  {spread}{flag}"
+                f"{run.key:46} {run.split:6} {row['metric']:15} {row['published']:>10.4g} "
+                f"{row['simulated']:>9.4g} {row['error_pct']:>+6.1f}%  {spread}{flag}"
             )
     return out
 
 
-PARTS_KEEP = ("steps", "mean_step_s", "parts_s", "cpu_hidden_s", "cpu_bound_steps", "gemm_fraction_of_peak",
-              "hbm_fraction", "limited_by")  # fmt: skip
+PARTS_KEEP = (
+    "steps",
+    "mean_step_s",
+    "parts_s",
+    "cpu_hidden_s",
+    "cpu_bound_steps",
+    "gemm_fraction_of_peak",
+    "hbm_fraction",
+    "limited_by",
+)
 
 
 def step_parts(run: pr.Run) -> dict:
-    """One draw of a run (its own seed) with summary.json's `step_parts` per step kind (sim/step_parts.breakdown):
-    what a simulated step of that setup spends, to say why a cell misses (`--parts`)."""
+    """One draw of a run (its own seed) with summary.json's `step_parts` per step kind
+    (sim/step_parts.breakdown): what a simulated step of that setup spends, to say why a cell misses
+    (`--parts`)."""
     from simserve.resolve import for_scenario
     from simserve.sim.scenario import scenario_timer, simulate_scenario
     from simserve.sim.step_parts import breakdown
@@ -372,8 +392,10 @@ def step_parts(run: pr.Run) -> dict:
         s, _ = for_scenario(scenario_of(run, run.seed, _write_trace(prompt, output, arrived, Path(tmp))))
         raw, dep = simulate_scenario(s, 1.0)
     got = breakdown(raw.log, scenario_timer(s), dep, block_tokens=s.sim_config().kv_block_tokens())
-    return {"preemptions": int(raw.reqs.preemptions.sum()),
-            **{kind: {k: v[k] for k in PARTS_KEEP} for kind, v in got.items()}}  # fmt: skip
+    return {
+        "preemptions": int(raw.reqs.preemptions.sum()),
+        **{kind: {k: v[k] for k in PARTS_KEEP} for kind, v in got.items()},
+    }
 
 
 def print_step_parts(key: str, got: dict) -> None:
@@ -382,9 +404,11 @@ def print_step_parts(key: str, got: dict) -> None:
         if kind in ("preemptions", "all"):
             continue
         p = " ".join(f"{n} {x * 1e3:.2f}" for n, x in e["parts_s"].items() if x)
-        print(f"  {kind:12s} {e['steps']:6d} steps, mean {e['mean_step_s'] * 1e3:.2f} ms: {p}; "
-              f"GEMMs at {e['gemm_fraction_of_peak']:.0%} of dense peak, HBM {e['hbm_fraction']:.0%}; "
-              f"limited by {e['limited_by']}")  # fmt: skip
+        print(
+            f"  {kind:12s} {e['steps']:6d} steps, mean {e['mean_step_s'] * 1e3:.2f} ms: {p}; "
+            f"GEMMs at {e['gemm_fraction_of_peak']:.0%} of dense peak, HBM {e['hbm_fraction']:.0%}; "
+            f"limited by {e['limited_by']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--parts",
         action="store_true",
-        help="With --only: one draw per run with its step_parts per step kind (why a cell misses); no comparison.",
+        help=(
+            "With --only: one draw per run with its step_parts per step kind (why a cell misses); no "
+            "comparison."
+        ),
     )
     ap.add_argument("--json", type=Path, default=None, help="Also write runs, cells and disagreements here.")
     ap.add_argument(
@@ -454,7 +481,11 @@ def main(argv: list[str] | None = None) -> int:
             results = [r for r in saved if r["key"] in wanted]
         else:
             opts = Options(
-                args.samples, args.arrival_draws, not args.no_async_scheduling, args.run_timeout_s, args.host_speed
+                args.samples,
+                args.arrival_draws,
+                not args.no_async_scheduling,
+                args.run_timeout_s,
+                args.host_speed,
             )
             results = compare(chosen, opts)
     except (SimserveError, pr.RunDataError, OSError, ValueError, KeyError) as exc:  # bad key, record or file
@@ -464,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     cells = {half: report.cell_table(results, half) for half in halves}
     for half in halves:
         print(
-            f"\nmedian |error| per GPU x regime x metric, {half} half (runs in brackets; flagged runs left out)"
+            f"\nmedian |error| per GPU x regime x metric, {half} half (runs in brackets; flagged runs left "
+            "out)"
         )
         print(report.format_cells(cells[half]))
     flagged = [r for r in results if r.get("flagged")]

@@ -1,6 +1,6 @@
-"""The report of benchmarks/published_e2e.py: per-cell median |error| tables, the setups two sources published,
-and the per-run rows as markdown (docs/published-e2e-runs.md). Plain functions over the script's JSON results,
-so a saved run can be rendered again without simulating (`published_e2e.py --from-json`)."""
+"""The report of benchmarks/published_e2e.py: per-cell median |error| tables, the setups two sources
+published, and the per-run rows as markdown (docs/published-e2e-runs.md). Plain functions over the script's
+JSON results, so a saved run can be rendered again without simulating (`published_e2e.py --from-json`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def format_cells(table: dict[str, dict[str, dict]]) -> str:
 
 
 def disagreement_rows(runs: tuple[pr.Run, ...], results: dict[str, dict]) -> list[dict]:
-    """Setups published twice with different numbers: both values, simserve's, and which one it is closer to."""
+    """Setups published twice with different numbers: both values, simserve's, and which one it is closer
+    to."""
     out = []
     for members in pr.disagreements(runs):
         done = [results[m.key] for m in members if m.key in results and "rows" in results[m.key]]

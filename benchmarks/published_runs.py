@@ -1,5 +1,6 @@
-"""The published end-to-end runs simserve is validated against: loading, regimes, the fit/report split, and the
-engine each release ran (issue 30, item 4). A module, not a script: `published_e2e.py` and the tests import it.
+"""The published end-to-end runs simserve is validated against: loading, regimes, the fit/report split, and
+the engine each release ran (issue 30, item 4). A module, not a script: `published_e2e.py` and the tests
+import it.
 
 The runs are data, one `[[run]]` table each in `benchmarks/data/published_runs.toml` (that file's header lists
 the fields). Each record stores its regime and its split; both are also computed here from the record alone
@@ -13,8 +14,8 @@ requests in flight (`in_flight`):
 * short-request / front-end-bound: O <= 8 and P <= 256 — requests so short that the server's per-request work
   (HTTP, tokenization, scheduling a new request) is a large share of each one;
 * prefill-heavy: P >= 2048 and O <= P / 8 — most of the GPU's work is prompt tokens;
-* small-batch decode: C <= 8 — decode steps of at most 8 sequences, where the step reads the weights and little
-  else (the KV of 8 short sequences is a few percent of the weights of every model here);
+* small-batch decode: C <= 8 — decode steps of at most 8 sequences, where the step reads the weights and
+  little else (the KV of 8 short sequences is a few percent of the weights of every model here);
 * loaded decode: everything else (tens to hundreds of sequences per decode step).
 
 C is the client's concurrency limit if it has one, else every prompt for a burst (`qps = inf`), else Little's
@@ -26,8 +27,8 @@ TP, dtype, engine, release, client, workload) published by different sources for
 side, so a source's duplicate cannot leak a fitted value into the report half. Within each stratum (GPU x
 regime) the units are taken in the order of the SHA-256 of their setup id, and each goes to the half that so
 far has fewer runs in the (GPU, regime, metric family) cells the unit publishes; a tie goes to the half with
-fewer runs in the stratum, and a remaining tie to the half named by the hash's lowest bit. So every cell with at
-least two units has runs in both halves, and which run lands where depends on the data only.
+fewer runs in the stratum, and a remaining tie to the half named by the hash's lowest bit. So every cell with
+at least two units has runs in both halves, and which run lands where depends on the data only.
 """
 
 from __future__ import annotations
@@ -58,9 +59,9 @@ ENGINES = ("vllm", "sglang")
 CLIENTS = ("vllm bench latency", "vllm bench throughput", "benchmark_serving", "sglang.bench_serving")
 OFFLINE_CLIENTS = ("vllm bench latency", "vllm bench throughput")  # the `LLM` class: no HTTP front end
 
-# vLLM's ShareGPT pairs, all 1000 prompts of the full file counted with Llama-3.1-8B's tokenizer: 215,196 prompt
-# and 198,343 output tokens (vllm-project/vllm#14431; docs/workloads.md). Only the regime rule reads these, and
-# no ShareGPT run comes near a threshold (P ~ 215 < 256 with O ~ 198 > 8; P < 2048).
+# vLLM's ShareGPT pairs, all 1000 prompts of the full file counted with Llama-3.1-8B's tokenizer: 215,196
+# prompt and 198,343 output tokens (vllm-project/vllm#14431; docs/workloads.md). Only the regime rule reads
+# these, and no ShareGPT run comes near a threshold (P ~ 215 < 256 with O ~ 198 > 8; P < 2048).
 SHAREGPT_MEAN_PROMPT = 215.2
 SHAREGPT_MEAN_OUTPUT = 198.3
 

@@ -86,9 +86,13 @@ def latency_stats(req: pd.DataFrame, tbt_p50: float, tbt_p99: float) -> dict[str
 def sim_config(b: Bench, policy: str) -> SimConfig:
     budget = b.budget if policy == "sarathi" else b.max_model_len
     return SimConfig(
-        policy=policy, budget=budget, max_batch=b.max_batch, max_model_len=b.max_model_len,
-        sched_delay_slo_s=NEVER, overload_wait_s=NEVER,
-    )  # fmt: skip
+        policy=policy,
+        budget=budget,
+        max_batch=b.max_batch,
+        max_model_len=b.max_model_len,
+        sched_delay_slo_s=NEVER,
+        overload_wait_s=NEVER,
+    )
 
 
 def run_simserve(dep: Deployment, cfg: SimConfig, work, overhead: CpuOverhead | None = None) -> Side:
@@ -111,10 +115,17 @@ def run_simserve(dep: Deployment, cfg: SimConfig, work, overhead: CpuOverhead | 
 def vidur_setup(b: Bench, policy: str, num_blocks: int | None) -> vr.VidurSetup:
     budget = b.budget if policy == "sarathi" else b.max_model_len
     return vr.VidurSetup(
-        model=dep_for(b).model.hf_id, policy=policy, batch_size_cap=b.max_batch, token_budget=budget,
-        num_blocks=num_blocks, max_tokens=b.max_model_len, prediction_max_tokens=b.max_model_len,
-        prediction_max_prefill_chunk=b.max_model_len, grid=b.grid, seed=b.seed,
-    )  # fmt: skip
+        model=dep_for(b).model.hf_id,
+        policy=policy,
+        batch_size_cap=b.max_batch,
+        token_budget=budget,
+        num_blocks=num_blocks,
+        max_tokens=b.max_model_len,
+        prediction_max_tokens=b.max_model_len,
+        prediction_max_prefill_chunk=b.max_model_len,
+        grid=b.grid,
+        seed=b.seed,
+    )
 
 
 def run_vidur(

@@ -26,7 +26,8 @@ SHORT_MS = 1.0
 
 
 def rates(gpu: str) -> dict | None:
-    """Best bf16 GEMM TFLOP/s of the package's newest vLLM GEMM table for `gpu`: short (< 1 ms) and long rows."""
+    """Best bf16 GEMM TFLOP/s of the package's newest vLLM GEMM table for `gpu`: short (< 1 ms) and long
+    rows."""
     try:
         db = measured.open_database(gpu, "vllm", None)
     except Exception:  # the package lacks this GPU's tables
@@ -38,12 +39,20 @@ def rates(gpu: str) -> dict | None:
     long, short = t[t["latency"] >= LONG_MS], t[t["latency"] < SHORT_MS]
     if long.empty:
         return None
-    return {"gpu": gpu, "version": db.version, "long_rows": len(long), "sustained_tflops": round(float(long["tf"].max()), 1),
-            "short_best_tflops": round(float(short["tf"].max()), 1), "short_over_long": round(float(short["tf"].max() / long["tf"].max()), 3)}  # fmt: skip
+    return {
+        "gpu": gpu,
+        "version": db.version,
+        "long_rows": len(long),
+        "sustained_tflops": round(float(long["tf"].max()), 1),
+        "short_best_tflops": round(float(short["tf"].max()), 1),
+        "short_over_long": round(float(short["tf"].max() / long["tf"].max()), 3),
+    }
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     rows = [r for gpu in measured.SYSTEMS if (r := rates(gpu)) is not None]
     print(pd.DataFrame(rows).to_string(index=False) if rows else "aiconfigurator-core is not installed")
 

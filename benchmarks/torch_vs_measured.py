@@ -2,15 +2,16 @@
 
     python benchmarks/torch_vs_measured.py [--torch-root profiles/torch] [--gpu h200]
 
-The torch profiles under `profiles/torch/<gpu>/<model>/` were timed by `simserve profile --backend torch` on the
-GPU itself (docs/profiling.md § Profiles timed on a real GPU says how). They are an out-of-sample check for both other sources of
-kernel times: nothing in the measured backend (NVIDIA's aiconfigurator-core tables, vLLM kernels) or in the
-roofline's calibration saw them. For each model the shipped measured profile (`profiles/<gpu>/<model>/`) and a
-roofline profile written on the same grid are read, rows are joined on their grid point, and errors are
-other / torch − 1 (+ means the other source is slower than the GPU was), as the signed median (bias), the median
-and the P90 of |error|, per op family and regime:
+The torch profiles under `profiles/torch/<gpu>/<model>/` were timed by `simserve profile --backend torch` on
+the GPU itself (docs/profiling.md § Profiles timed on a real GPU says how). They are an out-of-sample check
+for both other sources of kernel times: nothing in the measured backend (NVIDIA's aiconfigurator-core tables,
+vLLM kernels) or in the roofline's calibration saw them. For each model the shipped measured profile
+(`profiles/<gpu>/<model>/`) and a roofline profile written on the same grid are read, rows are joined on their
+grid point, and errors are other / torch − 1 (+ means the other source is slower than the GPU was), as the
+signed median (bias), the median and the P90 of |error|, per op family and regime:
   linear      GEMMs by token count: m ≤ 64 (weight-bandwidth bound), 64 < m ≤ 512, m > 512 (compute bound);
-  attention   decode (batch × context), prefill over no prefix (whole prompts) and prefill chunks over a prefix;
+  attention   decode (batch × context), prefill over no prefix (whole prompts) and prefill chunks over a
+              prefix;
   elementwise norms, rotary, activation, residual add (torch runs them as eager, unfused kernels; vLLM fuses
               rotary and SwiGLU, so torch's times are upper bounds for those two).
 Both comparison profiles are read or written by simserve itself: no GPU and no extra package is needed.
@@ -69,8 +70,8 @@ def roofline_tables(model: str, gpu: str, tps: list[int], tmp: Path) -> dict:
 
 
 def section() -> str:
-    """The roofline against the kernels timed on a real GPU (profiles/torch/<gpu>/): out-of-sample, pooled over
-    models; the section benchmarks/validate_kernels.py puts in docs/kernel-validation.md."""
+    """The roofline against the kernels timed on a real GPU (profiles/torch/<gpu>/): out-of-sample, pooled
+    over models; the section benchmarks/validate_kernels.py puts in docs/kernel-validation.md."""
     root = default_profiles_root() / "torch"
     gpus = sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     rows = []
@@ -86,26 +87,44 @@ def section() -> str:
         return ""
     err = pd.concat(rows, ignore_index=True)
     g = err.groupby(["gpu", "table", "regime"])["err"]
-    out = pd.DataFrame({"n": g.size(), "median_ape": g.apply(lambda e: e.abs().median() * 100),
-                        "p90_ape": g.apply(lambda e: e.abs().quantile(0.9) * 100),
-                        "median_bias": g.median() * 100}).round(2)  # fmt: skip
-    return "\n".join([
-        "### Kernels timed on a real GPU (profiles/torch/): every row out-of-sample", "",
-        "The torch backend's profiles timed on the GPU itself (docs/profiling.md, torch 2.11 + cuBLAS, SDPA",
-        "FlashAttention-2, an L2 flush before each timing) against a roofline profile on the same grid, pooled over",
-        f"their models ({', '.join(gpus)}). Bias + means the roofline is slower. Hopper's roofline is fitted on vLLM's",
-        "FlashAttention-3 and cuBLAS kernels, which run 6-7% (GEMM, m > 512) and up to ~1.9x (long prefill) faster",
-        "than these; the small-m GEMM gap follows the flush's write-backs (\"What the tables measured\", below).", "",
-        md(out), "",
-    ])  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "n": g.size(),
+            "median_ape": g.apply(lambda e: e.abs().median() * 100),
+            "p90_ape": g.apply(lambda e: e.abs().quantile(0.9) * 100),
+            "median_bias": g.median() * 100,
+        }
+    ).round(2)
+    return "\n".join(
+        [
+            "### Kernels timed on a real GPU (profiles/torch/): every row out-of-sample",
+            "",
+            "The torch backend's profiles timed on the GPU itself (docs/profiling.md, torch 2.11 + cuBLAS, "
+            "SDPA",
+            "FlashAttention-2, an L2 flush before each timing) against a roofline profile on the same grid, "
+            "pooled over",
+            f"their models ({', '.join(gpus)}). Bias + means the roofline is slower. Hopper's roofline is "
+            "fitted on vLLM's",
+            "FlashAttention-3 and cuBLAS kernels, which run 6-7% (GEMM, m > 512) and up to ~1.9x (long "
+            "prefill) faster",
+            'than these; the small-m GEMM gap follows the flush\'s write-backs ("What the tables measured", '
+            "below).",
+            "",
+            md(out),
+            "",
+        ]
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--torch-root", default=str(default_profiles_root() / "torch"))
     ap.add_argument("--gpu", default="h200")
-    ap.add_argument("--section", action="store_true",
-                    help="print docs/kernel-validation.md's section on every GPU's torch profiles instead")
+    ap.add_argument(
+        "--section",
+        action="store_true",
+        help="print docs/kernel-validation.md's section on every GPU's torch profiles instead",
+    )
     args = ap.parse_args()
     if args.section:
         print(section())

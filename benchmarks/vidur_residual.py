@@ -3,7 +3,8 @@
     python benchmarks/vidur_residual.py                   # Sarathi 512, QPS 2, 2000 arXiv-like requests
     python benchmarks/vidur_residual.py --preemption-crash  # Vidur 0.0.26 on a KV pool small enough to preempt
 
-The inputs are benchmarks/vs_vidur.py's (same profile, requests, arrivals, blocks, policy). Removed on both sides:
+The inputs are benchmarks/vs_vidur.py's (same profile, requests, arrivals, blocks, policy). Removed on both
+sides:
 * CPU overhead: simserve runs with `CpuOverhead(scale=0)` (Vidur 0.0.26 models none);
 * Vidur's prefill-attention key: patched in Vidur's interpreter to look prefill attention up at the prefix
   before the chunk (what the profile's kv_cache_size means), keeping Vidur's rounding up to 256.
@@ -88,11 +89,12 @@ _json.dump({op: [[*map(int, k), float(v)] for k, v in table.items()] for op, tab
 """
 
 
-# -- Vidur's batch time, rebuilt from its prediction tables ----------------------------------------------------
+# -- Vidur's batch time, rebuilt from its prediction tables --------------------------------------------------
 
 
 class VidurTimer:
-    """Vidur 0.0.26's iteration time (SklearnExecutionTimePredictor + ExecutionTime) with simserve's interface.
+    """Vidur 0.0.26's iteration time (SklearnExecutionTimePredictor + ExecutionTime) with simserve's
+    interface.
 
     Per layer: the nine token-count ops at T rounded up to a multiple of 8, decode attention at (number of
     decodes, mean KV rounded up to 256), each prefill chunk at (prefix rounded up to 256 [the prefix key] or
@@ -101,8 +103,17 @@ class VidurTimer:
     components come from Vidur; the others come from `other` (simserve's timer) via its breakdown.
     """
 
-    TOKEN_OPS = ("attn_pre_proj", "attn_post_proj", "attn_rope", "mlp_up_proj", "mlp_down_proj", "mlp_act",
-                 "input_layernorm", "post_attention_layernorm", "add")  # fmt: skip
+    TOKEN_OPS = (
+        "attn_pre_proj",
+        "attn_post_proj",
+        "attn_rope",
+        "mlp_up_proj",
+        "mlp_down_proj",
+        "mlp_act",
+        "input_layernorm",
+        "post_attention_layernorm",
+        "add",
+    )
 
     def __init__(
         self, predictions: dict, layers: int, prefix_key: bool, parts=("token", "attention"), other=None
@@ -171,7 +182,7 @@ def batch_kind(prefills, num_decodes: int) -> str:
     return "prefill-heavy" if pre >= num_decodes else "mixed"
 
 
-# -- the experiment --------------------------------------------------------------------------------------------
+# -- the experiment ------------------------------------------------------------------------------------------
 
 
 def run_vidur_recorded(python, export, setup, work, out: Path, prefix_key: bool):
@@ -188,8 +199,13 @@ def run_vidur_recorded(python, export, setup, work, out: Path, prefix_key: bool)
     if not np.allclose(res.requests["arrived_at_s"], work[2], rtol=0, atol=1e-9):
         raise RuntimeError("Vidur's arrivals differ from the replayed ones")
     q = res.tbt_quantiles
-    side = vs.Side(vs.latency_stats(res.requests, float(q.loc[0.5]), float(q.loc[0.99])), res.wall_s,
-                   res.setup_s, res.sim_s, res.num_blocks)  # fmt: skip
+    side = vs.Side(
+        vs.latency_stats(res.requests, float(q.loc[0.5]), float(q.loc[0.99])),
+        res.wall_s,
+        res.setup_s,
+        res.sim_s,
+        res.num_blocks,
+    )
     batches = json.loads((res.out_dir / "batches.json").read_text())
     predictions = json.loads((res.out_dir / "predictions.json").read_text())
     return side, batches, predictions, res.requests
@@ -207,26 +223,36 @@ def per_batch(batches: list, simserve_timer, vidur_timer: VidurTimer) -> pd.Data
         b = simserve_timer.breakdown(prefills, decode_kv)
         s_att = b["attention_prefill"] + b["attention_decode"]
         v_tok, v_att = vidur_timer.split(prefills, decode_kv)
-        rows.append({
-            "kind": batch_kind(prefills, nd), "prefill_tokens": sum(q for q, _ in pre), "decodes": nd,
-            "vidur_s": total_s, "vidur_rebuilt_s": v_tok + v_att, "vidur_attention_s": vidur_timer.layers * (pre_att_ms + dec_att_ms) / 1e3,
-            "vidur_token_s": v_tok, "simserve_s": sum(b.values()), "simserve_attention_s": s_att,
-            "simserve_token_s": sum(b.values()) - s_att,
-        })  # fmt: skip
+        rows.append(
+            {
+                "kind": batch_kind(prefills, nd),
+                "prefill_tokens": sum(q for q, _ in pre),
+                "decodes": nd,
+                "vidur_s": total_s,
+                "vidur_rebuilt_s": v_tok + v_att,
+                "vidur_attention_s": vidur_timer.layers * (pre_att_ms + dec_att_ms) / 1e3,
+                "vidur_token_s": v_tok,
+                "simserve_s": sum(b.values()),
+                "simserve_attention_s": s_att,
+                "simserve_token_s": sum(b.values()) - s_att,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def kind_table(df: pd.DataFrame) -> pd.DataFrame:
     g = df.groupby("kind")
-    t = pd.DataFrame({
-        "batches": g.size(),
-        "vidur_busy_s": g.vidur_s.sum(),
-        "ratio_time_weighted": g.vidur_s.sum() / g.simserve_s.sum(),
-        "ratio_median": (df.vidur_s / df.simserve_s).groupby(df.kind).median(),
-        "token_ops_ratio": g.vidur_token_s.sum() / g.simserve_token_s.sum(),
-        "attention_ratio": g.vidur_attention_s.sum() / g.simserve_attention_s.sum(),
-        "attention_share_vidur": g.vidur_attention_s.sum() / g.vidur_s.sum(),
-    }).reindex([k for k in KINDS if k in set(df.kind)])  # fmt: skip
+    t = pd.DataFrame(
+        {
+            "batches": g.size(),
+            "vidur_busy_s": g.vidur_s.sum(),
+            "ratio_time_weighted": g.vidur_s.sum() / g.simserve_s.sum(),
+            "ratio_median": (df.vidur_s / df.simserve_s).groupby(df.kind).median(),
+            "token_ops_ratio": g.vidur_token_s.sum() / g.simserve_token_s.sum(),
+            "attention_ratio": g.vidur_attention_s.sum() / g.simserve_attention_s.sum(),
+            "attention_share_vidur": g.vidur_attention_s.sum() / g.vidur_s.sum(),
+        }
+    ).reindex([k for k in KINDS if k in set(df.kind)])
     return t.reset_index().rename(columns={"index": "kind"})
 
 
@@ -265,7 +291,8 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
     kinds = kind_table(df)
     ratios = dict(zip(kinds.kind, kinds.ratio_time_weighted, strict=True))
     print(
-        f"\n## (a) Vidur's {len(df)} batches timed by both (rebuilt Vidur time max rel. error {rebuild_err:.2e})"
+        f"\n## (a) Vidur's {len(df)} batches timed by both (rebuilt Vidur time max rel. error "
+        f"{rebuild_err:.2e})"
     )
     print(vs.md_table(kinds), flush=True)
     overall = float(df.vidur_s.sum() / df.simserve_s.sum())
@@ -280,8 +307,12 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
         ),
         "simserve, Vidur's attention only": VidurTimer(predictions, layers, True, ("attention",), bare_timer),
     }
-    sides = {"Vidur as shipped": v_ship, "simserve as shipped": shipped, "Vidur, prefix key": v_fix,
-             "simserve, no CPU overhead": bare}  # fmt: skip
+    sides = {
+        "Vidur as shipped": v_ship,
+        "simserve as shipped": shipped,
+        "Vidur, prefix key": v_fix,
+        "simserve, no CPU overhead": bare,
+    }
     same_requests = {}
     for name, timer in alt.items():
         t0 = time.perf_counter()
@@ -293,7 +324,8 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
                 for col in ("scheduled_at_s", "first_token_at_s", "completed_at_s")
             }
             print(
-                f"simserve with Vidur's batch times vs Vidur, max |difference| per request (s): {same_requests}"
+                "simserve with Vidur's batch times vs Vidur, max |difference| per request (s): "
+                f"{same_requests}"
             )
     table = pd.DataFrame([stats_row(n, s, v_fix) for n, s in sides.items()])
     table.loc[0, [c for c in table.columns if c.endswith("_diff_pct")]] = [
@@ -308,14 +340,19 @@ def residual(b: vs.Bench, python: Path, out: Path) -> dict:
         "share of the TTFT p50 gap closed: " + ", ".join(f"{n}: {100 * c:.0f} %" for n, c in closed.items())
     )
     report |= {
-        "batches": len(df), "rebuild_max_rel_err": rebuild_err, "overall_ratio": overall,
-        "kinds": kinds.to_dict("records"), "runs": table.to_dict("records"), "ttft_p50_gap_closed": closed,
-        "token_bins": token_bins(df).to_dict("records"), "same_requests_max_abs_s": same_requests,
+        "batches": len(df),
+        "rebuild_max_rel_err": rebuild_err,
+        "overall_ratio": overall,
+        "kinds": kinds.to_dict("records"),
+        "runs": table.to_dict("records"),
+        "ttft_p50_gap_closed": closed,
+        "token_bins": token_bins(df).to_dict("records"),
+        "same_requests_max_abs_s": same_requests,
         "busy_fraction_vidur": float(df.vidur_s.sum() / v_fix.stats["makespan"]),
-    }  # fmt: skip
+    }
     print(
-        f"overall busy-time ratio Vidur/simserve {overall:.4f}; Vidur busy {report['busy_fraction_vidur']:.3f}"
-        " of the makespan"
+        f"overall busy-time ratio Vidur/simserve {overall:.4f}; Vidur busy "
+        f"{report['busy_fraction_vidur']:.3f} of the makespan"
     )
     ops = token_ops_at(dep, predictions, (16, 32, 256, 512))
     print("\n## token-count ops per layer (ms): the profile, simserve, Vidur's random forest")
@@ -350,11 +387,26 @@ def token_ops_at(dep, predictions: dict, tokens) -> pd.DataFrame:
             tot["profile"] += n * truth
             tot["simserve"] += n * s_ms
             tot["vidur"] += v  # Vidur's block time adds each op once (one residual add)
-            rows.append({"tokens": t, "op": sop, "profile_ms": truth, "simserve_err_pct": 100 * (s_ms / truth - 1),
-                         "vidur_ms": v, "vidur_err_pct": 100 * (v / truth - 1)})  # fmt: skip
-        rows.append({"tokens": t, "op": "layer total", "profile_ms": tot["profile"],
-                     "simserve_err_pct": 100 * (tot["simserve"] / tot["profile"] - 1), "vidur_ms": tot["vidur"],
-                     "vidur_err_pct": 100 * (tot["vidur"] / tot["profile"] - 1)})  # fmt: skip
+            rows.append(
+                {
+                    "tokens": t,
+                    "op": sop,
+                    "profile_ms": truth,
+                    "simserve_err_pct": 100 * (s_ms / truth - 1),
+                    "vidur_ms": v,
+                    "vidur_err_pct": 100 * (v / truth - 1),
+                }
+            )
+        rows.append(
+            {
+                "tokens": t,
+                "op": "layer total",
+                "profile_ms": tot["profile"],
+                "simserve_err_pct": 100 * (tot["simserve"] / tot["profile"] - 1),
+                "vidur_ms": tot["vidur"],
+                "vidur_err_pct": 100 * (tot["vidur"] / tot["profile"] - 1),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -362,11 +414,14 @@ def token_bins(df: pd.DataFrame) -> pd.DataFrame:
     tokens = df.prefill_tokens + df.decodes
     bins = pd.cut(tokens, [0, 32, 64, 128, 256, 511, 512, 4096], right=True)
     g = df.groupby(bins, observed=True)
-    return pd.DataFrame({
-        "tokens": [str(i) for i in g.size().index], "batches": g.size().to_numpy(),
-        "vidur_over_simserve": (g.vidur_s.sum() / g.simserve_s.sum()).to_numpy(),
-        "token_ops_ratio": (g.vidur_token_s.sum() / g.simserve_token_s.sum()).to_numpy(),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "tokens": [str(i) for i in g.size().index],
+            "batches": g.size().to_numpy(),
+            "vidur_over_simserve": (g.vidur_s.sum() / g.simserve_s.sum()).to_numpy(),
+            "token_ops_ratio": (g.vidur_token_s.sum() / g.simserve_token_s.sum()).to_numpy(),
+        }
+    )
 
 
 def run_with_timer(dep, cfg, work, timer) -> tuple[vs.Side, pd.DataFrame]:
@@ -381,12 +436,17 @@ def run_with_timer(dep, cfg, work, timer) -> tuple[vs.Side, pd.DataFrame]:
     t0 = time.perf_counter()
     res = build_result(simulate(prompt, output, arrived, timer, blocks.num_blocks, cfg), dep)
     done = res.requests[res.requests.status == "completed"]
-    side = vs.Side(vs.latency_stats(done, res.summary.tbt_p50_s, res.summary.tbt_p99_s), 0.0, 0.0,
-                   time.perf_counter() - t0, blocks.num_blocks)  # fmt: skip
+    side = vs.Side(
+        vs.latency_stats(done, res.summary.tbt_p50_s, res.summary.tbt_p99_s),
+        0.0,
+        0.0,
+        time.perf_counter() - t0,
+        blocks.num_blocks,
+    )
     return side, done.sort_values("request_id").reset_index(drop=True)
 
 
-# -- Vidur 0.0.26 and preemption ---------------------------------------------------------------------------------
+# -- Vidur 0.0.26 and preemption -----------------------------------------------------------------------------
 
 # Prints the state of the request whose stage-end bookkeeping fails, then lets the error through unchanged.
 _CRASH_PRELUDE = r"""

@@ -1,14 +1,16 @@
 """Drive Vidur (the `vidur` package from the package index) from simserve's Python, offline.
 
 Vidur runs in its own virtual environment (`.venv-vidur/`, created on first use) because it pins a different
-dependency stack (wandb, kaleido, huggingface_hub, ...). Nothing of Vidur is imported here: we write its inputs,
-run `python -m vidur.main` as a subprocess and read its output CSVs back.
+dependency stack (wandb, kaleido, huggingface_hub, ...). Nothing of Vidur is imported here: we write its
+inputs, run `python -m vidur.main` as a subprocess and read its output CSVs back.
 
 Inputs Vidur 0.0.26 needs, and how we give them (see /work/shared/notes/running-vidur.md):
-* profiles: it downloads them as Hugging Face dataset snapshots. We place a snapshot in a hub-style cache folder
-  (`datasets--local--<name>/refs/main` + `snapshots/<rev>/{config.json, *.csv.xz}`) and set HF_HUB_OFFLINE=1.
+* profiles: it downloads them as Hugging Face dataset snapshots. We place a snapshot in a hub-style cache
+  folder (`datasets--local--<name>/refs/main` + `snapshots/<rev>/{config.json, *.csv.xz}`) and set
+  HF_HUB_OFFLINE=1.
 * requests: its `trace_replay` generator reads `Date, Time, PromptTokenCount, CompletionTokenCount` and keeps
-  `Time` as the arrival time (times `time_scale_factor`), so it replays exactly simserve's arrivals and lengths.
+  `Time` as the arrival time (times `time_scale_factor`), so it replays exactly simserve's arrivals and
+  lengths.
 * its predictor cache is keyed by the dataset *name*, the TP degree and the prediction range — not by the
   profile's bytes nor by the random-forest grid. We therefore give every (profile bytes, grid, range) its own
   cache folder, so a changed profile can never be served stale predictions.
@@ -34,10 +36,15 @@ from simserve.errors import SimserveError
 
 VIDUR_VERSION = "0.0.26"
 # Vidur pins none of its dependencies; these are the versions this benchmark was verified with (2026-11-21).
-# scikit-learn decides the random forests, pandas the CSV parsing, huggingface_hub the offline snapshot lookup.
+# scikit-learn decides the random forests, pandas the CSV parsing, huggingface_hub the offline snapshot
+# lookup.
 VIDUR_REQUIREMENTS = (
-    f"vidur=={VIDUR_VERSION}", "scikit-learn==1.9.1", "pandas==3.1.1", "numpy==2.4.6", "huggingface_hub==2.4.0",
-)  # fmt: skip
+    f"vidur=={VIDUR_VERSION}",
+    "scikit-learn==1.9.1",
+    "pandas==3.1.1",
+    "numpy==2.4.6",
+    "huggingface_hub==2.4.0",
+)
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-vidur"
 CACHE = ROOT / ".vidur-cache"
@@ -222,42 +229,71 @@ def vidur_args(setup: VidurSetup, staged: StagedProfile, trace_csv: Path, out_di
     rf = "--random_forrest_execution_time_predictor_config_"
     g = setup.grid
     args = [
-        "--seed", str(setup.seed),
-        "--replica_config_model_name", setup.model,
-        "--replica_config_device", setup.device,
-        "--replica_config_network_device", setup.network,
-        "--replica_config_tensor_parallel_size", str(setup.tp),
-        "--replica_config_num_pipeline_stages", str(setup.pp),
-        "--cluster_config_num_replicas", "1",
-        "--cache_config_block_size", str(setup.block_size),
-        "--cache_config_watermark_blocks_fraction", str(setup.watermark_blocks_fraction),
-        "--request_generator_config_type", "trace_replay",
-        "--trace_request_generator_config_trace_file", str(trace_csv),
-        "--trace_request_generator_config_date", TRACE_DATE,
-        "--trace_request_generator_config_prefill_scale_factor", "1",
-        "--trace_request_generator_config_decode_scale_factor", "1",
-        "--trace_request_generator_config_time_scale_factor", "1",
-        "--trace_request_generator_config_max_tokens", str(setup.max_tokens),
-        "--replica_scheduler_config_type", setup.policy,
-        f"--{setup.policy}_scheduler_config_batch_size_cap", str(setup.batch_size_cap),
-        "--execution_time_predictor_config_type", "random_forrest",
-        f"{rf}model_profiling_dataset", staged.compute_dataset,
-        f"{rf}network_profiling_dataset", staged.network_dataset,
-        f"{rf}cache_dir", str(staged.cache_dir),
-        f"{rf}prediction_max_tokens_per_request", str(setup.prediction_max_tokens),
-        f"{rf}prediction_max_prefill_chunk_size", str(setup.prediction_max_prefill_chunk),
-        f"{rf}k_fold_cv_splits", str(g.k_fold_cv_splits),
-        f"{rf}num_estimators", *map(str, g.num_estimators),
-        f"{rf}max_depth", *map(str, g.max_depth),
-        f"{rf}min_samples_split", *map(str, g.min_samples_split),
-        "--metrics_config_output_dir", str(out_dir),
+        "--seed",
+        str(setup.seed),
+        "--replica_config_model_name",
+        setup.model,
+        "--replica_config_device",
+        setup.device,
+        "--replica_config_network_device",
+        setup.network,
+        "--replica_config_tensor_parallel_size",
+        str(setup.tp),
+        "--replica_config_num_pipeline_stages",
+        str(setup.pp),
+        "--cluster_config_num_replicas",
+        "1",
+        "--cache_config_block_size",
+        str(setup.block_size),
+        "--cache_config_watermark_blocks_fraction",
+        str(setup.watermark_blocks_fraction),
+        "--request_generator_config_type",
+        "trace_replay",
+        "--trace_request_generator_config_trace_file",
+        str(trace_csv),
+        "--trace_request_generator_config_date",
+        TRACE_DATE,
+        "--trace_request_generator_config_prefill_scale_factor",
+        "1",
+        "--trace_request_generator_config_decode_scale_factor",
+        "1",
+        "--trace_request_generator_config_time_scale_factor",
+        "1",
+        "--trace_request_generator_config_max_tokens",
+        str(setup.max_tokens),
+        "--replica_scheduler_config_type",
+        setup.policy,
+        f"--{setup.policy}_scheduler_config_batch_size_cap",
+        str(setup.batch_size_cap),
+        "--execution_time_predictor_config_type",
+        "random_forrest",
+        f"{rf}model_profiling_dataset",
+        staged.compute_dataset,
+        f"{rf}network_profiling_dataset",
+        staged.network_dataset,
+        f"{rf}cache_dir",
+        str(staged.cache_dir),
+        f"{rf}prediction_max_tokens_per_request",
+        str(setup.prediction_max_tokens),
+        f"{rf}prediction_max_prefill_chunk_size",
+        str(setup.prediction_max_prefill_chunk),
+        f"{rf}k_fold_cv_splits",
+        str(g.k_fold_cv_splits),
+        f"{rf}num_estimators",
+        *map(str, g.num_estimators),
+        f"{rf}max_depth",
+        *map(str, g.max_depth),
+        f"{rf}min_samples_split",
+        *map(str, g.min_samples_split),
+        "--metrics_config_output_dir",
+        str(out_dir),
         "--metrics_config_store_token_completion_metrics",
         "--no-metrics_config_store_plots",
         "--no-metrics_config_store_operation_metrics",
         "--no-metrics_config_store_utilization_metrics",
         "--no-metrics_config_enable_chrome_trace",
         "--no-metrics_config_write_json_trace",
-    ]  # fmt: skip
+    ]
     if setup.num_blocks is not None:
         args += ["--cache_config_num_blocks", str(setup.num_blocks)]
     if setup.policy == "sarathi":
@@ -374,8 +410,8 @@ def _read_tbt(run: Path) -> pd.Series:
 
 
 # Vidur's own execution-time predictor on given batches (one stage): builds it exactly as its simulator does,
-# from the same flags, and returns total_time (seconds) per batch. Used to separate predictor disagreement from
-# scheduling disagreement.
+# from the same flags, and returns total_time (seconds) per batch. Used to separate predictor disagreement
+# from scheduling disagreement.
 _PROBE = """
 import json, os, sys
 from vidur.config import SimulationConfig
@@ -407,7 +443,8 @@ def vidur_batch_times(
     batches: list[tuple[list, list]],
     work: Path,
 ) -> pd.DataFrame:
-    """Vidur's predicted time of each batch, given as (q tokens per request, kv tokens incl. q per request)."""
+    """Vidur's predicted time of each batch, given as (q tokens per request, kv tokens incl. q per
+    request)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "probe_in.json").write_text(json.dumps(batches))
     env = {

@@ -75,22 +75,53 @@ def hf_config(model: str, where: Path) -> Path:
 
     m = MODELS.get(model)
     cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": m.hidden,
-        "intermediate_size": m.ffn, "num_attention_heads": m.num_heads, "num_hidden_layers": m.num_layers,
-        "num_key_value_heads": m.num_kv_heads, "vocab_size": m.vocab, "head_dim": m.hidden // m.num_heads,
-        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu", "torch_dtype": "float16",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": m.hidden,
+        "intermediate_size": m.ffn,
+        "num_attention_heads": m.num_heads,
+        "num_hidden_layers": m.num_layers,
+        "num_key_value_heads": m.num_kv_heads,
+        "vocab_size": m.vocab,
+        "head_dim": m.hidden // m.num_heads,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "torch_dtype": "float16",
         "tie_word_embeddings": False,
-    }  # fmt: skip
+    }
     where.mkdir(parents=True, exist_ok=True)
     (where / "config.json").write_text(json.dumps(cfg, indent=1))
     return where
 
 
 def run_aic(exe: Path, model_dir: Path | str, args, out: Path) -> dict:
-    cmd = [str(exe), "cli", "default", "--model", str(model_dir), "--system", "h200_sxm", "--total-gpus",
-           str(args.gpus), "--backend", "vllm", "--isl", str(args.isl), "--osl", str(args.osl), "--ttft",
-           f"{args.ttft * 1000:g}", "--tpot", f"{args.tpot * 1000:g}", "--database-mode", "SILICON",
-           "--save-dir", str(out), "--no-color"]  # fmt: skip
+    cmd = [
+        str(exe),
+        "cli",
+        "default",
+        "--model",
+        str(model_dir),
+        "--system",
+        "h200_sxm",
+        "--total-gpus",
+        str(args.gpus),
+        "--backend",
+        "vllm",
+        "--isl",
+        str(args.isl),
+        "--osl",
+        str(args.osl),
+        "--ttft",
+        f"{args.ttft * 1000:g}",
+        "--tpot",
+        f"{args.tpot * 1000:g}",
+        "--database-mode",
+        "SILICON",
+        "--save-dir",
+        str(out),
+        "--no-color",
+    ]
     _, cpu, wall = timed(cmd)
     found = {}
     for mode in ("agg", "disagg"):
@@ -131,11 +162,32 @@ def run_aic(exe: Path, model_dir: Path | str, args, out: Path) -> dict:
 
 def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int = 128) -> dict:
     out, cache = tmp / f"plan-{quantile}-{max_batch}", tmp / f"cache-{quantile}-{max_batch}"
-    flags = ["--model", args.model, "--dtype", args.dtype, "--gpus", "h200", "--max-gpus", str(args.gpus),
-             "--trace", str(trace),
-             "--slo", f"{args.tpot:g}", "--tbt-quantile", f"{quantile:g}", "--ttft-slo", f"{args.ttft:g}",
-             "--ttft-quantile", f"{quantile:g}", "--max-batch", str(max_batch),
-             "--layouts", "agg,disagg", "--workers", str(args.workers)]  # fmt: skip
+    flags = [
+        "--model",
+        args.model,
+        "--dtype",
+        args.dtype,
+        "--gpus",
+        "h200",
+        "--max-gpus",
+        str(args.gpus),
+        "--trace",
+        str(trace),
+        "--slo",
+        f"{args.tpot:g}",
+        "--tbt-quantile",
+        f"{quantile:g}",
+        "--ttft-slo",
+        f"{args.ttft:g}",
+        "--ttft-quantile",
+        f"{quantile:g}",
+        "--max-batch",
+        str(max_batch),
+        "--layouts",
+        "agg,disagg",
+        "--workers",
+        str(args.workers),
+    ]
     cmd = [
         sys.executable,
         "-c",
@@ -156,41 +208,75 @@ def run_simserve(args, trace: Path, quantile: float, tmp: Path, max_batch: int =
     ties = {t["row"] for t in doc["ties"]}
     answers = {}
     for mode in ("agg", "disagg"):
-        rows = [r for r in plan if (r.get("layout") or "agg") == "agg"] if mode == "agg" else \
-            [r for r in plan if (r.get("layout") or "agg") != "agg"]  # fmt: skip
+        rows = (
+            [r for r in plan if (r.get("layout") or "agg") == "agg"]
+            if mode == "agg"
+            else [r for r in plan if (r.get("layout") or "agg") != "agg"]
+        )
         if not rows:
             answers[mode] = None
             continue
-        # the plan's own objective: $ per million output tokens (one H200 node: the same order as tokens/s per GPU)
+        # the plan's own objective: $ per million output tokens (one H200 node: the same order as tokens/s per
+        # GPU)
         best = min(rows, key=lambda r: (float(r["usd_per_million_output_tokens"]), -float(r["capacity_qps"])))
         layout = best.get("layout") or "agg"
-        key = ("gpu", "tp", "pp", "ep", "budget")  # an MoE model's TP, EP = TP and DP × TP rows share tp and pp
-        search = [r for r in searches if (r.get("layout") or "agg") == layout and r["seed"] == "0" and
-                  all(r.get(k) == best.get(k) for k in key)]  # fmt: skip
+        # an MoE model's TP, EP = TP and DP × TP rows share tp and pp
+        key = ("gpu", "tp", "pp", "ep", "budget")
+        search = [
+            r
+            for r in searches
+            if (r.get("layout") or "agg") == layout
+            and r["seed"] == "0"
+            and all(r.get(k) == best.get(k) for k in key)
+        ]
         ep, tp = int(best.get("ep") or 1), int(best["tp"])
         dp = f"DP{ep // tp}×" if ep > tp else ""  # plan.report.deployment_label's: attention DP, EP = DP × TP
         shape = f"{dp}TP{tp}{f' EP{ep}' if ep > 1 else ''} PP{best['pp']}" if layout == "agg" else layout
-        chosen = (first.get("layout", "agg") == layout and str(first["tp"]) == best["tp"] and
-                  str(first["pp"]) == best["pp"] and str(first.get("ep", 1)) == (best.get("ep") or "1") and
-                  int(first["replicas"]) == int(best["replicas"]))  # fmt: skip
+        chosen = (
+            first.get("layout", "agg") == layout
+            and str(first["tp"]) == best["tp"]
+            and str(first["pp"]) == best["pp"]
+            and str(first.get("ep", 1)) == (best.get("ep") or "1")
+            and int(first["replicas"]) == int(best["replicas"])
+        )
         note = " (the plan's first row)" if chosen else ""
         if chosen and ties:
             note = f" (the plan's first row, tied with {', '.join(sorted(ties))})"
         budget = "budget" if layout == "agg" else "prefill budget"
-        if mode == "disagg":  # the screen's other layouts: searched, or pruned (proven off the front by one probe)
-            others = [r for r in searches if (r.get("layout") or "agg") not in ("agg", layout) and r["seed"] == "0"]
-            cut = [f"{r['layout']} fails at {float(r['start_qps']):.3g}" for r in others if r["status"] == "pruned"]
-            kept = [f"{r['layout']} {float(r['capacity_qps']):.3g}" for r in others if r["status"] != "pruned"]
-            note += "; " + "; ".join(filter(None, [f"searched: {', '.join(kept)}" if kept else "",
-                                                    f"pruned: {', '.join(cut)} req/s" if cut else ""]))  # fmt: skip
+        # the screen's other layouts: searched, or pruned (proven off the front by one probe)
+        if mode == "disagg":
+            others = [
+                r for r in searches if (r.get("layout") or "agg") not in ("agg", layout) and r["seed"] == "0"
+            ]
+            cut = [
+                f"{r['layout']} fails at {float(r['start_qps']):.3g}"
+                for r in others
+                if r["status"] == "pruned"
+            ]
+            kept = [
+                f"{r['layout']} {float(r['capacity_qps']):.3g}" for r in others if r["status"] != "pruned"
+            ]
+            note += "; " + "; ".join(
+                filter(
+                    None,
+                    [
+                        f"searched: {', '.join(kept)}" if kept else "",
+                        f"pruned: {', '.join(cut)} req/s" if cut else "",
+                    ],
+                )
+            )
         answers[mode] = {
-            "answer": f"{best['replicas']}×({shape}), {budget} {best['budget']}{note}; {best['profile']} profile",
+            "answer": (
+                f"{best['replicas']}×({shape}), {budget} {best['budget']}{note}; {best['profile']} profile"
+            ),
             "req_per_s": float(best["capacity_qps"]),
             "tokens_per_s_per_gpu": float(best["output_tokens_per_s"]) / float(best["gpus"]),
             "latency": f"{doc['slo']}; the bound met last: {search[0]['limited_by'] if search else '?'}",
         }
     return {
-        "tool": f"simserve plan --layouts agg,disagg, P{100 * quantile:g} TTFT and TBT, max batch {max_batch}",
+        "tool": (
+            f"simserve plan --layouts agg,disagg, P{100 * quantile:g} TTFT and TBT, max batch {max_batch}"
+        ),
         "command": "simserve plan " + shlex.join(flags).replace(str(trace), f"<{args.isl}/{args.osl} trace>"),
         "answers": answers,
         "cpu_s": cpu,
@@ -235,18 +321,27 @@ def main() -> None:
             rows.append(run_simserve(args, trace, q, tmp))
         # AIConfigurator's answer runs 176 requests per replica; simserve's default cap is 128 (--max-batch)
         rows.append(run_simserve(args, trace, 0.5, tmp, max_batch=256))
-    print(f"# {args.model} {args.dtype}, {args.gpus}×H200, ISL/OSL {args.isl}/{args.osl}, TTFT ≤ {args.ttft:g} s, "
-          f"TPOT/TBT ≤ {args.tpot:g} s; {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")  # fmt: skip
-    print("| tool | layout | answer | req/s | output tokens/s per GPU | latency | CPU s (run) | wall s (run) |")
+    print(
+        f"# {args.model} {args.dtype}, {args.gpus}×H200, ISL/OSL {args.isl}/{args.osl}, TTFT ≤ {args.ttft:g} "
+        f"s, TPOT/TBT ≤ {args.tpot:g} s; {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n"
+    )
+    print(
+        "| tool | layout | answer | req/s | output tokens/s per GPU | latency | CPU s (run) | wall s (run) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         for mode in ("agg", "disagg"):
             a = r["answers"].get(mode)
             if a is None:
-                print(f"| {r['tool']} | {mode} | none meets the SLAs | | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")
+                print(
+                    f"| {r['tool']} | {mode} | none meets the SLAs | | | | {r['cpu_s']:.1f} | "
+                    f"{r['wall_s']:.1f} |"
+                )
                 continue
-            print(f"| {r['tool']} | {mode} | {a['answer']} | {a['req_per_s']:.2f} | {a['tokens_per_s_per_gpu']:.0f} | "
-                  f"{a['latency']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")  # fmt: skip
+            print(
+                f"| {r['tool']} | {mode} | {a['answer']} | {a['req_per_s']:.2f} | "
+                f"{a['tokens_per_s_per_gpu']:.0f} | {a['latency']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} |"
+            )
     print()
     for r in rows:
         print(f"- {r['tool']}: `{r['command']}`")

@@ -1,4 +1,5 @@
-"""simserve beside Vidur on identical inputs: the same profile, requests, arrivals, deployment, policy and QPS.
+"""simserve beside Vidur on identical inputs: the same profile, requests, arrivals, deployment, policy and
+QPS.
 
     python benchmarks/vs_vidur.py --quick          # 300 arXiv requests, Sarathi 512, one QPS (~1 min warm)
     python benchmarks/vs_vidur.py                  # 2000 requests, Sarathi 512 and vLLM, two QPS + experiments
@@ -10,14 +11,15 @@ What is identical, and how:
   with seeded Poisson arrivals from simserve.workload.arrivals; Vidur replays that exact list through its
   `trace_replay` generator (Time = arrival in seconds), not its own length shuffler and Poisson generator.
 * deployment and policy: Llama-2-7B, one A100-80GB, TP1, block 16, max batch 128, Sarathi chunk / vLLM token
-  budget, 1 % watermark; KV blocks = simserve's plan_memory, passed to Vidur as --cache_config_num_blocks (Vidur's
-  own planner gives a different count: the `memory` experiment shows how many and what it changes).
+  budget, 1 % watermark; KV blocks = simserve's plan_memory, passed to Vidur as --cache_config_num_blocks
+  (Vidur's own planner gives a different count: the `memory` experiment shows how many and what it changes).
 * metrics: computed the same way from each side's per-request times (TTFT = first token - arrival, scheduling
   delay = first scheduled - arrival, e2e = completion - arrival; numpy percentiles); TBT from each side's
   0.1 %-accurate sketch of every gap between a request's consecutive output tokens.
 
-Heavy one-time steps are cached: the venv (.venv-vidur/) and Vidur's trained predictors (.vidur-cache/<key>/, keyed
-by the exported profile's bytes, the RF grid and the prediction range). Results go to .vidur-cache/results/.
+Heavy one-time steps are cached: the venv (.venv-vidur/) and Vidur's trained predictors (.vidur-cache/<key>/,
+keyed by the exported profile's bytes, the RF grid and the prediction range). Results go to
+.vidur-cache/results/.
 """
 
 from __future__ import annotations
@@ -70,21 +72,37 @@ def compare_table(ours: Side, theirs: Side) -> pd.DataFrame:
 def speed_table(n: int, ours: Side, theirs: Side) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {"simulator": name, "wall_s": s.wall_s, "setup_s": s.setup_s, "sim_s": s.sim_s,
-             "req_per_s_sim": n / s.sim_s, "req_per_s_wall": n / s.wall_s}
+            {
+                "simulator": name,
+                "wall_s": s.wall_s,
+                "setup_s": s.setup_s,
+                "sim_s": s.sim_s,
+                "req_per_s_sim": n / s.sim_s,
+                "req_per_s_wall": n / s.wall_s,
+            }
             for name, s in (("simserve", ours), ("vidur", theirs))
         ]
-    )  # fmt: skip
+    )
 
 
-# -- targeted experiments: where the two disagree, which one is right -----------------------------------------
+# -- targeted experiments: where the two disagree, which one is right ----------------------------------------
 
 
 def probe_batches(max_len: int) -> list[tuple[str, list[tuple[int, int]], list[int]]]:
     """(label, prefills as (chunk, prefix), decode context lengths): points of the profile's own grid."""
     out = [(f"decode b={b} L={L}", [], [L] * b) for b in (1, 8, 32, 128) for L in (448, 1472, 3632)]
-    pre = [(128, 0), (256, 0), (257, 0), (512, 0), (2048, 0), (4096, 0), (512, 1088), (512, 2688), (128, 3632),
-           (2048, 1984)]  # fmt: skip
+    pre = [
+        (128, 0),
+        (256, 0),
+        (257, 0),
+        (512, 0),
+        (2048, 0),
+        (4096, 0),
+        (512, 1088),
+        (512, 2688),
+        (128, 3632),
+        (2048, 1984),
+    ]
     out += [(f"prefill c={c} p={p}", [(c, p)], []) for c, p in pre if c + p <= max_len]
     out += [(f"mixed {b} decodes L=1472 + c=384 p=1088", [(384, 1088)], [1472] * b) for b in (32, 128)]
     return out
@@ -120,13 +138,15 @@ def predictor_experiment(b: Bench, dep: Deployment, python: Path, export: Path, 
     staged = vr.stage_profile(export, setup)
     batches = probe_batches(b.max_model_len)
 
-    # Vidur's batch: q tokens and kv tokens *including* this step's (num_processed_tokens + q), as its scheduler
-    # builds them; a decode over L cached tokens therefore has kv = L + 1.
-    # The counterfactual `vidur_prefix_key` looks prefill attention up at the prefix alone, which is what the
-    # profile's kv_cache_size column means (Vidur's profiler: processed_len) and what Vidur's GitHub code uses.
+    # Vidur's batch: q tokens and kv tokens *including* this step's (num_processed_tokens + q), as its
+    # scheduler builds them; a decode over L cached tokens therefore has kv = L + 1. The counterfactual
+    # `vidur_prefix_key` looks prefill attention up at the prefix alone, which is what the profile's
+    # kv_cache_size column means (Vidur's profiler: processed_len) and what Vidur's GitHub code uses.
     def vidur_batches(prefill_kv):
-        return [([c for c, _ in pre] + [1] * len(dec), [prefill_kv(c, p) for c, p in pre] + [L + 1 for L in dec])
-                for _, pre, dec in batches]  # fmt: skip
+        return [
+            ([c for c, _ in pre] + [1] * len(dec), [prefill_kv(c, p) for c, p in pre] + [L + 1 for L in dec])
+            for _, pre, dec in batches
+        ]
 
     trace = vr.write_replay_trace(out / "probe-trace.csv", np.array([0.0]), np.array([16]), np.array([2]))
     vid = vr.vidur_batch_times(python, setup, staged, trace, vidur_batches(lambda c, p: p + c), out / "probe")
@@ -139,10 +159,19 @@ def predictor_experiment(b: Bench, dep: Deployment, python: Path, export: Path, 
         batches, vid.total_s, fixed.total_s, fixed.prefill_attn_ms + fixed.decode_attn_ms, strict=True
     ):
         truth = profile_truth(dep, pre, dec)
-        rows.append({"batch": label, "profile_ms": 1e3 * truth, "simserve_gpu_ms": 1e3 * bare(pre, dec),
-                     "simserve_ms": 1e3 * full(pre, dec), "vidur_ms": 1e3 * v, "vidur_prefix_key_ms": 1e3 * f,
-                     # one layer's attention: the profile's row vs Vidur's random forest at the same key
-                     "attn_profile_ms": profile_truth(dep, pre, dec, attention_only=True), "attn_vidur_rf_ms": fa})  # fmt: skip
+        rows.append(
+            {
+                "batch": label,
+                "profile_ms": 1e3 * truth,
+                "simserve_gpu_ms": 1e3 * bare(pre, dec),
+                "simserve_ms": 1e3 * full(pre, dec),
+                "vidur_ms": 1e3 * v,
+                "vidur_prefix_key_ms": 1e3 * f,
+                # one layer's attention: the profile's row vs Vidur's random forest at the same key
+                "attn_profile_ms": profile_truth(dep, pre, dec, attention_only=True),
+                "attn_vidur_rf_ms": fa,
+            }
+        )
     df = pd.DataFrame(rows)
     for col in ("simserve_gpu_ms", "vidur_ms", "vidur_prefix_key_ms"):
         df[col.replace("_ms", "_err_pct")] = 100 * (df[col] - df.profile_ms) / df.profile_ms
@@ -214,9 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         b = replace(b, num_requests=300, policies=("sarathi",), qps=(1.0,))
     b = replace(
-        b, num_requests=args.requests or b.num_requests, qps=tuple(args.qps or b.qps),
+        b,
+        num_requests=args.requests or b.num_requests,
+        qps=tuple(args.qps or b.qps),
         policies=tuple(args.policies or b.policies),
-    )  # fmt: skip
+    )
     run_experiments = not (args.quick or args.no_experiments)
     out = args.out / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
@@ -245,8 +276,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n## {policy}, QPS {qps:g}, {b.num_requests} requests, {ours.num_blocks} KV blocks")
                 print(md_table(cmp))
                 print(md_table(spd), flush=True)
-                report["runs"].append({"policy": policy, "qps": qps, "compare": cmp.to_dict("records"),
-                                       "speed": spd.to_dict("records")})  # fmt: skip
+                report["runs"].append(
+                    {
+                        "policy": policy,
+                        "qps": qps,
+                        "compare": cmp.to_dict("records"),
+                        "speed": spd.to_dict("records"),
+                    }
+                )
         if run_experiments:
             report["experiments"] = run_all_experiments(b, dep, python, export, out, base)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -70,7 +70,8 @@ class KindUsage:
 
 
 def kinds(root: Path | None = None) -> list[str]:
-    """The cache's kinds are its top-level folders: a stage that caches something new needs no registration."""
+    """The cache's kinds are its top-level folders: a stage that caches something new needs no
+    registration."""
     root = root or cache_root()
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
@@ -146,7 +147,8 @@ def trim_to_env_limit() -> None:
     """Apply $SIMSERVE_CACHE_MAX_MB, if set (the CLI checks it with `check_env` before the command runs)."""
     max_bytes = max_bytes_from_env()
     if max_bytes is not None:
-        trim(max_bytes)  # best effort after the command: an entry it cannot delete stays, the run's answer stands
+        # best effort after the command: an entry it cannot delete stays, the run's answer stands
+        trim(max_bytes)
 
 
 def _remove(entries: list[tuple[Path, os.stat_result]]) -> Removal:

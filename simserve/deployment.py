@@ -1,4 +1,5 @@
-"""A deployment: a model on GPUs with tensor (TP) and pipeline (PP) parallelism, in a node, maybe over a network."""
+"""A deployment: a model on GPUs with tensor (TP) and pipeline (PP) parallelism, in a node, maybe over a
+network."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from simserve.errors import SimserveError
 
 BLOCK_SIZE = 16  # tokens per KV-cache block (vLLM and Sarathi-Serve)
 
-# vLLM's --all2all-backend values simserve models, its default first: allgather_reducescatter from the all-reduce
-# rows (exchange_bytes), the DeepEP kernels from NVIDIA's measured dispatch + combine rows (ops.a2a_op).
+# vLLM's --all2all-backend values simserve models, its default first: allgather_reducescatter from the
+# all-reduce rows (exchange_bytes), the DeepEP kernels from NVIDIA's measured dispatch + combine rows
+# (ops.a2a_op).
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
-
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,12 @@ class Deployment:
     dtype: str = "bf16"  # weights of the linear layers: bf16 | fp8 (simserve/precision.py)
     kv_dtype: str = "bf16"  # KV cache: bf16 | fp8
     ep: int = 1  # expert parallelism: each GPU of a stage holds num_experts/ep experts, each split tp/ep ways
-    moe_skew: float = 0.0  # router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (ops.expert_load)
-    # Attention data parallelism (vLLM --data-parallel-size dp --enable-expert-parallel): this deployment is ONE
-    # of dp ranks, each with its own requests, KV cache and TP group of `tp` GPUs for attention; the routed
-    # experts are spread over all dp·tp GPUs (ep = dp·tp), whose MoE layers run the tokens of every rank together.
+    # router token spread: 0 balanced; s > 0 Zipf(s) expert popularity (ops.expert_load)
+    moe_skew: float = 0.0
+    # Attention data parallelism (vLLM --data-parallel-size dp --enable-expert-parallel): this deployment is
+    # ONE of dp ranks, each with its own requests, KV cache and TP group of `tp` GPUs for attention; the
+    # routed experts are spread over all dp·tp GPUs (ep = dp·tp), whose MoE layers run the tokens of every
+    # rank together.
     dp: int = 1
     # How attention-DP ranks exchange the experts' tokens: vLLM's --all2all-backend (ALL2ALL_BACKENDS).
     all2all: str = "allgather_reducescatter"
@@ -66,10 +69,12 @@ class Deployment:
         if node is None:
             node = DEFAULT_NODE.get(gpu.name)
         node = NODES.get(node) if isinstance(node, str) else node
-        if node is not None and GPU.get(node.gpu).name != gpu.name:  # the box's links and its GPUs go together
+        # the box's links and its GPUs go together
+        if node is not None and GPU.get(node.gpu).name != gpu.name:
             boxes = [n.name for n in NODES if GPU.get(n.gpu).name == gpu.name]
             raise SimserveError(
-                f"--node {node.name} holds {GPU.get(node.gpu).name} GPUs, not {gpu.name}; pick a node that holds "
+                f"--node {node.name} holds {GPU.get(node.gpu).name} GPUs, not {gpu.name}; pick a node that "
+                "holds "
                 f"{gpu.name} ({', '.join(boxes) or 'none in the catalog: add one with a catalog file, docs/catalog.md'})"
                 f" or --gpu {node.gpu}"
             )
@@ -93,12 +98,15 @@ class Deployment:
             raise SimserveError(f"max model length must be at least 1, got {max_model_len}")
         dtype = precision.check_dtype(dtype, "--dtype")
         kv_dtype = precision.check_dtype(kv_dtype, "--kv-dtype")
-        _check_experts(model, tp, ep, moe_skew, dp, node.gpus_per_node if node is not None and pp == 1 else None)
+        _check_experts(
+            model, tp, ep, moe_skew, dp, node.gpus_per_node if node is not None and pp == 1 else None
+        )
         _check_all2all(all2all, dp)
         extra = (BLOCK_SIZE, dtype, kv_dtype, ep, float(moe_skew), dp, all2all)
         dep = cls(model, gpu, tp, pp, node, network, memory_utilization, max_model_len, *extra)
         if node is not None and tp > node.gpus_per_node:
-            # a bigger box of the same GPU in the catalog is the first fix (A100's default is the paper's 4-GPU box)
+            # a bigger box of the same GPU in the catalog is the first fix (A100's default is the paper's
+            # 4-GPU box)
             boxes = [n.name for n in NODES if n.gpu == gpu.name and n.gpus_per_node >= tp]
             bigger = f"pick a node that holds {tp} (--node {' or '.join(boxes)}), or " if boxes else ""
             raise SimserveError(
@@ -108,14 +116,28 @@ class Deployment:
         if dp > 1 and (pp > 1 or (node is not None and dp * tp > node.gpus_per_node)):
             raise SimserveError(
                 f"--dp-attention {dp} x TP {tp} x PP {pp}: attention DP is modelled inside one "
-                f"{node.name if node else 'node'} ({node.gpus_per_node if node else '?'} GPUs) with PP 1, where "
-                f"the experts' all-to-all stays on the node's links; "
-                + " and ".join(fix for fix, bad in (("use --pp 1", pp > 1), ("lower --dp-attention or --tp",
-                               node is not None and dp * tp > node.gpus_per_node)) if bad)  # fmt: skip
+                f"{node.name if node else 'node'} ({node.gpus_per_node if node else '?'} GPUs) with PP 1, "
+                "where the experts' all-to-all stays on the node's links; "
+                + " and ".join(
+                    fix
+                    for fix, bad in (
+                        ("use --pp 1", pp > 1),
+                        ("lower --dp-attention or --tp", node is not None and dp * tp > node.gpus_per_node),
+                    )
+                    if bad
+                )
             )
         if dep.num_nodes > 1 and network is None:
             dep = cls(
-                model, gpu, tp, pp, node, NETWORKS.get("ethernet-100g"), memory_utilization, max_model_len, *extra
+                model,
+                gpu,
+                tp,
+                pp,
+                node,
+                NETWORKS.get("ethernet-100g"),
+                memory_utilization,
+                max_model_len,
+                *extra,
             )
         return dep
 
@@ -175,7 +197,8 @@ class Deployment:
 
     @property
     def tp_link(self) -> str:
-        """Where TP all-reduces travel: 'nvlink' inside an NVLink group, 'pcie' when the group is too small."""
+        """Where TP all-reduces travel: 'nvlink' inside an NVLink group, 'pcie' when the group is too
+        small."""
         if self.node is None or self.tp <= self.node.nvlink_group:
             return "nvlink"
         return "pcie"
@@ -185,7 +208,11 @@ class Deployment:
         net = f" over {self.network.name}" if self.num_nodes > 1 and self.network else ""
         ep = f", EP{self.ep}" if self.ep > 1 else ""
         ep += f", one of {self.dp} attention-DP ranks" if self.dp > 1 else ""
-        dt = "" if (self.dtype, self.kv_dtype) == ("bf16", "bf16") else f", {self.dtype} weights, {self.kv_dtype} KV"
+        dt = (
+            ""
+            if (self.dtype, self.kv_dtype) == ("bf16", "bf16")
+            else f", {self.dtype} weights, {self.kv_dtype} KV"
+        )
         par = f"TP{self.tp}, PP{self.pp}{ep}{dt}"
         return f"{self.model.name} on {self.num_gpus}×{self.gpu.name} ({par}){where}{net}"
 
@@ -201,31 +228,41 @@ def _dp_advice(model: ModelSpec, dp: int, tp: int, gpus: int | None) -> str:
     ]
     if not layouts:
         return "drop --dp-attention and --ep (for copies of the model use --replicas)"
-    d, t = min(layouts, key=lambda x: (x[0] != dp, x[1] != tp, abs(x[0] * x[1] - dp * tp), x[1] > tp, -x[0] * x[1]))
+    d, t = min(
+        layouts, key=lambda x: (x[0] != dp, x[1] != tp, abs(x[0] * x[1] - dp * tp), x[1] > tp, -x[0] * x[1])
+    )
     flags = [f"--dp-attention {d}"] * (d != dp) + [f"--tp {t}"] * (t != tp) + [f"--ep {d * t}"]
     return f"use {' '.join(flags)} (DP {d} x TP {t} = {d * t} GPUs)"
 
 
 def _check_all2all(backend: str, dp: int) -> None:
     if backend not in ALL2ALL_BACKENDS:
-        raise SimserveError(f"--all2all-backend {backend!r} is not modelled; use one of {', '.join(ALL2ALL_BACKENDS)}")
+        raise SimserveError(
+            f"--all2all-backend {backend!r} is not modelled; use one of {', '.join(ALL2ALL_BACKENDS)}"
+        )
     if backend != ALL2ALL_BACKENDS[0] and dp < 2:
-        raise SimserveError(f"--all2all-backend {backend} exchanges tokens between attention-DP ranks; add "
-                            f"--dp-attention (and --ep = DP x TP), or drop it")  # fmt: skip
+        raise SimserveError(
+            f"--all2all-backend {backend} exchanges tokens between attention-DP ranks; add "
+            f"--dp-attention (and --ep = DP x TP), or drop it"
+        )
 
 
-def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1, gpus: int | None = None) -> None:
+def _check_experts(
+    model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1, gpus: int | None = None
+) -> None:
     """EP groups whole experts inside one stage's TP group: it must divide both the experts and TP. Under
-    attention DP the experts span every rank's GPUs instead, as vLLM's --enable-expert-parallel does: EP = DP·TP,
-    which must divide the experts and fit in one node of `gpus` GPUs (None: not known here)."""
+    attention DP the experts span every rank's GPUs instead, as vLLM's --enable-expert-parallel does: EP =
+    DP·TP, which must divide the experts and fit in one node of `gpus` GPUs (None: not known here)."""
     if ep < 1:
         raise SimserveError(f"--ep must be at least 1 (got {ep})")
     if dp < 1:
         raise SimserveError(f"--dp-attention must be at least 1 (got {dp})")
     if dp > 1:
         if not model.is_moe:
-            raise SimserveError(f"--dp-attention {dp} needs a mixture-of-experts model; {model.name} is dense: "
-                                f"use --replicas {dp} for independent copies")  # fmt: skip
+            raise SimserveError(
+                f"--dp-attention {dp} needs a mixture-of-experts model; {model.name} is dense: "
+                f"use --replicas {dp} for independent copies"
+            )
         wrong = []
         if model.num_experts % (dp * tp):
             wrong.append(f"which does not divide {model.name}'s {model.num_experts} experts")
@@ -233,12 +270,16 @@ def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1,
             wrong.append(f"more than the {gpus} GPUs of one node")
         if wrong:
             # NOTE: the advice is a command that runs: it said "use --ep 16", which then failed on the experts
-            raise SimserveError(f"--dp-attention {dp} with TP {tp} spreads the experts over {dp * tp} GPUs (vLLM's "
-                                f"--enable-expert-parallel: EP = DP x TP), {' and '.join(wrong)}; "
-                                f"{_dp_advice(model, dp, tp, gpus)}")  # fmt: skip
+            raise SimserveError(
+                f"--dp-attention {dp} with TP {tp} spreads the experts over {dp * tp} GPUs (vLLM's "
+                f"--enable-expert-parallel: EP = DP x TP), {' and '.join(wrong)}; "
+                f"{_dp_advice(model, dp, tp, gpus)}"
+            )
         if ep != dp * tp:
-            raise SimserveError(f"--dp-attention {dp} with TP {tp} spreads the experts over all {dp * tp} GPUs "
-                                f"(vLLM's --enable-expert-parallel: EP = DP x TP); use --ep {dp * tp}")  # fmt: skip
+            raise SimserveError(
+                f"--dp-attention {dp} with TP {tp} spreads the experts over all {dp * tp} GPUs "
+                f"(vLLM's --enable-expert-parallel: EP = DP x TP); use --ep {dp * tp}"
+            )
         if skew < 0:
             raise SimserveError(f"--moe-skew must be >= 0 (0: balanced routing), got {skew}")
         return
@@ -246,14 +287,18 @@ def _check_experts(model: ModelSpec, tp: int, ep: int, skew: float, dp: int = 1,
         raise SimserveError(f"--moe-skew must be >= 0 (0: balanced routing), got {skew}")
     if not model.is_moe:
         if ep > 1:
-            raise SimserveError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense: drop --ep")
+            raise SimserveError(
+                f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense: drop --ep"
+            )
         if skew > 0:  # no router to skew: it would change nothing
-            raise SimserveError(f"--moe-skew {skew:g} needs a mixture-of-experts model; {model.name} is dense: drop it")
+            raise SimserveError(
+                f"--moe-skew {skew:g} needs a mixture-of-experts model; {model.name} is dense: drop it"
+            )
         return
     if model.num_experts % ep:
         raise SimserveError(
-            f"EP {ep} does not divide {model.name}'s {model.num_experts} experts; use an EP degree that divides "
-            f"{model.num_experts}"
+            f"EP {ep} does not divide {model.name}'s {model.num_experts} experts; use an EP degree that "
+            f"divides {model.num_experts}"
         )
     if tp % ep:
         raise SimserveError(

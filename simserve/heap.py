@@ -13,14 +13,14 @@ from collections.abc import Iterator
 
 # Whether this process may freeze its heap (gc.freeze: the objects that exist go to the collector's permanent
 # generation, never walked, nor collected, again). Only a process that ends with its command may: the console
-# script (simserve.cli.main sets it); a long-lived one (a test session, a notebook) would keep the cyclic garbage
-# of every command that froze.
+# script (simserve.cli.main sets it); a long-lived one (a test session, a notebook) would keep the cyclic
+# garbage of every command that froze.
 FREEZE_HEAP = False
 
 
 def freeze_heap() -> None:
-    """gc.freeze() where FREEZE_HEAP allows it: later full collections, this process's, its forked workers' and
-    the one at exit, then skip what exists now (the imported libraries: ~0.15 CPU-s a walk with pandas,
+    """gc.freeze() where FREEZE_HEAP allows it: later full collections, this process's, its forked workers'
+    and the one at exit, then skip what exists now (the imported libraries: ~0.15 CPU-s a walk with pandas,
     matplotlib and scikit-learn loaded), and a worker's collections leave the pages it shares unwritten."""
     if FREEZE_HEAP:
         gc.freeze()

@@ -1,4 +1,5 @@
-"""Atomic file and directory writes: an interrupted run never leaves a partial output behind; exact CSV reads."""
+"""Atomic file and directory writes: an interrupted run never leaves a partial output behind; exact CSV
+reads."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def output_dir(path: str | os.PathLike, force: bool = False, option: str = "--ou
 
 
 def exact_floats() -> dict:
-    """Keyword arguments for `pd.read_csv` that parse every float to the nearest double on every pandas release.
+    """Keyword arguments for `pd.read_csv` that parse every float to the nearest double on every pandas
+    release.
 
     pandas 3 parses floats correctly rounded by default (and deprecates `float_precision`); pandas 2's default
     parser can miss the last bit (a replayed arrival time 3.1099981900000003 read back as its neighbour), so

@@ -11,7 +11,8 @@ GIB = 2**30
 
 
 def stage_layer_counts(dep: Deployment) -> list[tuple[int, int]]:
-    """(dense layers, MoE layers) on each pipeline stage: a MoE model's leading dense layers sit on stage 0."""
+    """(dense layers, MoE layers) on each pipeline stage: a MoE model's leading dense layers sit on stage
+    0."""
     m, per = dep.model, dep.layers_per_stage
     out = []
     for s in range(dep.pp):
@@ -25,23 +26,27 @@ def weights_bytes_per_gpu(dep: Deployment) -> float:
     """The largest weight shard among the stages: layers split by TP, embeddings on the first and last stage.
 
     Linear-layer weights take dep.weight_bytes each (fp8: 1); norms, embeddings and the LM head stay bf16. A
-    MoE layer's routed experts are split over the stage's TP group whatever the EP degree (EP·expert-TP = TP), so
-    every GPU holds num_experts/TP experts' worth — num_experts/(DP·TP) under attention DP, whose ranks share
-    them; the router is replicated on every GPU.
+    MoE layer's routed experts are split over the stage's TP group whatever the EP degree (EP·expert-TP = TP),
+    so every GPU holds num_experts/TP experts' worth — num_experts/(DP·TP) under attention DP, whose ranks
+    share them; the router is replicated on every GPU.
     """
     m = dep.model
     act = m.dtype_bytes
     wb = dep.weight_bytes
-    if not m.is_moe and not m.tied_embeddings and wb == act:  # the dense formula as it always was: the same floats, the same KV blocks
+    # the dense formula as it always was: the same floats, the same KV blocks
+    if not m.is_moe and not m.tied_embeddings and wb == act:
         layers = dep.layers_per_stage * m.layer_params / dep.tp
         embed = m.vocab * m.hidden / dep.tp
         return max(layers + embed * ((s == 0) + (s == dep.pp - 1)) for s in range(dep.pp)) * act
     attn = (m.attention_params * wb + m.norm_params * act) / dep.tp
     dense_mlp = m.dense_mlp_params * wb / dep.tp
-    moe = (m.expert_params + 3 * m.hidden * m.shared_expert_ffn) * wb / dep.tp + m.hidden * m.num_experts * act
+    moe = (
+        m.expert_params + 3 * m.hidden * m.shared_expert_ffn
+    ) * wb / dep.tp + m.hidden * m.num_experts * act
     if dep.dp > 1:  # the ranks share the routed experts: DP x TP GPUs hold them, not TP
         moe -= m.expert_params * wb * (1 / dep.tp - 1 / dep.ep)
-    embed = m.vocab * m.hidden * act / dep.tp  # vocab-parallel: one of input embedding / LM head per end stage
+    # vocab-parallel: one of input embedding / LM head per end stage
+    embed = m.vocab * m.hidden * act / dep.tp
     per_stage = []
     for s, (dense, sparse) in enumerate(stage_layer_counts(dep)):
         ends = (s == 0) + (s == dep.pp - 1)
@@ -76,7 +81,10 @@ def activation_bytes_per_token(dep: Deployment) -> float:
     m = dep.model
     ffn = m.ffn_in_width + m.ffn if m.dense_layers else 0
     if m.is_moe:  # the routed copies of each token (top-k) through the experts, plus the shared experts
-        moe = 3 * (m.experts_per_token * m.expert_ffn + m.shared_expert_ffn) + 2 * m.experts_per_token * m.hidden * dep.tp
+        moe = (
+            3 * (m.experts_per_token * m.expert_ffn + m.shared_expert_ffn)
+            + 2 * m.experts_per_token * m.hidden * dep.tp
+        )
         ffn = max(ffn, moe)
     live = 2 * m.hidden + ffn / dep.tp
     return live * m.dtype_bytes
@@ -115,7 +123,8 @@ class MemoryPlan:
     def describe(self) -> str:
         return (
             f"weights {self.weights_bytes / GIB:.1f} GiB + activations {self.activation_bytes / GIB:.1f} GiB "
-            f"+ KV {self.kv_bytes / GIB:.1f} GiB ({self.num_blocks} blocks) of {self.capacity_bytes / GIB:.1f} GiB"
+            f"+ KV {self.kv_bytes / GIB:.1f} GiB ({self.num_blocks} blocks) of "
+            f"{self.capacity_bytes / GIB:.1f} GiB"
         )
 
 
@@ -133,8 +142,11 @@ def plan_memory(dep: Deployment, profile_tokens_: int) -> MemoryPlan:
     if blocks < need:
         free = max(capacity - weights - act, 0) / GIB
         # suggest only the fp8 switches not already on (a one-byte dtype is the smallest modelled)
-        fp8 = {flag: what for flag, what, dtype in (("--dtype", "weights", dep.dtype), ("--kv-dtype", "KV", dep.kv_dtype))
-               if dtype != "fp8"}  # fmt: skip
+        fp8 = {
+            flag: what
+            for flag, what, dtype in (("--dtype", "weights", dep.dtype), ("--kv-dtype", "KV", dep.kv_dtype))
+            if dtype != "fp8"
+        }
         fp8_fix = f", fp8 {'/'.join(fp8.values())} ({'/'.join(fp8)} fp8)" if fp8 else ""
         raise SimserveError(
             f"{dep.describe()} does not fit: weights {weights / GIB:.1f} GiB ({dep.dtype}) + activations "

@@ -3,11 +3,11 @@
 numpy's transcendental functions (log, exp, power) use SIMD implementations chosen at run time by CPU and
 changed between releases, its reductions (sum, percentile, interp) may change their order or formula, and both
 can move a result in the last bit. Where such a bit decides something simserve reports — a GEMM time in a
-compiled table, the histogram bucket of a token gap, a percentile at an SLO boundary — it is computed here: with
-Python's `math` (the platform C library, one function per value), `math.fsum` (exactly rounded, so any order),
-and numpy only for what is exact everywhere (elementwise + − × ÷, comparisons, sorting and selection).
-Each helper is a few microseconds per thousand values slower than numpy's; they run at compile and report time,
-not per simulated iteration.
+compiled table, the histogram bucket of a token gap, a percentile at an SLO boundary — it is computed here:
+with Python's `math` (the platform C library, one function per value), `math.fsum` (exactly rounded, so any
+order), and numpy only for what is exact everywhere (elementwise + − × ÷, comparisons, sorting and selection).
+Each helper is a few microseconds per thousand values slower than numpy's; they run at compile and report
+time, not per simulated iteration.
 """
 
 from __future__ import annotations

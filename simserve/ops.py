@@ -6,12 +6,13 @@ Elementwise ops move `bytes_per_token` through HBM per token. Attention and coll
 dimensions their cost models need.
 
 Beyond the dense GQA layer (LINEAR_OPS): latent attention (DeepSeek) projects through low-rank q and kv
-(MLA_LINEAR_OPS) and caches one latent vector per token; a mixture-of-experts layer adds a replicated router, any
-shared experts (plain linear ops) and the routed experts as grouped GEMMs (`expert_ops`), whose work depends on
-how many distinct experts a batch touches (`expert_load`). A profile times the routed experts as ONE fused op
-(`fused_expert_name`: gate+up GEMM, SiLU·up, down GEMM, as vLLM's fused-MoE kernel runs them and as NVIDIA's
-measured MoE tables time them), so the `act` elementwise op leaves the routed rows out. An op's `share` is the fraction of the layers that
-run it (DeepSeek-V3: the dense FFN on 3 of 61 layers, the experts on 58).
+(MLA_LINEAR_OPS) and caches one latent vector per token; a mixture-of-experts layer adds a replicated router,
+any shared experts (plain linear ops) and the routed experts as grouped GEMMs (`expert_ops`), whose work
+depends on how many distinct experts a batch touches (`expert_load`). A profile times the routed experts as
+ONE fused op (`fused_expert_name`: gate+up GEMM, SiLU·up, down GEMM, as vLLM's fused-MoE kernel runs them and
+as NVIDIA's measured MoE tables time them), so the `act` elementwise op leaves the routed rows out. An op's
+`share` is the fraction of the layers that run it (DeepSeek-V3: the dense FFN on 3 of 61 layers, the experts
+on 58).
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ class ExpertOp:
 
 
 def fused_expert_name(dep: Deployment) -> str:
-    """The routed experts' fused op in a profile (`moe@ep4`, `moe@ep8z1` with skew 1): its work depends on EP and
-    the routing spread as well as TP."""
+    """The routed experts' fused op in a profile (`moe@ep4`, `moe@ep8z1` with skew 1): its work depends on EP
+    and the routing spread as well as TP."""
     skew = f"z{dep.moe_skew:g}" if dep.moe_skew else ""
     return f"moe@ep{dep.ep}{skew}"
 
@@ -111,7 +112,10 @@ def linear_ops(dep: Deployment) -> list[LinearOp]:
     dense, sparse = m.dense_layers / m.num_layers, m.moe_layers / m.num_layers
     ops = list(attn)
     if m.dense_layers:
-        ops += [LinearOp("up_proj", m.hidden, m.ffn_in_width // t, dense), LinearOp("down_proj", m.ffn // t, m.hidden, dense)]
+        ops += [
+            LinearOp("up_proj", m.hidden, m.ffn_in_width // t, dense),
+            LinearOp("down_proj", m.ffn // t, m.hidden, dense),
+        ]
     ops.append(LinearOp("router", m.hidden, m.num_experts, sparse))  # replicated on every GPU
     if m.shared_expert_ffn:
         ops += [
@@ -146,8 +150,8 @@ def expert_popularity(num_experts: int, top_k: int, skew: float) -> np.ndarray:
     """Each expert's chance of being among one token's top-k, most popular first (they sum to k).
 
     skew 0: balanced, k/E each (what load-balanced training aims for). skew s > 0: Zipf(s) popularity, p_i ∝
-    1/(i+1)^s scaled to sum to k and capped at 1 (an expert is picked at most once per token); the cap's excess
-    goes to the rest in proportion.
+    1/(i+1)^s scaled to sum to k and capped at 1 (an expert is picked at most once per token); the cap's
+    excess goes to the rest in proportion.
     """
     if skew <= 0:
         return np.full(num_experts, top_k / num_experts)
@@ -168,16 +172,18 @@ def expert_load(dep: Deployment, num_tokens) -> tuple[np.ndarray, np.ndarray]:
     """(distinct experts touched, token rows routed) on the busiest GPU, for batches of `num_tokens` tokens.
 
     Every GPU of the TP group sees the batch's T tokens. A token picks expert i with probability q_i
-    (`expert_popularity`), independently across tokens, so the GPU holding experts S computes
-    rows = T·Σ_S q_i and touches Σ_S (1 - (1 - q_i)^T) distinct experts. With skewed routing the busiest GPU is
-    taken to hold the most popular experts (EP places experts by index, and nothing balances popularity):
-    an upper bound on the slowest rank, which sets the layer's time.
+    (`expert_popularity`), independently across tokens, so the GPU holding experts S computes rows = T·Σ_S q_i
+    and touches Σ_S (1 - (1 - q_i)^T) distinct experts. With skewed routing the busiest GPU is taken to hold
+    the most popular experts (EP places experts by index, and nothing balances popularity): an upper bound on
+    the slowest rank, which sets the layer's time.
     """
     m = dep.model
     t = np.asarray(num_tokens, dtype=float)
     q = expert_popularity(m.num_experts, m.experts_per_token, dep.moe_skew)[: dep.local_experts]
     rows = t * q.sum()
-    touched = np.sum(1.0 - np.power.outer(1.0 - q, t).T, axis=-1) if t.ndim else float(np.sum(1.0 - (1.0 - q) ** t))
+    touched = (
+        np.sum(1.0 - np.power.outer(1.0 - q, t).T, axis=-1) if t.ndim else float(np.sum(1.0 - (1.0 - q) ** t))
+    )
     return np.asarray(touched, dtype=float), rows
 
 
@@ -188,7 +194,8 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
     rotary_bytes = 2 * (dep.heads_per_gpu + dep.kv_heads_per_gpu) * hd * b  # q and k, read and written
     ffn = m.ffn // dep.tp
     act_bytes = (3 * ffn if m.activation == "swiglu" else 2 * ffn) * b  # SiLU(gate)·up reads two, writes one
-    if m.is_moe:  # averaged over the layers: dense FFN where there is one, else the shared experts' (the routed
+    # averaged over the layers: dense FFN where there is one, else the shared experts' (the routed
+    if m.is_moe:
         # experts' activation is part of their fused op, `fused_expert_name`)
         moe = 3 * m.shared_expert_ffn // dep.tp * b
         act_bytes = round((m.dense_layers * act_bytes + m.moe_layers * moe) / m.num_layers)
@@ -206,8 +213,15 @@ def elementwise_ops(dep: Deployment) -> list[ElementwiseOp]:
 def attention_shape(dep: Deployment) -> AttentionShape:
     m = dep.model
     if m.is_mla:  # one latent "KV head" shared by every query head; head_dim is the cached width per token
-        return AttentionShape(dep.heads_per_gpu, 1, m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank,
-                              m.qk_rope_head_dim, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim)  # fmt: skip
+        return AttentionShape(
+            dep.heads_per_gpu,
+            1,
+            m.kv_lora_rank + m.qk_rope_head_dim,
+            m.kv_lora_rank,
+            m.qk_rope_head_dim,
+            m.qk_nope_head_dim + m.qk_rope_head_dim,
+            m.v_head_dim,
+        )
     return AttentionShape(dep.heads_per_gpu, dep.kv_heads_per_gpu, m.head_dim)
 
 
@@ -227,18 +241,18 @@ def all_reduce_bytes(dep: Deployment, num_tokens: int) -> int:
 
 def expert_tokens(dep: Deployment, num_tokens):
     """Tokens the routed experts of one GPU see for a rank's batch of `num_tokens`: the rank's own, or under
-    attention DP those of all dp ranks (each taken to carry as many as this one: the ranks run their MoE layers
-    in lockstep, and a rank's step waits for the slowest)."""
+    attention DP those of all dp ranks (each taken to carry as many as this one: the ranks run their MoE
+    layers in lockstep, and a rank's step waits for the slowest)."""
     return dep.dp * num_tokens
 
 
 def exchange_bytes(dep: Deployment, num_tokens: int) -> float:
     """Attention DP: the all-reduce size that times ONE of a MoE layer's two collectives (dispatch, combine).
 
-    vLLM's default all2all backend (allgather_reducescatter) all-gathers the hidden states of the dp ranks' tokens
-    (S = dp·T·hidden bf16 bytes in all) before the experts and reduce-scatters their outputs after. A ring
-    all-gather or reduce-scatter of S moves (dp−1)/dp·S bytes per GPU, as a ring all-reduce of S/2 does, with one
-    collective's launch: the timer charges two all-reduces of S/2 per MoE layer."""
+    vLLM's default all2all backend (allgather_reducescatter) all-gathers the hidden states of the dp ranks'
+    tokens (S = dp·T·hidden bf16 bytes in all) before the experts and reduce-scatters their outputs after. A
+    ring all-gather or reduce-scatter of S moves (dp−1)/dp·S bytes per GPU, as a ring all-reduce of S/2 does,
+    with one collective's launch: the timer charges two all-reduces of S/2 per MoE layer."""
     return dep.dp * num_tokens * dep.model.hidden * dep.model.dtype_bytes / 2
 
 

@@ -4,16 +4,18 @@ What fp8 changes, and why:
 - Memory: fp8 stores one byte per weight of the linear layers (embeddings, LM head and norms stay bf16, as in
   the published fp8 checkpoints: DeepSeek-V3's, Meta's Llama-3.1-405B-FP8, RedHat/neuralmagic's -FP8 models)
   and one byte per KV element.
-- GEMM time: on GPUs with fp8 tensor cores (Ada, Hopper, Blackwell) an fp8 GEMM (W8A8, activations quantised on
-  the fly) runs on twice the dense bf16 peak (H100 SXM: 1,979 vs 989 TF/s; L40S: 733 vs 362; B200: 4.5 vs 2.25
-  PF/s; NVIDIA datasheets) and streams half the weight bytes; what fraction of that peak vLLM's kernels reach, and
-  the activations' quantisation, are the roofline's (roofline.fp8_constants, roofline.quantisation_bytes).
+- GEMM time: on GPUs with fp8 tensor cores (Ada, Hopper, Blackwell) an fp8 GEMM (W8A8, activations quantised
+  on the fly) runs on twice the dense bf16 peak (H100 SXM: 1,979 vs 989 TF/s; L40S: 733 vs 362; B200: 4.5 vs
+  2.25 PF/s; NVIDIA datasheets) and streams half the weight bytes; what fraction of that peak vLLM's kernels
+  reach, and the activations' quantisation, are the roofline's (roofline.fp8_constants,
+  roofline.quantisation_bytes).
 - Ampere (A100, A40) has no fp8 tensor cores. vLLM serves fp8 checkpoints there weight-only (the Marlin
   W8A16 kernel dequantises in the GEMM): half the weight bytes, bf16 compute. simserve models that, rather
   than refusing: `gemm_gpu` keeps the bf16 peak on Ampere while the weight bytes halve.
 - Attention with an fp8 KV cache reads half the bytes; the kernels dequantise to bf16 before the tensor-core
   math (vLLM's paged / FlashInfer paths), so the compute peak stays bf16.
-Activations between kernels stay bf16 (2 bytes) in every case: the all-reduces and pipeline sends do not shrink.
+Activations between kernels stay bf16 (2 bytes) in every case: the all-reduces and pipeline sends do not
+shrink.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def gemm_gpu(gpu, weight_dtype: str):
 
 
 def suffix(weight_dtype: str, kv_dtype: str) -> str:
-    """What a profile directory's model name gains for a non-bf16 deployment: '-fp8', '-kvfp8', '-fp8-kvfp8'."""
+    """What a profile directory's model name gains for a non-bf16 deployment: '-fp8', '-kvfp8',
+    '-fp8-kvfp8'."""
     out = "" if weight_dtype == "bf16" else f"-{weight_dtype}"
     return out + ("" if kv_dtype == "bf16" else f"-kv{kv_dtype}")

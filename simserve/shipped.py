@@ -25,7 +25,8 @@ def shipped_dir(name: str) -> Path:
 
 
 def version() -> str:
-    """simserve's version; `simserve.__version__` is absent when `simserve` resolved as a namespace package."""
+    """simserve's version; `simserve.__version__` is absent when `simserve` resolved as a namespace
+    package."""
     import simserve
 
     if getattr(simserve, "__version__", None):

@@ -1,14 +1,14 @@
 """vLLM 0.33.0's GPU worker as it runs a model: CUDA-graph capture sizes and padding, and its memory profile.
 
-CUDA graphs (`cudagraph_mode` FULL_AND_PIECEWISE, the V1 default; `--enforce-eager` turns them off). At start-up
-`VllmConfig._set_cudagraph_sizes` (vllm/config/vllm.py) picks the batch sizes, in tokens, it captures:
-max size = min(max_num_batched_tokens, min(2·max_num_seqs, 512; 1024 on data-centre Blackwell)), sizes
-1, 2, 4, then every 8 below 256, then every 16 up to the max, plus max_num_batched_tokens and max_num_seqs when
-they fit. At run time `CudagraphDispatcher.dispatch` (vllm/v1/cudagraph_dispatcher.py) runs every batch of at most
-the max size as a graph, padded up to the next captured size: a decode-only batch as one FULL graph, a batch
-with prefill tokens as PIECEWISE graphs (attention eager between the pieces). Larger batches run eagerly,
-unpadded. So the token-dependent work (GEMMs, elementwise ops, all-reduces, sends) is charged at the padded
-size; attention, which reads only the real requests' KV, is not (`padded_timer`).
+CUDA graphs (`cudagraph_mode` FULL_AND_PIECEWISE, the V1 default; `--enforce-eager` turns them off). At
+start-up `VllmConfig._set_cudagraph_sizes` (vllm/config/vllm.py) picks the batch sizes, in tokens, it
+captures: max size = min(max_num_batched_tokens, min(2·max_num_seqs, 512; 1024 on data-centre Blackwell)),
+sizes 1, 2, 4, then every 8 below 256, then every 16 up to the max, plus max_num_batched_tokens and
+max_num_seqs when they fit. At run time `CudagraphDispatcher.dispatch` (vllm/v1/cudagraph_dispatcher.py) runs
+every batch of at most the max size as a graph, padded up to the next captured size: a decode-only batch as
+one FULL graph, a batch with prefill tokens as PIECEWISE graphs (attention eager between the pieces). Larger
+batches run eagerly, unpadded. So the token-dependent work (GEMMs, elementwise ops, all-reduces, sends) is
+charged at the padded size; attention, which reads only the real requests' KV, is not (`padded_timer`).
 
 Memory (`Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py, with `memory_profiling` of
 vllm/utils/mem_utils.py): KV cache = gpu_memory_utilization × total − (weights + the transient peak of a
@@ -34,14 +34,16 @@ RELEASE = "vLLM 0.33.0"
 MIB = 2**20
 # Non-torch memory a vLLM instance adds (CUDA/cuBLAS workspaces, NCCL buffers), as vLLM's own profiler logs it
 # ("non_torch_memory takes …"): 0.16 GiB on one GPU (vllm-project/vllm#12126 on an H100, Llama-3.2-11B;
-# kubernetes-sigs/gateway-api-inference-extension#550 on an H100, Llama-3.1-8B; generative-computing/mellea#416
-# on an 80 GB GPU) and 0.20 GiB per worker with tensor parallelism (vllm-project/vllm#14447, four 24 GB GPUs).
+# kubernetes-sigs/gateway-api-inference-extension#550 on an H100, Llama-3.1-8B;
+# generative-computing/mellea#416 on an 80 GB GPU) and 0.20 GiB per worker with tensor parallelism
+# (vllm-project/vllm#14447, four 24 GB GPUs).
 NON_TORCH_BYTES = {1: 0.16 * GIB, "tp": 0.20 * GIB}
 # profile_cudagraph_memory: the first (largest) capture of each mode holds the graph pool; each further graph
-# is charged what the second capture took, at least 1 MiB ("Use at least 1 MiB per graph for driver overhead").
-# NOTE: a floor, so the estimate is likely low: vLLM's own logs show more per graph (6-8 MiB at about 100 tokens
-# and 24-28 MiB at about 450 tokens, vllm-project/vllm#22897; 0.13-0.21 GiB for whole capture runs of <= 1B models
-# in V0, vllm-project/vllm#11349, generative-computing/mellea#416). Nothing here is fitted to those.
+# is charged what the second capture took, at least 1 MiB ("Use at least 1 MiB per graph for driver
+# overhead"). NOTE: a floor, so the estimate is likely low: vLLM's own logs show more per graph (6-8 MiB at
+# about 100 tokens and 24-28 MiB at about 450 tokens, vllm-project/vllm#22897; 0.13-0.21 GiB for whole capture
+# runs of <= 1B models in V0, vllm-project/vllm#11349, generative-computing/mellea#416). Nothing here is
+# fitted to those.
 PER_GRAPH_BYTES = MIB
 # The sampler's working set per dummy request and vocabulary entry: logits in the model's dtype, their float32
 # copy, and float32 probabilities for top-p/top-k (what _dummy_sampler_run exercises).
@@ -89,7 +91,8 @@ def padded_timer(timer, sizes: tuple[int, ...]):
         elementwise=tok.elementwise[index],
         all_reduce=tok.all_reduce[index],
         send_recv=[s[index] for s in tok.send_recv],
-        # attention DP: a rank's own layers run padded too; the experts are padded across ranks (sim/lockstep.py)
+        # attention DP: a rank's own layers run padded too; the experts are padded across ranks
+        # (sim/lockstep.py)
         own=None if tok.own is None else tok.own[index],
     )
     # the per-stage sums as the compiled core reads them (arrays) and as the SimPy reference does (lists)
@@ -124,22 +127,29 @@ class WorkerMemory:
     def describe(self) -> str:
         g = GIB
         return (
-            f"{self.vllm_blocks} KV blocks ({RELEASE}'s worker; {self.num_blocks} usable beside the null block) = "
-            f"({self.capacity / g:.2f} GiB usable − weights {self.weights / g:.2f} − activation peak "
-            f"{self.activation_peak / g:.2f} ({self.profile_tokens}-token forward pass"
-            f"{' and sampler' if self.sampler_peak >= self.activation_peak else ''}) − CUDA graphs "
-            f"{self.cudagraphs / g:.2f} ({self.num_graphs} graphs) − non-torch {self.non_torch / g:.2f}) "
-            f"/ {self.block_bytes / MIB:.2f} MiB per block"
+            f"{self.vllm_blocks} KV blocks ({RELEASE}'s worker; {self.num_blocks} usable beside the null "
+            f"block) = ({self.capacity / g:.2f} GiB usable − weights {self.weights / g:.2f} − activation "
+            f"peak {self.activation_peak / g:.2f} ({self.profile_tokens}-token forward "
+            f"pass{' and sampler' if self.sampler_peak >= self.activation_peak else ''}) − CUDA graphs "
+            f"{self.cudagraphs / g:.2f} ({self.num_graphs} graphs) − non-torch {self.non_torch / g:.2f}) / "
+            f"{self.block_bytes / MIB:.2f} MiB per block"
         )
 
     def as_dict(self) -> dict:
         return {
-            "release": RELEASE, "capacity_gib": self.capacity / GIB, "weights_gib": self.weights / GIB,
-            "activation_peak_gib": self.activation_peak / GIB, "profile_tokens": self.profile_tokens,
-            "sampler_peak_gib": self.sampler_peak / GIB, "cudagraphs_gib": self.cudagraphs / GIB,
-            "num_graphs": self.num_graphs, "non_torch_gib": self.non_torch / GIB, "block_bytes": self.block_bytes,
-            "vllm_num_gpu_blocks": self.vllm_blocks, "usable_blocks": self.num_blocks,
-        }  # fmt: skip
+            "release": RELEASE,
+            "capacity_gib": self.capacity / GIB,
+            "weights_gib": self.weights / GIB,
+            "activation_peak_gib": self.activation_peak / GIB,
+            "profile_tokens": self.profile_tokens,
+            "sampler_peak_gib": self.sampler_peak / GIB,
+            "cudagraphs_gib": self.cudagraphs / GIB,
+            "num_graphs": self.num_graphs,
+            "non_torch_gib": self.non_torch / GIB,
+            "block_bytes": self.block_bytes,
+            "vllm_num_gpu_blocks": self.vllm_blocks,
+            "usable_blocks": self.num_blocks,
+        }
 
 
 def worker_memory(
@@ -158,7 +168,8 @@ def worker_memory(
     graphs = 0.0
     count = 0
     if sizes:
-        full = [s for s in sizes if s <= max_num_seqs]  # FULL graphs: uniform decode batches of ≤ max_num_seqs
+        # FULL graphs: uniform decode batches of ≤ max_num_seqs
+        full = [s for s in sizes if s <= max_num_seqs]
         for mode in (full, list(sizes)):  # ... and PIECEWISE graphs for every size
             if mode:
                 graphs += per_token * mode[-1] + PER_GRAPH_BYTES * (len(mode) - 1)
@@ -166,5 +177,6 @@ def worker_memory(
     non_torch = NON_TORCH_BYTES[1] if dep.tp == 1 and dep.pp == 1 else NON_TORCH_BYTES["tp"]
     block = kv_bytes_per_block(dep)
     blocks = int((capacity - weights - peak - graphs - non_torch) // block)
-    return WorkerMemory(capacity, weights, peak, max_num_batched_tokens, sampler, graphs, count, non_torch,
-                        block, blocks)  # fmt: skip
+    return WorkerMemory(
+        capacity, weights, peak, max_num_batched_tokens, sampler, graphs, count, non_torch, block, blocks
+    )

@@ -19,14 +19,32 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture(scope="session")
 def moe_dp_timer(tmp_path_factory):
-    """Mixtral-8x7B fp8 on H100 at TP 1, EP 2, two attention-DP ranks, from a quick roofline profile: the timer
-    the DP lockstep tests (vLLM's and SGLang's) run on, built once per session."""
+    """Mixtral-8x7B fp8 on H100 at TP 1, EP 2, two attention-DP ranks, from a quick roofline profile: the
+    timer the DP lockstep tests (vLLM's and SGLang's) run on, built once per session."""
     from simserve.cli import main
     from simserve.deployment import Deployment
     from simserve.predictor.fit import fit
 
     root = tmp_path_factory.mktemp("profiles")
-    main(["profile", "--gpu", "h100", "--model", "mixtral-8x7b", "--tp", "1,2", "--dtype", "fp8", "--quick",
-          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
+    main(
+        [
+            "profile",
+            "--gpu",
+            "h100",
+            "--model",
+            "mixtral-8x7b",
+            "--tp",
+            "1,2",
+            "--dtype",
+            "fp8",
+            "--quick",
+            "--max-model-len",
+            "4096",
+            "--max-tokens",
+            "4096",
+            "--out",
+            str(root),
+        ]
+    )
     dep = Deployment.create("mixtral-8x7b", "h100", 1, ep=2, dtype="fp8", dp=2, max_model_len=4096)
     return fit(root / "h100-sxm" / "mixtral-8x7b-fp8", use_cache=False).compile(dep)

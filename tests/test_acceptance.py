@@ -1,5 +1,5 @@
-"""The published acceptance table (simserve/catalog/acceptance.csv): it validates, bad files fail with one line
-naming the problem, and an unknown key lists the known ones."""
+"""The published acceptance table (simserve/catalog/acceptance.csv): it validates, bad files fail with one
+line naming the problem, and an unknown key lists the known ones."""
 
 from __future__ import annotations
 

@@ -124,8 +124,8 @@ def test_runs_without_the_model_keep_their_summary_keys():
 @pytest.mark.parametrize("closed", [None, 3])
 @pytest.mark.parametrize("count", [1, 2])
 def test_a_free_api_server_changes_nothing_the_engine_does(count, closed):
-    """Zero costs: requests enter the engine when sent and clients see tokens when the engine makes them, so the
-    engine-side results are those of a run without the model, and the client's times are the engine's."""
+    """Zero costs: requests enter the engine when sent and clients see tokens when the engine makes them, so
+    the engine-side results are those of a run without the model, and the client's times are the engine's."""
     rng = np.random.default_rng(7)
     n = 40
     prompt, output = rng.integers(1, 600, n), rng.integers(1, 50, n)
@@ -140,8 +140,15 @@ def test_a_free_api_server_changes_nothing_the_engine_does(count, closed):
 
 def test_attention_dp_ranks_stream_through_the_api_servers(moe_dp_timer):
     """The DP lockstep (reference only): every rank's tokens go through the API servers, none is lost."""
-    cfg = SimConfig(policy="vllm-v1", max_model_len=4096, num_replicas=2, dp_attention=2, api_servers=2,
-                    api_request_s=0.002, api_token_s=1e-4)  # fmt: skip
+    cfg = SimConfig(
+        policy="vllm-v1",
+        max_model_len=4096,
+        num_replicas=2,
+        dp_attention=2,
+        api_servers=2,
+        api_request_s=0.002,
+        api_token_s=1e-4,
+    )
     raw = simulate(np.full(30, 200), np.full(30, 8), np.zeros(30), moe_dp_timer, 2000, cfg)
     assert (raw.api.done >= raw.reqs.completed).all() and (raw.api.first > raw.reqs.first_token).all()
     assert int(raw.api.tokens.sum()) == 30 * 8 and raw.api.itl.total == 30 * 7

@@ -23,7 +23,7 @@ def _view(active, starting=0, arrivals=0, elapsed=1.0, lo=1, hi=8, ctx=1000, dra
     return View(active, starting, arrivals, elapsed, lo, hi, ctx, draining)
 
 
-# -- utilization (HPA) -----------------------------------------------------------------------------------------
+# -- utilization (HPA) ---------------------------------------------------------------------------------------
 def test_hpa_scales_by_the_ratio_of_usage_to_target():
     # the HPA docs' example: 50 replicas at 90% of a 75% target -> 60
     hpa = Utilization(target=0.75)
@@ -51,7 +51,7 @@ def test_hpa_scale_up_is_limited_to_double_or_four_more():
     assert Utilization(target=0.1).desired(0.0, _view([_load(100)] * 10, hi=100))[0] == 20  # 2 x 10
 
 
-# -- queue (Dynamo's load-based planner) ---------------------------------------------------------------------------
+# -- queue (Dynamo's load-based planner) ---------------------------------------------------------------------
 def test_queue_adds_one_when_any_replica_queues_a_context_and_removes_one_when_all_are_nearly_empty():
     q = Queue()
     assert q.desired(0.0, _view([_load(queued=1000), _load()]))[0] == 3
@@ -71,7 +71,7 @@ def test_queue_observes_while_a_replica_drains_and_scales_down_through_starting_
     assert q.desired(0.0, _view([_load(queued=10)] * 2, lo=2))[0] is None  # at MIN, nothing to cancel
 
 
-# -- slo (Dynamo's SLA planner) --------------------------------------------------------------------------------------
+# -- slo (Dynamo's SLA planner) ------------------------------------------------------------------------------
 def test_slo_sizes_to_the_predicted_rate_over_one_replicas_capacity():
     slo = Slo(capacity_qps=3.0)
     assert slo.desired(0.0, _view([_load()], arrivals=0, elapsed=10.0))[0] == 1  # idle start: min
@@ -82,12 +82,14 @@ def test_slo_sizes_to_the_predicted_rate_over_one_replicas_capacity():
 def test_slo_moves_at_most_eight_replicas_and_does_not_scale_up_while_replicas_start():
     slo = Slo(capacity_qps=1.0)
     assert slo.desired(0.0, _view([_load()], arrivals=200, elapsed=10.0, hi=100))[0] == 9  # wants 20: 1 + 8
-    assert slo.desired(10.0, _view([_load()] * 30, arrivals=50, elapsed=10.0, hi=100))[0] == 22  # wants 5: 30 - 8
-    assert slo.desired(20.0, _view([_load()] * 2, starting=3, arrivals=40, elapsed=10.0))[0] is None  # wants 4
+    # wants 5: 30 - 8
+    assert slo.desired(10.0, _view([_load()] * 30, arrivals=50, elapsed=10.0, hi=100))[0] == 22
+    # wants 4
+    assert slo.desired(20.0, _view([_load()] * 2, starting=3, arrivals=40, elapsed=10.0))[0] is None
     assert slo.desired(30.0, _view([_load()] * 2, starting=3, arrivals=20, elapsed=10.0))[0] == 2  # cancels 3
 
 
-# -- the controller ------------------------------------------------------------------------------------------------
+# -- the controller ------------------------------------------------------------------------------------------
 def _loads(n, outstanding=0):
     return [_load(outstanding=outstanding)] * n
 
@@ -137,7 +139,7 @@ def test_bad_autoscaler_settings_are_one_line_naming_them(cfg, says):
         cfg.validate()
 
 
-# -- whole runs -------------------------------------------------------------------------------------------------------
+# -- whole runs ----------------------------------------------------------------------------------------------
 def step_arrivals(rates: list[tuple[float, float]], seed: int = 0) -> np.ndarray:
     """Poisson arrivals at each (rate qps, for seconds) in turn."""
     rng, out, t0 = np.random.default_rng(seed), [], 0.0
@@ -155,8 +157,15 @@ def _step_run(policy: str, step_s: float = 0.02, **kw):
     rng = np.random.default_rng(1)
     cfg = SimConfig(policy="sarathi", num_replicas=6, max_model_len=2048, stop_when_overloaded=False)
     scale = AutoscaleConfig(1, 6, policy, initial=1, cold_start_s=5.0, **kw)
-    return simulate(rng.integers(50, 400, n), rng.integers(20, 80, n), arrived, ConstantTimer(step_s), 2000, cfg,
-                    autoscale=scale)  # fmt: skip
+    return simulate(
+        rng.integers(50, 400, n),
+        rng.integers(20, 80, n),
+        arrived,
+        ConstantTimer(step_s),
+        2000,
+        cfg,
+        autoscale=scale,
+    )
 
 
 @pytest.mark.parametrize(
@@ -187,7 +196,8 @@ def test_every_policy_follows_a_rate_step_up_and_back_down(policy, kw):
 @pytest.mark.parametrize("core", ["reference", ""])
 @pytest.mark.parametrize("policy", ["utilization", "queue"])
 def test_an_autoscaler_that_cannot_move_gives_the_fixed_runs_results(monkeypatch, core, policy):
-    """--replicas K --autoscale K:K is the fixed K (what benchmarks/autoscale_step.py's static rows rely on)."""
+    """--replicas K --autoscale K:K is the fixed K (what benchmarks/autoscale_step.py's static rows rely
+    on)."""
     monkeypatch.setenv("SIMSERVE_CORE", core)
     arrived = step_arrivals([(2.0, 30.0), (20.0, 30.0), (2.0, 30.0)])
     n = len(arrived)
@@ -198,8 +208,17 @@ def test_an_autoscaler_that_cannot_move_gives_the_fixed_runs_results(monkeypatch
     )
     timer = ConstantTimer(0.05)
     fixed = simulate(prompt, output, arrived, timer, 300, cfg)
-    pinned = simulate(prompt, output, arrived, timer, 300, cfg,
-                      autoscale=AutoscaleConfig(3, 3, policy, initial=3, interval_s=1.0, target=0.01 if policy == "utilization" else None))  # fmt: skip
+    pinned = simulate(
+        prompt,
+        output,
+        arrived,
+        timer,
+        300,
+        cfg,
+        autoscale=AutoscaleConfig(
+            3, 3, policy, initial=3, interval_s=1.0, target=0.01 if policy == "utilization" else None
+        ),
+    )
     assert len(pinned.scaler.rows) > 50  # it decided, every second, and could not move
     for name in ("scheduled", "first_token", "completed", "replica", "preemptions"):
         assert np.array_equal(getattr(fixed.reqs, name), getattr(pinned.reqs, name), equal_nan=True), name

@@ -35,10 +35,17 @@ def test_random_lengths_are_the_ones_vllm_draws():
 def test_random_lengths_stay_in_vllms_closed_ranges(ratio):
     prompt, output = bd.lengths(bd.parse(f"random:500:40:{ratio}"), 4000, 1)
     real = 500 - 1
-    assert prompt.min() >= math.floor(real * (1 - ratio)) + 1 and prompt.max() <= math.ceil(real * (1 + ratio)) + 1
-    assert output.min() >= max(math.floor(40 * (1 - ratio)), 1) and output.max() <= math.ceil(40 * (1 + ratio))
+    assert (
+        prompt.min() >= math.floor(real * (1 - ratio)) + 1
+        and prompt.max() <= math.ceil(real * (1 + ratio)) + 1
+    )
+    assert output.min() >= max(math.floor(40 * (1 - ratio)), 1) and output.max() <= math.ceil(
+        40 * (1 + ratio)
+    )
     if ratio:  # uniform: both ends are reached and the mean sits in the middle
-        assert prompt.min() == math.floor(real * (1 - ratio)) + 1 and output.max() == math.ceil(40 * (1 + ratio))
+        assert prompt.min() == math.floor(real * (1 - ratio)) + 1 and output.max() == math.ceil(
+            40 * (1 + ratio)
+        )
         assert abs(prompt.mean() - (real + 1)) < 0.05 * real
 
 
@@ -52,9 +59,18 @@ def test_fixed_and_defaults():
 
 
 @pytest.mark.parametrize(
-    "spec", ["random:abc", "random:100:10:1.0", "random:100:10:-0.1", "fixed:100", "random:0:10", "fixed:1:2:3",
-             "sharegpt-bench:0", "random:1:10:0.5"],
-)  # fmt: skip
+    "spec",
+    [
+        "random:abc",
+        "random:100:10:1.0",
+        "random:100:10:-0.1",
+        "fixed:100",
+        "random:0:10",
+        "fixed:1:2:3",
+        "sharegpt-bench:0",
+        "random:1:10:0.5",
+    ],
+)
 def test_bad_dataset_specs_are_refused(spec):
     with pytest.raises(SimserveError, match="spec|too small"):
         bd.lengths(bd.parse(spec), 10, 0)
@@ -62,7 +78,9 @@ def test_bad_dataset_specs_are_refused(spec):
 
 def test_sharegpt_bench_applies_vllms_filter_and_is_seeded():
     p, o = bd.lengths(bd.parse("sharegpt-bench"), 3000, 0)
-    assert len(p) == 3000 and (p >= 4).all() and (o >= 4).all() and (p <= 1024).all() and (p + o <= 2048).all()
+    assert (
+        len(p) == 3000 and (p >= 4).all() and (o >= 4).all() and (p <= 1024).all() and (p + o <= 2048).all()
+    )
     again = bd.lengths(bd.parse("sharegpt-bench"), 3000, 0)
     assert np.array_equal(p, again[0]) and np.array_equal(o, again[1])
     assert not np.array_equal(p, bd.lengths(bd.parse("sharegpt-bench"), 3000, 1)[0])
@@ -83,8 +101,13 @@ def test_sharegpt_sampling_takes_valid_pairs_in_shuffled_order_then_oversamples(
 def test_vllm_bench_send_times_are_vllms():
     # vLLM 0.33.0's get_request(6 requests, rate 2, burstiness 1) after np.random.seed(3), its clock stubbed
     assert arrival_times(6, 2.0, "vllm-bench", seed=3).tolist() == [
-        0.3162665931418066, 0.8029507904952168, 0.9388047268243997, 1.2213841828433623, 2.1044172629326217, 3.0,
-    ]  # fmt: skip
+        0.3162665931418066,
+        0.8029507904952168,
+        0.9388047268243997,
+        1.2213841828433623,
+        2.1044172629326217,
+        3.0,
+    ]
 
 
 def test_vllm_bench_ends_at_n_over_rate_and_burstiness_sets_the_spread():
@@ -160,8 +183,22 @@ def test_closed_loop_runs_on_the_compiled_core(capsys, monkeypatch):
 
 # -- the command line -----------------------------------------------------------------------------------
 def test_run_prints_vllms_metrics_for_a_bench_workload(capsys, tmp_path):
-    code, out, _ = cli(capsys, "run", "--policy", "vllm-v1", "--trace", "random:512:32:0.5", "--requests", "40",
-                       "--qps", "inf", "--max-concurrency", "8", "--out", str(tmp_path / "o"))  # fmt: skip
+    code, out, _ = cli(
+        capsys,
+        "run",
+        "--policy",
+        "vllm-v1",
+        "--trace",
+        "random:512:32:0.5",
+        "--requests",
+        "40",
+        "--qps",
+        "inf",
+        "--max-concurrency",
+        "8",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 0, out
     assert "Serving Benchmark Result" in out and "Maximum request concurrency:             8" in out
     import json
@@ -172,9 +209,13 @@ def test_run_prints_vllms_metrics_for_a_bench_workload(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "word"),
-    [(["--max-concurrency", "0"], "--max-concurrency"), (["--trace", "random:10:10:1.5"], "range ratio"),
-     (["--qps", "nan"], "--qps"), (["--trace", "sharegpt-bench", "--arrival", "replay"], "replay")],
-)  # fmt: skip
+    [
+        (["--max-concurrency", "0"], "--max-concurrency"),
+        (["--trace", "random:10:10:1.5"], "range ratio"),
+        (["--qps", "nan"], "--qps"),
+        (["--trace", "sharegpt-bench", "--arrival", "replay"], "replay"),
+    ],
+)
 def test_bad_client_input_is_one_line(capsys, tmp_path, args, word):
     code, _, err = cli(capsys, "run", "--requests", "4", "--out", str(tmp_path / "o"), *args)
     assert code == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err
@@ -195,7 +236,9 @@ def test_closed_loop_invariants_on_random_workloads(policy, limit, pp, replicas,
     rng = np.random.default_rng(seed)
     n = 40
     gen = arrival_times(n, rate, seed=seed)
-    cfg = SimConfig(policy=policy, max_concurrency=limit, num_replicas=replicas, max_model_len=512, budget=128)
+    cfg = SimConfig(
+        policy=policy, max_concurrency=limit, num_replicas=replicas, max_model_len=512, budget=128
+    )
     timer = LinearTimer(0.003, 2e-5, 1e-7, num_stages=pp)
     raw = simulate(rng.integers(1, 400, n), rng.integers(1, 60, n), gen, timer, blocks, cfg)
     r = raw.reqs
@@ -205,6 +248,7 @@ def test_closed_loop_invariants_on_random_workloads(policy, limit, pp, replicas,
     finished = np.sort(np.where(done, r.completed, r.arrived))
     for i in range(n):  # the FIFO semaphore: its own send time, or the (i − N + 1)-th finish if later
         assert r.arrived[i] == max(gen[i], finished[i - limit] if i >= limit else 0.0)
-    events = sorted([(t, 1) for t in r.arrived[done]] + [(t, -1) for t in r.completed[done]],
-                    key=lambda e: (e[0], e[1]))  # fmt: skip
+    events = sorted(
+        [(t, 1) for t in r.arrived[done]] + [(t, -1) for t in r.completed[done]], key=lambda e: (e[0], e[1])
+    )
     assert max(np.cumsum([e[1] for e in events])) <= limit

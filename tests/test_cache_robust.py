@@ -132,5 +132,6 @@ def test_a_profile_rewritten_in_place_changes_the_probe_key(tmp_path, monkeypatc
     f = other / "linear.csv"
     st = f.stat()
     f.write_text(f.read_text().replace(",0.0", ",0.1", 1))
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # a rewrite within the same clock tick still moves it
+    # a rewrite within the same clock tick still moves it
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
     assert probe_key(scenario, 1.0, (0.99,)) != before

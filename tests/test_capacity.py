@@ -188,7 +188,10 @@ def test_first_qps_above_capacity_walks_down_through_failures() -> None:
 
 def _curve(capacity: float, steep: float):
     """A monotone latency curve crossing the 0.1 s TBT limit at `capacity`; the delay never binds."""
-    return lambda q: {"tbt_p99_s": 0.1 * math.exp(min(steep * (q / capacity - 1), 50)), "scheduling_delay_p50_s": 0.01}
+    return lambda q: {
+        "tbt_p99_s": 0.1 * math.exp(min(steep * (q / capacity - 1), 50)),
+        "scheduling_delay_p50_s": 0.01,
+    }
 
 
 @settings(max_examples=200, deadline=None)
@@ -202,8 +205,8 @@ def _curve(capacity: float, steep: float):
 def test_guided_search_finds_the_bisections_capacity(
     capacity: float, steep: float, start: float, tol: float, threshold: bool
 ) -> None:
-    """On any monotone model the guided search ends where the plain bisection does, with at most one simulation
-    more than the plain bisection (which simulates each question it asks)."""
+    """On any monotone model the guided search ends where the plain bisection does, with at most one
+    simulation more than the plain bisection (which simulates each question it asks)."""
     simulate = _threshold(capacity) if threshold else _curve(capacity, steep)
     plain = find_capacity(simulate, SLO(0.1), start_qps=start, tolerance=tol, max_probes=60, guided=False)
     guided = find_capacity(simulate, SLO(0.1), start_qps=start, tolerance=tol, max_probes=60)

@@ -22,9 +22,14 @@ from simserve.tune.simadapter import STEADY_GROWTH, record_from_result, steady_g
 # at that rate queued for a median 70 s (P50 TTFT 70 s against the 3 s bound): the run had ended before its
 # queue showed. The deployment's full-batch throughput is ~2.06 qps (tune/first_probe.throughput_bound).
 LONG = scenario.Scenario(
-    model="mistral-7b", gpu="a100", trace="fixed:2000:1000", num_requests=256, policy="sarathi", budget=512,
+    model="mistral-7b",
+    gpu="a100",
+    trace="fixed:2000:1000",
+    num_requests=256,
+    policy="sarathi",
+    budget=512,
     max_batch=128,
-)  # fmt: skip
+)
 SLOS = SLO(0.2, 0.99, 2.0, ttft_s=3.0, ttft_quantile=0.5)
 
 
@@ -50,8 +55,13 @@ def test_the_probe_at_capacity_ran_until_steady() -> None:
 
 def _result(arrived, completed, status=None) -> SimpleNamespace:
     n = len(arrived)
-    req = pd.DataFrame({"arrived_at_s": arrived, "completed_at_s": completed,
-                        "status": status if status is not None else ["completed"] * n})  # fmt: skip
+    req = pd.DataFrame(
+        {
+            "arrived_at_s": arrived,
+            "completed_at_s": completed,
+            "status": status if status is not None else ["completed"] * n,
+        }
+    )
     return SimpleNamespace(requests=req)
 
 

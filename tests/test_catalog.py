@@ -6,9 +6,14 @@ from simserve.errors import SimserveError
 
 @pytest.mark.parametrize(
     "alias,name",
-    [("mistral-7b", "Mistral-7B"), ("MISTRAL_7B", "Mistral-7B"), ("llama-2-70b", "LLaMA2-70B"),
-     ("meta-llama/Llama-2-7b-hf", "Llama-2-7B"), ("falcon-180b", "Falcon-180B")],
-)  # fmt: skip
+    [
+        ("mistral-7b", "Mistral-7B"),
+        ("MISTRAL_7B", "Mistral-7B"),
+        ("llama-2-70b", "LLaMA2-70B"),
+        ("meta-llama/Llama-2-7b-hf", "Llama-2-7B"),
+        ("falcon-180b", "Falcon-180B"),
+    ],
+)
 def test_model_aliases_resolve_case_insensitively(alias, name):
     assert ModelSpec.from_name(alias).name == name
 
@@ -28,9 +33,18 @@ def test_unknown_name_lists_known_ones():
 
 
 @pytest.mark.parametrize(
-    "name,billions", [("mistral-7b", 7.24), ("yi-34b", 34.39), ("llama2-70b", 68.98), ("falcon-180b", 179.5),
-                      ("llama-2-7b", 6.74), ("llama-3-8b", 8.03), ("codellama-34b", 33.74), ("llama-3-70b", 70.55)],
-)  # fmt: skip
+    "name,billions",
+    [
+        ("mistral-7b", 7.24),
+        ("yi-34b", 34.39),
+        ("llama2-70b", 68.98),
+        ("falcon-180b", 179.5),
+        ("llama-2-7b", 6.74),
+        ("llama-3-8b", 8.03),
+        ("codellama-34b", 33.74),
+        ("llama-3-70b", 70.55),
+    ],
+)
 def test_parameter_counts_match_published_sizes(name, billions):
     # Published sizes (model cards): a wrong layer count, FFN width or head count shows up here.
     assert ModelSpec.from_name(name).num_params / 1e9 == pytest.approx(billions, rel=0.005)
@@ -49,10 +63,10 @@ def test_falcon_is_gelu_layernorm_parallel():
 def test_user_catalog_file_adds_model_and_gpu(tmp_path):
     f = tmp_path / "mine.toml"
     f.write_text(
-        '[[models]]\nname = "Tiny-1B"\nhf_id = "me/tiny"\nnum_layers = 4\nhidden = 256\nnum_heads = 4\n'
-        'num_kv_heads = 2\nffn = 512\nvocab = 1000\nmax_position = 2048\nsource = "mine"\naliases = ["tiny"]\n'
-        '[[gpus]]\nname = "Toy-GPU"\nmemory_gib = 8\npeak_tflops = 10\nhbm_gbps = 100\nnum_sms = 4\narch = "ampere"\n'
-        'source = "x"\n'
+        '[[models]]\nname = "Tiny-1B"\nhf_id = "me/tiny"\nnum_layers = 4\nhidden = 256\nnum_heads = '
+        '4\nnum_kv_heads = 2\nffn = 512\nvocab = 1000\nmax_position = 2048\nsource = "mine"\naliases = '
+        '["tiny"]\n[[gpus]]\nname = "Toy-GPU"\nmemory_gib = 8\npeak_tflops = 10\nhbm_gbps = 100\nnum_sms = '
+        '4\narch = "ampere"\nsource = "x"\n'
     )
     try:
         assert load_catalog_file(f) == ["Tiny-1B", "Toy-GPU"]
@@ -73,11 +87,18 @@ def test_shipped_example_catalog_loads():
 
 @pytest.mark.parametrize(
     "text,problem",
-    [("models:\n  - name: X\n", "missing field"), ("models:\n  - {name: X, colour: red}\n", "unknown field"),
-     ("gizmos: []\n", "unknown section"), ("models: [\n", "could not be parsed"),
-     ("models:\n  - {name: X, hf_id: a, num_layers: 2, hidden: 10, num_heads: 3, num_kv_heads: 1, ffn: 8, vocab: 5,"
-      " max_position: 9, source: s}\n", "not a multiple")],
-)  # fmt: skip
+    [
+        ("models:\n  - name: X\n", "missing field"),
+        ("models:\n  - {name: X, colour: red}\n", "unknown field"),
+        ("gizmos: []\n", "unknown section"),
+        ("models: [\n", "could not be parsed"),
+        (
+            "models:\n  - {name: X, hf_id: a, num_layers: 2, hidden: 10, num_heads: 3, num_kv_heads: 1, "
+            "ffn: 8, vocab: 5, max_position: 9, source: s}\n",
+            "not a multiple",
+        ),
+    ],
+)
 def test_bad_catalog_files_fail_in_one_line(tmp_path, text, problem):
     f = tmp_path / "bad.yaml"
     f.write_text(text)

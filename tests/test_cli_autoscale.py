@@ -1,5 +1,5 @@
-"""`simserve run --autoscale`: what it writes (replicas.csv, summary.json's autoscale section, replicas.png), and
-bad input refused in one line, exit code 2, nothing written."""
+"""`simserve run --autoscale`: what it writes (replicas.csv, summary.json's autoscale section, replicas.png),
+and bad input refused in one line, exit code 2, nothing written."""
 
 from __future__ import annotations
 
@@ -42,8 +42,18 @@ def test_bad_autoscaler_input_is_one_line_and_writes_nothing(capsys, tmp_path, a
 
 def test_an_autoscaled_run_writes_its_replicas_its_gpu_hours_and_its_plot(capsys, tmp_path):
     out = tmp_path / "o"
-    code, stdout, err = cli(capsys, *BASE, "--out", str(out), "--autoscale", "1:3", "--scale-target", "0.02",
-                            "--cold-start-s", "10")  # fmt: skip
+    code, stdout, err = cli(
+        capsys,
+        *BASE,
+        "--out",
+        str(out),
+        "--autoscale",
+        "1:3",
+        "--scale-target",
+        "0.02",
+        "--cold-start-s",
+        "10",
+    )
     assert code == 0, err
     assert "autoscaler: --scale-policy utilization 1:3" in stdout.replace("\n", " ")
     rows = list(csv.DictReader((out / "replicas.csv").open()))

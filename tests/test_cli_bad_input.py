@@ -40,7 +40,9 @@ def test_a_negative_seed_is_refused_in_one_line(capsys, tmp_path, args):
         ({}, ["plan", "--cache", "FILE/probes"], "--cache"),
     ],
 )
-def test_a_bad_cache_setting_is_refused_and_nothing_is_deleted(capsys, tmp_path, monkeypatch, env, args, words):
+def test_a_bad_cache_setting_is_refused_and_nothing_is_deleted(
+    capsys, tmp_path, monkeypatch, env, args, words
+):
     cache = tmp_path / "cache"
     entry = cache / "probes" / "ab" / "old.json"
     entry.parent.mkdir(parents=True)
@@ -52,7 +54,9 @@ def test_a_bad_cache_setting_is_refused_and_nothing_is_deleted(capsys, tmp_path,
     for name, value in env.items():
         monkeypatch.setenv(name, value.replace("FILE", str(file)))
     args = [a.replace("FILE", str(file)) for a in args]
-    code, _, err = cli(capsys, *args, *(["--out", str(tmp_path / "o")] if args[0] in ("sweep", "plan") else []))
+    code, _, err = cli(
+        capsys, *args, *(["--out", str(tmp_path / "o")] if args[0] in ("sweep", "plan") else [])
+    )
     assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
     assert entry.exists() and file.read_text() == "mine" and not (tmp_path / "o").exists()
 
@@ -74,7 +78,11 @@ def test_a_bad_trace_or_grid_is_named_for_what_it_is(capsys, tmp_path, args, wor
     (tmp_path / "empty.csv").write_text("")
     # a blank line is a data row, as every other trace error counts them (pandas said "line 4")
     (tmp_path / "ragged.csv").write_text("prompt_tokens,output_tokens\n100,10\n\n200,20,5\n")
-    names = {"TMP": str(tmp_path), "EMPTY": str(tmp_path / "empty.csv"), "RAGGED": str(tmp_path / "ragged.csv")}
+    names = {
+        "TMP": str(tmp_path),
+        "EMPTY": str(tmp_path / "empty.csv"),
+        "RAGGED": str(tmp_path / "ragged.csv"),
+    }
     args = [names.get(a, a) for a in args]
     out = ["--out", str(tmp_path / "o")] if args[0] in ("run", "sweep") else []
     code, _, err = cli(capsys, *args, *out)

@@ -11,8 +11,29 @@ from typer._click.exceptions import BadParameter
 
 from simserve.cli import _register, app, coercion
 
-VALUES = ["0", "7", "-3", "0012", "1.5", "-2.25", "1e-3", "2E+2", "1.", ".5", "inf", "nan", " 4", "1_000",
-          "abc", "", "x/y.csv", "-", "99999999999999999999", "true", "0x10"]  # fmt: skip
+VALUES = [
+    "0",
+    "7",
+    "-3",
+    "0012",
+    "1.5",
+    "-2.25",
+    "1e-3",
+    "2E+2",
+    "1.",
+    ".5",
+    "inf",
+    "nan",
+    " 4",
+    "1_000",
+    "abc",
+    "",
+    "x/y.csv",
+    "-",
+    "99999999999999999999",
+    "true",
+    "0x10",
+]
 
 
 def _options():

@@ -1,5 +1,5 @@
-"""A new user's pass, turn four (issue 33): bad input gets one line naming the problem and the fix, exit 2, nothing
-written; printed text keeps its brackets; headers say the parallelism that ran."""
+"""A new user's pass, turn four (issue 33): bad input gets one line naming the problem and the fix, exit 2,
+nothing written; printed text keeps its brackets; headers say the parallelism that ran."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def mixtral_config(tmp_path: Path, folder: str = "m", **fields) -> Path:
     return path
 
 
-# -- 1-4: a config.json's fields, its bytes, a folder without one ------------------------------------------------
+# -- 1-4: a config.json's fields, its bytes, a folder without one --------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,10 @@ def mixtral_config(tmp_path: Path, folder: str = "m", **fields) -> Path:
         ({"hidden_size": -4096}, "hidden_size must be a positive whole number, got -4096"),
         ({"hidden_size": 4096.5}, "hidden_size must be a whole number, got 4096.5"),
         ({"hidden_size": "4096"}, "hidden_size must be a whole number, got '4096'"),
-        ({"hidden_size": 10**40}, "hidden_size 10000000000000000000000000000000000000000 is beyond any model's"),
+        (
+            {"hidden_size": 10**40},
+            "hidden_size 10000000000000000000000000000000000000000 is beyond any model's",
+        ),
         ({"hidden_size": 4001}, "hidden_size 4001 is not a multiple of num_attention_heads 32"),
         ({"num_key_value_heads": 5}, "num_attention_heads 32 is not a multiple of num_key_value_heads 5"),
         ({"num_key_value_heads": 0}, "num_key_value_heads must be a positive whole number, got 0"),
@@ -56,7 +59,9 @@ def mixtral_config(tmp_path: Path, folder: str = "m", **fields) -> Path:
 )
 def test_every_size_and_count_of_a_config_is_checked_and_named(capsys, tmp_path, fields, words):
     cfg = mixtral_config(tmp_path, **fields)
-    code, _, err = cli(capsys, "run", "--model", str(cfg), "--gpu", "h100", "--tp", "2", "--out", str(tmp_path / "o"))
+    code, _, err = cli(
+        capsys, "run", "--model", str(cfg), "--gpu", "h100", "--tp", "2", "--out", str(tmp_path / "o")
+    )
     assert one_line(code, err) and words in err and "correct it in the config.json" in err, err
     assert not (tmp_path / "o").exists()
 
@@ -68,8 +73,16 @@ def test_every_size_and_count_of_a_config_is_checked_and_named(capsys, tmp_path,
         ("DeepSeek-V3", {"first_k_dense_replace": 61}, "first_k_dense_replace 61 leaves no MoE layer"),
         ("DeepSeek-V3", {"q_lora_rank": -1}, "q_lora_rank must be 0 or more"),
         ("DeepSeek-V3", {"kv_lora_rank": 0}, "kv_lora_rank must be a positive whole number"),
-        ("Qwen3-235B-A22B", {"moe_intermediate_size": "1536"}, "moe_intermediate_size must be a whole number"),
-        ("Qwen3-235B-A22B", {"decoder_sparse_step": 0}, "decoder_sparse_step must be a positive whole number"),
+        (
+            "Qwen3-235B-A22B",
+            {"moe_intermediate_size": "1536"},
+            "moe_intermediate_size must be a whole number",
+        ),
+        (
+            "Qwen3-235B-A22B",
+            {"decoder_sparse_step": 0},
+            "decoder_sparse_step must be a positive whole number",
+        ),
         ("Llama-3.1-8B", {"head_dim": -128}, "head_dim must be a positive whole number"),
     ],
 )
@@ -85,8 +98,8 @@ def test_each_architectures_own_fields_are_checked(tmp_path, model, fields, word
 def test_a_zero_head_count_in_a_catalog_file_is_one_line(capsys, tmp_path):
     catalog = tmp_path / "models.yaml"
     catalog.write_text(
-        "models:\n  - {name: m0, hf_id: m0, num_layers: 2, hidden: 64, num_heads: 0, num_kv_heads: 1, ffn: 128,"
-        " vocab: 100, max_position: 512, source: here}\n"
+        "models:\n  - {name: m0, hf_id: m0, num_layers: 2, hidden: 64, num_heads: 0, num_kv_heads: 1, ffn: "
+        "128, vocab: 100, max_position: 512, source: here}\n"
     )
     code, _, err = cli(capsys, "--catalog", str(catalog), "list", "models")
     assert one_line(code, err) and "num_heads must be a positive whole number, got 0" in err, err
@@ -110,10 +123,12 @@ def test_a_folder_without_config_json_says_so(capsys, tmp_path):
     assert "unknown model" not in err and not (tmp_path / "o").exists()
 
 
-# -- 5-7: requests, a run that serves nothing, a number too large -------------------------------------------------
+# -- 5-7: requests, a run that serves nothing, a number too large --------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["run"], ["sweep", "--policies", "sarathi"], ["plan"]], ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    "command", [["run"], ["sweep", "--policies", "sarathi"], ["plan"]], ids=lambda c: c[0]
+)
 def test_requests_are_bounded_up_front(capsys, tmp_path, command):
     code, _, err = cli(capsys, *command, "--requests", "99999999999999999999", "--out", str(tmp_path / "o"))
     assert one_line(code, err) and "--requests must be between 1 and 1,000,000" in err, err
@@ -121,8 +136,21 @@ def test_requests_are_bounded_up_front(capsys, tmp_path, command):
 
 
 def test_a_run_whose_every_request_is_too_long_is_an_error(capsys, tmp_path):
-    args = ["run", "--policy", "vllm-v1", "--trace", "random:100000000:128:0.1", "--qps", "inf",
-            "--max-concurrency", "8", "--requests", "50", "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "run",
+        "--policy",
+        "vllm-v1",
+        "--trace",
+        "random:100000000:128:0.1",
+        "--qps",
+        "inf",
+        "--max-concurrency",
+        "8",
+        "--requests",
+        "50",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     code, out, err = cli(capsys, *args)
     assert one_line(code, err) and "no request was served: all 50 were dropped" in err, err
     assert "nan" not in out and not (tmp_path / "o").exists()
@@ -143,7 +171,7 @@ def test_the_word_inf_still_means_infinite():
     check_finite("1e300", 1e300)
 
 
-# -- 8: advice that works --------------------------------------------------------------------------------------
+# -- 8: advice that works ------------------------------------------------------------------------------------
 
 
 class Accepted(Exception):
@@ -159,7 +187,8 @@ def test_attention_dp_advice_is_a_command_that_runs(capsys, tmp_path, monkeypatc
     from simserve.sim.scenario import check_scenario
 
     def accept(scenario):
-        check_scenario(scenario)  # the deployment, its memory, the engine's flags: all that a run checks first
+        # the deployment, its memory, the engine's flags: all that a run checks first
+        check_scenario(scenario)
         raise Accepted
 
     monkeypatch.setattr(resolve, "for_scenario", accept)
@@ -172,7 +201,7 @@ def test_attention_dp_advice_is_a_command_that_runs(capsys, tmp_path, monkeypatc
         main([*base, *(x for kv in given.items() for x in kv), "--out", str(tmp_path / "o")])
 
 
-# -- 9: cache clear that cannot delete ----------------------------------------------------------------------------
+# -- 9: cache clear that cannot delete -----------------------------------------------------------------------
 
 
 def test_cache_clear_that_cannot_delete_says_what_and_why(capsys, tmp_path, monkeypatch):
@@ -196,7 +225,7 @@ def test_cache_clear_that_cannot_delete_says_what_and_why(capsys, tmp_path, monk
     assert str(root / "probes") in err and out == ""
 
 
-# -- 10: the option parser's errors ---------------------------------------------------------------------------
+# -- 10: the option parser's errors --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -223,7 +252,7 @@ def test_a_command_alone_still_shows_its_help(capsys):
     assert code == 2 and "Usage:" in out and "clear" in out and err == ""
 
 
-# -- 13, 14: regress from anywhere; trace stats of a bench dataset -------------------------------------------------
+# -- 13, 14: regress from anywhere; trace stats of a bench dataset -------------------------------------------
 
 
 def test_regress_finds_the_projects_baseline_from_any_directory(capsys, tmp_path, monkeypatch):
@@ -255,14 +284,15 @@ def test_trace_stats_takes_the_bench_datasets_run_takes(capsys):
     assert one_line(code, err) and "drop --requests" in err
 
 
-# -- 15, 22: brackets kept; the header's parallelism; a profile named after the model ---------------------------------
+# -- 15, 22: brackets kept; the header's parallelism; a profile named after the model ------------------------
 
 
 def test_printed_text_keeps_its_brackets(capsys, tmp_path, monkeypatch):
     import simserve.profiling.measured as measured
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(measured, "installed", lambda: False)  # the roofline's note names the extra to install
+    # the roofline's note names the extra to install
+    monkeypatch.setattr(measured, "installed", lambda: False)
     out_dir = tmp_path / "o[1]"
     args = ["run", "--model", "llama-3.1-8b", "--gpu", "h200", "--requests", "8", "--iterations", "none"]
     code, out, err = cli(capsys, *args, "--out", str(out_dir))
@@ -290,7 +320,8 @@ def test_a_checkpoints_precision_mark_is_not_part_of_the_models_name(tmp_path):
     shutil.copy(MIXTRAL, folder / "config.json")
     spec = load_hf_config(folder)
     assert spec.name == "Mixtral-8x7B"
-    assert Deployment.create(spec, "h100", tp=2, dtype="fp8").profile_model == "Mixtral-8x7B-fp8"  # not -FP8-fp8
+    # not -FP8-fp8
+    assert Deployment.create(spec, "h100", tp=2, dtype="fp8").profile_model == "Mixtral-8x7B-fp8"
 
 
 @pytest.mark.parametrize("grid", ["0.1,1e400", "nan", "inf"])

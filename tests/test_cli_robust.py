@@ -51,7 +51,9 @@ def test_rewriting_own_output_replaces_stale_files_only(capsys, tmp_path):
     assert names == [MARKER, "analysis.ipynb", "iterations.csv", "requests.csv", "summary.json", "trace.json"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories, so this cannot fail as root")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root writes into read-only directories, so this cannot fail as root"
+)
 def test_unwritable_out_is_refused(capsys, tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
@@ -80,10 +82,12 @@ def test_a_burst_runs_to_completion_by_default(capsys, tmp_path):
 
 
 def test_a_replay_takes_the_whole_trace_unless_told(capsys, tmp_path):
-    # a recorded trace of 3,000 rows: a replay without --requests plays all of them (not the 2,048 a sampled run
-    # takes), in order; --requests N still takes the first N
+    # a recorded trace of 3,000 rows: a replay without --requests plays all of them (not the 2,048 a sampled
+    # run takes), in order; --requests N still takes the first N
     trace = tmp_path / "day.csv"
-    trace.write_text("prompt_tokens,output_tokens,arrived_at\n" + "".join(f"64,2,{i * 0.5}\n" for i in range(3000)))
+    trace.write_text(
+        "prompt_tokens,output_tokens,arrived_at\n" + "".join(f"64,2,{i * 0.5}\n" for i in range(3000))
+    )
     args = ["run", "--trace", str(trace), "--arrival", "replay"]
     assert cli(capsys, *args, "--out", str(tmp_path / "all"))[0] == 0
     assert json.loads((tmp_path / "all" / "summary.json").read_text())["summary"]["num_requests"] == 3000
@@ -125,7 +129,9 @@ def test_dropped_and_repeated_rows_are_reported(capsys, tmp_path):
     ],
 )
 def test_bad_input_names_the_option_in_one_line(capsys, tmp_path, args, words):
-    code, _, err = cli(capsys, *args, "--out", str(tmp_path / "o")) if args[0] != "list" else cli(capsys, *args)
+    code, _, err = (
+        cli(capsys, *args, "--out", str(tmp_path / "o")) if args[0] != "list" else cli(capsys, *args)
+    )
     assert code == 2 and err.count("\n") == 1 and words in err
     assert "np." not in err and "max_total_tokens" not in err
     assert not (tmp_path / "o").exists()
@@ -138,7 +144,9 @@ def test_an_impossible_slo_is_an_error_not_a_table_of_zeros(capsys, tmp_path):
     code, out, err = cli(capsys, *args, "--no-cache", "--out", str(tmp_path / "o"))
     lines = err.strip().splitlines()
     assert code == 2 and "Traceback" not in err and sum(line.startswith("error:") for line in lines) == 1
-    assert lines[-1].startswith("error: no load meets P99 TBT") and "loosen that objective (--slo" in lines[-1]
+    assert (
+        lines[-1].startswith("error: no load meets P99 TBT") and "loosen that objective (--slo" in lines[-1]
+    )
     assert not (tmp_path / "o").exists() and "Capacity" not in out
 
 
@@ -185,7 +193,19 @@ def _interrupted_run(tmp_path: Path, *, second_ctrl_c: bool) -> tuple[int, str, 
     out, ready = tmp_path / "run", tmp_path / "ready"
     ready.mkdir()
     env = {**os.environ, "SIMSERVE_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-c", _HARNESS, str(ready), "run", "--requests", "64", "--qps", "2", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-c",
+        _HARNESS,
+        str(ready),
+        "run",
+        "--requests",
+        "64",
+        "--qps",
+        "2",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _wait_for(ready / "simulating", proc)
     proc.send_signal(signal.SIGINT)
@@ -220,7 +240,9 @@ def test_plan_interrupted_after_writing_says_the_outputs_are_there(capsys, tmp_p
     monkeypatch.setattr(report, "write_outputs", write_then_ctrl_c)
     out = tmp_path / "plan"
     args = ["plan", "--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--budgets", "512"]
-    code, _, err = cli(capsys, *args, "--requests", "32", "--executor", "serial", "--no-cache", "--out", str(out))
+    code, _, err = cli(
+        capsys, *args, "--requests", "32", "--executor", "serial", "--no-cache", "--out", str(out)
+    )
     last = err.strip().splitlines()[-1]  # after the progress bar's line
     assert code == 130 and "after the outputs were written" in last and str(out) in last, err
     assert {"plan.csv", "plan.json", "searches.csv", "pareto.png"} <= {p.name for p in out.iterdir()}

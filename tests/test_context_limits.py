@@ -1,4 +1,5 @@
-"""A model's context limit: requests past it are dropped from the trace (and counted); going past it is asked for."""
+"""A model's context limit: requests past it are dropped from the trace (and counted); going past it is asked
+for."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def test_default_max_length_is_capped_at_the_model_limit():
 
 
 def test_going_past_the_limit_is_an_error_unless_asked_for():
-    with pytest.raises(SimserveError, match="--max-model-len 8192 exceeds llama2-70b's context limit of 4096"):
+    with pytest.raises(
+        SimserveError, match="--max-model-len 8192 exceeds llama2-70b's context limit of 4096"
+    ):
         _ = Scenario(**LLAMA2, max_model_len=8192).max_len
     assert Scenario(**LLAMA2, max_model_len=8192, allow_long_context=True).max_len == 8192
     assert Scenario(**LLAMA2, allow_long_context=True).max_len == 8192

@@ -1,4 +1,5 @@
-"""Answer-driven conversations (sim/conversation.py): a round is sent a think time after its parent's answer."""
+"""Answer-driven conversations (sim/conversation.py): a round is sent a think time after its parent's
+answer."""
 
 import numpy as np
 import pytest
@@ -23,8 +24,16 @@ def _chat(n=300, speedup=20.0):
 def _run(t, arrived, conversation, cfg=None, frontend_s=0.0):
     cfg = cfg or SimConfig(policy="vllm-v1", max_model_len=8192, prefix_caching=True, frontend_s=frontend_s)
     follows = parents(t.prefix_group, t.prompt_tokens, t.output_tokens) if conversation else None
-    return simulate(t.prompt_tokens, t.output_tokens, arrived, TIMER, 3000, cfg.validate(),
-                    prefix=(t.prefix_group, t.prefix_tokens), conversation=follows)  # fmt: skip
+    return simulate(
+        t.prompt_tokens,
+        t.output_tokens,
+        arrived,
+        TIMER,
+        3000,
+        cfg.validate(),
+        prefix=(t.prefix_group, t.prefix_tokens),
+        conversation=follows,
+    )
 
 
 def test_parents_are_the_round_before_in_the_same_conversation():
@@ -32,7 +41,8 @@ def test_parents_are_the_round_before_in_the_same_conversation():
     prompt, output = np.array([30, 100, 10, 130, 20]), np.array([40, 20, 5, 10, 8])
     assert parents(group, prompt, output).tolist() == [-1, 0, -1, 1, 2]
     with pytest.raises(SimserveError, match="request 2 of the trace shares prefix group 0 with request 1"):
-        parents(np.array([0, 0]), np.array([30, 50]), np.array([40, 1]))  # not a conversation: no carried answer
+        # not a conversation: no carried answer
+        parents(np.array([0, 0]), np.array([30, 50]), np.array([40, 1]))
 
 
 @pytest.mark.parametrize("frontend_s", [0.0, 0.01])
@@ -73,20 +83,38 @@ def test_conversation_arrivals_refuse_what_they_cannot_model(capsys, tmp_path):
     with pytest.raises(SimserveError, match="drop --max-concurrency"):
         _run(t, recorded, True, SimConfig(policy="vllm-v1", max_concurrency=2))
     with pytest.raises(SystemExit) as exc:  # a trace with no conversations
-        main(["run", "--trace", "sharegpt", "--policy", "vllm-v1", "--arrival", "conversation", "--qps", "1",
-              "--requests", "10", "--out", str(tmp_path / "out")])  # fmt: skip
+        main(
+            [
+                "run",
+                "--trace",
+                "sharegpt",
+                "--policy",
+                "vllm-v1",
+                "--arrival",
+                "conversation",
+                "--qps",
+                "1",
+                "--requests",
+                "10",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "--arrival conversation needs a multi-turn trace" in err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
 def test_with_no_follow_ups_it_is_the_open_loop_replay_watchdog_included():
-    """Every request a first round: the heap routing and the watchdog's routing-order scan must give exactly the
-    open-loop run, overload verdict included (the load here is far past what the replica serves)."""
+    """Every request a first round: the heap routing and the watchdog's routing-order scan must give exactly
+    the open-loop run, overload verdict included (the load here is far past what the replica serves)."""
     t, recorded = _chat(300, speedup=400.0)
     cfg = SimConfig(policy="vllm-v1", max_model_len=8192, overload_wait_s=2.0).validate()
     none = np.full(len(t), -1, dtype=np.int64)
-    runs = [simulate(t.prompt_tokens, t.output_tokens, recorded, TIMER, 3000, cfg, conversation=c) for c in (None, none)]
+    runs = [
+        simulate(t.prompt_tokens, t.output_tokens, recorded, TIMER, 3000, cfg, conversation=c)
+        for c in (None, none)
+    ]
     assert runs[0].overloaded and runs[1].overloaded
     for name in ("arrived", "scheduled", "first_token", "completed", "preemptions"):
         assert np.array_equal(getattr(runs[0].reqs, name), getattr(runs[1].reqs, name), equal_nan=True)
@@ -94,10 +122,25 @@ def test_with_no_follow_ups_it_is_the_open_loop_replay_watchdog_included():
 
 def test_a_turn_before_its_parent_is_file_and_row_with_conversation_arrivals(capsys, tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("num_prefill_tokens,num_decode_tokens,conversation_id,round,arrived_at\n100,20,a,1,0\n30,40,a,0,1\n")
+    bad.write_text(
+        "num_prefill_tokens,num_decode_tokens,conversation_id,round,arrived_at\n100,20,a,1,0\n30,40,a,0,1\n"
+    )
     with pytest.raises(SystemExit) as exc:
-        main(["run", "--trace", str(bad), "--policy", "vllm-v1", "--arrival", "conversation", "--qps", "1",
-              "--out", str(tmp_path / "out")])  # fmt: skip
+        main(
+            [
+                "run",
+                "--trace",
+                str(bad),
+                "--policy",
+                "vllm-v1",
+                "--arrival",
+                "conversation",
+                "--qps",
+                "1",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1
     assert f"{bad}: data row 2: conversation 'a' round 0 comes after its round 1 (data row 1)" in err

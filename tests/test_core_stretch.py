@@ -21,8 +21,17 @@ from tests.test_sim_core import CORES, MISTRAL, _run, assert_same
 
 # the policies whose decode-only batches the core may run as a stretch
 STRETCH_POLICIES = (
-    "fcfs", "orca", "vllm", "sarathi", "chunked", "slo-aware", "pressure", "equal-cost", "vllm-v1", "sglang",
-)  # fmt: skip
+    "fcfs",
+    "orca",
+    "vllm",
+    "sarathi",
+    "chunked",
+    "slo-aware",
+    "pressure",
+    "equal-cost",
+    "vllm-v1",
+    "sglang",
+)
 
 
 @pytest.mark.parametrize("mode", CORES)
@@ -53,9 +62,15 @@ def test_kv_growth_that_takes_the_last_free_blocks(monkeypatch, mode, policy, nu
     prompt = np.array([31, 25, 18, 9])
     output = np.array([90, 90, 90, 90])
     arrived = np.zeros(4)
-    cfg = SimConfig(policy=policy.removesuffix("-cached"), budget=512, max_model_len=160, watermark=0.0,
-                    prefix_caching=policy.endswith("-cached"))  # fmt: skip
-    if policy == "sglang":  # pages of a block; admission reserves a tenth of the outputs, so decodes outgrow it
+    cfg = SimConfig(
+        policy=policy.removesuffix("-cached"),
+        budget=512,
+        max_model_len=160,
+        watermark=0.0,
+        prefix_caching=policy.endswith("-cached"),
+    )
+    # pages of a block; admission reserves a tenth of the outputs, so decodes outgrow it
+    if policy == "sglang":
         cfg = replace(cfg, page_size=16, ignore_eos=False, schedule_conservativeness=0.1)
 
     def sim():
@@ -82,7 +97,9 @@ def test_replicas_whose_iterations_interleave(monkeypatch, mode):
 
 @pytest.mark.parametrize("mode", CORES)
 @pytest.mark.parametrize("num_blocks", [12, 14, 16, 20, 40])
-def test_vllm_v1_prefix_caching_with_blocks_filling_and_cached_inside_stretches(monkeypatch, mode, num_blocks):
+def test_vllm_v1_prefix_caching_with_blocks_filling_and_cached_inside_stretches(
+    monkeypatch, mode, num_blocks
+):
     """Requests sharing a prefix group arrive while others decode: each arrival's lookup must see the blocks
     that filled (and were cached) during the stretch before it, and the evictions of the blocks the stretch
     took from the free queue's front."""
@@ -93,7 +110,9 @@ def test_vllm_v1_prefix_caching_with_blocks_filling_and_cached_inside_stretches(
     cfg = SimConfig(policy="vllm-v1", max_model_len=160, watermark=0.0, prefix_caching=True, block_size=8)
 
     def sim():
-        return simulate(prompt, output, arrived, LinearTimer(0.02, 2e-5, 3e-8), num_blocks, cfg, prefix=prefix)
+        return simulate(
+            prompt, output, arrived, LinearTimer(0.02, 2e-5, 3e-8), num_blocks, cfg, prefix=prefix
+        )
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
@@ -122,7 +141,9 @@ def test_sglang_retraction_stops_a_stretch(monkeypatch, mode, num_blocks):
     step until the pool runs out inside a stretch (60 and 65 blocks), where the policy's own step must
     retract; 55 does not admit it early, 70 never runs short."""
     prompt, output, arrived = np.array([10, 10]), np.array([700, 600]), np.array([0.0, 3.0])
-    cfg = SimConfig(policy="sglang", max_model_len=1024, page_size=1, ignore_eos=False, schedule_conservativeness=0.1)
+    cfg = SimConfig(
+        policy="sglang", max_model_len=1024, page_size=1, ignore_eos=False, schedule_conservativeness=0.1
+    )
 
     def sim():
         return simulate(prompt, output, arrived, ConstantTimer(0.01), num_blocks, cfg)
@@ -173,23 +194,36 @@ def stretch_cases(draw):
 
 @pytest.mark.parametrize("mode", CORES)
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(case=stretch_cases())
 def test_light_load_stretches_of_vllm_v1_and_sglang_match_the_reference(monkeypatch, mode, case):
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
             prefix=case["prefix"],
-        )  # fmt: skip
+        )
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
 LIGHT = {  # the profiled timer at light load, where most steps run in stretches
     # `--engine vllm`: CUDA-graph padding in the timer's tables, async scheduling's hidden CPU, prefix caching
-    "vllm-engine": Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=True, async_scheduling=True,
-                            prefix_caching=True, memory_utilization=0.92),  # fmt: skip
+    "vllm-engine": Scenario(
+        **MISTRAL,
+        policy="vllm-v1",
+        vllm_worker=True,
+        async_scheduling=True,
+        prefix_caching=True,
+        memory_utilization=0.92,
+    ),
     "vllm-v1-eager": Scenario(**MISTRAL, policy="vllm-v1"),
     "sglang-overlap": Scenario(**MISTRAL, policy="sglang", overlap_schedule=True, ignore_eos=False),
 }
@@ -206,14 +240,20 @@ def test_light_load_runs_with_the_profiled_timer_match_the_reference(monkeypatch
 @pytest.mark.parametrize("worker", [False, True])
 @pytest.mark.parametrize("qps", [0.5, 8.0])
 def test_speculative_runs_with_the_profiled_timer_match_the_reference(monkeypatch, tmp_path, worker, qps):
-    """EAGLE-3 with K = 3 on the profiled timer (its decode-attention table; with vLLM's worker also CUDA-graph
-    padding and launch costs): verifications priced as one decode read beside their drafts, in the core's
-    scheduler loop and its verification stretches as in the reference, at light load (mostly stretches) and
-    heavier (batches that change every step)."""
+    """EAGLE-3 with K = 3 on the profiled timer (its decode-attention table; with vLLM's worker also
+    CUDA-graph padding and launch costs): verifications priced as one decode read beside their drafts, in the
+    core's scheduler loop and its verification stretches as in the reference, at light load (mostly stretches)
+    and heavier (batches that change every step)."""
     acceptance = tmp_path / "acceptance.json"
     acceptance.write_text("[0.8, 0.6, 0.4]")
-    s = Scenario(**MISTRAL, policy="vllm-v1", vllm_worker=worker, speculative="eagle3", num_speculative_tokens=3,
-                 acceptance=str(acceptance))  # fmt: skip
+    s = Scenario(
+        **MISTRAL,
+        policy="vllm-v1",
+        vllm_worker=worker,
+        speculative="eagle3",
+        num_speculative_tokens=3,
+        acceptance=str(acceptance),
+    )
 
     def sim():
         return simulate_scenario(s, qps)[0]

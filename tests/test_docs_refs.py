@@ -48,7 +48,10 @@ EXTERNAL = {
             "unified_tree_core.py",
         )
     },
-    **{("traffic.md", f): "Dynamo's planner source" for f in ("state_machine.py", "throughput_scaling.py", "load_scaling.py")},
+    **{
+        ("traffic.md", f): "Dynamo's planner source"
+        for f in ("state_machine.py", "throughput_scaling.py", "load_scaling.py")
+    },
     ("kernel-validation.md", "collect_attn.py"): "aiconfigurator's collector",
     ("kernel-validation.md", "mlp_wrapper.py"): "Vidur's profiler",
     ("kernel-validation.md", "mlp_impl.py"): "Vidur's profiler",
@@ -333,7 +336,8 @@ def test_cli_commands_take_their_flags():
 
 def test_script_commands_take_their_flags():
     """`python benchmarks/x.py --flag` / `python tools/x.py --flag`: the script exists and names the flag (its
-    own argparse, or benchmarks/common.py's shared options); what follows ` -- ` goes to simserve, unchecked."""
+    own argparse, or benchmarks/common.py's shared options); what follows ` -- ` goes to simserve,
+    unchecked."""
     common = (ROOT / "benchmarks" / "common.py").read_text()
     bad = []
     for page in PAGES:

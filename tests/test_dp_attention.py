@@ -1,4 +1,5 @@
-"""Attention data parallelism for MoE models: DP ranks with their own batches, experts shared over DP x TP GPUs."""
+"""Attention data parallelism for MoE models: DP ranks with their own batches, experts shared over DP x TP
+GPUs."""
 
 from __future__ import annotations
 
@@ -28,8 +29,26 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def profile_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("profiles")
-    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "1,2", "--dtype", "fp8", "--quick",
-          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
+    main(
+        [
+            "profile",
+            "--gpu",
+            "h100",
+            "--model",
+            MIXTRAL,
+            "--tp",
+            "1,2",
+            "--dtype",
+            "fp8",
+            "--quick",
+            "--max-model-len",
+            "4096",
+            "--max-tokens",
+            "4096",
+            "--out",
+            str(root),
+        ]
+    )
     return root
 
 
@@ -48,7 +67,10 @@ def test_ranks_share_the_experts_and_keep_their_own_attention():
     [
         ({"model": "deepseek-v3", "tp": 2, "ep": 2, "dp": 4}, "use --ep 8"),
         ({"model": "llama-3.1-8b", "tp": 2, "ep": 1, "dp": 2}, "Llama-3.1-8B is dense: use --replicas 2"),
-        ({"model": "deepseek-v3", "tp": 8, "ep": 16, "dp": 2}, "more than the 8 GPUs of one node; use --tp 4 --ep 8"),
+        (
+            {"model": "deepseek-v3", "tp": 8, "ep": 16, "dp": 2},
+            "more than the 8 GPUs of one node; use --tp 4 --ep 8",
+        ),
     ],
 )
 def test_bad_layouts_say_what_to_use(kwargs, words):
@@ -71,7 +93,9 @@ def test_a_rank_times_its_experts_on_every_ranks_tokens_and_pays_the_exchange(pr
     want = 0.0
     for op, share in timed_linear_ops(dep):
         x = 2 * t if op == "moe@ep2" else t
-        want += share * max(float(pred.models[ModelKey("linear", op, 1)].model.predict(np.array([x]))[0]), 0.0)
+        want += share * max(
+            float(pred.models[ModelKey("linear", op, 1)].model.predict(np.array([x]))[0]), 0.0
+        )
     assert tok.linear[t] == pytest.approx(dep.layers_per_stage * 1e-3 * want, rel=1e-9)
     # TP 1 has no all-reduce of its own: the component is the dispatch and the combine of 2·300 tokens' hidden
     # states over the 2 ranks, each timed as an all-reduce of half the gathered bytes, on all 32 (MoE) layers
@@ -83,10 +107,34 @@ def test_a_rank_times_its_experts_on_every_ranks_tokens_and_pays_the_exchange(pr
 
 
 def test_dp_run_simulates_one_replica_per_rank(capsys, tmp_path, profile_root):
-    code, out, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "1", "--ep", "2",
-                          "--dp-attention", "2", "--dtype", "fp8", "--max-model-len", "4096", "--profiles",
-                          str(profile_root), "--requests", "40", "--qps", "4", "--iterations", "none",
-                          "--out", str(tmp_path / "dp"))  # fmt: skip
+    code, out, err = _cli(
+        capsys,
+        "run",
+        "--model",
+        MIXTRAL,
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--ep",
+        "2",
+        "--dp-attention",
+        "2",
+        "--dtype",
+        "fp8",
+        "--max-model-len",
+        "4096",
+        "--profiles",
+        str(profile_root),
+        "--requests",
+        "40",
+        "--qps",
+        "4",
+        "--iterations",
+        "none",
+        "--out",
+        str(tmp_path / "dp"),
+    )
     assert code == 0, err
     summary = json.loads((tmp_path / "dp" / "summary.json").read_text())
     assert summary["scenario"]["dp_attention"] == 2 and summary["summary"]["completed"] == 40
@@ -98,12 +146,51 @@ def test_dp_run_simulates_one_replica_per_rank(capsys, tmp_path, profile_root):
 
 def test_a_profile_without_the_ranks_all_reduce_names_the_command(capsys, tmp_path):
     root = tmp_path / "p"
-    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "2", "--dtype", "fp8", "--quick",
-          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(root)])  # fmt: skip
+    main(
+        [
+            "profile",
+            "--gpu",
+            "h100",
+            "--model",
+            MIXTRAL,
+            "--tp",
+            "2",
+            "--dtype",
+            "fp8",
+            "--quick",
+            "--max-model-len",
+            "4096",
+            "--max-tokens",
+            "4096",
+            "--out",
+            str(root),
+        ]
+    )
     capsys.readouterr()
-    code, _, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "2", "--ep", "8",
-                        "--dp-attention", "4", "--dtype", "fp8", "--max-model-len", "4096", "--profiles", str(root),
-                        "--requests", "5", "--out", str(tmp_path / "o"))  # fmt: skip
+    code, _, err = _cli(
+        capsys,
+        "run",
+        "--model",
+        MIXTRAL,
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--ep",
+        "8",
+        "--dp-attention",
+        "4",
+        "--dtype",
+        "fp8",
+        "--max-model-len",
+        "4096",
+        "--profiles",
+        str(root),
+        "--requests",
+        "5",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "all_reduce rows for 4 workers" in err and "--tp 2,4" in err
 
@@ -116,16 +203,40 @@ def test_deepep_needs_attention_dp_and_a_known_backend():
 
 
 def test_deepep_on_a_roofline_profile_says_it_is_measured_only(capsys, tmp_path, profile_root):
-    code, _, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "1", "--ep", "2",
-                        "--dp-attention", "2", "--all2all-backend", "deepep_low_latency", "--dtype", "fp8",
-                        "--max-model-len", "4096", "--profiles", str(profile_root), "--requests", "5",
-                        "--out", str(tmp_path / "o"))  # fmt: skip
+    code, _, err = _cli(
+        capsys,
+        "run",
+        "--model",
+        MIXTRAL,
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--ep",
+        "2",
+        "--dp-attention",
+        "2",
+        "--all2all-backend",
+        "deepep_low_latency",
+        "--dtype",
+        "fp8",
+        "--max-model-len",
+        "4096",
+        "--profiles",
+        str(profile_root),
+        "--requests",
+        "5",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "no a2a_deepep_low_latency rows for EP 2" in err and "--backend measured" in err
 
 
-@pytest.mark.skipif(not __import__("simserve.profiling.measured", fromlist=["installed"]).installed(),
-                    reason="needs aiconfigurator-core (pip install -e '.[measured]')")  # fmt: skip
+@pytest.mark.skipif(
+    not __import__("simserve.profiling.measured", fromlist=["installed"]).installed(),
+    reason="needs aiconfigurator-core (pip install -e '.[measured]')",
+)
 def test_deepep_rows_are_the_measured_dispatch_plus_combine_and_the_timer_charges_them_once(tmp_path):
     import pandas as pd
 
@@ -135,34 +246,78 @@ def test_deepep_rows_are_the_measured_dispatch_plus_combine_and_the_timer_charge
     from simserve.predictor.tables import CollectiveCurve, token_tables
     from simserve.profiling import measured
 
-    main(["profile", "--backend", "measured", "--gpu", "h200", "--model", "deepseek-v3", "--tp", "1", "--dtype",
-          "fp8", "--quick", "--max-model-len", "2048", "--max-tokens", "2048", "--out", str(tmp_path)])  # fmt: skip
+    main(
+        [
+            "profile",
+            "--backend",
+            "measured",
+            "--gpu",
+            "h200",
+            "--model",
+            "deepseek-v3",
+            "--tp",
+            "1",
+            "--dtype",
+            "fp8",
+            "--quick",
+            "--max-model-len",
+            "2048",
+            "--max-tokens",
+            "2048",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     prof = tmp_path / "h200" / "deepseek-v3-fp8"
     col = pd.read_csv(prof / "collectives.csv")
     ll = col[col["op"] == "a2a_deepep_low_latency"].sort_values("size_bytes")
-    raw = pd.read_parquet(measured.open_database("H200").folder / "comm" / "vllm" / "0.24.0" / "moe_a2a_perf.parquet")
-    raw = raw[(raw["comm_backend"] == "deepep_ll") & (raw["hidden_size"] == 7168) & (raw["topk"] == 8)
-              & (raw["num_experts"] == 256) & (raw["num_tokens"] == 64)]  # fmt: skip
+    raw = pd.read_parquet(
+        measured.open_database("H200").folder / "comm" / "vllm" / "0.24.0" / "moe_a2a_perf.parquet"
+    )
+    raw = raw[
+        (raw["comm_backend"] == "deepep_ll")
+        & (raw["hidden_size"] == 7168)
+        & (raw["topk"] == 8)
+        & (raw["num_experts"] == 256)
+        & (raw["num_tokens"] == 64)
+    ]
     row = ll[ll["size_bytes"] == 64 * 7168 * 2]
     assert (ll["num_workers"] == 8).all() and (ll["source"] == "measured").all()
-    assert row["time_ms"].iloc[0] == pytest.approx(raw["latency"].sum() / 1e3, rel=1e-5)  # dispatch + combine, µs → ms (6 digits in the CSV)
-    dep = Deployment.create("deepseek-v3", "h200", 1, ep=8, dp=8, dtype="fp8", all2all="deepep_low_latency",
-                            max_model_len=2048)  # fmt: skip
+    # dispatch + combine, µs → ms (6 digits in the CSV)
+    assert row["time_ms"].iloc[0] == pytest.approx(raw["latency"].sum() / 1e3, rel=1e-5)
+    dep = Deployment.create(
+        "deepseek-v3", "h200", 1, ep=8, dp=8, dtype="fp8", all2all="deepep_low_latency", max_model_len=2048
+    )
     pred = fit(prof, use_cache=False)
     tok = token_tables(pred, dep)
-    curve = CollectiveCurve.build(pred.models[find_collective(pred.models, "a2a_deepep_low_latency", node_link(dep), 8)])
+    curve = CollectiveCurve.build(
+        pred.models[find_collective(pred.models, "a2a_deepep_low_latency", node_link(dep), 8)]
+    )
     t = 64
-    assert tok.all_reduce[t] == pytest.approx(58 * float(curve(np.array([a2a_bytes(dep, t)]))[0]))  # 58 MoE layers
+    # 58 MoE layers
+    assert tok.all_reduce[t] == pytest.approx(58 * float(curve(np.array([a2a_bytes(dep, t)]))[0]))
 
 
 def test_the_vllm_command_of_a_dp_run_names_its_data_parallel_size():
     from simserve.sim.scenario import Scenario
     from simserve.tune.engine import check_engine_scenario, vllm_command
 
-    base = Scenario(model="deepseek-v3", gpu="h200", tp=2, ep=8, dp_attention=4, dtype="fp8",
-                    all2all_backend="deepep_low_latency")  # fmt: skip
+    base = Scenario(
+        model="deepseek-v3",
+        gpu="h200",
+        tp=2,
+        ep=8,
+        dp_attention=4,
+        dtype="fp8",
+        all2all_backend="deepep_low_latency",
+    )
     check_engine_scenario(base)  # EP = DP x TP is what vLLM's flags give: no error
     cmd = vllm_command(base, {"max-num-batched-tokens": 8192, "max-num-seqs": 1024})
-    for flag in ("--tensor-parallel-size 2", "--data-parallel-size 4", "--enable-expert-parallel",
-                 "--all2all-backend deepep_low_latency", "--quantization fp8"):  # fmt: skip
+    for flag in (
+        "--tensor-parallel-size 2",
+        "--data-parallel-size 4",
+        "--enable-expert-parallel",
+        "--all2all-backend deepep_low_latency",
+        "--quantization fp8",
+    ):
         assert flag in cmd

@@ -22,7 +22,9 @@ def test_a_short_request_waits_for_the_long_prefill_on_the_other_rank(moe_dp_tim
     assert reqs.first_token[1] == pytest.approx(long_own + moe_dp_timer.experts_time(4010), rel=1e-12)
     assert long_own > 5 * alone  # the 10-token prefill alone would have been done far sooner
     (group,) = cluster.groups
-    assert group.lockstep_wait[1] == pytest.approx(long_own - alone, rel=1e-12) and group.lockstep_wait[0] == 0.0
+    assert (
+        group.lockstep_wait[1] == pytest.approx(long_own - alone, rel=1e-12) and group.lockstep_wait[0] == 0.0
+    )
 
 
 def test_an_idle_rank_runs_dummy_steps_while_another_has_work(moe_dp_timer):
@@ -60,8 +62,13 @@ def _random_load(seed: int, n: int = 120):
 
 def test_every_request_is_served_once_with_all_its_tokens(moe_dp_timer):
     prompt, output, arrived = _random_load(7)
-    cluster, reqs = run_cluster(moe_dp_timer, prompt, output, arrived, SimConfig(
-        policy="vllm-v1", budget=2048, max_model_len=4096, num_replicas=4, dp_attention=2))  # fmt: skip
+    cluster, reqs = run_cluster(
+        moe_dp_timer,
+        prompt,
+        output,
+        arrived,
+        SimConfig(policy="vllm-v1", budget=2048, max_model_len=4096, num_replicas=4, dp_attention=2),
+    )
     assert (reqs.status == 2).all() and (reqs.generated == output).all()
     assert set(reqs.replica.tolist()) == {0, 1, 2, 3}  # two deployments of two ranks, every rank used
     assert all(rank.state.kv.used == 0 and rank.state.outstanding == 0 for rank in cluster.replicas)
@@ -90,7 +97,8 @@ def test_under_cuda_graphs_every_rank_runs_padded_to_the_largest(moe_dp_timer):
     from simserve.vllm_worker import padded_timer
 
     sizes = (1, 2, 4, 8, 16)
-    assert padded_tokens([3, 1], sizes) == 4  # the largest rank's 3 tokens run as the captured 4, on both ranks
+    # the largest rank's 3 tokens run as the captured 4, on both ranks
+    assert padded_tokens([3, 1], sizes) == 4
     assert padded_tokens([3, 17], sizes) == 0  # one rank past the largest graph runs eagerly: nobody pads
     assert padded_tokens([3, 1], ()) == 0  # no CUDA graphs
     # three 10-token prompts at once: two on rank 0, one on rank 1; then decode steps of 2 and 1 tokens
@@ -98,6 +106,7 @@ def test_under_cuda_graphs_every_rank_runs_padded_to_the_largest(moe_dp_timer):
     plain, a = run_cluster(moe_dp_timer, *args)
     graphs, b = run_cluster(padded_timer(moe_dp_timer, sizes), *args)
     assert a.replica.tolist() == b.replica.tolist() == [0, 1, 0]
-    assert plain.groups[0].padded_steps == 0 and graphs.groups[0].padded_steps == 5  # the 20-token prefill: eager
+    # the 20-token prefill: eager
+    assert plain.groups[0].padded_steps == 0 and graphs.groups[0].padded_steps == 5
     assert moe_dp_timer.experts_time(4) > moe_dp_timer.experts_time(3)
     assert (b.completed > a.completed).all()  # every decode step paid the experts of 2 × 2 tokens, not 2 + 1

@@ -1,4 +1,5 @@
-"""`simserve sweep --engine vllm` (simserve.tune.engine): the flag grid, the recommendation, the command line."""
+"""`simserve sweep --engine vllm` (simserve.tune.engine): the flag grid, the recommendation, the command
+line."""
 
 from __future__ import annotations
 
@@ -62,13 +63,21 @@ def test_per_gpu_defaults_are_vllm_0_33s_server_defaults():
 
 
 def test_combinations_vllm_refuses_fail_with_its_own_message():
-    with pytest.raises(SimserveError, match=r"^max_num_batched_tokens \(128\) must be greater than or equal to "
-                                            r"max_num_seqs \(256\)"):  # fmt: skip
+    with pytest.raises(
+        SimserveError,
+        match=r"^max_num_batched_tokens \(128\) must be greater than or equal to "
+        r"max_num_seqs \(256\)",
+    ):
         check_vllm_flags(128, 256, 0, 4096)
-    with pytest.raises(SimserveError, match=r"^long_prefill_token_threshold \(5000\) cannot be greater than the "
-                                            r"max_model_len \(4096\)"):  # fmt: skip
+    with pytest.raises(
+        SimserveError,
+        match=r"^long_prefill_token_threshold \(5000\) cannot be greater than the "
+        r"max_model_len \(4096\)",
+    ):
         check_vllm_flags(2048, 256, 5000, 4096)
-    with pytest.raises(SimserveError, match=r"^max_num_batched_tokens \(2048\) is smaller than max_model_len"):
+    with pytest.raises(
+        SimserveError, match=r"^max_num_batched_tokens \(2048\) is smaller than max_model_len"
+    ):
         check_vllm_flags(2048, 256, 0, 4096, chunked_prefill=False)
     check_vllm_flags(2048, 256, 0, 4096)  # V1 chunks prefills: a budget below max_model_len is fine
     check_vllm_flags(256, 256, 256, 4096)  # equality is allowed
@@ -79,10 +88,18 @@ def fake_run(capacity):
 
     def run(spec):
         rows = [
-            {"budget": b, "max_batch": m, "slo_s": spec.slos[0].tbt_s, "capacity_qps": capacity(b, m, spec.base),
-             "capacity_std": 0.0, "seeds": 1, "message": ""}
-            for b in spec.budgets for m in spec.max_batches
-        ]  # fmt: skip
+            {
+                "budget": b,
+                "max_batch": m,
+                "slo_s": spec.slos[0].tbt_s,
+                "capacity_qps": capacity(b, m, spec.base),
+                "capacity_std": 0.0,
+                "seeds": 1,
+                "message": "",
+            }
+            for b in spec.budgets
+            for m in spec.max_batches
+        ]
         return SimpleNamespace(rows=pd.DataFrame(rows))
 
     return run
@@ -117,10 +134,16 @@ def test_no_capacity_anywhere_is_an_error_naming_the_fix():
 
 
 def test_command_names_parallelism_and_never_a_removed_flag():
-    flags = {"max-num-batched-tokens": 2048, "max-num-seqs": 256, "long-prefill-token-threshold": 0,
-             "max-num-partial-prefills": 2, "max-long-partial-prefills": 1}  # fmt: skip
+    flags = {
+        "max-num-batched-tokens": 2048,
+        "max-num-seqs": 256,
+        "long-prefill-token-threshold": 0,
+        "max-num-partial-prefills": 2,
+        "max-long-partial-prefills": 1,
+    }
     cmd = vllm_command(Scenario(model="yi-34b", tp=2, pp=2, trace="arxiv", prefix_caching=True), flags)
-    assert cmd == (  # Yi-34B accepts 4096 tokens: the arXiv trace's 16k default is capped at the model's limit
+    # Yi-34B accepts 4096 tokens: the arXiv trace's 16k default is capped at the model's limit
+    assert cmd == (
         "vllm serve 01-ai/Yi-34B --max-num-batched-tokens 2048 --max-num-seqs 256 "
         "--tensor-parallel-size 2 --pipeline-parallel-size 2 --max-model-len 4096"
     )
@@ -145,15 +168,23 @@ def _cli(args, capsys):
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [(["--engine", "trt"], "unknown --engine 'trt'"),
-     (["--engine", "vllm", "--engine-grid", "max-batch=4"], "unknown vllm flag 'max-batch'"),
-     (["--engine", "vllm", "--engine-grid", "max-num-partial-prefills=2"],
-      "vllm serve: error: unrecognized arguments: --max-num-partial-prefills"),
-     (["--engine", "vllm", "--engine-grid", "max-num-batched-tokens=128;max-num-seqs=256"],
-      "max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256)"),
-     (["--engine", "vllm", "--gpu", "h100", "--engine-grid", "max-num-batched-tokens=512"],
-      "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs (1024)")],
-)  # fmt: skip
+    [
+        (["--engine", "trt"], "unknown --engine 'trt'"),
+        (["--engine", "vllm", "--engine-grid", "max-batch=4"], "unknown vllm flag 'max-batch'"),
+        (
+            ["--engine", "vllm", "--engine-grid", "max-num-partial-prefills=2"],
+            "vllm serve: error: unrecognized arguments: --max-num-partial-prefills",
+        ),
+        (
+            ["--engine", "vllm", "--engine-grid", "max-num-batched-tokens=128;max-num-seqs=256"],
+            "max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256)",
+        ),
+        (
+            ["--engine", "vllm", "--gpu", "h100", "--engine-grid", "max-num-batched-tokens=512"],
+            "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs (1024)",
+        ),
+    ],
+)
 def test_cli_bad_engine_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
     code, _, err = _cli(["sweep", "--out", str(tmp_path / "o"), "--no-cache", *args], capsys)
     assert code == 2 and err.startswith("error: ") and match in err and err.count("\n") == 1
@@ -163,8 +194,21 @@ def test_cli_bad_engine_input_is_one_line_and_exit_2(args, match, capsys, tmp_pa
 def test_cli_engine_sweep_prints_the_command_and_writes_the_files(capsys, tmp_path: Path):
     out = tmp_path / "o"
     grid = "max-num-batched-tokens=512,2048;max-num-seqs=128"
-    args = ["sweep", "--engine", "vllm", "--engine-grid", grid, "--requests", "64", "--executor", "serial",
-            "--no-cache", "--no-plots", "--out", str(out)]  # fmt: skip
+    args = [
+        "sweep",
+        "--engine",
+        "vllm",
+        "--engine-grid",
+        grid,
+        "--requests",
+        "64",
+        "--executor",
+        "serial",
+        "--no-cache",
+        "--no-plots",
+        "--out",
+        str(out),
+    ]
     code, stdout, _ = _cli(args, capsys)
     assert code == 0
     rec = json.loads((out / "recommendation.json").read_text())

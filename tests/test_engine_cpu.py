@@ -128,10 +128,10 @@ def test_where_each_part_runs():
 
 
 def test_the_step_components_are_the_measured_costs_at_the_host_speed():
-    """`--engine vllm`'s per-step CPU (engine_cpu.components): the measured constants divided by the host speed,
-    with vLLM V1's roles (busy-loop work serial without async scheduling, the EngineCore's input and output
-    threads overlapping the GPU either way); Vidur's prepare_inputs/sampler stand in for the model runner,
-    unscaled."""
+    """`--engine vllm`'s per-step CPU (engine_cpu.components): the measured constants divided by the host
+    speed, with vLLM V1's roles (busy-loop work serial without async scheduling, the EngineCore's input and
+    output threads overlapping the GPU either way); Vidur's prepare_inputs/sampler stand in for the model
+    runner, unscaled."""
     from simserve.predictor.overhead import PREPARE_INPUTS, SAMPLER, CpuOverhead
 
     one, two = dict(E.components(1.0)), dict(E.components(2.0))
@@ -141,7 +141,10 @@ def test_the_step_components_are_the_measured_costs_at_the_host_speed():
         (E.ADD_REQUEST.per_request_us + E.ENGINE_CORE_REST.per_request_us) * 1e-3 / 2
     )
     assert (two["prepare_inputs"].a_ms, two["sampler"].a_ms) == (PREPARE_INPUTS[0], SAMPLER[0])
-    sync, asyn = CpuOverhead(components=E.components()), CpuOverhead(components=E.components(), async_scheduling=True)
+    sync, asyn = (
+        CpuOverhead(components=E.components()),
+        CpuOverhead(components=E.components(), async_scheduling=True),
+    )
     assert set(sync.components_of("overlap")) == {"encode", "admit"}
     assert set(asyn.components_of("serial")) == set()
     # each prefill chunk pays its request's admission on the EngineCore's input thread, beside the GPU
@@ -157,7 +160,9 @@ def test_a_scenario_charges_vllms_measured_cpu_only_to_its_worker(tmp_path):
     from simserve.sim.scenario import Scenario
 
     vllm = Scenario(policy="vllm-v1", vllm_worker=True, host_speed=4.0)
-    assert dict(vllm.cpu_components())["schedule"].b_ms == pytest.approx(E.STEP["schedule"].per_req_us * 1e-3 / 4)
+    assert dict(vllm.cpu_components())["schedule"].b_ms == pytest.approx(
+        E.STEP["schedule"].per_req_us * 1e-3 / 4
+    )
     assert Scenario(policy="sarathi").cpu_components() == VIDUR
     with pytest.raises(SimserveError, match="drop --host-speed"):
         Scenario(policy="sarathi", host_speed=2.0).serving_host_speed()

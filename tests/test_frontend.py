@@ -19,9 +19,24 @@ from simserve.sim.testing import ConstantTimer
 
 def test_a_constant_front_end_adds_to_ttft_and_e2e_only(capsys, tmp_path):
     docs = {}
-    for name, extra in (("default", []), ("engine", ["--frontend", "off"]), ("slow", ["--frontend-ms", "50"])):
-        code, out, _ = cli(capsys, "run", "--requests", "40", "--seed", "2", "--frontend", "constant", *extra,
-                           "--out", str(tmp_path / name))  # fmt: skip
+    for name, extra in (
+        ("default", []),
+        ("engine", ["--frontend", "off"]),
+        ("slow", ["--frontend-ms", "50"]),
+    ):
+        code, out, _ = cli(
+            capsys,
+            "run",
+            "--requests",
+            "40",
+            "--seed",
+            "2",
+            "--frontend",
+            "constant",
+            *extra,
+            "--out",
+            str(tmp_path / name),
+        )
         assert code == 0
         docs[name] = json.loads((tmp_path / name / "summary.json").read_text())["summary"]
         if name == "default":
@@ -33,16 +48,30 @@ def test_a_constant_front_end_adds_to_ttft_and_e2e_only(capsys, tmp_path):
             assert docs[name][key] - docs["engine"][key] == pytest.approx(f, abs=1e-12)
         for key in ("tbt_p50_s", "tbt_p99_s", "scheduling_delay_p50_s", "duration_s", "throughput_tps"):
             assert docs[name][key] == docs["engine"][key]
-    assert (tmp_path / "default" / "requests.csv").read_bytes() == (tmp_path / "engine" / "requests.csv").read_bytes()
+    assert (tmp_path / "default" / "requests.csv").read_bytes() == (
+        tmp_path / "engine" / "requests.csv"
+    ).read_bytes()
 
 
 def test_paper_setup_runs_without_it(capsys, tmp_path):
     code, _, _ = cli(capsys, "run", "--requests", "10", "--paper-setup", "--out", str(tmp_path / "p"))
     assert code == 0
     assert "frontend_s" not in json.loads((tmp_path / "p" / "summary.json").read_text())["summary"]
-    code, _, err = cli(capsys, "run", "--requests", "10", "--paper-setup", "--frontend-ms", "5", "--out", str(tmp_path / "q"))
+    code, _, err = cli(
+        capsys, "run", "--requests", "10", "--paper-setup", "--frontend-ms", "5", "--out", str(tmp_path / "q")
+    )
     assert code == 2 and err.count("\n") == 1 and "--frontend-ms" in err
-    code, _, err = cli(capsys, "run", "--requests", "10", "--paper-setup", "--frontend", "server", "--out", str(tmp_path / "q"))
+    code, _, err = cli(
+        capsys,
+        "run",
+        "--requests",
+        "10",
+        "--paper-setup",
+        "--frontend",
+        "server",
+        "--out",
+        str(tmp_path / "q"),
+    )
     assert code == 2 and err.count("\n") == 1 and "--frontend" in err
 
 
@@ -60,7 +89,8 @@ def test_a_closed_loop_client_waits_the_front_end_out_and_back_in():
     assert raw.reqs.arrived.tolist() == pytest.approx([0.0, 0.45, 0.9, 1.35])
     m = bench_metrics(raw, math.inf)
     assert m["mean_ttft_ms"] == pytest.approx(150.0) and m["median_e2el_ms"] == pytest.approx(450.0)
-    assert m["mean_tpot_ms"] == pytest.approx(100.0) and m["duration"] == pytest.approx(1.8)  # the last reply's way out
+    # the last reply's way out
+    assert m["mean_tpot_ms"] == pytest.approx(100.0) and m["duration"] == pytest.approx(1.8)
     s = summarize(raw)
     assert s.ttft_p50_s == pytest.approx(0.15) and s.scheduling_delay_p50_s == 0.0
 
@@ -72,8 +102,20 @@ def test_sweep_adds_the_front_end_to_ttft_and_prints_it(capsys, tmp_path):
 
     rows = {}
     for name, extra in (("engine", []), ("client", ["--frontend-ms", "25"])):
-        args = ["sweep", "--policies", "sarathi", "--budgets", "512", "--requests", "96", "--no-cache",
-                "--no-plots", "--out", str(tmp_path / name), *extra]  # fmt: skip
+        args = [
+            "sweep",
+            "--policies",
+            "sarathi",
+            "--budgets",
+            "512",
+            "--requests",
+            "96",
+            "--no-cache",
+            "--no-plots",
+            "--out",
+            str(tmp_path / name),
+            *extra,
+        ]
         code, out, _ = cli(capsys, *args)
         assert code == 0
         assert ("25 ms of serving front end" in " ".join(out.split())) == bool(extra)
@@ -93,7 +135,8 @@ def test_a_ttft_slo_counts_the_front_end():
 
     base = Scenario(num_requests=48, seed=3)
     engine, client = (
-        record_from_scenario(replace(base, frontend_ms=ms), 2.0, (0.5, 0.99), (0.5,))["metrics"] for ms in (0.0, 40.0)
+        record_from_scenario(replace(base, frontend_ms=ms), 2.0, (0.5, 0.99), (0.5,))["metrics"]
+        for ms in (0.0, 40.0)
     )
     assert client["ttft_p50_s"] == pytest.approx(engine["ttft_p50_s"] + 0.04)
     assert client["ttft_p99_s"] == pytest.approx(engine["ttft_p99_s"] + 0.04)
@@ -117,12 +160,24 @@ def test_sweep_and_plan_refuse_a_bad_front_end_in_one_line(capsys, tmp_path, arg
 
 
 def test_run_defaults_to_the_api_server_model(capsys, tmp_path):
-    """`run`'s default: vLLM's API server as a queue (sim/api_server.py) plus the network's 10.2 ms; TBT and the
-    scheduling delay stay engine-side; `--frontend off` is the engine-side run, whose engine times it keeps."""
+    """`run`'s default: vLLM's API server as a queue (sim/api_server.py) plus the network's 10.2 ms; TBT and
+    the scheduling delay stay engine-side; `--frontend off` is the engine-side run, whose engine times it
+    keeps."""
     docs, rows, outs = {}, {}, {}
     for name, extra in (("server", []), ("off", ["--frontend", "off"]), ("two", ["--api-server-count", "2"])):
-        code, out, _ = cli(capsys, "run", "--requests", "40", "--seed", "2", "--policy", "vllm-v1", *extra,
-                           "--out", str(tmp_path / name))  # fmt: skip
+        code, out, _ = cli(
+            capsys,
+            "run",
+            "--requests",
+            "40",
+            "--seed",
+            "2",
+            "--policy",
+            "vllm-v1",
+            *extra,
+            "--out",
+            str(tmp_path / name),
+        )
         assert code == 0
         docs[name] = json.loads((tmp_path / name / "summary.json").read_text())
         rows[name] = (tmp_path / name / "requests.csv").read_text().splitlines()

@@ -1,4 +1,5 @@
-"""GEMM tiles per architecture: wave counts on the GPU's SMs, per-GPU tile steps, A100 unchanged, catalog checks."""
+"""GEMM tiles per architecture: wave counts on the GPU's SMs, per-GPU tile steps, A100 unchanged, catalog
+checks."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from simserve.profiling import roofline as rl
 
 A100, A40, H100, H200 = (GPU.get(n) for n in ("a100", "a40", "h100", "h200"))
 HOPPER = gt.ARCH_TILES["hopper"]
-PERSISTENT = dataclasses.replace(HOPPER, persistent=True)  # the wave arithmetic of a persistent 256x128 kernel
+# the wave arithmetic of a persistent 256x128 kernel
+PERSISTENT = dataclasses.replace(HOPPER, persistent=True)
 
 
 def step_pct(gpu: GPUSpec, a: int, b: int, k: int, n: int) -> float:
@@ -75,29 +77,87 @@ def test_the_chosen_tile_is_the_fastest_choice_and_split_k_fills_the_sms():
         one = gt.chosen_tile_seconds(dataclasses.replace(tiles, choices=(choice,)), m, 8192, 4096, 132, 1e15)
         assert np.all(best <= one)
     # One token, 4096 features: 64 tiles of 64 x 64 on 132 SMs split k in two: one wave of 128 half-k tiles.
-    one_tile = gt.chosen_tile_seconds(dataclasses.replace(tiles, choices=((64, 64),)), 1, 8192, 4096, 132, 1e15)
+    one_tile = gt.chosen_tile_seconds(
+        dataclasses.replace(tiles, choices=((64, 64),)), 1, 8192, 4096, 132, 1e15
+    )
     assert float(one_tile) == pytest.approx(2 * 64 * 64 * 4096 / (1e15 / 132))
 
 
-# Pinned from the code before per-architecture tiles (commit 84ddd51: `roofline.gemm_ms` / `elementwise_ms` with
-# the A100-calibrated 64/128-row tiles), printed with 9 decimals. A100 must not move: its errors in
-# docs/kernel-validation.md and the shipped A100 profiles were computed with these numbers. A40 (sm86) moved once, on
-# purpose, when it got its own calibration (roofline.ARCH_KERNELS[86]); these are its numbers since.
+# Pinned from the code before per-architecture tiles (commit 84ddd51: `roofline.gemm_ms` / `elementwise_ms`
+# with the A100-calibrated 64/128-row tiles), printed with 9 decimals. A100 must not move: its errors in
+# docs/kernel-validation.md and the shipped A100 profiles were computed with these numbers. A40 (sm86) moved
+# once, on purpose, when it got its own calibration (roofline.ARCH_KERNELS[86]); these are its numbers since.
 PIN_TOKENS = [1, 8, 64, 65, 128, 136, 255, 256, 257, 264, 512, 520, 1024, 1032, 4096]
 PINNED_GEMM = {
-    ("a100", 4096, 12288): [0.0698932, 0.070012823, 0.07097157, 0.086530164, 0.087407094, 0.108073104, 0.132425618,
-                            0.132434996, 0.1823754, 0.182422564, 0.236042493, 0.289170708, 0.452864771, 0.507210787,
-                            1.772841867],
-    ("a100", 14336, 4096): [0.080608022, 0.080742596, 0.081821107, 0.099981005, 0.10096706, 0.125088572, 0.153463691,
-                            0.153474219, 0.211765968, 0.211818899, 0.274331249, 0.336334626, 0.527269831, 0.590687377,
-                            2.067137244],
-    ("a100", 8192, 3584): [0.04310668, 0.043192665, 0.043882095, 0.052931358, 0.053563676, 0.065582727, 0.079907579,
-                           0.07991441, 0.108955086, 0.108989521, 0.140416066, 0.171340131, 0.266971141, 0.298626634,
-                           1.037348268],
-    ("a40", 4096, 12288): [0.187755277, 0.188139334, 0.191214473, 0.213600631, 0.216703798, 0.249338794, 0.292876252,
-                           0.292914104, 0.381737077, 0.381940117, 0.485043763, 0.585588123, 0.905879146, 1.011575491,
-                           3.51374658],
-}  # fmt: skip
+    ("a100", 4096, 12288): [
+        0.0698932,
+        0.070012823,
+        0.07097157,
+        0.086530164,
+        0.087407094,
+        0.108073104,
+        0.132425618,
+        0.132434996,
+        0.1823754,
+        0.182422564,
+        0.236042493,
+        0.289170708,
+        0.452864771,
+        0.507210787,
+        1.772841867,
+    ],
+    ("a100", 14336, 4096): [
+        0.080608022,
+        0.080742596,
+        0.081821107,
+        0.099981005,
+        0.10096706,
+        0.125088572,
+        0.153463691,
+        0.153474219,
+        0.211765968,
+        0.211818899,
+        0.274331249,
+        0.336334626,
+        0.527269831,
+        0.590687377,
+        2.067137244,
+    ],
+    ("a100", 8192, 3584): [
+        0.04310668,
+        0.043192665,
+        0.043882095,
+        0.052931358,
+        0.053563676,
+        0.065582727,
+        0.079907579,
+        0.07991441,
+        0.108955086,
+        0.108989521,
+        0.140416066,
+        0.171340131,
+        0.266971141,
+        0.298626634,
+        1.037348268,
+    ],
+    ("a40", 4096, 12288): [
+        0.187755277,
+        0.188139334,
+        0.191214473,
+        0.213600631,
+        0.216703798,
+        0.249338794,
+        0.292876252,
+        0.292914104,
+        0.381737077,
+        0.381940117,
+        0.485043763,
+        0.585588123,
+        0.905879146,
+        1.011575491,
+        3.51374658,
+    ],
+}
 PINNED_ELEMENTWISE = {  # op -> ms at 1, 256, 4096 tokens of 16 KiB each
     ("a100", "attn_norm"): [0.002421717, 0.007959567, 0.091353069],
     ("a100", "rotary"): [0.002317096, 0.00667668, 0.072326884],
@@ -128,8 +188,9 @@ def test_gddr_ampere_reaches_a_larger_fraction_of_its_bandwidth_than_hbm_ampere(
 
     for op in ("attn_norm", "rotary", "act"):
         assert fraction(A40, op) > 1.4 * fraction(A100, op)
-        assert fraction(H100, op) == pytest.approx(dict((o, e) for o, _, e in rl.ARCH_KERNELS[90].elementwise_cost)[op],
-                                                   rel=1e-2)  # fmt: skip
+        assert fraction(H100, op) == pytest.approx(
+            dict((o, e) for o, _, e in rl.ARCH_KERNELS[90].elementwise_cost)[op], rel=1e-2
+        )
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str]:
@@ -143,8 +204,10 @@ def run_cli(capsys, *args: str) -> tuple[int, str]:
 
 def test_user_gpu_without_arch_fails_naming_the_field(tmp_path, capsys):
     f = tmp_path / "gpus.yaml"
-    f.write_text("gpus:\n  - {name: Old-GPU, memory_gib: 16, peak_tflops: 100, hbm_gbps: 900, num_sms: 80, "
-                 "source: s}\n")  # fmt: skip
+    f.write_text(
+        "gpus:\n  - {name: Old-GPU, memory_gib: 16, peak_tflops: 100, hbm_gbps: 900, num_sms: 80, "
+        "source: s}\n"
+    )
     code, err = run_cli(capsys, "--catalog", str(f), "list", "gpus")
     assert code == 2 and err.count("\n") == 1 and "missing field(s) arch" in err and "gpus[0]" in err
     assert "Traceback" not in err
@@ -153,8 +216,10 @@ def test_user_gpu_without_arch_fails_naming_the_field(tmp_path, capsys):
 
 def test_user_gpu_with_an_unknown_arch_fails_listing_the_known_ones(tmp_path, capsys):
     f = tmp_path / "gpus.yaml"
-    f.write_text("gpus:\n  - {name: Old-GPU, memory_gib: 16, peak_tflops: 100, hbm_gbps: 900, num_sms: 80, "
-                 "arch: volta, source: s}\n")  # fmt: skip
+    f.write_text(
+        "gpus:\n  - {name: Old-GPU, memory_gib: 16, peak_tflops: 100, hbm_gbps: 900, num_sms: 80, "
+        "arch: volta, source: s}\n"
+    )
     code, err = run_cli(capsys, "--catalog", str(f), "list", "gpus")
     assert code == 2 and err.count("\n") == 1 and "'volta'" in err and "hopper" in err
 

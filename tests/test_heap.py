@@ -1,4 +1,5 @@
-"""simserve/heap.py: the collector paused while a command imports, and the heap frozen only in the console script."""
+"""simserve/heap.py: the collector paused while a command imports, and the heap frozen only in the console
+script."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The module map's import rules (docs/architecture.md, "Layers and imports"): no import runs from a lower layer
-to a higher one, circles only where docs/architecture.md lists and justifies them, and no benchmark script
-imports another. The graph comes from tools/imports.py (ast, imports inside functions included)."""
+"""The module map's import rules (docs/architecture.md, "Layers and imports"): no import runs from a lower
+layer to a higher one, circles only where docs/architecture.md lists and justifies them, and no benchmark
+script imports another. The graph comes from tools/imports.py (ast, imports inside functions included)."""
 
 import importlib.util
 import re
@@ -45,8 +45,8 @@ def test_circles_are_only_the_listed_ones():
 
 
 def test_no_benchmark_script_imports_another():
-    """benchmarks/: a script (it runs `if __name__ == "__main__"`) imports common.py and library modules, never
-    another script (one that needs another's output runs it: common.run_script)."""
+    """benchmarks/: a script (it runs `if __name__ == "__main__"`) imports common.py and library modules,
+    never another script (one that needs another's output runs it: common.run_script)."""
     tool = _tool()
     runnable = tool.scripts()
     assert {"vs_vidur", "validate_kernels", "l2_in_tables"} <= runnable and "common" not in runnable

@@ -20,9 +20,16 @@ BS = 16
 
 def _three_requests(block_s: float, tier: int):
     """Request 0 (500 tokens of stream 0) finishes; request 1 (600 tokens of another stream) takes most of a
-    40-block pool, evicting 0's blocks from the GPU; request 2 (500 tokens of stream 0) comes back for them."""
-    cfg = SimConfig(policy="vllm-v1", max_model_len=640, prefix_caching=True, watermark=0.0,
-                    kv_offload_blocks=tier, kv_offload_block_s=block_s)  # fmt: skip
+    40-block pool, evicting 0's blocks from the GPU; request 2 (500 tokens of stream 0) comes back for
+    them."""
+    cfg = SimConfig(
+        policy="vllm-v1",
+        max_model_len=640,
+        prefix_caching=True,
+        watermark=0.0,
+        kv_offload_blocks=tier,
+        kv_offload_block_s=block_s,
+    )
     prompt, output = np.array([500, 600, 500]), np.array([2, 2, 2])
     arrived = np.array([0.0, 1.0, 2.0])
     prefix = (np.array([0, 1, 0]), np.array([10_000, 10_000, 10_000]))
@@ -35,13 +42,17 @@ def test_a_tier_hit_is_loaded_not_recomputed_and_waits_for_its_pcie_copy(monkeyp
     off = _three_requests(0.01, 0)
     slow = _three_requests(0.01, 100)
     fast = _three_requests(1e-6, 100)
-    # without the tier the GPU kept 2 of request 0's 31 full blocks; with it the other 29 come back from the CPU
+    # without the tier the GPU kept 2 of request 0's 31 full blocks; with it the other 29 come back from the
+    # CPU
     assert off.reqs.cached_tokens[2] == 2 * BS
     for run in (slow, fast):
         tier = run.replicas[0].state.prefix.tier
         assert run.reqs.cached_tokens[2] == 31 * BS and (tier.loads, tier.blocks_loaded) == (1, 29)
         assert tier.stores == 31 + 37  # the full prompt blocks of requests 0 and 1
-    ttft = {k: float(r.reqs.first_token[2] - r.reqs.arrived[2]) for k, r in (("off", off), ("slow", slow), ("fast", fast))}
+    ttft = {
+        k: float(r.reqs.first_token[2] - r.reqs.arrived[2])
+        for k, r in (("off", off), ("slow", slow), ("fast", fast))
+    }
     # the copy is 29 blocks x block_s; the replica is otherwise idle, so the step waits for it
     assert ttft["slow"] >= 29 * 0.01 > ttft["off"] > ttft["fast"]
     assert ttft["slow"] - ttft["fast"] == pytest.approx(29 * (0.01 - 1e-6), abs=1e-3)
@@ -98,7 +109,10 @@ RUN = ["run", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "8", "--qp
         (["--policy", "sarathi", "--kv-offload-gb", "64"], "--policy vllm-v1"),
         (["--policy", "vllm-v1", "--no-prefix-caching", "--kv-offload-gb", "64"], "prefix caching"),
         (["--policy", "vllm-v1", "--pp", "2", "--kv-offload-gb", "64"], "--pp"),
-        (["--policy", "vllm-v1", "--prefill", "1xTP1", "--decode", "1xTP1", "--kv-offload-gb", "64"], "aggregated"),
+        (
+            ["--policy", "vllm-v1", "--prefill", "1xTP1", "--decode", "1xTP1", "--kv-offload-gb", "64"],
+            "aggregated",
+        ),
     ],
 )
 def test_a_bad_kv_offload_is_refused_in_one_line_and_nothing_is_written(capsys, tmp_path, extra, words):
@@ -116,7 +130,9 @@ def test_a_bad_kv_offload_is_refused_in_one_line_and_nothing_is_written(capsys, 
     ],
 )
 def test_sweep_takes_the_tier_only_for_vllm(capsys, tmp_path, extra, words):
-    code, err = cli(capsys, "sweep", "--model", "llama-3-8b", "--gpu", "h100", *extra, "--out", str(tmp_path / "o"))
+    code, err = cli(
+        capsys, "sweep", "--model", "llama-3-8b", "--gpu", "h100", *extra, "--out", str(tmp_path / "o")
+    )
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "o").exists()
 

@@ -1,4 +1,5 @@
-"""Rows NVIDIA's tables timed with the weights warm in L2 are floored to streaming them from HBM; cold rows stay."""
+"""Rows NVIDIA's tables timed with the weights warm in L2 are floored to streaming them from HBM; cold rows
+stay."""
 
 from __future__ import annotations
 
@@ -11,23 +12,28 @@ import pytest
 from simserve.catalog import GPU
 from simserve.profiling import l2_residency, measured
 
-needs_db = pytest.mark.skipif(not measured.installed(), reason=f"needs {measured.PACKAGE} ({measured.INSTALL_HINT})")
+needs_db = pytest.mark.skipif(
+    not measured.installed(), reason=f"needs {measured.PACKAGE} ({measured.INSTALL_HINT})"
+)
 
 MIB = 2**20
-# A made-up GPU of 64 MiB L2: 6 bf16 weights of 4096 x 4096 (32 MiB each, 192 MiB) cannot stay resident within 2x L2;
-# 6 of 1024 x 1024 (2 MiB each, 12 MiB) can.
+# A made-up GPU of 64 MiB L2: 6 bf16 weights of 4096 x 4096 (32 MiB each, 192 MiB) cannot stay resident within
+# 2x L2; 6 of 1024 x 1024 (2 MiB each, 12 MiB) can.
 GPU_64 = dataclasses.replace(GPU.get("l40s"), l2_mib=64)
 
 
 def _rows() -> pd.DataFrame:
-    # cold: 32 MiB of weights in 40 µs = 0.84 GB/ms (838.9 GB/s) at m = 1, 35 µs at m = 16 (958.7 GB/s: the fastest)
-    # warm: 2 MiB in 1 µs (2.1 TB/s: faster than the bus) at m = 1, 10 µs at m = 4096 (compute, above any floor)
-    return pd.DataFrame({
-        "m": [1, 16, 1, 4096, 32],
-        "n": [4096, 4096, 1024, 1024, 4096],
-        "k": [4096, 4096, 1024, 1024, 4096],
-        "latency": [0.040, 0.035, 0.001, 0.010, 0.050],
-    })  # fmt: skip
+    # cold: 32 MiB of weights in 40 µs = 0.84 GB/ms (838.9 GB/s) at m = 1, 35 µs at m = 16 (958.7 GB/s: the
+    # fastest) warm: 2 MiB in 1 µs (2.1 TB/s: faster than the bus) at m = 1, 10 µs at m = 4096 (compute, above
+    # any floor)
+    return pd.DataFrame(
+        {
+            "m": [1, 16, 1, 4096, 32],
+            "n": [4096, 4096, 1024, 1024, 4096],
+            "k": [4096, 4096, 1024, 1024, 4096],
+            "latency": [0.040, 0.035, 0.001, 0.010, 0.050],
+        }
+    )
 
 
 def test_cold_bandwidth_is_the_fastest_skinny_row_that_cannot_be_resident() -> None:
@@ -69,7 +75,18 @@ def test_every_gpu_of_the_database_has_an_l2_size_with_a_source() -> None:
     builtin = {g.name: g for g in hardware._DATABASE_GPUS}
     builtin |= {n: GPU.get(n) for n in ("A100-80GB", "A40-48GB", "H100-SXM", "H200", "H100-NVL")}
     assert set(measured.SYSTEMS) <= set(builtin) and all(g.l2_mib > 0 for g in builtin.values())
-    for name in ("A100-80GB", "A40-48GB", "H100-SXM", "H200", "B200", "B300", "L40S", "RTX-P6000", "A30", "L4"):
+    for name in (
+        "A100-80GB",
+        "A40-48GB",
+        "H100-SXM",
+        "H200",
+        "B200",
+        "B300",
+        "L40S",
+        "RTX-P6000",
+        "A30",
+        "L4",
+    ):
         assert name in hardware.L2_SOURCES
 
 
@@ -86,15 +103,19 @@ def test_the_packaged_tables_are_warm_only_where_l2_is_large_against_the_bus() -
         assert (floor.floored > 0) == warm
         assert np.all(out["latency"].to_numpy() >= rows["latency"].to_numpy())
         if warm:  # L40S: skinny GEMMs whose 6 weights fit its 96 MB L2 were timed at up to 2.9x its bus
-            skinny = rows[(rows["m"] <= 16) & l2_residency.can_be_resident(rows["n"], rows["k"], "bfloat16", gpu)]
-            fastest = (l2_residency.weight_bytes(skinny["n"], skinny["k"], "bfloat16") / skinny["latency"]).max()
+            skinny = rows[
+                (rows["m"] <= 16) & l2_residency.can_be_resident(rows["n"], rows["k"], "bfloat16", gpu)
+            ]
+            fastest = (
+                l2_residency.weight_bytes(skinny["n"], skinny["k"], "bfloat16") / skinny["latency"]
+            ).max()
             assert fastest / 1e6 > 1.5 * gpu.hbm_gbps
 
 
 def test_the_h200_torch_timings_extra_time_grows_with_the_weights_up_to_l2_only() -> None:
-    """The shipped torch H200 profiles zero-fill 2x L2 before each call: a weight-bound GEMM then pays for writing
-    back the dirty lines its reads evict, min(weights, L2) bytes. Their extra time over the measured profile grows
-    with the weights while they are under L2 (50 MiB) and stops growing past it."""
+    """The shipped torch H200 profiles zero-fill 2x L2 before each call: a weight-bound GEMM then pays for
+    writing back the dirty lines its reads evict, min(weights, L2) bytes. Their extra time over the measured
+    profile grows with the weights while they are under L2 (50 MiB) and stops growing past it."""
     import sys
     from pathlib import Path
 
@@ -112,10 +133,14 @@ def test_the_h200_torch_timings_extra_time_grows_with_the_weights_up_to_l2_only(
 def test_validation_rows_are_split_by_whether_the_collectors_loop_fits_in_twice_l2() -> None:
     from simserve.profiling import perfdb_validation as pv
 
-    # L40S, 96 MiB L2 (192 MiB for two): 6 x 2 MiB (1024 x 1024) may stay warm; 6 x 128 MiB (8192 x 8192) cannot.
-    # H100, 50 MiB L2: 6 x 32 MiB (4096 x 4096, 192 MiB) cannot either; 6 x 2 MiB can.
-    df = pd.DataFrame({
-        "system": ["l40s", "l40s", "h100_sxm", "h100_sxm"],
-        "m": [1, 1, 1, 1], "n": [1024, 8192, 4096, 1024], "k": [1024, 8192, 4096, 1024],
-    })  # fmt: skip
+    # L40S, 96 MiB L2 (192 MiB for two): 6 x 2 MiB (1024 x 1024) may stay warm; 6 x 128 MiB (8192 x 8192)
+    # cannot. H100, 50 MiB L2: 6 x 32 MiB (4096 x 4096, 192 MiB) cannot either; 6 x 2 MiB can.
+    df = pd.DataFrame(
+        {
+            "system": ["l40s", "l40s", "h100_sxm", "h100_sxm"],
+            "m": [1, 1, 1, 1],
+            "n": [1024, 8192, 4096, 1024],
+            "k": [1024, 8192, 4096, 1024],
+        }
+    )
     assert list(pv.condition(df)) == [pv.L2_WARM, pv.SERVING, pv.SERVING, pv.L2_WARM]

@@ -32,7 +32,8 @@ def test_loglog_is_exact_on_the_grid_and_for_power_laws_and_flags_extrapolation(
 
 def test_decode_reads_every_context_at_once_as_it_read_them_one_at_a_time() -> None:
     """HeadTable's decode path interpolates all requested contexts together (and along batch once per grid
-    length after `prime`): the values and kinds are those of bracketing and combining one context at a time."""
+    length after `prime`): the values and kinds are those of bracketing and combining one context at a
+    time."""
     from simserve.profiling.measured_attention import HeadTable, _combine
     from simserve.profiling.measured_grid import bracket
 
@@ -40,16 +41,25 @@ def test_decode_reads_every_context_at_once_as_it_read_them_one_at_a_time() -> N
     grid_b, grid_l = [1, 2, 8, 32], [128, 1024, 4096, 16384]
     # steeper than quadratic at the top and falling at the bottom: the extrapolated slopes are clamped there
     bend = {128: 10.0, 16384: 30.0}
-    rows = pd.DataFrame([(b, n, 0.01 * b**0.3 * n**0.8 * bend.get(n, 1.0) * (1 + 0.05 * rng.random()))
-                         for n in grid_l for b in grid_b], columns=["batch_size", "length", "latency"])  # fmt: skip
-    lengths = np.array([16.0, 128, 500, 1024, 3000, 4096, 16384, 40000])  # below, on, inside and above the grid
+    rows = pd.DataFrame(
+        [
+            (b, n, 0.01 * b**0.3 * n**0.8 * bend.get(n, 1.0) * (1 + 0.05 * rng.random()))
+            for n in grid_l
+            for b in grid_b
+        ],
+        columns=["batch_size", "length", "latency"],
+    )
+    # below, on, inside and above the grid
+    lengths = np.array([16.0, 128, 500, 1024, 3000, 4096, 16384, 40000])
     for batch in (1.0, 5.0, 64.0):
         table = HeadTable(rows, length_first=False)
         got, kinds = table.time(batch, lengths)
         for i, length in enumerate(lengths):
             xs = bracket(grid_l, length)
-            parts = [loglog(rows[rows["length"] == x]["batch_size"], rows[rows["length"] == x]["latency"], [batch])
-                     for x in xs]  # fmt: skip
+            parts = [
+                loglog(rows[rows["length"] == x]["batch_size"], rows[rows["length"] == x]["latency"], [batch])
+                for x in xs
+            ]
             v, k = _combine(xs, [p[0] for p in parts], length, [p[1] for p in parts], np.array(grid_l))
             assert got[i] == v[0] and kinds[i] == k[0]
         primed = HeadTable(rows, length_first=False)
@@ -63,8 +73,21 @@ def test_without_the_package_the_backend_says_how_to_install_it(monkeypatch, cap
 
     monkeypatch.setattr(measured, "installed", lambda: False)
     with pytest.raises(SystemExit) as exc:
-        main(["profile", "--backend", "measured", "--gpu", "h200", "--model", "llama-2-70b", "--tp", "4",
-              "--out", str(tmp_path)])  # fmt: skip
+        main(
+            [
+                "profile",
+                "--backend",
+                "measured",
+                "--gpu",
+                "h200",
+                "--model",
+                "llama-2-70b",
+                "--tp",
+                "4",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and "pip install -e '.[measured]'" in err and len(err.splitlines()) == 1
 
@@ -89,7 +112,8 @@ def test_every_database_system_is_a_catalog_gpu_with_a_default_node() -> None:
 @needs_db
 def test_every_system_with_tables_maps_to_the_catalog() -> None:
     data = measured.systems_root() / "data"
-    nvidia = {p.name for p in data.iterdir() if p.is_dir() and measured.engines(p.name)} - {"b60"}  # Intel Arc
+    # Intel Arc
+    nvidia = {p.name for p in data.iterdir() if p.is_dir() and measured.engines(p.name)} - {"b60"}
     assert nvidia <= set(measured.SYSTEMS.values())
 
 
@@ -108,7 +132,8 @@ def test_rows_on_the_grid_are_the_measured_times(h200_tp4) -> None:
     db = measured.open_database("H200")
     raw = db.gemm("bf16")
     raw = raw[raw["kernel_source"] == prov["measured"]["gemm_kernel"]]
-    # Llama-2-70B at TP 4: qkv_proj is (8192 → 2560), both sizes on the package's grid, as are 256 and 257 tokens
+    # Llama-2-70B at TP 4: qkv_proj is (8192 → 2560), both sizes on the package's grid, as are 256 and 257
+    # tokens
     lin = tables["linear"]
     for m in (256, 257, 4096):
         row = lin[(lin["op"] == "qkv_proj") & (lin["num_tokens"] == m)].iloc[0]
@@ -116,8 +141,10 @@ def test_rows_on_the_grid_are_the_measured_times(h200_tp4) -> None:
         assert row["time_ms"] == pytest.approx(want) and row["source"] == "measured"
     # up_proj (8192 → 14336) lies between measured n: interpolated, and between its neighbours' times
     up = lin[(lin["op"] == "up_proj") & (lin["num_tokens"] == 4096)].iloc[0]
-    lo, hi = (raw[(raw["m"] == 4096) & (raw["n"] == n) & (raw["k"] == 8192)]["latency"].median()
-              for n in (12288, 16384))  # fmt: skip
+    lo, hi = (
+        raw[(raw["m"] == 4096) & (raw["n"] == n) & (raw["k"] == 8192)]["latency"].median()
+        for n in (12288, 16384)
+    )
     assert up["source"] == "interpolated" and lo < up["time_ms"] < hi
 
 
@@ -125,7 +152,9 @@ def test_rows_on_the_grid_are_the_measured_times(h200_tp4) -> None:
 def test_provenance_names_the_package_release_counts_and_license(h200_tp4) -> None:
     tables, prov = h200_tp4
     m = prov["measured"]
-    assert prov["backend"] == "measured" and m["package"] == "aiconfigurator-core" and m["system"] == "h200_sxm"
+    assert (
+        prov["backend"] == "measured" and m["package"] == "aiconfigurator-core" and m["system"] == "h200_sxm"
+    )
     assert m["engine"] == "vllm" and m["engine_version"] == measured.default_version("h200_sxm", "vllm")
     assert m["license"] == "Apache-2.0" and "NVIDIA" in m["attribution"]
     # H200's GEMM rows are no faster than HBM anywhere: the L2 floor lifts none (tests/test_l2_residency.py)
@@ -138,14 +167,17 @@ def test_provenance_names_the_package_release_counts_and_license(h200_tp4) -> No
 @needs_db
 def test_collectives_use_the_engines_all_reduce_then_nccl_and_model_send_recv(h200_tp4) -> None:
     """vLLM 0.33.0 at TP 4 on Hopper: FlashInfer's all-reduce to 2 MiB, its custom one below 32 MiB, torch's
-    symmetric memory at 32 MiB, NCCL above (vllm_allreduce.py); the measured custom kernel stands in for the first
-    two, the faster measured kernel for the third."""
+    symmetric memory at 32 MiB, NCCL above (vllm_allreduce.py); the measured custom kernel stands in for the
+    first two, the faster measured kernel for the third."""
     from simserve.profiling.vllm_allreduce import MIB
 
     col = h200_tp4[0]["collectives"]
     ar = col[col["op"] == "all_reduce"].sort_values("size_bytes")
     ours, large = ar[ar["size_bytes"] < 32 * MIB], ar[ar["size_bytes"] > 32 * MIB]
-    assert ours["kernel"].str.contains("custom all-reduce").all() and large["kernel"].str.startswith("nccl").all()
+    assert (
+        ours["kernel"].str.contains("custom all-reduce").all()
+        and large["kernel"].str.startswith("nccl").all()
+    )
     assert ar[ar["size_bytes"] <= 2 * MIB]["kernel"].str.endswith("runs flashinfer").all()
     assert large["kernel"].str.endswith("runs nccl").all()
     assert (np.diff(large["time_ms"]) > 0).all()
@@ -177,7 +209,8 @@ def test_heads_fold_into_the_batch_for_a_shape_the_package_lacks() -> None:
 
     db = measured.open_database("H200")
     pre, dec = db.attention("prefill"), db.attention("decode")
-    # 32 kv heads (Llama-2-7B at TP 1, MHA) are not in the decode table; 8/8 at 4× the batch does the same work
+    # 32 kv heads (Llama-2-7B at TP 1, MHA) are not in the decode table; 8/8 at 4× the batch does the same
+    # work
     mha = Attention(pre, dec, 32, 32, 128, "bfloat16", "test")
     gqa = Attention(pre, dec, 8, 8, 128, "bfloat16", "test")
     t, kinds = mha.decode(np.array([16, 16]), np.array([1024, 4096]), None)
@@ -190,9 +223,18 @@ def test_heads_fold_into_the_batch_for_a_shape_the_package_lacks() -> None:
     ("args", "expect"),
     [
         (["--gpu", "a40"], "has no measured tables for A40-48GB; it has A100-80GB, "),
-        (["--gpu", "h200", "--engine", "tgi"], "no 'tgi' tables for H200 (h200_sxm); it has vllm 0.24.0; sglang"),
-        (["--gpu", "h200", "--engine-version", "0.1.0"], "no vllm 0.1.0 tables for H200 (h200_sxm); it has vllm"),
-        (["--gpu", "h200", "--backend", "roofline", "--engine", "sglang"], "use them with --backend measured"),
+        (
+            ["--gpu", "h200", "--engine", "tgi"],
+            "no 'tgi' tables for H200 (h200_sxm); it has vllm 0.24.0; sglang",
+        ),
+        (
+            ["--gpu", "h200", "--engine-version", "0.1.0"],
+            "no vllm 0.1.0 tables for H200 (h200_sxm); it has vllm",
+        ),
+        (
+            ["--gpu", "h200", "--backend", "roofline", "--engine", "sglang"],
+            "use them with --backend measured",
+        ),
     ],
 )
 def test_bad_gpu_engine_or_release_is_one_line_listing_what_exists(args, expect, tmp_path, capsys) -> None:
@@ -220,7 +262,9 @@ def test_a_malformed_table_is_named_with_its_problem(tmp_path, monkeypatch) -> N
         db = measured.open_database("H200", "vllm", "0.24.0")
         with pytest.raises(SimserveError, match=r"gemm_perf.parquet: not a readable parquet table"):
             db.gemm()
-        with pytest.raises(SimserveError, match=r"context_attention_perf.parquet: missing column\(s\) kernel_source"):
+        with pytest.raises(
+            SimserveError, match=r"context_attention_perf.parquet: missing column\(s\) kernel_source"
+        ):
             db.attention("prefill")
     finally:
         measured.engines.cache_clear()
@@ -231,14 +275,52 @@ def test_cli_writes_a_profile_the_predictor_fits_and_run_labels_it(tmp_path, mon
     from simserve.cli import main
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    main(["profile", "--backend", "measured", "--gpu", "h100", "--model", "mistral-7b", "--tp", "1", "--quick",
-          "--max-model-len", "4096", "--max-tokens", "4096", "--out", str(tmp_path / "p")])  # fmt: skip
+    main(
+        [
+            "profile",
+            "--backend",
+            "measured",
+            "--gpu",
+            "h100",
+            "--model",
+            "mistral-7b",
+            "--tp",
+            "1",
+            "--quick",
+            "--max-model-len",
+            "4096",
+            "--max-tokens",
+            "4096",
+            "--out",
+            str(tmp_path / "p"),
+        ]
+    )
     prov = json.loads((tmp_path / "p/h100-sxm/mistral-7b/provenance.json").read_text())
     assert "--backend measured --engine vllm" in prov["command"] and prov["measured"]["system"] == "h100_sxm"
-    main(["run", "--model", "mistral-7b", "--gpu", "h100", "--profiles", str(tmp_path / "p"), "--requests", "20",
-          "--qps", "1", "--max-model-len", "4096", "--out", str(tmp_path / "r")])  # fmt: skip
+    main(
+        [
+            "run",
+            "--model",
+            "mistral-7b",
+            "--gpu",
+            "h100",
+            "--profiles",
+            str(tmp_path / "p"),
+            "--requests",
+            "20",
+            "--qps",
+            "1",
+            "--max-model-len",
+            "4096",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     summary = json.loads((tmp_path / "r/summary.json").read_text())
-    assert summary["profile"].startswith("measured (aiconfigurator-core") and summary["summary"]["completed"] == 20
+    assert (
+        summary["profile"].startswith("measured (aiconfigurator-core")
+        and summary["summary"]["completed"] == 20
+    )
     assert "measured (aiconfigurator-core" in capsys.readouterr().out
 
 
@@ -247,7 +329,9 @@ def test_a_gpu_with_tables_but_no_profile_gets_the_measured_command(tmp_path) ->
     from simserve.deployment import Deployment
     from simserve.predictor.load import load_timer
 
-    with pytest.raises(SimserveError, match=r"`simserve profile --gpu b200 --model mistral-7b --tp 1 --backend measured"):
+    with pytest.raises(
+        SimserveError, match=r"`simserve profile --gpu b200 --model mistral-7b --tp 1 --backend measured"
+    ):
         load_timer(Deployment.create("mistral-7b", "b200"), profiles_root=tmp_path)
 
 
@@ -255,8 +339,22 @@ def test_a_gpu_with_tables_but_no_profile_gets_the_measured_command(tmp_path) ->
 def test_rows_of_another_engine_release_are_not_merged_into_a_measured_profile(tmp_path, capsys) -> None:
     from simserve.cli import main
 
-    base = ["profile", "--backend", "measured", "--gpu", "h200", "--model", "mistral-7b", "--quick",
-            "--max-model-len", "2048", "--max-tokens", "2048", "--out", str(tmp_path)]  # fmt: skip
+    base = [
+        "profile",
+        "--backend",
+        "measured",
+        "--gpu",
+        "h200",
+        "--model",
+        "mistral-7b",
+        "--quick",
+        "--max-model-len",
+        "2048",
+        "--max-tokens",
+        "2048",
+        "--out",
+        str(tmp_path),
+    ]
     main([*base, "--tp", "1"])
     with pytest.raises(SystemExit) as exc:
         main([*base, "--tp", "2", "--engine", "sglang"])
@@ -268,7 +366,9 @@ def test_an_fp8_deployment_reads_the_fp8_gemm_and_kv_rows() -> None:
     from simserve.profiling.measured_backend import profile
 
     model = MODELS.get("llama-2-70b")
-    t8, p8 = profile(model, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True, dtype="fp8", kv_dtype="fp8")
+    t8, p8 = profile(
+        model, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True, dtype="fp8", kv_dtype="fp8"
+    )
     t16, _ = profile(model, GPU.get("h200"), [4], None, None, 2048, 2048, quick=True)
     assert p8["measured"]["gemm_dtype"] == "fp8" and p8["measured"]["kv_cache_dtype"] == "fp8"
     big = (t8["linear"]["num_tokens"] == 2048) & (t8["linear"]["op"] == "up_proj")
@@ -286,21 +386,31 @@ def test_moe_rows_are_the_packaged_fused_moe_times_or_say_why_not() -> None:
     lin = tables["linear"]
     ep4 = lin[lin["op"] == "moe@ep4"]
     # EP 4 = TP 4 is what vLLM runs with --enable-expert-parallel: the package's (moe_tp 1, moe_ep 4) rows,
-    # block-scaled fp8 (Qwen's published fp8 checkpoint format), balanced routing, read as they are on the grid
+    # block-scaled fp8 (Qwen's published fp8 checkpoint format), balanced routing, read as they are on the
+    # grid
     db = measured.open_database("H200")
     raw, _ = read_moe(db)
-    want = raw[(raw["hidden_size"] == 4096) & (raw["inter_size"] == 1536) & (raw["topk"] == 8)
-               & (raw["num_experts"] == 128) & (raw["moe_tp_size"] == 1) & (raw["moe_ep_size"] == 4)
-               & (raw["moe_dtype"] == "fp8_block") & (raw["distribution"] == "balanced")]  # fmt: skip
+    want = raw[
+        (raw["hidden_size"] == 4096)
+        & (raw["inter_size"] == 1536)
+        & (raw["topk"] == 8)
+        & (raw["num_experts"] == 128)
+        & (raw["moe_tp_size"] == 1)
+        & (raw["moe_ep_size"] == 4)
+        & (raw["moe_dtype"] == "fp8_block")
+        & (raw["distribution"] == "balanced")
+    ]
     kernel = ep4["kernel"].iloc[0].split(" ")[0]
     want = want[want["kernel_source"] == kernel].groupby("num_tokens")["latency"].median()
     on_grid = ep4[ep4["num_tokens"].isin(want.index)]
     assert len(on_grid) >= 5 and (on_grid["source"] == "measured").all()
     assert on_grid["time_ms"].tolist() == pytest.approx(want[on_grid["num_tokens"]].tolist())
-    # EP 2 inside TP 4 (experts split 2 ways as well): vLLM runs no such layout and the package has no rows, so
-    # the rows are the roofline's, marked modelled, and say what the package lacks
+    # EP 2 inside TP 4 (experts split 2 ways as well): vLLM runs no such layout and the package has no rows,
+    # so the rows are the roofline's, marked modelled, and say what the package lacks
     ep2 = lin[lin["op"] == "moe@ep2"]
-    assert (ep2["source"] == "modelled").all() and "no fp8_block MoE rows for expert TP 2 × EP 2" in ep2["kernel"].iloc[0]
+    assert (ep2["source"] == "modelled").all() and "no fp8_block MoE rows for expert TP 2 × EP 2" in ep2[
+        "kernel"
+    ].iloc[0]
     assert prov["row_counts"]["linear"]["modelled"] == len(ep2)
     assert Deployment.create(model, "h200", 4, ep=4, dtype="fp8").expert_tp == 1
 
@@ -315,18 +425,29 @@ def test_mla_attention_is_the_module_less_its_projections() -> None:
     model = MODELS.get("deepseek-v3")
     tables, prov = profile(model, GPU.get("h200"), [8], None, None, 4096, 4096, quick=True, dtype="fp8")
     att = tables["attention"]
-    assert set(att["source"]) <= {"derived", "extrapolated"} and "MLA module" in prov["measured"]["attention_kernels"]["decode"]
+    assert (
+        set(att["source"]) <= {"derived", "extrapolated"}
+        and "MLA module" in prov["measured"]["attention_kernels"]["decode"]
+    )
     # a measured decode module (16 heads per GPU at TP 8, one request) = the profile's attention + the MLA
     # projections from the bf16 GEMM table, where the grid meets the package's (batch 1, context 1024)
     db = measured.open_database("H200")
     mods, _ = measured_mla.read_modules(db)
     dec = mods["decode"]
-    row = dec[(dec["num_heads"] == 16) & (dec["batch_size"] == 1) & (dec["step"] == 1024)
-              & (dec["gemm_type"] == "bfloat16") & (dec["kv_cache_dtype"] == "bfloat16")]  # fmt: skip
+    row = dec[
+        (dec["num_heads"] == 16)
+        & (dec["batch_size"] == 1)
+        & (dec["step"] == 1024)
+        & (dec["gemm_type"] == "bfloat16")
+        & (dec["kv_cache_dtype"] == "bfloat16")
+    ]
     dep = Deployment.create(model, "h200", 8, ep=8, dtype="fp8")
     rows, _ = measured_gemm_rows(db, "bf16")
-    proj = sum(gemm_ms(rows, np.array([1.0]), op.in_features, op.out_features)[0][0] for op in linear_ops(dep)
-               if op.name in ("qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj"))  # fmt: skip
+    proj = sum(
+        gemm_ms(rows, np.array([1.0]), op.in_features, op.out_features)[0][0]
+        for op in linear_ops(dep)
+        if op.name in ("qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
+    )
     att_obj, _ = measured_mla.attention(mods, dep, "bfloat16", gemm_ms, rows, "h200")
     t, _ = att_obj.decode(np.array([1]), np.array([1024 + 1]), None)
     assert t[0] + proj == pytest.approx(row["latency"].median(), rel=1e-6)

@@ -71,5 +71,9 @@ def test_falcon_pp_crosses_nodes_over_ethernet():
 def test_linear_shapes_follow_tp():
     dep = Deployment.create("yi-34b", "a100", tp=2)
     ops = {op.name: (op.in_features, op.out_features) for op in linear_ops(dep)}
-    assert ops == {"qkv_proj": (7168, (28 + 2 * 4) * 128), "o_proj": (28 * 128, 7168),
-                   "up_proj": (7168, 20480), "down_proj": (10240, 7168)}  # fmt: skip
+    assert ops == {
+        "qkv_proj": (7168, (28 + 2 * 4) * 128),
+        "o_proj": (28 * 128, 7168),
+        "up_proj": (7168, 20480),
+        "down_proj": (10240, 7168),
+    }

@@ -12,7 +12,15 @@ from simserve.catalog.models import MODELS, resolve_model
 from simserve.errors import SimserveError
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
-NEW = ("Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B", "Qwen3-32B", "Qwen3-235B-A22B", "Mixtral-8x7B", "DeepSeek-V3")
+NEW = (
+    "Llama-3.1-8B",
+    "Llama-3.1-70B",
+    "Llama-3.1-405B",
+    "Qwen3-32B",
+    "Qwen3-235B-A22B",
+    "Mixtral-8x7B",
+    "DeepSeek-V3",
+)
 BOOKKEEPING = {"name", "hf_id", "source", "aliases"}
 
 
@@ -22,7 +30,8 @@ def _arch(spec) -> dict:
 
 @pytest.mark.parametrize("name", NEW)
 def test_catalog_entry_equals_its_config_json(name):
-    # The fixtures copy the published configs' architecture fields; parsing one must give the hand-written entry.
+    # The fixtures copy the published configs' architecture fields; parsing one must give the hand-written
+    # entry.
     assert _arch(resolve_model(str(CONFIGS / name / "config.json"))) == _arch(MODELS.get(name))
     assert MODELS.get(name).source.startswith("https://huggingface.co/")
 
@@ -65,7 +74,9 @@ def _write(tmp_path, cfg) -> str:
 
 def test_unmodelled_architecture_is_named(tmp_path):
     cfg = {"architectures": ["GPT2LMHeadModel"], "n_embd": 768}
-    with pytest.raises(SimserveError, match=r"\['GPT2LMHeadModel'\] is not modelled; supported: LlamaForCausalLM"):
+    with pytest.raises(
+        SimserveError, match=r"\['GPT2LMHeadModel'\] is not modelled; supported: LlamaForCausalLM"
+    ):
         resolve_model(_write(tmp_path, cfg))
 
 

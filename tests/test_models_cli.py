@@ -1,4 +1,5 @@
-"""A MoE model from its config.json through profile → fit → run, in fp8, and the one-line errors on the way."""
+"""A MoE model from its config.json through profile → fit → run, in fp8, and the one-line errors on the
+way."""
 
 from __future__ import annotations
 
@@ -25,8 +26,28 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def fp8_profile(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("profiles")
-    main(["profile", "--gpu", "h100", "--model", MIXTRAL, "--tp", "2", "--dtype", "fp8", "--kv-dtype", "fp8",
-          "--quick", "--max-model-len", "8192", "--max-tokens", "8192", "--out", str(root)])  # fmt: skip
+    main(
+        [
+            "profile",
+            "--gpu",
+            "h100",
+            "--model",
+            MIXTRAL,
+            "--tp",
+            "2",
+            "--dtype",
+            "fp8",
+            "--kv-dtype",
+            "fp8",
+            "--quick",
+            "--max-model-len",
+            "8192",
+            "--max-tokens",
+            "8192",
+            "--out",
+            str(root),
+        ]
+    )
     return root
 
 
@@ -38,8 +59,27 @@ def test_profile_of_a_config_json_has_expert_rows_per_ep(fp8_profile):
 
 
 def test_moe_fp8_run_from_a_config_json(capsys, tmp_path, fp8_profile):
-    args = ["run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "2", "--dtype", "fp8", "--kv-dtype", "fp8",
-            "--profiles", str(fp8_profile), "--requests", "40", "--qps", "2", "--iterations", "none"]  # fmt: skip
+    args = [
+        "run",
+        "--model",
+        MIXTRAL,
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--dtype",
+        "fp8",
+        "--kv-dtype",
+        "fp8",
+        "--profiles",
+        str(fp8_profile),
+        "--requests",
+        "40",
+        "--qps",
+        "2",
+        "--iterations",
+        "none",
+    ]
     runs = {}
     for ep in (1, 2):
         code, out, err = _cli(capsys, *args, "--ep", str(ep), "--out", str(tmp_path / f"ep{ep}"))
@@ -53,8 +93,22 @@ def test_moe_fp8_run_from_a_config_json(capsys, tmp_path, fp8_profile):
 
 
 def test_bf16_run_without_its_profile_names_the_command(capsys, tmp_path, fp8_profile):
-    code, _, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", "--tp", "2", "--profiles",
-                        str(fp8_profile), "--requests", "5", "--out", str(tmp_path / "o"))  # fmt: skip
+    code, _, err = _cli(
+        capsys,
+        "run",
+        "--model",
+        MIXTRAL,
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--profiles",
+        str(fp8_profile),
+        "--requests",
+        "5",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "no profile for Mixtral-8x7B on H100-SXM" in err and "simserve profile" in err
 
@@ -67,7 +121,9 @@ def test_bf16_run_without_its_profile_names_the_command(capsys, tmp_path, fp8_pr
     ],
 )
 def test_bad_moe_input_is_one_line(capsys, tmp_path, args, words):
-    code, _, err = _cli(capsys, "run", "--model", MIXTRAL, "--gpu", "h100", *args, "--out", str(tmp_path / "o"))
+    code, _, err = _cli(
+        capsys, "run", "--model", MIXTRAL, "--gpu", "h100", *args, "--out", str(tmp_path / "o")
+    )
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
 
@@ -85,24 +141,30 @@ def test_vllm_command_names_precision_and_expert_parallelism():
     from simserve.sim.scenario import Scenario
     from simserve.tune.engine import check_engine_scenario, vllm_command
 
-    s = Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8", prefix_caching=True)
+    s = Scenario(
+        model="qwen3-235b-a22b", gpu="h100", tp=8, ep=8, dtype="fp8", kv_dtype="fp8", prefix_caching=True
+    )
     cmd = vllm_command(s, {"max-num-batched-tokens": 2048, "max-num-seqs": 256})
     assert cmd.endswith(
-        "--tensor-parallel-size 8 --max-model-len 8192 --quantization fp8 --kv-cache-dtype fp8 --enable-expert-parallel"
+        "--tensor-parallel-size 8 --max-model-len 8192 --quantization fp8 --kv-cache-dtype fp8 "
+        "--enable-expert-parallel"
     )
     with pytest.raises(SimserveError, match="--ep 4 has no vLLM flag"):
         check_engine_scenario(Scenario(model="qwen3-235b-a22b", gpu="h100", tp=8, ep=4))
 
 
 def test_probe_cache_keys_read_the_fp8_profile_and_the_config(fp8_profile):
-    # a cached capacity probe must go stale when the fp8 profile or the config.json it was simulated on changes
+    # a cached capacity probe must go stale when the fp8 profile or the config.json it was simulated on
+    # changes
     from simserve.sim.scenario import Scenario
     from simserve.tune.probe import input_digests
 
     s = Scenario(model=MIXTRAL, gpu="h100", tp=2, dtype="fp8", kv_dtype="fp8", profiles_root=str(fp8_profile))
     digests = input_digests(s)
     assert {"profile", "model_config"} <= set(digests)
-    assert "profile" not in input_digests(Scenario(model=MIXTRAL, gpu="h100", tp=2, profiles_root=str(fp8_profile)))
+    assert "profile" not in input_digests(
+        Scenario(model=MIXTRAL, gpu="h100", tp=2, profiles_root=str(fp8_profile))
+    )
 
 
 def test_default_output_of_a_config_json_run_is_named_by_its_folder():

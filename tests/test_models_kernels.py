@@ -1,4 +1,5 @@
-"""fp8 GEMMs, grouped expert GEMMs and latent attention in the roofline backend: the physics, not fitted numbers."""
+"""fp8 GEMMs, grouped expert GEMMs and latent attention in the roofline backend: the physics, not fitted
+numbers."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def _gemm(gpu: str, dtype: str, m: int) -> float:
 
 
 def test_fp8_gemm_on_hopper_halves_the_weight_bytes_but_not_the_compute_time():
-    # W8A8 with per-tensor scales (vLLM's CUTLASS scaled-mm): the fp8 peak is 2x bf16's, but NVIDIA's measured H100
-    # GEMMs reach ~1.1-1.7x at large m (roofline.ARCH_KERNELS' fp8 constants are fitted on them), and the
+    # W8A8 with per-tensor scales (vLLM's CUTLASS scaled-mm): the fp8 peak is 2x bf16's, but NVIDIA's measured
+    # H100 GEMMs reach ~1.1-1.7x at large m (roofline.ARCH_KERNELS' fp8 constants are fitted on them), and the
     # activations are quantised first (roofline.quantisation_bytes)
     compute = _gemm("h100", "bf16", 8192) / _gemm("h100", "fp8", 8192)
     assert 1.05 < compute < 1.5
@@ -30,7 +31,10 @@ def test_fp8_gemm_on_hopper_halves_the_weight_bytes_but_not_the_compute_time():
     assert 1.4 < weights < 2.0
     g = GPU.get("h100")
     assert roofline.quantisation_bytes(g, 4.0, 8192, 1) == 5 * 4 * 8192
-    assert roofline.quantisation_bytes(g, 4.0, 8192, 2) == 0 and roofline.quantisation_bytes(GPU.get("a100"), 4.0, 8192, 1) == 0
+    assert (
+        roofline.quantisation_bytes(g, 4.0, 8192, 2) == 0
+        and roofline.quantisation_bytes(GPU.get("a100"), 4.0, 8192, 1) == 0
+    )
 
 
 def test_fp8_on_ampere_is_weight_only():
@@ -55,7 +59,8 @@ def test_one_decode_token_reads_only_its_experts():
     touched, rows = expert_load(dep, np.array([1.0, 4096.0]))
     t = grouped_gemm_ms(dep.gpu, touched, rows, up.in_features, up.out_features)
     all_experts = grouped_gemm_ms(dep.gpu, 128.0, 1.0, up.in_features, up.out_features)
-    # beyond the fixed per-call time (the fitted MoE minimum carries the routing kernels: roofline.moe_constants)
+    # beyond the fixed per-call time (the fitted MoE minimum carries the routing kernels:
+    # roofline.moe_constants)
     t0 = roofline.moe_constants(roofline.kernels_for(dep.gpu), 2).gemm_min_us * 1e-3
     assert t[0] - t0 < (all_experts - t0) / 8
     assert t[1] > 5 * t[0]
@@ -85,8 +90,10 @@ def test_skewed_routing_slows_expert_parallel_more_than_tensor_parallel():
     def expert_ms(ep: int, skew: float, tokens: float = 2048.0) -> float:
         dep = Deployment.create("qwen3-235b-a22b", "h100", 8, ep=ep, moe_skew=skew)
         touched, rows = expert_load(dep, np.array([tokens]))
-        return sum(float(grouped_gemm_ms(dep.gpu, touched, rows, op.in_features, op.out_features)[0])
-                   for op in expert_ops(dep))  # fmt: skip
+        return sum(
+            float(grouped_gemm_ms(dep.gpu, touched, rows, op.in_features, op.out_features)[0])
+            for op in expert_ops(dep)
+        )
 
     # balanced decode batch: the same weight bytes per GPU either way
     assert expert_ms(8, 0.0, 32.0) == pytest.approx(expert_ms(1, 0.0, 32.0), rel=0.05)

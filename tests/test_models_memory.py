@@ -29,7 +29,9 @@ def test_fp8_halves_the_linear_layers_only():
 def test_kv_bytes_per_token_by_hand():
     dep = Deployment.create("llama-3.1-8b", "h100", 1)
     assert kv_bytes_per_token(dep) == 2 * 2 * 8 * 128 * 32  # K,V · bf16 · kv heads · head dim · layers
-    assert kv_bytes_per_token(Deployment.create("llama-3.1-8b", "h100", 1, kv_dtype="fp8")) == 8 * 128 * 32 * 2
+    assert (
+        kv_bytes_per_token(Deployment.create("llama-3.1-8b", "h100", 1, kv_dtype="fp8")) == 8 * 128 * 32 * 2
+    )
 
 
 def test_latent_kv_is_one_vector_per_token_and_layer_on_every_rank():
@@ -94,5 +96,7 @@ def test_bad_parallelism_or_dtype_is_one_line(kwargs, match):
 def test_deepseek_fits_8_h200_in_fp8_but_not_bf16():
     ok = Deployment.create("deepseek-v3", "h200", 8, dtype="fp8", ep=8)
     assert plan_memory(ok, 2048).num_blocks > 0
-    with pytest.raises(SimserveError, match=r"does not fit: weights 15\d\.\d GiB \(bf16\).*--dtype/--kv-dtype fp8"):
+    with pytest.raises(
+        SimserveError, match=r"does not fit: weights 15\d\.\d GiB \(bf16\).*--dtype/--kv-dtype fp8"
+    ):
         plan_memory(Deployment.create("deepseek-v3", "h200", 8), 2048)

@@ -1,4 +1,5 @@
-"""NCCL's collective model (simserve/profiling/nccl.py): algorithm choice, topology, the catalog, the shared hop."""
+"""NCCL's collective model (simserve/profiling/nccl.py): algorithm choice, topology, the catalog, the shared
+hop."""
 
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from simserve.profiling.roofline_validation import reference_root
 SIZES = np.array([2**11, 2**14, 2**17, 2**20, 2**23, 2**26, 2**29])
 REF = reference_root(Path(__file__))
 needs_ref = pytest.mark.skipif(
-    not (REF / "network").is_dir(), reason=f"measured reference data not found at {REF} (../shared beside the checkout)"
+    not (REF / "network").is_dir(),
+    reason=f"measured reference data not found at {REF} (../shared beside the checkout)",
 )
 NVSWITCH = nccl.node_fabric(NODES.get("dgx-a100"), 8)
 
@@ -62,7 +64,9 @@ def test_time_grows_with_size_and_ranks(node, op):
 
 
 def test_all_gather_is_cheaper_than_all_reduce():
-    assert np.all(nccl.collective_ms("all_gather", NVSWITCH, SIZES) < nccl.collective_ms("all_reduce", NVSWITCH, SIZES))
+    assert np.all(
+        nccl.collective_ms("all_gather", NVSWITCH, SIZES) < nccl.collective_ms("all_reduce", NVSWITCH, SIZES)
+    )
 
 
 def test_pcie_is_slower_than_nvlink():
@@ -83,9 +87,13 @@ def test_network_hop_is_slower_than_the_node():
     node, size = NODES.get("dgx-a100"), 32 * 14848 * 2
     for net in ("ethernet-100g", "infiniband-100g", "infiniband-200g"):
         network = NETWORKS.get(net)
-        assert nccl.hop_ms(node, network, nccl.Hop(net, "net"), size) > nccl.hop_ms(node, None, nccl.node_hops(node)[0], size)
+        assert nccl.hop_ms(node, network, nccl.Hop(net, "net"), size) > nccl.hop_ms(
+            node, None, nccl.node_hops(node)[0], size
+        )
     eth, ib = (NETWORKS.get(n) for n in ("ethernet-100g", "infiniband-200g"))
-    assert nccl.hop_ms(node, eth, nccl.Hop(eth.name, "net"), size) > nccl.hop_ms(node, ib, nccl.Hop(ib.name, "net"), size)
+    assert nccl.hop_ms(node, eth, nccl.Hop(eth.name, "net"), size) > nccl.hop_ms(
+        node, ib, nccl.Hop(ib.name, "net"), size
+    )
 
 
 def test_stage_hop_follows_the_topology():
@@ -101,10 +109,14 @@ def test_stage_hop_follows_the_topology():
 
 @pytest.mark.parametrize(
     "model,gpu,tp,pp,node,network",
-    [("mistral-7b", "a100", 1, 4, "a100-pairwise-nvlink", None), ("llama2-70b", "a40", 4, 2, None, None),
-     ("llama2-70b", "a40", 2, 4, "a40-pcie", None), ("falcon-180b", "a100", 4, 2, None, "ethernet-100g"),
-     ("yi-34b", "a100", 2, 4, "dgx-a100", None)],
-)  # fmt: skip
+    [
+        ("mistral-7b", "a100", 1, 4, "a100-pairwise-nvlink", None),
+        ("llama2-70b", "a40", 4, 2, None, None),
+        ("llama2-70b", "a40", 2, 4, "a40-pcie", None),
+        ("falcon-180b", "a100", 4, 2, None, "ethernet-100g"),
+        ("yi-34b", "a100", 2, 4, "dgx-a100", None),
+    ],
+)
 def test_simulator_and_profile_use_the_same_hop(model, gpu, tp, pp, node, network):
     dep = Deployment.create(model, gpu, tp, pp, node, network)
     table = coll.collectives_table(dep.node, dep.network, [tp], quick=True)
@@ -118,8 +130,16 @@ def test_simulator_and_profile_use_the_same_hop(model, gpu, tp, pp, node, networ
 
 
 def test_catalog_rejects_an_unknown_kind_and_pairs_without_nvlink():
-    base = dict(name="x", gpu="A40-48GB", gpus_per_node=4, nvlink_gbps=0.0, pcie_gbps=32.0, nvlink_bus_gbps=0.0,
-                pcie_bus_gbps=20.0, source="s")  # fmt: skip
+    base = dict(
+        name="x",
+        gpu="A40-48GB",
+        gpus_per_node=4,
+        nvlink_gbps=0.0,
+        pcie_gbps=32.0,
+        nvlink_bus_gbps=0.0,
+        pcie_bus_gbps=20.0,
+        source="s",
+    )
     with pytest.raises(ValueError, match="kind must be one of"):
         type(NODES.get("a40-pcie"))(kind="mesh", **base)
     with pytest.raises(ValueError, match="nvlink_bus_gbps"):
@@ -128,12 +148,20 @@ def test_catalog_rejects_an_unknown_kind_and_pairs_without_nvlink():
 
 @pytest.mark.parametrize(
     "text,field",
-    [("nodes:\n  - {name: box, gpu: a40, gpus_per_node: 4, kind: pcie, nvlink_gbps: 0, pcie_gbps: 32,"
-      " nvlink_bus_gbps: 0, source: s}\n", "pcie_bus_gbps"),
-     ("nodes:\n  - {name: box, gpu: a40, gpus_per_node: 4, nvlink_gbps: 0, pcie_gbps: 32, nvlink_bus_gbps: 0,"
-      " pcie_bus_gbps: 20, source: s}\n", "kind"),
-     ("networks:\n  - {name: net, gbps: 25, latency_us: 1, source: s}\n", "bus_gbps")],
-)  # fmt: skip
+    [
+        (
+            "nodes:\n  - {name: box, gpu: a40, gpus_per_node: 4, kind: pcie, nvlink_gbps: 0, pcie_gbps: 32,"
+            " nvlink_bus_gbps: 0, source: s}\n",
+            "pcie_bus_gbps",
+        ),
+        (
+            "nodes:\n  - {name: box, gpu: a40, gpus_per_node: 4, nvlink_gbps: 0, pcie_gbps: 32, "
+            "nvlink_bus_gbps: 0, pcie_bus_gbps: 20, source: s}\n",
+            "kind",
+        ),
+        ("networks:\n  - {name: net, gbps: 25, latency_us: 1, source: s}\n", "bus_gbps"),
+    ],
+)
 def test_catalog_without_a_collective_field_fails_in_one_line_exit_2(capsys, tmp_path, text, field):
     f = tmp_path / "cat.yaml"
     f.write_text(text)
@@ -160,20 +188,35 @@ def test_errors_against_measured_boxes_are_bounded():
     # docs/kernel-validation.md has the table; these bounds sit a few points above the measured errors
     err = v.errors(v.load(REF))
     per = v.summary(err, ["box", "op", "num_workers"])["median_ape"]
-    assert set(per.index.get_level_values("box")) == {"a100_dgx", "a100_pairwise_nvlink", "h100_pairwise_nvlink"}
-    # validation box: nothing here was fitted on it (its host overhead is smaller than the DGX's: sends over-predicted)
+    assert set(per.index.get_level_values("box")) == {
+        "a100_dgx",
+        "a100_pairwise_nvlink",
+        "h100_pairwise_nvlink",
+    }
+    # validation box: nothing here was fitted on it (its host overhead is smaller than the DGX's: sends
+    # over-predicted)
     assert per["a100_pairwise_nvlink", "all_reduce"].max() <= 22.0
     assert per["a100_pairwise_nvlink", "send_recv", 2] <= 36.0
-    # calibration box (the launch comes from its 8 smallest sends): NCCL's tuner is optimistic for the 1–64 MiB
-    # all-reduces measured, as nccl-tests' peak bus bandwidth is reached only at GiB sizes
+    # calibration box (the launch comes from its 8 smallest sends): NCCL's tuner is optimistic for the 1–64
+    # MiB all-reduces measured, as nccl-tests' peak bus bandwidth is reached only at GiB sizes
     assert per["a100_dgx", "send_recv", 2] <= 10.0
     assert per["a100_dgx", "all_reduce"].max() <= 38.0
 
 
 def test_all_reduce_busbw_is_nccl_tests_bus_bandwidth():
-    # 4 GPUs all-reducing 8 MiB in 100 µs move 2·3/4 of it through each link: 126 GB/s; predicted in 50 µs: 252
-    err = pd.DataFrame({"box": "b", "op": "all_reduce", "num_workers": 4, "size_bytes": [2**23],
-                        "measured_ms": [0.1], "predicted_ms": [0.05], "bias": [-50.0]})  # fmt: skip
+    # 4 GPUs all-reducing 8 MiB in 100 µs move 2·3/4 of it through each link: 126 GB/s; predicted in 50 µs:
+    # 252
+    err = pd.DataFrame(
+        {
+            "box": "b",
+            "op": "all_reduce",
+            "num_workers": 4,
+            "size_bytes": [2**23],
+            "measured_ms": [0.1],
+            "predicted_ms": [0.05],
+            "bias": [-50.0],
+        }
+    )
     row = v.all_reduce_busbw(err).loc[("b", 4, "4-16 MiB")]
     assert row["measured_busbw"] == pytest.approx(1.5 * 2**23 / 100e-6 / 1e9, abs=0.1)
     assert row["predicted_busbw"] == pytest.approx(2 * row["measured_busbw"], abs=0.1)
@@ -194,15 +237,18 @@ def test_known_error_mid_size_all_reduce_is_short_of_bandwidth_not_latency():
         assert dgx["extra_us"].is_monotonic_increasing and (dgx["median_bias"] < -10).all()
 
 
-# ------------------------------------------------ per-generation launch, NVLS, the H100 NVL box (issue 21 item 5)
+# -------------------------------------------- per-generation launch, NVLS, the H100 NVL box (issue 21 item 5)
 
 
 def test_launch_cost_follows_the_gpu_generation():
     from simserve.catalog import NODES
 
-    assert nccl.launch_us_for(NODES.get("dgx-a100")) == nccl.LAUNCH_US  # the A100 box keeps its measured launch
+    # the A100 box keeps its measured launch
+    assert nccl.launch_us_for(NODES.get("dgx-a100")) == nccl.LAUNCH_US
     assert nccl.launch_us_for(NODES.get("dgx-h100")) < nccl.LAUNCH_US / 2
-    small_a100 = float(nccl.collective_ms("send_recv", nccl.Fabric(2, 1, "nvlink", 300), 2048, nccl.LAUNCH_US))
+    small_a100 = float(
+        nccl.collective_ms("send_recv", nccl.Fabric(2, 1, "nvlink", 300), 2048, nccl.LAUNCH_US)
+    )
     small_h100 = float(nccl.hop_ms(NODES.get("dgx-h100"), None, nccl.Hop("dgx-h100", "nvlink"), 2048))
     assert small_h100 < 0.6 * small_a100
 
@@ -269,12 +315,23 @@ def test_pcie_host_constant_is_the_measured_host_copy_rate():
     root = pv.data_root()
     if root is None:
         pytest.skip(pv.missing_reason())
-    assert NODES.get("l40s-pcie-host").pcie_bus_gbps == pytest.approx(v.host_copy_gbps(v.load_db(root)), rel=0.03)
+    assert NODES.get("l40s-pcie-host").pcie_bus_gbps == pytest.approx(
+        v.host_copy_gbps(v.load_db(root)), rel=0.03
+    )
 
 
 def test_pcie_host_node_needs_no_nvlink_bandwidth():
     from simserve.catalog import NodeSpec
 
-    box = NodeSpec(name="My-Box", gpu="A40-48GB", gpus_per_node=4, kind="pcie-host", nvlink_gbps=0.0,
-                   pcie_gbps=32.0, nvlink_bus_gbps=0.0, pcie_bus_gbps=6.0, source="s")  # fmt: skip
+    box = NodeSpec(
+        name="My-Box",
+        gpu="A40-48GB",
+        gpus_per_node=4,
+        kind="pcie-host",
+        nvlink_gbps=0.0,
+        pcie_gbps=32.0,
+        nvlink_bus_gbps=0.0,
+        pcie_bus_gbps=6.0,
+        source="s",
+    )
     assert nccl.node_fabric(box, 4).bus_gbps == pytest.approx(3.0)

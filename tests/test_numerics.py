@@ -1,4 +1,5 @@
-"""Results independent of library versions (issue 20): simserve's own arithmetic, and pins on what libraries still own.
+"""Results independent of library versions (issue 20): simserve's own arithmetic, and pins on what libraries
+still own.
 
 The NNLS and simserve.numerics are checked against numpy/scipy for value and against themselves for
 bit-exact determinism (row order, repeated runs). Two pins catch drift in what simserve still takes from
@@ -73,20 +74,24 @@ def test_nnls_matches_scipy_on_the_optimum():
 
 
 def test_nnls_returns_where_a_stepped_coefficient_lands_ulps_above_zero():
-    """The normal equations of a generated QwQ-32B TP2 H200 profile's group (features 1, tokens, max(tokens, 64)):
-    the step toward the free solution left the third coefficient at 7e-15, each pass shrank it without reaching
-    zero, and the active-set loop never returned. Fixing the coefficient that sets the step at zero ends it, at the
-    optimum (KKT conditions on a·c = b)."""
+    """The normal equations of a generated QwQ-32B TP2 H200 profile's group (features 1, tokens, max(tokens,
+    64)): the step toward the free solution left the third coefficient at 7e-15, each pass shrank it without
+    reaching zero, and the active-set loop never returned. Fixing the coefficient that sets the step at zero
+    ends it, at the optimum (KKT conditions on a·c = b)."""
     from simserve.predictor.nnls import _active_set
 
-    a = [[0.9458268494839033, 0.21907889037729233, 0.2577787623925242],
-         [0.21907889037729233, 0.31622831663157364, 0.3287463315459943],
-         [0.2577787623925242, 0.3287463315459943, 0.3438343888034635]]  # fmt: skip
+    a = [
+        [0.9458268494839033, 0.21907889037729233, 0.2577787623925242],
+        [0.21907889037729233, 0.31622831663157364, 0.3287463315459943],
+        [0.2577787623925242, 0.3287463315459943, 0.3438343888034635],
+    ]
     b = [16.60322755273177, 15.467861546007555, 16.273738571133336]
     c = _active_set(a, b)  # before the fix: no return
     grad = [b[i] - math.fsum(a[i][j] * c[j] for j in range(3)) for i in range(3)]
     assert all(ci >= 0.0 for ci in c)
-    assert all(abs(g) < 1e-9 * max(b) if ci > 0 else g <= 1e-9 * max(b) for g, ci in zip(grad, c, strict=True))
+    assert all(
+        abs(g) < 1e-9 * max(b) if ci > 0 else g <= 1e-9 * max(b) for g, ci in zip(grad, c, strict=True)
+    )
 
 
 @settings(max_examples=40)

@@ -245,8 +245,9 @@ def test_run_without_the_switch_echoes_no_new_field(tmp_path) -> None:
 def test_a_paper_sweep_searches_the_papers_way() -> None:
     from simserve.tune.sweep import SweepSpec
 
-    spec = SweepSpec(paper_setup(Scenario(num_requests=64)), policies=("vllm", "sarathi"), budgets=(512,),
-                     search="paper")  # fmt: skip
+    spec = SweepSpec(
+        paper_setup(Scenario(num_requests=64)), policies=("vllm", "sarathi"), budgets=(512,), search="paper"
+    )
     for _, _, task in spec.tasks():
         assert task.search == "paper" and task.first_qps is None  # its own start bracket
         assert task.scenario.stop_tbt is None and task.scenario.time_limit_s == PAPER_TIME_LIMIT_S

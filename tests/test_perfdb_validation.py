@@ -30,10 +30,10 @@ def test_out_of_sample_gemm_errors_per_gpu(gemms):
     held = gemms[gemms["set"] == "held out"].groupby("gpu")["ape"].median()
     every = {"A100-80GB", "H100-SXM", "H200", "L40S", "B200", "GB200", "B300", "GB300", "RTX-P6000"}
     assert every <= set(held.index)
-    # Goal 8%: met by every GPU but the L40S (~8.2%: where the collector's 6 weights fit in its 96 MB L2 the table
-    # reads them at up to 2.9x its GDDR6 bus; 6.8% on its rows timed cold, tests/test_l2_residency.py); 26-27% on
-    # Hopper before per-architecture
-    # constants, 9-10% before the tile choice (gemm_tiles.chosen_tile_seconds).
+    # Goal 8%: met by every GPU but the L40S (~8.2%: where the collector's 6 weights fit in its 96 MB L2 the
+    # table reads them at up to 2.9x its GDDR6 bus; 6.8% on its rows timed cold, tests/test_l2_residency.py);
+    # 26-27% on Hopper before per-architecture constants, 9-10% before the tile choice
+    # (gemm_tiles.chosen_tile_seconds).
     assert all(held[g] <= 8.0 for g in every - {"L40S"}), held.to_dict()
     assert held["L40S"] <= 9.0, held.to_dict()
 
@@ -45,15 +45,19 @@ def test_unknown_system_has_no_table(tmp_path):
 
 def test_attention_rows_of_every_gpu_are_predicted_in_and_out_of_sample():
     att = pv.load_attention(ROOT)
-    assert {"A100-80GB", "H100-SXM", "H200", "L40S", "B200", "GB200", "B300", "GB300", "RTX-P6000"} <= set(att["gpu"])
+    assert {"A100-80GB", "H100-SXM", "H200", "L40S", "B200", "GB200", "B300", "GB300", "RTX-P6000"} <= set(
+        att["gpu"]
+    )
     assert set(att["phase"]) == {"prefill", "decode"} and (att["kv_heads"] <= att["q_heads"]).all()
     for system in ("h200_sxm", "gb200", "gb300"):
         assert (att[att["system"] == system]["set"] == "held out").all()
     err = v.with_errors(att, pv.predict_attention(att))
     assert err["predicted_ms"].gt(0).all() and len(err) == len(att)
-    held = err[(err["set"] == "held out") & (err["head_dim"] == 128)].groupby(["phase", "gpu"])["ape"].median()
-    # reported, not a hard goal: causal prefill within 20% at the median out-of-sample on every GPU (was 53-153%
-    # too slow with the legacy A100 kernel), decode within 21% (GDDR GPUs ~18-20%, HBM ones 5-11%)
+    held = (
+        err[(err["set"] == "held out") & (err["head_dim"] == 128)].groupby(["phase", "gpu"])["ape"].median()
+    )
+    # reported, not a hard goal: causal prefill within 20% at the median out-of-sample on every GPU (was
+    # 53-153% too slow with the legacy A100 kernel), decode within 21% (GDDR GPUs ~18-20%, HBM ones 5-11%)
     assert (held["prefill"] <= 20.0).all() and (held["decode"] <= 21.0).all(), held.to_dict()
     assert held["decode"][["H100-SXM", "H200", "B300"]].max() <= 8.0, held.to_dict()
 
@@ -63,13 +67,14 @@ def test_fp8_gemms_are_fitted_per_capability_and_held_out_whole_on_the_other_die
     from simserve.profiling import roofline as rl
 
     fp8 = pv.load_gemm(ROOT, dtype="fp8")
-    assert set(fp8["dtype"]) == {"fp8"} and "A100-80GB" not in set(fp8["gpu"])  # Ampere has no fp8 tensor cores
+    # Ampere has no fp8 tensor cores
+    assert set(fp8["dtype"]) == {"fp8"} and "A100-80GB" not in set(fp8["gpu"])
     for system in ("h200_sxm", "gb200", "gb300"):
         assert (fp8[fp8["system"] == system]["set"] == "held out").all()
     err = pv.predict(fp8) / fp8["measured_ms"].to_numpy() - 1
     held = fp8.assign(err=err)[fp8["set"] == "held out"].groupby("gpu")["err"]
-    # reported, not the 8% goal: out-of-sample medians 6.5-12% (20-48% too fast on the bf16 constants), no bias
-    # beyond 6%; the rest is shape-dependent (per-tensor fp8 at n = 1024 runs slower than bf16)
+    # reported, not the 8% goal: out-of-sample medians 6.5-12% (20-48% too fast on the bf16 constants), no
+    # bias beyond 6%; the rest is shape-dependent (per-tensor fp8 at n = 1024 runs slower than bf16)
     assert (held.apply(lambda e: e.abs().median()) <= 0.13).all() and (held.median().abs() <= 0.07).all()
     for cc in (90, 100):  # the constants in use are the refitted ones
         fitted, used = ac.fit_fp8(cc, ROOT), rl.ARCH_KERNELS[cc].fp8_gemm
@@ -96,9 +101,9 @@ def test_fused_moe_is_fitted_per_capability_with_deepseek_and_other_dies_held_ou
 
 
 def test_every_gpu_meets_the_gemm_goal_on_the_rows_timed_in_servings_condition(gemms):
-    # Rows whose collector loop cannot stay in L2 (perfdb_validation.condition): the condition of a decode step that
-    # streams every layer's weights. Over all rows the L40S misses (8.1-8.7%, its L2-warm rows); here every GPU,
-    # in- and out-of-sample, is within the 8% (worst ~7.0%, A100 out-of-sample).
+    # Rows whose collector loop cannot stay in L2 (perfdb_validation.condition): the condition of a decode
+    # step that streams every layer's weights. Over all rows the L40S misses (8.1-8.7%, its L2-warm rows);
+    # here every GPU, in- and out-of-sample, is within the 8% (worst ~7.0%, A100 out-of-sample).
     serving = gemms[pv.condition(gemms) == pv.SERVING]
     med = serving.groupby(["gpu", "set"])["ape"].median()
     assert len(med.index.get_level_values("gpu").unique()) == 9

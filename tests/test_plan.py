@@ -69,7 +69,8 @@ def test_only_deployments_that_fit_in_memory_are_candidates() -> None:
     # a box the catalog lacks is refused in one line: TP 16 fits no A100 box
     cands16, rejected16 = enumerate_candidates(LLAMA70, [GPU.get("a100")], 16, (512,), 128, 8192)
     assert any("A100-80GB TP16 PP1" in r and "spans more GPUs than one dgx-a100" in r for r in rejected16)
-    # two A100s hold the weights with little room left: fewer KV blocks than two H200s, but one request's worth
+    # two A100s hold the weights with little room left: fewer KV blocks than two H200s, but one request's
+    # worth
     blocks = {(c.deployment.gpu.name, c.deployment.tp, c.deployment.pp): c.kv_blocks for c in cands}
     assert 8192 // 16 <= blocks[("A100-80GB", 2, 1)] < blocks[("H200", 2, 1)]
 
@@ -78,12 +79,44 @@ def test_cost_per_million_output_tokens_by_hand() -> None:
     searches = pd.DataFrame(
         [
             # A100 TP2: 1 qps per replica at budget 512 (the 1024 run is worse); H100 TP1: 3 qps
-            {"gpu": "A100-80GB", "tp": 2, "pp": 1, "gpus_per_replica": 2, "budget": 512, "capacity_qps": 1.0, "profile": "p"},
-            {"gpu": "A100-80GB", "tp": 2, "pp": 1, "gpus_per_replica": 2, "budget": 1024, "capacity_qps": 0.5, "profile": "p"},
-            {"gpu": "H100-SXM", "tp": 1, "pp": 1, "gpus_per_replica": 1, "budget": 1024, "capacity_qps": 3.0, "profile": "p"},
-            {"gpu": "H100-SXM", "tp": 1, "pp": 1, "gpus_per_replica": 1, "budget": 2048, "capacity_qps": 3.0, "profile": "p"},
+            {
+                "gpu": "A100-80GB",
+                "tp": 2,
+                "pp": 1,
+                "gpus_per_replica": 2,
+                "budget": 512,
+                "capacity_qps": 1.0,
+                "profile": "p",
+            },
+            {
+                "gpu": "A100-80GB",
+                "tp": 2,
+                "pp": 1,
+                "gpus_per_replica": 2,
+                "budget": 1024,
+                "capacity_qps": 0.5,
+                "profile": "p",
+            },
+            {
+                "gpu": "H100-SXM",
+                "tp": 1,
+                "pp": 1,
+                "gpus_per_replica": 1,
+                "budget": 1024,
+                "capacity_qps": 3.0,
+                "profile": "p",
+            },
+            {
+                "gpu": "H100-SXM",
+                "tp": 1,
+                "pp": 1,
+                "gpus_per_replica": 1,
+                "budget": 2048,
+                "capacity_qps": 3.0,
+                "profile": "p",
+            },
         ]
-    )  # fmt: skip
+    )
     best = best_budgets(searches)
     assert sorted(zip(best["gpu"], best["budget"], strict=True)) == [("A100-80GB", 512), ("H100-SXM", 1024)]
     rows = plan_rows(searches, PRICE, max_gpus=4, out_tokens=100.0)
@@ -156,11 +189,13 @@ def test_small_plan_end_to_end_is_deterministic_and_labels_generated_profiles(tm
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
     # only the A100 profile in the profiles root: the planner must write the H100 one itself
-    shutil.copytree(Path(__file__).parents[1] / "profiles/a100-80gb/mistral-7b", tmp_path / "p/a100-80gb/mistral-7b")
+    shutil.copytree(
+        Path(__file__).parents[1] / "profiles/a100-80gb/mistral-7b", tmp_path / "p/a100-80gb/mistral-7b"
+    )
     monkeypatch.setenv("SIMSERVE_PROFILES", str(tmp_path / "p"))
     first = run_plan(SMALL, executor="serial")
-    # Mistral-7B on A100 has a profile; on H100 the planner writes a measured one (NVIDIA's tables) into the cache,
-    # or, without the package, a roofline one whose label says so
+    # Mistral-7B on A100 has a profile; on H100 the planner writes a measured one (NVIDIA's tables) into the
+    # cache, or, without the package, a roofline one whose label says so
     labels = dict(zip(first.searches["gpu"], first.searches["profile"], strict=False))
     assert labels["A100-80GB"].startswith("shipped")
     if measured.installed():
@@ -220,8 +255,25 @@ def test_an_impossible_slo_is_one_error_line_not_a_crash(tmp_path, capsys, monke
     """Every search ends at capacity 0 (the SLO is below one decode iteration): exit 2 with the reason, after
     the progress bar, and no output (this once reached the Pareto plot with no rows and raised KeyError)."""
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    args = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--slo", "1e-6", "--budgets", "512",
-            "--requests", "32", "--executor", "serial", "--no-cache", "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "--model",
+        "mistral-7b",
+        "--gpus",
+        "a100",
+        "--max-gpus",
+        "1",
+        "--slo",
+        "1e-6",
+        "--budgets",
+        "512",
+        "--requests",
+        "32",
+        "--executor",
+        "serial",
+        "--no-cache",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     with pytest.raises(SystemExit) as exc:
         run(*args)
     err = capsys.readouterr().err
@@ -246,14 +298,34 @@ def test_out_holding_other_files_is_refused_before_work_and_kept(tmp_path, capsy
 
 def test_cli_small_plan_writes_outputs_and_replays_from_cache(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    args = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--slo", "0.1", "--budgets", "512",
-            "--requests", "32", "--executor", "serial", "--cache", str(tmp_path / "probes"), "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "--model",
+        "mistral-7b",
+        "--gpus",
+        "a100",
+        "--max-gpus",
+        "1",
+        "--slo",
+        "0.1",
+        "--budgets",
+        "512",
+        "--requests",
+        "32",
+        "--executor",
+        "serial",
+        "--cache",
+        str(tmp_path / "probes"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     run(*args)
     first = capsys.readouterr().out
     assert "buy: 1×(A100-80GB TP1 PP1) at budget 512" in first and "(0 from cache" in first
     # the engine command of the chosen deployment, with only flags vLLM 0.33 accepts
-    assert ("CUDA_VISIBLE_DEVICES=0 vllm serve mistralai/Mistral-7B-v0.1 --max-num-batched-tokens 512 "
-            "--max-num-seqs 128 --gpu-memory-utilization 0.85 --max-model-len 8192 --port 8000") in first  # fmt: skip
+    assert (
+        "CUDA_VISIBLE_DEVICES=0 vllm serve mistralai/Mistral-7B-v0.1 --max-num-batched-tokens 512 "
+        "--max-num-seqs 128 --gpu-memory-utilization 0.85 --max-model-len 8192 --port 8000"
+    ) in first
     assert "partial-prefills" not in first
     # its seed spread, measured at seeds 1 and 2 (3 searches: the plan's and two more)
     assert "seed spread A100-80GB TP1 PP1: " in first and "at seeds 0, 1, 2" in first
@@ -308,8 +380,19 @@ def test_a_node_rented_whole_is_paid_whole() -> None:
     # a 5-GPU replica is never split across nodes: three of them take three nodes, not two
     assert node.gpus_rented(5, 3) == 24 and node.gpus_rented(16, 1) == 16 and node.gpus_rented(12, 1) == 16
     assert node.usd_per_hour(2, 1) == 32.0 and PRICE["A100-80GB"].usd_per_hour(2, 3) == 12.0
-    searches = pd.DataFrame([{"gpu": "H200", "tp": 2, "pp": 1, "gpus_per_replica": 2, "budget": 512,
-                              "capacity_qps": 1.0, "profile": "p"}])  # fmt: skip
+    searches = pd.DataFrame(
+        [
+            {
+                "gpu": "H200",
+                "tp": 2,
+                "pp": 1,
+                "gpus_per_replica": 2,
+                "budget": 512,
+                "capacity_qps": 1.0,
+                "profile": "p",
+            }
+        ]
+    )
     rows = plan_rows(searches, {"H200": node}, max_gpus=8, out_tokens=100.0)
     # every row pays one node; only 4 replicas (the most capacity for it) is on the front
     assert rows["usd_per_hour"].tolist() == [32.0] * 4 and rows["gpus_rented"].tolist() == [8] * 4
@@ -322,8 +405,8 @@ def test_a_node_rented_whole_is_paid_whole() -> None:
 
 
 def test_floor_is_reached_from_any_start() -> None:
-    # A search from 8 qps needs 6 halvings to reach 0.125 (8/64); from 1 qps, 3. A start above --start-qps with
-    # the halvings of --start-qps would call capacities in (0.125, 1) zero.
+    # A search from 8 qps needs 6 halvings to reach 0.125 (8/64); from 1 qps, 3. A start above --start-qps
+    # with the halvings of --start-qps would call capacities in (0.125, 1) zero.
     assert halvings_to_floor(8.0, 0.125) == 6 and halvings_to_floor(1.0, 0.125) == 3
     assert halvings_to_floor(0.1, 0.125) == 0 and halvings_to_floor(3.0, 0.125) == 5
     task = PlanSpec("mistral-7b", ("a100",), start_qps=4.0, min_qps=0.3).task(None)
@@ -363,7 +446,8 @@ def test_pruned_plan_has_the_unpruned_pareto_front(tmp_path, monkeypatch) -> Non
 
 
 def test_replica_benchmark_compares_the_rule_with_a_simulated_cluster() -> None:
-    """benchmarks/plan_replicas.py's core on a tiny case: R × one replica against R replicas behind the router."""
+    """benchmarks/plan_replicas.py's core on a tiny case: R × one replica against R replicas behind the
+    router."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -380,9 +464,10 @@ def test_replica_benchmark_compares_the_rule_with_a_simulated_cluster() -> None:
 
 
 def test_replica_benchmark_runs_each_case_in_the_box_the_plan_picks() -> None:
-    """The replica-rule table measures deployments a plan makes: LLaMA2-70B TP4 on A100 in the NVSwitch DGX A100
-    (best_box), as the plan's candidates run it — not the default NVLink-pairs box, whose TP-4 all-reduce crosses
-    PCIe (a 512-token chunk's iteration then sits at the 0.2 s TBT SLO, and capacity fell 15x: docs/planner.md)."""
+    """The replica-rule table measures deployments a plan makes: LLaMA2-70B TP4 on A100 in the NVSwitch DGX
+    A100 (best_box), as the plan's candidates run it — not the default NVLink-pairs box, whose TP-4 all-reduce
+    crosses PCIe (a 512-token chunk's iteration then sits at the 0.2 s TBT SLO, and capacity fell 15x:
+    docs/planner.md)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -414,8 +499,12 @@ def test_a_plan_and_a_sweep_of_the_same_point_share_probes() -> None:
     spec = PlanSpec("mistral-7b", ("a100",), max_gpus=1, slo=slo, budgets=(512,), num_requests=1024)
     cand = prepare(spec)[0][0]
     planned = spec.scenario(cand, 512, resolve_profiles([cand.deployment])[cand.deployment])
-    sweep = SweepSpec(base_scenario(model="mistral-7b", gpu="a100", trace="sharegpt", num_requests=1024),
-                      policies=("sarathi",), budgets=(512,), slos=(slo,))  # fmt: skip
+    sweep = SweepSpec(
+        base_scenario(model="mistral-7b", gpu="a100", trace="sharegpt", num_requests=1024),
+        policies=("sarathi",),
+        budgets=(512,),
+        slos=(slo,),
+    )
     swept = sweep.search_scenario("sarathi", 512, 128, 0, slo)
     q = quantiles_for(slo)
     assert probe_key(planned, 3.0, q) == probe_key(swept, 3.0, q)
@@ -423,7 +512,8 @@ def test_a_plan_and_a_sweep_of_the_same_point_share_probes() -> None:
 
 
 def test_editing_the_planner_keeps_the_probe_cache(tmp_path: Path) -> None:
-    """The probe key's source digest leaves plan/ out (it only picks scenarios); a simulator edit changes it."""
+    """The probe key's source digest leaves plan/ out (it only picks scenarios); a simulator edit changes
+    it."""
     import shutil
     import subprocess
     import sys
@@ -459,7 +549,8 @@ def test_plan_regenerates_a_cached_roofline_profile_written_for_another_box(tmp_
     from simserve.resolve import resolve_profiles
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path))
-    # B200: no shipped profile; generated measured with the package installed, roofline without: both are stale
+    # B200: no shipped profile; generated measured with the package installed, roofline without: both are
+    # stale
     dep = Deployment.create("mistral-7b", "b200", 2, 1)
     resolve_profiles([dep])
     prov_file = generated_root(dep.node) / "b200" / "mistral-7b" / "provenance.json"
@@ -493,31 +584,55 @@ def test_each_replica_runs_in_the_box_with_the_best_links_for_it() -> None:
         and boxes[(2, 1)] == "a100-pairwise-nvlink"
     )
     # 16 GPUs: no box holds the replica; TP8 fits the DGX A100 only, and the replica spans two of them
-    dep = next(c.deployment for c in enumerate_candidates(LLAMA70, [a100], 16, (512,), 128, 8192)[0]
-               if (c.deployment.tp, c.deployment.pp) == (8, 2))  # fmt: skip
+    dep = next(
+        c.deployment
+        for c in enumerate_candidates(LLAMA70, [a100], 16, (512,), 128, 8192)[0]
+        if (c.deployment.tp, c.deployment.pp) == (8, 2)
+    )
     assert dep.node.name == "dgx-a100" and dep.num_nodes == 2
 
 
 def _rows(*specs) -> pd.DataFrame:
     """Plan rows from (gpu, tp, pp, replicas, gpus, $/M) by hand."""
-    return pd.DataFrame([{"gpu": g, "tp": t, "pp": p, "replicas": r, "gpus": n, "usd_per_hour": 1.0,
-                          "usd_per_million_output_tokens": m} for g, t, p, r, n, m in specs])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "gpu": g,
+                "tp": t,
+                "pp": p,
+                "replicas": r,
+                "gpus": n,
+                "usd_per_hour": 1.0,
+                "usd_per_million_output_tokens": m,
+            }
+            for g, t, p, r, n, m in specs
+        ]
+    )
 
 
 def test_rows_closer_than_what_the_plan_can_resolve_are_ties_with_what_breaks_them() -> None:
     from simserve.plan.ties import find_ties
 
-    prices = {"H200": PriceSpec("H200", 4.0, "t", "2026", gpus_per_rental=8, low_usd_per_gpu_hour=3.5,
-                                high_usd_per_gpu_hour=4.5),
-              "A100-80GB": PriceSpec("A100-80GB", 1.3, "t", "2026", low_usd_per_gpu_hour=1.1,
-                                     high_usd_per_gpu_hour=1.5)}  # fmt: skip
-    rows = _rows(("H200", 2, 1, 4, 8, 2.472), ("A100-80GB", 2, 2, 2, 8, 2.499), ("H200", 4, 1, 2, 8, 2.60),
-                 ("H200", 1, 2, 4, 8, 3.5), ("A100-80GB", 2, 2, 1, 4, 2.51))  # fmt: skip
+    prices = {
+        "H200": PriceSpec(
+            "H200", 4.0, "t", "2026", gpus_per_rental=8, low_usd_per_gpu_hour=3.5, high_usd_per_gpu_hour=4.5
+        ),
+        "A100-80GB": PriceSpec(
+            "A100-80GB", 1.3, "t", "2026", low_usd_per_gpu_hour=1.1, high_usd_per_gpu_hour=1.5
+        ),
+    }
+    rows = _rows(
+        ("H200", 2, 1, 4, 8, 2.472),
+        ("A100-80GB", 2, 2, 2, 8, 2.499),
+        ("H200", 4, 1, 2, 8, 2.60),
+        ("H200", 1, 2, 4, 8, 3.5),
+        ("A100-80GB", 2, 2, 1, 4, 2.51),
+    )
     best = rows.iloc[0]
     kw = dict(objective="usd_per_million_output_tokens", prices=prices, requests=1024)
-    # no seed spread measured: the A100 row (+1.1%) is within the 2.5% tolerance and the price ranges; the H200
-    # TP4 row (+5.2%) is the same GPU (price cannot reorder it) and beyond the tolerance; its second row is not
-    # a contender (one row per deployment: its cheapest)
+    # no seed spread measured: the A100 row (+1.1%) is within the 2.5% tolerance and the price ranges; the
+    # H200 TP4 row (+5.2%) is the same GPU (price cannot reorder it) and beyond the tolerance; its second row
+    # is not a contender (one row per deployment: its cheapest)
     ties = find_ties(rows, best, tolerance=0.025, spread={}, **kw)
     assert [t.label for t in ties] == ["2×(A100-80GB TP2 PP2)"]
     t = ties[0]
@@ -544,11 +659,14 @@ def test_seed_spread_is_max_minus_min_over_the_mean_at_the_best_budget() -> None
     from simserve.plan.ties import seed_spread
 
     searches = pd.DataFrame(
-        [{"gpu": "H200", "tp": 2, "pp": 1, "seed": s, "budget": b, "capacity_qps": c}
-         for s, b, c in ((0, 512, 2.0), (0, 1024, 2.5), (1, 1024, 2.0), (2, 1024, 3.0), (1, 512, 9.0))]
+        [
+            {"gpu": "H200", "tp": 2, "pp": 1, "seed": s, "budget": b, "capacity_qps": c}
+            for s, b, c in ((0, 512, 2.0), (0, 1024, 2.5), (1, 1024, 2.0), (2, 1024, 3.0), (1, 512, 9.0))
+        ]
         + [{"gpu": "A100-80GB", "tp": 2, "pp": 2, "seed": 0, "budget": 512, "capacity_qps": 1.0}]
-    )  # fmt: skip
-    # at the best budget of seed 0 (1024): 2.5, 2.0, 3.0 → (3 − 2) / 2.5; the A100 was searched at one seed only
+    )
+    # at the best budget of seed 0 (1024): 2.5, 2.0, 3.0 → (3 − 2) / 2.5; the A100 was searched at one seed
+    # only
     assert seed_spread(searches, 0) == {("H200", 2, 1): pytest.approx(0.4)}
 
 
@@ -575,11 +693,28 @@ def test_engine_commands_one_per_replica_on_its_own_gpus_and_port() -> None:
 
 def test_ttft_and_tbt_slos_at_chosen_quantiles_bound_the_capacity(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    base = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "1", "--budgets", "512", "--requests", "64",
-            "--executor", "serial", "--no-cache", "--tie-seeds", "0"]  # fmt: skip
+    base = [
+        "--model",
+        "mistral-7b",
+        "--gpus",
+        "a100",
+        "--max-gpus",
+        "1",
+        "--budgets",
+        "512",
+        "--requests",
+        "64",
+        "--executor",
+        "serial",
+        "--no-cache",
+        "--tie-seeds",
+        "0",
+    ]
     caps = {}
-    for name, slo in (("tbt", ["--slo", "0.1"]), ("tbt+ttft", ["--slo", "0.1", "--tbt-quantile", "0.9",
-                      "--ttft-slo", "1", "--ttft-quantile", "0.9"])):  # fmt: skip
+    for name, slo in (
+        ("tbt", ["--slo", "0.1"]),
+        ("tbt+ttft", ["--slo", "0.1", "--tbt-quantile", "0.9", "--ttft-slo", "1", "--ttft-quantile", "0.9"]),
+    ):
         run(*base, *slo, "--out", str(tmp_path / name))
         doc = json.loads((tmp_path / name / "plan.json").read_text())
         caps[name] = doc["recommendation"]["capacity_qps"]
@@ -594,7 +729,9 @@ def test_a_gpu_without_a_box_in_the_catalog_is_one_error_naming_it() -> None:
     from dataclasses import replace
 
     orphan = replace(GPU.get("h100"), name="X100-NOBOX", aliases=())
-    with pytest.raises(SimserveError, match="no box \\(node\\) that holds X100-NOBOX; add one under 'nodes:'"):
+    with pytest.raises(
+        SimserveError, match="no box \\(node\\) that holds X100-NOBOX; add one under 'nodes:'"
+    ):
         enumerate_candidates(LLAMA70, [orphan], 8, (512,), 128, 8192)
 
 
@@ -606,8 +743,15 @@ def test_aiconfigurator_gets_the_catalogs_model_config(tmp_path: Path) -> None:
     from vs_aiconfigurator import hf_config
 
     cfg = json.loads((hf_config("llama-2-70b", tmp_path / "m") / "config.json").read_text())
-    published = {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
-                 "intermediate_size": 28672, "vocab_size": 32000, "head_dim": 128}  # fmt: skip
+    published = {
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 32000,
+        "head_dim": 128,
+    }
     assert {k: cfg[k] for k in published} == published
 
 
@@ -619,7 +763,8 @@ def test_with_a_target_load_only_equal_costs_and_price_ranges_tie() -> None:
     }
     rows = _rows(("H200", 2, 1, 4, 8, 9.0), ("H200", 1, 2, 4, 8, 8.0), ("H200", 4, 1, 4, 16, 9.0))
     rows["usd_per_hour"] = [32.0, 32.0, 64.0]
-    ties = find_ties(rows, rows.iloc[0], "usd_per_hour", prices, 0.025, {("H200", 2, 1): 0.5}, 1024,
-                     capacity_based=False)  # fmt: skip
+    ties = find_ties(
+        rows, rows.iloc[0], "usd_per_hour", prices, 0.025, {("H200", 2, 1): 0.5}, 1024, capacity_based=False
+    )
     # the same $/h ties (whatever the seed spread); twice the $/h on the same GPU does not
     assert [(t.label, t.reasons) for t in ties] == [("4×(H200 TP1 PP2)", ("the same cost per hour",))]

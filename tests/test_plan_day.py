@@ -1,5 +1,6 @@
-"""`simserve plan --arrival replay / --autoscale`: the day plan (plan/day.py): static vs autoscaled GPU-hours and
-dollars per day, per router and KV tier, on a trace's recorded arrivals; and its bad input refused before work."""
+"""`simserve plan --arrival replay / --autoscale`: the day plan (plan/day.py): static vs autoscaled GPU-hours
+and dollars per day, per router and KV tier, on a trace's recorded arrivals; and its bad input refused before
+work."""
 
 from __future__ import annotations
 
@@ -24,8 +25,13 @@ def bursty_trace(path, quiet_qps: float = 0.3, burst_qps: float = 5.0, seed: int
                 break
             times.append(t)
     n = len(times)
-    pd.DataFrame({"arrived_at": np.round(times, 6), "num_prefill_tokens": rng.integers(1000, 3000, n),
-                  "num_decode_tokens": rng.integers(100, 400, n)}).to_csv(path, index=False)  # fmt: skip
+    pd.DataFrame(
+        {
+            "arrived_at": np.round(times, 6),
+            "num_prefill_tokens": rng.integers(1000, 3000, n),
+            "num_decode_tokens": rng.integers(100, 400, n),
+        }
+    ).to_csv(path, index=False)
     return str(path)
 
 
@@ -34,8 +40,25 @@ def plan(capsys, *args: str) -> tuple[int, str, str]:
 
 
 # a small steady plan: Mistral-7B on one A100 (its shipped profile), one budget, one seed
-SMALL = ["--model", "mistral-7b", "--gpus", "a100", "--max-gpus", "4", "--budgets", "512", "--requests", "64",
-         "--tie-seeds", "0", "--executor", "serial", "--no-plots", "--slo", "0.2"]  # fmt: skip
+SMALL = [
+    "--model",
+    "mistral-7b",
+    "--gpus",
+    "a100",
+    "--max-gpus",
+    "4",
+    "--budgets",
+    "512",
+    "--requests",
+    "64",
+    "--tie-seeds",
+    "0",
+    "--executor",
+    "serial",
+    "--no-plots",
+    "--slo",
+    "0.2",
+]
 
 
 @pytest.fixture
@@ -43,15 +66,39 @@ def trace(tmp_path):
     return bursty_trace(tmp_path / "bursty.csv")
 
 
-def test_a_day_plan_autoscales_below_static_provisioning_and_writes_its_table(capsys, tmp_path, trace, monkeypatch):
+def test_a_day_plan_autoscales_below_static_provisioning_and_writes_its_table(
+    capsys, tmp_path, trace, monkeypatch
+):
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "o"
-    code, stdout, err = plan(capsys, *SMALL, "--trace", trace, "--arrival", "replay", "--routers", "rr",
-                             "--scale-policy", "queue", "--day-deployments", "1", "--out", str(out))  # fmt: skip
+    code, stdout, err = plan(
+        capsys,
+        *SMALL,
+        "--trace",
+        trace,
+        "--arrival",
+        "replay",
+        "--routers",
+        "rr",
+        "--scale-policy",
+        "queue",
+        "--day-deployments",
+        "1",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     day = pd.read_csv(out / "day.csv")
-    assert {"provisioning", "router", "kv_offload_gb", "gpu_hours_per_day", "usd_per_day", "slo_attainment",
-            "meets_slo", "status"} <= set(day.columns)  # fmt: skip
+    assert {
+        "provisioning",
+        "router",
+        "kv_offload_gb",
+        "gpu_hours_per_day",
+        "usd_per_day",
+        "slo_attainment",
+        "meets_slo",
+        "status",
+    } <= set(day.columns)
     static = day[day["provisioning"] == "static"].iloc[0]
     scaled = day[day["provisioning"] == "autoscaled queue"].set_index("replicas")
     # the static count is the fewest replicas that meet the SLO: the burst needs more than one
@@ -67,24 +114,46 @@ def test_a_day_plan_autoscales_below_static_provisioning_and_writes_its_table(ca
     doc = json.loads((out / "plan.json").read_text())
     assert doc["day"]["slo"] == {"ttft_s": 0.5, "tpot_s": 0.05, "attainment": 0.99}
     assert doc["day"]["winner"]["meets_slo"] and doc["day"]["commands"][0].startswith(
-        "simserve run --model mistral-7b --gpu A100-80GB")
+        "simserve run --model mistral-7b --gpu A100-80GB"
+    )
     text = " ".join(stdout.split())
-    for words in ("a day: static vs autoscaled", "GPU-h/day", "$/day", "scaled from each replay's span to 24 h",
-                  "day winner:", "--arrival replay --engine vllm"):  # fmt: skip
+    for words in (
+        "a day: static vs autoscaled",
+        "GPU-h/day",
+        "$/day",
+        "scaled from each replay's span to 24 h",
+        "day winner:",
+        "--arrival replay --engine vllm",
+    ):
         assert words in text, words
 
 
 def test_a_day_plan_is_deterministic(capsys, tmp_path, trace, monkeypatch):
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    args = [*SMALL, "--trace", trace, "--autoscale", "1:3", "--routers", "rr,prefix-aware", "--day-deployments", "1",
-            "--replay-requests", "200"]  # fmt: skip
+    args = [
+        *SMALL,
+        "--trace",
+        trace,
+        "--autoscale",
+        "1:3",
+        "--routers",
+        "rr,prefix-aware",
+        "--day-deployments",
+        "1",
+        "--replay-requests",
+        "200",
+    ]
     for name in ("a", "b"):
         code, _, err = plan(capsys, *args, "--out", str(tmp_path / name))
         assert code == 0, err
     a, b = (pd.read_csv(tmp_path / n / "day.csv") for n in ("a", "b"))
     pd.testing.assert_frame_equal(a, b)
     scaled = a["replicas"][a["provisioning"] != "static"]
-    assert set(a["router"]) == {"rr", "prefix-aware"} and "1:3" in set(scaled) and scaled.str.endswith(":3").all()
+    assert (
+        set(a["router"]) == {"rr", "prefix-aware"}
+        and "1:3" in set(scaled)
+        and scaled.str.endswith(":3").all()
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The planner's disaggregated layouts (plan/disagg.py): the screen by hand, a small plan end to end, commands."""
+"""The planner's disaggregated layouts (plan/disagg.py): the screen by hand, a small plan end to end,
+commands."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from simserve.tune.capacity import SLO
 
 
 def test_pool_rates_by_hand():
-    """600-token prompts under a 256 budget take 3 iterations of 10 ms: 33.3 prefills/s. 1000 blocks of 16 hold
-    16000 / (600 + 200) = 20 requests decoding at 10 ms a step, 200 steps each: 10 requests/s."""
+    """600-token prompts under a 256 budget take 3 iterations of 10 ms: 33.3 prefills/s. 1000 blocks of 16
+    hold 16000 / (600 + 200) = 20 requests decoding at 10 ms a step, 200 steps each: 10 requests/s."""
     mu_p, mu_d = pool_rates(ConstantTimer(0.01), 1000, 16, 600.0, 200.0, 256, 128, None)
     assert mu_p == pytest.approx(1 / 0.03) and mu_d == pytest.approx(20 / (200 * 0.01))
     # a TBT SLO below one step at that batch lowers the batch until a step meets it
@@ -29,8 +30,16 @@ def test_pool_rates_by_hand():
     assert capped == pytest.approx(4 / (200 * (0.001 + 4 * 700e-6)))  # 20 → 15 → 11 → 8 → 6 → 4 (3.8 ms)
 
 
-SPEC = PlanSpec("mistral-7b", ("h100",), max_gpus=2, slo=SLO(0.1), budgets=(512,), num_requests=32,
-                layouts=("agg", "disagg"), tie_seeds=0)  # fmt: skip
+SPEC = PlanSpec(
+    "mistral-7b",
+    ("h100",),
+    max_gpus=2,
+    slo=SLO(0.1),
+    budgets=(512,),
+    num_requests=32,
+    layouts=("agg", "disagg"),
+    tie_seeds=0,
+)
 
 
 def test_a_small_plan_searches_agg_and_disagg_side_by_side(tmp_path, monkeypatch):
@@ -49,7 +58,9 @@ def test_a_small_plan_searches_agg_and_disagg_side_by_side(tmp_path, monkeypatch
     # the same layout alone, its seed spread measured too: the same row (determinism), one more seed searched
     second = run_plan(replace(SPEC, layouts=("disagg",), tie_seeds=1), executor="serial")
     cols = [c for c in second.rows.columns if c != "pareto"]
-    pd.testing.assert_frame_equal(rows[rows["layout"] != "agg"][cols].reset_index(drop=True), second.rows[cols])
+    pd.testing.assert_frame_equal(
+        rows[rows["layout"] != "agg"][cols].reset_index(drop=True), second.rows[cols]
+    )
     assert sorted(second.searches["seed"]) == [0, 1]
 
 
@@ -61,7 +72,8 @@ def test_disagg_commands_give_each_instance_its_own_gpus_and_ports():
     devices = [re.search(r"CUDA_VISIBLE_DEVICES=([\d,]+)", line).group(1) for line in lines[:3]]
     assert devices == ["0,1", "2,3", "4,5,6,7"]
     nixl = [int(re.search(r"VLLM_NIXL_SIDE_CHANNEL_PORT=(\d+)", line).group(1)) for line in lines[:3]]
-    assert nixl == [5600, 5602, 5604]  # base + the first GPU: each TP rank adds its rank, so ranges are disjoint
+    # base + the first GPU: each TP rank adds its rank, so ranges are disjoint
+    assert nixl == [5600, 5602, 5604]
     assert "--tensor-parallel-size 4" in lines[2] and "--port 8200" in lines[2]
     assert "--prefiller-ports 8100 8101 --decoder-hosts localhost --decoder-ports 8200" in lines[3]
 
@@ -88,9 +100,10 @@ def test_unknown_layout_is_one_line(tmp_path, capsys):
 
 
 def test_disagg_layouts_off_the_front_are_pruned_as_aggregated_ones_are(tmp_path, monkeypatch):
-    """The screen's first layout is searched whole; every other one starts with one probe at the rate the front
-    demands of it (plan/prune.py) and stops there when that fails. Each pruned layout really is slower than that
-    rate (its unpruned search says so), and the disaggregated rows on the front are the unpruned plan's."""
+    """The screen's first layout is searched whole; every other one starts with one probe at the rate the
+    front demands of it (plan/prune.py) and stops there when that fails. Each pruned layout really is slower
+    than that rate (its unpruned search says so), and the disaggregated rows on the front are the unpruned
+    plan's."""
     from dataclasses import replace
 
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
@@ -122,9 +135,9 @@ def test_disagg_layouts_off_the_front_are_pruned_as_aggregated_ones_are(tmp_path
 
 
 def test_pools_take_pp_only_where_the_model_needs_it_and_moe_pools_take_ep():
-    """PP > 1 in a pool only below the fewest GPUs a PP-1 pool fits in (Llama-3.1-405B on B200 fits TP8 alone, so
-    6- and 7-GPU pools need PP; LLaMA2-70B on H200 fits TP2, so none of its pools has PP); an MoE model's pools
-    come with experts TP-sharded and whole over the TP group (EP = TP)."""
+    """PP > 1 in a pool only below the fewest GPUs a PP-1 pool fits in (Llama-3.1-405B on B200 fits TP8 alone,
+    so 6- and 7-GPU pools need PP; LLaMA2-70B on H200 fits TP2, so none of its pools has PP); an MoE model's
+    pools come with experts TP-sharded and whole over the TP group (EP = TP)."""
     from simserve.catalog import GPU
     from simserve.catalog.models import resolve_model
     from simserve.plan.candidates import best_box
@@ -140,7 +153,10 @@ def test_pools_take_pp_only_where_the_model_needs_it_and_moe_pools_take_ep():
     assert dense and all(pp == 1 for _, pp, _ in dense)
     moe = pools("mixtral-8x7b", "h200")
     assert {(2, 1, 1), (2, 1, 2), (4, 1, 4)} <= set(moe)
-    assert pool_label(moe[(2, 1, 2)][0]) == "TP2EP2" and pool_label(pools("llama-3.1-405b", "b200")[(2, 3, 1)][0]) == "TP2PP3"
+    assert (
+        pool_label(moe[(2, 1, 2)][0]) == "TP2EP2"
+        and pool_label(pools("llama-3.1-405b", "b200")[(2, 3, 1)][0]) == "TP2PP3"
+    )
 
 
 def test_disagg_commands_for_pp_and_ep_pools():

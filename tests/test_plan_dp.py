@@ -14,8 +14,9 @@ from simserve.resolve import ProfileChoice
 
 
 def _layouts(model: str, gpu: str):
-    cands, rejected = enumerate_candidates(resolve_model(model), [GPUSpec.from_name(gpu)], 8, (512, 2048), 128,
-                                           8192, 0.85, "fp8", "fp8")  # fmt: skip
+    cands, rejected = enumerate_candidates(
+        resolve_model(model), [GPUSpec.from_name(gpu)], 8, (512, 2048), 128, 8192, 0.85, "fp8", "fp8"
+    )
     return cands, rejected
 
 
@@ -30,7 +31,8 @@ def test_latent_attention_gets_dp_layouts_over_the_whole_box():
 
 
 def test_dp_is_not_searched_where_tp_already_shards_the_kv_heads():
-    # Mixtral has 8 KV heads: TP up to 8 shards its KV cache without copies, so DP only copies attention weights
+    # Mixtral has 8 KV heads: TP up to 8 shards its KV cache without copies, so DP only copies attention
+    # weights
     assert data_parallelisms(resolve_model("mixtral-8x7b"), GPUSpec.from_name("h100"), 1, 1, 8)[0] == []
     cands, rejected = _layouts("mixtral-8x7b", "h100")
     assert all(c.deployment.dp == 1 for c in cands)

@@ -1,5 +1,6 @@
 """`simserve plan --speculative`: each deployment searched off and at each K on one scheduler model, whether
-speculation pays and at which K, the command line that starts it, and the refusals `run` gives (plan/speculation.py)."""
+speculation pays and at which K, the command line that starts it, and the refusals `run` gives
+(plan/speculation.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,18 @@ def _plan(tmp_path, monkeypatch, acceptance: list[float], slo: SLO, ks=(1, 3)) -
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "acc.json"
     path.write_text(json.dumps(acceptance))
-    spec = PlanSpec(MODEL, ("a100",), max_gpus=1, slo=slo, budgets=(512,), num_requests=64, tie_seeds=0,
-                    speculative="eagle3", speculative_tokens=ks, acceptance=str(path))  # fmt: skip
+    spec = PlanSpec(
+        MODEL,
+        ("a100",),
+        max_gpus=1,
+        slo=slo,
+        budgets=(512,),
+        num_requests=64,
+        tie_seeds=0,
+        speculative="eagle3",
+        speculative_tokens=ks,
+        acceptance=str(path),
+    )
     return run_plan(spec, executor="serial")
 
 
@@ -45,8 +56,9 @@ def _light_tpot(tmp_path, monkeypatch) -> float:
 
 
 def test_speculation_pays_when_every_draft_is_accepted_under_a_tight_tpot_slo(tmp_path, monkeypatch) -> None:
-    """Acceptance 1: each verification gives K + 1 tokens, so the mean TPOT falls; with the SLO on TPOT at 1.5x
-    the off setting's light-load TPOT, speculation carries more load and the row picks a K > 0 with its gain."""
+    """Acceptance 1: each verification gives K + 1 tokens, so the mean TPOT falls; with the SLO on TPOT at
+    1.5x the off setting's light-load TPOT, speculation carries more load and the row picks a K > 0 with its
+    gain."""
     bound = 1.5 * _light_tpot(tmp_path, monkeypatch)
     result = _plan(tmp_path, monkeypatch, [1.0, 1.0, 1.0], SLO(None, tpot_s=bound))
     s = result.searches
@@ -63,8 +75,8 @@ def test_speculation_pays_when_every_draft_is_accepted_under_a_tight_tpot_slo(tm
 
 
 def test_speculation_does_not_pay_when_drafts_are_rejected(tmp_path, monkeypatch) -> None:
-    """Acceptance near 0: the drafts cost budget, draft passes and KV but give almost no tokens, so under a TBT
-    SLO every K carries less than off, and the row is speculation off (gain 0)."""
+    """Acceptance near 0: the drafts cost budget, draft passes and KV but give almost no tokens, so under a
+    TBT SLO every K carries less than off, and the row is speculation off (gain 0)."""
     result = _plan(tmp_path, monkeypatch, [0.02, 0.01, 0.0], SLO(0.2))
     row = result.rows.iloc[0]
     assert int(row[COLUMN]) == 0 and float(row[GAIN]) == 0.0
@@ -109,9 +121,34 @@ def test_a_cli_plan_prints_the_speculation_column_and_command(tmp_path, capsys, 
     path = tmp_path / "acc.json"
     path.write_text(json.dumps([1.0, 1.0]))
     out = tmp_path / "o"
-    args = ["plan", "--model", MODEL, "--gpus", "a100", "--max-gpus", "1", "--budgets", "512", "--requests", "64",
-            "--tie-seeds", "0", "--executor", "serial", "--no-plots", "--out", str(out), "--speculative", "eagle3",
-            "--num-speculative-tokens", "2", "--acceptance", str(path), "--draft-model", "org/head"]  # fmt: skip
+    args = [
+        "plan",
+        "--model",
+        MODEL,
+        "--gpus",
+        "a100",
+        "--max-gpus",
+        "1",
+        "--budgets",
+        "512",
+        "--requests",
+        "64",
+        "--tie-seeds",
+        "0",
+        "--executor",
+        "serial",
+        "--no-plots",
+        "--out",
+        str(out),
+        "--speculative",
+        "eagle3",
+        "--num-speculative-tokens",
+        "2",
+        "--acceptance",
+        str(path),
+        "--draft-model",
+        "org/head",
+    ]
     try:
         main(args)
     except SystemExit as exc:
@@ -152,8 +189,17 @@ def test_a_deployment_speculation_is_not_modelled_for_is_searched_off_only(tmp_p
     """PP 2 (simserve's refusal: vLLM's drafter after the last stage is not modelled): the deployment is
     searched with speculation off, and the plan says why it has no K."""
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    spec = PlanSpec(MODEL, ("a100",), max_gpus=2, slo=SLO(0.2), budgets=(512,), num_requests=32, tie_seeds=0,
-                    speculative="eagle3", speculative_tokens=(1,))  # fmt: skip
+    spec = PlanSpec(
+        MODEL,
+        ("a100",),
+        max_gpus=2,
+        slo=SLO(0.2),
+        budgets=(512,),
+        num_requests=32,
+        tie_seeds=0,
+        speculative="eagle3",
+        speculative_tokens=(1,),
+    )
     result = run_plan(spec, executor="serial")
     s = result.searches
     assert set(s[s["pp"] == 2][COLUMN]) == {0} and set(s[s["pp"] == 1][COLUMN]) == {0, 1}

@@ -48,8 +48,10 @@ def test_matches_the_closed_form_by_hand(timer):
     """One 1000-token chunk after a 3000-token prefix, summed from the synthetic formulas."""
     dep = timer.deployment
     c, p = 1000, 3000
-    lin = sum(syn.linear_ms(2.0 * op.in_features * op.out_features, 2.0 * op.in_features * op.out_features, c)
-              for op in linear_ops(dep))  # fmt: skip
+    lin = sum(
+        syn.linear_ms(2.0 * op.in_features * op.out_features, 2.0 * op.in_features * op.out_features, c)
+        for op in linear_ops(dep)
+    )
     ew = sum(
         op.count * (syn.KERNEL_MS + 1e3 * c * op.bytes_per_token / syn.BW) for op in elementwise_ops(dep)
     )
@@ -78,9 +80,9 @@ def test_breakdown_sums_to_call(timer):
 
 
 def test_a_verifications_drafts_share_its_decode_read(timer):
-    """A speculative verification of n = 4 tokens over c = 3000 (docs/speculative.md, Costs): the linear layers
-    and the per-request CPU terms see the 4 tokens of 4 decodes, attention one decode read of its c + n keys --
-    far less than 4 decodes' reads of c + 1 ... c + 4."""
+    """A speculative verification of n = 4 tokens over c = 3000 (docs/speculative.md, Costs): the linear
+    layers and the per-request CPU terms see the 4 tokens of 4 decodes, attention one decode read of its c + n
+    keys -- far less than 4 decodes' reads of c + 1 ... c + 4."""
     c, n = 3000, 4
     parts = timer.breakdown([], [c + n], drafts=n - 1)
     four = timer.breakdown([], list(range(c + 1, c + n + 1)))

@@ -21,4 +21,3 @@ def test_bench_call_mixed_batch(benchmark, timer):
     kv = np.random.default_rng(0).integers(100, 8000, 100).tolist()
     result = benchmark(timer, [(512, 1000)], kv)
     assert result > 0
-

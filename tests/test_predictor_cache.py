@@ -89,7 +89,10 @@ def test_load_timer_errors_before_fitting(small_profile, counted_fits):
     root = small_profile.parents[1]
     with pytest.raises(SimserveError, match=r"has no TP 2 rows \(it has TP 1\); run `simserve profile"):
         load_timer(Deployment.create("mistral-7b", "a100", tp=2), profiles_root=root)
-    with pytest.raises(SimserveError, match=r"no profile for Yi-34B on A100-80GB .*simserve profile --gpu a100-80gb --model yi-34b --tp 2"):
+    with pytest.raises(
+        SimserveError,
+        match=r"no profile for Yi-34B on A100-80GB .*simserve profile --gpu a100-80gb --model yi-34b --tp 2",
+    ):
         load_timer(Deployment.create("yi-34b", "a100", tp=2), profiles_root=root)
     assert counted_fits == []
 
@@ -117,7 +120,9 @@ def test_a_timer_fits_only_the_models_its_deployment_reads(tmp_path, monkeypatch
     """load_timer fits the deployment's own models (no held-out refit, nothing in the fit cache), and the
     compiled tables are bit for bit those of the full fit."""
     monkeypatch.setenv("SIMSERVE_CACHE", str(tmp_path / "cache"))
-    prof = syn.write_synthetic_profile(tmp_path / "profiles", tps=(1, 2), network=None, max_tokens=512, max_len=1024)
+    prof = syn.write_synthetic_profile(
+        tmp_path / "profiles", tps=(1, 2), network=None, max_tokens=512, max_len=1024
+    )
     dep = Deployment.create("mistral-7b", "a100", tp=2)
     seen = []
     real = fit_module.fit_profile

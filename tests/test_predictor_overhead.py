@@ -12,11 +12,20 @@ from simserve.predictor.overhead import COMPONENTS, CpuOverhead
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 MEASURED = SHARED / "reference" / "vidur" / "profiling" / "legacy" / "a100" / "cpu_overheads.csv"
-COLUMN = {"schedule": "schedule_median", "prepare_inputs": "prepare_inputs_e2e_median",
-          "sampler": "sampler_e2e_median", "process_outputs": "process_model_outputs_median"}  # fmt: skip
+COLUMN = {
+    "schedule": "schedule_median",
+    "prepare_inputs": "prepare_inputs_e2e_median",
+    "sampler": "sampler_e2e_median",
+    "process_outputs": "process_model_outputs_median",
+}
 # The error recorded in overhead.py and docs/predictor.md (mean / max APE, %); the test fails if it drifts up.
-DOCUMENTED = {"schedule": (1.6, 3.7), "prepare_inputs": (5.5, 15.9), "sampler": (1.8, 4.3),
-              "process_outputs": (3.8, 9.1), "ray_comm": (1.7, 5.2)}  # fmt: skip
+DOCUMENTED = {
+    "schedule": (1.6, 3.7),
+    "prepare_inputs": (5.5, 15.9),
+    "sampler": (1.8, 4.3),
+    "process_outputs": (3.8, 9.1),
+    "ray_comm": (1.7, 5.2),
+}
 
 
 @pytest.mark.skipif(not MEASURED.is_file(), reason="../shared reference data is absent (a fresh clone)")

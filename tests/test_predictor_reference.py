@@ -35,9 +35,12 @@ def import_reference(tmp: Path) -> Path:
     for name, target in FILES.items():
         os.symlink(target, src / name)
     tables, provenance = import_vidur(
-        src, MODELS.get("codellama-34b"), GPU.get("a100"), NODES.get("a100-pairwise-nvlink"),
+        src,
+        MODELS.get("codellama-34b"),
+        GPU.get("a100"),
+        NODES.get("a100-pairwise-nvlink"),
         NETWORKS.get("ethernet-100g"),
-    )  # fmt: skip
+    )
     return write_profile(tmp / "profiles" / "a100-80gb" / "codellama-34b", tables, provenance)
 
 
@@ -60,7 +63,8 @@ def test_held_out_error_on_measured_kernels(predictor):
 
 
 def test_measured_tile_step_is_kept(timer):
-    # Measured GEMMs jump by ~30% when 256 tokens become 264 (a new 128-row tile); the compiled timer keeps it.
+    # Measured GEMMs jump by ~30% when 256 tokens become 264 (a new 128-row tile); the compiled timer keeps
+    # it.
     lin = {t: timer.breakdown([(t, 0)], [])["linear"] for t in (248, 256, 257, 264)}
     assert lin[257] > 1.15 * lin[256]
     assert lin[264] > 1.15 * lin[256]

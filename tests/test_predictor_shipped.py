@@ -1,4 +1,5 @@
-"""The predictor on the profiles shipped in profiles/ (written by `simserve profile`): the paper's deployments."""
+"""The predictor on the profiles shipped in profiles/ (written by `simserve profile`): the paper's
+deployments."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ def run_request(c, rid, tokens):
 
 
 def test_a_shared_prefix_hits_in_full_blocks_and_the_last_token_is_recomputed():
-    # requests 0 and 1 share 100 tokens of stream 7: 6 full blocks (96 tokens); 2 shares a whole 64-token prompt
+    # requests 0 and 1 share 100 tokens of stream 7: 6 full blocks (96 tokens); 2 shares a whole 64-token
+    # prompt
     c = cache(40, [7, 7, 7], [100, 100, 64])
     assert run_request(c, 0, 120) == 0
     assert run_request(c, 1, 130) == 96

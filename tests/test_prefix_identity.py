@@ -1,5 +1,6 @@
-"""A request's prefix identity (sim/prefix_cache.py: shared_runs, block_runs, block_key): streams, and a trace's
-chained block ids (Mooncake's hash_ids), which express a tree of prefixes one stream per request cannot."""
+"""A request's prefix identity (sim/prefix_cache.py: shared_runs, block_runs, block_key): streams, and a
+trace's chained block ids (Mooncake's hash_ids), which express a tree of prefixes one stream per request
+cannot."""
 
 from types import SimpleNamespace
 

@@ -1,4 +1,5 @@
-"""`simserve profile` never silently rewrites shipped profiles and never drops TP degrees it was not asked about."""
+"""`simserve profile` never silently rewrites shipped profiles and never drops TP degrees it was not asked
+about."""
 
 from __future__ import annotations
 

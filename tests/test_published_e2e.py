@@ -1,4 +1,5 @@
-"""benchmarks/published_e2e.py: how it simulates the published runs, at which engine defaults, and its tables."""
+"""benchmarks/published_e2e.py: how it simulates the published runs, at which engine defaults, and its
+tables."""
 
 import math
 import sys
@@ -36,7 +37,14 @@ def test_latency_run_is_one_batch_of_eight_fixed_requests():
 def test_release_defaults_by_hand():
     h200 = RUNS["vb-vllm-082-l31-8b-fp8-h200-10000-500"]
     assert pe.engine_setup(h200) == pe.EngineSetup(
-        "vllm-v1", 8192, 1024, 0.90, None, True, False, reserve_full_isl=False  # 0.8.2: no full-ISL admission
+        "vllm-v1",
+        8192,
+        1024,
+        0.90,
+        None,
+        True,
+        False,
+        reserve_full_isl=False,  # 0.8.2: no full-ISL admission
     )
     on_a100 = pe.engine_setup(replace(h200, gpu="a100"))  # vLLM 0.8.2's small tier: 2048 tokens
     assert (on_a100.budget, on_a100.max_batch) == (2048, 1024)
@@ -177,17 +185,17 @@ def test_a_saved_run_renders_again_without_simulating(tmp_path, monkeypatch):
     assert pe.main(["--from-json", str(saved), "--markdown", str(md)]) == 0
     text = md.read_text()
     assert (
-        "| latency-llama3-8b-h200 | report | h200 | small-batch decode | vllm not stated | batch_latency_ms 833.4 → "
-        in text
+        "| latency-llama3-8b-h200 | report | h200 | small-batch decode | vllm not stated | batch_latency_ms "
+        "833.4 → " in text
     )
     assert "latency-llama3-8b-h200: 833.4; latency-llama3-8b-h200-b4338: 834.1" in text
     assert pe.main(["--from-json", str(tmp_path / "missing.json")]) == 2
 
 
 def test_each_run_gets_the_front_end_its_client_saw():
-    """vLLM served online: its API server as a server (vLLM 0.33.0's measured costs for the endpoint the client
-    called, one process as `vllm serve` defaults to) beside the network constant; SGLang: the constant alone
-    (its tokenizer manager is not measured); the offline LLM class: none."""
+    """vLLM served online: its API server as a server (vLLM 0.33.0's measured costs for the endpoint the
+    client called, one process as `vllm serve` defaults to) beside the network constant; SGLang: the constant
+    alone (its tokenizer manager is not measured); the offline LLM class: none."""
     vllm = RUNS["vb-vllm-082-l31-8b-fp8-h200-10000-500"]
     got = pe.frontend_of(vllm, "vllm-v1")
     assert got["api_server_count"] == 1 and got["api_endpoint"] == "completions" and got["frontend_ms"] > 0

@@ -1,6 +1,6 @@
-"""benchmarks/published_spec.py: which published speculative-decoding results simserve can represent and why not,
-the acceptance it takes from a source, and the shape of one reproduced entry (issue 32 item 4). The numbers'
-agreement with the published ones is reported in docs/speculative.md, not asserted here."""
+"""benchmarks/published_spec.py: which published speculative-decoding results simserve can represent and why
+not, the acceptance it takes from a source, and the shape of one reproduced entry (issue 32 item 4). The
+numbers' agreement with the published ones is reported in docs/speculative.md, not asserted here."""
 
 import json
 import sys

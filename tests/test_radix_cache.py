@@ -63,7 +63,8 @@ def test_lru_eviction_takes_unlocked_leaves_least_recently_used_first():
     assert cache.match(0, 41)[0] == 0 and cache.match(2, 41)[0] == 40 and cache.match(3, 61)[0] == 40
     assert cache.evictions == 40  # whole nodes: all of conversation 0's leaf
     with pytest.raises(RuntimeError):
-        cache.allocate(100)  # the locked conversation is never evicted: not enough even after evicting the rest
+        # the locked conversation is never evicted: not enough even after evicting the rest
+        cache.allocate(100)
 
 
 def test_a_match_inside_a_node_splits_it_and_eviction_then_drops_only_the_tail():
@@ -84,20 +85,27 @@ def _random_run(prefix_caching, policy="fcfs", page=1, ignore_eos=False):
     n = 300
     p, o = rng.integers(20, 900, n), rng.integers(2, 200, n)
     arrived = np.cumsum(rng.exponential(0.05, n))
-    cfg = SimConfig(policy="sglang", prefix_caching=prefix_caching, schedule_policy=policy, page_size=page,
-                    ignore_eos=ignore_eos)  # without ignore_eos the estimate runs short: it retracts  # fmt: skip
+    cfg = SimConfig(
+        policy="sglang",
+        prefix_caching=prefix_caching,
+        schedule_policy=policy,
+        page_size=page,
+        ignore_eos=ignore_eos,
+    )  # without ignore_eos the estimate runs short: it retracts
     return simulate(p, o, arrived, LinearTimer(0.004, 2e-5, 1e-7), 300, cfg.validate())
 
 
 @pytest.mark.parametrize("page", [1, 4])
 def test_with_nothing_shared_the_radix_cache_changes_no_decision(page):
     """SGLang counts cached but unlocked KV as free, so on a workload that shares no prefix the radix cache
-    changes nothing: the same batches, preemptions (retractions) included, on a pool tight enough to retract."""
+    changes nothing: the same batches, preemptions (retractions) included, on a pool tight enough to
+    retract."""
     off, on = _random_run(False, page=page), _random_run(True, page=page)
     assert off.replicas[0].state.preemptions > 0
     for name in ("scheduled", "first_token", "completed", "preemptions"):
         assert np.array_equal(getattr(off.reqs, name), getattr(on.reqs, name), equal_nan=True)
-    assert on.replicas[0].state.radix.hits == 0  # first admissions; a retracted request may find its own prompt
+    # first admissions; a retracted request may find its own prompt
+    assert on.replicas[0].state.radix.hits == 0
     # nothing retracted, nothing matches: lpm keeps the queue's order
     fcfs, lpm = _random_run(True, page=page, ignore_eos=True), _random_run(True, "lpm", page, ignore_eos=True)
     assert fcfs.replicas[0].state.preemptions == 0
@@ -110,8 +118,15 @@ def test_sglang_reuses_the_conversation_so_far():
     runs = {}
     for on in (False, True):
         cfg = SimConfig(policy="sglang", max_model_len=8192, prefix_caching=on).validate()
-        runs[on] = simulate(t.prompt_tokens, t.output_tokens, arrived, LinearTimer(0.005, 2e-5, 1e-8), 3000, cfg,
-                            prefix=(t.prefix_group, t.prefix_tokens))  # fmt: skip
+        runs[on] = simulate(
+            t.prompt_tokens,
+            t.output_tokens,
+            arrived,
+            LinearTimer(0.005, 2e-5, 1e-8),
+            3000,
+            cfg,
+            prefix=(t.prefix_group, t.prefix_tokens),
+        )
     cache = runs[True].replicas[0].state.radix
     assert cache.hits > 0.5 * cache.queries  # most of a follow-up's prompt is the conversation so far
     on, off = runs[True].reqs, runs[False].reqs
@@ -135,4 +150,5 @@ def test_lpm_orders_by_cached_prefix_and_defers_a_second_request_on_an_uncached_
     _finish(cache, r, 0, 201)
     rep = _Rep(r, cache, [1, 2, 3, 4])
     sort_by_longest_prefix(rep)
-    assert list(rep.waiting) == [4, 1, 3, 2]  # longest match first, ties in queue order, the deferred one last
+    # longest match first, ties in queue order, the deferred one last
+    assert list(rep.waiting) == [4, 1, 3, 2]

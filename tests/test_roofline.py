@@ -1,4 +1,5 @@
-"""The analytic backend's physics: tile steps, monotonicity, spec-sheet bounds, and the tables it hands the CLI."""
+"""The analytic backend's physics: tile steps, monotonicity, spec-sheet bounds, and the tables it hands the
+CLI."""
 
 import dataclasses
 
@@ -102,7 +103,9 @@ def test_profile_tables_follow_the_schema():
     col = tables["collectives"]
     assert set(col[col["op"] == "all_reduce"]["num_workers"]) == {2}  # TP 1 has no all-reduce
     assert set(col[col["op"] == "send_recv"]["link"]) == {
-        "a100-pairwise-nvlink", "a100-pairwise-nvlink:pcie", "ethernet-100g"
+        "a100-pairwise-nvlink",
+        "a100-pairwise-nvlink:pcie",
+        "ethernet-100g",
     }  # collective models themselves: tests/test_nccl.py
     att = tables["attention"]
     assert (att[att["phase"] == "prefill"].eval("chunk + kv_len") <= 16384).all()

@@ -71,7 +71,7 @@ def test_constants_in_use_are_the_calibrated_ones():
             assert used[name] == pytest.approx(value, rel=0.05), name
 
 
-# ------------------------------------------------------------------ every GPU folder, per-architecture constants
+# --------------------------------------------------------------- every GPU folder, per-architecture constants
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,9 @@ def test_a40_and_h100_kernels_out_of_sample(per_gpu):
     # H100: Vidur's GEMMs (an older cuBLAS) run 13% slower than the database's at the same shapes
     # (docs/kernel-validation.md), and Hopper's GEMMs are fitted on the database alone: the roofline predicts
     # Vidur's H100 GEMMs too fast by about that offset, never too slow at the median.
-    bias = (held["predicted_ms"] / held["measured_ms"] - 1)[(held["kind"] == "linear") & (held["gpu"] == "H100-SXM")]
+    bias = (held["predicted_ms"] / held["measured_ms"] - 1)[
+        (held["kind"] == "linear") & (held["gpu"] == "H100-SXM")
+    ]
     assert lin["H100-SXM"] <= 18.0 and bias.median() < 0 and ew["H100-SXM"] <= 15.0, (lin, ew)
 
 

@@ -59,9 +59,9 @@ def test_kv_takes_the_lowest_usage_and_draws_ties_from_its_seeded_generator():
 
 
 def test_prefix_aware_scores_as_llm_ds_default_profile():
-    """Replica 1 holds 2 of the prompt's 4 blocks (64 tokens on stream 7); queue: waiting 0, 2, 4 -> 1, 0.5, 0;
-    KV usage 0.5, 0, 0.25 -> 0.5, 1, 0.75. Scores: 2*1 + 2*0.5 + 0 = 3; 2*0.5 + 2*1 + 3*0.5 = 4.5;
-    0 + 2*0.75 + 0 = 1.5: replica 1."""
+    """Replica 1 holds 2 of the prompt's 4 blocks (64 tokens on stream 7); queue: waiting 0, 2, 4 -> 1, 0.5,
+    0; KV usage 0.5, 0, 0.25 -> 0.5, 1, 0.75. Scores: 2*1 + 2*0.5 + 0 = 3; 2*0.5 + 2*1 + 3*0.5 = 4.5; 0 +
+    2*0.75 + 0 = 1.5: replica 1."""
     reqs = _reqs([32, 64], groups=[7, 7], shared=[32, 64])
     r = routers.Router("prefix-aware", 3, reqs, 16, 100)
     _view(r, [(0, 0, 0, 10)] * 3)
@@ -134,8 +134,10 @@ def test_the_compiled_router_decides_as_its_source_on_a_recorded_sequence(name):
     a = routers.Router(name, num, reqs, 16, 60)
     b = _source_routers().Router(name, num, reqs, 16, 60)
     for rid in range(n):
-        view = [tuple(int(x) for x in (rng.integers(0, 9), rng.integers(0, 4), rng.integers(0, 60), 60))
-                for _ in range(num)]  # fmt: skip
+        view = [
+            tuple(int(x) for x in (rng.integers(0, 9), rng.integers(0, 4), rng.integers(0, 60), 60))
+            for _ in range(num)
+        ]
         _view(a, view)
         _view(b, view)
         assert a.pick(rid) == b.pick(rid), rid
@@ -152,8 +154,15 @@ def test_prefix_aware_routes_a_shared_prefix_to_one_replica_and_reports_its_hit_
     cfg = SimConfig(policy="vllm-v1", prefix_caching=True, num_replicas=4, max_model_len=2048, watermark=0.0)
     rates = {}
     for name in ("rr", "prefix-aware"):
-        run = simulate(prompt, np.full(n, 8), np.arange(n) * 0.05, ConstantTimer(0.002), 400,
-                       replace(cfg, router=name), prefix=(group, np.full(n, 256)))  # fmt: skip
+        run = simulate(
+            prompt,
+            np.full(n, 8),
+            np.arange(n) * 0.05,
+            ConstantTimer(0.002),
+            400,
+            replace(cfg, router=name),
+            prefix=(group, np.full(n, 256)),
+        )
         s = build_result(run).summary
         rates[name] = s.prefix_cache_hit_rate
         assert sum(row["requests"] for row in s.per_replica) == n
@@ -208,9 +217,28 @@ def test_router_weights_belong_to_prefix_aware(capsys, tmp_path, args, words):
 
 def test_run_reports_per_replica_load(capsys, tmp_path):
     out = tmp_path / "o"
-    code, text = cli(capsys, "run", "--model", "mistral-7b", "--gpu", "a100", "--requests", "60", "--qps", "4",
-                     "--replicas", "3", "--router", "prefix-aware", "--policy", "vllm-v1", "--trace",
-                     "prefix-repetition", "--out", str(out))  # fmt: skip
+    code, text = cli(
+        capsys,
+        "run",
+        "--model",
+        "mistral-7b",
+        "--gpu",
+        "a100",
+        "--requests",
+        "60",
+        "--qps",
+        "4",
+        "--replicas",
+        "3",
+        "--router",
+        "prefix-aware",
+        "--policy",
+        "vllm-v1",
+        "--trace",
+        "prefix-repetition",
+        "--out",
+        str(out),
+    )
     assert code == 0, text
     assert "per replica, --router prefix-aware" in text and "prefix-cache hit rate" in text
     rows = json.loads((out / "summary.json").read_text())["summary"]["per_replica"]
@@ -218,8 +246,22 @@ def test_run_reports_per_replica_load(capsys, tmp_path):
 
 
 def test_prefix_aware_without_prefix_caching_says_what_it_routes_by(capsys, tmp_path):
-    code, text = cli(capsys, "run", "--model", "mistral-7b", "--gpu", "a100", "--requests", "20", "--replicas", "2",
-                     "--router", "prefix-aware", "--out", str(tmp_path / "o"))  # fmt: skip
+    code, text = cli(
+        capsys,
+        "run",
+        "--model",
+        "mistral-7b",
+        "--gpu",
+        "a100",
+        "--requests",
+        "20",
+        "--replicas",
+        "2",
+        "--router",
+        "prefix-aware",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 0, text
     assert "routes by its own index" in text
 

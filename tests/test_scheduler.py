@@ -21,7 +21,8 @@ BASE = ToyScenario(num_requests=64)
 TASKS = [
     CapacityTask(replace(BASE, policy=p, budget=b), SLO(0.1))
     for p, b in [("sarathi", 256), ("sarathi", 512), ("sarathi", 2048), ("vllm", None)]
-] + [CapacityTask(replace(BASE, budget=1024), SLO(0.1), tolerance=0.001)]  # a longer search: the others end before it
+    # a longer search: the others end before it
+] + [CapacityTask(replace(BASE, budget=1024), SLO(0.1), tolerance=0.001)]
 
 
 class TwoAtOnce(Runner):

@@ -1,5 +1,5 @@
-"""SGLang 0.5.23's engine CPU model (predictor/sglang_cpu.py) against the measured data it was fitted on, and what
-`--engine sglang` steps charge with it."""
+"""SGLang 0.5.23's engine CPU model (predictor/sglang_cpu.py) against the measured data it was fitted on, and
+what `--engine sglang` steps charge with it."""
 
 from __future__ import annotations
 
@@ -53,11 +53,11 @@ def test_each_component_predicts_its_measured_medians_within_its_stated_error():
 
 def test_the_other_processes_never_bind_before_the_scheduler():
     """Why `components` leaves the detokenizer and the tokenizer manager out of the step: each runs in its own
-    process, and its CPU for a step's output is below the scheduler's for that step, so under the overlap model
-    the scheduler's is the one that can exceed the GPU's step. Measured: in the decode-only configurations (the
-    output streamed in an iteration is the previous decode step's, of the same batch) the detokenizer's and the
-    tokenizer manager's CPU (medians over the blocks) is below the scheduler's timed calls. Fitted: for every measured step shape,
-    streaming one chunk per request of the step."""
+    process, and its CPU for a step's output is below the scheduler's for that step, so under the overlap
+    model the scheduler's is the one that can exceed the GPU's step. Measured: in the decode-only
+    configurations (the output streamed in an iteration is the previous decode step's, of the same batch) the
+    detokenizer's and the tokenizer manager's CPU (medians over the blocks) is below the scheduler's timed
+    calls. Fitted: for every measured step shape, streaming one chunk per request of the step."""
     by = defaultdict(list)
     for m in F.block_medians(F.read_rows(DATA / "steps.csv")):
         if m["config"].startswith("decode-"):
@@ -80,8 +80,14 @@ def test_the_components_have_sglangs_roles_and_the_measured_costs():
     assert one["recv"].d_ms == pytest.approx(S.STEP["recv"].per_chunk_us * 1e-3)
     assert two["result"].c_ms == pytest.approx(one["result"].c_ms / 2)
     assert (two["prepare_inputs"].a_ms, two["sampler"].a_ms) == (PREPARE_INPUTS[0], SAMPLER[0])
-    assert {n: c.stage for n, c in one.items()} == {"recv": "first", "schedule": "first", "launch": "first",
-                                                    "result": "last", "prepare_inputs": "first", "sampler": "last"}  # fmt: skip
+    assert {n: c.stage for n, c in one.items()} == {
+        "recv": "first",
+        "schedule": "first",
+        "launch": "first",
+        "result": "last",
+        "prepare_inputs": "first",
+        "sampler": "last",
+    }
     overlap = CpuOverhead(components=S.components(), async_scheduling=True)  # event_loop_overlap
     normal = CpuOverhead(components=S.components())  # --disable-overlap-schedule: event_loop_normal
     assert set(overlap.components_of("overlap")) == {"recv", "schedule", "launch", "result", "prepare_inputs"}
@@ -104,14 +110,31 @@ def test_a_scenario_with_sglangs_scheduler_charges_its_measured_cpu():
 
 
 def test_engine_sglang_steps_charge_the_measured_costs(capsys, tmp_path):
-    """`simserve run --engine sglang`: summary.json's step breakdown carries the scheduler's measured CPU (at the
-    default host speed the decode steps' CPU is SGLang's a + b·reqs, not Vidur's), and a bad --host-speed is one
-    line, exit 2, nothing written."""
+    """`simserve run --engine sglang`: summary.json's step breakdown carries the scheduler's measured CPU (at
+    the default host speed the decode steps' CPU is SGLang's a + b·reqs, not Vidur's), and a bad --host-speed
+    is one line, exit 2, nothing written."""
     from tests.test_step_parts import cli
 
     def run(out, *extra):
-        return cli(capsys, "run", "--model", "llama-3-8b", "--gpu", "h100", "--engine", "sglang", "--requests", "40",
-                   "--qps", "4", "--seed", "1", "--out", str(out), *extra)  # fmt: skip
+        return cli(
+            capsys,
+            "run",
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "h100",
+            "--engine",
+            "sglang",
+            "--requests",
+            "40",
+            "--qps",
+            "4",
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        )
 
     code, _, _ = run(tmp_path / "a")
     assert code == 0
@@ -120,8 +143,8 @@ def test_engine_sglang_steps_charge_the_measured_costs(capsys, tmp_path):
     assert code == 0
     slow = json.loads((tmp_path / "b" / "summary.json").read_text())["step_parts"]
     assert parts["switches"]["async_scheduling"] is True
-    # the overlapped CPU per step: SGLang's measured scheduler (~1.1 ms at host speed 1 on these small batches,
-    # halved at 2) plus Vidur's unscaled prepare_inputs (0.15 ms); Vidur's own set was under 0.3 ms
+    # the overlapped CPU per step: SGLang's measured scheduler (~1.1 ms at host speed 1 on these small
+    # batches, halved at 2) plus Vidur's unscaled prepare_inputs (0.15 ms); Vidur's own set was under 0.3 ms
     hidden, hidden_slow = parts["all"]["cpu_hidden_s"], slow["all"]["cpu_hidden_s"]
     assert hidden > 0.5e-3 and hidden_slow > 1.5 * hidden
     code, out, err = run(tmp_path / "c", "--host-speed", "-1")
@@ -131,8 +154,8 @@ def test_engine_sglang_steps_charge_the_measured_costs(capsys, tmp_path):
 
 def test_an_sglang_sweep_preloads_its_own_timer(monkeypatch):
     """`simserve sweep --engine sglang` preloaded the timer of a stand-in `vllm` scenario before forking its
-    workers; with the overlap scheduler on (SGLang's only) that scenario was refused and the sweep exited 2, and
-    with the timer now depending on the policy's CPU costs it would have preloaded the wrong one."""
+    workers; with the overlap scheduler on (SGLang's only) that scenario was refused and the sweep exited 2,
+    and with the timer now depending on the policy's CPU costs it would have preloaded the wrong one."""
     from simserve.sim.scenario import Scenario
     from simserve.tune import simadapter
     from simserve.tune.sweep import SweepSpec, run_sweep
@@ -151,5 +174,7 @@ def test_an_sglang_sweep_preloads_its_own_timer(monkeypatch):
     spec = SweepSpec(base, policies=("sglang",), budgets=(8192,), seeds=(0, 1))
     with pytest.raises(Stop):
         run_sweep(spec)
-    assert [(s.policy, s.budget, s.overlap_schedule, s.seed) for s in seen] == [("sglang", 8192, True, 0),
-                                                                                ("sglang", 8192, True, 1)]  # fmt: skip
+    assert [(s.policy, s.budget, s.overlap_schedule, s.seed) for s in seen] == [
+        ("sglang", 8192, True, 0),
+        ("sglang", 8192, True, 1),
+    ]

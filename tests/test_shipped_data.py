@@ -47,5 +47,7 @@ def test_a_wheel_carries_every_shipped_file():
     patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     package = REPO / "simserve"
     packed = {p.resolve() for pattern in patterns["simserve"] for p in package.glob(pattern) if p.is_file()}
-    shipped = {p.resolve() for name in ("profiles", "traces") for p in (REPO / name).rglob("*") if p.is_file()}
+    shipped = {
+        p.resolve() for name in ("profiles", "traces") for p in (REPO / name).rglob("*") if p.is_file()
+    }
     assert shipped and shipped <= packed, sorted(shipped - packed)[:5]

@@ -1,4 +1,5 @@
-"""Adaptive budgets and vLLM v1's scheduler, on timers simple enough to check by hand (simserve.sim.adaptive_budgets, simserve.sim.vllm_v1)."""
+"""Adaptive budgets and vLLM v1's scheduler, on timers simple enough to check by hand
+(simserve.sim.adaptive_budgets, simserve.sim.vllm_v1)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ NEW_POLICIES = ("slo-aware", "pressure", "equal-cost", "vllm-v1")
 
 def run(prompt, output, arrived, policy, timer=None, blocks=10_000, **cfg):
     raw = simulate(
-        np.array(prompt), np.array(output), np.array(arrived, dtype=float),
-        timer or ConstantTimer(0.01), blocks, SimConfig(policy=policy, **cfg),
-    )  # fmt: skip
+        np.array(prompt),
+        np.array(output),
+        np.array(arrived, dtype=float),
+        timer or ConstantTimer(0.01),
+        blocks,
+        SimConfig(policy=policy, **cfg),
+    )
     return build_result(raw)
 
 
@@ -44,8 +49,15 @@ def test_slo_aware_takes_the_largest_chunk_under_the_tbt_target():
 
 def test_slo_aware_counts_the_decodes_in_the_batch():
     # Request 0 (1 token prompt) decodes while request 1's prompt is chunked: 1 decode + 399 prefill tokens.
-    res = run([1, 1000], [50, 2], [0.0, 0.001], "slo-aware", LinearTimer(0.01, 1e-4, 0.0),
-              tbt_target_s=0.05005, stretch=False)  # fmt: skip
+    res = run(
+        [1, 1000],
+        [50, 2],
+        [0.0, 0.001],
+        "slo-aware",
+        LinearTimer(0.01, 1e-4, 0.0),
+        tbt_target_s=0.05005,
+        stretch=False,
+    )
     it = res.iterations
     mixed = it[(it.num_prefill_tokens > 0) & (it.num_decode_tokens > 0)]
     assert mixed.num_prefill_tokens.tolist()[:2] == [399, 399]
@@ -65,12 +77,29 @@ def test_pressure_budget_grows_with_the_queue_and_shrinks_without_tbt_slack():
     res = run([1000], [2], [0.0], "pressure", ConstantTimer(0.01), budget=1024, min_budget=256, stretch=False)
     assert prefill_chunks(res) == [512, 256, 232]
     # Four waiting: 256·5 = 1280, capped at 1024 (filled across requests).
-    res = run([1000] * 4, [2] * 4, [0.0] * 4, "pressure", ConstantTimer(0.01), budget=1024, min_budget=256,
-              stretch=False)  # fmt: skip
+    res = run(
+        [1000] * 4,
+        [2] * 4,
+        [0.0] * 4,
+        "pressure",
+        ConstantTimer(0.01),
+        budget=1024,
+        min_budget=256,
+        stretch=False,
+    )
     assert prefill_chunks(res)[0] == 1024
     # 512 tokens would take 0.0612 s > 0.05 s: halved to 256 (the floor; it never goes below).
-    res = run([1000], [2], [0.0], "pressure", LinearTimer(0.01, 1e-4, 0.0), budget=1024, min_budget=256,
-              tbt_target_s=0.05, stretch=False)  # fmt: skip
+    res = run(
+        [1000],
+        [2],
+        [0.0],
+        "pressure",
+        LinearTimer(0.01, 1e-4, 0.0),
+        budget=1024,
+        min_budget=256,
+        tbt_target_s=0.05,
+        stretch=False,
+    )
     assert prefill_chunks(res) == [256, 256, 256, 232]
 
 
@@ -111,11 +140,25 @@ def test_vllm_v1_long_prefill_threshold_and_several_prefills_per_step():
     res = run(*two, "vllm-v1", budget=1000, long_prefill_token_threshold=100, stretch=False)
     assert prefill_chunks(res)[:3] == [200, 200, 200]
     # Adaptive: the threshold is floored at the budget's fair share, 1000 // 2 = 500 per request.
-    res = run(*two, "vllm-v1", budget=1000, long_prefill_token_threshold=100,
-              long_prefill_token_threshold_adaptive=True, stretch=False)  # fmt: skip
+    res = run(
+        *two,
+        "vllm-v1",
+        budget=1000,
+        long_prefill_token_threshold=100,
+        long_prefill_token_threshold_adaptive=True,
+        stretch=False,
+    )
     assert prefill_chunks(res)[0] == 600
-    res = run([900, 900], [2, 2], [0.0, 0.0], "vllm-v1", budget=1000, long_prefill_token_threshold=100,
-              long_prefill_token_threshold_adaptive=True, stretch=False)  # fmt: skip
+    res = run(
+        [900, 900],
+        [2, 2],
+        [0.0, 0.0],
+        "vllm-v1",
+        budget=1000,
+        long_prefill_token_threshold=100,
+        long_prefill_token_threshold_adaptive=True,
+        stretch=False,
+    )
     assert prefill_chunks(res)[0] == 1000  # 500 + 500
     with pytest.raises(SimserveError, match="unrecognized arguments: --max-num-partial-prefills"):
         run(*two, "vllm-v1", budget=1000, max_num_partial_prefills=2, stretch=False)
@@ -126,8 +169,17 @@ def test_vllm_v1_max_num_seqs_and_preemption_under_kv_pressure():
     assert res.iterations.num_requests.max() == 1 and res.summary.completed == 4
     rng = np.random.default_rng(3)
     p, o = rng.integers(50, 400, 60), rng.integers(20, 200, 60)
-    res = run(p, o, np.sort(rng.uniform(0, 1, 60)), "vllm-v1", blocks=120, budget=512, stretch=False,
-              sched_delay_slo_s=1e3, overload_wait_s=1e4)  # fmt: skip
+    res = run(
+        p,
+        o,
+        np.sort(rng.uniform(0, 1, 60)),
+        "vllm-v1",
+        blocks=120,
+        budget=512,
+        stretch=False,
+        sched_delay_slo_s=1e3,
+        overload_wait_s=1e4,
+    )
     assert res.summary.completed == 60 and res.summary.preemptions > 0
 
 
@@ -150,17 +202,20 @@ def test_new_policies_finish_everything_deterministically_and_the_fast_path_agre
 def test_equal_cost_runs_under_pipeline_parallelism():
     rng = np.random.default_rng(1)
     p, o, a = rng.integers(100, 3000, 80), rng.integers(1, 40, 80), np.cumsum(rng.exponential(0.1, 80))
-    res = run(p, o, a, "equal-cost", LinearTimer(0.002, 2e-5, 2e-8, num_stages=2), budget=1024,
-              max_model_len=4096)  # fmt: skip
+    res = run(
+        p, o, a, "equal-cost", LinearTimer(0.002, 2e-5, 2e-8, num_stages=2), budget=1024, max_model_len=4096
+    )
     assert res.summary.completed == 80
 
 
 @pytest.mark.parametrize(
     ("field", "value", "flag"),
-    [("long_prefill_token_threshold", -1, "--long-prefill-token-threshold"),
-     ("max_num_partial_prefills", 0, "--max-num-partial-prefills"),
-     ("tbt_target_s", 0.0, "--tbt-target")],
-)  # fmt: skip
+    [
+        ("long_prefill_token_threshold", -1, "--long-prefill-token-threshold"),
+        ("max_num_partial_prefills", 0, "--max-num-partial-prefills"),
+        ("tbt_target_s", 0.0, "--tbt-target"),
+    ],
+)
 def test_bad_knobs_name_the_flag(field, value, flag):
     with pytest.raises(SimserveError, match=flag):
         SimConfig(policy="vllm-v1", **{field: value}).validate()
@@ -168,8 +223,9 @@ def test_bad_knobs_name_the_flag(field, value, flag):
 
 def test_vllm_v1_admission_before_full_isl_preempts_a_long_prompt_it_cannot_finish():
     """A holds 10 of 16 blocks while it decodes; B's 200-token prompt needs 13. vLLM 0.33.0
-    (scheduler_reserve_full_isl) keeps B waiting until A is done; vLLM 0.8.2 admits B on its first 64-token chunk
-    (4 blocks), runs out two chunks later and preempts B, the last admitted (recompute), again and again."""
+    (scheduler_reserve_full_isl) keeps B waiting until A is done; vLLM 0.8.2 admits B on its first 64-token
+    chunk (4 blocks), runs out two chunks later and preempts B, the last admitted (recompute), again and
+    again."""
     args = ([160, 200], [40, 2], [0.0, 0.001], "vllm-v1")
     kw = dict(blocks=16, budget=64, stretch=False, sched_delay_slo_s=1e3, overload_wait_s=1e4)
     now = run(*args, **kw)

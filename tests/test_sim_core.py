@@ -26,12 +26,27 @@ from simserve.sim.testing import ConstantTimer, LinearTimer
 
 # sim/core/ run uncompiled needs Cython's pure-Python shadow module (the dev extra installs it).
 HAS_CYTHON = importlib.util.find_spec("cython") is not None
-needs_cython = pytest.mark.skipif(not HAS_CYTHON, reason="the core as Python needs Cython (pip install -e '.[dev]')")
+needs_cython = pytest.mark.skipif(
+    not HAS_CYTHON, reason="the core as Python needs Cython (pip install -e '.[dev]')"
+)
 CORES = (["python"] if HAS_CYTHON else []) + (["compiled"] if core_run.compiled_available() else [])
 ARRAYS = (
-    "arrived", "scheduled", "first_token", "completed", "last_token", "tbt_max", "computed", "target",
-    "generated", "blocks", "preemptions", "inflight", "status", "replica", "cached_tokens",
-)  # fmt: skip
+    "arrived",
+    "scheduled",
+    "first_token",
+    "completed",
+    "last_token",
+    "tbt_max",
+    "computed",
+    "target",
+    "generated",
+    "blocks",
+    "preemptions",
+    "inflight",
+    "status",
+    "replica",
+    "cached_tokens",
+)
 
 
 def _run(monkeypatch, mode: str, fn):
@@ -50,26 +65,38 @@ def assert_same(ref, got) -> None:
         assert np.array_equal(ra[c], rb[c]), c
     assert np.array_equal(ref.tbt.counts, got.tbt.counts) and ref.tbt.zeros == got.tbt.zeros
     assert (ref.end_time, ref.overloaded, ref.stopped_early, ref.capped) == (
-        got.end_time, got.overloaded, got.stopped_early, got.capped,
-    )  # fmt: skip
+        got.end_time,
+        got.overloaded,
+        got.stopped_early,
+        got.capped,
+    )
     for x, y in zip(ref.replicas, got.replicas, strict=True):
         assert x.bubble == y.bubble
         for k in ("tokens", "prefill_pairs", "prefill_kv", "decode_kv", "micro_batches"):
             assert getattr(x.work, k) == getattr(y.work, k), k
         assert (x.state.outstanding, x.state.kv.free, x.state.preemptions) == (
-            y.state.outstanding, y.state.kv.free, y.state.preemptions,
-        )  # fmt: skip
+            y.state.outstanding,
+            y.state.kv.free,
+            y.state.preemptions,
+        )
         px, py = x.state.prefix, y.state.prefix
         assert (px is None) == (py is None)
         if px is not None:  # the cache's own state too: its free queue, keys and counters
             assert list(px.queue) == list(py.queue) and px.key == py.key and px.ref == py.ref
             assert (px.queries, px.hits, px.preempted_queries, px.preempted_hits, px.evictions) == (
-                py.queries, py.hits, py.preempted_queries, py.preempted_hits, py.evictions)  # fmt: skip
+                py.queries,
+                py.hits,
+                py.preempted_queries,
+                py.preempted_hits,
+                py.evictions,
+            )
             assert (px.tier is None) == (py.tier is None)
-            if px.tier is not None:  # the CPU tier (kv_offload.py): what it holds, in which order, its counters
+            # the CPU tier (kv_offload.py): what it holds, in which order, its counters
+            if px.tier is not None:
                 assert px.tier.rank == py.tier.rank and px.tier.summary() == py.tier.summary()
     assert (ref.api is None) == (got.api is None)
-    if ref.api is not None:  # the API servers (api_server.py): what each client saw, and the servers' own state
+    # the API servers (api_server.py): what each client saw, and the servers' own state
+    if ref.api is not None:
         x, y = ref.api, got.api
         for name in ("sent", "first", "last", "done", "itl_max", "input_wait"):
             assert np.array_equal(getattr(x, name), getattr(y, name), equal_nan=True), name
@@ -77,7 +104,11 @@ def assert_same(ref, got) -> None:
         for name in ("free_at", "tokens", "out"):
             assert np.array_equal(getattr(x, name), getattr(y, name)), name
         assert (x.requests, x.prompt_tokens, x.released, x.next_send) == (
-            y.requests, y.prompt_tokens, y.released, y.next_send)  # fmt: skip
+            y.requests,
+            y.prompt_tokens,
+            y.released,
+            y.next_send,
+        )
     assert build_result(ref).summary.as_dict() == build_result(got).summary.as_dict()
 
 
@@ -148,7 +179,8 @@ def cases(draw, policies=CORE_POLICIES):
 
 @st.composite
 def api_servers(draw):
-    """The API-server model (sim/api_server.py) or none: a few processes, costs from none to ones that queue."""
+    """The API-server model (sim/api_server.py) or none: a few processes, costs from none to ones that
+    queue."""
     count = draw(st.sampled_from([0, 0, 1, 1, 2, 3]))
     if not count:
         return {}
@@ -184,7 +216,8 @@ def test_the_core_gives_the_reference_results_bit_for_bit(monkeypatch, mode, cas
 )
 @given(case=cases(policies=("vllm-v1",)))
 def test_the_core_gives_the_reference_results_for_vllm_v1(monkeypatch, mode, case):
-    """vllm-v1's own bookkeeping (running order, per-chunk KV, preempting the last admitted) on small pools."""
+    """vllm-v1's own bookkeeping (running order, per-chunk KV, preempting the last admitted) on small
+    pools."""
 
     def sim():
         return simulate(
@@ -210,12 +243,18 @@ def speculative_cases(draw):
     if isinstance(case["timer"], ConstantTimer) or case["timer"].num_stages > 1:
         case["timer"] = LinearTimer(0.003, 2e-5, 3e-8)
     case["cfg"] = replace(
-        cfg, num_replicas=min(cfg.num_replicas, 3) if cfg.dp_attention == 1 else 1, dp_attention=1,
+        cfg,
+        num_replicas=min(cfg.num_replicas, 3) if cfg.dp_attention == 1 else 1,
+        dp_attention=1,
         budget=max(cfg.budget or 0, k + 2) if cfg.budget else None,
-        spec_k=k, spec_lookahead=draw(st.sampled_from([0, k])), spec_acceptance=tuple(acc),
-        spec_seed=draw(st.integers(0, 1000)), spec_fraction=draw(st.sampled_from([0.0, 0.05])),
-        spec_passes=k, spec_cpu_s=draw(st.sampled_from([0.0, 1e-5])),
-    )  # fmt: skip
+        spec_k=k,
+        spec_lookahead=draw(st.sampled_from([0, k])),
+        spec_acceptance=tuple(acc),
+        spec_seed=draw(st.integers(0, 1000)),
+        spec_fraction=draw(st.sampled_from([0.0, 0.05])),
+        spec_passes=k,
+        spec_cpu_s=draw(st.sampled_from([0.0, 1e-5])),
+    )
     return case
 
 
@@ -250,8 +289,14 @@ def sglang_cases(draw):
     n = draw(st.integers(1, 60))
     if draw(st.booleans()):  # retraction-heavy: short prompts, long outputs, a pool of a few requests
         # one replica, or one deployment of DP ranks
-        cfg = replace(cfg, max_model_len=1024, sched_delay_slo_s=1e9, overload_wait_s=1e9, time_limit_s=None,
-                      num_replicas=cfg.dp_attention)  # fmt: skip
+        cfg = replace(
+            cfg,
+            max_model_len=1024,
+            sched_delay_slo_s=1e9,
+            overload_wait_s=1e9,
+            time_limit_s=None,
+            num_replicas=cfg.dp_attention,
+        )
         case["prompt"] = rng.integers(1, 64, n)
         case["output"] = rng.integers(100, 1000, n)
         case["blocks"] = draw(st.integers(16, 320))
@@ -291,9 +336,14 @@ def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case
 
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
             ignore_eos=case.get("ignore_eos"),
-        )  # fmt: skip
+        )
 
     assert_same(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
@@ -301,7 +351,8 @@ def test_the_core_gives_the_reference_results_for_sglang(monkeypatch, mode, case
 @st.composite
 def radix_cases(draw):
     """sglang with its radix cache (--prefix-caching): requests sharing streams (a few groups, shared lengths
-    from nothing to past the whole request), on pools small enough to evict and retract, lpm among the orders."""
+    from nothing to past the whole request), on pools small enough to evict and retract, lpm among the
+    orders."""
     case = draw(sglang_cases())
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     n = len(case["prompt"])
@@ -310,8 +361,9 @@ def radix_cases(draw):
         np.where(rng.random(n) < 0.8, rng.integers(0, groups, n), -1),
         rng.integers(0, int(case["prompt"].max()) + 50, n),
     )
-    case["cfg"] = replace(case["cfg"], prefix_caching=True,
-                          schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm", "lpm"])))  # fmt: skip
+    case["cfg"] = replace(
+        case["cfg"], prefix_caching=True, schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm", "lpm"]))
+    )
     return case
 
 
@@ -323,14 +375,21 @@ def radix_cases(draw):
 )
 @given(case=radix_cases())
 def test_the_core_gives_the_reference_results_for_sglangs_radix_cache(monkeypatch, mode, case):
-    """Matching, node splits, locks, LRU eviction, checkpoints, lpm with in-batch deprioritization, retraction:
-    the core calls the reference's own RadixCache at the same moments, so the tree ends the same too."""
+    """Matching, node splits, locks, LRU eviction, checkpoints, lpm with in-batch deprioritization,
+    retraction: the core calls the reference's own RadixCache at the same moments, so the tree ends the same
+    too."""
 
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
-        )  # fmt: skip
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
+            prefix=case["prefix"],
+            ignore_eos=case.get("ignore_eos"),
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     got = _run(monkeypatch, mode, sim)
@@ -338,7 +397,13 @@ def test_the_core_gives_the_reference_results_for_sglangs_radix_cache(monkeypatc
     for x, y in zip(ref.replicas, got.replicas, strict=True):
         a, b = x.state.radix, y.state.radix
         assert (a.available, a.evictable, a.protected, a.evictions, a.queries, a.hits) == (
-            b.available, b.evictable, b.protected, b.evictions, b.queries, b.hits)  # fmt: skip
+            b.available,
+            b.evictable,
+            b.protected,
+            b.evictions,
+            b.queries,
+            b.hits,
+        )
 
 
 @pytest.mark.parametrize("mode", CORES)
@@ -351,12 +416,26 @@ def test_the_core_orders_and_evicts_as_the_reference_does_with_the_radix_cache(m
     rng = np.random.default_rng(5)
     group = np.where(np.arange(n) % 3 == 0, -1, rng.integers(0, 3, n))
     prompt, output = rng.integers(210, 400, n), rng.integers(5, 40, n)
-    cfg = SimConfig(policy="sglang", prefix_caching=True, schedule_policy="lpm", budget=1024, max_model_len=1024,
-                    sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+    cfg = SimConfig(
+        policy="sglang",
+        prefix_caching=True,
+        schedule_policy="lpm",
+        budget=1024,
+        max_model_len=1024,
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+    )
 
     def sim():
-        return simulate(prompt, output, np.zeros(n), LinearTimer(0.003, 2e-5, 3e-8), num_blocks, cfg,
-                        prefix=(group, np.full(n, 200)))  # fmt: skip
+        return simulate(
+            prompt,
+            output,
+            np.zeros(n),
+            LinearTimer(0.003, 2e-5, 3e-8),
+            num_blocks,
+            cfg,
+            prefix=(group, np.full(n, 200)),
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     radix = ref.replicas[0].state.radix
@@ -368,15 +447,24 @@ def test_the_core_orders_and_evicts_as_the_reference_does_with_the_radix_cache(m
 
 @pytest.mark.parametrize("mode", CORES)
 def test_the_core_admits_ignore_eos_requests_as_the_reference_does_for_sglang(monkeypatch, mode):
-    """add_one_req_ignore_eos by construction (ignore_eos, no radix cache): a pool that binds, so its look ahead
-    decides admissions, and mixed chunks on 16-token pages, so the chunk left after the decodes' tokens is not
-    a whole number of pages and a request cut short takes all of it (unfloored, unlike the general path)."""
+    """add_one_req_ignore_eos by construction (ignore_eos, no radix cache): a pool that binds, so its look
+    ahead decides admissions, and mixed chunks on 16-token pages, so the chunk left after the decodes' tokens
+    is not a whole number of pages and a request cut short takes all of it (unfloored, unlike the general
+    path)."""
     rng = np.random.default_rng(11)
     n = 80
     prompt, output = rng.integers(50, 1500, n), rng.integers(20, 400, n)
     arrived = np.cumsum(rng.exponential(0.01, n))
-    cfg = SimConfig(policy="sglang", max_model_len=2048, ignore_eos=True, enable_mixed_chunk=True, page_size=16,
-                    budget=512, sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+    cfg = SimConfig(
+        policy="sglang",
+        max_model_len=2048,
+        ignore_eos=True,
+        enable_mixed_chunk=True,
+        page_size=16,
+        budget=512,
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+    )
 
     def sim():
         return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8), 400, cfg)
@@ -398,9 +486,17 @@ def test_the_core_retracts_and_aborts_as_the_reference_does_for_sglang(monkeypat
     prompt = np.concatenate([rng.integers(1, 64, n), [10, 12]])
     output = np.concatenate([rng.integers(300, 600, n), [6000, 6000]])
     arrived = np.concatenate([np.cumsum(rng.exponential(0.002, n)), [1.0, 1.0]])
-    cfg = SimConfig(policy="sglang", max_model_len=8192, ignore_eos=False, schedule_conservativeness=0.1,
-                    enable_mixed_chunk=mixed, page_size=4, budget=256, sched_delay_slo_s=1e9,
-                    overload_wait_s=1e9)  # fmt: skip
+    cfg = SimConfig(
+        policy="sglang",
+        max_model_len=8192,
+        ignore_eos=False,
+        schedule_conservativeness=0.1,
+        enable_mixed_chunk=mixed,
+        page_size=4,
+        budget=256,
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+    )
 
     def sim():
         return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8), 263, cfg)
@@ -422,10 +518,16 @@ def sglang_speculative_cases(draw):
     if isinstance(case["timer"], ConstantTimer) or case["timer"].num_stages > 1:
         case["timer"] = LinearTimer(0.003, 2e-5, 3e-8)
     case["cfg"] = replace(
-        cfg, num_replicas=min(cfg.num_replicas, 3) if cfg.dp_attention == 1 else 1, dp_attention=1,
-        enable_mixed_chunk=False, spec_k=k, spec_acceptance=tuple(acc), spec_seed=draw(st.integers(0, 1000)),
-        spec_fraction=draw(st.sampled_from([0.0, 0.05])), spec_passes=k,
-    )  # fmt: skip
+        cfg,
+        num_replicas=min(cfg.num_replicas, 3) if cfg.dp_attention == 1 else 1,
+        dp_attention=1,
+        enable_mixed_chunk=False,
+        spec_k=k,
+        spec_acceptance=tuple(acc),
+        spec_seed=draw(st.integers(0, 1000)),
+        spec_fraction=draw(st.sampled_from([0.0, 0.05])),
+        spec_passes=k,
+    )
     return case
 
 
@@ -437,14 +539,19 @@ def sglang_speculative_cases(draw):
 )
 @given(case=sglang_speculative_cases())
 def test_the_core_gives_the_reference_results_for_sglang_with_eagle(monkeypatch, mode, case):
-    """sglang's EAGLE verification steps: each running request's K drafts verified, its KV kept allocated to the
-    committed tokens plus 2(K + 1), retraction against that."""
+    """sglang's EAGLE verification steps: each running request's K drafts verified, its KV kept allocated to
+    the committed tokens plus 2(K + 1), retraction against that."""
 
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
             ignore_eos=case.get("ignore_eos"),
-        )  # fmt: skip
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     got = _run(monkeypatch, mode, sim)
@@ -461,9 +568,20 @@ def test_the_core_retracts_as_the_reference_does_for_sglang_with_eagle(monkeypat
     prompt = np.concatenate([rng.integers(1, 64, n), [10, 12]])
     output = np.concatenate([rng.integers(300, 600, n), [6000, 6000]])
     arrived = np.concatenate([np.cumsum(rng.exponential(0.002, n)), [1.0, 1.0]])
-    cfg = SimConfig(policy="sglang", max_model_len=8192, ignore_eos=False, schedule_conservativeness=0.1,
-                    page_size=4, budget=256, sched_delay_slo_s=1e9, overload_wait_s=1e9, spec_k=4,
-                    spec_acceptance=(0.8, 0.6, 0.4, 0.2), spec_passes=4, spec_fraction=0.05)  # fmt: skip
+    cfg = SimConfig(
+        policy="sglang",
+        max_model_len=8192,
+        ignore_eos=False,
+        schedule_conservativeness=0.1,
+        page_size=4,
+        budget=256,
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+        spec_k=4,
+        spec_acceptance=(0.8, 0.6, 0.4, 0.2),
+        spec_passes=4,
+        spec_fraction=0.05,
+    )
 
     def sim():
         return simulate(prompt, output, arrived, LinearTimer(0.003, 2e-5, 3e-8), 263, cfg)
@@ -499,17 +617,24 @@ def prefix_cases(draw):
 def test_the_core_gives_the_reference_results_with_prefix_caching(monkeypatch, mode, case):
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
-        )  # fmt: skip
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
+            prefix=case["prefix"],
+            ignore_eos=case.get("ignore_eos"),
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
 
 
 def chained_ids(rng, prompt, block: int) -> tuple:
-    """A Mooncake-like tree of prefixes: each request's chained block ids (one per `block` tokens) share a prefix
-    of an earlier request's whole blocks (a branch of the tree) or start fresh; a few carry no ids at all."""
+    """A Mooncake-like tree of prefixes: each request's chained block ids (one per `block` tokens) share a
+    prefix of an earlier request's whole blocks (a branch of the tree) or start fresh; a few carry no ids at
+    all."""
     rows, full, fresh = [], [], 0
     for p in prompt:
         blocks = -(-int(p) // block)
@@ -538,9 +663,9 @@ def chained_ids(rng, prompt, block: int) -> tuple:
 )
 @given(data=st.data())
 def test_the_core_gives_the_reference_results_for_a_tree_of_prefixes(monkeypatch, mode, policy, data):
-    """Chained block ids (Mooncake's hash_ids) as the prefix identity, on vllm-v1's block pool and SGLang's radix
-    tree (lpm among the orders). The hash block is 64 tokens here, not Mooncake's 512, so that the short prompts
-    of these cases make deep trees; both runs read the same patched constant."""
+    """Chained block ids (Mooncake's hash_ids) as the prefix identity, on vllm-v1's block pool and SGLang's
+    radix tree (lpm among the orders). The hash block is 64 tokens here, not Mooncake's 512, so that the short
+    prompts of these cases make deep trees; both runs read the same patched constant."""
     from simserve.sim import prefix_cache
 
     monkeypatch.setattr(prefix_cache, "HASH_BLOCK_TOKENS", data.draw(st.sampled_from([64, 64, 512])))
@@ -550,9 +675,15 @@ def test_the_core_gives_the_reference_results_for_a_tree_of_prefixes(monkeypatch
 
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
-        )  # fmt: skip
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
+            prefix=case["prefix"],
+            ignore_eos=case.get("ignore_eos"),
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     got = _run(monkeypatch, mode, sim)
@@ -561,23 +692,38 @@ def test_the_core_gives_the_reference_results_for_a_tree_of_prefixes(monkeypatch
         a, b = x.state.radix, y.state.radix
         if a is not None:
             assert (a.available, a.evictable, a.protected, a.evictions, a.queries, a.hits) == (
-                b.available, b.evictable, b.protected, b.evictions, b.queries, b.hits)  # fmt: skip
+                b.available,
+                b.evictable,
+                b.protected,
+                b.evictions,
+                b.queries,
+                b.hits,
+            )
 
 
 def test_a_tree_of_prefixes_hits_where_its_branches_meet(monkeypatch):
     """The reference by construction: 30 requests a second apart (each done well before the next) on one
-    replica, branches of a tree of 512-token chained blocks; with vllm-v1's prefix caching each hits the run of
-    its whole blocks that earlier requests computed (no eviction: the pool holds them all)."""
+    replica, branches of a tree of 512-token chained blocks; with vllm-v1's prefix caching each hits the run
+    of its whole blocks that earlier requests computed (no eviction: the pool holds them all)."""
     from simserve.sim.prefix_cache import block_keys
 
     rng = np.random.default_rng(1)
     n = 30
     prompt, output = rng.integers(1100, 2000, n), rng.integers(2, 5, n)
     prefix = chained_ids(rng, prompt, 512)
-    cfg = SimConfig(policy="vllm-v1", prefix_caching=True, budget=8192, max_model_len=4096,
-                    sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
-    run = _run(monkeypatch, "reference",
-               lambda: simulate(prompt, output, np.arange(n) * 1.0, ConstantTimer(0.01), 4000, cfg, prefix=prefix))  # fmt: skip
+    cfg = SimConfig(
+        policy="vllm-v1",
+        prefix_caching=True,
+        budget=8192,
+        max_model_len=4096,
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+    )
+    run = _run(
+        monkeypatch,
+        "reference",
+        lambda: simulate(prompt, output, np.arange(n) * 1.0, ConstantTimer(0.01), 4000, cfg, prefix=prefix),
+    )
     reqs = run.reqs
     seen: set = set()
     for i in range(n):
@@ -595,8 +741,11 @@ def routed_prefix_cases(draw):
     case = draw(prefix_cases())
     cfg = case["cfg"]
     d = cfg.dp_attention
-    case["cfg"] = replace(cfg, router=draw(st.sampled_from(["prefix-aware", "prefix-aware", "kv"])),
-                          num_replicas=d * draw(st.integers(2, 4 if d == 1 else 2)))  # fmt: skip
+    case["cfg"] = replace(
+        cfg,
+        router=draw(st.sampled_from(["prefix-aware", "prefix-aware", "kv"])),
+        num_replicas=d * draw(st.integers(2, 4 if d == 1 else 2)),
+    )
     return case
 
 
@@ -610,9 +759,14 @@ def routed_prefix_cases(draw):
 def test_the_core_routes_as_the_reference_with_prefix_caching(monkeypatch, mode, case):
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
             prefix=case["prefix"],
-        )  # fmt: skip
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
@@ -620,17 +774,19 @@ def test_the_core_routes_as_the_reference_with_prefix_caching(monkeypatch, mode,
 
 @st.composite
 def tier_cases(draw):
-    """prefix_cases with a CPU KV tier (--kv-offload-gb, kv_offload.py): one stage, no attention DP, tiers from
-    a block to more than the GPU pool, loads from free to longer than a step, decode stretches on or off."""
+    """prefix_cases with a CPU KV tier (--kv-offload-gb, kv_offload.py): one stage, no attention DP, tiers
+    from a block to more than the GPU pool, loads from free to longer than a step, decode stretches on or
+    off."""
     case = draw(prefix_cases())
-    case["timer"] = (
-        ConstantTimer(0.01) if draw(st.booleans()) else LinearTimer(0.003, 2e-5, 3e-8)
-    )
+    case["timer"] = ConstantTimer(0.01) if draw(st.booleans()) else LinearTimer(0.003, 2e-5, 3e-8)
     case["cfg"] = replace(
-        case["cfg"], dp_attention=1, num_replicas=draw(st.integers(1, 2)), stretch=draw(st.booleans()),
+        case["cfg"],
+        dp_attention=1,
+        num_replicas=draw(st.integers(1, 2)),
+        stretch=draw(st.booleans()),
         kv_offload_blocks=draw(st.integers(1, 5 * case["blocks"])),
         kv_offload_block_s=draw(st.sampled_from([0.0, 1e-4, 2e-3, 0.05])),
-    )  # fmt: skip
+    )
     return case
 
 
@@ -644,9 +800,15 @@ def tier_cases(draw):
 def test_the_core_gives_the_reference_results_with_a_cpu_kv_tier(monkeypatch, mode, case):
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"], ignore_eos=case.get("ignore_eos"),
-        )  # fmt: skip
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
+            prefix=case["prefix"],
+            ignore_eos=case.get("ignore_eos"),
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
@@ -660,7 +822,9 @@ def conversation_cases(draw):
     case = draw(cases())
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     n = len(case["prompt"])
-    group = np.where(rng.random(n) < draw(st.sampled_from([0.5, 0.9])), rng.integers(0, draw(st.integers(1, 5)), n), -1)
+    group = np.where(
+        rng.random(n) < draw(st.sampled_from([0.5, 0.9])), rng.integers(0, draw(st.integers(1, 5)), n), -1
+    )
     parent = np.full(n, -1, dtype=np.int64)
     last: dict[int, int] = {}
     for i, g in enumerate(group.tolist()):  # the rounds of a conversation, in arrival (= id) order
@@ -687,9 +851,15 @@ def conversation_cases(draw):
 def test_the_core_gives_the_reference_results_for_conversations(monkeypatch, mode, case):
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"], conversation=case["conversation"],
-        )  # fmt: skip
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
+            prefix=case["prefix"],
+            conversation=case["conversation"],
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     assert_same(ref, _run(monkeypatch, mode, sim))
@@ -697,15 +867,16 @@ def test_the_core_gives_the_reference_results_for_conversations(monkeypatch, mod
 
 @st.composite
 def autoscale_cases(draw):
-    """An autoscaled run (sim/autoscale.py): any policy of the engine and of the autoscaler, replicas that cold
-    start, drain and come back, under arrivals whose rate steps up tenfold in the middle third."""
+    """An autoscaled run (sim/autoscale.py): any policy of the engine and of the autoscaler, replicas that
+    cold start, drain and come back, under arrivals whose rate steps up tenfold in the middle third."""
     case = draw(cases())
     cfg = case["cfg"]
     hi = draw(st.integers(2, 4))
     lo = draw(st.integers(1, hi))
     case["cfg"] = replace(cfg, dp_attention=1, num_replicas=hi)
     case["prefix"] = None
-    if cfg.policy == "vllm-v1" and draw(st.booleans()):  # prefix caching: the prefix-aware router's index in play
+    # prefix caching: the prefix-aware router's index in play
+    if cfg.policy == "vllm-v1" and draw(st.booleans()):
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         n = len(case["prompt"])
         case["prefix"] = (rng.integers(0, 3, n), rng.integers(0, cfg.max_model_len + 50, n))
@@ -714,16 +885,19 @@ def autoscale_cases(draw):
     n = len(gaps)
     gaps[n // 3 : 2 * n // 3] /= 10.0
     case["arrived"] = np.cumsum(gaps)
-    span = float(case["arrived"][-1])  # intervals and cold starts in proportion: decisions happen in every run
+    # intervals and cold starts in proportion: decisions happen in every run
+    span = float(case["arrived"][-1])
     policy = draw(st.sampled_from(["utilization", "queue", "slo"]))
     case["autoscale"] = AutoscaleConfig(
-        lo, hi, policy,
+        lo,
+        hi,
+        policy,
         initial=draw(st.integers(lo, hi)),
         interval_s=span * draw(st.sampled_from([0.02, 0.1, 0.3])),
         cold_start_s=span * draw(st.sampled_from([0.0, 0.03, 0.15])),
         target=draw(st.sampled_from([None, 0.02, 0.3])) if policy == "utilization" else None,
         capacity_qps=(n / span) * draw(st.sampled_from([0.1, 0.5, 2.0])) if policy == "slo" else None,
-    )  # fmt: skip
+    )
     return case
 
 
@@ -737,9 +911,15 @@ def autoscale_cases(draw):
 def test_the_core_gives_the_reference_results_with_the_autoscaler(monkeypatch, mode, case):
     def sim():
         return simulate(
-            case["prompt"], case["output"], case["arrived"], case["timer"], case["blocks"], case["cfg"],
-            prefix=case["prefix"], autoscale=case["autoscale"],
-        )  # fmt: skip
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["timer"],
+            case["blocks"],
+            case["cfg"],
+            prefix=case["prefix"],
+            autoscale=case["autoscale"],
+        )
 
     ref, got = _run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim)
     assert_same(ref, got)
@@ -751,10 +931,19 @@ def test_the_core_gives_the_reference_results_with_the_autoscaler(monkeypatch, m
 def test_an_overloaded_conversation_run_stops_at_the_references_check(monkeypatch, rule):
     """The overload rule scans requests in routing order, which conversations' follow-ups make differ from id
     order: the core's skip test (Core._check_due) must scan the same order, or it skips the check where the
-    rule acts. Twelve conversations of slow rounds overload a replica of two slots, by either half of the rule."""
+    rule acts. Twelve conversations of slow rounds overload a replica of two slots, by either half of the
+    rule."""
     slo, wait = (0.3, 1e9) if rule == "late" else (1e9, 0.5)
-    cfg = SimConfig(policy="sarathi", budget=64, max_batch=2, max_model_len=512, sched_delay_slo_s=slo,
-                    overload_wait_s=wait, check_period_s=0.1, stop_when_overloaded=True)  # fmt: skip
+    cfg = SimConfig(
+        policy="sarathi",
+        budget=64,
+        max_batch=2,
+        max_model_len=512,
+        sched_delay_slo_s=slo,
+        overload_wait_s=wait,
+        check_period_s=0.1,
+        stop_when_overloaded=True,
+    )
     for seed in range(10):
         rng = np.random.default_rng(seed)
         n = 80
@@ -768,7 +957,9 @@ def test_an_overloaded_conversation_run_stops_at_the_references_check(monkeypatc
         prompt, output = rng.integers(20, 300, n), rng.integers(2, 20, n)
 
         def sim():
-            return simulate(prompt, output, arrived, LinearTimer(0.01, 2e-4, 1e-7), 200, cfg, conversation=parent)  # noqa: B023
+            return simulate(
+                prompt, output, arrived, LinearTimer(0.01, 2e-4, 1e-7), 200, cfg, conversation=parent
+            )  # noqa: B023
 
         ref = _run(monkeypatch, "reference", sim)
         if rule == "oldest":
@@ -790,10 +981,28 @@ SCENARIOS = {  # the profiled predictor's timer, as `simserve run` uses it
     "sglang-mixed": (Scenario(**MISTRAL, policy="sglang", enable_mixed_chunk=True, budget=2048), 4.0),
     "closed-loop": (Scenario(**MISTRAL, policy="vllm-v1", max_concurrency=8, frontend_ms=2.0), 6.0),
     # the routers (sim/routers.py) on a prefix-sharing workload with vLLM's prefix caching
-    "prefix-aware-4rep": (Scenario(**MISTRAL, policy="vllm-v1", prefix_caching=True, num_replicas=4,
-                                   router="prefix-aware", trace="prefix-repetition"), 12.0),  # fmt: skip
-    "kv-3rep-multiturn": (Scenario(**MISTRAL, policy="vllm-v1", prefix_caching=True, num_replicas=3, router="kv",
-                                   trace="sharegpt-multiturn"), 6.0),  # fmt: skip
+    "prefix-aware-4rep": (
+        Scenario(
+            **MISTRAL,
+            policy="vllm-v1",
+            prefix_caching=True,
+            num_replicas=4,
+            router="prefix-aware",
+            trace="prefix-repetition",
+        ),
+        12.0,
+    ),
+    "kv-3rep-multiturn": (
+        Scenario(
+            **MISTRAL,
+            policy="vllm-v1",
+            prefix_caching=True,
+            num_replicas=3,
+            router="kv",
+            trace="sharegpt-multiturn",
+        ),
+        6.0,
+    ),
 }
 
 
@@ -861,14 +1070,15 @@ def test_a_policy_the_core_lacks_would_run_on_the_reference_and_say_so_once(caps
     assert capsys.readouterr().err.count("--policy sglang runs on the SimPy reference") == 1
 
 
-# -- attention-DP lockstep (core.Core._lockstep_* against sim/lockstep.py) ------------------------------------
-# The random cases above reach it too (D 2-4, one or two deployments, both routers, closed and open loops, small
-# pools, CUDA-graph padding); these use the profiled MoE timer, whose lockstep tables are the real ones.
+# -- attention-DP lockstep (core.Core._lockstep_* against sim/lockstep.py) -----------------------------------
+# The random cases above reach it too (D 2-4, one or two deployments, both routers, closed and open loops,
+# small pools, CUDA-graph padding); these use the profiled MoE timer, whose lockstep tables are the real ones.
 @needs_cython
 def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
-    """Timer.own_base/own_time/experts_time (core/timer.py, run as plain Python) against BatchTimer.own_time and
-    experts_time, bit for bit: random batches, padded or not, in and past the tables' ends, the idle rank's
-    dummy batch (its own time only counts where it is the slowest rank, which the runs rarely reach)."""
+    """Timer.own_base/own_time/experts_time (core/timer.py, run as plain Python) against BatchTimer.own_time
+    and experts_time, bit for bit: random batches, padded or not, in and past the tables' ends, the idle
+    rank's dummy batch (its own time only counts where it is the slowest rank, which the runs rarely
+    reach)."""
     import copy
 
     from simserve.predictor.overhead import Component, CpuOverhead
@@ -882,9 +1092,11 @@ def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
     # the step composed with every part (async overlap that sometimes exceeds the GPU side, launch costs per
     # mode), so own_time's composition is checked beyond the plain sum
     # each role with a per-prefill-chunk term too (vLLM's request admission: engine_cpu.components)
-    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
-             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
-             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)))  # fmt: skip
+    heavy = (
+        ("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
+        ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
+        ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)),
+    )
     composed = copy.copy(moe_dp_timer)
     composed._set_cpu(CpuOverhead(async_scheduling=True, components=heavy))
     composed = with_launch_costs(padded_timer(composed, sizes), launch_costs(moe_dp_timer.deployment, sizes))
@@ -896,8 +1108,10 @@ def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
             assert t.dummy_time(pad) == timer.own_time((), DUMMY_KV, pad)[0]
             for _ in range(40):
                 k = rng.integers(0, 3)
-                prefills = [(int(c), int(p)) for c, p in zip(rng.integers(1, 3000, k), rng.integers(0, 5000, k),
-                                                              strict=True)]  # fmt: skip
+                prefills = [
+                    (int(c), int(p))
+                    for c, p in zip(rng.integers(1, 3000, k), rng.integers(0, 5000, k), strict=True)
+                ]
                 kv = rng.integers(2, 6000, rng.integers(0 if prefills else 1, 300))
                 own, tokens = timer.own_time(prefills, kv, pad)
                 base = t.own_base([c for c, _ in prefills], [p for _, p in prefills], len(kv), int(kv.sum()))
@@ -908,11 +1122,13 @@ def test_the_cores_lockstep_arithmetic_is_the_batch_timers(moe_dp_timer):
 
 @pytest.mark.parametrize("policy", ["vllm-v1", "sglang"])
 @pytest.mark.parametrize("graphs", [False, True])
-def test_the_core_steps_dp_ranks_as_the_reference_does_with_the_profiled_timer(monkeypatch, moe_dp_timer, policy,
-                                                                               graphs):  # fmt: skip
-    """Mixtral fp8 on H100 (TP 1, EP 2, two attention-DP ranks) from a roofline profile; two deployments of two
-    ranks behind the lor router, a pool small enough that a rank's KV is over half full (vLLM's balancer adds
-    its waiting penalty) and preempts, and vLLM's CUDA graphs padding the ranks to the largest (or not)."""
+def test_the_core_steps_dp_ranks_as_the_reference_does_with_the_profiled_timer(
+    monkeypatch, moe_dp_timer, policy, graphs
+):
+    """Mixtral fp8 on H100 (TP 1, EP 2, two attention-DP ranks) from a roofline profile; two deployments of
+    two ranks behind the lor router, a pool small enough that a rank's KV is over half full (vLLM's balancer
+    adds its waiting penalty) and preempts, and vLLM's CUDA graphs padding the ranks to the largest (or
+    not)."""
     from simserve.vllm_worker import padded_timer
 
     timer = padded_timer(moe_dp_timer, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) if graphs else moe_dp_timer
@@ -920,8 +1136,17 @@ def test_the_core_steps_dp_ranks_as_the_reference_does_with_the_profiled_timer(m
     n = 160
     prompt, output = rng.integers(1, 3000, n), rng.integers(1, 300, n)
     arrived = np.cumsum(rng.exponential(0.01, n))
-    cfg = SimConfig(policy=policy, budget=2048, max_model_len=4096, num_replicas=4, dp_attention=2, router="lor",
-                    sched_delay_slo_s=1e9, overload_wait_s=1e9, ignore_eos=False)  # fmt: skip
+    cfg = SimConfig(
+        policy=policy,
+        budget=2048,
+        max_model_len=4096,
+        num_replicas=4,
+        dp_attention=2,
+        router="lor",
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+        ignore_eos=False,
+    )
 
     def sim():
         return simulate(prompt, output, arrived, timer, 700, cfg)
@@ -939,8 +1164,16 @@ def test_a_request_a_drop_lets_in_waits_for_the_next_lockstep_step(monkeypatch, 
     drops it at the next step (DpGroup._batch), which frees a slot, so request 2 is sent then. It reaches
     rank 1 through the arrivals process, after that step was formed (the group routes only at the top of its
     loop): it waits for the next step, on the reference and on the core alike."""
-    cfg = SimConfig(policy="vllm-v1", budget=512, max_model_len=4096, num_replicas=2, dp_attention=2,
-                    max_concurrency=2, sched_delay_slo_s=1e9, overload_wait_s=1e9)  # fmt: skip
+    cfg = SimConfig(
+        policy="vllm-v1",
+        budget=512,
+        max_model_len=4096,
+        num_replicas=2,
+        dp_attention=2,
+        max_concurrency=2,
+        sched_delay_slo_s=1e9,
+        overload_wait_s=1e9,
+    )
     prompt, output, arrived = [100, 3000, 50], [40, 5, 5], [0.0, 0.05, 0.05]
 
     timer = LinearTimer(0.003, 2e-5, 3e-8, e=1e-5)
@@ -958,9 +1191,10 @@ def test_a_request_a_drop_lets_in_waits_for_the_next_lockstep_step(monkeypatch, 
     assert_same(ref, _run(monkeypatch, mode, sim))
 
 
-# -- disaggregated serving (core.DisaggCore against disagg.DisaggCluster) ---------------------------------------
+# -- disaggregated serving (core.DisaggCore against disagg.DisaggCluster) ------------------------------------
 def assert_same_disagg(ref, got) -> None:
-    """Two DisaggRuns agree to the last bit: the user's view, both pools' rows and counters, every transfer."""
+    """Two DisaggRuns agree to the last bit: the user's view, both pools' rows and counters, every
+    transfer."""
     assert_same(ref.raw, got.raw)
     for name in ("prefilled", "queued", "start", "end", "nbytes", "prefill_replica"):
         a, b = getattr(ref.transfers, name), getattr(got.transfers, name)
@@ -1010,21 +1244,36 @@ def disagg_cases(draw):
 
     def pool(router, starved):
         pp = draw(st.integers(1, 3))
-        timer = (ConstantTimer(draw(st.sampled_from([0.002, 0.01])), num_stages=pp) if draw(st.booleans())
-                 else LinearTimer(0.003, draw(st.sampled_from([2e-5, 1e-4])), 3e-8, num_stages=pp))  # fmt: skip
+        timer = (
+            ConstantTimer(draw(st.sampled_from([0.002, 0.01])), num_stages=pp)
+            if draw(st.booleans())
+            else LinearTimer(0.003, draw(st.sampled_from([2e-5, 1e-4])), 3e-8, num_stages=pp)
+        )
         blocks = draw(st.integers(1, 2 * min_blocks) if starved else st.integers(min_blocks, 4 * min_blocks))
         own = None  # the decode pool's own limits (a decode engine runs its own budget and max batch)
         if router != cfg.router and draw(st.booleans()):
-            own = replace(cfg, budget=draw(st.one_of(st.none(), st.integers(1, 600))),
-                          max_batch=draw(st.one_of(st.none(), st.integers(1, 20))))  # fmt: skip
+            own = replace(
+                cfg,
+                budget=draw(st.one_of(st.none(), st.integers(1, 600))),
+                max_batch=draw(st.one_of(st.none(), st.integers(1, 20))),
+            )
         return Pool(draw(st.integers(1, 3)), timer, blocks, router, own)
 
     prefill = pool(cfg.router, False)
     decode = pool(draw(st.sampled_from(["rr", "lor", "kv", "kv"])), draw(st.booleans()))
-    link = KVLink("test", draw(st.sampled_from([100.0, 1.0, 0.01])), draw(st.sampled_from([0.0, 2e-5, 5e-3])), 1,
-                  "test")  # fmt: skip
-    return dict(prompt=prompt, output=output, arrived=arrived, cfg=cfg, prefill=prefill, decode=decode, link=link,
-                kv=draw(st.sampled_from([100.0, 4096.0])))  # fmt: skip
+    link = KVLink(
+        "test", draw(st.sampled_from([100.0, 1.0, 0.01])), draw(st.sampled_from([0.0, 2e-5, 5e-3])), 1, "test"
+    )
+    return dict(
+        prompt=prompt,
+        output=output,
+        arrived=arrived,
+        cfg=cfg,
+        prefill=prefill,
+        decode=decode,
+        link=link,
+        kv=draw(st.sampled_from([100.0, 4096.0])),
+    )
 
 
 @pytest.mark.parametrize("mode", CORES)
@@ -1038,13 +1287,22 @@ def test_the_core_gives_the_reference_results_for_disaggregated_serving(monkeypa
     from simserve.sim.disagg import simulate_disagg
 
     def sim():
-        return simulate_disagg(case["prompt"], case["output"], case["arrived"], case["cfg"], case["prefill"],
-                               case["decode"], case["link"], case["kv"])  # fmt: skip
+        return simulate_disagg(
+            case["prompt"],
+            case["output"],
+            case["arrived"],
+            case["cfg"],
+            case["prefill"],
+            case["decode"],
+            case["link"],
+            case["kv"],
+        )
 
     assert_same_disagg(_run(monkeypatch, "reference", sim), _run(monkeypatch, mode, sim))
 
 
-STOPS = {  # each of the watchdog's ways to end a run, reached mid-run on the case below (the reference's flag)
+# each of the watchdog's ways to end a run, reached mid-run on the case below (the reference's flag)
+STOPS = {
     "none": ({}, None),
     "tbt": ({"stop_tbt": (0.005, 0.99)}, "stopped_early"),
     "overload": ({"sched_delay_slo_s": 0.5, "overload_wait_s": 3.0}, "overloaded"),
@@ -1068,13 +1326,29 @@ def test_a_kv_starved_decode_pool_behind_a_slow_link_runs_as_the_reference(monke
     output = rng.integers(20, 200, n)
     arrived = np.cumsum(rng.exponential(0.01, n))
     rules, flag = STOPS[stop]
-    cfg = replace(SimConfig(policy="sarathi", budget=256, max_model_len=1024, sched_delay_slo_s=1e9,
-                            overload_wait_s=1e9, check_period_s=0.1), **rules)  # fmt: skip
+    cfg = replace(
+        SimConfig(
+            policy="sarathi",
+            budget=256,
+            max_model_len=1024,
+            sched_delay_slo_s=1e9,
+            overload_wait_s=1e9,
+            check_period_s=0.1,
+        ),
+        **rules,
+    )
 
     def sim():
-        return simulate_disagg(prompt, output, arrived, cfg, Pool(2, LinearTimer(0.003, 2e-5, 3e-8, num_stages=2), 80),
-                               Pool(2, LinearTimer(0.004, 1e-5, 3e-8), 48, "kv"),
-                               KVLink("slow", 0.05, 2e-5, 1, "test"), 20000.0)  # fmt: skip
+        return simulate_disagg(
+            prompt,
+            output,
+            arrived,
+            cfg,
+            Pool(2, LinearTimer(0.003, 2e-5, 3e-8, num_stages=2), 80),
+            Pool(2, LinearTimer(0.004, 1e-5, 3e-8), 48, "kv"),
+            KVLink("slow", 0.05, 2e-5, 1, "test"),
+            20000.0,
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     r, t = ref.raw.reqs, ref.transfers
@@ -1098,7 +1372,8 @@ def test_the_core_runs_a_disaggregated_scenario_with_the_profiled_timers_as_the_
 @pytest.mark.parametrize("mode", CORES)
 def test_a_backlog_only_in_front_of_the_decode_pool_is_an_overload_on_the_core_too(monkeypatch, mode):
     """A roomy prefill pool and a decode pool of 150 blocks: prefills keep up, so only decode admission (the
-    watchdog's "scheduled") falls behind; the core's skip test must read that, not the prefill side's admission."""
+    watchdog's "scheduled") falls behind; the core's skip test must read that, not the prefill side's
+    admission."""
     from simserve.sim.disagg import Pool, simulate_disagg
     from simserve.sim.kvlink import KVLink
 
@@ -1108,8 +1383,16 @@ def test_a_backlog_only_in_front_of_the_decode_pool_is_an_overload_on_the_core_t
     timer = LinearTimer(0.004, 1e-5, 1e-8)
 
     def sim():
-        return simulate_disagg(prompt, output, arrived, SimConfig(policy="sarathi"), Pool(2, timer, 20000),
-                               Pool(1, timer, 150, "kv"), KVLink("test", 10.0, 20e-6, 1, "test"), 1000.0)  # fmt: skip
+        return simulate_disagg(
+            prompt,
+            output,
+            arrived,
+            SimConfig(policy="sarathi"),
+            Pool(2, timer, 20000),
+            Pool(1, timer, 150, "kv"),
+            KVLink("test", 10.0, 20e-6, 1, "test"),
+            1000.0,
+        )
 
     ref = _run(monkeypatch, "reference", sim)
     assert ref.raw.overloaded and np.nanmedian(ref.raw.reqs.scheduled - ref.raw.reqs.arrived) < 2.0

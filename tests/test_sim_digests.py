@@ -1,29 +1,30 @@
 """Golden outputs: the simulator's tables and summary, hashed to the last bit, for runs that cover every
 policy, pipeline parallelism, light and heavy load, preemption, several replicas and an overload stop.
 
-The digests were recorded with the simulator as it was before the event-loop speed work (issue 11, item 2),
-so any optimisation of the hot path must leave every request time, iteration row and histogram count
-unchanged. (Re-pinned once when the summary gained `stopped_early`; the tables and
-histograms kept their digests, checked by hashing them without the summary. Re-pinned again for the pp2
-scenarios when collectives came from NCCL's model over the box's topology: their TP-4 all-reduce and the
-stage 0 -> 1 hop both go through the host over PCIe on the A40 NVLink-pair box — as before, but now at the
-published 20 GB/s with NCCL's latencies instead of the fitted 23.7 GB/s and alpha. Re-pinned for fcfs and
-preempt-vllm when a run stopped mid-stretch kept the TBT gaps of the stretch's finished iterations, as the
-exact path does: both digests were of a fast path that had dropped them; tests/test_sim_stop_tbt.py compares.
-Re-pinned for issue 20, when every digest was made independent of the installed numpy/pandas/scikit-learn/
-scipy: the baseline fit is simserve's own NNLS instead of scipy's (whose rewrites moved the PP = 2 digests), and
-curves, percentiles and the TBT mean use simserve.numerics; the same digests then came out under numpy
-1.26/2.2/2.3, pandas 2.1/2.2/3.1, scikit-learn 1.4/1.6/1.9 and scipy 1.12/1.15/1.17. tests/test_numerics.py
-pins the pieces still owned by libraries — the fitted tables and numpy's random streams — so drift there
-fails a test that names the library. Re-pinned for every PP = 1 case when the decode-stretch fast paths were deleted (issue 22): one iteration row per
-iteration instead of compressed stretch rows, and the stage-busy sums over those rows moved in the last bit for
+The digests were recorded with the simulator as it was before the event-loop speed work (issue 11, item 2), so
+any optimisation of the hot path must leave every request time, iteration row and histogram count unchanged.
+(Re-pinned once when the summary gained `stopped_early`; the tables and histograms kept their digests, checked
+by hashing them without the summary. Re-pinned again for the pp2 scenarios when collectives came from NCCL's
+model over the box's topology: their TP-4 all-reduce and the stage 0 -> 1 hop both go through the host over
+PCIe on the A40 NVLink-pair box — as before, but now at the published 20 GB/s with NCCL's latencies instead of
+the fitted 23.7 GB/s and alpha. Re-pinned for fcfs and preempt-vllm when a run stopped mid-stretch kept the
+TBT gaps of the stretch's finished iterations, as the exact path does: both digests were of a fast path that
+had dropped them; tests/test_sim_stop_tbt.py compares. Re-pinned for issue 20, when every digest was made
+independent of the installed numpy/pandas/scikit-learn/ scipy: the baseline fit is simserve's own NNLS instead
+of scipy's (whose rewrites moved the PP = 2 digests), and curves, percentiles and the TBT mean use
+simserve.numerics; the same digests then came out under numpy 1.26/2.2/2.3, pandas 2.1/2.2/3.1, scikit-learn
+1.4/1.6/1.9 and scipy 1.12/1.15/1.17. tests/test_numerics.py pins the pieces still owned by libraries — the
+fitted tables and numpy's random streams — so drift there fails a test that names the library. Re-pinned for
+every PP = 1 case when the decode-stretch fast paths were deleted (issue 22): one iteration row per iteration
+instead of compressed stretch rows, and the stage-busy sums over those rows moved in the last bit for
 sarathi-heavy, chunked and preempt-sarathi; request tables and histograms kept their hashes. The PP = 2 cases
-were not touched: their stretch kept a row per micro-batch, so they do not move. Re-pinned for the PP = 2 cases
-when the roofline got per-architecture constants (issue 21): the A40 profile was regenerated with sm86's own GEMM
-floor and elementwise efficiencies. Re-pinned sarathi-2rep-lor when a run of several replicas gained the summary's
-`per_replica` (requests, mean outstanding, prefix-cache hit rate per replica: sim/routers.py's report); hashed
-without that key it is the digest it had, 74a1abc9460c458d.) To re-record after an intended change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest
-tests/test_sim_digests.py -s` prints the new digests (and say in the commit why results moved).
+were not touched: their stretch kept a row per micro-batch, so they do not move. Re-pinned for the PP = 2
+cases when the roofline got per-architecture constants (issue 21): the A40 profile was regenerated with sm86's
+own GEMM floor and elementwise efficiencies. Re-pinned sarathi-2rep-lor when a run of several replicas gained
+the summary's `per_replica` (requests, mean outstanding, prefix-cache hit rate per replica: sim/routers.py's
+report); hashed without that key it is the digest it had, 74a1abc9460c458d.) To re-record after an intended
+change of results: `SIMSERVE_GOLDEN_PRINT=1 pytest tests/test_sim_digests.py -s` prints the new digests (and
+say in the commit why results moved).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def digest(res) -> str:
 
 
 MISTRAL = dict(model="mistral-7b", gpu="a100", num_requests=300)
-LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200, allow_long_context=True)  # 8k > 4k limit
+# 8k > 4k limit
+LLAMA_PP2 = dict(model="llama2-70b", gpu="a40", tp=4, pp=2, num_requests=200, allow_long_context=True)
 
 SCENARIOS = {
     "sarathi-light": (Scenario(**MISTRAL, budget=512), 0.75, "8a9694fd57fbf7f3"),

@@ -1,4 +1,5 @@
-"""Disaggregated serving (simserve/sim/disagg.py): conservation, timing by hand, the link, routing, bad input."""
+"""Disaggregated serving (simserve/sim/disagg.py): conservation, timing by hand, the link, routing, bad
+input."""
 
 from __future__ import annotations
 
@@ -25,14 +26,37 @@ def _workload(n=200, seed=0, rate=5.0):
     return prompt, output, np.cumsum(rng.exponential(1 / rate, n))
 
 
-def _run(link_gbps=10.0, n=200, pp=1, prefill_replicas=2, decode_replicas=2, router="kv", blocks=(600, 900),
-         policy="sarathi", seed=0, rate=5.0, stop=False):  # fmt: skip
+def _run(
+    link_gbps=10.0,
+    n=200,
+    pp=1,
+    prefill_replicas=2,
+    decode_replicas=2,
+    router="kv",
+    blocks=(600, 900),
+    policy="sarathi",
+    seed=0,
+    rate=5.0,
+    stop=False,
+):
     prompt, output, arrived = _workload(n, seed, rate)
     timer = LinearTimer(0.004, 1e-5, 1e-8, num_stages=pp)
     link = KVLink("test", link_gbps, 20e-6, 1, "test")
     cfg = SimConfig(policy=policy, stop_when_overloaded=stop)
-    return simulate_disagg(prompt, output, arrived, cfg, Pool(prefill_replicas, timer, blocks[0]),
-                           Pool(decode_replicas, timer, blocks[1], router), link, KV), prompt, output  # fmt: skip
+    return (
+        simulate_disagg(
+            prompt,
+            output,
+            arrived,
+            cfg,
+            Pool(prefill_replicas, timer, blocks[0]),
+            Pool(decode_replicas, timer, blocks[1], router),
+            link,
+            KV,
+        ),
+        prompt,
+        output,
+    )
 
 
 @pytest.mark.parametrize("pp", [1, 2])
@@ -42,12 +66,14 @@ def test_every_request_is_prefilled_once_moved_once_and_decoded_to_the_end(pp, r
     r, t = run.raw.reqs, run.transfers
     assert (r.status == DONE).all()
     order = run.raw.request_ids
-    assert (r.generated == output[order]).all()  # every output token, the first one included, from the decode side
+    # every output token, the first one included, from the decode side
+    assert (r.generated == output[order]).all()
     assert np.isfinite(t.end).all() and (t.nbytes == prompt[order] * KV).all()  # each prompt's KV moved once
     ints, _ = next(run.raw.log.chunks(len(run.raw.log)))
     stage0 = ints[:, 1] == 0
     pre, dec = ints[:, 0] < run.num_prefill, ints[:, 0] >= run.num_prefill
-    assert ints[stage0 & pre, 2].sum() == prompt.sum()  # prefill tokens computed once, all on the prefill side
+    # prefill tokens computed once, all on the prefill side
+    assert ints[stage0 & pre, 2].sum() == prompt.sum()
     assert ints[stage0 & pre, 3].sum() == 0  # prefill-only iterations
     # the decode side recomputes each prompt's last token, then decodes output - 1 tokens
     assert ints[stage0 & dec, 2].sum() == len(prompt) and ints[stage0 & dec, 3].sum() == (output - 1).sum()
@@ -77,14 +103,16 @@ def test_each_step_of_a_request_follows_the_last():
 
 def test_one_request_by_hand():
     """A 600-token prompt under a 256 budget: prefill 256/256/88 at 10 ms each; its 600 kB cross a 1 GB/s link
-    in 0.6 ms + 50 µs; the decode side's first step (the last prompt token) samples token 1; 3 decodes follow."""
+    in 0.6 ms + 50 µs; the decode side's first step (the last prompt token) samples token 1; 3 decodes
+    follow."""
     link = KVLink("test", 1.0, 50e-6, 1, "test")
     timer = ConstantTimer(0.01)
     cfg = SimConfig(policy="sarathi", budget=256)
     run = simulate_disagg([600], [4], [0.0], cfg, Pool(1, timer, 100), Pool(1, timer, 100), link, KV)
     r, t = run.raw.reqs, run.transfers
     assert t.prefilled[0] == pytest.approx(0.03)
-    assert t.end[0] - t.start[0] == pytest.approx(600 * KV / 1e9 + 50e-6)  # idle link: latency + bytes / bandwidth
+    # idle link: latency + bytes / bandwidth
+    assert t.end[0] - t.start[0] == pytest.approx(600 * KV / 1e9 + 50e-6)
     assert t.queued[0] == t.start[0] == t.prefilled[0]
     assert r.first_token[0] == pytest.approx(t.end[0] + 0.01)
     assert r.completed[0] == pytest.approx(r.first_token[0] + 0.03)
@@ -156,7 +184,9 @@ def test_same_seed_same_run():
     from simserve.sim.scenario import Scenario
 
     base = Scenario(model="llama-2-70b", gpu="h200", num_requests=60, seed=3, stop_when_overloaded=False)
-    ds = DisaggScenario.create(base, PoolSpec.parse("2xTP2", "--prefill"), PoolSpec.parse("1xTP4", "--decode"))
+    ds = DisaggScenario.create(
+        base, PoolSpec.parse("2xTP2", "--prefill"), PoolSpec.parse("1xTP4", "--decode")
+    )
     timers = (LinearTimer(0.003, 2e-5, 1e-8), LinearTimer(0.004, 2e-5, 2e-8))
     a, b = (run_disagg(ds, 2.0, timers) for _ in range(2))
     for name in ("first_token", "completed", "scheduled"):
@@ -174,7 +204,10 @@ def test_same_seed_same_run():
         (["--prefill", "2xTP2"], "needs both pools"),
         (["--prefill", "two", "--decode", "1xTP4"], "is not a pool"),
         (["--prefill", "2xTP2", "--decode", "1xTP4", "--policy", "vllm"], "chunked-prefill policy"),
-        (["--prefill", "2xTP2", "--decode", "1xTP4", "--tp", "2"], "--tp 2 describes an aggregated deployment"),
+        (
+            ["--prefill", "2xTP2", "--decode", "1xTP4", "--tp", "2"],
+            "--tp 2 describes an aggregated deployment",
+        ),
     ],
 )
 def test_bad_layouts_are_one_line_and_exit_2(capsys, tmp_path, args, message):
@@ -208,23 +241,26 @@ def test_the_compiled_core_runs_it_and_says_nothing(capsys, monkeypatch):
 
 
 def test_moe_pools_run_with_ep_and_attention_dp_is_refused_in_one_line():
-    """An MoE model's pools take --ep (experts sharded inside each pool's TP group); attention-DP ranks, which step
-    in lockstep in the aggregated model, have no disaggregated model yet: refused before any profile is built."""
+    """An MoE model's pools take --ep (experts sharded inside each pool's TP group); attention-DP ranks, which
+    step in lockstep in the aggregated model, have no disaggregated model yet: refused before any profile is
+    built."""
     from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec
     from simserve.sim.scenario import Scenario
 
     base = Scenario(model="mixtral-8x7b", gpu="h200", ep=2)
     ds = DisaggScenario.create(base, PoolSpec(2, 2), PoolSpec(1, 4))
     assert ds.check()[2].name == "nvlink"
-    dp = DisaggScenario.create(Scenario(model="mixtral-8x7b", gpu="h200", ep=4, dp_attention=2), PoolSpec(1, 2),
-                               PoolSpec(1, 2))  # fmt: skip
+    dp = DisaggScenario.create(
+        Scenario(model="mixtral-8x7b", gpu="h200", ep=4, dp_attention=2), PoolSpec(1, 2), PoolSpec(1, 2)
+    )
     with pytest.raises(SimserveError, match="does not model attention data parallelism") as exc:
         dp.check()
     assert "\n" not in str(exc.value)
 
 
 def test_a_pool_may_name_its_own_expert_parallelism():
-    """`2xTP2EP2` as a plan labels it: a pool's EP overrides the run's --ep (here the TP1 decode pool keeps EP 1)."""
+    """`2xTP2EP2` as a plan labels it: a pool's EP overrides the run's --ep (here the TP1 decode pool keeps EP
+    1)."""
     from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec
     from simserve.sim.scenario import Scenario
 

@@ -124,7 +124,8 @@ def check_invariants(case, raw, res):
     if cfg.policy in ("sarathi", "chunked", "hybrid"):
         it = res.iterations[res.iterations.num_iterations == 1]
         assert (it.num_prefill_tokens <= np.maximum(cfg.token_budget() - it.num_decode_tokens, 0)).all()
-    if cfg.policy == "sglang":  # a prefill batch within --chunked-prefill-size, and (no mixed chunk) no decodes
+    # a prefill batch within --chunked-prefill-size, and (no mixed chunk) no decodes
+    if cfg.policy == "sglang":
         it = res.iterations[res.iterations.num_iterations == 1]
         assert (it.num_prefill_tokens <= cfg.token_budget()).all()
         assert (it.num_decode_tokens[it.num_prefill_tokens > 0] == 0).all()

@@ -25,9 +25,13 @@ from simserve.tune.sglang import check_sglang_flags, prefill_graph_sizes, sglang
 def run(prompt, output, arrived, blocks=10_000, **cfg):
     cfg.setdefault("max_model_len", 32768)
     raw = simulate(
-        np.array(prompt), np.array(output), np.array(arrived, dtype=float),
-        ConstantTimer(0.01), blocks, SimConfig(policy="sglang", **cfg),
-    )  # fmt: skip
+        np.array(prompt),
+        np.array(output),
+        np.array(arrived, dtype=float),
+        ConstantTimer(0.01),
+        blocks,
+        SimConfig(policy="sglang", **cfg),
+    )
     return raw, build_result(raw)
 
 
@@ -88,34 +92,44 @@ def test_a_prefill_from_an_empty_running_batch_loses_its_full_flag():
     # the prefill batch the running batch (get_next_batch_to_run), whose flag is False, and the third is
     # checked again, now against the two counted at new_token_ratio 0.7 × 499 outputs to come each: 601 <
     # 1600 − 200 − 698.6. It joins at step 1; before this was modelled it waited ~500 steps for one to finish.
-    raw, _ = run([100, 100, 100], [500, 500, 500], [0.0] * 3, blocks=100, max_model_len=4096, ignore_eos=False)
+    raw, _ = run(
+        [100, 100, 100], [500, 500, 500], [0.0] * 3, blocks=100, max_model_len=4096, ignore_eos=False
+    )
     assert raw.reqs.scheduled.tolist() == [0.0, 0.0, 0.01]
 
 
 def test_a_mixed_step_loses_the_full_flag_of_its_running_batch():
     # Request 0 (10 + 1000) decodes; 1, 2, 3 (100 + 500 each) arrive during step 0, into 2400 tokens with
-    # --enable-mixed-chunk. Step 1 is a mixed step: request 0's decode rides along, 1 and 2 are admitted
-    # (601 < 2390 − 700.3, then 601 < 2390 − 1301.3) and 3 is not (601 ≥ 2390 − 1902.3): batch_is_full. A
-    # mixed step replaces the running batch by an empty one that keeps the flag, and at step 2 the prefill batch
-    # (1, 2 and 0's decode) becomes the running batch with its own flag, False: request 3 is checked against
-    # the three at new_token_ratio 0.7 (601 < 2189 − 1400.2) and joins at step 2.
-    raw, res = run([10, 100, 100, 100], [1000, 500, 500, 500], [0.0, 0.005, 0.005, 0.005], blocks=150,
-                   max_model_len=4096, ignore_eos=False, enable_mixed_chunk=True)  # fmt: skip
+    # --enable-mixed-chunk. Step 1 is a mixed step: request 0's decode rides along, 1 and 2 are admitted (601
+    # < 2390 − 700.3, then 601 < 2390 − 1301.3) and 3 is not (601 ≥ 2390 − 1902.3): batch_is_full. A mixed
+    # step replaces the running batch by an empty one that keeps the flag, and at step 2 the prefill batch (1,
+    # 2 and 0's decode) becomes the running batch with its own flag, False: request 3 is checked against the
+    # three at new_token_ratio 0.7 (601 < 2189 − 1400.2) and joins at step 2.
+    raw, res = run(
+        [10, 100, 100, 100],
+        [1000, 500, 500, 500],
+        [0.0, 0.005, 0.005, 0.005],
+        blocks=150,
+        max_model_len=4096,
+        ignore_eos=False,
+        enable_mixed_chunk=True,
+    )
     assert raw.reqs.scheduled.tolist() == [0.0, 0.01, 0.01, 0.02]
     assert steps(res)[:3] == [(10, 0), (200, 1), (100, 3)]
 
 
 @pytest.mark.parametrize("free, admitted", [(903, False), (904, True)])
 def test_ignore_eos_admission_looks_ahead_to_requests_finishing(free, admitted):
-    # SGLang's add_one_req_ignore_eos (ignore_eos, no radix cache). Request 0 runs (1000-token prompt, 1 of 201
-    # outputs: 200 to come, 1001 tokens held); request 1 (500 + 1000) asks to join with `free` tokens free.
-    # The general check would want 500 + 1000 + 1 < free − 200. This one: 500 + 1 must fit now (free ≥ 701),
-    # and then, in finishing order, request 0 first: the 2 requests grow by 200 each out of free − 501, which
-    # must leave more than 1 token each (free − 501 − 400 > 2: free ≥ 904); after it frees its 1001, request
-    # 1 grows by its 1000 (free − 501 + 1001 − 1000 > 1). So request 1 joins at 904 free, not at 903.
+    # SGLang's add_one_req_ignore_eos (ignore_eos, no radix cache). Request 0 runs (1000-token prompt, 1 of
+    # 201 outputs: 200 to come, 1001 tokens held); request 1 (500 + 1000) asks to join with `free` tokens
+    # free. The general check would want 500 + 1000 + 1 < free − 200. This one: 500 + 1 must fit now (free ≥
+    # 701), and then, in finishing order, request 0 first: the 2 requests grow by 200 each out of free − 501,
+    # which must leave more than 1 token each (free − 501 − 400 > 2: free ≥ 904); after it frees its 1001,
+    # request 1 grows by its 1000 (free − 501 + 1001 − 1000 > 1). So request 1 joins at 904 free, not at 903.
     reqs = Requests(np.array([1000, 500]), np.array([201, 1000]), np.zeros(2))
-    rep = ReplicaState(0, reqs, SimConfig(policy="sglang", max_model_len=4096), 200, 1, LogHistogram(),
-                       lambda *_: None)  # fmt: skip
+    rep = ReplicaState(
+        0, reqs, SimConfig(policy="sglang", max_model_len=4096), 200, 1, LogHistogram(), lambda *_: None
+    )
     rep.enqueue(0)
     rep.admit_head(0.0, 1000)
     rep.complete_chunk(0, 1000, 0.0)
@@ -130,7 +144,9 @@ def decoding_replica(prompts, generated, output=100, waiting=0):
     """A replica whose requests have all finished their prompts and sampled `generated` tokens each, with a
     KV pool exactly full; `waiting` more requests queue behind them."""
     n = len(prompts)
-    reqs = Requests(np.array([*prompts, *[10] * waiting]), np.full(n + waiting, output), np.zeros(n + waiting))
+    reqs = Requests(
+        np.array([*prompts, *[10] * waiting]), np.full(n + waiting, output), np.zeros(n + waiting)
+    )
     held = sum(p + g - 1 for p, g in zip(prompts, generated, strict=True))
     cfg = SimConfig(policy="sglang", max_model_len=512)
     rep = ReplicaState(0, reqs, cfg, -(-held // 16), 1, LogHistogram(), lambda *_: None)
@@ -209,7 +225,9 @@ def test_lpm_without_the_radix_cache_runs_as_fcfs_and_says_so_once(capsys, monke
     _, again = run(*workload, budget=64, schedule_policy="lpm")
     assert steps(lpm) == steps(again) == steps(fcfs)
     err = capsys.readouterr().err
-    assert err.count("--schedule-policy lpm runs as fcfs without the radix cache") == 1 and err.count("\n") == 1
+    assert (
+        err.count("--schedule-policy lpm runs as fcfs without the radix cache") == 1 and err.count("\n") == 1
+    )
     monkeypatch.delenv("SIMSERVE_SAID_LPM_FCFS")
     run(*workload, budget=64, schedule_policy="lpm", prefix_caching=True)  # lpm's own order: nothing to say
     assert capsys.readouterr().err == ""
@@ -217,16 +235,26 @@ def test_lpm_without_the_radix_cache_runs_as_fcfs_and_says_so_once(capsys, monke
 
 def test_sglang_defaults_per_gpu_by_hand():
     # 58 prefill graph sizes up to 8192 (8 + 14 + 8 + 8 + 12 + 8), 50 up to 4096, 74 up to 16384
-    assert (len(prefill_graph_sizes(8192)), len(prefill_graph_sizes(4096)), len(prefill_graph_sizes(16384))) == (
-        58, 50, 74,
-    )  # fmt: skip
+    assert (
+        len(prefill_graph_sizes(8192)),
+        len(prefill_graph_sizes(4096)),
+        len(prefill_graph_sizes(16384)),
+    ) == (
+        58,
+        50,
+        74,
+    )
     h100 = sglang_defaults(79.11)  # reserved 512 + 1.5·8192 + 128 + 2·256 + 8·58 = 13904 MiB
     assert (h100.chunked_prefill_size, h100.decode_graph_max_bs) == (8192, 256)
     assert h100.mem_fraction_static == round((79.11 * 1024 - 13904) / (79.11 * 1024), 3) == 0.828
     assert sglang_defaults(79.15).chunked_prefill_size == 8192  # A100-80GB: the same tier
     assert sglang_defaults(139.8).mem_fraction_static == 0.903  # H200: 8192, more memory
     b200 = sglang_defaults(180.0)  # 512 + 24576 + 128 + 1024 + 8·74 = 26832 MiB
-    assert (b200.chunked_prefill_size, b200.decode_graph_max_bs, b200.mem_fraction_static) == (16384, 512, 0.854)
+    assert (b200.chunked_prefill_size, b200.decode_graph_max_bs, b200.mem_fraction_static) == (
+        16384,
+        512,
+        0.854,
+    )
     a40 = sglang_defaults(44.35)  # below 60 GiB: no 10 GiB floor; 512 + 6144 + 128 + 64 + 400 = 7248 MiB
     assert (a40.chunked_prefill_size, a40.decode_graph_max_bs, a40.mem_fraction_static) == (4096, 32, 0.84)
     assert sglang_defaults(79.11, tp=4).decode_graph_max_bs == 512
@@ -247,19 +275,29 @@ def test_flags_the_release_refuses_and_the_command_it_starts_with():
     class Base:
         model, tp, pp, max_len, dtype, kv_dtype, ep = "llama-3-8b", 2, 1, 8192, "bf16", "fp8", 1
 
-    cmd = sglang_command(Base, {"chunked-prefill-size": 4096, "max-running-requests": 256, "enable-mixed-chunk": 1})
+    cmd = sglang_command(
+        Base, {"chunked-prefill-size": 4096, "max-running-requests": 256, "enable-mixed-chunk": 1}
+    )
     assert cmd.startswith("python -m sglang.launch_server --model-path meta-llama/")
     assert "--chunked-prefill-size 4096 --max-running-requests 256 --enable-mixed-chunk --tp-size 2" in cmd
     assert "--context-length 8192" in cmd and "--kv-cache-dtype fp8_e4m3" in cmd
     assert "--mem-fraction-static" not in cmd  # the release's default, which the simulation used
-    off = sglang_command(Base, {"chunked-prefill-size": 4096, "max-running-requests": 256, "enable-mixed-chunk": 0})
+    off = sglang_command(
+        Base, {"chunked-prefill-size": 4096, "max-running-requests": 256, "enable-mixed-chunk": 0}
+    )
     assert "mixed" not in off
 
 
 def test_pipeline_parallelism_is_refused_not_simulated_wrong():
     with pytest.raises(SimserveError, match="without pipeline parallelism"):
-        simulate(np.array([10]), np.array([2]), np.array([0.0]), ConstantTimer(0.01, num_stages=2), 1000,
-                 SimConfig(policy="sglang"))  # fmt: skip
+        simulate(
+            np.array([10]),
+            np.array([2]),
+            np.array([0.0]),
+            ConstantTimer(0.01, num_stages=2),
+            1000,
+            SimConfig(policy="sglang"),
+        )
 
 
 def _cli(args, capsys):
@@ -272,14 +310,18 @@ def _cli(args, capsys):
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [(["--engine-grid", "max-num-seqs=4"], "unknown sglang flag 'max-num-seqs'"),
-     (["--engine-grid", "enable-mixed-chunk=2"], "enable-mixed-chunk is a switch"),
-     (["--engine-grid", "chunked-prefill-size=0"], "must be at least 1 here"),
-     (["--pp", "2"], "models SGLang without pipeline parallelism"),
-     (["--no-prefix-caching"], "--no-prefix-caching switches vLLM's prefix cache off")],
-)  # fmt: skip
+    [
+        (["--engine-grid", "max-num-seqs=4"], "unknown sglang flag 'max-num-seqs'"),
+        (["--engine-grid", "enable-mixed-chunk=2"], "enable-mixed-chunk is a switch"),
+        (["--engine-grid", "chunked-prefill-size=0"], "must be at least 1 here"),
+        (["--pp", "2"], "models SGLang without pipeline parallelism"),
+        (["--no-prefix-caching"], "--no-prefix-caching switches vLLM's prefix cache off"),
+    ],
+)
 def test_cli_bad_sglang_engine_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
-    code, _, err = _cli(["sweep", "--engine", "sglang", "--out", str(tmp_path / "o"), "--no-cache", *args], capsys)
+    code, _, err = _cli(
+        ["sweep", "--engine", "sglang", "--out", str(tmp_path / "o"), "--no-cache", *args], capsys
+    )
     assert code == 2 and err.startswith("error: ") and match in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
 
@@ -287,8 +329,21 @@ def test_cli_bad_sglang_engine_input_is_one_line_and_exit_2(args, match, capsys,
 def test_cli_sglang_engine_sweep_names_the_release_and_prints_its_command(capsys, tmp_path: Path):
     out = tmp_path / "o"
     grid = "chunked-prefill-size=2048,8192;max-running-requests=128;enable-mixed-chunk=0"
-    args = ["sweep", "--engine", "sglang", "--engine-grid", grid, "--requests", "48", "--executor", "serial",
-            "--no-cache", "--no-plots", "--out", str(out)]  # fmt: skip
+    args = [
+        "sweep",
+        "--engine",
+        "sglang",
+        "--engine-grid",
+        grid,
+        "--requests",
+        "48",
+        "--executor",
+        "serial",
+        "--no-cache",
+        "--no-plots",
+        "--out",
+        str(out),
+    ]
     code, stdout, _ = _cli(args, capsys)
     assert code == 0
     rec = json.loads((out / "recommendation.json").read_text())
@@ -300,18 +355,25 @@ def test_cli_sglang_engine_sweep_names_the_release_and_prints_its_command(capsys
     assert rec["scenario"]["policy"] == "sglang" and rec["scenario"]["budget"] == chunk
     assert rec["scenario"]["memory_utilization"] == sglang_defaults(79.15, chunk=chunk).mem_fraction_static
     table = pd.read_csv(out / "engine.csv")
-    assert sorted(table["chunked-prefill-size"]) == [2048, 8192] and set(table["max-running-requests"]) == {128}
+    assert sorted(table["chunked-prefill-size"]) == [2048, 8192] and set(table["max-running-requests"]) == {
+        128
+    }
     assert rec["capacity_qps"] == table.capacity_qps.max() > 0
 
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [(["--policy", "sglang", "--pp", "2"], "models SGLang without pipeline parallelism"),
-     (["--policy", "sglang", "--schedule-policy", "random"], "--schedule-policy 'random' is not modelled"),
-     (["--policy", "sglang", "--budget", "1000", "--page-size", "16"], "must be divisible by page_size"),
-     (["--enable-mixed-chunk"], "--enable-mixed-chunk is an SGLang flag: use it with --policy sglang"),
-     (["--engine", "sglang", "--policy", "orca"], "--engine sglang runs the sglang policy: drop --policy orca")],
-)  # fmt: skip
+    [
+        (["--policy", "sglang", "--pp", "2"], "models SGLang without pipeline parallelism"),
+        (["--policy", "sglang", "--schedule-policy", "random"], "--schedule-policy 'random' is not modelled"),
+        (["--policy", "sglang", "--budget", "1000", "--page-size", "16"], "must be divisible by page_size"),
+        (["--enable-mixed-chunk"], "--enable-mixed-chunk is an SGLang flag: use it with --policy sglang"),
+        (
+            ["--engine", "sglang", "--policy", "orca"],
+            "--engine sglang runs the sglang policy: drop --policy orca",
+        ),
+    ],
+)
 def test_cli_bad_sglang_run_input_is_one_line_and_exit_2(args, match, capsys, tmp_path: Path):
     code, _, err = _cli(["run", "--requests", "8", "--out", str(tmp_path / "o"), *args], capsys)
     assert code == 2 and err.startswith("error: ") and match in err and err.count("\n") == 1
@@ -320,7 +382,9 @@ def test_cli_bad_sglang_run_input_is_one_line_and_exit_2(args, match, capsys, tm
 
 def test_cli_run_names_the_release_and_uses_its_memory_default(capsys, tmp_path: Path):
     out = tmp_path / "o"
-    code, stdout, _ = _cli(["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(out)], capsys)
+    code, stdout, _ = _cli(
+        ["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(out)], capsys
+    )
     assert code == 0 and "sglang (SGLang 0.5.23)" in stdout
     doc = json.loads((out / "summary.json").read_text())
     assert doc["release"] == "SGLang 0.5.23"
@@ -329,9 +393,10 @@ def test_cli_run_names_the_release_and_uses_its_memory_default(capsys, tmp_path:
 
 
 def test_the_overlap_scheduler_hides_the_cpu_work_as_sglang_runs_by_default(capsys, tmp_path):
-    """`--engine sglang` runs with SGLang 0.5.23's overlap scheduler (on by default): schedule, input preparation
-    and output processing leave the step's critical path, so decode gaps are shorter (the steps themselves
-    differ: arrivals fall at other points of shorter steps). --disable-overlap-schedule charges them again."""
+    """`--engine sglang` runs with SGLang 0.5.23's overlap scheduler (on by default): schedule, input
+    preparation and output processing leave the step's critical path, so decode gaps are shorter (the steps
+    themselves differ: arrivals fall at other points of shorter steps). --disable-overlap-schedule charges
+    them again."""
     import json
 
     from simserve.cli import main
@@ -345,8 +410,22 @@ def test_the_overlap_scheduler_hides_the_cpu_work_as_sglang_runs_by_default(caps
     docs = {}
     for name, extra in (("overlap", []), ("off", ["--disable-overlap-schedule"])):
         try:
-            main(["run", "--engine", "sglang", "--requests", "60", "--qps", "2", "--seed", "1", *extra,
-                  "--out", str(tmp_path / name)])  # fmt: skip
+            main(
+                [
+                    "run",
+                    "--engine",
+                    "sglang",
+                    "--requests",
+                    "60",
+                    "--qps",
+                    "2",
+                    "--seed",
+                    "1",
+                    *extra,
+                    "--out",
+                    str(tmp_path / name),
+                ]
+            )
         except SystemExit as exc:
             assert exc.code == 0
         assert ("overlap scheduler: on" in " ".join(capsys.readouterr().out.split())) == (name == "overlap")
@@ -358,10 +437,14 @@ def test_the_overlap_scheduler_hides_the_cpu_work_as_sglang_runs_by_default(caps
 
 def test_policy_sglang_alone_says_the_overlap_scheduler_is_off(capsys, tmp_path):
     # the title names SGLang 0.5.23, whose default runs the overlap scheduler: a run without it says so
-    code, stdout, _ = _cli(["run", "--policy", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "o")], capsys)
+    code, stdout, _ = _cli(
+        ["run", "--policy", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "o")], capsys
+    )
     text = " ".join(stdout.split())
     assert code == 0 and "overlap scheduler: off (--policy sglang is its scheduler alone" in text
-    code, stdout, _ = _cli(["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "e")], capsys)
+    code, stdout, _ = _cli(
+        ["run", "--engine", "sglang", "--requests", "16", "--qps", "2", "--out", str(tmp_path / "e")], capsys
+    )
     assert code == 0 and "overlap scheduler: on" in " ".join(stdout.split())
 
 

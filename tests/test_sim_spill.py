@@ -22,8 +22,14 @@ def _fill(log: IterationLog, rows: int, seed: int = 0) -> None:
     t = 0.0
     for _ in range(rows):
         d = float(rng.exponential(0.02))
-        log.add(int(rng.integers(2)), int(rng.integers(2)), t, t + d, *map(int, rng.integers(0, 600, 4)),
-                int(rng.integers(1, 9)))
+        log.add(
+            int(rng.integers(2)),
+            int(rng.integers(2)),
+            t,
+            t + d,
+            *map(int, rng.integers(0, 600, 4)),
+            int(rng.integers(1, 9)),
+        )
         t += d
 
 
@@ -54,7 +60,16 @@ def test_the_spill_threshold_comes_from_the_environment(monkeypatch):
 
 CASES = {
     "one replica (grouped rows)": ["--requests", "150", "--qps", "2"],
-    "two replicas (interleaved rows)": ["--requests", "150", "--qps", "4", "--replicas", "2", "--router", "lor"],
+    "two replicas (interleaved rows)": [
+        "--requests",
+        "150",
+        "--qps",
+        "4",
+        "--replicas",
+        "2",
+        "--router",
+        "lor",
+    ],
     "sampled": ["--requests", "150", "--qps", "2", "--iterations", "sampled"],
 }
 

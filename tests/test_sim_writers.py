@@ -95,7 +95,9 @@ def test_bad_iterations_option_is_one_line_and_exit_2(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--iterations", "some", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.startswith("error: ") and "--iterations" in err and err.count("\n") == 1
+    assert (
+        exc.value.code == 2 and err.startswith("error: ") and "--iterations" in err and err.count("\n") == 1
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -109,11 +111,30 @@ def test_the_compiled_formatter_writes_the_python_text():
 
     rng = np.random.default_rng(7)
     n = 3000
-    odd = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e16, 1e-5, 1.5e300, 5e-324, 0.1 + 0.2, 123456789012345678.0]
-    floats = np.concatenate([10 ** rng.uniform(-320, 308, n - len(odd)) * rng.choice([-1, 1], n - len(odd)), odd])
+    odd = [
+        0.0,
+        -0.0,
+        math.inf,
+        -math.inf,
+        math.nan,
+        1e16,
+        1e-5,
+        1.5e300,
+        5e-324,
+        0.1 + 0.2,
+        123456789012345678.0,
+    ]
+    floats = np.concatenate(
+        [10 ** rng.uniform(-320, 308, n - len(odd)) * rng.choice([-1, 1], n - len(odd)), odd]
+    )
     ints = rng.integers(-(2**63), 2**63 - 1, n)
     ints[:4] = [0, -1, 2**63 - 1, -(2**63)]
-    cols = {"x": floats, "k": ints, "status": rng.integers(0, 4, n).astype(np.int8), "rep": np.repeat(floats[:300], 10)}
+    cols = {
+        "x": floats,
+        "k": ints,
+        "status": rng.integers(0, 4, n).astype(np.int8),
+        "rep": np.repeat(floats[:300], 10),
+    }
     assert writers._csv_lines(cols) == writers._csv_lines_python(cols)
     assert writers._csv_lines({k: v[:0] for k, v in cols.items()}) == ""
     rows = {c: rng.integers(0, 600, n) for c in COLUMNS}
@@ -126,8 +147,8 @@ def test_the_compiled_formatter_writes_the_python_text():
 
 @pytest.mark.skipif(writers._csv_rows is None, reason="the compiled table formatter is not built")
 def test_trace_microseconds_written_from_integers_are_their_repr():
-    """_textrows._float_milli writes ts and dur (np.round(..., 3) microseconds) from integers when the value is
-    the double nearest k/1000: the text must be repr's, also one ulp off that double (repr's own algorithm
+    """_textrows._float_milli writes ts and dur (np.round(..., 3) microseconds) from integers when the value
+    is the double nearest k/1000: the text must be repr's, also one ulp off that double (repr's own algorithm
     then), at the 1e12 limit, for -0.0, NaN, infinities, negatives and values with more decimals."""
     import numpy as np
 
@@ -139,8 +160,30 @@ def test_trace_microseconds_written_from_integers_are_their_repr():
     ts[:200] = np.nextafter(ts[:200], np.inf)
     ts[200:400] = np.nextafter(ts[200:400], -np.inf)
     ts[400:600] = np.round(rng.random(200) * 1e6, 3)
-    odd = [0.0, -0.0, math.nan, math.inf, -math.inf, 1e12, 1e12 - 0.001, 999999999999.999, 1e16, 1e-5, 0.001, 0.1,
-           0.0005, -1.0, -0.001, 5e-324, 0.1 + 0.2, 2**53 / 1000, 0.5, 10.0, 1234.5, 100.05]  # fmt: skip
+    odd = [
+        0.0,
+        -0.0,
+        math.nan,
+        math.inf,
+        -math.inf,
+        1e12,
+        1e12 - 0.001,
+        999999999999.999,
+        1e16,
+        1e-5,
+        0.001,
+        0.1,
+        0.0005,
+        -1.0,
+        -0.001,
+        5e-324,
+        0.1 + 0.2,
+        2**53 / 1000,
+        0.5,
+        10.0,
+        1234.5,
+        100.05,
+    ]
     ts[600 : 600 + len(odd)] = odd
     zero = np.zeros(n, dtype=np.int64)
     dur = ts[::-1].copy()

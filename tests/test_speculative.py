@@ -17,16 +17,22 @@ from simserve.sim.testing import ConstantTimer, LinearTimer
 
 
 def _run(prompt, output, k, acceptance, lookahead=0, blocks=1000, max_len=4096):
-    cfg = SimConfig(policy="vllm-v1", max_model_len=max_len, spec_k=k, spec_lookahead=lookahead,
-                    spec_acceptance=tuple(acceptance), spec_seed=0).validate()  # fmt: skip
+    cfg = SimConfig(
+        policy="vllm-v1",
+        max_model_len=max_len,
+        spec_k=k,
+        spec_lookahead=lookahead,
+        spec_acceptance=tuple(acceptance),
+        spec_seed=0,
+    ).validate()
     return simulate(
         np.array(prompt), np.array(output), np.zeros(len(prompt)), ConstantTimer(0.01), blocks, cfg
     )
 
 
 def test_every_draft_accepted_gives_k_plus_one_tokens_a_step():
-    """A 100-token prompt and 41 output tokens, K 4, every draft accepted: the prefill samples the first token,
-    then 8 verification steps of 5 tokens (4 drafts + the target's own) give the other 40."""
+    """A 100-token prompt and 41 output tokens, K 4, every draft accepted: the prefill samples the first
+    token, then 8 verification steps of 5 tokens (4 drafts + the target's own) give the other 40."""
     raw = _run([100], [41], 4, [1.0] * 4)
     assert len(raw.log) == 9 and raw.reqs.generated[0] == 41
     none = _run([100], [41], 4, [0.0] * 4)  # every draft rejected: one token a step, as without speculation
@@ -34,19 +40,21 @@ def test_every_draft_accepted_gives_k_plus_one_tokens_a_step():
 
 
 def test_the_last_step_stops_at_the_output_length():
-    """41 outputs with K 6 and all accepted: 40 after the prefill take 6 steps of 7, the last one cut at 41."""
+    """41 outputs with K 6 and all accepted: 40 after the prefill take 6 steps of 7, the last one cut at
+    41."""
     raw = _run([50], [41], 6, [1.0] * 6)
     assert len(raw.log) == 1 + 6 and raw.reqs.generated[0] == 41
 
 
 def test_a_verification_reads_its_context_once():
-    """Costs (docs/speculative.md): under seconds = a + b·tokens + c·(KV read), the 8 verifications of 5 tokens
-    after a 100-token prefill cost a + 5b + (c_i + 5)·c each over c_i = 100, 105, ... computed tokens: all 5
-    tokens through the linear layers, the request's context read once for its 5 queries (vLLM's decode kernel
-    with query length 5), not five decode reads of c_i + 1 ... c_i + 5."""
+    """Costs (docs/speculative.md): under seconds = a + b·tokens + c·(KV read), the 8 verifications of 5
+    tokens after a 100-token prefill cost a + 5b + (c_i + 5)·c each over c_i = 100, 105, ... computed tokens:
+    all 5 tokens through the linear layers, the request's context read once for its 5 queries (vLLM's decode
+    kernel with query length 5), not five decode reads of c_i + 1 ... c_i + 5."""
     a, b, c = 0.01, 1e-4, 1e-6
-    cfg = SimConfig(policy="vllm-v1", max_model_len=4096, spec_k=4, spec_acceptance=(1.0,) * 4,
-                    spec_seed=0).validate()  # fmt: skip
+    cfg = SimConfig(
+        policy="vllm-v1", max_model_len=4096, spec_k=4, spec_acceptance=(1.0,) * 4, spec_seed=0
+    ).validate()
     raw = simulate(np.array([100]), np.array([41]), np.zeros(1), LinearTimer(a, b, c), 1000, cfg)
     expected = (a + 100 * b + 100 * c) + sum(a + 5 * b + (100 + 5 * i + 5) * c for i in range(8))
     assert raw.reqs.generated[0] == 41
@@ -91,7 +99,8 @@ def test_the_draft_takes_memory_and_ngram_none():
     per_block, layers = 2 * 2 * 8 * 128 * 32 * 16, 32  # bf16 K and V, 8 KV heads of 128, 32 layers, 16 tokens
     eagle = speculative.draft_blocks(10000, per_block, layers, "eagle3", spec, 1, 2)
     assert speculative.draft_blocks(10000, per_block, layers, "ngram", spec, 1, 2) == 10000
-    # one more KV layer in every block (32/33 of the blocks) less the head's weights (~0.5 B parameters in bf16)
+    # one more KV layer in every block (32/33 of the blocks) less the head's weights (~0.5 B parameters in
+    # bf16)
     assert eagle < 10000 * 32 / 33
     weights = speculative.draft_params("eagle3", spec) * 2
     assert eagle == int((10000 * per_block - weights) // (per_block * 33 / 32))
@@ -100,9 +109,11 @@ def test_the_draft_takes_memory_and_ngram_none():
 
 def test_the_catalogs_table_is_the_default(tmp_path):
     table = tmp_path / "acceptance.csv"
-    table.write_text("method,model_family,dataset,position,acceptance,source,note\n"
-                     "eagle3,llama-3.1-8b,sharegpt,2,0.5,https://example.org/x,\n"
-                     "eagle3,llama-3.1-8b,sharegpt,1,0.75,https://example.org/x,\n")  # fmt: skip
+    table.write_text(
+        "method,model_family,dataset,position,acceptance,source,note\n"
+        "eagle3,llama-3.1-8b,sharegpt,2,0.5,https://example.org/x,\n"
+        "eagle3,llama-3.1-8b,sharegpt,1,0.75,https://example.org/x,\n"
+    )
     found = speculative.catalog_acceptance("eagle3", resolve_model("llama-3.1-8b"), "sharegpt", 2, table)
     assert found[0] == (0.75, 0.5) and "https://example.org/x" in found[1]
     # a key the table lacks: one line naming the known keys and --acceptance (catalog/acceptance.py)
@@ -174,9 +185,12 @@ RUN = ["run", "--policy", "vllm-v1", "--requests", "8", "--no-prefix-caching", "
     ],
 )
 def test_bad_speculative_input_is_one_line_and_exit_2(capsys, tmp_path, extra, words):
-    files = {"ACC": _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n"),
-             "HIGH": _file(tmp_path, "h.json", "[1.2, 0.5]"), "RISE": _file(tmp_path, "r.json", "[0.4, 0.6]"),
-             "BADJSON": _file(tmp_path, "b.json", "[0.4,")}  # fmt: skip
+    files = {
+        "ACC": _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n"),
+        "HIGH": _file(tmp_path, "h.json", "[1.2, 0.5]"),
+        "RISE": _file(tmp_path, "r.json", "[0.4, 0.6]"),
+        "BADJSON": _file(tmp_path, "b.json", "[0.4,"),
+    }
     extra = [files.get(a, a) for a in extra]
     code, err = cli(capsys, *RUN, "--out", str(tmp_path / "o"), *extra)
     assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
@@ -185,8 +199,22 @@ def test_bad_speculative_input_is_one_line_and_exit_2(capsys, tmp_path, extra, w
 
 def test_prefix_caching_with_speculation_is_refused(capsys, tmp_path):
     acc = _file(tmp_path, "a.json", "[0.7, 0.4]")
-    code, err = cli(capsys, "run", "--engine", "vllm", "--requests", "4", "--out", str(tmp_path / "o"),
-                    "--speculative", "eagle", "--num-speculative-tokens", "2", "--acceptance", acc)  # fmt: skip
+    code, err = cli(
+        capsys,
+        "run",
+        "--engine",
+        "vllm",
+        "--requests",
+        "4",
+        "--out",
+        str(tmp_path / "o"),
+        "--speculative",
+        "eagle",
+        "--num-speculative-tokens",
+        "2",
+        "--acceptance",
+        acc,
+    )
     assert code == 2 and "--no-prefix-caching" in err and not (tmp_path / "o").exists()
 
 
@@ -197,8 +225,20 @@ def test_a_sweep_with_speculation_needs_the_vllm_engine(capsys, tmp_path):
 
 def test_a_speculative_run_writes_its_settings(capsys, tmp_path):
     acc = _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n")
-    code, err = cli(capsys, *RUN, "--out", str(tmp_path / "o"), "--speculative", "eagle3", "--num-speculative-tokens",
-                    "3", "--acceptance", acc, "--qps", "2")  # fmt: skip
+    code, err = cli(
+        capsys,
+        *RUN,
+        "--out",
+        str(tmp_path / "o"),
+        "--speculative",
+        "eagle3",
+        "--num-speculative-tokens",
+        "3",
+        "--acceptance",
+        acc,
+        "--qps",
+        "2",
+    )
     assert code == 0, err
     doc = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert doc["speculative"]["acceptance"] == [0.7, 0.4, 0.2] and doc["speculative"]["lookahead"] == 3
@@ -212,15 +252,21 @@ def test_loading_checks_positions(tmp_path):
 
 
 def test_the_sweeps_command_line_carries_the_speculative_config():
-    """`sweep --engine vllm --speculative` prints the `vllm serve` line of what it simulated: the drafts as vLLM
-    0.33.0's --speculative-config, K resolved as the run resolved it, EAGLE's head a placeholder to fill in."""
+    """`sweep --engine vllm --speculative` prints the `vllm serve` line of what it simulated: the drafts as
+    vLLM 0.33.0's --speculative-config, K resolved as the run resolved it, EAGLE's head a placeholder to fill
+    in."""
     from simserve.sim.scenario import Scenario
     from simserve.tune.engine import vllm_command
 
     flags = {"max-num-batched-tokens": 2048, "max-num-seqs": 256}
-    cmd = vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1", speculative="ngram", num_speculative_tokens=3), flags)
+    cmd = vllm_command(
+        Scenario(model="llama-3.1-8b", policy="vllm-v1", speculative="ngram", num_speculative_tokens=3), flags
+    )
     assert cmd.endswith("""--speculative-config '{"method":"ngram","num_speculative_tokens":3}'""")
-    cmd = vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1", speculative="eagle3", num_speculative_tokens=2), flags)
+    cmd = vllm_command(
+        Scenario(model="llama-3.1-8b", policy="vllm-v1", speculative="eagle3", num_speculative_tokens=2),
+        flags,
+    )
     config = json.loads(cmd.split("--speculative-config ")[1].strip("'"))
     assert config == {"method": "eagle3", "num_speculative_tokens": 2, "model": speculative.DRAFT_PLACEHOLDER}
     assert "speculative" not in vllm_command(Scenario(model="llama-3.1-8b", policy="vllm-v1"), flags)
@@ -228,8 +274,15 @@ def test_the_sweeps_command_line_carries_the_speculative_config():
 
 # -- SGLang 0.5.23's EAGLE on its scheduler (--engine sglang / --policy sglang) -----------------------------
 def _sglang(prompt, output, k, acceptance, pages=1000, page=1, max_running=None):
-    cfg = SimConfig(policy="sglang", max_model_len=4096, spec_k=k, spec_acceptance=tuple(acceptance), spec_seed=0,
-                    page_size=page, max_batch=max_running).validate()  # fmt: skip
+    cfg = SimConfig(
+        policy="sglang",
+        max_model_len=4096,
+        spec_k=k,
+        spec_acceptance=tuple(acceptance),
+        spec_seed=0,
+        page_size=page,
+        max_batch=max_running,
+    ).validate()
     return simulate(
         np.array(prompt), np.array(output), np.zeros(len(prompt)), ConstantTimer(0.01), pages, cfg
     )
@@ -253,8 +306,14 @@ def test_sglang_keeps_twice_the_draft_tokens_allocated_past_the_committed_ones()
     from simserve.sim.state import ReplicaState
 
     for page, k in ((1, 3), (16, 3), (4, 5)):
-        cfg = SimConfig(policy="sglang", max_model_len=4096, spec_k=k, spec_acceptance=(0.5,) * k, page_size=page,
-                        block_size=16).validate()  # fmt: skip
+        cfg = SimConfig(
+            policy="sglang",
+            max_model_len=4096,
+            spec_k=k,
+            spec_acceptance=(0.5,) * k,
+            page_size=page,
+            block_size=16,
+        ).validate()
         reqs = Requests(np.array([100]), np.array([200]), np.zeros(1))
         st = ReplicaState(0, reqs, cfg, 100, 1, LogHistogram(), lambda *_: None)
         st.enqueue(0)
@@ -293,12 +352,32 @@ SGLANG_RUN = ["run", "--engine", "sglang", "--requests", "8", "--frontend", "off
         (["--speculative", "mtp", "--num-speculative-tokens", "1", "--acceptance", "ACC"], "not modelled"),
         (["--speculative", "eagle", "--acceptance", "ACC"], "--speculative-num-steps"),
         (["--speculative", "eagle", "--num-speculative-tokens", "0", "--acceptance", "ACC"], "at least one"),
-        (["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "ACC", "--prefix-caching"],
-         "--no-prefix-caching"),
-        (["--speculative", "eagle3", "--num-speculative-tokens", "2", "--acceptance", "ACC", "--enable-mixed-chunk"],
-         "--enable-mixed-chunk"),
+        (
+            [
+                "--speculative",
+                "eagle3",
+                "--num-speculative-tokens",
+                "2",
+                "--acceptance",
+                "ACC",
+                "--prefix-caching",
+            ],
+            "--no-prefix-caching",
+        ),
+        (
+            [
+                "--speculative",
+                "eagle3",
+                "--num-speculative-tokens",
+                "2",
+                "--acceptance",
+                "ACC",
+                "--enable-mixed-chunk",
+            ],
+            "--enable-mixed-chunk",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_speculative_input_on_sglang_is_one_line_and_exit_2(capsys, tmp_path, extra, words):
     acc = _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n")
     extra = [acc if a == "ACC" else a for a in extra]
@@ -309,8 +388,20 @@ def test_bad_speculative_input_on_sglang_is_one_line_and_exit_2(capsys, tmp_path
 
 def test_a_speculative_sglang_run_says_sglangs_flags(capsys, tmp_path):
     acc = _file(tmp_path, "a.csv", "position,acceptance\n1,0.7\n2,0.4\n3,0.2\n")
-    code, err = cli(capsys, *SGLANG_RUN, "--out", str(tmp_path / "o"), "--speculative", "eagle3",
-                    "--num-speculative-tokens", "3", "--acceptance", acc, "--qps", "2")  # fmt: skip
+    code, err = cli(
+        capsys,
+        *SGLANG_RUN,
+        "--out",
+        str(tmp_path / "o"),
+        "--speculative",
+        "eagle3",
+        "--num-speculative-tokens",
+        "3",
+        "--acceptance",
+        acc,
+        "--qps",
+        "2",
+    )
     assert code == 0, err
     doc = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert doc["speculative"]["num_speculative_tokens"] == 3 and doc["scenario"]["speculative"] == "eagle3"
@@ -318,8 +409,8 @@ def test_a_speculative_sglang_run_says_sglangs_flags(capsys, tmp_path):
 
 
 def test_draws_count_the_positions_whose_acceptance_exceeds_each_uniform():
-    """speculative.draws: a request's j-th verification step accepts #{k: acc[k] > u} drafts, u the j-th of its
-    uniforms from the run's own stream (seed, 0x5EC), so about acc[k] of the steps reach position k + 1; a
+    """speculative.draws: a request's j-th verification step accepts #{k: acc[k] > u} drafts, u the j-th of
+    its uniforms from the run's own stream (seed, 0x5EC), so about acc[k] of the steps reach position k + 1; a
     request has output - 1 steps at most."""
     output = np.array([1, 5, 300, 2000])
     acc = (0.75, 0.5, 0.3)

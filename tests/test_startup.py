@@ -1,5 +1,5 @@
-"""Start-up cost of `simserve run` (issue 11, item 1; issue 22 item 4): a warm run loads the compiled timer and
-the parsed trace from the cache, and imports neither scikit-learn nor pandas nor pydantic.
+"""Start-up cost of `simserve run` (issue 11, item 1; issue 22 item 4): a warm run loads the compiled timer
+and the parsed trace from the cache, and imports neither scikit-learn nor pandas nor pydantic.
 
 Checked in a fresh interpreter, since this test session has long since imported everything.
 """
@@ -38,7 +38,7 @@ def _heavy_imports(cache: Path, out: Path) -> list[str]:
         [sys.executable, "-c", PROBE, str(out)], env=env, capture_output=True, text=True, check=True, cwd=REPO
     )
     line = [x for x in proc.stdout.splitlines() if x.startswith("HEAVY=")][-1]
-    return json.loads(line[len("HEAVY="):])
+    return json.loads(line[len("HEAVY=") :])
 
 
 @pytest.mark.skipif(not HAS_PROFILE, reason="needs the shipped mistral-7b/a100 profile")
@@ -72,7 +72,7 @@ def test_the_run_path_modules_import_neither_scikit_learn_nor_pandas():
         [sys.executable, "-c", IMPORT_PROBE], env=env, capture_output=True, text=True, check=True, cwd=REPO
     )
     line = [x for x in proc.stdout.splitlines() if x.startswith("MODULES=")][-1]
-    loaded = set(json.loads(line[len("MODULES="):]))
+    loaded = set(json.loads(line[len("MODULES=") :]))
     assert "simserve" in loaded and "numpy" in loaded  # the probe did import the run path
     assert not loaded & {"sklearn", "scipy", "pandas", "pyarrow", "matplotlib", "torch"}
 
@@ -105,13 +105,27 @@ def test_the_command_is_found_after_the_group_option_and_unknown_ones_still_get_
     catalog = tmp_path / "c.yaml"
     catalog.write_text("{}\n")
     ok = subprocess.run(
-        [sys.executable, "-c", "from simserve.cli import main; main()", "--catalog", str(catalog), "list", "gpus"],
-        env=env, capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-c",
+            "from simserve.cli import main; main()",
+            "--catalog",
+            str(catalog),
+            "list",
+            "gpus",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert ok.returncode == 0, ok.stderr
     assert "a100" in ok.stdout.lower()
     bad = subprocess.run(
         [sys.executable, "-c", "from simserve.cli import main; main()", "rnu"],
-        env=env, capture_output=True, text=True, cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert bad.returncode == 2 and "rnu" in bad.stderr

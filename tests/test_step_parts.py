@@ -122,9 +122,11 @@ def test_catalog_sustained_rates_are_the_packages():
 def test_the_core_composes_steps_as_the_reference_does(plain, dep, monkeypatch):
     sizes = capture_sizes(64, 512, 80)
     # each role with a per-prefill-chunk term too (vLLM's request admission: engine_cpu.components)
-    heavy = (("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
-             ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
-             ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)))  # fmt: skip
+    heavy = (
+        ("schedule", Component(0.5, 0.05, 0.001, stage="first", role_async="overlap", d_ms=0.7)),
+        ("sampler", Component(0.3, 0.002, stage="last", role_async="gpu", d_ms=0.05)),
+        ("process_outputs", Component(0.1, 0.03, stage="last", role_async="serial", d_ms=0.2)),
+    )
     timer = load_timer(dep, overhead=CpuOverhead(async_scheduling=True, components=heavy))
     timer = with_launch_costs(padded_timer(timer, sizes), launch_costs(dep, sizes))
 
@@ -132,8 +134,14 @@ def test_the_core_composes_steps_as_the_reference_does(plain, dep, monkeypatch):
         monkeypatch.setenv(core_run.ENV, mode)
         rng = np.random.default_rng(1)
         n = 60
-        raw = simulate(rng.integers(20, 900, n), rng.integers(2, 80, n), np.cumsum(rng.exponential(0.02, n)), timer,
-                       4000, SimConfig(policy="vllm-v1", budget=512, max_batch=64))  # fmt: skip
+        raw = simulate(
+            rng.integers(20, 900, n),
+            rng.integers(2, 80, n),
+            np.cumsum(rng.exponential(0.02, n)),
+            timer,
+            4000,
+            SimConfig(policy="vllm-v1", budget=512, max_batch=64),
+        )
         return raw.log.to_frame()
 
     ref, core = run("reference"), run("")
@@ -141,15 +149,34 @@ def test_the_core_composes_steps_as_the_reference_does(plain, dep, monkeypatch):
 
 
 @pytest.mark.skipif(not core_run.compiled_available(), reason="the compiled core is not built")
-def test_async_scheduling_with_pipeline_parallelism_runs_on_the_core_as_on_the_reference(capsys, tmp_path,
-                                                                                       monkeypatch):  # fmt: skip
+def test_async_scheduling_with_pipeline_parallelism_runs_on_the_core_as_on_the_reference(
+    capsys, tmp_path, monkeypatch
+):
     # vLLM 0.33.0's Model Runner V2 keeps async scheduling on with PP: each stage composes its own CPU roles
     outs = {}
     for mode in ("reference", ""):
         monkeypatch.setenv(core_run.ENV, mode)
         out = tmp_path / (mode or "core")
-        code, _, _ = cli(capsys, "run", "--engine", "vllm", "--model", "llama-2-70b", "--gpu", "a40", "--tp", "4",
-                         "--pp", "2", "--requests", "80", "--qps", "2", "--out", str(out))  # fmt: skip
+        code, _, _ = cli(
+            capsys,
+            "run",
+            "--engine",
+            "vllm",
+            "--model",
+            "llama-2-70b",
+            "--gpu",
+            "a40",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+            "--requests",
+            "80",
+            "--qps",
+            "2",
+            "--out",
+            str(out),
+        )
         assert code == 0
         outs[mode] = json.loads((out / "summary.json").read_text())
     assert outs["reference"]["step_parts"]["switches"]["async_scheduling"] is True
@@ -159,10 +186,12 @@ def test_async_scheduling_with_pipeline_parallelism_runs_on_the_core_as_on_the_r
 
 @pytest.mark.parametrize(
     ("args", "word"),
-    [(["--launch-gaps"], "--engine vllm"),
-     (["--gpu", "a40", "--sustained-clock"], "sustained_tflops"),
-     (["--engine", "vllm", "--ray-comm", "--async-scheduling"], "`ray` does not support async scheduling")],
-)  # fmt: skip
+    [
+        (["--launch-gaps"], "--engine vllm"),
+        (["--gpu", "a40", "--sustained-clock"], "sustained_tflops"),
+        (["--engine", "vllm", "--ray-comm", "--async-scheduling"], "`ray` does not support async scheduling"),
+    ],
+)
 def test_a_part_the_engine_cannot_have_is_one_line(capsys, tmp_path, args, word):
     code, _, err = cli(capsys, "run", "--requests", "4", "--out", str(tmp_path / "o"), *args)
     assert code == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err
@@ -171,12 +200,32 @@ def test_a_part_the_engine_cannot_have_is_one_line(capsys, tmp_path, args, word)
 
 def test_summary_breaks_the_mean_step_into_parts(capsys, tmp_path):
     out = tmp_path / "o"
-    code, _, _ = cli(capsys, "run", "--model", "llama-3-8b", "--gpu", "h200", "--engine", "vllm", "--requests", "60",
-                     "--trace", "random:700:60", "--qps", "inf", "--out", str(out))  # fmt: skip
+    code, _, _ = cli(
+        capsys,
+        "run",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h200",
+        "--engine",
+        "vllm",
+        "--requests",
+        "60",
+        "--trace",
+        "random:700:60",
+        "--qps",
+        "inf",
+        "--out",
+        str(out),
+    )
     assert code == 0
     doc = json.loads((out / "summary.json").read_text())["step_parts"]
-    assert doc["switches"] == {"cpu_overhead": True, "async_scheduling": True, "launch_gaps": True,
-                               "sustained_clock": True}  # fmt: skip
+    assert doc["switches"] == {
+        "cpu_overhead": True,
+        "async_scheduling": True,
+        "launch_gaps": True,
+        "sustained_clock": True,
+    }
     assert set(doc) - {"switches"} <= {"all", *KINDS} and "all" in doc
     for kind in set(doc) - {"switches"}:
         entry = doc[kind]
@@ -184,9 +233,27 @@ def test_summary_breaks_the_mean_step_into_parts(capsys, tmp_path):
         assert 0 < entry["gemm_fraction_of_peak"] <= entry["gemm_fraction_of_sustained"] <= 1.0
         assert entry["limited_by"]
     off = tmp_path / "off"
-    cli(capsys, "run", "--model", "llama-3-8b", "--gpu", "h200", "--engine", "vllm", "--requests", "60", "--trace",
-        "random:700:60", "--qps", "inf", "--out", str(off), "--no-launch-gaps", "--no-sustained-clock",
-        "--no-async-scheduling")  # fmt: skip
+    cli(
+        capsys,
+        "run",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h200",
+        "--engine",
+        "vllm",
+        "--requests",
+        "60",
+        "--trace",
+        "random:700:60",
+        "--qps",
+        "inf",
+        "--out",
+        str(off),
+        "--no-launch-gaps",
+        "--no-sustained-clock",
+        "--no-async-scheduling",
+    )
     doc = json.loads((off / "summary.json").read_text())
     assert not any(
         doc["step_parts"]["switches"][k] for k in ("async_scheduling", "launch_gaps", "sustained_clock")
@@ -201,12 +268,21 @@ def _guarded(s, qps):
     return guard(raw.log, scenario_timer(s), dep), breakdown(raw.log, scenario_timer(s), dep)
 
 
-@pytest.mark.parametrize(("gpu", "model", "tp"), [("a100", "mistral-7b", 1), ("h100", "llama-3-8b", 1),
-                                                  ("h200", "yi-34b", 2), ("h200", "llama2-70b", 8)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("gpu", "model", "tp"),
+    [("a100", "mistral-7b", 1), ("h100", "llama-3-8b", 1), ("h200", "yi-34b", 2), ("h200", "llama2-70b", 8)],
+)
 def test_no_step_beats_the_gpus_measured_gemm_rate(gpu, model, tp):
     """The physics guard on the shipped profiles: every step's GEMM FLOP/s within the GPU's ceiling."""
-    s = Scenario(model=model, gpu=gpu, tp=tp, trace="random:3000:50", num_requests=80, budget=4096,
-                 stop_when_overloaded=False)  # fmt: skip
+    s = Scenario(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        trace="random:3000:50",
+        num_requests=80,
+        budget=4096,
+        stop_when_overloaded=False,
+    )
     bad, parts = _guarded(s, 50.0)
     assert not bad, bad
     assert parts["all"]["gemm_fraction_of_peak"] < 0.9
@@ -215,10 +291,18 @@ def test_no_step_beats_the_gpus_measured_gemm_rate(gpu, model, tp):
 def test_a_disaggregated_prefill_pool_stays_within_the_ceiling():
     from simserve.sim.disagg_scenario import DisaggScenario, PoolSpec, run_disagg
 
-    base = Scenario(model="llama-3-8b", gpu="h200", trace="random:2000:200", num_requests=200, budget=2048,
-                    max_batch=128, stop_when_overloaded=False)  # fmt: skip
-    ds = DisaggScenario.create(base, PoolSpec.parse("2xTP1", "--prefill"), PoolSpec.parse("1xTP1", "--decode"), None,
-                               "kv")  # fmt: skip
+    base = Scenario(
+        model="llama-3-8b",
+        gpu="h200",
+        trace="random:2000:200",
+        num_requests=200,
+        budget=2048,
+        max_batch=128,
+        stop_when_overloaded=False,
+    )
+    ds = DisaggScenario.create(
+        base, PoolSpec.parse("2xTP1", "--prefill"), PoolSpec.parse("1xTP1", "--decode"), None, "kv"
+    )
     run = run_disagg(ds, 40.0)
     timer, dep = scenario_timer(ds.prefill), ds.prefill.deployment()
     assert not guard(run.raw.log, timer, dep, (0, run.num_prefill))
@@ -236,8 +320,24 @@ def test_sglangs_kv_pages_are_counted_as_pages_in_the_hbm_fraction(capsys, tmp_p
     """SGLang's pool counts pages of --page-size tokens (1): read as vLLM's 16-token blocks, a decode step's
     KV bytes were 16x too many and its HBM fraction far above 1 (11.6 on a published SGLang 0.4.4 run)."""
     out = tmp_path / "o"
-    code, _, _ = cli(capsys, "run", "--model", "llama-3-8b", "--gpu", "h200", "--engine", "sglang", "--requests", "40",
-                     "--trace", "random:4000:60", "--qps", "inf", "--out", str(out))  # fmt: skip
+    code, _, _ = cli(
+        capsys,
+        "run",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h200",
+        "--engine",
+        "sglang",
+        "--requests",
+        "40",
+        "--trace",
+        "random:4000:60",
+        "--qps",
+        "inf",
+        "--out",
+        str(out),
+    )
     assert code == 0
     doc = json.loads((out / "summary.json").read_text())["step_parts"]
     assert 0.05 < doc["decode_only"]["hbm_fraction"] <= 1.0, doc["decode_only"]

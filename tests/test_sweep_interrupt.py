@@ -56,8 +56,9 @@ def start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, set[int]]:
         "vllm,sarathi",
         "--budgets",
         "256,512,1024",
-        # Probes long enough (~0.1 s each on the compiled core) that two workers finishing theirs after a signal
-        # are told apart from one write racing it; at 1,024 requests a probe takes ~10 ms and both can race.
+        # Probes long enough (~0.1 s each on the compiled core) that two workers finishing theirs after a
+        # signal are told apart from one write racing it; at 1,024 requests a probe takes ~10 ms and both can
+        # race.
         "--requests",
         "16384",
         "--workers",
@@ -129,9 +130,27 @@ def test_signal_stops_sweep_and_its_workers(tmp_path: Path, signals: list, code:
 def test_sigterm_stops_plan_in_one_line(tmp_path: Path) -> None:
     """`plan` died by SIGTERM with no line at all (exit 143, right, but silent); it says what `sweep` says."""
     cache = tmp_path / "cache"
-    args = [sys.executable, "-c", "from simserve.cli import main; main()", "plan", "--model", "mistral-7b",
-            "--gpus", "a100", "--max-gpus", "2", "--requests", "16384", "--workers", "2", "--cache", str(cache),
-            "--out", str(tmp_path / "out"), "--no-plots"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-c",
+        "from simserve.cli import main; main()",
+        "plan",
+        "--model",
+        "mistral-7b",
+        "--gpus",
+        "a100",
+        "--max-gpus",
+        "2",
+        "--requests",
+        "16384",
+        "--workers",
+        "2",
+        "--cache",
+        str(cache),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-plots",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     workers: set[int] = set()

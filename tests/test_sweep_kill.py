@@ -1,5 +1,5 @@
-"""A sweep killed with SIGKILL half-way leaves a valid cache and no output; the rerun resumes from it; no worker
-of a killed sweep or plan outlives it."""
+"""A sweep killed with SIGKILL half-way leaves a valid cache and no output; the rerun resumes from it; no
+worker of a killed sweep or plan outlives it."""
 
 from __future__ import annotations
 
@@ -74,11 +74,22 @@ ORPHAN_S = 5  # a worker polls for its driver every 0.5 s, and on Linux the kern
     ids=lambda c: c[0],
 )
 def test_workers_die_with_their_killed_driver(tmp_path: Path, command: list[str]) -> None:
-    """SIGKILL leaves the driver no clean-up; its workers ran on for 9+ minutes (issue 33). Now they go too."""
+    """SIGKILL leaves the driver no clean-up; its workers ran on for 9+ minutes (issue 33). Now they go
+    too."""
     from test_sweep_interrupt import alive, children
 
-    args = [sys.executable, "-c", "from simserve.cli import main; main()", *command, "--workers", "2",
-            "--no-cache", "--out", str(tmp_path / "out"), "--no-plots"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-c",
+        "from simserve.cli import main; main()",
+        *command,
+        "--workers",
+        "2",
+        "--no-cache",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-plots",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: set[int] = set()
     try:

@@ -11,12 +11,35 @@ from simserve.deployment import Deployment
 from simserve.errors import SimserveError
 from simserve.ops import ELEMENTWISE_OPS, LINEAR_OPS
 
-# Small shapes keep the CPU runs to about a second; GQA (8 q heads over 2 kv heads) so the grouped path is exercised.
-TINY = ModelSpec(name="tiny-gqa", hf_id="test/tiny-gqa", num_layers=2, hidden=256, num_heads=8, num_kv_heads=2,
-                 ffn=512, vocab=1000, max_position=4096, source="test")  # fmt: skip
-TINY_FALCON = ModelSpec(name="tiny-falcon", hf_id="test/tiny-falcon", num_layers=2, hidden=256, num_heads=8,
-                        num_kv_heads=8, ffn=1024, vocab=1000, max_position=4096, activation="gelu",
-                        norm="layernorm", parallel_attn_mlp=True, source="test")  # fmt: skip
+# Small shapes keep the CPU runs to about a second; GQA (8 q heads over 2 kv heads) so the grouped path is
+# exercised.
+TINY = ModelSpec(
+    name="tiny-gqa",
+    hf_id="test/tiny-gqa",
+    num_layers=2,
+    hidden=256,
+    num_heads=8,
+    num_kv_heads=2,
+    ffn=512,
+    vocab=1000,
+    max_position=4096,
+    source="test",
+)
+TINY_FALCON = ModelSpec(
+    name="tiny-falcon",
+    hf_id="test/tiny-falcon",
+    num_layers=2,
+    hidden=256,
+    num_heads=8,
+    num_kv_heads=8,
+    ffn=1024,
+    vocab=1000,
+    max_position=4096,
+    activation="gelu",
+    norm="layernorm",
+    parallel_attn_mlp=True,
+    source="test",
+)
 
 
 def test_missing_torch_names_the_install(monkeypatch):
@@ -105,9 +128,13 @@ def test_gelu_layernorm_model_runs(torch, cpu_only):
 
 @pytest.mark.parametrize(
     ("gpu", "device_name"),
-    [("a100", "NVIDIA A100-SXM4-80GB"), ("h100", "NVIDIA H100 80GB HBM3"), ("h200", "NVIDIA H200"),
-     ("a40", "NVIDIA A40")],
-)  # fmt: skip
+    [
+        ("a100", "NVIDIA A100-SXM4-80GB"),
+        ("h100", "NVIDIA H100 80GB HBM3"),
+        ("h200", "NVIDIA H200"),
+        ("a40", "NVIDIA A40"),
+    ],
+)
 def test_device_names_match_their_catalog_gpu(gpu, device_name):
     from simserve.profiling.torch_backend import check_device
 
@@ -116,9 +143,14 @@ def test_device_names_match_their_catalog_gpu(gpu, device_name):
 
 @pytest.mark.parametrize(
     ("gpu", "device_name"),
-    [("a100", "NVIDIA A100-SXM4-40GB"), ("a100", "NVIDIA H100 80GB HBM3"), ("h100", "NVIDIA H100 PCIe"),
-     ("h200", "NVIDIA H200 NVL"), ("a40", "NVIDIA A100-SXM4-80GB")],
-)  # fmt: skip
+    [
+        ("a100", "NVIDIA A100-SXM4-40GB"),
+        ("a100", "NVIDIA H100 80GB HBM3"),
+        ("h100", "NVIDIA H100 PCIe"),
+        ("h200", "NVIDIA H200 NVL"),
+        ("a40", "NVIDIA A100-SXM4-80GB"),
+    ],
+)
 def test_a_different_device_is_refused_naming_both(gpu, device_name):
     from simserve.profiling.torch_backend import check_device
 
@@ -172,8 +204,8 @@ def test_collectives_run_across_spawned_processes(torch):
 
 
 def test_shipped_gpu_timed_profiles_are_real_gpu_runs_and_fit(tmp_path, monkeypatch):
-    """profiles/torch/ holds profiles the torch backend timed on the GPU they name (not a CPU quick run), and the
-    predictor fits each at every TP degree it holds."""
+    """profiles/torch/ holds profiles the torch backend timed on the GPU they name (not a CPU quick run), and
+    the predictor fits each at every TP degree it holds."""
     from simserve.predictor.load import default_profiles_root, load_timer
     from simserve.profiling.schema import read_profile
 

@@ -1,4 +1,5 @@
-"""The parsed-trace cache (simserve/workload/trace_cache.py): a hit skips parsing, and never returns stale data."""
+"""The parsed-trace cache (simserve/workload/trace_cache.py): a hit skips parsing, and never returns stale
+data."""
 
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ def test_a_miss_parses_and_stores_then_a_hit_parses_nothing(tmp_path, cache, par
     second = load_trace(str(src), max_total_tokens=20)
     assert len(parses) == 1  # served from the cache
     assert second.name == first.name == "t" and second.too_long == first.too_long == 1
-    for a, b in ((first.prompt_tokens, second.prompt_tokens), (first.output_tokens, second.output_tokens),
-                 (first.arrived_at, second.arrived_at)):
+    for a, b in (
+        (first.prompt_tokens, second.prompt_tokens),
+        (first.output_tokens, second.output_tokens),
+        (first.arrived_at, second.arrived_at),
+    ):
         assert a.dtype == b.dtype and a.tolist() == b.tolist()
     assert second.arrived_at.tolist() == [0.0, 0.5]  # the 24-token row is too long
 

@@ -1,5 +1,5 @@
-"""Traces over time (issue 31): the shipped Mooncake and Azure traces, their builders, chained prefix-block ids,
-load curves, `trace stats` rate over time and prefix reuse, and the bad input around them."""
+"""Traces over time (issue 31): the shipped Mooncake and Azure traces, their builders, chained prefix-block
+ids, load curves, `trace stats` rate over time and prefix reuse, and the bad input around them."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def test_the_public_traces_ship_with_arrival_times_and_their_licence(name, rows,
 
 
 def test_the_azure_arrivals_are_the_timestamps_to_the_tick():
-    """AzureLLMInferenceTrace_code.csv starts 18:17:03.9799600, 18:17:04.0319600 (the Splitwise trace's 0.052 s)."""
+    """AzureLLMInferenceTrace_code.csv starts 18:17:03.9799600, 18:17:04.0319600 (the Splitwise trace's 0.052
+    s)."""
     t = load_trace("azure-code-2023")
     assert t.arrived_at[1] == 0.052 and t.prompt_tokens[:2].tolist() == [4808, 3180]
 
@@ -222,8 +223,18 @@ def test_replay_of_a_trace_without_arrival_times_is_refused_naming_the_trace(cap
 
 
 def test_answer_driven_conversations_need_conversations_not_block_ids(capsys, tmp_path):
-    code, _, err = cli(capsys, "run", "--requests", "8", "--trace", "mooncake-conversation", "--arrival", "conversation",
-                       "--out", str(tmp_path / "o"))  # fmt: skip
+    code, _, err = cli(
+        capsys,
+        "run",
+        "--requests",
+        "8",
+        "--trace",
+        "mooncake-conversation",
+        "--arrival",
+        "conversation",
+        "--out",
+        str(tmp_path / "o"),
+    )
     one_line_refusal(code, err, "--arrival conversation needs a multi-turn trace")
     assert not (tmp_path / "o").exists()
 
@@ -231,8 +242,20 @@ def test_answer_driven_conversations_need_conversations_not_block_ids(capsys, tm
 def test_a_load_curve_cannot_reshape_answer_driven_conversations(capsys, tmp_path):
     curve = tmp_path / "c.csv"
     curve.write_text("time_s,multiplier\n0,1\n")
-    code, _, err = cli(capsys, "run", "--requests", "8", "--trace", "sharegpt-multiturn", "--arrival", "conversation",
-                       "--load-curve", str(curve), "--out", str(tmp_path / "o"))  # fmt: skip
+    code, _, err = cli(
+        capsys,
+        "run",
+        "--requests",
+        "8",
+        "--trace",
+        "sharegpt-multiturn",
+        "--arrival",
+        "conversation",
+        "--load-curve",
+        str(curve),
+        "--out",
+        str(tmp_path / "o"),
+    )
     one_line_refusal(code, err, "--load-curve", "--arrival replay")
 
 
@@ -243,9 +266,18 @@ def test_a_mooncake_replay_under_a_load_curve_runs_with_prefix_hits(tmp_path):
 
     curve = tmp_path / "c.csv"
     curve.write_text("time_s,multiplier\n0,1\n30,2\n")
-    base = Scenario(model="llama-3-8b", gpu="h100", trace="mooncake-conversation", num_requests=300,
-                    arrival="replay", policy="vllm-v1", prefix_caching=True, max_model_len=131072,
-                    allow_long_context=True, stop_when_overloaded=False)  # fmt: skip
+    base = Scenario(
+        model="llama-3-8b",
+        gpu="h100",
+        trace="mooncake-conversation",
+        num_requests=300,
+        arrival="replay",
+        policy="vllm-v1",
+        prefix_caching=True,
+        max_model_len=131072,
+        allow_long_context=True,
+        stop_when_overloaded=False,
+    )
     plain, _ = simulate_scenario(base, 1.0)
     shaped, _ = simulate_scenario(Scenario(**{**base.__dict__, "load_curve": str(curve)}), 1.0)
     late = plain.reqs.arrived >= 30

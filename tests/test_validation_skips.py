@@ -1,4 +1,5 @@
-"""The validation commands without their data: each source absent is skipped with its reason, nothing crashes."""
+"""The validation commands without their data: each source absent is skipped with its reason, nothing
+crashes."""
 
 import sys
 from pathlib import Path
@@ -35,7 +36,9 @@ def test_calibration_without_data_fits_nothing(tmp_path):
 
 def test_collectives_doc_keeps_its_prose_around_the_generated_tables(tmp_path):
     doc = tmp_path / "collectives.md"
-    doc.write_text(f"# Title\n\nprose\n\n{validate_collectives.BEGIN}\nold\n{validate_collectives.END}\n\ntail\n")
+    doc.write_text(
+        f"# Title\n\nprose\n\n{validate_collectives.BEGIN}\nold\n{validate_collectives.END}\n\ntail\n"
+    )
     assert validate_collectives.main(["--reference", str(tmp_path / "none"), "--out", str(doc)]) == 0
     text = doc.read_text()
     assert text.startswith("# Title\n\nprose\n\n") and text.endswith("\n\ntail\n") and "\nold\n" not in text

@@ -17,10 +17,10 @@ REF = v.reference_root(Path(__file__))
 
 
 def test_eager_cublas_is_not_slower_than_the_graph_replayed_table_once_the_flush_is_off() -> None:
-    # Our H200 torch timings (eager, one call between CUDA events, L2 zero-filled first) against NVIDIA's H200 table
-    # (the shipped measured profile), the flush's write-back min(W, L2) / HBM taken off: at m > 512, where a GEMM
-    # runs long enough that launch and flush do not matter, eager and graph agree within 3% (median), so running
-    # eagerly cannot make Vidur's kernels 15% slower there.
+    # Our H200 torch timings (eager, one call between CUDA events, L2 zero-filled first) against NVIDIA's H200
+    # table (the shipped measured profile), the flush's write-back min(W, L2) / HBM taken off: at m > 512,
+    # where a GEMM runs long enough that launch and flush do not matter, eager and graph agree within 3%
+    # (median), so running eagerly cannot make Vidur's kernels 15% slower there.
     t = vc.torch_vs_table()
     assert len(t) > 10_000
     assert abs(t[t["num_tokens"] > 512]["r"].median()) < 0.03

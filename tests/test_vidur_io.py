@@ -49,7 +49,8 @@ def run_cli(*args: str) -> int:
 
 @pytest.fixture(scope="module")
 def codellama(tmp_path_factory):
-    """The CodeLlama-34B mlp.csv, legacy attention.csv and pairwise-NVLink network files, imported and re-read."""
+    """The CodeLlama-34B mlp.csv, legacy attention.csv and pairwise-NVLink network files, imported and
+    re-read."""
     src = vidur_dir(tmp_path_factory.mktemp("ref"), "codellama/CodeLlama-34b-Instruct-hf")
     tables, provenance = import_vidur(src, CODELLAMA, A100, NODE)
     return src, read_profile(write_profile(src.parent / "profile", tables, provenance))
@@ -88,7 +89,8 @@ def test_import_reproduces_every_reference_value(codellama):
         rows = prof.collectives[prof.collectives["op"] == op]
         assert same(rows["time_ms"], net[f"time_stats.{op}.median"]) and same(rows["size_bytes"], net["size"])
         assert same(rows["num_workers"], net["num_workers"])
-        # send/recv with one device per node crosses nodes: no network was named, so it is not passed off as one
+        # send/recv with one device per node crosses nodes: no network was named, so it is not passed off as
+        # one
         crosses = net["devices_per_node"] < net["num_workers"]
         assert (rows["link"] == np.where(crosses, "unknown-network", NODE.name)).all()
 
@@ -98,24 +100,33 @@ def test_export_writes_vidur_columns_and_gives_back_the_measurements(codellama, 
     src, prof = codellama
     files = export_vidur(prof, tmp_path / "out", CODELLAMA, A100, NODE)
     compute = tmp_path / "out/data/profiling/compute/a100/codellama/CodeLlama-34b-Instruct-hf"
-    assert set(files.values()) == {compute / "mlp.csv", compute / "attention.csv",
-                                   tmp_path / "out/data/profiling/network/a100_pairwise_nvlink/all_reduce.csv",
-                                   tmp_path / "out/data/profiling/network/a100_pairwise_nvlink/send_recv.csv"}  # fmt: skip
+    assert set(files.values()) == {
+        compute / "mlp.csv",
+        compute / "attention.csv",
+        tmp_path / "out/data/profiling/network/a100_pairwise_nvlink/all_reduce.csv",
+        tmp_path / "out/data/profiling/network/a100_pairwise_nvlink/send_recv.csv",
+    }
     for path in files.values():
         ref = pd.read_csv(src / path.name, **exact_floats())
         ref = ref.loc[:, [not c.startswith("Unnamed:") for c in ref.columns]]
         out = pd.read_csv(path, **exact_floats())
         assert list(out.columns) == list(ref.columns), path.name
         # every measured column comes back unchanged (emb and the reshapes are not simserve ops: estimated)
-        estimated = ("time_stats.emb.", "time_stats.attn_input_reshape", "time_stats.attn_output", "attention_backend",
-                     "profile_method")  # fmt: skip
+        estimated = (
+            "time_stats.emb.",
+            "time_stats.attn_input_reshape",
+            "time_stats.attn_output",
+            "attention_backend",
+            "profile_method",
+        )
         for col in (c for c in ref.columns if not c.startswith(estimated)):
             numeric = pd.api.types.is_numeric_dtype(ref[col])
             assert (
                 same(out[col], ref[col]) if numeric else (out[col].astype(str) == ref[col].astype(str)).all()
             ), col
     assert (
-        pd.read_csv(compute / "attention.csv", **exact_floats())["attention_backend"] == "AttentionBackend.FLASH_ATTENTION"
+        pd.read_csv(compute / "attention.csv", **exact_floats())["attention_backend"]
+        == "AttentionBackend.FLASH_ATTENTION"
     ).all()
 
 
@@ -162,7 +173,8 @@ def test_round_trip_through_vidur_format(tmp_path):
     back = read_profile(write_profile(tmp_path / "back", back_tables, {"backend": "vidur-import"}))
     for name in ("linear", "elementwise", "attention", "collectives"):
         a, b = getattr(prof, name), getattr(back, name)
-        if name == "collectives":  # Vidur's format has no hop between NVLink pairs (vidur_export.collective_frame)
+        # Vidur's format has no hop between NVLink pairs (vidur_export.collective_frame)
+        if name == "collectives":
             assert (a["link"] == f"{NODE.name}:pcie").any()
             a = a[a["link"] != f"{NODE.name}:pcie"]
         keys = [c for c in a.columns if c in b.columns and c != "time_ms"]
@@ -203,8 +215,16 @@ def small_vidur_dir(tmp_path: Path) -> Path:
     src = tmp_path / "small"
     src.mkdir()
     cols = {"time_stats.emb.median": [0.3, 0.3], **{f"time_stats.{op}.median": [0.1, 0.2] for op in OP_MAP}}
-    shape = {"n_head": 32, "n_kv_head": 32, "n_embd": 4096, "n_expanded_embd": 11008, "vocab_size": 32768,
-             "use_gated_mlp": True, "num_tokens": [8, 16], "num_tensor_parallel_workers": 1}  # fmt: skip
+    shape = {
+        "n_head": 32,
+        "n_kv_head": 32,
+        "n_embd": 4096,
+        "n_expanded_embd": 11008,
+        "vocab_size": 32768,
+        "use_gated_mlp": True,
+        "num_tokens": [8, 16],
+        "num_tensor_parallel_workers": 1,
+    }
     pd.DataFrame({**cols, **shape}).to_csv(src / "mlp.csv", index=False)
     return src
 

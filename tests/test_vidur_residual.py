@@ -1,4 +1,5 @@
-"""benchmarks/vidur_residual.py: Vidur's batch-time formula rebuilt from its tables, and the timers it swaps in.
+"""benchmarks/vidur_residual.py: Vidur's batch-time formula rebuilt from its tables, and the timers it swaps
+in.
 
 The formula is checked by hand on a tiny prediction table (no Vidur needed). With SIMSERVE_VIDUR_TESTS=1 and
 .venv-vidur/ built (`python benchmarks/vs_vidur.py --quick`), a short end-to-end run also checks that the
@@ -24,8 +25,10 @@ from simserve.sim.testing import LinearTimer  # noqa: E402
 
 def _tables() -> dict:
     """A prediction table in the shape the epilogue dumps: {op: [[key..., ms], ...]}."""
-    tok = {op: [[t, 0.001 * t + (1.0 if op == "mlp_up_proj" else 0.0)] for t in range(0, 1025, 8)]
-           for op in vres.VidurTimer.TOKEN_OPS}  # fmt: skip
+    tok = {
+        op: [[t, 0.001 * t + (1.0 if op == "mlp_up_proj" else 0.0)] for t in range(0, 1025, 8)]
+        for op in vres.VidurTimer.TOKEN_OPS
+    }
     dec = [[b, kv, 10.0 * b + kv / 256] for b in range(1, 9) for kv in range(0, 4097, 256)]
     pre = [[kv, c, kv / 256 + 100.0 * c / 32] for kv in range(0, 4097, 256) for c in range(32, 1025, 32)]
     return {**tok, "attn_decode": dec, "attn_prefill": pre}
@@ -81,7 +84,10 @@ def test_vidur_patches_compile():
 
 needs_vidur = pytest.mark.skipif(
     os.environ.get("SIMSERVE_VIDUR_TESTS") != "1" or not (vr.VENV / ".simserve-vidur").exists(),
-    reason="runs Vidur: set SIMSERVE_VIDUR_TESTS=1 after `python benchmarks/vs_vidur.py --quick` built .venv-vidur",
+    reason=(
+        "runs Vidur: set SIMSERVE_VIDUR_TESTS=1 after `python benchmarks/vs_vidur.py --quick` built "
+        ".venv-vidur"
+    ),
 )
 
 

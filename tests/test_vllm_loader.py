@@ -24,7 +24,8 @@ def _dep(model, tp: int, ep: int = 1, dtype: str = "fp8") -> Deployment:
 
 
 def test_a_block_fp8_checkpoint_whose_down_proj_shard_misses_the_block_is_refused_at_that_tp() -> None:
-    # 9728 / 8 = 1216 = 9.5 blocks of 128: vLLM's validate_fp8_block_shape raises on the row-parallel down_proj
+    # 9728 / 8 = 1216 = 9.5 blocks of 128: vLLM's validate_fp8_block_shape raises on the row-parallel
+    # down_proj
     why = refusal(_dep(QWEN3_4B_FP8, 8))
     assert why is not None and "mlp.down_proj" in why and "input_size_per_partition = 1216" in why
     assert "fp8_utils.py:1296" in why
@@ -36,7 +37,8 @@ def test_moe_expert_shards_are_refined_as_vllm_does_and_refused_only_below_32() 
     qwen = dataclasses.replace(MODELS.get("qwen3-235b-a22b"), fp8_weight_block=(128, 128))  # the -FP8 release
     # 1536 / 8 = 192: not a multiple of 128, but gcd(128, 128, 192, 4096) = 64 >= 32: refined scales, it loads
     assert refusal(_dep(qwen, 8)) is None and refusal(_dep(qwen, 8, ep=8)) is None
-    # 3072 / 16 = 192 still refines; 3200 / 8 = 400 (gcd 16) does not, but whole 3200-wide experts (25 blocks) do
+    # 3072 / 16 = 192 still refines; 3200 / 8 = 400 (gcd 16) does not, but whole 3200-wide experts (25 blocks)
+    # do
     wide = dataclasses.replace(qwen, expert_ffn=3200)
     why = refusal(_dep(wide, 8))
     assert (
@@ -45,7 +47,8 @@ def test_moe_expert_shards_are_refined_as_vllm_does_and_refused_only_below_32() 
         and why.endswith("add --ep 8 (whole experts per GPU)")
     )
     assert refusal(_dep(wide, 8, ep=8)) is None
-    # an expert width that is no multiple of the block is refused in every layout (vLLM checks whole experts too)
+    # an expert width that is no multiple of the block is refused in every layout (vLLM checks whole experts
+    # too)
     odd = dataclasses.replace(qwen, expert_ffn=1552)
     assert "even with whole experts per GPU" in refusal(_dep(odd, 8, ep=8))
 
@@ -59,8 +62,25 @@ def test_kv_heads_must_divide_tp_or_be_divided_by_it() -> None:
 
 def test_run_refuses_in_one_line_with_exit_2(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["run", "--model", QWEN3_4B_FP8, "--dtype", "fp8", "--gpu", "h100", "--tp", "8", "--requests", "8",
-              "--qps", "1", "--out", "/nonexistent/never-written"])  # fmt: skip
+        main(
+            [
+                "run",
+                "--model",
+                QWEN3_4B_FP8,
+                "--dtype",
+                "fp8",
+                "--gpu",
+                "h100",
+                "--tp",
+                "8",
+                "--requests",
+                "8",
+                "--qps",
+                "1",
+                "--out",
+                "/nonexistent/never-written",
+            ]
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: vLLM 0.33.0 refuses") and "\n" not in err and "--tp" in err

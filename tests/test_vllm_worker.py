@@ -1,5 +1,6 @@
-"""vLLM 0.33.0's worker: CUDA-graph capture sizes and padding, and its memory profile (simserve/vllm_worker.py).
-tests/conformance/test_bench_client_vllm.py checks the capture sizes against vLLM's own method."""
+"""vLLM 0.33.0's worker: CUDA-graph capture sizes and padding, and its memory profile
+(simserve/vllm_worker.py). tests/conformance/test_bench_client_vllm.py checks the capture sizes against vLLM's
+own method."""
 
 from __future__ import annotations
 
@@ -30,8 +31,17 @@ def test_the_default_capture_sizes_by_hand():
 def test_padding_goes_to_the_next_captured_size_and_stops_past_the_largest():
     sizes = capture_sizes(256, 2048, A100)
     assert [padded(t, sizes) for t in (0, 1, 3, 5, 9, 249, 257, 512, 513, 2000)] == [
-        0, 1, 4, 8, 16, 256, 272, 512, 513, 2000,
-    ]  # fmt: skip
+        0,
+        1,
+        4,
+        8,
+        16,
+        256,
+        272,
+        512,
+        513,
+        2000,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +62,15 @@ def test_a_padded_batch_costs_what_its_captured_size_costs(timer):
     assert graphs([], kv) == pytest.approx(sum(got.values()), rel=1e-12) and graphs([], kv) > timer([], kv)
     # a mixed batch of 300 tokens runs piecewise at 304; past 512 tokens it runs eagerly at its own size
     assert graphs([(291, 0)], kv) == pytest.approx(
-        timer([(291, 0)], kv) + timer.breakdown([(295, 0)], kv)["linear"] - timer.breakdown([(291, 0)], kv)["linear"]
-        + sum(timer.breakdown([(295, 0)], kv)[k] - timer.breakdown([(291, 0)], kv)[k] for k in ("elementwise", "all_reduce")),
+        timer([(291, 0)], kv)
+        + timer.breakdown([(295, 0)], kv)["linear"]
+        - timer.breakdown([(291, 0)], kv)["linear"]
+        + sum(
+            timer.breakdown([(295, 0)], kv)[k] - timer.breakdown([(291, 0)], kv)[k]
+            for k in ("elementwise", "all_reduce")
+        ),
         rel=1e-9,
-    )  # fmt: skip
+    )
     assert graphs([(1000, 0)], kv) == timer([(1000, 0)], kv)
     assert graphs([(16, 0)], []) == timer([(16, 0)], [])  # a captured size needs no padding
 
@@ -73,13 +88,17 @@ def test_worker_memory_term_by_term():
     assert mem.cudagraphs == act * 256 + 34 * MIB + act * 512 + 50 * MIB
     assert mem.non_torch == NON_TORCH_BYTES[1]
     block = kv_bytes_per_block(dep)
-    assert mem.vllm_blocks == int((mem.capacity - mem.weights - mem.activation_peak - mem.cudagraphs - mem.non_torch) // block)
+    assert mem.vllm_blocks == int(
+        (mem.capacity - mem.weights - mem.activation_peak - mem.cudagraphs - mem.non_torch) // block
+    )
     assert check_scenario(s) == mem.num_blocks == mem.vllm_blocks - 1  # the null block
     eager = worker_memory(dep, 2048, 256, ())
     assert eager.cudagraphs == 0 and eager.num_graphs == 0 and eager.vllm_blocks > mem.vllm_blocks
     assert 0.1 * GIB < mem.cudagraphs < 0.5 * GIB  # a 7B model's graphs: a few hundred MiB, not GiBs
     # the H100 defaults of a 128k-vocabulary model: the sampler over 1024 dummy requests is the peak
-    big = worker_memory(Scenario(model="llama3-8b", gpu="h100", policy="vllm-v1").deployment(), 8192, 1024, ())
+    big = worker_memory(
+        Scenario(model="llama3-8b", gpu="h100", policy="vllm-v1").deployment(), 8192, 1024, ()
+    )
     assert big.activation_peak == big.sampler_peak > act * 8192
 
 
@@ -87,7 +106,8 @@ def test_the_worker_needs_vllm_v1_and_room_for_one_request():
     with pytest.raises(SimserveError, match="--policy vllm-v1"):
         check_scenario(Scenario(policy="sarathi", vllm_worker=True))
     with pytest.raises(SimserveError, match="cannot hold one"):
-        # 18% of 79 GiB leaves about 0.4 GiB for KV beside Mistral-7B: not the 1 GiB an 8192-token request needs
+        # 18% of 79 GiB leaves about 0.4 GiB for KV beside Mistral-7B: not the 1 GiB an 8192-token request
+        # needs
         check_scenario(Scenario(policy="vllm-v1", vllm_worker=True, memory_utilization=0.18))
 
 
@@ -103,8 +123,18 @@ def test_graphs_change_the_run_and_eager_mode_runs_unpadded():
 
 
 def test_run_says_how_many_blocks_and_why(capsys, tmp_path):
-    code, out, _ = cli(capsys, "run", "--policy", "vllm-v1", "--engine", "vllm", "--requests", "30", "--out",
-                       str(tmp_path / "o"))  # fmt: skip
+    code, out, _ = cli(
+        capsys,
+        "run",
+        "--policy",
+        "vllm-v1",
+        "--engine",
+        "vllm",
+        "--requests",
+        "30",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 0
     flat = " ".join(out.split())
     assert "KV blocks (vLLM 0.33.0's worker" in flat and "CUDA graphs" in flat and "non-torch" in flat
@@ -117,17 +147,19 @@ def test_run_says_how_many_blocks_and_why(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "word"),
-    [(["--engine", "vllm", "--policy", "sarathi"], "--policy sarathi"),
-     (["--engine", "sglang", "--policy", "vllm-v1"], "--engine"),
-     (["--enforce-eager", "--policy", "vllm-v1"], "--engine vllm")],
-)  # fmt: skip
+    [
+        (["--engine", "vllm", "--policy", "sarathi"], "--policy sarathi"),
+        (["--engine", "sglang", "--policy", "vllm-v1"], "--engine"),
+        (["--enforce-eager", "--policy", "vllm-v1"], "--engine vllm"),
+    ],
+)
 def test_bad_engine_input_is_one_line(capsys, tmp_path, args, word):
     code, _, err = cli(capsys, "run", "--requests", "4", "--out", str(tmp_path / "o"), *args)
     assert code == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
 
 
-# -- async scheduling -----------------------------------------------------------------------------------------
+# -- async scheduling ----------------------------------------------------------------------------------------
 def test_async_scheduling_moves_all_but_the_sampler_beside_the_gpu():
     from simserve.predictor.overhead import SAMPLER, CpuOverhead
 
@@ -145,9 +177,12 @@ def test_async_scheduling_follows_vllms_defaults_and_refusals():
     base = dict(policy="vllm-v1", vllm_worker=True)
     assert Scenario(**base).scheduling_is_async()
     assert not Scenario(**base, async_scheduling=False).scheduling_is_async()
-    # on with PP too: Model Runner V2, vLLM 0.33.0's default runner, keeps it (only the V1 runner turned it off)
+    # on with PP too: Model Runner V2, vLLM 0.33.0's default runner, keeps it (only the V1 runner turned it
+    # off)
     pp2 = dict(base, model="llama2-70b", gpu="a40", tp=4, pp=2)
-    assert Scenario(**pp2).scheduling_is_async() and Scenario(**pp2, async_scheduling=True).scheduling_is_async()
+    assert (
+        Scenario(**pp2).scheduling_is_async() and Scenario(**pp2, async_scheduling=True).scheduling_is_async()
+    )
     assert not Scenario(**base, ray_comm=True).scheduling_is_async()  # the Ray executor does not support it
     with pytest.raises(SimserveError, match="`ray` does not support async scheduling"):
         Scenario(**base, ray_comm=True, async_scheduling=True).scheduling_is_async()
@@ -167,7 +202,8 @@ def test_async_scheduling_shortens_every_step_by_the_hidden_cpu_work():
         kv = np.full(32, 900)
         n = len(batch) + 32
         hidden = sum(ov.ms(c, n) for c in ov.components_of("overlap"))
-        assert sync(batch, kv) - asyn(batch, kv) == pytest.approx(hidden * 1e-3, rel=1e-9)  # GPU-bound: all hidden
+        # GPU-bound: all hidden
+        assert sync(batch, kv) - asyn(batch, kv) == pytest.approx(hidden * 1e-3, rel=1e-9)
 
 
 @pytest.mark.skipif(not core_run.compiled_available(), reason="the compiled core is not built")
@@ -179,8 +215,14 @@ def test_the_core_runs_a_padded_timer_as_the_reference_does(timer, monkeypatch):
         monkeypatch.setenv(core_run.ENV, mode)
         rng = np.random.default_rng(0)
         n = 40
-        return simulate(rng.integers(20, 600, n), rng.integers(2, 60, n), np.cumsum(rng.exponential(0.05, n)), t,
-                        4000, SimConfig(policy="vllm-v1", budget=512))  # fmt: skip
+        return simulate(
+            rng.integers(20, 600, n),
+            rng.integers(2, 60, n),
+            np.cumsum(rng.exponential(0.05, n)),
+            t,
+            4000,
+            SimConfig(policy="vllm-v1", budget=512),
+        )
 
     ref, got, plain = run(graphs, "reference"), run(graphs, ""), run(timer, "")
     assert core_run.choose(SimConfig(policy="vllm-v1", budget=512), graphs) is not None  # the core ran it

@@ -25,8 +25,12 @@ from simserve.io import exact_floats
 
 def _fake_profile(root: Path, scale: float = 1.0) -> Path:
     tree = root / "data" / "profiling"
-    for rel, name in (("compute/a100/m", "mlp.csv"), ("compute/a100/m", "attention.csv"),
-                      ("network/n", "all_reduce.csv"), ("network/n", "send_recv.csv")):  # fmt: skip
+    for rel, name in (
+        ("compute/a100/m", "mlp.csv"),
+        ("compute/a100/m", "attention.csv"),
+        ("network/n", "all_reduce.csv"),
+        ("network/n", "send_recv.csv"),
+    ):
         (tree / rel).mkdir(parents=True, exist_ok=True)
         pd.DataFrame({"x": [1, 2], "time_stats.op.median": [0.5 * scale, 0.7]}).to_csv(
             tree / rel / name, index=False

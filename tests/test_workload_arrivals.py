@@ -86,8 +86,14 @@ def test_replay_shifts_to_zero_and_scales_time():
             "--time-scale must be",
         ),
         ({"qps": 1.0, "process": "poisson", "time_scale": -1.0}, "--time-scale must be positive, got -1"),
-        ({"qps": math.inf, "process": "replay", "recorded": np.arange(5.0)}, "--qps inf .* --arrival replay keeps"),
-        ({"qps": math.inf, "process": "conversation", "recorded": np.arange(5.0)}, "--arrival conversation keeps"),
+        (
+            {"qps": math.inf, "process": "replay", "recorded": np.arange(5.0)},
+            "--qps inf .* --arrival replay keeps",
+        ),
+        (
+            {"qps": math.inf, "process": "conversation", "recorded": np.arange(5.0)},
+            "--arrival conversation keeps",
+        ),
     ],
 )
 def test_bad_arrival_arguments(kwargs, message):
@@ -121,7 +127,12 @@ def test_replay_of_the_azure_conversation_trace():
     assert len(trace) == 19_366
     recorded_rate = (len(trace) - 1) / (trace.arrived_at[-1] - trace.arrived_at[0])
     assert recorded_rate == pytest.approx(5.53, abs=0.01)
-    times = arrival_times(len(trace), qps=11.06, process="replay", recorded=trace.arrived_at,
-                          time_scale=replay_time_scale(trace.arrived_at, 11.06))  # fmt: skip
+    times = arrival_times(
+        len(trace),
+        qps=11.06,
+        process="replay",
+        recorded=trace.arrived_at,
+        time_scale=replay_time_scale(trace.arrived_at, 11.06),
+    )
     assert (len(times) - 1) / times[-1] == pytest.approx(11.06)
     assert np.allclose(np.diff(times) * 2, np.diff(trace.arrived_at), rtol=1e-3, atol=1e-9)

@@ -1,4 +1,5 @@
-"""Trace builders on tiny fixtures: ShareGPT (truncated JSON, split pieces), arXiv (JSONL, parquet), synthetic."""
+"""Trace builders on tiny fixtures: ShareGPT (truncated JSON, split pieces), arXiv (JSONL, parquet),
+synthetic."""
 
 from __future__ import annotations
 
@@ -81,8 +82,13 @@ def test_build_sharegpt_from_fixture(tmp_path, tokenizer):
     table = pd.read_csv(out)
     assert list(table.columns) == ["num_prefill_tokens", "num_decode_tokens", "conversation_id", "round"]
     assert list(zip(table.conversation_id, table["round"], strict=True)) == [
-        ("convA", 0), ("convA", 1), ("convA", 2), ("convA", 3), ("convB", 1), ("convC", 0)
-    ]  # fmt: skip
+        ("convA", 0),
+        ("convA", 1),
+        ("convA", 2),
+        ("convA", 3),
+        ("convB", 1),
+        ("convC", 0),
+    ]
     with open(FIXTURES / "sharegpt_tiny.json", encoding="utf-8") as f:
         pieces = read_json_array_prefix(f).items
     a = [t["value"] for t in pieces[0]["conversations"] + pieces[2]["conversations"][1:]]
@@ -121,8 +127,13 @@ def test_build_arxiv_from_jsonl_and_parquet(tmp_path, tokenizer, capsys):
     assert "wrote" in capsys.readouterr().out
     trace = load_trace(str(out))
     rows = [json.loads(line) for line in (FIXTURES / "arxiv_tiny.jsonl").read_text().splitlines()]
-    assert trace.prompt_tokens.tolist() == tokenizer.count([rows[0]["article"], "Raw release rows carry sentence "
-        "lists .\nThey are joined with newlines .", rows[3]["article"]])  # fmt: skip
+    assert trace.prompt_tokens.tolist() == tokenizer.count(
+        [
+            rows[0]["article"],
+            "Raw release rows carry sentence lists .\nThey are joined with newlines .",
+            rows[3]["article"],
+        ]
+    )
     assert trace.output_tokens[1] == tokenizer.count(["raw abstracts are tagged ."])[0]
     provenance = json.loads((tmp_path / "arxiv.provenance.json").read_text())
     assert provenance["synthetic"] is False and provenance["counts"]["rows_with_empty_text"] == 1
@@ -212,8 +223,11 @@ def test_build_sharegpt_bench_keeps_vllms_first_two_turns_per_piece(tmp_path, to
     with open(FIXTURES / "sharegpt_tiny.json", encoding="utf-8") as f:
         pieces = [p for p in read_json_array_prefix(f).items if len(p["conversations"]) >= 2]
     # every piece in file order, split pieces not merged: a continuation starts with whatever turn it has
-    first = [tokenizer.count([p["conversations"][0]["value"], p["conversations"][1]["value"]]) for p in pieces]
+    first = [
+        tokenizer.count([p["conversations"][0]["value"], p["conversations"][1]["value"]]) for p in pieces
+    ]
     table = pd.read_csv(out)
-    assert table.num_prefill_tokens.tolist() == [a + 1 for a, _ in first]  # BOS counted, as vLLM's tokenizer()
+    # BOS counted, as vLLM's tokenizer()
+    assert table.num_prefill_tokens.tolist() == [a + 1 for a, _ in first]
     assert table.num_decode_tokens.tolist() == [b + 1 for _, b in first]
     assert json.loads(result.provenance.read_text())["counts"]["rows"] == len(pieces)

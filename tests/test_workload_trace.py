@@ -1,4 +1,5 @@
-"""Trace loading: accepted formats, shipped names, Trace operations, and one clear error per kind of bad input."""
+"""Trace loading: accepted formats, shipped names, Trace operations, and one clear error per kind of bad
+input."""
 
 from __future__ import annotations
 

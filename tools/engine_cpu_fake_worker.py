@@ -1,18 +1,20 @@
-"""A vLLM 0.33.0 worker that runs no model: it answers each step as a GPU would, after a set time, with no CPU.
+"""A vLLM 0.33.0 worker that runs no model: it answers each step as a GPU would, after a set time, with no
+CPU.
 
-Used by tools/engine_cpu_server.py (`vllm serve ... --worker-cls engine_cpu_fake_worker.TimedWorker`, with this
-folder on PYTHONPATH) so that vLLM's real API server and real EngineCore (AsyncScheduler, batch queue, output
-thread, ZMQ, msgpack) run on this CPU machine under `vllm bench serve` while the model costs nothing here: what is
-measured is the front end and the engine's own CPU, not a CPU forward pass of a model (which would take the two
-shared cores and stretch every step).
+Used by tools/engine_cpu_server.py (`vllm serve ... --worker-cls engine_cpu_fake_worker.TimedWorker`, with
+this folder on PYTHONPATH) so that vLLM's real API server and real EngineCore (AsyncScheduler, batch queue,
+output thread, ZMQ, msgpack) run on this CPU machine under `vllm bench serve` while the model costs nothing
+here: what is measured is the front end and the engine's own CPU, not a CPU forward pass of a model (which
+would take the two shared cores and stretch every step).
 
-Behaviour as Model Runner V2 under async scheduling (vllm/v1/worker/gpu/model_runner.py): `execute_model` returns
-None at once, `sample_tokens` returns an `AsyncModelRunnerOutput` at once, and its `get_output()` (called by the
-executor's future, `future.result()` in `EngineCore.step_with_batch_queue`) blocks without CPU until the step's
-simulated GPU time has passed since the previous step ended. One token is sampled for each request whose prompt is
-then fully computed. Step time: ENGINE_CPU_GPU_STEP_MS (default 8) + ENGINE_CPU_GPU_MS_PER_TOKEN (default 0.03) x
-scheduled tokens: roughly an 8B model's decode and prefill on one H100; only its order of magnitude matters here
-(it keeps the engine from spinning and the front end from being flooded).
+Behaviour as Model Runner V2 under async scheduling (vllm/v1/worker/gpu/model_runner.py): `execute_model`
+returns None at once, `sample_tokens` returns an `AsyncModelRunnerOutput` at once, and its `get_output()`
+(called by the executor's future, `future.result()` in `EngineCore.step_with_batch_queue`) blocks without CPU
+until the step's simulated GPU time has passed since the previous step ended. One token is sampled for each
+request whose prompt is then fully computed. Step time: ENGINE_CPU_GPU_STEP_MS (default 8) +
+ENGINE_CPU_GPU_MS_PER_TOKEN (default 0.03) x scheduled tokens: roughly an 8B model's decode and prefill on one
+H100; only its order of magnitude matters here (it keeps the engine from spinning and the front end from being
+flooded).
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class TimedWorker(WorkerBase):
         self.pending = None
         self.rng = np.random.default_rng(0)
         self.vocab = self.model_config.get_vocab_size()
-        # steps, scheduled requests, scheduled tokens: summed in a file the measuring script reads (no CPU to speak of)
+        # steps, scheduled requests, scheduled tokens: summed in a file the measuring script reads (no CPU to
+        # speak of)
         path = os.environ.get("ENGINE_CPU_COUNTERS")
         self.counters = (
             np.memmap(path, dtype=np.int64, mode="r+", shape=(3,)) if path else np.zeros(3, np.int64)
@@ -65,9 +68,11 @@ class TimedWorker(WorkerBase):
     def get_kv_cache_spec(self):
         m = self.model_config
         spec = FullAttentionSpec(
-            block_size=self.cache_config.block_size, num_kv_heads=m.get_num_kv_heads(self.parallel_config),
-            head_size=m.get_head_size(), dtype=torch.float16,
-        )  # fmt: skip
+            block_size=self.cache_config.block_size,
+            num_kv_heads=m.get_num_kv_heads(self.parallel_config),
+            head_size=m.get_head_size(),
+            dtype=torch.float16,
+        )
         return {
             f"model.layers.{i}.self_attn.attn": spec for i in range(m.get_num_layers(self.parallel_config))
         }
@@ -110,8 +115,9 @@ class TimedWorker(WorkerBase):
             done = self.computed.get(rid, 0) + so.num_scheduled_tokens[rid]
             self.computed[rid] = done
             sampled.append([toks[i]] if done >= self.prompt_len.get(rid, 0) else [])
-        out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                sampled_token_ids=sampled)  # fmt: skip
+        out = ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+        )
         start = max(time.monotonic(), self.gpu_free)
         self.gpu_free = start + (STEP_MS + MS_PER_TOKEN * so.total_num_scheduled_tokens) / 1e3
         self.pending = _Timed(out, self.gpu_free)

@@ -2,11 +2,12 @@
 
     /work/envs/vllm033/bin/python tools/engine_cpu_model.py /work/envs/tiny-llama
 
-A 2-layer `LlamaForCausalLM` config (hidden 256, 4 heads, 2 KV heads, FFN 512, vocab 32000) and a byte-level BPE
-tokenizer trained here with the `tokenizers` library on the Python standard library's own sources (sorted file
-list, so the same Python gives the same tokenizer), with a chat template. Only the tokenizer's cost matters to what
-is measured (tokenize, incremental detokenize); the model is never run with real weights (`--load-format dummy`,
-or not at all under tools/engine_cpu_fake_worker.py). Recipe: shared notes vllm-server-on-cpu.md, step 3.
+A 2-layer `LlamaForCausalLM` config (hidden 256, 4 heads, 2 KV heads, FFN 512, vocab 32000) and a byte-level
+BPE tokenizer trained here with the `tokenizers` library on the Python standard library's own sources (sorted
+file list, so the same Python gives the same tokenizer), with a chat template. Only the tokenizer's cost
+matters to what is measured (tokenize, incremental detokenize); the model is never run with real weights
+(`--load-format dummy`, or not at all under tools/engine_cpu_fake_worker.py). Recipe: shared notes
+vllm-server-on-cpu.md, step 3.
 """
 
 from __future__ import annotations
@@ -18,16 +19,28 @@ from pathlib import Path
 
 VOCAB = 32000
 CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": VOCAB,
-    "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "torch_dtype": "float32", "bos_token_id": 1,
-    "eos_token_id": 2, "tie_word_embeddings": False, "rope_theta": 10000.0,
-}  # fmt: skip
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+    "rope_theta": 10000.0,
+}
 # A Llama-2-style chat template: the server renders it with jinja2 for every chat request.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}<<SYS>>\n"
-    "{{ message['content'] }}\n<</SYS>>\n\n{% elif message['role'] == 'user' %}[INST] {{ message['content'] }} "
-    "[/INST]{% else %} {{ message['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}<<SYS>>\n{{ "
+    "message['content'] }}\n<</SYS>>\n\n{% elif message['role'] == 'user' %}[INST] {{ "
+    "message['content'] }} [/INST]{% else %} {{ message['content'] }}{{ eos_token }}{% endif "
+    "%}{% endfor %}"
 )
 
 
@@ -44,16 +57,28 @@ def build(out: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
+        vocab_size=VOCAB,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tok.train(corpus(), trainer)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": 32768, "chat_template": CHAT_TEMPLATE,
-        "add_bos_token": False, "clean_up_tokenization_spaces": False,
-    }, indent=1))  # fmt: skip
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 32768,
+                "chat_template": CHAT_TEMPLATE,
+                "add_bos_token": False,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=1,
+        )
+    )
     (out / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
     )

@@ -1,18 +1,20 @@
-"""A reference single-thread benchmark, to carry the engine-CPU figures from the host they were measured on to a
-serving host.
+"""A reference single-thread benchmark, to carry the engine-CPU figures from the host they were measured on to
+a serving host.
 
     python3 tools/engine_cpu_refbench.py [--json]
 
-Run it on both hosts with the same Python minor version (the figures in profiles/engine/vllm-0.33.0/ were measured
-under CPython 3.11); the ratio of the two `python_us` medians is the host-speed factor simserve's engine-CPU model
-takes (simserve/predictor/engine_cpu.py: `host_speed` = this host's time / that host's time). Two parts, CPU time
-of this thread (`time.thread_time`), median of 15 rounds:
+Run it on both hosts with the same Python minor version (the figures in profiles/engine/vllm-0.33.0/ were
+measured under CPython 3.11); the ratio of the two `python_us` medians is the host-speed factor simserve's
+engine-CPU model takes (simserve/predictor/engine_cpu.py: `host_speed` = this host's time / that host's time).
+Two parts, CPU time of this thread (`time.thread_time`), median of 15 rounds:
 
-- `python_us`: a fixed pure-Python workload shaped like the engine's own per-step code (objects with attributes,
-  dict lookups by request id, list appends, small sorts, string formatting), 20,000 "requests" per round.
-- `clock_ghz`: the core's effective clock, from a chain of dependent integer adds (one cycle each on every x86 core
-  since the P6) in a small C program built with the system's cc; absent where no C compiler is installed. On a VM
-  /proc/cpuinfo shows the TSC rate, not the clock the core runs at: this is the clock as the workload sees it.
+- `python_us`: a fixed pure-Python workload shaped like the engine's own per-step code (objects with
+  attributes, dict lookups by request id, list appends, small sorts, string formatting), 20,000 "requests" per
+  round.
+- `clock_ghz`: the core's effective clock, from a chain of dependent integer adds (one cycle each on every x86
+  core since the P6) in a small C program built with the system's cc; absent where no C compiler is installed.
+  On a VM /proc/cpuinfo shows the TSC rate, not the clock the core runs at: this is the clock as the workload
+  sees it.
 """
 
 from __future__ import annotations
@@ -111,14 +113,22 @@ def run() -> dict:
     python_round(400)  # warm
     times = sorted(python_round() for _ in range(ROUNDS))
     return {
-        "python_us": round(statistics.median(times), 1), "python_us_min": round(times[0], 1),
-        "python_us_max": round(times[-1], 1), "rounds": ROUNDS, "clock_ghz": clock_ghz(),
-        "python": platform.python_version(), "cpu": cpu_model(), "load_average": os.getloadavg(),
-    }  # fmt: skip
+        "python_us": round(statistics.median(times), 1),
+        "python_us_min": round(times[0], 1),
+        "python_us_max": round(times[-1], 1),
+        "rounds": ROUNDS,
+        "clock_ghz": clock_ghz(),
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "load_average": os.getloadavg(),
+    }
 
 
 if __name__ == "__main__":
     r = run()
-    print(json.dumps(r, indent=1) if "--json" in sys.argv else
-          f"python_us {r['python_us']} ({r['python_us_min']}-{r['python_us_max']}), clock {r['clock_ghz']} GHz, "
-          f"{r['cpu']}, Python {r['python']}")  # fmt: skip
+    print(
+        json.dumps(r, indent=1)
+        if "--json" in sys.argv
+        else f"python_us {r['python_us']} ({r['python_us_min']}-{r['python_us_max']}), clock "
+        f"{r['clock_ghz']} GHz, {r['cpu']}, Python {r['python']}"
+    )

@@ -1,16 +1,19 @@
-"""CPU time of vLLM 0.33.0's real OpenAI-compatible server per request and per streamed token, under `vllm bench serve`.
+"""CPU time of vLLM 0.33.0's real OpenAI-compatible server per request and per streamed token, under `vllm
+bench serve`.
 
     /work/envs/vllm033/bin/python tools/engine_cpu_server.py MODEL_DIR OUT_DIR [--repeats 5] [--api-server-counts 1,2]
 
-Starts `vllm serve MODEL_DIR` through tools/engine_cpu_vllm_serve.py (async scheduling and the in-process worker as
-on a GPU) with tools/engine_cpu_fake_worker.py's TimedWorker (no model: each step answers after a GPU-like delay,
-using no CPU), then runs vLLM's own benchmark client (`vllm bench serve`'s code, called in this process) against it for each workload below, and reads every server
-process's CPU time (utime + stime of /proc/PID/stat, all threads) before and after each run. The client's CPU is not
-counted; the reference workload of tools/engine_cpu_refbench.py runs before and after each run (`ref_us`: the
-shared host's speed at the time, divided out by the fit). Writes OUT_DIR/server.csv (one row per process per run) and OUT_DIR/server.provenance.json.
+Starts `vllm serve MODEL_DIR` through tools/engine_cpu_vllm_serve.py (async scheduling and the in-process
+worker as on a GPU) with tools/engine_cpu_fake_worker.py's TimedWorker (no model: each step answers after a
+GPU-like delay, using no CPU), then runs vLLM's own benchmark client (`vllm bench serve`'s code, called in
+this process) against it for each workload below, and reads every server process's CPU time (utime + stime of
+/proc/PID/stat, all threads) before and after each run. The client's CPU is not counted; the reference
+workload of tools/engine_cpu_refbench.py runs before and after each run (`ref_us`: the shared host's speed at
+the time, divided out by the fit). Writes OUT_DIR/server.csv (one row per process per run) and
+OUT_DIR/server.provenance.json.
 
-Workloads (random dataset, fixed lengths, `--ignore-eos`, `--max-concurrency 16`, 400 prompts): completions and
-chat, prompts of 128 and 1024 tokens, 2 and 64 output tokens, so that per-request, per-prompt-token and
+Workloads (random dataset, fixed lengths, `--ignore-eos`, `--max-concurrency 16`, 400 prompts): completions
+and chat, prompts of 128 and 1024 tokens, 2 and 64 output tokens, so that per-request, per-prompt-token and
 per-output-token costs separate in a least-squares fit (simserve/predictor/engine_cpu.py).
 """
 
@@ -38,9 +41,13 @@ from engine_cpu_refbench import python_round  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the client loads the tokenizer from MODEL_DIR, never the hub
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 WORKLOADS = [  # (endpoint, prompt tokens, output tokens)
-    ("completions", 128, 2), ("completions", 128, 64), ("completions", 1024, 2),
-    ("chat", 128, 2), ("chat", 128, 64), ("chat", 1024, 2),
-]  # fmt: skip
+    ("completions", 128, 2),
+    ("completions", 128, 64),
+    ("completions", 1024, 2),
+    ("chat", 128, 2),
+    ("chat", 128, 64),
+    ("chat", 1024, 2),
+]
 NUM_PROMPTS, CONCURRENCY = 400, 16
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -52,7 +59,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def server_processes(root: int) -> dict[int, str]:
-    """The server's processes by role: the API server(s) and the EngineCore (vLLM names them with setproctitle)."""
+    """The server's processes by role: the API server(s) and the EngineCore (vLLM names them with
+    setproctitle)."""
     out = subprocess.run(
         ["ps", "-o", "pid=,args=", "--ppid", str(root)], capture_output=True, text=True
     ).stdout
@@ -82,20 +90,43 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 900) -> None:
 
 
 def bench(model: str, port: int, endpoint: str, n_in: int, n_out: int, num_prompts: int, seed: int) -> dict:
-    """One `vllm bench serve` run: its own code (vllm.benchmarks.serve.main, what the CLI subcommand calls), in
-    this process so that each run does not pay the client's start-up (importing vLLM: ~15 CPU-s here)."""
+    """One `vllm bench serve` run: its own code (vllm.benchmarks.serve.main, what the CLI subcommand calls),
+    in this process so that each run does not pay the client's start-up (importing vLLM: ~15 CPU-s here)."""
     from vllm.benchmarks.serve import add_cli_args
     from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     with tempfile.TemporaryDirectory() as d:
         argv = [
-            "--base-url", f"http://127.0.0.1:{port}", "--model", model,
-            "--dataset-name", "random", "--random-input-len", str(n_in), "--random-output-len", str(n_out),
-            "--random-range-ratio", "0", "--num-prompts", str(num_prompts), "--max-concurrency", str(CONCURRENCY),
-            "--request-rate", "inf", "--ignore-eos", "--seed", str(seed), "--disable-tqdm", "--save-result",
-            "--save-detailed", "--result-dir", d, "--result-filename", "r.json",
-        ]  # fmt: skip
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--model",
+            model,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(n_in),
+            "--random-output-len",
+            str(n_out),
+            "--random-range-ratio",
+            "0",
+            "--num-prompts",
+            str(num_prompts),
+            "--max-concurrency",
+            str(CONCURRENCY),
+            "--request-rate",
+            "inf",
+            "--ignore-eos",
+            "--seed",
+            str(seed),
+            "--disable-tqdm",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            d,
+            "--result-filename",
+            "r.json",
+        ]
         if endpoint == "chat":
             argv += ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
         else:
@@ -108,8 +139,13 @@ def bench(model: str, port: int, endpoint: str, n_in: int, n_out: int, num_promp
             r = json.load(f)
     # each streamed chunk after the first gives one inter-token latency
     chunks = sum(len(itl) + 1 for itl in r["itls"] if itl is not None)
-    return dict(completed=r["completed"], input_tokens=r["total_input_tokens"],
-                output_tokens=r["total_output_tokens"], chunks=chunks, bench_s=r["duration"])  # fmt: skip
+    return dict(
+        completed=r["completed"],
+        input_tokens=r["total_input_tokens"],
+        output_tokens=r["total_output_tokens"],
+        chunks=chunks,
+        bench_s=r["duration"],
+    )
 
 
 def main() -> None:
@@ -129,11 +165,29 @@ def main() -> None:
     for count in [int(c) for c in args.api_server_counts.split(",")]:
         counters = os.path.join(args.out_dir, f".counters-{count}")
         np.zeros(3, np.int64).tofile(counters)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu", ENGINE_CPU_COUNTERS=counters,
-                   PYTHONPATH=HERE)  # fmt: skip
-        cmd = [sys.executable, os.path.join(HERE, "engine_cpu_vllm_serve.py"), args.model_dir, "--worker-cls",
-               "engine_cpu_fake_worker.TimedWorker", "--host", "127.0.0.1", "--port", str(args.port),
-               "--max-model-len", "4096", "--enforce-eager", "--api-server-count", str(count)]  # fmt: skip
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            VLLM_TARGET_DEVICE="cpu",
+            ENGINE_CPU_COUNTERS=counters,
+            PYTHONPATH=HERE,
+        )
+        cmd = [
+            sys.executable,
+            os.path.join(HERE, "engine_cpu_vllm_serve.py"),
+            args.model_dir,
+            "--worker-cls",
+            "engine_cpu_fake_worker.TimedWorker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(args.port),
+            "--max-model-len",
+            "4096",
+            "--enforce-eager",
+            "--api-server-count",
+            str(count),
+        ]
         log = open(os.path.join(args.out_dir, f"server-{count}.log"), "w")  # noqa: SIM115 (closed in finally)
         server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -158,11 +212,24 @@ def main() -> None:
                     ref = round((ref0 + python_round()) / 2, 1)
                     steps, reqs, toks = (c1 - c0).tolist()
                     for p, role in procs.items():
-                        rows.append(dict(
-                            api_server_count=count, rep=rep, endpoint=endpoint, input_len=n_in, output_len=n_out,
-                            pid=p, role=role, cpu_s=round(after[p] - before[p], 3), wall_s=round(wall, 2),
-                            engine_steps=steps, engine_step_reqs=reqs, engine_step_tokens=toks, ref_us=ref, **b,
-                        ))  # fmt: skip
+                        rows.append(
+                            dict(
+                                api_server_count=count,
+                                rep=rep,
+                                endpoint=endpoint,
+                                input_len=n_in,
+                                output_len=n_out,
+                                pid=p,
+                                role=role,
+                                cpu_s=round(after[p] - before[p], 3),
+                                wall_s=round(wall, 2),
+                                engine_steps=steps,
+                                engine_step_reqs=reqs,
+                                engine_step_tokens=toks,
+                                ref_us=ref,
+                                **b,
+                            )
+                        )
                     write(args.out_dir, rows, idle, sys.argv, args.repeats)
                     print(
                         f"count {count} rep {rep} {endpoint} {n_in}/{n_out}: "
@@ -180,7 +247,8 @@ def main() -> None:
 
 
 def write(out_dir: str, rows: list[dict], idle: dict, argv: list[str], repeats: int) -> None:
-    """server.csv and its provenance, rewritten after every run (a long measurement stopped early keeps its runs)."""
+    """server.csv and its provenance, rewritten after every run (a long measurement stopped early keeps its
+    runs)."""
     import vllm
 
     with open(os.path.join(out_dir, "server.csv"), "w", newline="") as f:
@@ -189,13 +257,18 @@ def write(out_dir: str, rows: list[dict], idle: dict, argv: list[str], repeats: 
         w.writerows(rows)
     prov = {
         "what": "CPU seconds (utime+stime from /proc) of each vLLM server process per `vllm bench serve` run",
-        "vllm": vllm.__version__, "command": " ".join([os.path.basename(sys.executable), *argv]),
+        "vllm": vllm.__version__,
+        "command": " ".join([os.path.basename(sys.executable), *argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "repeats": repeats, "num_prompts": NUM_PROMPTS, "max_concurrency": CONCURRENCY,
-        "idle_cpu_per_s": idle, "fake_gpu_step_ms": os.environ.get("ENGINE_CPU_GPU_STEP_MS", "8"),
+        "repeats": repeats,
+        "num_prompts": NUM_PROMPTS,
+        "max_concurrency": CONCURRENCY,
+        "idle_cpu_per_s": idle,
+        "fake_gpu_step_ms": os.environ.get("ENGINE_CPU_GPU_STEP_MS", "8"),
         "fake_gpu_ms_per_token": os.environ.get("ENGINE_CPU_GPU_MS_PER_TOKEN", "0.03"),
-        "load_average": os.getloadavg(), "cpus": os.cpu_count(),
-    }  # fmt: skip
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
     with open(os.path.join(out_dir, "server.provenance.json"), "w") as f:
         json.dump(prov, f, indent=1)
 

@@ -2,17 +2,19 @@
 
     /work/envs/vllm033/bin/python tools/engine_cpu_steps.py MODEL_DIR OUT_DIR [--repeats 5] [--quick]
 
-MODEL_DIR is tools/engine_cpu_model.py's directory (its tokenizer feeds the detokenizer). Writes OUT_DIR/steps.csv
-(one row per measured engine step) and OUT_DIR/steps.provenance.json. Nothing of simserve is imported.
+MODEL_DIR is tools/engine_cpu_model.py's directory (its tokenizer feeds the detokenizer). Writes
+OUT_DIR/steps.csv (one row per measured engine step) and OUT_DIR/steps.provenance.json. Nothing of simserve is
+imported.
 
-What runs, per step, in the order `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py) runs it with async
-scheduling (batch queue of 2: step k+1 is scheduled before step k's output is processed):
+What runs, per step, in the order `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py) runs it with
+async scheduling (batch queue of 2: step k+1 is scheduled before step k's output is processed):
 
-- EngineCore process, busy-loop thread: `AsyncScheduler.schedule()` (the scheduler class 0.33.0 uses when async
-  scheduling is on, vllm/config/scheduler.py `get_scheduler_cls`), then `update_from_output()` of the previous step
-  with a `ModelRunnerOutput` holding one sampled token per request whose prompt is done (what the model runner
-  returns); a new request is made as the input thread makes it (`Request.from_engine_core_request` with the
-  prefix-caching block hasher, sha256, prefix caching on as by default) and `add_request`ed.
+- EngineCore process, busy-loop thread: `AsyncScheduler.schedule()` (the scheduler class 0.33.0 uses when
+  async scheduling is on, vllm/config/scheduler.py `get_scheduler_cls`), then `update_from_output()` of the
+  previous step with a `ModelRunnerOutput` holding one sampled token per request whose prompt is done (what
+  the model runner returns); a new request is made as the input thread makes it
+  (`Request.from_engine_core_request` with the prefix-caching block hasher, sha256, prefix caching on as by
+  default) and `add_request`ed.
 - EngineCore process, output thread: `MsgpackEncoder().encode()` of the step's `EngineCoreOutputs`
   (`EngineCoreProc.process_output_sockets`).
 - API-server process, output handler: `MsgpackDecoder(EngineCoreOutputs).decode()` then
@@ -23,12 +25,12 @@ scheduling (batch queue of 2: step k+1 is scheduled before step k's output is pr
 The model runner (GPU input preparation, sampling) is not run here: in 0.33.0 it is Model Runner V2
 (vllm/v1/worker/gpu/model_runner.py), whose input preparation is Triton kernels on the GPU.
 
-Each time is `time.thread_time_ns()` around the call: CPU time of this thread, not wall time (the host is shared).
-A configuration is run `--repeats` times as independent blocks of 16 steps (a KV block's worth of decode steps, so
-block allocations fall in every block alike); `gc` stays on, with the warm-up's objects frozen as EngineCore does.
-Around each block the reference workload of tools/engine_cpu_refbench.py runs (`ref_us`, in its `python_us`
-units): on a shared host the speed drifts with the neighbours' load, and every component of a block drifts with it,
-so the fit divides it out (simserve/predictor/engine_cpu_fit.py).
+Each time is `time.thread_time_ns()` around the call: CPU time of this thread, not wall time (the host is
+shared). A configuration is run `--repeats` times as independent blocks of 16 steps (a KV block's worth of
+decode steps, so block allocations fall in every block alike); `gc` stays on, with the warm-up's objects
+frozen as EngineCore does. Around each block the reference workload of tools/engine_cpu_refbench.py runs
+(`ref_us`, in its `python_us` units): on a shared host the speed drifts with the neighbours' load, and every
+component of a block drifts with it, so the fit divides it out (simserve/predictor/engine_cpu_fit.py).
 """
 
 from __future__ import annotations
@@ -50,10 +52,25 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 STEPS_PER_BLOCK = 16
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_cpu_refbench beside this file
 FIELDS = [
-    "config", "kind", "rep", "step", "num_reqs", "num_tokens", "num_prefill_reqs", "num_new_reqs",
-    "num_outputs", "num_finished", "schedule_us", "update_us", "encode_us", "add_engine_us", "fe_decode_us",
-    "fe_process_us", "add_frontend_us", "ref_us",
-]  # fmt: skip
+    "config",
+    "kind",
+    "rep",
+    "step",
+    "num_reqs",
+    "num_tokens",
+    "num_prefill_reqs",
+    "num_new_reqs",
+    "num_outputs",
+    "num_finished",
+    "schedule_us",
+    "update_us",
+    "encode_us",
+    "add_engine_us",
+    "fe_decode_us",
+    "fe_process_us",
+    "add_frontend_us",
+    "ref_us",
+]
 
 
 def configs(quick: bool) -> list[dict]:
@@ -106,15 +123,24 @@ class Bench:
         cache = CacheConfig(block_size=16, enable_prefix_caching=True)
         cache.num_gpu_blocks = blocks
         sched = SchedulerConfig(
-            max_num_batched_tokens=self.warm_budget, max_num_seqs=max(d + 2 * max(cfg["new"], 1), 8),
-            max_model_len=max_len, enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=True,
-        )  # fmt: skip
+            max_num_batched_tokens=self.warm_budget,
+            max_num_seqs=max(d + 2 * max(cfg["new"], 1), 8),
+            max_model_len=max_len,
+            enable_chunked_prefill=True,
+            is_encoder_decoder=False,
+            async_scheduling=True,
+        )
         config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
         kv = KVCacheConfig(
-            num_blocks=blocks, kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer0"], FullAttentionSpec(
-                block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32))],
-        )  # fmt: skip
+            num_blocks=blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer0"],
+                    FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32),
+                )
+            ],
+        )
 
         class Structured:  # no structured output requests: the manager is never asked for a grammar
             def accept_tokens(self, *args, **kwargs):
@@ -124,9 +150,12 @@ class Bench:
                 return None
 
         self.sched = AsyncScheduler(
-            vllm_config=config, kv_cache_config=kv, log_stats=True, structured_output_manager=Structured(),
+            vllm_config=config,
+            kv_cache_config=kv,
+            log_stats=True,
+            structured_output_manager=Structured(),
             block_size=16,
-        )  # fmt: skip
+        )
         self.budget = budget
         hash_fn = get_hash_fn_by_name(cache.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
@@ -150,10 +179,17 @@ class Bench:
         ids = self.rng.integers(3, 32000, prompt_len).tolist()
         sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
         ecr = EngineCoreRequest(
-            request_id=rid, prompt_token_ids=ids, mm_features=None, sampling_params=sp, pooling_params=None,
-            arrival_time=time.time(), lora_request=None, cache_salt=None, data_parallel_rank=None,
+            request_id=rid,
+            prompt_token_ids=ids,
+            mm_features=None,
+            sampling_params=sp,
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=None,
             external_req_id=rid,
-        )  # fmt: skip
+        )
         t0 = time.thread_time_ns()
         q = RequestOutputCollector(RequestOutputKind.DELTA, rid)
         self.op.add_request(ecr, None, queue=q)
@@ -174,8 +210,9 @@ class Bench:
             [toks[i]] if reqs[r].num_computed_tokens >= reqs[r].num_prompt_tokens else []
             for i, r in enumerate(ids)
         ]
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                 sampled_token_ids=sampled)  # fmt: skip
+        return ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+        )
 
     def process(self, so, mro) -> dict:
         """update_from_output, encode, and the front end's decode + process_outputs, each timed."""
@@ -185,8 +222,14 @@ class Bench:
         outs = self.sched.update_from_output(so, mro)
         t1 = time.thread_time_ns()
         eco = outs.get(0)
-        rec = dict(update_us=(t1 - t0) / 1e3, encode_us=0.0, fe_decode_us=0.0, fe_process_us=0.0,
-                   num_outputs=0, num_finished=0)  # fmt: skip
+        rec = dict(
+            update_us=(t1 - t0) / 1e3,
+            encode_us=0.0,
+            fe_decode_us=0.0,
+            fe_process_us=0.0,
+            num_outputs=0,
+            num_finished=0,
+        )
         if eco is None:
             return rec
         t2 = time.thread_time_ns()
@@ -204,13 +247,18 @@ class Bench:
                 q.get_nowait()
                 if o.finished:
                     del self.collectors[o.request_id]
-        rec.update(encode_us=(t3 - t2) / 1e3, fe_decode_us=(t4 - t3) / 1e3, fe_process_us=(t5 - t4) / 1e3,
-                   num_outputs=len(got.outputs), num_finished=sum(bool(o.finished) for o in got.outputs))  # fmt: skip
+        rec.update(
+            encode_us=(t3 - t2) / 1e3,
+            fe_decode_us=(t4 - t3) / 1e3,
+            fe_process_us=(t5 - t4) / 1e3,
+            num_outputs=len(got.outputs),
+            num_finished=sum(bool(o.finished) for o in got.outputs),
+        )
         return rec
 
     def warm_up(self) -> None:
-        """The decodes admitted and prefilled (prompts 64-79 tokens, so their KV blocks fill on different steps),
-        then run until every one is decoding."""
+        """The decodes admitted and prefilled (prompts 64-79 tokens, so their KV blocks fill on different
+        steps), then run until every one is decoding."""
         d = self.cfg["decodes"]
         for i in range(d):
             self.new_request(64 + i % 16, 100000)
@@ -239,7 +287,8 @@ class Bench:
 
     def block(self, rep: int) -> list[dict]:
         """STEPS_PER_BLOCK steps, pipelined as step_with_batch_queue runs them. The reference workload
-        (tools/engine_cpu_refbench.py) runs before and after: how fast this shared host was during the block."""
+        (tools/engine_cpu_refbench.py) runs before and after: how fast this shared host was during the
+        block."""
         from engine_cpu_refbench import python_round
 
         ref0 = python_round()
@@ -259,15 +308,21 @@ class Bench:
             t1 = time.thread_time_ns()
             reqs = self.sched.requests
             row = dict(
-                config=cfg["name"], kind=cfg["kind"], rep=rep, step=step, num_reqs=len(so.num_scheduled_tokens),
+                config=cfg["name"],
+                kind=cfg["kind"],
+                rep=rep,
+                step=step,
+                num_reqs=len(so.num_scheduled_tokens),
                 num_tokens=so.total_num_scheduled_tokens,
                 num_prefill_reqs=sum(
                     reqs[r].num_computed_tokens - n < reqs[r].num_prompt_tokens
                     for r, n in so.num_scheduled_tokens.items()
                 ),
-                num_new_reqs=len(so.scheduled_new_reqs), schedule_us=(t1 - t0) / 1e3,
-                add_engine_us=add_engine / 1e3, add_frontend_us=add_fe / 1e3,
-            )  # fmt: skip
+                num_new_reqs=len(so.scheduled_new_reqs),
+                schedule_us=(t1 - t0) / 1e3,
+                add_engine_us=add_engine / 1e3,
+                add_frontend_us=add_fe / 1e3,
+            )
             mro = self.runner_output(so)
             if self.pending is not None:
                 prev_row, prev = self.pending
@@ -324,13 +379,17 @@ def main() -> None:
             w.writerow({k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
     os.replace(f.name, path)
     prov = {
-        "what": "per-step CPU time (thread_time) of vLLM's scheduler, output serialisation and front-end output "
-        "processing, run on CPU (tools/engine_cpu_steps.py docstring)",
-        "vllm": vllm.__version__, "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "what": "per-step CPU time (thread_time) of vLLM's scheduler, output serialisation and front-end "
+        "output processing, run on CPU (tools/engine_cpu_steps.py docstring)",
+        "vllm": vllm.__version__,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "repeats": args.repeats, "steps_per_repeat": STEPS_PER_BLOCK, "host": host(),
-        "load_average": os.getloadavg(), "cpu_seconds": round(time.process_time() - start, 1),
-    }  # fmt: skip
+        "repeats": args.repeats,
+        "steps_per_repeat": STEPS_PER_BLOCK,
+        "host": host(),
+        "load_average": os.getloadavg(),
+        "cpu_seconds": round(time.process_time() - start, 1),
+    }
     with open(os.path.join(args.out_dir, "steps.provenance.json"), "w") as f:
         json.dump(prov, f, indent=1)
     print(f"wrote {path}: {len(rows)} steps", file=sys.stderr)

@@ -3,8 +3,9 @@
     python tools/imports.py            # the layers, every upward import and every circle, with counts
 
 Every ``import``/``from … import`` counts, those inside functions included (a deferred import is still a
-dependency); only those under ``if TYPE_CHECKING:`` do not (annotations: they run nothing). A module is named by its path under ``simserve/`` without ``.py`` (``sim/scenario``,
-``deployment``); ``benchmarks/X`` are the scripts. tests/test_imports.py holds the rules this reports on.
+dependency); only those under ``if TYPE_CHECKING:`` do not (annotations: they run nothing). A module is named
+by its path under ``simserve/`` without ``.py`` (``sim/scenario``, ``deployment``); ``benchmarks/X`` are the
+scripts. tests/test_imports.py holds the rules this reports on.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
 
 
 def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node but those under `if TYPE_CHECKING:`: an annotation-only import runs nothing at import time."""
+    """Every node but those under `if TYPE_CHECKING:`: an annotation-only import runs nothing at import
+    time."""
     skip: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -62,7 +64,8 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
 
 
 def imports_of(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The simserve modules one file imports (anywhere in it, functions included; not annotation-only ones)."""
+    """The simserve modules one file imports (anywhere in it, functions included; not annotation-only
+    ones)."""
     package = name.split("/")[:-1]
     found: set[str] = set()
     for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
@@ -165,7 +168,8 @@ def script_graph(folder: Path = ROOT / "benchmarks") -> dict[str, set[str]]:
 
 
 def scripts(folder: Path = ROOT / "benchmarks") -> set[str]:
-    """The files of a folder that run as scripts (they test `__name__ == "__main__"`); the others are libraries."""
+    """The files of a folder that run as scripts (they test `__name__ == "__main__"`); the others are
+    libraries."""
     out = set()
     for p in folder.glob("*.py"):
         for node in ast.walk(ast.parse(p.read_text(), str(p))):
@@ -193,7 +197,8 @@ def main() -> None:
     sg, runnable = script_graph(), scripts()
     pairs = sorted((a, b) for a, bs in sg.items() for b in bs)
     print(
-        f"benchmarks/: {len(runnable)} scripts, {len(sg) - len(runnable)} library modules, {len(pairs)} imports"
+        f"benchmarks/: {len(runnable)} scripts, {len(sg) - len(runnable)} library modules, {len(pairs)} "
+        "imports"
     )
     bad = [(a, b) for a, b in pairs if b in runnable]
     print(f"imports of a script: {len(bad)}")

@@ -1,6 +1,6 @@
 """Regenerate the module map in docs/architecture.md from each module's first docstring paragraph.
 
-    python tools/module_map.py          # rewrite the table in place
+python tools/module_map.py          # rewrite the table in place
 """
 
 from __future__ import annotations
@@ -11,18 +11,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("catalog", "profiling", "predictor", "workload", "sim", "tune", "plan", "cli")
 # the top-level modules in reading order; any other top-level module follows in name order (none left out)
-TOP_FIRST = ("deployment.py", "memory.py", "ops.py", "errors.py", "io.py", "numerics.py", "shipped.py", "resolve.py")
+TOP_FIRST = (
+    "deployment.py",
+    "memory.py",
+    "ops.py",
+    "errors.py",
+    "io.py",
+    "numerics.py",
+    "shipped.py",
+    "resolve.py",
+)
 
 
 def top_modules() -> list[str]:
-    others = sorted(f.name for f in (ROOT / "simserve").glob("*.py") if f.name not in ("__init__.py", "__main__.py"))
+    others = sorted(
+        f.name for f in (ROOT / "simserve").glob("*.py") if f.name not in ("__init__.py", "__main__.py")
+    )
     return [*TOP_FIRST, *(name for name in others if name not in TOP_FIRST)]
 
 
 def packages() -> list[str]:
-    """Every package folder: the known ones in reading order, then any new one (a map that omits one is stale)."""
+    """Every package folder: the known ones in reading order, then any new one (a map that omits one is
+    stale)."""
     found = sorted(d.name for d in (ROOT / "simserve").iterdir() if (d / "__init__.py").is_file())
     return [*PACKAGES, *(name for name in found if name not in PACKAGES)]
+
+
 DOC = ROOT / "docs" / "architecture.md"
 
 

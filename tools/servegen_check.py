@@ -3,10 +3,11 @@
     simserve trace build servegen --from ServeGen --category reason --hours 24 --out r1.csv.gz
     python tools/servegen_check.py --servegen ServeGen --trace r1.csv.gz --category reason --pool deepseek-r1
 
-Runs `servegen.construct.generate_workload` (it needs numpy and scipy) with every client at its recorded rate (the
-aggregate rate function is each window's sum of client rates, so each client gets its own), over the same hours,
-and prints the requests per 600-s window and the length quantiles of both. The two draw differently (ServeGen:
-scipy on a RandomState; simserve: numpy's Generator), so they agree in distribution, not sample by sample.
+Runs `servegen.construct.generate_workload` (it needs numpy and scipy) with every client at its recorded rate
+(the aggregate rate function is each window's sum of client rates, so each client gets its own), over the same
+hours, and prints the requests per 600-s window and the length quantiles of both. The two draw differently
+(ServeGen: scipy on a RandomState; simserve: numpy's Generator), so they agree in distribution, not sample by
+sample.
 """
 
 from __future__ import annotations
@@ -53,13 +54,17 @@ def main() -> None:
     ours = {"t": trace.arrived_at, "input": trace.prompt_tokens, "output": trace.output_tokens}
     edges = np.arange(0, duration + 1, 600)
     a, b = np.histogram(theirs["t"], edges)[0], np.histogram(ours["t"], edges)[0]
-    print(f"simserve: {len(trace):,} requests; per 600-s window: max |difference| {np.abs(a - b).max()} "
-          f"(of at most {max(a.max(), b.max())} per window)")  # fmt: skip
+    print(
+        f"simserve: {len(trace):,} requests; per 600-s window: max |difference| {np.abs(a - b).max()} "
+        f"(of at most {max(a.max(), b.max())} per window)"
+    )
     for side in ("input", "output"):
         x, y = theirs[side], ours[side]
         q = np.percentile(x, [50, 90, 99]), np.percentile(y, [50, 90, 99])
-        print(f"{side} tokens P50/P90/P99, mean: ServeGen {q[0].round(1).tolist()}, {x.mean():.1f}; "
-              f"simserve {q[1].round(1).tolist()}, {y.mean():.1f}")  # fmt: skip
+        print(
+            f"{side} tokens P50/P90/P99, mean: ServeGen {q[0].round(1).tolist()}, {x.mean():.1f}; "
+            f"simserve {q[1].round(1).tolist()}, {y.mean():.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,25 +1,26 @@
-"""What SGLang 0.5.23 needs to run its scheduler, detokenizer and tokenizer manager on a CPU-only machine, with the
-GPU's part stubbed, so that their own CPU work can be timed (tools/sglang_cpu_steps.py in one process,
-tools/sglang_cpu_server.py as the real server under SGLang's bench_serving). Imported, never run; nothing of
-simserve is imported.
+"""What SGLang 0.5.23 needs to run its scheduler, detokenizer and tokenizer manager on a CPU-only machine,
+with the GPU's part stubbed, so that their own CPU work can be timed (tools/sglang_cpu_steps.py in one
+process, tools/sglang_cpu_server.py as the real server under SGLang's bench_serving). Imported, never run;
+nothing of simserve is imported.
 
-Three things, each a stand-in for what a GPU does, none altering a line of SGLang's scheduling, batching, output
-or front-end code:
+Three things, each a stand-in for what a GPU does, none altering a line of SGLang's scheduling, batching,
+output or front-end code:
 
-1. Import stubs for modules only a GPU server uses (CUDA kernels, flashinfer, ...): the conformance test's inert
-   modules (tests/conformance/sglang_stubs.py), minus the packages the HTTP server really needs and this
-   environment holds (tools/sglang_cpu_env.sh). `vllm` joins them: SGLang's RotaryEmbedding imports vLLM's fused
-   rope off CUDA (layers/rotary_embedding/base.py l. 138); it is built with the model but never called here.
-2. The model's forward and sampling (`TpModelWorker.forward_batch_generation`, managers/tp_worker.py l. 622): one
-   sampled token per request of the batch, no model runner (`ForwardBatch.init_new`, attention metadata, kernel
-   launches or CUDA-graph replay, sampling — the GPU worker's work, not measured here). With
+1. Import stubs for modules only a GPU server uses (CUDA kernels, flashinfer, ...): the conformance test's
+   inert modules (tests/conformance/sglang_stubs.py), minus the packages the HTTP server really needs and this
+   environment holds (tools/sglang_cpu_env.sh). `vllm` joins them: SGLang's RotaryEmbedding imports vLLM's
+   fused rope off CUDA (layers/rotary_embedding/base.py l. 138); it is built with the model but never called
+   here.
+2. The model's forward and sampling (`TpModelWorker.forward_batch_generation`, managers/tp_worker.py l. 622):
+   one sampled token per request of the batch, no model runner (`ForwardBatch.init_new`, attention metadata,
+   kernel launches or CUDA-graph replay, sampling — the GPU worker's work, not measured here). With
    SGLANG_CPU_GPU_STEP_MS set (the server), each step's result becomes ready as a GPU's would: its `copy_done`
    event (set by `Scheduler.run_batch`, l. 4730, and waited on by result processing) blocks without CPU until
    STEP_MS + MS_PER_TOKEN x tokens after the previous step finished.
 3. The one scheduler-side branch that picks a CPU fallback over the GPU's path: `write_cache_indices`
    (mem_cache/allocation.py l. 56) writes the request-to-token table with one Triton kernel when the attention
-   backend supports Triton (every GPU backend) and with a per-request Python loop otherwise (`torch_native`, the
-   CPU's). Here it takes the GPU branch; the kernel's work is done by torch on the CPU and its CPU time is
+   backend supports Triton (every GPU backend) and with a per-request Python loop otherwise (`torch_native`,
+   the CPU's). Here it takes the GPU branch; the kernel's work is done by torch on the CPU and its CPU time is
    tallied in EMULATED_NS, which the timing subtracts (the GPU would do it; the launch is a few µs).
 """
 
@@ -33,8 +34,16 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the packages the conformance stubs replace that this environment installs for real (the HTTP server's)
-REAL = {"aiohttp", "uvloop", "fastapi", "setproctitle", "prometheus_client", "einops", "interegular",
-        "partial_json_parser"}  # fmt: skip
+REAL = {
+    "aiohttp",
+    "uvloop",
+    "fastapi",
+    "setproctitle",
+    "prometheus_client",
+    "einops",
+    "interegular",
+    "partial_json_parser",
+}
 EMULATED_NS = [0]  # CPU ns spent doing a GPU kernel's work on the CPU (subtracted from the timed blocks)
 
 
@@ -86,8 +95,8 @@ def patch_gpu_worker() -> None:
     gpu = {"free": 0.0, "rng": torch.Generator().manual_seed(0)}
 
     class TimedResult(GenerationBatchResult):
-        """`run_batch` assigns `copy_done = Event()` after the forward: the event becomes ready when the simulated
-        GPU step ends (immediately when no step time is set)."""
+        """`run_batch` assigns `copy_done = Event()` after the forward: the event becomes ready when the
+        simulated GPU step ends (immediately when no step time is set)."""
 
         def __setattr__(self, name, value):
             if name == "copy_done" and value is not None and not isinstance(value, _Ready):
@@ -113,15 +122,23 @@ def patch_gpu_worker() -> None:
     tp_worker.TpModelWorker.forward_batch_generation = forward_batch_generation
 
     class WriteReqToTokenKernel:
-        """write_req_to_token_pool_triton's work (kernels/ops/memory/common.py) done by torch: for each request, its
-        prefix's KV indices then its new tokens' slots into its row of req_to_token."""
+        """write_req_to_token_pool_triton's work (kernels/ops/memory/common.py) done by torch: for each
+        request, its prefix's KV indices then its new tokens' slots into its row of req_to_token."""
 
         def __getitem__(self, grid):
             return self.run
 
         @staticmethod
-        def run(req_to_token, req_pool_indices, prefix_pointers, prefix_lens, seq_lens, extend_lens, out_cache_loc,
-                row_len):  # fmt: skip
+        def run(
+            req_to_token,
+            req_pool_indices,
+            prefix_pointers,
+            prefix_lens,
+            seq_lens,
+            extend_lens,
+            out_cache_loc,
+            row_len,
+        ):
             t0 = time.thread_time_ns()
             pre = prefix_lens.tolist()
             ext = extend_lens.tolist()
@@ -129,7 +146,8 @@ def patch_gpu_worker() -> None:
             pt = 0
             for i, row in enumerate(rows):
                 if pre[i]:
-                    # the prefix tensors are the ones whose pointers were passed; the emulator gets them by address
+                    # the prefix tensors are the ones whose pointers were passed; the emulator gets them by
+                    # address
                     src = _PREFIXES[0][i]
                     req_to_token[row, : pre[i]] = src[: pre[i]].to(req_to_token.dtype)
                 req_to_token[row, pre[i] : pre[i] + ext[i]] = out_cache_loc[pt : pt + ext[i]].to(
@@ -152,8 +170,8 @@ def patch_gpu_worker() -> None:
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
     """Applies patch_gpu_worker() right after `sglang.srt.managers.scheduler` is imported: in the server's
-    scheduler process (started by multiprocessing's spawn, so nothing done in the launching process carries over)
-    that is when its entry point, `run_scheduler_process`, is unpickled."""
+    scheduler process (started by multiprocessing's spawn, so nothing done in the launching process carries
+    over) that is when its entry point, `run_scheduler_process`, is unpickled."""
 
     TARGET = "sglang.srt.managers.scheduler"
 

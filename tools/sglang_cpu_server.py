@@ -1,26 +1,28 @@
-"""CPU time of SGLang 0.5.23's real server per request and per streamed token, under SGLang's own bench_serving.
+"""CPU time of SGLang 0.5.23's real server per request and per streamed token, under SGLang's own
+bench_serving.
 
     /work/envs/sglcpu/bin/python tools/sglang_cpu_server.py MODEL_DIR OUT_DIR [--repeats 5]
 
-Starts `python -m sglang.launch_server --device cpu --load-format dummy` (SGLang's own launcher, unchanged) with
-tools/sglang_cpu_site on its PYTHONPATH, so that in each of its processes the GPU-only modules are stubbed and in
-the scheduler process the model's forward is replaced (tools/sglang_cpu_patch.py): each step's result becomes ready
-SGLANG_CPU_GPU_STEP_MS (8) + SGLANG_CPU_GPU_MS_PER_TOKEN (0.03) x tokens after the previous step, waited for
-without CPU, as a GPU would — roughly an 8B model's step on one H100, the same as the vLLM measurement
-(tools/engine_cpu_fake_worker.py). Everything else is SGLang's defaults — overlap schedule, radix cache, stream
-interval 1, uvicorn's access log — except `--sleep-on-idle` (an idle scheduler would otherwise spin on its ZMQ
-socket and take one of this host's two shared cores; it changes nothing while a batch runs), `--disable-cuda-graph`
-(there is no GPU) and sizes a CPU host holds.
+Starts `python -m sglang.launch_server --device cpu --load-format dummy` (SGLang's own launcher, unchanged)
+with tools/sglang_cpu_site on its PYTHONPATH, so that in each of its processes the GPU-only modules are
+stubbed and in the scheduler process the model's forward is replaced (tools/sglang_cpu_patch.py): each step's
+result becomes ready SGLANG_CPU_GPU_STEP_MS (8) + SGLANG_CPU_GPU_MS_PER_TOKEN (0.03) x tokens after the
+previous step, waited for without CPU, as a GPU would — roughly an 8B model's step on one H100, the same as
+the vLLM measurement (tools/engine_cpu_fake_worker.py). Everything else is SGLang's defaults — overlap
+schedule, radix cache, stream interval 1, uvicorn's access log — except `--sleep-on-idle` (an idle scheduler
+would otherwise spin on its ZMQ socket and take one of this host's two shared cores; it changes nothing while
+a batch runs), `--disable-cuda-graph` (there is no GPU) and sizes a CPU host holds.
 
-Then SGLang's benchmark client (`sglang.benchmark.serving.run_benchmark`, what `python -m sglang.bench_serving`
-runs, called in this process so each run does not re-import SGLang) sends 400 streamed requests at concurrency
-16 with random token ids (`--dataset-name random-ids`, fixed lengths, ignore_eos as bench_serving's default) for
-three backends: `sglang` (the native /generate, bench_serving's default), `sglang-oai` (/v1/completions) and
-`sglang-oai-chat` (/v1/chat/completions), prompts of 128 and 1024 tokens, 2 and 64 output tokens. Every server
-process's utime + stime (`/proc/PID/stat`, all threads) is read before and after each run: the main process
-(HTTP server + TokenizerManager), `sglang::scheduler` and `sglang::detokenizer`. The client's CPU is not counted;
-the reference workload of tools/engine_cpu_refbench.py runs around each run (`ref_us`). Writes OUT_DIR/server.csv
-(one row per process per run) and OUT_DIR/server.provenance.json.
+Then SGLang's benchmark client (`sglang.benchmark.serving.run_benchmark`, what `python -m
+sglang.bench_serving` runs, called in this process so each run does not re-import SGLang) sends 400 streamed
+requests at concurrency 16 with random token ids (`--dataset-name random-ids`, fixed lengths, ignore_eos as
+bench_serving's default) for three backends: `sglang` (the native /generate, bench_serving's default),
+`sglang-oai` (/v1/completions) and `sglang-oai-chat` (/v1/chat/completions), prompts of 128 and 1024 tokens, 2
+and 64 output tokens. Every server process's utime + stime (`/proc/PID/stat`, all threads) is read before and
+after each run: the main process (HTTP server + TokenizerManager), `sglang::scheduler` and
+`sglang::detokenizer`. The client's CPU is not counted; the reference workload of tools/engine_cpu_refbench.py
+runs around each run (`ref_us`). Writes OUT_DIR/server.csv (one row per process per run) and
+OUT_DIR/server.provenance.json.
 """
 
 from __future__ import annotations
@@ -46,10 +48,16 @@ import sglang_cpu_patch  # noqa: E402
 from engine_cpu_refbench import python_round  # noqa: E402
 
 WORKLOADS = [  # (bench_serving backend, prompt tokens, output tokens)
-    ("sglang", 128, 2), ("sglang", 128, 64), ("sglang", 1024, 2),
-    ("sglang-oai", 128, 2), ("sglang-oai", 128, 64), ("sglang-oai", 1024, 2),
-    ("sglang-oai-chat", 128, 2), ("sglang-oai-chat", 128, 64), ("sglang-oai-chat", 1024, 2),
-]  # fmt: skip
+    ("sglang", 128, 2),
+    ("sglang", 128, 64),
+    ("sglang", 1024, 2),
+    ("sglang-oai", 128, 2),
+    ("sglang-oai", 128, 64),
+    ("sglang-oai", 1024, 2),
+    ("sglang-oai-chat", 128, 2),
+    ("sglang-oai-chat", 128, 64),
+    ("sglang-oai-chat", 1024, 2),
+]
 NUM_PROMPTS, CONCURRENCY = 400, 16
 CLK = os.sysconf("SC_CLK_TCK")
 COUNTERS = ("decode_steps", "decode_reqs", "extend_steps", "extend_reqs", "extend_tokens")
@@ -98,19 +106,45 @@ def bench(model: str, port: int, backend: str, n_in: int, n_out: int, num_prompt
 
     with tempfile.TemporaryDirectory() as d:
         argv = [
-            "--backend", backend, "--base-url", f"http://127.0.0.1:{port}", "--model", model,
-            "--dataset-name", "random-ids", "--random-input-len", str(n_in), "--random-output-len", str(n_out),
-            "--random-range-ratio", "1", "--num-prompts", str(num_prompts), "--max-concurrency", str(CONCURRENCY),
-            "--request-rate", "inf", "--seed", str(seed), "--disable-tqdm", "--output-details",
-            "--output-file", os.path.join(d, "r.jsonl"),
-        ]  # fmt: skip
+            "--backend",
+            backend,
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--model",
+            model,
+            "--dataset-name",
+            "random-ids",
+            "--random-input-len",
+            str(n_in),
+            "--random-output-len",
+            str(n_out),
+            "--random-range-ratio",
+            "1",
+            "--num-prompts",
+            str(num_prompts),
+            "--max-concurrency",
+            str(CONCURRENCY),
+            "--request-rate",
+            "inf",
+            "--seed",
+            str(seed),
+            "--disable-tqdm",
+            "--output-details",
+            "--output-file",
+            os.path.join(d, "r.jsonl"),
+        ]
         parser = _parser(serving)
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
             r = serving.run_benchmark(parser.parse_args(argv))
     # each streamed chunk after the first gives one inter-token latency
     chunks = sum(len(itl) + 1 for itl in r["itls"] if itl is not None)
-    return dict(completed=r["completed"], input_tokens=r["total_input_tokens"],
-                output_tokens=r["total_output_tokens"], chunks=chunks, bench_s=r["duration"])  # fmt: skip
+    return dict(
+        completed=r["completed"],
+        input_tokens=r["total_input_tokens"],
+        output_tokens=r["total_output_tokens"],
+        chunks=chunks,
+        bench_s=r["duration"],
+    )
 
 
 def _parser(serving):
@@ -146,13 +180,39 @@ def main() -> None:
     work = [WORKLOADS[int(i)] for i in args.workloads.split(",")] if args.workloads else WORKLOADS
     counters = os.path.join(args.out_dir, ".counters")
     np.zeros(len(COUNTERS), np.int64).tofile(counters)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", SGLANG_CPU_PATCH="1", SGLANG_CPU_COUNTERS=counters,
-               SGLANG_CPU_GPU_STEP_MS=os.environ.get("SGLANG_CPU_GPU_STEP_MS", "8"),
-               PYTHONPATH=os.path.join(HERE, "sglang_cpu_site"))  # fmt: skip
-    cmd = [sys.executable, "-W", "ignore", "-m", "sglang.launch_server", "--model-path", args.model_dir,
-           "--device", "cpu", "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(args.port),
-           "--disable-cuda-graph", "--sleep-on-idle", "--max-total-tokens", "200000", "--context-length", "4096",
-           "--mem-fraction-static", "0.5"]  # fmt: skip
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        SGLANG_CPU_PATCH="1",
+        SGLANG_CPU_COUNTERS=counters,
+        SGLANG_CPU_GPU_STEP_MS=os.environ.get("SGLANG_CPU_GPU_STEP_MS", "8"),
+        PYTHONPATH=os.path.join(HERE, "sglang_cpu_site"),
+    )
+    cmd = [
+        sys.executable,
+        "-W",
+        "ignore",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        args.model_dir,
+        "--device",
+        "cpu",
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+        "--disable-cuda-graph",
+        "--sleep-on-idle",
+        "--max-total-tokens",
+        "200000",
+        "--context-length",
+        "4096",
+        "--mem-fraction-static",
+        "0.5",
+    ]
     rows, idle = [], {}
     log = open(os.path.join(args.out_dir, "server.log"), "w")  # noqa: SIM115 (closed in finally)
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -177,12 +237,27 @@ def main() -> None:
                 steps = dict(zip(COUNTERS, (np.fromfile(counters, np.int64) - c0).tolist(), strict=True))
                 ref = round((ref0 + python_round()) / 2, 1)
                 for p, role in procs.items():
-                    rows.append(dict(rep=rep, backend=backend, input_len=n_in, output_len=n_out, pid=p, role=role,
-                                     cpu_s=round(after[p] - before[p], 3), wall_s=round(wall, 2), ref_us=ref,
-                                     **steps, **b))  # fmt: skip
+                    rows.append(
+                        dict(
+                            rep=rep,
+                            backend=backend,
+                            input_len=n_in,
+                            output_len=n_out,
+                            pid=p,
+                            role=role,
+                            cpu_s=round(after[p] - before[p], 3),
+                            wall_s=round(wall, 2),
+                            ref_us=ref,
+                            **steps,
+                            **b,
+                        )
+                    )
                 write(args.out_dir, rows, idle, sys.argv, args.repeats)
-                print(f"rep {rep} {backend} {n_in}/{n_out}: "
-                      + " ".join(f"{procs[p]}={after[p] - before[p]:.2f}s" for p in procs), flush=True)  # fmt: skip
+                print(
+                    f"rep {rep} {backend} {n_in}/{n_out}: "
+                    + " ".join(f"{procs[p]}={after[p] - before[p]:.2f}s" for p in procs),
+                    flush=True,
+                )
     finally:
         os.killpg(server.pid, signal.SIGINT)
         try:
@@ -194,7 +269,8 @@ def main() -> None:
 
 
 def write(out_dir: str, rows: list[dict], idle: dict, argv: list[str], repeats: int) -> None:
-    """server.csv and its provenance, rewritten after every run (a long measurement stopped early keeps its runs)."""
+    """server.csv and its provenance, rewritten after every run (a long measurement stopped early keeps its
+    runs)."""
     import sglang
 
     with open(os.path.join(out_dir, "server.csv"), "w", newline="") as f:
@@ -203,13 +279,18 @@ def write(out_dir: str, rows: list[dict], idle: dict, argv: list[str], repeats: 
         w.writerows(rows)
     prov = {
         "what": "CPU seconds (utime+stime from /proc) of each SGLang server process per bench_serving run",
-        "sglang": sglang.__version__, "command": " ".join([os.path.basename(sys.executable), *argv]),
+        "sglang": sglang.__version__,
+        "command": " ".join([os.path.basename(sys.executable), *argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "repeats": repeats, "num_prompts": NUM_PROMPTS, "max_concurrency": CONCURRENCY,
-        "idle_cpu_per_s": idle, "fake_gpu_step_ms": os.environ.get("SGLANG_CPU_GPU_STEP_MS", "8"),
+        "repeats": repeats,
+        "num_prompts": NUM_PROMPTS,
+        "max_concurrency": CONCURRENCY,
+        "idle_cpu_per_s": idle,
+        "fake_gpu_step_ms": os.environ.get("SGLANG_CPU_GPU_STEP_MS", "8"),
         "fake_gpu_ms_per_token": os.environ.get("SGLANG_CPU_GPU_MS_PER_TOKEN", "0.03"),
-        "load_average": os.getloadavg(), "cpus": os.cpu_count(),
-    }  # fmt: skip
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
     with open(os.path.join(out_dir, "server.provenance.json"), "w") as f:
         json.dump(prov, f, indent=1)
 

@@ -1,33 +1,35 @@
-"""Per-step CPU time of SGLang 0.5.23's scheduler, detokenizer and tokenizer manager, run from SGLang's own code on CPU.
+"""Per-step CPU time of SGLang 0.5.23's scheduler, detokenizer and tokenizer manager, run from SGLang's own
+code on CPU.
 
     /work/envs/sglcpu/bin/python tools/sglang_cpu_steps.py MODEL_DIR OUT_DIR [--repeats 5] [--quick] [--only PREFIX]
 
-MODEL_DIR is tools/engine_cpu_model.py's tiny Llama directory (its tokenizer feeds the detokenizer; its 2-layer
-model is built with dummy weights and never run). Writes OUT_DIR/steps.csv (one row per scheduled batch) and
-OUT_DIR/steps.provenance.json. Nothing of simserve is imported.
+MODEL_DIR is tools/engine_cpu_model.py's tiny Llama directory (its tokenizer feeds the detokenizer; its
+2-layer model is built with dummy weights and never run). Writes OUT_DIR/steps.csv (one row per scheduled
+batch) and OUT_DIR/steps.provenance.json. Nothing of simserve is imported.
 
 One process holds SGLang's three: a real `TokenizerManager` (with its own asyncio handle loop and one
-`generate_request` task per request, streamed, as the HTTP server runs them), a real `DetokenizerManager` and a
-real `Scheduler` (`--device cpu`, overlap schedule on as on a GPU, radix cache on), connected by their own ZMQ
-sockets. The GPU's part is stubbed (tools/sglang_cpu_patch.py: the forward returns one token per request at once;
-the one scheduler-side Triton kernel's work is done on the CPU and not counted). Each iteration runs the
-scheduler's calls in the order of `Scheduler.event_loop_overlap` (managers/scheduler.py l. 2061-2124): receive
-requests, `get_next_batch_to_run` (PrefillAdder admission, `ScheduleBatch.init_new` + `prepare_for_extend`, or
-`update_running_batch` + `prepare_for_decode`), `run_batch` (launch; the model stubbed) and the batch's copy into the
-result queue, then `process_batch_result` of the PREVIOUS batch (token bookkeeping, finish checks, radix-cache
-updates, `stream_output` → `send_to_detokenizer`). The detokenizer then handles that output as its event loop
-does (`handle_batch_token_id_out`: incremental detokenization, `BatchStrOutput` to the tokenizer manager), and the
-tokenizer manager's loop runs until it has taken it (`_handle_batch_output`) and every request's task has
-consumed its chunk.
+`generate_request` task per request, streamed, as the HTTP server runs them), a real `DetokenizerManager` and
+a real `Scheduler` (`--device cpu`, overlap schedule on as on a GPU, radix cache on), connected by their own
+ZMQ sockets. The GPU's part is stubbed (tools/sglang_cpu_patch.py: the forward returns one token per request
+at once; the one scheduler-side Triton kernel's work is done on the CPU and not counted). Each iteration runs
+the scheduler's calls in the order of `Scheduler.event_loop_overlap` (managers/scheduler.py l. 2061-2124):
+receive requests, `get_next_batch_to_run` (PrefillAdder admission, `ScheduleBatch.init_new` +
+`prepare_for_extend`, or `update_running_batch` + `prepare_for_decode`), `run_batch` (launch; the model
+stubbed) and the batch's copy into the result queue, then `process_batch_result` of the PREVIOUS batch (token
+bookkeeping, finish checks, radix-cache updates, `stream_output` → `send_to_detokenizer`). The detokenizer
+then handles that output as its event loop does (`handle_batch_token_id_out`: incremental detokenization,
+`BatchStrOutput` to the tokenizer manager), and the tokenizer manager's loop runs until it has taken it
+(`_handle_batch_output`) and every request's task has consumed its chunk.
 
-Columns (µs of CPU of this thread, `time.thread_time_ns`; rows are scheduled batches):
-recv (`ingest_requests`), schedule (`get_next_batch_to_run`), launch (`run_batch` without the model, the batch copy,
-`launch_batch_sample_if_needed`), result (`process_batch_result` of this batch, run one iteration later),
-detok (the detokenizer's receive + handle + send for this batch's output), tm_output (`_handle_batch_output`),
-tm_stream (the rest of the tokenizer manager's loop turn: the request tasks taking their chunks), tm_add (the
-tokenizer manager's `generate_request` up to sending each new request). A configuration runs `--repeats` blocks of
-16 iterations after a warm-up; the reference workload of tools/engine_cpu_refbench.py runs around each block
-(`ref_us`): the fit divides the shared host's drift out (simserve/predictor/sglang_cpu_fit.py).
+Columns (µs of CPU of this thread, `time.thread_time_ns`; rows are scheduled batches): recv
+(`ingest_requests`), schedule (`get_next_batch_to_run`), launch (`run_batch` without the model, the batch
+copy, `launch_batch_sample_if_needed`), result (`process_batch_result` of this batch, run one iteration
+later), detok (the detokenizer's receive + handle + send for this batch's output), tm_output
+(`_handle_batch_output`), tm_stream (the rest of the tokenizer manager's loop turn: the request tasks taking
+their chunks), tm_add (the tokenizer manager's `generate_request` up to sending each new request). A
+configuration runs `--repeats` blocks of 16 iterations after a warm-up; the reference workload of
+tools/engine_cpu_refbench.py runs around each block (`ref_us`): the fit divides the shared host's drift out
+(simserve/predictor/sglang_cpu_fit.py).
 """
 
 from __future__ import annotations
@@ -56,17 +58,34 @@ DECODE_OUTPUTS = (
     300  # the running requests' max_new_tokens: they decode through every block of a configuration
 )
 FIELDS = [
-    "config", "kind", "rep", "step", "mode", "num_reqs", "num_tokens", "decoding", "held", "new_reqs", "new_tokens",
+    "config",
+    "kind",
+    "rep",
+    "step",
+    "mode",
+    "num_reqs",
+    "num_tokens",
+    "decoding",
+    "held",
+    "new_reqs",
+    "new_tokens",
     "streamed",
-    "recv_us", "schedule_us", "launch_us", "result_us", "detok_us", "tm_output_us", "tm_stream_us", "tm_add_us",
+    "recv_us",
+    "schedule_us",
+    "launch_us",
+    "result_us",
+    "detok_us",
+    "tm_output_us",
+    "tm_stream_us",
+    "tm_add_us",
     "ref_us",
-]  # fmt: skip
+]
 
 
 def configs(quick: bool) -> list[dict]:
-    """Decode-only over batch sizes; one new prompt of C tokens every other step beside D decoding requests (SGLang
-    runs it as its own prefill step, the decodes waiting a step); the same with --enable-mixed-chunk (the decodes
-    join the prefill step); many short prompts; one long prompt in chunks of 2048."""
+    """Decode-only over batch sizes; one new prompt of C tokens every other step beside D decoding requests
+    (SGLang runs it as its own prefill step, the decodes waiting a step); the same with --enable-mixed-chunk
+    (the decodes join the prefill step); many short prompts; one long prompt in chunks of 2048."""
     out = []
     for n in [1, 4, 16, 64, 256, 1024] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]:
         out.append(dict(name=f"decode-{n}", kind="decode", decodes=n, new=0, prompt=0))
@@ -83,7 +102,8 @@ def configs(quick: bool) -> list[dict]:
 
 
 class Engine:
-    """SGLang's tokenizer manager, detokenizer and scheduler in this process, driven one iteration at a time."""
+    """SGLang's tokenizer manager, detokenizer and scheduler in this process, driven one iteration at a
+    time."""
 
     def __init__(self, model_dir: str):
         P.install_stubs()
@@ -96,10 +116,18 @@ class Engine:
         P.patch_gpu_worker()
         # the server's defaults but for sizes this host can hold; chunk and budget are set per configuration
         self.args = ServerArgs(
-            model_path=model_dir, device="cpu", load_format="dummy", disable_cuda_graph=True, log_level="error",
-            max_total_tokens=600_000, context_length=20_000, max_running_requests=1200, mem_fraction_static=0.5,
-            chunked_prefill_size=16384, max_prefill_tokens=16384,
-        )  # fmt: skip
+            model_path=model_dir,
+            device="cpu",
+            load_format="dummy",
+            disable_cuda_graph=True,
+            log_level="error",
+            max_total_tokens=600_000,
+            context_length=20_000,
+            max_running_requests=1200,
+            mem_fraction_static=0.5,
+            chunked_prefill_size=16384,
+            max_prefill_tokens=16384,
+        )
         ports = PortArgs.init_new(self.args)
         # each manager checks that the process published its role before it is built (runtime_context.publish)
         publish(self.args, role="tokenizer")
@@ -134,7 +162,8 @@ class Engine:
 
     # --- the tokenizer manager's side ---
     def submit(self, k: int, prompt: int, max_new: int) -> int:
-        """k streamed requests of `prompt` random token ids, each a generate_request task; CPU ns until sent."""
+        """k streamed requests of `prompt` random token ids, each a generate_request task; CPU ns until
+        sent."""
         from sglang.srt.managers.io_struct import GenerateReqInput
 
         async def consume(obj):
@@ -143,11 +172,12 @@ class Engine:
 
         objs = [
             GenerateReqInput(
-                input_ids=[self.rng.randrange(3, 32000) for _ in range(prompt)], stream=True,
+                input_ids=[self.rng.randrange(3, 32000) for _ in range(prompt)],
+                stream=True,
                 sampling_params={"max_new_tokens": max_new, "ignore_eos": True},
             )
             for _ in range(k)
-        ]  # fmt: skip
+        ]
 
         async def start():
             for obj in objs:
@@ -182,8 +212,8 @@ class Engine:
 
     # --- the detokenizer's event loop (detokenizer_manager.py l. 184-192), one message at a time ---
     def detokenize(self) -> tuple[int, int, int]:
-        """(messages handled, requests in them, CPU ns): receive, handle_batch_token_id_out, send to the tokenizer
-        manager."""
+        """(messages handled, requests in them, CPU ns): receive, handle_batch_token_id_out, send to the
+        tokenizer manager."""
         n, rids, t0 = 0, 0, time.thread_time_ns()
         sock = self.detok.recv_from_scheduler
         while sock.poll(0):
@@ -239,12 +269,16 @@ class Engine:
         s.last_batch = batch
         if batch:
             extend = batch.forward_mode.is_extend()
-            # decoding: requests of the batch that decode (all of a decode batch; a mixed chunk's running ones);
-            # held: running requests left out of it (the decodes waiting while a prefill step runs)
+            # decoding: requests of the batch that decode (all of a decode batch; a mixed chunk's running
+            # ones); held: running requests left out of it (the decodes waiting while a prefill step runs)
             decoding = len(batch.decoding_reqs or ()) if extend else len(batch.reqs)
-            rec.update(mode="extend" if extend else "decode", num_reqs=len(batch.reqs), decoding=decoding,
-                       held=waiting_decodes if extend else 0,
-                       num_tokens=batch.extend_num_tokens if extend else len(batch.reqs))  # fmt: skip
+            rec.update(
+                mode="extend" if extend else "decode",
+                num_reqs=len(batch.reqs),
+                decoding=decoding,
+                held=waiting_decodes if extend else 0,
+                num_tokens=batch.extend_num_tokens if extend else len(batch.reqs),
+            )
         return batch, rec
 
     def _process_previous(self) -> tuple[object, int]:
@@ -254,8 +288,9 @@ class Engine:
         return key, ns
 
     def step(self, new: int, prompt: int, max_new: int) -> dict | None:
-        """One scheduler iteration with `new` requests submitted before it, and the downstream work of the batch
-        whose result it processed. Returns the row of the batch it scheduled (completed later) or None."""
+        """One scheduler iteration with `new` requests submitted before it, and the downstream work of the
+        batch whose result it processed. Returns the row of the batch it scheduled (completed later) or
+        None."""
         add_ns = self.submit(new, prompt, max_new) if new else 0
         batch, rec = self.iteration()
         done_row = None
@@ -272,10 +307,18 @@ class Engine:
         if batch:
             key = id(self.sched.result_queue[-1][0])
             self.pending_rows[key] = dict(
-                mode=rec["mode"], num_reqs=rec["num_reqs"], num_tokens=rec["num_tokens"], decoding=rec["decoding"],
-                held=rec["held"], new_reqs=new, new_tokens=new * prompt, recv_us=rec["recv"] / 1e3, schedule_us=rec["schedule"] / 1e3,
-                launch_us=rec["launch"] / 1e3, tm_add_us=add_ns / 1e3,
-            )  # fmt: skip
+                mode=rec["mode"],
+                num_reqs=rec["num_reqs"],
+                num_tokens=rec["num_tokens"],
+                decoding=rec["decoding"],
+                held=rec["held"],
+                new_reqs=new,
+                new_tokens=new * prompt,
+                recv_us=rec["recv"] / 1e3,
+                schedule_us=rec["schedule"] / 1e3,
+                launch_us=rec["launch"] / 1e3,
+                tm_add_us=add_ns / 1e3,
+            )
         return done_row
 
     def drain(self) -> None:
@@ -378,13 +421,19 @@ def main() -> None:
             w.writerow({k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k in FIELDS})
     os.replace(f.name, path)
     prov = {
-        "what": "per-step CPU time (thread_time) of SGLang's scheduler (event_loop_overlap's calls), detokenizer and "
-        "tokenizer manager, run in one process on CPU with the model stubbed (tools/sglang_cpu_steps.py docstring)",
-        "sglang": sglang.__version__, "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "what": "per-step CPU time (thread_time) of SGLang's scheduler (event_loop_overlap's calls), "
+        "detokenizer and tokenizer manager, run in one process on CPU with the model stubbed "
+        "(tools/sglang_cpu_steps.py docstring)",
+        "sglang": sglang.__version__,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "repeats": args.repeats, "steps_per_repeat": STEPS_PER_BLOCK, "decode_max_new_tokens": DECODE_OUTPUTS,
-        "host": host(), "load_average": os.getloadavg(), "cpu_seconds": round(time.process_time() - start, 1),
-    }  # fmt: skip
+        "repeats": args.repeats,
+        "steps_per_repeat": STEPS_PER_BLOCK,
+        "decode_max_new_tokens": DECODE_OUTPUTS,
+        "host": host(),
+        "load_average": os.getloadavg(),
+        "cpu_seconds": round(time.process_time() - start, 1),
+    }
     with open(os.path.join(args.out_dir, "steps.provenance.json"), "w") as f:
         json.dump(prov, f, indent=1)
     print(f"wrote {path}: {len(rows)} rows", file=sys.stderr)

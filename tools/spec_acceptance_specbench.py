@@ -2,17 +2,18 @@
 
 SpecDecode-Bench ("Speculative Decoding: Performance or Illusion?", arXiv 2601.11580) publishes, for
 Llama-3.1-8B-Instruct greedy outputs on ShareGPT, CNN/DailyMail, GSM8K and InstructCoder, the oracle accepted
-length at every output position (github.com/SpecDecode-Bench/simulator, data/llama3.1-8B/combined_<dataset>.jsonl,
-fields acc_eagle.acc_len and acc_ngram.acc_len; main.py feeds acc_eagle to its `--proposer eagle3`). acc_len[t] is
-the number of tokens one verify step emits when it starts with t+1 tokens generated, bonus token included, with no
-cap on the draft length. This script replays a chain of K drafts over each request as the repository's own
-simulator does (simulator.py: a step emits min(acc_len[t], K+1) tokens and the next step starts after them) and
-counts, per step, whether draft position k was accepted (acc_len[t] - 1 >= k): accepted-at-k / steps is vLLM's
-per-position metric (vllm:spec_decode_num_accepted_tokens_per_pos / vllm:spec_decode_num_drafts).
+length at every output position (github.com/SpecDecode-Bench/simulator,
+data/llama3.1-8B/combined_<dataset>.jsonl, fields acc_eagle.acc_len and acc_ngram.acc_len; main.py feeds
+acc_eagle to its `--proposer eagle3`). acc_len[t] is the number of tokens one verify step emits when it starts
+with t+1 tokens generated, bonus token included, with no cap on the draft length. This script replays a chain
+of K drafts over each request as the repository's own simulator does (simulator.py: a step emits
+min(acc_len[t], K+1) tokens and the next step starts after them) and counts, per step, whether draft position
+k was accepted (acc_len[t] - 1 >= k): accepted-at-k / steps is vLLM's per-position metric
+(vllm:spec_decode_num_accepted_tokens_per_pos / vllm:spec_decode_num_drafts).
 
-For n-gram the data cannot tell a step with no match (vLLM proposes nothing and counts no draft) from a step whose
-first draft was rejected: both read acc_len 1. Every step is counted as a draft here, so the n-gram rows are a lower
-bound of what vLLM would report on the same outputs.
+For n-gram the data cannot tell a step with no match (vLLM proposes nothing and counts no draft) from a step
+whose first draft was rejected: both read acc_len 1. Every step is counted as a draft here, so the n-gram rows
+are a lower bound of what vLLM would report on the same outputs.
 
 The data is read from a local copy of that repository (not part of simserve; nothing of it is written):
 

@@ -1,9 +1,10 @@
 """Published per-position acceptance of speculative decoding, per (method, model family, dataset).
 
 The table is `acceptance.csv` beside this module (sources, conversions and the in-sample / held-out split:
-docs/speculative-sources.md); a user's own file has the same columns. Values follow vLLM's metric: at position k,
-the fraction of drafts whose k-th token was accepted (vllm:spec_decode_num_accepted_tokens_per_pos / num_drafts),
-so a curve is cumulative and cannot rise with k. The mean accepted length per step is 1 + the curve's sum.
+docs/speculative-sources.md); a user's own file has the same columns. Values follow vLLM's metric: at position
+k, the fraction of drafts whose k-th token was accepted (vllm:spec_decode_num_accepted_tokens_per_pos /
+num_drafts), so a curve is cumulative and cannot rise with k. The mean accepted length per step is 1 + the
+curve's sum.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ Key = tuple[str, str, str]
 
 @dataclass(frozen=True)
 class AcceptanceCurve:
-    """One (method, model family, dataset): acceptance[k-1] is the cumulative acceptance at draft position k."""
+    """One (method, model family, dataset): acceptance[k-1] is the cumulative acceptance at draft position
+    k."""
 
     method: str
     model_family: str
@@ -39,7 +41,8 @@ class AcceptanceCurve:
         return (self.method, self.model_family, self.dataset)
 
     def mean_accepted_length(self, k: int | None = None) -> float:
-        """Tokens per verify step with k drafts (the bonus token included): 1 + sum of the first k positions."""
+        """Tokens per verify step with k drafts (the bonus token included): 1 + sum of the first k
+        positions."""
         return 1.0 + sum(self.acceptance[: len(self.acceptance) if k is None else k])
 
 
@@ -173,6 +176,6 @@ def curve(
     known = ", ".join(f"{m}/{f}/{d}" for m, f, d in (same_method or sorted(table)))
     scope = f"for {asked[0]}" if same_method else "(no rows for this method)"
     raise SimserveError(
-        f"no acceptance for {_label(asked)}{alias}; known {scope}: {known}; pass your own with --acceptance FILE "
-        f"(columns {','.join(COLUMNS)})"
+        f"no acceptance for {_label(asked)}{alias}; known {scope}: {known}; pass your own with --acceptance "
+        f"FILE (columns {','.join(COLUMNS)})"
     )

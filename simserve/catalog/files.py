@@ -35,7 +35,8 @@ def _read_mapping(path: Path) -> dict[str, Any]:
 
 
 def load_catalog_file(path: str | os.PathLike) -> list[str]:
-    """Add the models, gpus, nodes, networks and prices of a YAML/TOML file to the tables; return the names added."""
+    """Add the models, gpus, nodes, networks and prices of a YAML/TOML file to the tables; return the names
+    added."""
     path = Path(path)
     data = _read_mapping(path)
     kinds = {

@@ -1,10 +1,11 @@
 """A model spec from a Hugging Face `config.json` on disk (offline): `--model path/to/config.json`.
 
 Only the architecture fields that cost time or memory are read, and a block-quantized fp8 checkpoint's
-`quantization_config.weight_block_size`, which the engine checks the TP shards against (simserve/vllm_loader.py). The architectures are those simserve's execution
-model covers: dense decoders with grouped-query attention (Llama, Mistral, Qwen2, Qwen3), top-k routed mixtures
-of experts (Mixtral, Qwen3-MoE) and DeepSeek-V3's shared + routed experts with multi-head latent attention.
-Anything else is refused by name rather than guessed at.
+`quantization_config.weight_block_size`, which the engine checks the TP shards against
+(simserve/vllm_loader.py). The architectures are those simserve's execution model covers: dense decoders with
+grouped-query attention (Llama, Mistral, Qwen2, Qwen3), top-k routed mixtures of experts (Mixtral, Qwen3-MoE)
+and DeepSeek-V3's shared + routed experts with multi-head latent attention. Anything else is refused by name
+rather than guessed at.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ SUPPORTED = DENSE + MOE + MLA_MOE
 
 
 def is_config_path(name: str) -> bool:
-    """Whether `--model` names a file rather than a catalog entry: a .json path, or a file or folder that exists
-    (a folder without config.json is then refused as such, not as an unknown catalog name)."""
+    """Whether `--model` names a file rather than a catalog entry: a .json path, or a file or folder that
+    exists (a folder without config.json is then refused as such, not as an unknown catalog name)."""
     return name.endswith(".json") or Path(name).expanduser().exists()
 
 
@@ -35,12 +36,15 @@ def load_hf_config(path: str | Path):
     if p.is_dir():
         if not (p / "config.json").exists():
             raise SimserveError(
-                f"{p} is a folder with no config.json in it; pass the folder of a Hugging Face model (the one "
-                f"holding its config.json), the path of a config.json, or a catalog name (simserve list models)"
+                f"{p} is a folder with no config.json in it; pass the folder of a Hugging Face model (the "
+                "one holding its config.json), the path of a config.json, or a catalog name (simserve list "
+                "models)"
             )
         p = p / "config.json"
     if not p.is_file():
-        raise SimserveError(f"model config {p} does not exist; pass a catalog name or the path of a config.json")
+        raise SimserveError(
+            f"model config {p} does not exist; pass a catalog name or the path of a config.json"
+        )
     p = p.resolve()
     return _load(str(p), p.stat().st_mtime_ns)
 
@@ -51,14 +55,17 @@ def _load(path: str, _mtime: int):
         cfg = json.loads(Path(path).read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise SimserveError(
-            f"model config {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a Hugging Face config.json"
+            f"model config {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a Hugging Face "
+            "config.json"
         ) from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: json.JSONDecodeError and its kin
-        raise SimserveError(f"model config {path} is not readable JSON ({exc}); pass a Hugging Face config.json") from None
+        raise SimserveError(
+            f"model config {path} is not readable JSON ({exc}); pass a Hugging Face config.json"
+        ) from None
     if not isinstance(cfg, dict):
         raise SimserveError(f"model config {path} must hold a JSON object (a Hugging Face config.json)")
-    # Not added to the catalog: a scenario keeps the path, which resolves the same in any worker process, and a
-    # config whose folder shares a catalog name must not replace that entry.
+    # Not added to the catalog: a scenario keeps the path, which resolves the same in any worker process, and
+    # a config whose folder shares a catalog name must not replace that entry.
     return spec_from_config(cfg, path)
 
 
@@ -92,12 +99,16 @@ class _Fields:
         value = self.cfg.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise SimserveError(f"model config {self.where}: missing field {key!r}, which {self.arch} needs")
+                raise SimserveError(
+                    f"model config {self.where}: missing field {key!r}, which {self.arch} needs"
+                )
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.bad(f"{key} must be a whole number, got {value!r}")
         if value < minimum:
-            raise self.bad(f"{key} must be {'a positive whole number' if minimum == 1 else '0 or more'}, got {value}")
+            raise self.bad(
+                f"{key} must be {'a positive whole number' if minimum == 1 else '0 or more'}, got {value}"
+            )
         if value > _MAX:
             raise self.bad(f"{key} {value} is beyond any model's (at most {_MAX})")
         return value
@@ -122,18 +133,23 @@ def spec_from_config(cfg: dict[str, Any], where: str):
     arch = archs[0] if isinstance(archs, list) and archs else None
     if not isinstance(arch, str) or arch not in SUPPORTED:
         raise SimserveError(
-            f"model config {where}: architectures {archs!r} is not modelled; supported: {', '.join(SUPPORTED)}"
+            f"model config {where}: architectures {archs!r} is not modelled; supported: "
+            f"{', '.join(SUPPORTED)}"
         )
     f = _Fields(cfg, where, arch)
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
-        raise SimserveError(f"model config {where}: hidden_act {act!r} is not modelled for {arch}; supported: silu")
+        raise SimserveError(
+            f"model config {where}: hidden_act {act!r} is not modelled for {arch}; supported: silu"
+        )
     heads = f.int("num_attention_heads")
     # Hugging Face's own default when absent: one KV head per query head (multi-head attention).
     kv_heads = f.int("num_key_value_heads", heads)
     if heads % kv_heads:
-        raise f.bad(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads} (each KV "
-                    f"head serves a whole group of query heads)")  # fmt: skip
+        raise f.bad(
+            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads} (each KV "
+            f"head serves a whole group of query heads)"
+        )
     hidden = f.int("hidden_size")
     layers = f.int("num_hidden_layers")
     fields: dict[str, Any] = dict(
@@ -153,8 +169,10 @@ def spec_from_config(cfg: dict[str, Any], where: str):
         if head_dim and head_dim * heads != hidden:
             fields["head_size"] = head_dim  # only where it differs from hidden / heads (Qwen3)
         elif not head_dim and hidden % heads:
-            raise f.bad(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} (without head_dim "
-                        f"each head is hidden_size / num_attention_heads wide)")  # fmt: skip
+            raise f.bad(
+                f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} (without head_dim "
+                f"each head is hidden_size / num_attention_heads wide)"
+            )
     # Qwen configs carry a window value they do not use unless use_sliding_window is set; 0 or null: none
     unused = arch.startswith("Qwen") and not f.flag("use_sliding_window", False)
     fields["sliding_window"] = None if unused else (f.int("sliding_window", 0, minimum=0) or None)
@@ -162,7 +180,9 @@ def spec_from_config(cfg: dict[str, Any], where: str):
     def experts(count_key: str, width_key: str) -> dict[str, int]:
         n, k = f.int(count_key), f.int("num_experts_per_tok")
         if k > n:
-            raise f.bad(f"num_experts_per_tok {k} exceeds {count_key} {n} (a token is routed to top-k of the experts)")
+            raise f.bad(
+                f"num_experts_per_tok {k} exceeds {count_key} {n} (a token is routed to top-k of the experts)"
+            )
         return dict(num_experts=n, experts_per_token=k, expert_ffn=f.int(width_key))
 
     if arch in DENSE:
@@ -173,9 +193,9 @@ def spec_from_config(cfg: dict[str, Any], where: str):
         step, dense = f.int("decoder_sparse_step", 1), cfg.get("mlp_only_layers")
         if step != 1 or dense:
             raise SimserveError(
-                f"model config {where}: decoder_sparse_step {cfg.get('decoder_sparse_step')} / mlp_only_layers "
-                f"{dense} (dense layers between MoE layers) are not modelled; supported: every "
-                f"layer MoE (decoder_sparse_step 1, mlp_only_layers [])"
+                f"model config {where}: decoder_sparse_step {cfg.get('decoder_sparse_step')} / "
+                f"mlp_only_layers {dense} (dense layers between MoE layers) are not modelled; supported: "
+                "every layer MoE (decoder_sparse_step 1, mlp_only_layers [])"
             )
         fields.update(ffn=0, **experts("num_experts", "moe_intermediate_size"))
     else:  # DeepSeek-V3
@@ -186,7 +206,9 @@ def spec_from_config(cfg: dict[str, Any], where: str):
         moe = experts("n_routed_experts", "moe_intermediate_size")
         first_dense = f.int("first_k_dense_replace", 0, minimum=0)
         if first_dense >= layers:
-            raise f.bad(f"first_k_dense_replace {first_dense} leaves no MoE layer of num_hidden_layers {layers}")
+            raise f.bad(
+                f"first_k_dense_replace {first_dense} leaves no MoE layer of num_hidden_layers {layers}"
+            )
         fields.update(
             ffn=f.int("intermediate_size"),
             **moe,
@@ -201,9 +223,13 @@ def spec_from_config(cfg: dict[str, Any], where: str):
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method") == "fp8" and quant.get("weight_block_size"):
         block = quant["weight_block_size"]
-        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-            raise SimserveError(f"model config {where}: quantization_config.weight_block_size {block!r} is not two "
-                                f"positive integers [block_n, block_k]")  # fmt: skip
+        if not (
+            isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)
+        ):
+            raise SimserveError(
+                f"model config {where}: quantization_config.weight_block_size {block!r} is not two "
+                f"positive integers [block_n, block_k]"
+            )
         fields["fp8_weight_block"] = (block[0], block[1])
     try:
         return ModelSpec(**fields)

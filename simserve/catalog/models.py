@@ -39,8 +39,9 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # A block-quantized fp8 checkpoint's [block_n, block_k] (config.json quantization_config.weight_block_size):
-    # vLLM checks its TP shards against it at load time (simserve/vllm_loader.py). None: bf16, or per-tensor fp8.
+    # A block-quantized fp8 checkpoint's [block_n, block_k] (config.json
+    # quantization_config.weight_block_size): vLLM checks its TP shards against it at load time
+    # (simserve/vllm_loader.py). None: bf16, or per-tensor fp8.
     fp8_weight_block: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
@@ -49,14 +50,25 @@ class ModelSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-        for name in ("ffn", "num_experts", "experts_per_token", "expert_ffn", "shared_expert_ffn",
-                     "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                     "v_head_dim"):  # fmt: skip
+        for name in (
+            "ffn",
+            "num_experts",
+            "experts_per_token",
+            "expert_ffn",
+            "shared_expert_ffn",
+            "first_dense_layers",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
-        if self.head_size is not None and (isinstance(self.head_size, bool) or not isinstance(self.head_size, int)
-                                           or self.head_size < 1):  # fmt: skip
+        if self.head_size is not None and (
+            isinstance(self.head_size, bool) or not isinstance(self.head_size, int) or self.head_size < 1
+        ):
             raise ValueError(f"head_size must be a positive whole number, got {self.head_size!r}")
         if self.activation not in ("swiglu", "gelu"):
             raise ValueError(f"activation must be 'swiglu' or 'gelu', got {self.activation!r}")
@@ -77,11 +89,15 @@ class ModelSpec:
             if self.activation != "swiglu":
                 raise ValueError("MoE experts are modelled as SwiGLU MLPs; activation must be 'swiglu'")
             if not 0 <= self.first_dense_layers < self.num_layers:
-                raise ValueError(f"first_dense_layers must be in [0, {self.num_layers}), got {self.first_dense_layers}")
+                raise ValueError(
+                    f"first_dense_layers must be in [0, {self.num_layers}), got {self.first_dense_layers}"
+                )
         if self.dense_layers and self.ffn < 1:
             raise ValueError(f"{self.dense_layers} dense layers need ffn > 0")
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
-            raise ValueError("latent attention (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
+            raise ValueError(
+                "latent attention (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim"
+            )
 
     @classmethod
     def from_name(cls, name: str) -> ModelSpec:
@@ -116,10 +132,15 @@ class ModelSpec:
     def attention_params(self) -> int:
         if self.is_mla:
             h, qk = self.num_heads, self.qk_nope_head_dim + self.qk_rope_head_dim
-            q = (self.hidden * self.q_lora_rank + self.q_lora_rank * h * qk) if self.q_lora_rank else self.hidden * h * qk
+            q = (
+                (self.hidden * self.q_lora_rank + self.q_lora_rank * h * qk)
+                if self.q_lora_rank
+                else self.hidden * h * qk
+            )
             kv = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
             kv += self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + h * self.v_head_dim * self.hidden + self.q_lora_rank + self.kv_lora_rank  # + latent norms
+            # + latent norms
+            return q + kv + h * self.v_head_dim * self.hidden + self.q_lora_rank + self.kv_lora_rank
         qkv = self.hidden * (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         return qkv + self.num_heads * self.head_dim * self.hidden
 
@@ -134,7 +155,8 @@ class ModelSpec:
 
     @property
     def moe_shared_params(self) -> int:
-        """What every GPU's share of a MoE layer holds besides the routed experts: router and shared experts."""
+        """What every GPU's share of a MoE layer holds besides the routed experts: router and shared
+        experts."""
         return self.hidden * self.num_experts + 3 * self.hidden * self.shared_expert_ffn
 
     @property
@@ -187,16 +209,33 @@ MODELS: Table[ModelSpec] = Table(
         ModelSpec(
             name="Mistral-7B",
             hf_id="mistralai/Mistral-7B-v0.1",
-            num_layers=32, hidden=4096, num_heads=32, num_kv_heads=8, ffn=14336, vocab=32000,
-            max_position=32768, sliding_window=4096,
-            aliases=("mistral-7b", "mistral", "mistral-7b-v0.1", "mistralai/Mistral-7B-v0.1",
-                     "mistral-7b-instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2"),
+            num_layers=32,
+            hidden=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            ffn=14336,
+            vocab=32000,
+            max_position=32768,
+            sliding_window=4096,
+            aliases=(
+                "mistral-7b",
+                "mistral",
+                "mistral-7b-v0.1",
+                "mistralai/Mistral-7B-v0.1",
+                "mistral-7b-instruct-v0.2",
+                "mistralai/Mistral-7B-Instruct-v0.2",
+            ),
             source="https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json",
         ),
         ModelSpec(
             name="Yi-34B",
             hf_id="01-ai/Yi-34B",
-            num_layers=60, hidden=7168, num_heads=56, num_kv_heads=8, ffn=20480, vocab=64000,
+            num_layers=60,
+            hidden=7168,
+            num_heads=56,
+            num_kv_heads=8,
+            ffn=20480,
+            vocab=64000,
             max_position=4096,
             aliases=("yi-34b", "yi", "01-ai/Yi-34B"),
             source="https://huggingface.co/01-ai/Yi-34B/blob/main/config.json",
@@ -204,7 +243,12 @@ MODELS: Table[ModelSpec] = Table(
         ModelSpec(
             name="LLaMA2-70B",
             hf_id="meta-llama/Llama-2-70b-hf",
-            num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8, ffn=28672, vocab=32000,
+            num_layers=80,
+            hidden=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            ffn=28672,
+            vocab=32000,
             max_position=4096,
             aliases=("llama2-70b", "llama-2-70b", "llama-2-70b-hf", "meta-llama/Llama-2-70b-hf"),
             source="https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json",
@@ -212,15 +256,28 @@ MODELS: Table[ModelSpec] = Table(
         ModelSpec(
             name="Falcon-180B",
             hf_id="tiiuae/falcon-180B",
-            num_layers=80, hidden=14848, num_heads=232, num_kv_heads=8, ffn=59392, vocab=65024,
-            max_position=2048, activation="gelu", norm="layernorm", parallel_attn_mlp=True,
+            num_layers=80,
+            hidden=14848,
+            num_heads=232,
+            num_kv_heads=8,
+            ffn=59392,
+            vocab=65024,
+            max_position=2048,
+            activation="gelu",
+            norm="layernorm",
+            parallel_attn_mlp=True,
             aliases=("falcon-180b", "falcon", "tiiuae/falcon-180B"),
             source="https://huggingface.co/tiiuae/falcon-180B/blob/main/config.json",
         ),
         ModelSpec(
             name="Llama-2-7B",
             hf_id="meta-llama/Llama-2-7b-hf",
-            num_layers=32, hidden=4096, num_heads=32, num_kv_heads=32, ffn=11008, vocab=32000,
+            num_layers=32,
+            hidden=4096,
+            num_heads=32,
+            num_kv_heads=32,
+            ffn=11008,
+            vocab=32000,
             max_position=4096,
             aliases=("llama-2-7b", "llama2-7b", "llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
             source="https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json",
@@ -228,7 +285,12 @@ MODELS: Table[ModelSpec] = Table(
         ModelSpec(
             name="Llama-3-8B",
             hf_id="meta-llama/Meta-Llama-3-8B",
-            num_layers=32, hidden=4096, num_heads=32, num_kv_heads=8, ffn=14336, vocab=128256,
+            num_layers=32,
+            hidden=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            ffn=14336,
+            vocab=128256,
             max_position=8192,
             aliases=("llama-3-8b", "llama3-8b", "meta-llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
             source="https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
@@ -236,94 +298,185 @@ MODELS: Table[ModelSpec] = Table(
         ModelSpec(
             name="CodeLlama-34B",
             hf_id="codellama/CodeLlama-34b-Instruct-hf",
-            num_layers=48, hidden=8192, num_heads=64, num_kv_heads=8, ffn=22016, vocab=32000,
+            num_layers=48,
+            hidden=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            ffn=22016,
+            vocab=32000,
             max_position=16384,
-            aliases=("codellama-34b", "codellama", "codellama-34b-instruct-hf", "codellama/CodeLlama-34b-Instruct-hf",
-                     "codellama/CodeLlama-34b-hf"),
+            aliases=(
+                "codellama-34b",
+                "codellama",
+                "codellama-34b-instruct-hf",
+                "codellama/CodeLlama-34b-Instruct-hf",
+                "codellama/CodeLlama-34b-hf",
+            ),
             source="https://huggingface.co/codellama/CodeLlama-34b-Instruct-hf/blob/main/config.json",
         ),
         ModelSpec(
             name="Llama-3-70B",
             hf_id="meta-llama/Meta-Llama-3-70B",
-            num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8, ffn=28672, vocab=128256,
+            num_layers=80,
+            hidden=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            ffn=28672,
+            vocab=128256,
             max_position=8192,
             aliases=("llama-3-70b", "llama3-70b", "meta-llama-3-70b", "meta-llama/Meta-Llama-3-70B"),
             source="https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
         ),
-        # Today's models (issue 24). Numbers from each model's config.json on the Hugging Face hub, cross-checked by
-        # tests/test_hf_config.py against fixtures that copy those configs' architecture fields.
+        # Today's models (issue 24). Numbers from each model's config.json on the Hugging Face hub,
+        # cross-checked by tests/test_hf_config.py against fixtures that copy those configs' architecture
+        # fields.
         ModelSpec(
             name="Llama-3.1-8B",
             hf_id="meta-llama/Llama-3.1-8B",
-            num_layers=32, hidden=4096, num_heads=32, num_kv_heads=8, ffn=14336, vocab=128256,
+            num_layers=32,
+            hidden=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            ffn=14336,
+            vocab=128256,
             max_position=131072,
-            aliases=("llama-3.1-8b", "llama3.1-8b", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct",
-                     "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-8b-instruct"),
+            aliases=(
+                "llama-3.1-8b",
+                "llama3.1-8b",
+                "meta-llama/Llama-3.1-8B",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "meta-llama/Meta-Llama-3.1-8B",
+                "llama-3.1-8b-instruct",
+            ),
             source="https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json",
         ),
         ModelSpec(
             name="Llama-3.1-70B",
             hf_id="meta-llama/Llama-3.1-70B",
-            num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8, ffn=28672, vocab=128256,
+            num_layers=80,
+            hidden=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            ffn=28672,
+            vocab=128256,
             max_position=131072,
-            aliases=("llama-3.1-70b", "llama3.1-70b", "meta-llama/Llama-3.1-70B",
-                     "meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b-instruct", "llama-3.3-70b",
-                     "meta-llama/Llama-3.3-70B-Instruct"),
-            source="https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json (Llama-3.3-70B-Instruct "
-                   "has the same architecture)",
+            aliases=(
+                "llama-3.1-70b",
+                "llama3.1-70b",
+                "meta-llama/Llama-3.1-70B",
+                "meta-llama/Llama-3.1-70B-Instruct",
+                "llama-3.1-70b-instruct",
+                "llama-3.3-70b",
+                "meta-llama/Llama-3.3-70B-Instruct",
+            ),
+            source="https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json "
+            "(Llama-3.3-70B-Instruct has the same architecture)",
         ),
         ModelSpec(
             name="Llama-3.1-405B",
             hf_id="meta-llama/Llama-3.1-405B",
-            num_layers=126, hidden=16384, num_heads=128, num_kv_heads=8, ffn=53248, vocab=128256,
+            num_layers=126,
+            hidden=16384,
+            num_heads=128,
+            num_kv_heads=8,
+            ffn=53248,
+            vocab=128256,
             max_position=131072,
-            aliases=("llama-3.1-405b", "llama3.1-405b", "meta-llama/Llama-3.1-405B",
-                     "meta-llama/Llama-3.1-405B-Instruct"),
+            aliases=(
+                "llama-3.1-405b",
+                "llama3.1-405b",
+                "meta-llama/Llama-3.1-405B",
+                "meta-llama/Llama-3.1-405B-Instruct",
+            ),
             source="https://huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json",
         ),
         ModelSpec(
             name="Qwen3-32B",
             hf_id="Qwen/Qwen3-32B",
-            num_layers=64, hidden=5120, num_heads=64, num_kv_heads=8, ffn=25600, vocab=151936,
-            max_position=40960, head_size=128,
+            num_layers=64,
+            hidden=5120,
+            num_heads=64,
+            num_kv_heads=8,
+            ffn=25600,
+            vocab=151936,
+            max_position=40960,
+            head_size=128,
             aliases=("qwen3-32b", "Qwen/Qwen3-32B"),
             source="https://huggingface.co/Qwen/Qwen3-32B/blob/main/config.json",
         ),
         ModelSpec(
             name="Qwen3-235B-A22B",
             hf_id="Qwen/Qwen3-235B-A22B",
-            num_layers=94, hidden=4096, num_heads=64, num_kv_heads=4, ffn=0, vocab=151936,
-            max_position=40960, head_size=128,
-            num_experts=128, experts_per_token=8, expert_ffn=1536,
+            num_layers=94,
+            hidden=4096,
+            num_heads=64,
+            num_kv_heads=4,
+            ffn=0,
+            vocab=151936,
+            max_position=40960,
+            head_size=128,
+            num_experts=128,
+            experts_per_token=8,
+            expert_ffn=1536,
             aliases=("qwen3-235b-a22b", "qwen3-235b", "Qwen/Qwen3-235B-A22B"),
-            source="https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json (decoder_sparse_step 1, "
-                   "mlp_only_layers []: every layer is MoE; its intermediate_size 12288 is unused)",
+            source="https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json (decoder_sparse_step "
+            "1, mlp_only_layers []: every layer is MoE; its intermediate_size 12288 is unused)",
         ),
         ModelSpec(
             name="Mixtral-8x7B",
             hf_id="mistralai/Mixtral-8x7B-v0.1",
-            num_layers=32, hidden=4096, num_heads=32, num_kv_heads=8, ffn=0, vocab=32000,
+            num_layers=32,
+            hidden=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            ffn=0,
+            vocab=32000,
             max_position=32768,
-            num_experts=8, experts_per_token=2, expert_ffn=14336,
-            aliases=("mixtral-8x7b", "mixtral", "mistralai/Mixtral-8x7B-v0.1",
-                     "mistralai/Mixtral-8x7B-Instruct-v0.1"),
-            source="https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (intermediate_size "
-                   "14336 is each expert's width; sliding_window null)",
+            num_experts=8,
+            experts_per_token=2,
+            expert_ffn=14336,
+            aliases=(
+                "mixtral-8x7b",
+                "mixtral",
+                "mistralai/Mixtral-8x7B-v0.1",
+                "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            ),
+            source="https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json "
+            "(intermediate_size 14336 is each expert's width; sliding_window null)",
         ),
         ModelSpec(
             name="DeepSeek-V3",
             hf_id="deepseek-ai/DeepSeek-V3",
-            num_layers=61, hidden=7168, num_heads=128, num_kv_heads=128, ffn=18432, vocab=129280,
+            num_layers=61,
+            hidden=7168,
+            num_heads=128,
+            num_kv_heads=128,
+            ffn=18432,
+            vocab=129280,
             max_position=163840,
-            num_experts=256, experts_per_token=8, expert_ffn=2048, shared_expert_ffn=2048, first_dense_layers=3,
-            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+            num_experts=256,
+            experts_per_token=8,
+            expert_ffn=2048,
+            shared_expert_ffn=2048,
+            first_dense_layers=3,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_nope_head_dim=128,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
             fp8_weight_block=(128, 128),  # the published checkpoint is fp8 in 128 x 128 blocks
-            aliases=("deepseek-v3", "deepseek-r1", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
-                     "deepseek-v3-0324", "deepseek-ai/DeepSeek-V3-0324"),
-            source="https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (n_shared_experts 1 × "
-                   "moe_intermediate_size 2048; first_k_dense_replace 3; the multi-token-prediction layer "
-                   "(num_nextn_predict_layers 1) is not served and not counted; quantization_config: fp8, "
-                   "weight_block_size [128, 128])",
+            aliases=(
+                "deepseek-v3",
+                "deepseek-r1",
+                "deepseek-ai/DeepSeek-V3",
+                "deepseek-ai/DeepSeek-R1",
+                "deepseek-v3-0324",
+                "deepseek-ai/DeepSeek-V3-0324",
+            ),
+            source="https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (n_shared_experts "
+            "1 × moe_intermediate_size 2048; first_k_dense_replace 3; the multi-token-prediction layer "
+            "(num_nextn_predict_layers 1) is not served and not counted; quantization_config: fp8, "
+            "weight_block_size [128, 128])",
         ),
     ],
-)  # fmt: skip
+)

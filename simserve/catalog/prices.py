@@ -6,10 +6,10 @@ file (docs/examples/prices-aws.yaml). An entry names a GPU of the GPU table; ent
 built-in one for the same GPU.
 
 Where clouds rent a GPU only by the node (`gpus_per_rental` 8: H100 and H200 on 8-GPU HGX boards), a plan pays
-for whole nodes: replicas are packed into nodes without splitting one across nodes (a replica larger than a node
-takes whole nodes of its own), and cost = nodes × gpus_per_rental × usd_per_gpu_hour (`usd_per_hour`). A 2-GPU
-replica alone thus pays for 8 GPUs; four of them pay for the same 8. The low and high ends of the price's range
-are kept so a plan can say when the range, not the simulation, decides between two rows.
+for whole nodes: replicas are packed into nodes without splitting one across nodes (a replica larger than a
+node takes whole nodes of its own), and cost = nodes × gpus_per_rental × usd_per_gpu_hour (`usd_per_hour`). A
+2-GPU replica alone thus pays for 8 GPUs; four of them pay for the same 8. The low and high ends of the
+price's range are kept so a plan can say when the range, not the simulation, decides between two rows.
 """
 
 from __future__ import annotations
@@ -83,9 +83,10 @@ _BY_GPU_A100 = (
     "a2-ultragpu-1g/2g/4g/8g 1 to 8, and the specialty clouds above list single GPUs"
 )
 _BY_NODE = (
-    "rented by the 8-GPU node: the hyperscalers rent SXM H100/H200 as whole HGX boards only (AWS p5.48xlarge "
-    "8×H100 and p5e.48xlarge 8×H200, priced per instance-hour, https://aws.amazon.com/ec2/capacityblocks/pricing/, "
-    "read 2024-12; Azure ND H100 v5 and ND H200 v5, 8 GPUs per VM)"
+    "rented by the 8-GPU node: the hyperscalers rent SXM H100/H200 as whole HGX boards only (AWS "
+    "p5.48xlarge 8×H100 and p5e.48xlarge 8×H200, priced per instance-hour, "
+    "https://aws.amazon.com/ec2/capacityblocks/pricing/, read 2024-12; Azure ND H100 v5 and ND H200 v5, 8 "
+    "GPUs per VM)"
 )
 _MERCATUS = (
     "specialty-cloud on-demand range, midpoint (Mercatus, 'Cloud GPU pricing', "
@@ -95,23 +96,49 @@ _MERCATUS = (
 PRICES: Table[PriceSpec] = Table(
     "price",
     [
-        PriceSpec(name="A100-80GB", usd_per_gpu_hour=1.30, date="2026-05", source=f"$1.10–1.50: {_MERCATUS}; {_BY_GPU_A100}",
-                  low_usd_per_gpu_hour=1.10, high_usd_per_gpu_hour=1.50),
-        PriceSpec(name="H100-SXM", usd_per_gpu_hour=3.00, date="2026-05", source=f"$2.50–3.50: {_MERCATUS}; {_BY_NODE}",
-                  gpus_per_rental=8, low_usd_per_gpu_hour=2.50, high_usd_per_gpu_hour=3.50),
-        PriceSpec(name="H200", usd_per_gpu_hour=4.00, date="2026-05", source=f"$3.50–4.50: {_MERCATUS}; {_BY_NODE}",
-                  gpus_per_rental=8, low_usd_per_gpu_hour=3.50, high_usd_per_gpu_hour=4.50),
+        PriceSpec(
+            name="A100-80GB",
+            usd_per_gpu_hour=1.30,
+            date="2026-05",
+            source=f"$1.10–1.50: {_MERCATUS}; {_BY_GPU_A100}",
+            low_usd_per_gpu_hour=1.10,
+            high_usd_per_gpu_hour=1.50,
+        ),
+        PriceSpec(
+            name="H100-SXM",
+            usd_per_gpu_hour=3.00,
+            date="2026-05",
+            source=f"$2.50–3.50: {_MERCATUS}; {_BY_NODE}",
+            gpus_per_rental=8,
+            low_usd_per_gpu_hour=2.50,
+            high_usd_per_gpu_hour=3.50,
+        ),
+        PriceSpec(
+            name="H200",
+            usd_per_gpu_hour=4.00,
+            date="2026-05",
+            source=f"$3.50–4.50: {_MERCATUS}; {_BY_NODE}",
+            gpus_per_rental=8,
+            low_usd_per_gpu_hour=3.50,
+            high_usd_per_gpu_hour=4.50,
+        ),
     ],
-)  # fmt: skip
+)
 
 
 def add_price(spec: PriceSpec) -> PriceSpec:
     """Store a user's price under the GPU's catalog name, so `h100` and `H100-SXM` are one entry."""
     gpu = GPU.get(spec.name)
     spec = PriceSpec(
-        gpu.name, float(spec.usd_per_gpu_hour), spec.source, str(spec.date), spec.aliases, spec.gpus_per_rental,
-        spec.low_usd_per_gpu_hour, spec.high_usd_per_gpu_hour,
-    )  # fmt: skip
+        gpu.name,
+        float(spec.usd_per_gpu_hour),
+        spec.source,
+        str(spec.date),
+        spec.aliases,
+        spec.gpus_per_rental,
+        spec.low_usd_per_gpu_hour,
+        spec.high_usd_per_gpu_hour,
+    )
     PRICES.add(spec)
     return spec
 

@@ -1,9 +1,10 @@
 """Where a new replica reads its weights from, and how fast: measured load rates of the same model per store.
 
-The rates are the Run:ai Model Streamer's published benchmark (run-ai/runai-model-streamer, docs/src/benchmarks.md:
-meta-llama/Meta-Llama-3-8B in bf16, one safetensors file, loaded onto 4 x A10G of an AWS g5.12xlarge, streamer
-0.6.0): the time to the weights in GPU memory, so each rate is the whole path (store, network, host, PCIe) as
-vLLM's `--load-format runai_streamer` sees it. One model on one machine: another node's NIC or disks move them.
+The rates are the Run:ai Model Streamer's published benchmark (run-ai/runai-model-streamer,
+docs/src/benchmarks.md: meta-llama/Meta-Llama-3-8B in bf16, one safetensors file, loaded onto 4 x A10G of an
+AWS g5.12xlarge, streamer 0.6.0): the time to the weights in GPU memory, so each rate is the whole path
+(store, network, host, PCIe) as vLLM's `--load-format runai_streamer` sees it. One model on one machine:
+another node's NIC or disks move them.
 """
 
 from __future__ import annotations

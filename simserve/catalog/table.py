@@ -1,4 +1,5 @@
-"""A name → spec table with case-insensitive aliases, and a spec built from a user's entry (catalog/files.py)."""
+"""A name → spec table with case-insensitive aliases, and a spec built from a user's entry
+(catalog/files.py)."""
 
 from __future__ import annotations
 

@@ -181,11 +181,13 @@ def _main(argv: list[str] | None) -> None:
     except OSError as exc:
         # A full disk, a permission or a missing file deep in a write: the file system's own words, one line.
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where}; check the path and free space, then rerun", file=sys.stderr)
+        print(
+            f"error: {exc.strerror or exc}{where}; check the path and free space, then rerun", file=sys.stderr
+        )
         sys.exit(2)
     except SystemExit as exc:
-        # a command's own exit (Reported: its line is printed) or a closed pipe's; a successful one returns, so
-        # main() is callable from Python
+        # a command's own exit (Reported: its line is printed) or a closed pipe's; a successful one returns,
+        # so main() is callable from Python
         if exc.code not in (0, None):
             raise
 
@@ -206,7 +208,10 @@ def usage_line(exc, root, args: list[str]) -> str:
     command, path = (ctx.command, ctx.command_path) if ctx is not None else _typed_command(root, args)
     names = getattr(command, "list_commands", None)
     if names is not None and "command" in message.lower():
-        return f"{message}; commands: {', '.join(sorted(getattr(command, 'commands', {})))} (see `{path} --help`)"
+        return (
+            f"{message}; commands: {', '.join(sorted(getattr(command, 'commands', {})))} (see `{path} "
+            "--help`)"
+        )
     return f"{message}; see `{path} --help`"
 
 

@@ -39,7 +39,8 @@ def info() -> None:
     table.add_row("total", str(sum(r.files for r in rows)), _mb(sum(r.bytes for r in rows)), "", "")
     make_console(soft_wrap=True).print(table)
     typer.echo(
-        "bound it with $SIMSERVE_CACHE_MAX_MB; free it with `simserve cache clear [--kind K] [--older-than DAYS]`"
+        "bound it with $SIMSERVE_CACHE_MAX_MB; free it with `simserve cache clear [--kind K] [--older-than "
+        "DAYS]`"
     )
 
 

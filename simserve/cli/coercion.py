@@ -3,10 +3,11 @@
 typer 0.29 converts every option value through a pydantic TypeAdapter, and importing pydantic was ~0.05 s of a
 warm `simserve run` (issue 22: a run imports neither pandas nor pydantic). For these types the conversion is
 one Python call whose result pydantic's lax mode gives too: a str as it is, an int from `-?[0-9]+`, a float
-from a plain decimal (both parsers round correctly), a path as Path(value) through typer's own `coerce_cli_path`
-(its path adapter's checks). Any other value, type or option (a parser, a range, choices, a file) goes to typer's own
-conversion, so error messages and everything else behave as before; so does a typer without these internals
-(`install` then changes nothing). tests/test_cli_coercion.py compares the two on every option of every command.
+from a plain decimal (both parsers round correctly), a path as Path(value) through typer's own
+`coerce_cli_path` (its path adapter's checks). Any other value, type or option (a parser, a range, choices, a
+file) goes to typer's own conversion, so error messages and everything else behave as before; so does a typer
+without these internals (`install` then changes nothing). tests/test_cli_coercion.py compares the two on every
+option of every command.
 """
 
 from __future__ import annotations
@@ -97,15 +98,16 @@ def check_finite(value: Any, out: Any, param: Any = None, ctx: Any = None) -> No
         except ImportError:  # a typer that uses click itself
             from click.exceptions import BadParameter
         raise BadParameter(
-            f"{value} is beyond the largest number ({sys.float_info.max:.3g}); give a finite value (or inf where "
-            f"the option takes one)",
+            f"{value} is beyond the largest number ({sys.float_info.max:.3g}); give a finite value (or inf "
+            "where the option takes one)",
             ctx=ctx,
             param=param,
         )
 
 
 def install() -> bool:
-    """Route the plain options of every typer command through `convert`; False when typer's internals differ."""
+    """Route the plain options of every typer command through `convert`; False when typer's internals
+    differ."""
     try:
         from typer import core
         from typer._coercion import RuntimeParam, build_runtime_param

@@ -61,7 +61,8 @@ def engine_sweep(
         # ... run as the release does: its overlap scheduler is on by default (Scenario.scheduling_is_async)
         base = replace(base, policy="sglang", overlap_schedule=True)
     else:
-        grid = parse_grid(engine, grid_text, gpu.memory_gib, gpu.name)  # bad flags fail here, before anything runs
+        # bad flags fail here, before anything runs
+        grid = parse_grid(engine, grid_text, gpu.memory_gib, gpu.name)
         check_grid(grid, base.max_len)  # ... and combinations the release refuses to start with
         check_engine_scenario(base)
         # The printed command leaves --gpu-memory-utilization at the release's default: simulate that pool.

@@ -13,13 +13,39 @@ KINDS = ("models", "gpus", "nodes", "networks", "traces")
 # Not table columns: bookkeeping fields, and the long text (aliases, --sources) listed under the table,
 # where it wraps as prose instead of squeezing the columns.
 # (and the MoE / MLA shape fields: most entries leave them empty)
-HIDDEN = {"source", "aliases", "hf_id", "max_position", "dtype_bytes", "head_size", "tied_embeddings", "expert_ffn",
-          "shared_expert_ffn", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-          "qk_rope_head_dim", "v_head_dim", "num_experts", "experts_per_token"}  # fmt: skip
+HIDDEN = {
+    "source",
+    "aliases",
+    "hf_id",
+    "max_position",
+    "dtype_bytes",
+    "head_size",
+    "tied_embeddings",
+    "expert_ffn",
+    "shared_expert_ffn",
+    "first_dense_layers",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "num_experts",
+    "experts_per_token",
+}
 # Shown with --wide only, so that the default table fits an 80-column terminal without splitting a number.
-DETAIL = {"activation", "norm", "parallel_attn_mlp", "sliding_window", "nvlink_bus_gbps", "pcie_bus_gbps",
-          "nvls_bus_gbps", "sm_version", "power_w", "sustained_tflops",
-          "fp8_weight_block"}  # fmt: skip
+DETAIL = {
+    "activation",
+    "norm",
+    "parallel_attn_mlp",
+    "sliding_window",
+    "nvlink_bus_gbps",
+    "pcie_bus_gbps",
+    "nvls_bus_gbps",
+    "sm_version",
+    "power_w",
+    "sustained_tflops",
+    "fp8_weight_block",
+}
 # Column headings with the unit (the fields' `gbps` are gigabytes per second); others are the field's name.
 LABELS = {
     "gpus_per_node": "GPUs",
@@ -76,7 +102,9 @@ def list_command(
         table.add_row(*(_cell(v) for v in row))
     # Piped into a file or another program: the table's own width, so nothing folds (and rich adds no colour).
     piped = not sys.stdout.isatty()
-    console = make_console(width=max(80, make_console(width=10_000).measure(table).maximum) if piped else None)
+    console = make_console(
+        width=max(80, make_console(width=10_000).measure(table).maximum) if piped else None
+    )
     console.print(table)
     if kind != "traces":
         for line in _under_table(kind, sources, wide):  # piped: one entry a line, whole, for grep
@@ -93,7 +121,9 @@ def _specs(kind: str, wide: bool) -> tuple[list[tuple[str, str]], list[list[obje
     specs = _catalog(kind)
     # NOTE: dataclass fields, so a field added to a spec shows up here without touching this command.
     fields = [
-        f.name for f in dataclasses.fields(specs[0]) if f.name not in HIDDEN and (wide or f.name not in DETAIL)
+        f.name
+        for f in dataclasses.fields(specs[0])
+        if f.name not in HIDDEN and (wide or f.name not in DETAIL)
     ]
     rows = [[_value(getattr(s, f)) for f in fields] for s in specs]
     header = [(f, LABELS.get(f, f.removeprefix("num_").replace("_", " "))) for f in fields]
@@ -145,7 +175,13 @@ def _traces() -> tuple[list[str], list[list[object]]]:
     for name, file in SHIPPED.items():
         t = load_trace(name)
         rows.append(
-            [name, TRACES_DIR / file, len(t), int(np.median(t.prompt_tokens)), int(np.median(t.output_tokens))]
+            [
+                name,
+                TRACES_DIR / file,
+                len(t),
+                int(np.median(t.prompt_tokens)),
+                int(np.median(t.output_tokens)),
+            ]
         )
     return [(h, h) for h in ("name", "file", "requests", "prompt p50", "output p50")], rows
 

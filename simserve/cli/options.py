@@ -33,5 +33,8 @@ def _cache_dir(value: Path) -> Path:
 def cache_option(default: Path) -> Any:
     """The `--cache` option of the capacity searches: a directory simserve can write (checked up front)."""
     return typer.Option(
-        default, "--cache", help="Probe cache directory (default $SIMSERVE_CACHE/probes).", callback=_cache_dir
+        default,
+        "--cache",
+        help="Probe cache directory (default $SIMSERVE_CACHE/probes).",
+        callback=_cache_dir,
     )

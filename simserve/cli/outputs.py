@@ -1,5 +1,6 @@
 """What `simserve run` writes and checks alike for an aggregated and a disaggregated run (cli/run.py,
-cli/disagg.py): summary.json's values (a non-finite number is null), and the refusal of a run that served nothing.
+cli/disagg.py): summary.json's values (a non-finite number is null), and the refusal of a run that served
+nothing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`simserve plan`: which GPU, TP×PP and number of replicas serve a workload within an SLO at the lowest cost."""
+"""`simserve plan`: which GPU, TP×PP and number of replicas serve a workload within an SLO at the lowest
+cost."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from simserve.errors import SimserveError
 @app.command()
 def plan(
     model: str = typer.Option(
-        "llama-2-70b", "--model", help="Model to serve: a catalog name (`simserve list models`) or a config.json."
+        "llama-2-70b",
+        "--model",
+        help="Model to serve: a catalog name (`simserve list models`) or a config.json.",
     ),
     dtype: str = options.DTYPE,
     kv_dtype: str = options.KV_DTYPE,
@@ -28,7 +31,10 @@ def plan(
     slo: float = typer.Option(
         0.2,
         "--slo",
-        help="Time-between-tokens SLO in seconds, at --tbt-quantile (0: none; then give --ttft-slo or --tpot-slo).",
+        help=(
+            "Time-between-tokens SLO in seconds, at --tbt-quantile (0: none; then give --ttft-slo or "
+            "--tpot-slo)."
+        ),
     ),
     tbt_quantile: float = typer.Option(0.99, "--tbt-quantile", help="Which TBT quantile --slo bounds."),
     ttft_slo: float | None = typer.Option(
@@ -60,7 +66,7 @@ def plan(
         "--tie-seeds",
         help="Search the 3 cheapest deployments again at this many other seeds: the seed "
         "spread that decides ties (0: not measured).",
-    ),  # fmt: skip
+    ),
     start_qps: float = typer.Option(1.0, "--start-qps", help="Each search's first probe."),
     out: Path = typer.Option(
         Path("plan-out"),
@@ -80,19 +86,33 @@ def plan(
     frontend_ms: float = options.CAPACITY_FRONTEND_MS,
     sustained_clock: bool | None = options.SUSTAINED_CLOCK,
     layouts: str = typer.Option(
-        "agg", "--layouts", help="agg (replicas that prefill and decode) and/or disagg (prefill and decode pools)."
+        "agg",
+        "--layouts",
+        help="agg (replicas that prefill and decode) and/or disagg (prefill and decode pools).",
     ),
-    disagg: bool = typer.Option(False, "--disagg", help="Also search disaggregated layouts (--layouts agg,disagg)."),
+    disagg: bool = typer.Option(
+        False, "--disagg", help="Also search disaggregated layouts (--layouts agg,disagg)."
+    ),
     disagg_layouts: int = typer.Option(
-        4, "--disagg-layouts", help="How many disaggregated layouts to search (a count): the N cheapest the analytic screen keeps."
+        4,
+        "--disagg-layouts",
+        help="How many disaggregated layouts to search (a count): the N cheapest the analytic screen keeps.",
     ),
     arrival: str = typer.Option(
-        "poisson", "--arrival", help="poisson: plan at a steady rate; replay: also plan a day of the trace's recorded "
-        "arrivals (static vs autoscaled, per router and KV tier: plan/day.py, docs/planner.md)."),  # fmt: skip
+        "poisson",
+        "--arrival",
+        help="poisson: plan at a steady rate; replay: also plan a day of the trace's recorded "
+        "arrivals (static vs autoscaled, per router and KV tier: plan/day.py, docs/planner.md).",
+    ),
     autoscale: str | None = typer.Option(
-        None, "--autoscale", help="MIN:MAX replicas of the day plan's autoscaled rows (implies --arrival replay; "
-        "default 1:the static count)."),  # fmt: skip
-    scale_policy: str = typer.Option("utilization", "--scale-policy", help="Day plan: utilization | queue | slo."),
+        None,
+        "--autoscale",
+        help="MIN:MAX replicas of the day plan's autoscaled rows (implies --arrival replay; "
+        "default 1:the static count).",
+    ),
+    scale_policy: str = typer.Option(
+        "utilization", "--scale-policy", help="Day plan: utilization | queue | slo."
+    ),
     routers: str = typer.Option("rr,prefix-aware", "--routers", help="Day plan: the routers tried."),
     kv_offload_gb: float = typer.Option(
         0.0, "--kv-offload-gb", help="Day plan: also try vLLM's CPU KV tier of this many GiB per replica."
@@ -111,20 +131,26 @@ def plan(
         "--no-prune",
         help="Search every deployment, budget and disaggregated layout whole, even those that cannot reach "
         "the Pareto front (slower; gives every deployment's capacity).",
-    ),  # fmt: skip
+    ),
     speculative: str | None = typer.Option(
-        None, "--speculative", help="Search each deployment with speculative decoding off and at each K: eagle | "
-        "eagle3 | mtp | ngram, on vLLM's V1 scheduler without prefix caching (docs/planner.md, Speculative decoding).",
-    ),  # fmt: skip
+        None,
+        "--speculative",
+        help="Search each deployment with speculative decoding off and at each K: eagle | eagle3 | mtp | "
+        "ngram, on vLLM's V1 scheduler without prefix caching (docs/planner.md, Speculative decoding).",
+    ),
     num_speculative_tokens: str | None = typer.Option(
-        None, "--num-speculative-tokens", help="--speculative: the K values to try, e.g. 1,2,3 (default: 1 up to "
+        None,
+        "--num-speculative-tokens",
+        help="--speculative: the K values to try, e.g. 1,2,3 (default: 1 up to "
         "the positions the acceptance rates give, at most 5; mtp: the model's n_predict).",
-    ),  # fmt: skip
+    ),
     acceptance: str | None = options.ACCEPTANCE,
     draft_model: str | None = typer.Option(
-        None, "--draft-model", help="--speculative eagle|eagle3: the head's checkpoint, printed as \"model\" in "
+        None,
+        "--draft-model",
+        help='--speculative eagle|eagle3: the head\'s checkpoint, printed as "model" in '
         "the command's --speculative-config.",
-    ),  # fmt: skip
+    ),
 ) -> None:
     """Capacity, capacity per GPU and cost per million output tokens of every deployment that fits."""
     from simserve.heap import collector_paused
@@ -159,8 +185,15 @@ def plan(
         gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()),
         max_gpus=max_gpus,
         trace=trace,
-        slo=SLO(slo or None, tbt_quantile, delay_slo, ttft_s=ttft_slo, ttft_quantile=ttft_quantile,
-                tpot_s=tpot_slo, tpot_quantile=tpot_quantile),  # fmt: skip
+        slo=SLO(
+            slo or None,
+            tbt_quantile,
+            delay_slo,
+            ttft_s=ttft_slo,
+            ttft_quantile=ttft_quantile,
+            tpot_s=tpot_slo,
+            tpot_quantile=tpot_quantile,
+        ),
         budgets=_numbers(budgets, int, "--budgets"),
         max_batch=max_batch,
         num_requests=requests,
@@ -174,17 +207,34 @@ def plan(
         kv_dtype=kv_dtype,
         moe_skew=moe_skew,
         allow_long_context=allow_long_context,
-        layouts=tuple(dict.fromkeys([x.strip() for x in layouts.split(",") if x.strip()] + (["disagg"] if disagg else []))),
+        layouts=tuple(
+            dict.fromkeys(
+                [x.strip() for x in layouts.split(",") if x.strip()] + (["disagg"] if disagg else [])
+            )
+        ),
         disagg_layouts=disagg_layouts,
         frontend_ms=frontend_ms,
         sustained_clock=sustained_clock,
-        speculative=speculative, acceptance=acceptance, draft_model=draft_model,
-        speculative_tokens=None if num_speculative_tokens is None else _numbers(
-            num_speculative_tokens, int, "--num-speculative-tokens"),
-    )  # fmt: skip
-    day_plan = _day_spec(spec, arrival, autoscale, scale_policy, routers, kv_offload_gb, day_deployments,
-                         replay_requests, attainment)  # fmt: skip
-    with interruptible(None if no_cache else cache):  # Ctrl-C or SIGTERM: one line, what is saved, exit 130/143
+        speculative=speculative,
+        acceptance=acceptance,
+        draft_model=draft_model,
+        speculative_tokens=None
+        if num_speculative_tokens is None
+        else _numbers(num_speculative_tokens, int, "--num-speculative-tokens"),
+    )
+    day_plan = _day_spec(
+        spec,
+        arrival,
+        autoscale,
+        scale_policy,
+        routers,
+        kv_offload_gb,
+        day_deployments,
+        replay_requests,
+        attainment,
+    )
+    # Ctrl-C or SIGTERM: one line, what is saved, exit 130/143
+    with interruptible(None if no_cache else cache):
         result = run_plan(
             spec, executor, workers, address, None if no_cache else cache, progress=True, prune=not no_prune
         )
@@ -221,38 +271,47 @@ def plan(
     why = f"cheapest per hour carrying {qps:g} qps" if qps else "cheapest per million output tokens"
     tied = ties(result)
     console.print(
-        f"{'tie, first' if tied else 'buy'}: {deployment_label(best)} at budget {int(best['budget'])}"
-        f"{speculation_of(result.spec, best)}: "
-        f"{best['capacity_qps']:.3g} qps, {best['goodput_tokens_per_s_per_gpu']:.4g} output tokens/s per GPU "
-        f"paid, ${best['usd_per_hour']:.2f}/h, ${best['usd_per_million_output_tokens']:.3f} per million output "
+        f"{'tie, first' if tied else 'buy'}: {deployment_label(best)} at budget "
+        f"{int(best['budget'])}{speculation_of(result.spec, best)}: {best['capacity_qps']:.3g} qps, "
+        f"{best['goodput_tokens_per_s_per_gpu']:.4g} output tokens/s per GPU paid, "
+        f"${best['usd_per_hour']:.2f}/h, ${best['usd_per_million_output_tokens']:.3f} per million output "
         f"tokens ({why}; {best['profile']} profile)",
         highlight=False,
     )
     for t in tied:
         console.print(
-            f"  tied: {t.label} +{t.gap:.1%}: {'; '.join(t.reasons)}. Would break it: {'; '.join(t.breakers)}",
+            f"  tied: {t.label} +{t.gap:.1%}: {'; '.join(t.reasons)}. Would break it: "
+            f"{'; '.join(t.breakers)}",
             highlight=False,
         )
     if tied:
         console.print(
             f"  {len(tied) + 1} deployments tie: the plan cannot rank them; the first is cheapest on the "
-            "numbers above", highlight=False,
-        )  # fmt: skip
+            "numbers above",
+            highlight=False,
+        )
     caps = seed_capacities(result.searches, seed)
     for key, v in spread(result).items():
         per_seed = ", ".join(f"{c:.3g}" for _, c in sorted(caps[key].items()))
         console.print(
             f"seed spread {key_label(key)}: {v:.1%} (capacity per replica {per_seed} qps at seeds "
-            f"{', '.join(map(str, sorted(caps[key])))}; (max − min) / mean)", highlight=False,
-        )  # fmt: skip
+            f"{', '.join(map(str, sorted(caps[key])))}; (max − min) / mean)",
+            highlight=False,
+        )
     from simserve.plan.rows import LAYOUT_AGG, layout_of
 
     if layout_of(best) == LAYOUT_AGG:
-        console.print(f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin "
-                      "load balancer:", highlight=False)  # fmt: skip
+        console.print(
+            f"start it (vLLM {VLLM_RELEASE}), {int(best['replicas'])} replica(s) behind a round-robin "
+            "load balancer:",
+            highlight=False,
+        )
     else:
-        console.print(f"start it (vLLM {VLLM_RELEASE}, NixlConnector), one copy of {layout_of(best)} per node "
-                      f"({int(best['replicas'])} behind a round-robin load balancer):", highlight=False)  # fmt: skip
+        console.print(
+            f"start it (vLLM {VLLM_RELEASE}, NixlConnector), one copy of {layout_of(best)} per node "
+            f"({int(best['replicas'])} behind a round-robin load balancer):",
+            highlight=False,
+        )
     for line in commands(result, best):
         console.print(line, highlight=False, markup=False)
     for gpu, p in result.prices.items():
@@ -268,46 +327,77 @@ def plan(
 
     refused = [r for r in result.rejected if f": {RELEASE}" in r]  # vllm_loader's refusals name the release
     if refused:
-        console.print(f"note: {len(refused)} deployment(s) {RELEASE} refuses to load are not searched (e.g. "
-                      f"{refused[0]}; all in plan.json 'rejected')", highlight=False, markup=False)  # fmt: skip
+        console.print(
+            f"note: {len(refused)} deployment(s) {RELEASE} refuses to load are not searched (e.g. "
+            f"{refused[0]}; all in plan.json 'rejected')",
+            highlight=False,
+            markup=False,
+        )
     s = result.stats
     for note in s.get("disagg_notes", []):
         console.print(f"note: no disaggregated layout for {note}", highlight=False)
     if s["searches_pruned"]:
         console.print(
             f"note: {s['searches_pruned']} searches stopped after one probe: they cannot change the plan (a "
-            f"deployment off the Pareto front found, or a budget below the deployment's best; status 'pruned' "
-            f"in searches.csv; --no-prune searches them whole)"
+            "deployment off the Pareto front found, or a budget below the deployment's best; status "
+            "'pruned' in searches.csv; --no-prune searches them whole)"
         )
     console.print(
-        f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) "
-        f"in {s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/\nnote: {APPROXIMATION}"
+        f"{s['tasks']} searches ({s['from_cache']} from cache, {s['probes_simulated']} simulations) in "
+        f"{s['elapsed_s']:.1f} s; wrote {', '.join(p.name for p in written)} to {out}/\nnote: {APPROXIMATION}"
     )
     if day is not None:
         _print_day(console, day, spec)
 
 
-def _day_spec(spec, arrival, autoscale, scale_policy, routers, kv_offload_gb, deployments, requests, attainment):
+def _day_spec(
+    spec, arrival, autoscale, scale_policy, routers, kv_offload_gb, deployments, requests, attainment
+):
     """The day plan's spec and the replayed span (plan/day.py), checked before the steady plan starts; None
     without --arrival replay or --autoscale (then its flags are refused)."""
     from simserve.plan.day import DaySpec, check_day
 
     if arrival not in ("poisson", "replay"):
-        raise SimserveError(f"plan's --arrival is poisson (a steady rate) or replay (plus a day plan), got {arrival!r}")
-    day = DaySpec(autoscale, scale_policy, tuple(r.strip() for r in routers.split(",") if r.strip()), kv_offload_gb,
-                  deployments, requests, attainment)  # fmt: skip
+        raise SimserveError(
+            f"plan's --arrival is poisson (a steady rate) or replay (plus a day plan), got {arrival!r}"
+        )
+    day = DaySpec(
+        autoscale,
+        scale_policy,
+        tuple(r.strip() for r in routers.split(",") if r.strip()),
+        kv_offload_gb,
+        deployments,
+        requests,
+        attainment,
+    )
     if arrival == "poisson" and autoscale is None:
-        given = [f for f, v, d in (("--scale-policy", scale_policy, "utilization"), ("--routers", routers, "rr,prefix-aware"),
-                                   ("--kv-offload-gb", kv_offload_gb, 0.0), ("--day-deployments", deployments, 2),
-                                   ("--replay-requests", requests, None), ("--attainment", attainment, 0.99)) if v != d]  # fmt: skip
+        given = [
+            f
+            for f, v, d in (
+                ("--scale-policy", scale_policy, "utilization"),
+                ("--routers", routers, "rr,prefix-aware"),
+                ("--kv-offload-gb", kv_offload_gb, 0.0),
+                ("--day-deployments", deployments, 2),
+                ("--replay-requests", requests, None),
+                ("--attainment", attainment, 0.99),
+            )
+            if v != d
+        ]
         if given:
-            raise SimserveError(f"{given[0]} belongs to a day plan: add --arrival replay (or --autoscale MIN:MAX), or drop it")
+            raise SimserveError(
+                f"{given[0]} belongs to a day plan: add --arrival replay (or --autoscale MIN:MAX), or drop it"
+            )
         return None
-    if getattr(spec, "speculative", None):  # its replays run without a draft: a speculative row would not match
-        raise SimserveError("the day plan (--arrival replay, --autoscale) replays without speculative decoding; "
-                            "drop --speculative, or plan the day without it")  # fmt: skip
+    # its replays run without a draft: a speculative row would not match
+    if getattr(spec, "speculative", None):
+        raise SimserveError(
+            "the day plan (--arrival replay, --autoscale) replays without speculative decoding; "
+            "drop --speculative, or plan the day without it"
+        )
     slo = spec.slo
-    day = DaySpec(**{**day.__dict__, "ttft_slo": slo.ttft_s or day.ttft_slo, "tpot_slo": slo.tpot_s or day.tpot_slo})
+    day = DaySpec(
+        **{**day.__dict__, "ttft_slo": slo.ttft_s or day.ttft_slo, "tpot_slo": slo.tpot_s or day.tpot_slo}
+    )
     return day, check_day(spec, day)
 
 
@@ -331,8 +421,19 @@ def _table(df, all_rows: bool) -> Table:
     title = "all deployments" if all_rows else "Pareto-optimal deployments (cost vs capacity)"
     off_front = not all_rows and not df.empty and not df["pareto"].astype(bool).all()
     t = Table(title=title + (" (* off the front: the best disaggregated row)" if off_front else ""))
-    cols = ("deployment", "GPUs (paid)", "budget", "qps", "qps/GPU", "goodput tok/s/GPU", "$/h", "$/M out tok",
-            "TPOT ms", "tok/s/user", "profile")  # fmt: skip
+    cols = (
+        "deployment",
+        "GPUs (paid)",
+        "budget",
+        "qps",
+        "qps/GPU",
+        "goodput tok/s/GPU",
+        "$/h",
+        "$/M out tok",
+        "TPOT ms",
+        "tok/s/user",
+        "profile",
+    )
     spec_col = COLUMN in df.columns  # searched with --speculative: each row's K and its gain over off
     if spec_col:
         cols = (*cols[:3], "speculation", *cols[3:])
@@ -341,12 +442,19 @@ def _table(df, all_rows: bool) -> Table:
     for _, r in df.iterrows():
         star = "" if all_rows or bool(r["pareto"]) else "*"
         t.add_row(
-            deployment_label(r) + star, f"{int(r['gpus'])} ({int(r['gpus_rented'])})", str(int(r["budget"])),
-            *([cell(r)] if spec_col else []), f"{r['capacity_qps']:.3g}", f"{r['capacity_per_gpu_qps']:.3g}",
-            f"{r['goodput_tokens_per_s_per_gpu']:.4g}", f"{r['usd_per_hour']:.2f}",
-            f"{r['usd_per_million_output_tokens']:.3f}", _num(1e3 * r.get("tpot_mean_s", float("nan")), ".3g"),
-            _num(r.get("user_tokens_per_s", float("nan")), ".3g"), r["profile"],
-        )  # fmt: skip
+            deployment_label(r) + star,
+            f"{int(r['gpus'])} ({int(r['gpus_rented'])})",
+            str(int(r["budget"])),
+            *([cell(r)] if spec_col else []),
+            f"{r['capacity_qps']:.3g}",
+            f"{r['capacity_per_gpu_qps']:.3g}",
+            f"{r['goodput_tokens_per_s_per_gpu']:.4g}",
+            f"{r['usd_per_hour']:.2f}",
+            f"{r['usd_per_million_output_tokens']:.3f}",
+            _num(1e3 * r.get("tpot_mean_s", float("nan")), ".3g"),
+            _num(r.get("user_tokens_per_s", float("nan")), ".3g"),
+            r["profile"],
+        )
     return t
 
 

@@ -17,7 +17,8 @@ def fit_command(
     seed: int = seed_option("Seed of the held-out split and the tree ensembles."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Refit even when a cached fit exists."),
 ) -> None:
-    """Fit the per-op models (cached by the profile's content hash) and print held-out MAPE per family and op."""
+    """Fit the per-op models (cached by the profile's content hash) and print held-out MAPE per family and
+    op."""
     from simserve.predictor import fit, print_report
 
     predictor = fit(profile_dir, seed=seed, use_cache=not no_cache)

@@ -55,7 +55,9 @@ def load_backend(name: str, engine: str = "vllm", engine_version: str | None = N
         from simserve.profiling import measured
 
         if not measured.installed():
-            raise SimserveError(f"the measured backend needs NVIDIA's {measured.PACKAGE} package: {measured.INSTALL_HINT}")
+            raise SimserveError(
+                f"the measured backend needs NVIDIA's {measured.PACKAGE} package: {measured.INSTALL_HINT}"
+            )
         from simserve.profiling.measured_backend import profile
 
         return functools.partial(profile, engine=engine, engine_version=engine_version)
@@ -76,7 +78,9 @@ def _versions() -> dict[str, str]:
 def profile_command(
     gpu: str = typer.Option(..., "--gpu", help="GPU name from the catalog, e.g. a100, a40, h100."),
     model: str = typer.Option(
-        ..., "--model", help="A catalog model (e.g. mistral-7b, qwen3-235b-a22b) or a Hugging Face config.json."
+        ...,
+        "--model",
+        help="A catalog model (e.g. mistral-7b, qwen3-235b-a22b) or a Hugging Face config.json.",
     ),
     tp: str = typer.Option("1", "--tp", help="Comma-separated TP degrees to profile, e.g. 1,2,4."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages of the deployment (checked and recorded)."),
@@ -85,14 +89,19 @@ def profile_command(
     ),
     network: str | None = typer.Option(None, "--network", help="Network between nodes, e.g. ethernet-100g."),
     backend: str = typer.Option(
-        "roofline", "--backend",
+        "roofline",
+        "--backend",
         help="roofline (analytic, no GPU), torch (timed on this GPU) or measured (NVIDIA's per-op database).",
     ),
     engine: str = typer.Option(
-        "vllm", "--engine", help="--backend measured: the engine whose kernels were measured (vllm, sglang, trtllm)."
+        "vllm",
+        "--engine",
+        help="--backend measured: the engine whose kernels were measured (vllm, sglang, trtllm).",
     ),
     engine_version: str | None = typer.Option(
-        None, "--engine-version", help="--backend measured: the engine release (default: the database's current)."
+        None,
+        "--engine-version",
+        help="--backend measured: the engine release (default: the database's current).",
     ),
     out: Path = typer.Option(Path("profiles"), "--out", help="Root folder; writes OUT/<gpu>/<model>/."),
     max_model_len: int = typer.Option(
@@ -103,13 +112,16 @@ def profile_command(
     ),
     quick: bool = typer.Option(False, "--quick", help="A coarser grid: for tests and quick looks."),
     force: bool = typer.Option(
-        False, "--force", help="Replace an existing profile (a shipped one included) instead of merging into it."
+        False,
+        "--force",
+        help="Replace an existing profile (a shipped one included) instead of merging into it.",
     ),
     dtype: str = options.DTYPE,
     kv_dtype: str = options.KV_DTYPE,
     moe_skew: float = options.MOE_SKEW,
 ) -> None:
-    """Profile every op of one transformer layer on one GPU for each TP degree and write a profile directory."""
+    """Profile every op of one transformer layer on one GPU for each TP degree and write a profile
+    directory."""
     model_spec, gpu_spec = resolve_model(model), GPU.get(gpu)
     node_spec = NODES.get(node) if node else None
     network_spec = NETWORKS.get(network) if network else None
@@ -125,12 +137,28 @@ def profile_command(
             f"--profiles my-profiles, or pass --force to change the shipped one"
         )
     if backend != "measured" and (engine != "vllm" or engine_version):
-        raise SimserveError("--engine and --engine-version choose measured tables; use them with --backend measured")
+        raise SimserveError(
+            "--engine and --engine-version choose measured tables; use them with --backend measured"
+        )
     run = load_backend(backend, engine, engine_version)
-    # The deployments the profile serves: their checks (heads divisible by TP, layers by PP, a node big enough)
-    # fail here with the fix, before any work; a replica spanning nodes brings its network's send/recv rows.
-    deps = [Deployment.create(model_spec, gpu_spec, t, pp, node_spec, network_spec, max_model_len=max_model_len,
-                              dtype=dtype, kv_dtype=kv_dtype, moe_skew=moe_skew) for t in tps]  # fmt: skip
+    # The deployments the profile serves: their checks (heads divisible by TP, layers by PP, a node big
+    # enough) fail here with the fix, before any work; a replica spanning nodes brings its network's send/recv
+    # rows.
+    deps = [
+        Deployment.create(
+            model_spec,
+            gpu_spec,
+            t,
+            pp,
+            node_spec,
+            network_spec,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            moe_skew=moe_skew,
+        )
+        for t in tps
+    ]
     node_spec = deps[0].node
     if network_spec is None:
         network_spec = next((d.network for d in deps if d.num_nodes > 1), None)
@@ -144,7 +172,9 @@ def profile_command(
         )
     else:
         extra = {}
-    tables, fields = run(model_spec, gpu_spec, tps, node_spec, network_spec, max_model_len, max_tokens, quick, **extra)
+    tables, fields = run(
+        model_spec, gpu_spec, tps, node_spec, network_spec, max_model_len, max_tokens, quick, **extra
+    )
     command = [
         "simserve",
         "profile",
@@ -181,7 +211,7 @@ def profile_command(
             "max_model_len": max_model_len,
             "max_tokens": max_tokens,
             "quick": quick,
-        },  # fmt: skip
+        },
         **fields,
     }
     provenance["versions"] = {**_versions(), **fields.get("versions", {})}
@@ -205,5 +235,7 @@ def _print_summary(target: Path, tables: dict, provenance: dict) -> None:
     table.add_row("provenance.json", "", provenance["device"])
     console.print(table)
     dep = provenance["deployment"]
-    console.print(f"{dep['model']} on {dep['gpu']}, TP {','.join(map(str, dep['tp']))}, PP {dep['pp']}; "
-                  f"node {dep['node']}, network {dep['network']}")  # fmt: skip
+    console.print(
+        f"{dep['model']} on {dep['gpu']}, TP {','.join(map(str, dep['tp']))}, PP {dep['pp']}; "
+        f"node {dep['node']}, network {dep['network']}"
+    )

@@ -1,4 +1,5 @@
-"""`simserve sweep` (capacity per policy and token budget) and `simserve regress` (capacity regression check)."""
+"""`simserve sweep` (capacity per policy and token budget) and `simserve regress` (capacity regression
+check)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def _with_frontend(base, frontend_ms: float, toy: bool, paper_setup: bool):
     if toy:
         raise SimserveError("--toy has no serving front end: drop --frontend-ms")
     if paper_setup:
-        raise SimserveError("--paper-setup reports engine-side latencies, as the paper did; drop --frontend-ms")
+        raise SimserveError(
+            "--paper-setup reports engine-side latencies, as the paper did; drop --frontend-ms"
+        )
     return replace(base, frontend_ms=frontend_ms)
 
 
@@ -69,21 +72,43 @@ def base_scenario(toy: bool = False, delay_slo_s: float = 2.0, **given: object) 
     return Scenario(**given)
 
 
-def _precision_fields(dtype: str, kv_dtype: str, ep: int, moe_skew: float, allow_long_context: bool,
-                      dp_attention: int = 1, all2all_backend: str = "allgather_reducescatter") -> dict:  # fmt: skip
-    """The Scenario fields of the shared options, left out at their defaults (probe-cache keys stay as they were)."""
-    given = {"dtype": dtype, "kv_dtype": kv_dtype, "ep": ep, "moe_skew": moe_skew, "allow_long_context": allow_long_context,
-             "dp_attention": dp_attention, "all2all_backend": all2all_backend}  # fmt: skip
-    defaults = {"dtype": "bf16", "kv_dtype": "bf16", "ep": 1, "moe_skew": 0.0, "allow_long_context": False,
-                "dp_attention": 1, "all2all_backend": "allgather_reducescatter"}  # fmt: skip
+def _precision_fields(
+    dtype: str,
+    kv_dtype: str,
+    ep: int,
+    moe_skew: float,
+    allow_long_context: bool,
+    dp_attention: int = 1,
+    all2all_backend: str = "allgather_reducescatter",
+) -> dict:
+    """The Scenario fields of the shared options, left out at their defaults (probe-cache keys stay as they
+    were)."""
+    given = {
+        "dtype": dtype,
+        "kv_dtype": kv_dtype,
+        "ep": ep,
+        "moe_skew": moe_skew,
+        "allow_long_context": allow_long_context,
+        "dp_attention": dp_attention,
+        "all2all_backend": all2all_backend,
+    }
+    defaults = {
+        "dtype": "bf16",
+        "kv_dtype": "bf16",
+        "ep": 1,
+        "moe_skew": 0.0,
+        "allow_long_context": False,
+        "dp_attention": 1,
+        "all2all_backend": "allgather_reducescatter",
+    }
     return {k: v for k, v in given.items() if v != defaults[k]}
 
 
 @contextmanager
 def interruptible(cache: Path | None) -> Iterator[None]:
-    """Ctrl-C or SIGTERM during a search (simserve.cli turns SIGTERM into `Terminated`): the Runner has stopped
-    the workers by the time this sees it; print one line (no output written — outputs are written after the
-    search —, what the cache kept, how to resume) and exit 130 (SIGINT) or 143 (SIGTERM)."""
+    """Ctrl-C or SIGTERM during a search (simserve.cli turns SIGTERM into `Terminated`): the Runner has
+    stopped the workers by the time this sees it; print one line (no output written — outputs are written
+    after the search —, what the cache kept, how to resume) and exit 130 (SIGINT) or 143 (SIGTERM)."""
     from simserve.tune.probe import ProbeCache
 
     # Count what the cache gained, not what the driver had received: a worker writes its probe itself, and
@@ -136,8 +161,9 @@ def sweep(
     policies: str = typer.Option(
         "fcfs,orca,vllm,sarathi",
         "--policies",
-        help="Any of fcfs, orca, vllm (the paper's prefill-first vLLM baseline), sarathi, chunked, hybrid, slo-aware, "
-        "pressure, equal-cost, vllm-v1 (vLLM 0.33.0's V1 scheduler; --engine vllm searches its flags).",
+        help="Any of fcfs, orca, vllm (the paper's prefill-first vLLM baseline), sarathi, chunked, hybrid, "
+        "slo-aware, pressure, equal-cost, vllm-v1 (vLLM 0.33.0's V1 scheduler; --engine vllm searches its "
+        "flags).",
     ),
     budgets: str = typer.Option(
         "256,257,512,513,1024,2048",
@@ -163,7 +189,10 @@ def sweep(
     start_qps: float = typer.Option(
         1.0,
         "--start-qps",
-        help="Anchor of the search's rate grid (start·2^k); the first probe is the grid rate just below the throughput bound.",
+        help=(
+            "Anchor of the search's rate grid (start·2^k); the first probe is the grid rate just below the "
+            "throughput bound."
+        ),
     ),
     out: Path = typer.Option(Path("sweep-out"), "--out", help="Output directory; each file lands whole."),
     force: bool = typer.Option(
@@ -183,7 +212,10 @@ def sweep(
     search: str | None = typer.Option(
         None,
         "--search",
-        help="simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | paper (with --paper-setup, its default).",
+        help=(
+            "simserve (bisection guided by the probes' latencies) | bisect (simulate every midpoint) | "
+            "paper (with --paper-setup, its default)."
+        ),
     ),
     dtype: str = options.DTYPE,
     kv_dtype: str = options.KV_DTYPE,
@@ -215,7 +247,9 @@ def sweep(
     no_prefix_caching: bool = typer.Option(
         False,
         "--no-prefix-caching",
-        help="--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1).",
+        help=(
+            "--engine vllm: simulate and print the engine with automatic prefix caching off (on in vLLM V1)."
+        ),
     ),
     kv_offload_gb: float = typer.Option(
         0.0,
@@ -238,22 +272,28 @@ def sweep(
     check_out_dir(out, force)
     if engine is not None or engine_grid is not None:
         # the policy grid's flags: an engine sweep searches the engine's own flags and would ignore them
-        ignored = {"--policies": policies != "fcfs,orca,vllm,sarathi", "--budgets": budgets != "256,257,512,513,1024,2048",
-                   "--max-batch": max_batch != "128", "--vllm-max-batch": vllm_max_batch is not None,
-                   "--orca-max-batch": orca_max_batch is not None}  # fmt: skip
+        ignored = {
+            "--policies": policies != "fcfs,orca,vllm,sarathi",
+            "--budgets": budgets != "256,257,512,513,1024,2048",
+            "--max-batch": max_batch != "128",
+            "--vllm-max-batch": vllm_max_batch is not None,
+            "--orca-max-batch": orca_max_batch is not None,
+        }
         given = [flag for flag, set_ in ignored.items() if set_]
         if given:
             raise SimserveError(
-                f"{given[0]} sets simserve's policy grid, which --engine does not search (it searches the engine's "
-                f"own flags): give the values with --engine-grid, or drop --engine"
+                f"{given[0]} sets simserve's policy grid, which --engine does not search (it searches the "
+                "engine's own flags): give the values with --engine-grid, or drop --engine"
             )
     if seeds < 1:
         raise SimserveError(f"--seeds must be at least 1, got {seeds}")
     slos_s = _numbers(slo_grid, float, "--slo-grid") if slo_grid is not None else (slo,)
     # The first SLO is the primary one (the table's order, the latency CDFs): --slo when the grid has it.
     slos_s = tuple(sorted(set(slos_s), key=lambda s: (s != slo, s)))
-    slos = tuple(SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile, tpot_slo, tpot_quantile)
-                 for s in slos_s)  # fmt: skip
+    slos = tuple(
+        SLO(s, tbt_quantile, delay_slo, delay_quantile, ttft_slo, ttft_quantile, tpot_slo, tpot_quantile)
+        for s in slos_s
+    )
     budget_list = (
         TILE_BUDGETS
         if budgets.strip() == "tiles"
@@ -278,12 +318,14 @@ def sweep(
     )
     if search == "paper" and not paper_setup:
         raise SimserveError(
-            "--search paper judges the paper's trials (no overload stop, a 30-minute cap): add --paper-setup, "
-            "which selects it"
+            "--search paper judges the paper's trials (no overload stop, a 30-minute cap): add "
+            "--paper-setup, which selects it"
         )
     if paper_setup:
         if toy or engine is not None or engine_grid is not None:
-            raise SimserveError("--paper-setup simulates the paper's engine; drop --toy, --engine and --engine-grid")
+            raise SimserveError(
+                "--paper-setup simulates the paper's engine; drop --toy, --engine and --engine-grid"
+            )
         from simserve.sim.scenario import paper_setup as paper
 
         base = paper(base)
@@ -302,40 +344,64 @@ def sweep(
         raise SimserveError("--kv-offload-gb is vLLM's CPU KV tier: use it with --engine vllm")
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         if engine != "vllm":
-            raise SimserveError("sweep --speculative is modelled for vLLM's V1 scheduler: add --engine vllm (SGLang's "
-                                "EAGLE: simserve run --engine sglang --speculative eagle|eagle3)")  # fmt: skip
+            raise SimserveError(
+                "sweep --speculative is modelled for vLLM's V1 scheduler: add --engine vllm (SGLang's "
+                "EAGLE: simserve run --engine sglang --speculative eagle|eagle3)"
+            )
         if not no_prefix_caching:
-            raise SimserveError("--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
-                                "lookahead block hashes): add --no-prefix-caching")  # fmt: skip
-        base = replace(base, speculative=speculative, num_speculative_tokens=num_speculative_tokens,
-                       acceptance=acceptance)  # fmt: skip
+            raise SimserveError(
+                "--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
+                "lookahead block hashes): add --no-prefix-caching"
+            )
+        base = replace(
+            base,
+            speculative=speculative,
+            num_speculative_tokens=num_speculative_tokens,
+            acceptance=acceptance,
+        )
         base.speculation()  # vLLM's refusals and the acceptance file, before any search
     if no_prefix_caching and engine is None and engine_grid is None:
-        raise SimserveError("--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm")
+        raise SimserveError(
+            "--no-prefix-caching switches the engine's prefix cache off; use it with --engine vllm"
+        )
     if engine is not None or engine_grid is not None:
         from simserve.cli.engine import engine_sweep
 
         if engine == "sglang" and no_prefix_caching:
             raise SimserveError(
-                "--no-prefix-caching switches vLLM's prefix cache off; --engine sglang sweeps with SGLang's radix "
-                "cache off already (docs/engines.md, SGLang): drop it"
+                "--no-prefix-caching switches vLLM's prefix cache off; --engine sglang sweeps with SGLang's "
+                "radix cache off already (docs/engines.md, SGLang): drop it"
             )
         # vLLM V1's default: on (the sglang sweep runs without the radix cache: docs/engines.md, SGLang)
         base = replace(base, prefix_caching=not no_prefix_caching and engine != "sglang")
         if kv_offload_gb:
             if engine == "sglang" or no_prefix_caching:
-                raise SimserveError("--kv-offload-gb is vLLM's CPU offloading of prefix-cached blocks: use it with "
-                                    "--engine vllm and prefix caching on")  # fmt: skip
+                raise SimserveError(
+                    "--kv-offload-gb is vLLM's CPU offloading of prefix-cached blocks: use it with "
+                    "--engine vllm and prefix caching on"
+                )
             base = replace(base, kv_offload_gb=kv_offload_gb)
-            replace(base, policy="vllm-v1").sim_config()  # checked now (the engine sweep runs vllm-v1): one line
+            # checked now (the engine sweep runs vllm-v1): one line
+            replace(base, policy="vllm-v1").sim_config()
         engine_sweep(
-            engine or "vllm", engine_grid, base, slos, seed, seeds, tolerance, start_qps, out,
-            lambda spec: run_sweep(spec, executor, workers, address, None if no_cache else cache, progress=True),
+            engine or "vllm",
+            engine_grid,
+            base,
+            slos,
+            seed,
+            seeds,
+            tolerance,
+            start_qps,
+            out,
+            lambda spec: run_sweep(
+                spec, executor, workers, address, None if no_cache else cache, progress=True
+            ),
             search or "simserve",
-        )  # fmt: skip
+        )
         if frontend_ms:
-            make_console(soft_wrap=True).print(frontend_line(frontend_ms, "engine.csv's ttft columns, --ttft-slo"),
-                                          highlight=False)  # fmt: skip
+            make_console(soft_wrap=True).print(
+                frontend_line(frontend_ms, "engine.csv's ttft columns, --ttft-slo"), highlight=False
+            )
         return None
     spec = SweepSpec(
         base,
@@ -378,7 +444,9 @@ def regress(
     baseline: Path | None = typer.Option(
         None,
         "--baseline",
-        help="The baseline file (default: the project's committed regress/baseline.json, wherever you run it).",
+        help=(
+            "The baseline file (default: the project's committed regress/baseline.json, wherever you run it)."
+        ),
     ),
     update: bool = typer.Option(False, "--update", help="Recompute and rewrite the baseline (deliberately)."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) | ray | serial."),
@@ -393,9 +461,9 @@ def regress(
         baseline = default_baseline()
     if baseline is None:
         raise SimserveError(
-            "the committed baseline (regress/baseline.json) is in simserve's source checkout, which this install "
-            "does not have; run it from an editable install of the checkout, or pass --baseline PATH (create one "
-            "with `simserve regress --update --baseline PATH`)"
+            "the committed baseline (regress/baseline.json) is in simserve's source checkout, which this "
+            "install does not have; run it from an editable install of the checkout, or pass --baseline "
+            "PATH (create one with `simserve regress --update --baseline PATH`)"
         )
     cache_dir = None if no_cache else cache
     console = make_console(soft_wrap=True)
@@ -409,8 +477,10 @@ def regress(
     for line in report.lines:
         console.print(line, highlight=False)
     if report.failed:
-        console.print(styled(
-            (f"capacity moved beyond tolerance in {len(report.failed)} case(s)", "red"),
-            f"; if intended, run `{update_command(baseline)}` and commit {baseline}",
-        ))  # fmt: skip
+        console.print(
+            styled(
+                (f"capacity moved beyond tolerance in {len(report.failed)} case(s)", "red"),
+                f"; if intended, run `{update_command(baseline)}` and commit {baseline}",
+            )
+        )
         raise typer.Exit(1)

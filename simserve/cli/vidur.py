@@ -1,4 +1,5 @@
-"""`simserve vidur import|export`: move profiles between Vidur's CSV layout and simserve's profile directory."""
+"""`simserve vidur import|export`: move profiles between Vidur's CSV layout and simserve's profile
+directory."""
 
 from __future__ import annotations
 

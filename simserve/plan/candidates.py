@@ -1,10 +1,10 @@
-"""Which deployments a plan considers: every GPU × TP × PP within the GPU budget whose weights, activations and
-one max-length request fit in memory (simserve/memory.py), each with the token budgets that fit beside it.
+"""Which deployments a plan considers: every GPU × TP × PP within the GPU budget whose weights, activations
+and one max-length request fit in memory (simserve/memory.py), each with the token budgets that fit beside it.
 
-TP runs over powers of two that divide the model's heads and fit one node (TP across nodes is not modeled);
-PP over the divisors of the layer count. Each deployment runs in the catalog box for its GPU that puts the most of
-its TP×PP GPUs on one NVLink domain (`best_box`): e.g. A100 TP8 in the NVSwitch `dgx-a100`, not two 4-GPU pairs
-boxes; a replica larger than every box spans nodes over the default network.
+TP runs over powers of two that divide the model's heads and fit one node (TP across nodes is not modeled); PP
+over the divisors of the layer count. Each deployment runs in the catalog box for its GPU that puts the most
+of its TP×PP GPUs on one NVLink domain (`best_box`): e.g. A100 TP8 in the NVSwitch `dgx-a100`, not two 4-GPU
+pairs boxes; a replica larger than every box spans nodes over the default network.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def parallelisms(model: ModelSpec, max_gpus: int) -> list[tuple[int, int]]:
 
 def best_box(gpu: GPUSpec, tp: int, pp: int) -> NodeSpec | None:
     """The catalog box a TP×PP replica of `gpu` runs in: the one whose NVLink domain holds the most of the
-    replica's GPUs (inside one box when some box holds them all; TP must fit one box, as TP across nodes is not
-    modeled); among equals the GPU's default box (the paper's testbeds, where the measured and shipped
+    replica's GPUs (inside one box when some box holds them all; TP must fit one box, as TP across nodes is
+    not modeled); among equals the GPU's default box (the paper's testbeds, where the measured and shipped
     profiles are), then the faster NVLink bus, then the name. So A100 TP1 and TP2 stay on the NVLink pairs box
     and A100 TP4 and TP8 go to the NVSwitch `dgx-a100`. None when the catalog has no box for the GPU."""
     boxes = [n for n in NODES if n.gpu == gpu.name]
@@ -72,26 +72,32 @@ def expert_parallelisms(model: ModelSpec, tp: int) -> list[int]:
     return [1, tp]
 
 
-def data_parallelisms(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int, max_gpus: int) -> tuple[list[int], str]:
+def data_parallelisms(
+    model: ModelSpec, gpu: GPUSpec, tp: int, pp: int, max_gpus: int
+) -> tuple[list[int], str]:
     """Attention-DP degrees D a plan tries beside TP/EP for a MoE model (vLLM's `--data-parallel-size D
-    --enable-expert-parallel`: D ranks of TP `tp`, the experts whole over EP = D·TP GPUs of one box, PP 1), and
-    why the others are not tried ('' when nothing was left out on physical grounds).
+    --enable-expert-parallel`: D ranks of TP `tp`, the experts whole over EP = D·TP GPUs of one box, PP 1),
+    and why the others are not tried ('' when nothing was left out on physical grounds).
 
     Physical rule: attention DP pays for a copy of the attention weights on every rank; what it buys is KV
     capacity where TP cannot shard the KV cache: multi-head latent attention (one latent per token kept whole
-    on every TP rank) or fewer KV heads than the D·TP GPUs (TP replicates each KV head on TP/kv_heads GPUs).
-    A model whose KV heads already shard over D·TP GPUs (Mixtral's 8 on 8 GPUs) gains no KV cache from DP, only
+    on every TP rank) or fewer KV heads than the D·TP GPUs (TP replicates each KV head on TP/kv_heads GPUs). A
+    model whose KV heads already shard over D·TP GPUs (Mixtral's 8 on 8 GPUs) gains no KV cache from DP, only
     the copies, so its DP layouts are not searched."""
     if not model.is_moe or pp != 1:
         return [], ""
     box = max((n.gpus_per_node for n in NODES if n.gpu == gpu.name), default=0)
-    degrees = [d for d in (2, 4, 8, 16, 32) if d * tp <= min(max_gpus, box) and model.num_experts % (d * tp) == 0]
+    degrees = [
+        d for d in (2, 4, 8, 16, 32) if d * tp <= min(max_gpus, box) and model.num_experts % (d * tp) == 0
+    ]
     kept = [d for d in degrees if model.is_mla or model.num_kv_heads < d * tp]
     if kept == degrees:
         return kept, ""
-    why = (f"attention DP {'/'.join(map(str, sorted(set(degrees) - set(kept))))} x TP{tp} not searched: "
-           f"{model.name}'s {model.num_kv_heads} KV heads already shard over those GPUs under TP, so DP would "
-           f"only copy the attention weights, not add KV cache")  # fmt: skip
+    why = (
+        f"attention DP {'/'.join(map(str, sorted(set(degrees) - set(kept))))} x TP{tp} not searched: "
+        f"{model.name}'s {model.num_kv_heads} KV heads already shard over those GPUs under TP, so DP would "
+        f"only copy the attention weights, not add KV cache"
+    )
     return kept, why
 
 
@@ -126,8 +132,21 @@ def enumerate_candidates(
             name = f"{gpu.name} {f'DP{dp} x ' if dp > 1 else ''}TP{tp} PP{pp}"
             try:
                 box = best_box(gpu, dp * tp, pp)
-                dep = Deployment.create(model, gpu, tp, pp, box, None, memory_utilization, max_model_len, dtype,
-                                        kv_dtype, ep, moe_skew, dp)  # fmt: skip
+                dep = Deployment.create(
+                    model,
+                    gpu,
+                    tp,
+                    pp,
+                    box,
+                    None,
+                    memory_utilization,
+                    max_model_len,
+                    dtype,
+                    kv_dtype,
+                    ep,
+                    moe_skew,
+                    dp,
+                )
             except SimserveError as exc:  # e.g. TP larger than the GPU's box
                 rejected.append(f"{name}: {exc}")
                 continue
@@ -157,7 +176,8 @@ def nothing_fits_message(model: ModelSpec, gpus: list[GPUSpec], max_gpus: int, d
     biggest = max(gpus, key=lambda g: g.memory_gib)
     weights = model.num_params * dtype_bytes(dtype) / GIB
     return (
-        f"no deployment of {model.name} ({weights:.0f} GiB of {'' if dtype == 'bf16' else dtype + ' '}weights) fits in memory on at most {max_gpus} of "
-        f"{', '.join(g.name for g in gpus)} (largest: {biggest.memory_gib:.0f} GiB each); "
-        f"raise --max-gpus or add a GPU with more memory to --gpus"
+        f"no deployment of {model.name} ({weights:.0f} GiB of "
+        f"{'' if dtype == 'bf16' else dtype + ' '}weights) fits in memory on at most {max_gpus} of "
+        f"{', '.join(g.name for g in gpus)} (largest: {biggest.memory_gib:.0f} GiB each); raise --max-gpus "
+        "or add a GPU with more memory to --gpus"
     )

@@ -33,7 +33,8 @@ def vllm_serve(
     extra: tuple[str, ...] = (),
 ) -> list[str]:
     """One replica's `vllm serve` arguments (the precision and expert flags as `simserve sweep --engine vllm`
-    prints them: tune/engine.vllm_command), then `extra` (a plan with speculation: plan/speculation.serve_flags)."""
+    prints them: tune/engine.vllm_command), then `extra` (a plan with speculation:
+    plan/speculation.serve_flags)."""
     args = ["vllm", "serve", resolve_model(model).hf_id]
     if tp > 1:
         args += ["--tensor-parallel-size", str(tp)]
@@ -67,12 +68,13 @@ def replica_commands(
     ep: int = 1,
     extra: tuple[str, ...] = (),
 ) -> list[str]:
-    """A shell line per replica. Replicas that fit a node get consecutive GPUs (CUDA_VISIBLE_DEVICES) and ports
-    from 8000, counted per node; a replica larger than a node runs on a Ray cluster of its nodes (vLLM's
+    """A shell line per replica. Replicas that fit a node get consecutive GPUs (CUDA_VISIBLE_DEVICES) and
+    ports from 8000, counted per node; a replica larger than a node runs on a Ray cluster of its nodes (vLLM's
     multi-node serving) and is started from its head node."""
     g = tp * pp * max(ep // tp, 1)  # GPUs of one replica: every attention-DP rank's
-    base = vllm_serve(model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep,
-                      extra)
+    base = vllm_serve(
+        model, tp, pp, budget, max_batch, max_model_len, memory_utilization, dtype, kv_dtype, ep, extra
+    )
     lines = []
     # replicas side by side in one node (0: a replica needs several nodes); no box known: all in one machine
     per_node = replicas if gpus_per_node is None else gpus_per_node // g
@@ -92,20 +94,21 @@ def replica_commands(
     return lines
 
 
-# vLLM's KV connector for disaggregated prefill (docs.vllm.ai/en/stable/features/nixl_connector_usage.html): the
-# same flag on prefill and decode instances (NixlConnector ignores kv_role; the proxy decides who prefills), and
-# a NIXL side-channel port per worker, base + TP rank, so instances on one host need disjoint ranges.
+# vLLM's KV connector for disaggregated prefill (docs.vllm.ai/en/stable/features/nixl_connector_usage.html):
+# the same flag on prefill and decode instances (NixlConnector ignores kv_role; the proxy decides who
+# prefills), and a NIXL side-channel port per worker, base + TP rank, so instances on one host need disjoint
+# ranges.
 KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 NIXL_BASE_PORT = 5600
 PREFILL_PORT, DECODE_PORT, PROXY_PORT = 8100, 8200, 8192
-# vLLM's proxy for NixlConnector (it sends each request to a prefiller with max_tokens=1, then to a decoder that
-# streams the answer); it ships in vLLM's source tree, not in the wheel.
+# vLLM's proxy for NixlConnector (it sends each request to a prefiller with max_tokens=1, then to a decoder
+# that streams the answer); it ships in vLLM's source tree, not in the wheel.
 PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
 
 
 def disagg_commands(spec, row) -> list[str]:
-    """The lines that start a disaggregated plan row (one copy of its layout per node): each prefill and decode
-    instance with the NixlConnector, then vLLM's proxy in front of them."""
+    """The lines that start a disaggregated plan row (one copy of its layout per node): each prefill and
+    decode instance with the NixlConnector, then vLLM's proxy in front of them."""
     import re
 
     from simserve.deployment import Deployment
@@ -114,23 +117,67 @@ def disagg_commands(spec, row) -> list[str]:
     pool = r"(\d+)xTP(\d+)(?:PP(\d+))?(?:EP(\d+))?"  # plan.disagg.pool_label
     m = re.match(rf"{pool}P\+{pool}D$", str(row["layout"]))
     x, tp_p, pp_p, ep_p, y, tp_d, pp_d, ep_d = (int(v or 1) for v in m.groups())
-    decode = Deployment.create(spec.model, row["gpu"], tp_d, pp_d, row["node"], None, spec.memory_utilization,
-                               spec.max_len, spec.dtype, spec.kv_dtype, ep_d)  # fmt: skip
-    pools = (("prefill", x, tp_p, pp_p, ep_p, int(row["budget"]), PREFILL_PORT),
-             ("decode", y, tp_d, pp_d, ep_d, _fitting_budgets(decode, spec.budgets, spec.max_batch)[0],
-              DECODE_PORT))  # fmt: skip
+    decode = Deployment.create(
+        spec.model,
+        row["gpu"],
+        tp_d,
+        pp_d,
+        row["node"],
+        None,
+        spec.memory_utilization,
+        spec.max_len,
+        spec.dtype,
+        spec.kv_dtype,
+        ep_d,
+    )
+    pools = (
+        ("prefill", x, tp_p, pp_p, ep_p, int(row["budget"]), PREFILL_PORT),
+        (
+            "decode",
+            y,
+            tp_d,
+            pp_d,
+            ep_d,
+            _fitting_budgets(decode, spec.budgets, spec.max_batch)[0],
+            DECODE_PORT,
+        ),
+    )
     lines, gpu, ports = [], 0, {"prefill": [], "decode": []}
     for side, n, tp, pp, ep, budget, port in pools:
-        base = vllm_serve(spec.model, tp, pp, budget, spec.max_batch, spec.max_len, spec.memory_utilization,
-                          spec.dtype, spec.kv_dtype, ep)  # fmt: skip
+        base = vllm_serve(
+            spec.model,
+            tp,
+            pp,
+            budget,
+            spec.max_batch,
+            spec.max_len,
+            spec.memory_utilization,
+            spec.dtype,
+            spec.kv_dtype,
+            ep,
+        )
         for i in range(n):
             devices = ",".join(str(gpu + k) for k in range(tp * pp))
             args = [*base, "--port", str(port + i), "--kv-transfer-config", KV_TRANSFER_CONFIG]
-            lines.append(f"# {side} instance {i + 1} of {n}\nCUDA_VISIBLE_DEVICES={devices} "
-                         f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_BASE_PORT + gpu} " + shlex.join(args))  # fmt: skip
+            lines.append(
+                f"# {side} instance {i + 1} of {n}\nCUDA_VISIBLE_DEVICES={devices} "
+                f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_BASE_PORT + gpu} " + shlex.join(args)
+            )
             ports[side].append(str(port + i))
             gpu += tp * pp
-    proxy = ["python", PROXY, "--port", str(PROXY_PORT), "--prefiller-hosts", *["localhost"] * x, "--prefiller-ports",
-             *ports["prefill"], "--decoder-hosts", *["localhost"] * y, "--decoder-ports", *ports["decode"]]  # fmt: skip
+    proxy = [
+        "python",
+        PROXY,
+        "--port",
+        str(PROXY_PORT),
+        "--prefiller-hosts",
+        *["localhost"] * x,
+        "--prefiller-ports",
+        *ports["prefill"],
+        "--decoder-hosts",
+        *["localhost"] * y,
+        "--decoder-ports",
+        *ports["decode"],
+    ]
     lines.append("# vLLM's proxy (from vLLM's source tree): clients talk to its port\n" + shlex.join(proxy))
     return lines

@@ -1,4 +1,5 @@
-"""What a plan need not search: the rate a deployment must beat to matter, and the order that makes it high early.
+"""What a plan need not search: the rate a deployment must beat to matter, and the order that makes it high
+early.
 
 A deployment with capacity c per replica gives the rows (r·c, cost(r)), r = 1, 2, …, cost(r) being what r
 replicas cost per hour (r·g·p for g GPUs at $p per GPU-hour, or whole nodes where clouds rent by the node).

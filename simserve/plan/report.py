@@ -34,15 +34,26 @@ def pareto_plot(rows: pd.DataFrame, title: str = "") -> Figure:
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
     for i, (gpu, df) in enumerate(rows.groupby("gpu", sort=True)):
-        ax.scatter(df["capacity_qps"], df["usd_per_hour"], s=18, alpha=0.45,
-                   color=GPU_COLORS[i % len(GPU_COLORS)], label=gpu)  # fmt: skip
+        ax.scatter(
+            df["capacity_qps"],
+            df["usd_per_hour"],
+            s=18,
+            alpha=0.45,
+            color=GPU_COLORS[i % len(GPU_COLORS)],
+            label=gpu,
+        )
     front = rows[rows["pareto"]].sort_values("capacity_qps")
     if len(front):
         ax.plot(front["capacity_qps"], front["usd_per_hour"], "k-", lw=1, label="Pareto frontier")
         ax.scatter(front["capacity_qps"], front["usd_per_hour"], s=36, facecolors="none", edgecolors="k")
         for _, r in front.iterrows():
-            ax.annotate(deployment_label(r), (r["capacity_qps"], r["usd_per_hour"]), fontsize=7,
-                        xytext=(4, -9), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                deployment_label(r),
+                (r["capacity_qps"], r["usd_per_hour"]),
+                fontsize=7,
+                xytext=(4, -9),
+                textcoords="offset points",
+            )
     ax.set_xlabel("capacity (requests/s within the SLO)")
     ax.set_ylabel("cost ($ per hour)")
     ax.set_title(title, fontsize=9)
@@ -77,9 +88,15 @@ def ties(result: PlanResult) -> list:
         return []
     s = result.spec
     return find_ties(
-        result.rows, best, result.objective, result.prices, s.tolerance, spread(result), s.num_requests,
+        result.rows,
+        best,
+        result.objective,
+        result.prices,
+        s.tolerance,
+        spread(result),
+        s.num_requests,
         capacity_based=s.target_qps is None,
-    )  # fmt: skip
+    )
 
 
 def noise_lines(result: PlanResult) -> list[str]:
@@ -102,10 +119,10 @@ def noise_lines(result: PlanResult) -> list[str]:
         return []
     n = result.spec.num_requests
     return [
-        f"noise: one seed's capacity differs from another's by up to {worst:.1%} at {n} requests per simulation "
-        f"(the {len(measured)} cheapest deployments at {result.spec.tie_seeds + 1} seeds), more than the "
-        f"{gap:.1%} between the first two deployments below: their order is within noise; about --requests "
-        f"{requests_to_resolve(n, worst, gap):,} would separate them (ties below)"
+        f"noise: one seed's capacity differs from another's by up to {worst:.1%} at {n} requests per "
+        f"simulation (the {len(measured)} cheapest deployments at {result.spec.tie_seeds + 1} seeds), more "
+        f"than the {gap:.1%} between the first two deployments below: their order is within noise; about "
+        f"--requests {requests_to_resolve(n, worst, gap):,} would separate them (ties below)"
     ]
 
 
@@ -122,10 +139,20 @@ def commands(result: PlanResult, row: pd.Series) -> list[str]:
     node = row.get("node")
     per_node = NODES.get(node).gpus_per_node if isinstance(node, str) and node else None
     return replica_commands(
-        s.model, int(row["tp"]), int(row["pp"]), int(row["replicas"]), int(row["budget"]), s.max_batch,
-        s.max_len, s.memory_utilization, per_node, s.dtype, s.kv_dtype, int(row.get("ep", 1)),
+        s.model,
+        int(row["tp"]),
+        int(row["pp"]),
+        int(row["replicas"]),
+        int(row["budget"]),
+        s.max_batch,
+        s.max_len,
+        s.memory_utilization,
+        per_node,
+        s.dtype,
+        s.kv_dtype,
+        int(row.get("ep", 1)),
         tuple(speculation.serve_flags(s, int(row.get(speculation.COLUMN, 0)))),
-    )  # fmt: skip
+    )
 
 
 def title(result: PlanResult) -> str:
@@ -155,7 +182,7 @@ def summarize(result: PlanResult) -> dict:
                 "date": p.date,
             }
             for g, p in result.prices.items()
-        },  # fmt: skip
+        },
         "profiles": sorted(set(result.searches["profile"])),
         "recommendation": None if best is None else {k: _plain(v) for k, v in best.items()},
         "ties": [t.as_dict() for t in ties(result)],
@@ -195,8 +222,8 @@ def write_outputs(
 
 
 def table_rows(result: PlanResult, all_rows: bool = False) -> pd.DataFrame:
-    """What the CLI prints: the Pareto rows (or all), cheapest first; with disaggregated layouts searched, also
-    the best disaggregated row when it is off the front (the plan's answer to "and disaggregated?")."""
+    """What the CLI prints: the Pareto rows (or all), cheapest first; with disaggregated layouts searched,
+    also the best disaggregated row when it is off the front (the plan's answer to "and disaggregated?")."""
     df = result.rows if all_rows else result.rows[result.rows["pareto"]]
     extra = best_disagg(result)
     if extra is not None and not (df.index == extra.name).any():
@@ -228,10 +255,14 @@ def disagg_story(result: PlanResult) -> list[str]:
         if deployment_label(best) == deployment_label(first):
             return [f"disaggregated: {deployment_label(best)} is the first row"]
         gap = (float(best[obj]) - float(first[obj])) / float(first[obj])
-        where = "on the Pareto front" if bool(best["pareto"]) else "off the Pareto front (shown for comparison)"
+        where = (
+            "on the Pareto front" if bool(best["pareto"]) else "off the Pareto front (shown for comparison)"
+        )
         unit = "per hour" if obj == "usd_per_hour" else "per million output tokens"
-        return [f"disaggregated: best {deployment_label(best)}, {float(best['capacity_qps']):.3g} qps, "
-                f"${float(best[obj]):.3f} {unit}, {gap:+.1%} against the first row; {where}"]  # fmt: skip
+        return [
+            f"disaggregated: best {deployment_label(best)}, {float(best['capacity_qps']):.3g} qps, "
+            f"${float(best[obj]):.3f} {unit}, {gap:+.1%} against the first row; {where}"
+        ]
     s = result.searches
     d = s[s["layout"].fillna(LAYOUT_AGG) != LAYOUT_AGG] if "layout" in s else s.iloc[0:0]
     d = d[~d["status"].astype(str).str.startswith("seed spread")]
@@ -242,8 +273,10 @@ def disagg_story(result: PlanResult) -> list[str]:
         names = ", ".join(sorted(group["layout"]))
         if status == "pruned":
             rate = float(group["start_qps"].min())
-            parts.append(f"{names} failed their one probe at {rate:.3g} qps, the rate the Pareto front demands "
-                         f"(dominated: status 'pruned')")  # fmt: skip
+            parts.append(
+                f"{names} failed their one probe at {rate:.3g} qps, the rate the Pareto front demands "
+                f"(dominated: status 'pruned')"
+            )
         elif status == "below floor":
             parts.append(f"{names} stayed below --min-qps {result.spec.min_qps:g}")
         else:

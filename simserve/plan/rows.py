@@ -14,16 +14,47 @@ LAYOUT_AGG = "agg"
 LAYOUTS = ("agg", "disagg")
 
 SEARCH_COLUMNS = [
-    "gpu", "tp", "pp", "ep", "node", "gpus_per_replica", "nodes_per_replica", "seed", "budget", "capacity_qps",
+    "gpu",
+    "tp",
+    "pp",
+    "ep",
+    "node",
+    "gpus_per_replica",
+    "nodes_per_replica",
+    "seed",
+    "budget",
+    "capacity_qps",
     "status",
-    "start_qps", "probes", "limited_by", "message", "kv_blocks", "profile", "tpot_mean_s", "requests_simulated",
-]  # fmt: skip
+    "start_qps",
+    "probes",
+    "limited_by",
+    "message",
+    "kv_blocks",
+    "profile",
+    "tpot_mean_s",
+    "requests_simulated",
+]
 
 PLAN_COLUMNS = [
-    "gpu", "tp", "pp", "ep", "node", "replicas", "gpus", "gpus_rented", "budget", "capacity_qps",
-    "capacity_per_gpu_qps", "output_tokens_per_s", "goodput_tokens_per_s_per_gpu", "usd_per_hour",
-    "usd_per_million_output_tokens", "profile", "tpot_mean_s", "user_tokens_per_s",
-]  # fmt: skip
+    "gpu",
+    "tp",
+    "pp",
+    "ep",
+    "node",
+    "replicas",
+    "gpus",
+    "gpus_rented",
+    "budget",
+    "capacity_qps",
+    "capacity_per_gpu_qps",
+    "output_tokens_per_s",
+    "goodput_tokens_per_s_per_gpu",
+    "usd_per_hour",
+    "usd_per_million_output_tokens",
+    "profile",
+    "tpot_mean_s",
+    "user_tokens_per_s",
+]
 
 
 def at_capacity(r: CapacityResult) -> dict:
@@ -31,7 +62,10 @@ def at_capacity(r: CapacityResult) -> dict:
     `vllm bench serve` reports it) and how many requests that probe simulated (tune/simadapter.steady_record
     lengthens a run until it is steady)."""
     m = r.metrics_at_capacity
-    return {"tpot_mean_s": m.get("tpot_mean_s", math.nan), "requests_simulated": m.get("requests_simulated", math.nan)}
+    return {
+        "tpot_mean_s": m.get("tpot_mean_s", math.nan),
+        "requests_simulated": m.get("requests_simulated", math.nan),
+    }
 
 
 def user_speed(tpot_mean_s: float) -> dict:

@@ -4,7 +4,8 @@ Deployments are searched cheapest replica first; a search that cannot change the
 probe (plan/prune.py). Capacity of R replicas is taken as R × the capacity of one replica (each replica
 simulated alone at its share of the load). That is an approximation: a round-robin router sends each replica
 every R-th request, more evenly spaced than a Poisson 1/R, so the real cluster queues less and the rule
-underestimates it or matches it (0-3% on the mean of four seeds: benchmarks/plan_replicas.py, docs/planner.md).
+underestimates it or matches it (0-3% on the mean of four seeds: benchmarks/plan_replicas.py,
+docs/planner.md).
 """
 
 from __future__ import annotations
@@ -67,10 +68,11 @@ class PlanSpec:
     # decode pool, plan/disagg.py), and how many screened disaggregated layouts to search.
     layouts: tuple[str, ...] = ("agg",)
     disagg_layouts: int = 4
-    # The serving front end's latency on every TTFT (sim/frontend.py; --frontend-ms): 0, engine-side, by default.
+    # The serving front end's latency on every TTFT (sim/frontend.py; --frontend-ms): 0, engine-side, by
+    # default.
     frontend_ms: float = 0.0
-    # GEMMs at the GPU's sustained rate (predictor/step.py; --sustained-clock/--no-sustained-clock): None is on
-    # where the catalog has the rate
+    # GEMMs at the GPU's sustained rate (predictor/step.py; --sustained-clock/--no-sustained-clock): None is
+    # on where the catalog has the rate
     sustained_clock: bool | None = None
     # Speculative decoding (plan/speculation.py; --speculative, --num-speculative-tokens, --acceptance,
     # --draft-model): each deployment searched off and at each K on vLLM's V1 scheduler. None: off, the
@@ -81,12 +83,18 @@ class PlanSpec:
     draft_model: str | None = None
 
     def __post_init__(self) -> None:
-        if self.speculative is None and (self.speculative_tokens is not None or self.acceptance or self.draft_model):
-            raise SimserveError("--num-speculative-tokens, --acceptance and --draft-model configure speculative "
-                                "decoding: add --speculative eagle|eagle3|mtp|ngram, or drop them")  # fmt: skip
+        if self.speculative is None and (
+            self.speculative_tokens is not None or self.acceptance or self.draft_model
+        ):
+            raise SimserveError(
+                "--num-speculative-tokens, --acceptance and --draft-model configure speculative "
+                "decoding: add --speculative eagle|eagle3|mtp|ngram, or drop them"
+            )
         if self.speculative is not None and "disagg" in self.layouts:
-            raise SimserveError("--speculative is not modelled for disaggregated layouts yet: drop --disagg "
-                                "(--layouts agg) or --speculative")  # fmt: skip
+            raise SimserveError(
+                "--speculative is not modelled for disaggregated layouts yet: drop --disagg "
+                "(--layouts agg) or --speculative"
+            )
         if self.sustained_clock:  # the step's parts: refused for a GPU the model has no sustained rate for
             from simserve.catalog import GPUSpec
 
@@ -98,7 +106,9 @@ class PlanSpec:
                 )
 
         if not self.layouts or any(x not in LAYOUTS for x in self.layouts):
-            raise SimserveError(f"--layouts takes {' and/or '.join(LAYOUTS)}, comma-separated; got {','.join(self.layouts)}")
+            raise SimserveError(
+                f"--layouts takes {' and/or '.join(LAYOUTS)}, comma-separated; got {','.join(self.layouts)}"
+            )
         if self.frontend_ms:
             from simserve.sim.frontend import check_frontend_ms
 
@@ -138,9 +148,14 @@ class PlanSpec:
         return default if self.allow_long_context else min(default, context_limit(self.model))
 
     def precision_fields(self) -> dict:
-        """Scenario fields for the non-default precision options (defaults are left out of probe-cache keys)."""
-        given = {"dtype": self.dtype, "kv_dtype": self.kv_dtype, "moe_skew": self.moe_skew,
-                 "allow_long_context": self.allow_long_context}  # fmt: skip
+        """Scenario fields for the non-default precision options (defaults are left out of probe-cache
+        keys)."""
+        given = {
+            "dtype": self.dtype,
+            "kv_dtype": self.kv_dtype,
+            "moe_skew": self.moe_skew,
+            "allow_long_context": self.allow_long_context,
+        }
         defaults = {"dtype": "bf16", "kv_dtype": "bf16", "moe_skew": 0.0, "allow_long_context": False}
         return {k: v for k, v in given.items() if v != defaults[k]}
 
@@ -156,19 +171,35 @@ class PlanSpec:
         # a config.json path resolves in any worker process; a catalog entry by its canonical name
         model = self.model if is_config_path(self.model) else dep.model.name
         return Scenario(
-            model=model, gpu=dep.gpu.name, tp=dep.tp, pp=dep.pp, trace=self.trace,
+            model=model,
+            gpu=dep.gpu.name,
+            tp=dep.tp,
+            pp=dep.pp,
+            trace=self.trace,
             # None for the GPU's default box, as a sweep names it: plan and sweep then share probes
-            node=None if dep.node is None or dep.node.name == DEFAULT_NODE.get(dep.gpu.name) else dep.node.name,
-            num_requests=self.num_requests, policy=self.policy, budget=budget, max_batch=self.max_batch,
-            seed=self.seed if seed is None else seed, memory_utilization=self.memory_utilization, profiles_root=profile.root,
-            sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0, stop_tbt=self._stop_tbt,
-            **ep, **self.precision_fields(), **({"frontend_ms": self.frontend_ms} if self.frontend_ms else {}),
-            sustained_clock=self.sustained_clock, **self._speculation(k),
-        )  # fmt: skip
+            node=None
+            if dep.node is None or dep.node.name == DEFAULT_NODE.get(dep.gpu.name)
+            else dep.node.name,
+            num_requests=self.num_requests,
+            policy=self.policy,
+            budget=budget,
+            max_batch=self.max_batch,
+            seed=self.seed if seed is None else seed,
+            memory_utilization=self.memory_utilization,
+            profiles_root=profile.root,
+            sched_delay_slo_s=self.slo.scheduling_delay_s or 2.0,
+            stop_tbt=self._stop_tbt,
+            **ep,
+            **self.precision_fields(),
+            **({"frontend_ms": self.frontend_ms} if self.frontend_ms else {}),
+            sustained_clock=self.sustained_clock,
+            **self._speculation(k),
+        )
 
     @property
     def policy(self) -> str:
-        """Sarathi's scheduler; with --speculative, vLLM's V1 for every search (plan/speculation.py says why)."""
+        """Sarathi's scheduler; with --speculative, vLLM's V1 for every search (plan/speculation.py says
+        why)."""
         return "vllm-v1" if self.speculative else "sarathi"
 
     def _speculation(self, k: int) -> dict:
@@ -215,15 +246,24 @@ def prepare(spec: PlanSpec) -> tuple[list[Candidate], list[str], dict[str, Price
     gpus = list(dict.fromkeys(GPU.get(g) for g in spec.gpus))
     prices = {g.name: price_of(g) for g in gpus}
     cands, rejected = enumerate_candidates(
-        model, gpus, spec.max_gpus, spec.budgets, spec.max_batch, spec.max_len, spec.memory_utilization,
-        spec.dtype, spec.kv_dtype, spec.moe_skew,
-    )  # fmt: skip
+        model,
+        gpus,
+        spec.max_gpus,
+        spec.budgets,
+        spec.max_batch,
+        spec.max_len,
+        spec.memory_utilization,
+        spec.dtype,
+        spec.kv_dtype,
+        spec.moe_skew,
+    )
     if not cands:
         raise SimserveError(nothing_fits_message(model, gpus, spec.max_gpus, spec.dtype))
     return cands, rejected, prices
 
 
-ROUND = 4  # deployments searched side by side: fixed, not the worker count, so the plan is the same on any machine
+# deployments searched side by side: fixed, not the worker count, so the plan is the same on any machine
+ROUND = 4
 
 
 @dataclass
@@ -264,11 +304,11 @@ def run_plan(
     every (deployment, budget) is searched whole from --start-qps: the reference the pruned plan is tested
     against (tests/test_plan.py).
 
-    `speculate` (off): let idle workers simulate the probes a search may ask next. With ROUND deployments side by
-    side the workers seldom idle, so speculation mostly cost CPU: on issue 33's plan (fixed:1700:400, agg +
-    disagg, 2 workers) 26-29 speculative probes of 134-136, 14.4-16.0 CPU-s against 13.5-14.6 without them, wall
-    time no longer (docs/planner.md, Speed). The answer is the same either way (speculative probes only fill
-    the cache)."""
+    `speculate` (off): let idle workers simulate the probes a search may ask next. With ROUND deployments side
+    by side the workers seldom idle, so speculation mostly cost CPU: on issue 33's plan (fixed:1700:400, agg +
+    disagg, 2 workers) 26-29 speculative probes of 134-136, 14.4-16.0 CPU-s against 13.5-14.6 without them,
+    wall time no longer (docs/planner.md, Speed). The answer is the same either way (speculative probes only
+    fill the cache)."""
     from simserve.tune.jobs import progress_bar
 
     t0 = time.perf_counter()
@@ -308,9 +348,12 @@ def run_plan(
                 d.rows.append(row)
                 d.best = max(d.best, row["capacity_qps"])
             active = [d for d in active if len(d.rows) < len(d.order)]
-            bar.update(tid, completed=sum(len(d.rows) for d in seen),
-                       description=f"plan searches, {stats['probes_simulated']} probes simulated, "
-                       f"{stats['searches_pruned']} pruned")  # fmt: skip
+            bar.update(
+                tid,
+                completed=sum(len(d.rows) for d in seen),
+                description=f"plan searches, {stats['probes_simulated']} probes simulated, "
+                f"{stats['searches_pruned']} pruned",
+            )
         searches = pd.DataFrame([row for d in seen for row in d.rows], columns=search_columns(spec))
         rows = plan_rows(searches, prices, spec.max_gpus, out_tokens, spec.target_qps)
         again = _seed_searches(rows, seen, spec, profiles, runner, cache, stats, speculate)
@@ -318,8 +361,9 @@ def run_plan(
         if "disagg" in spec.layouts:
             from simserve.plan.disagg import search_disagg
 
-            d_searches, d_rows, notes = search_disagg(spec, prices, runner, cache, stats, out_tokens, rows, profiles,
-                                                       prune, speculate)  # fmt: skip
+            d_searches, d_rows, notes = search_disagg(
+                spec, prices, runner, cache, stats, out_tokens, rows, profiles, prune, speculate
+            )
             stats["disagg_notes"] = notes
             searches = _with_layouts(searches, d_searches)
             rows = _with_layouts(rows, d_rows)
@@ -353,8 +397,8 @@ def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, prof
             groups.setdefault((scenario.profiles_root, dep.gpu.name, dep.profile_model), []).append(scenario)
     jobs = sorted(groups.values(), key=len, reverse=True)  # the biggest first: the workers end together
     if len(jobs) > 1 and runner.kind == "local" and runner.parallel > 1:
-        # NOTE: the local workers fork from this process at their first job: import the fitting code here, once,
-        # so that they share it, instead of each importing scikit-learn and SciPy (~0.8 CPU-s a process)
+        # NOTE: the local workers fork from this process at their first job: import the fitting code here,
+        # once, so that they share it, instead of each importing scikit-learn and SciPy (~0.8 CPU-s a process)
         from simserve.predictor.fit import import_fitting
 
         import_fitting()
@@ -363,7 +407,8 @@ def _build_timers(runner: Runner, queue: list[_Deployment], spec: PlanSpec, prof
 
 
 def _with_layouts(agg: pd.DataFrame, disagg: pd.DataFrame) -> pd.DataFrame:
-    """Aggregated and disaggregated rows in one table, a `layout` column telling them apart ('agg' or xPyD)."""
+    """Aggregated and disaggregated rows in one table, a `layout` column telling them apart ('agg' or
+    xPyD)."""
     agg = agg.assign(layout="agg")
     parts = [df for df in (agg, disagg) if len(df)]
     if not parts:
@@ -374,8 +419,9 @@ def _with_layouts(agg: pd.DataFrame, disagg: pd.DataFrame) -> pd.DataFrame:
 def _seed_searches(
     rows, seen: list[_Deployment], spec: PlanSpec, profiles, runner, cache, stats, speculate: bool = True
 ) -> pd.DataFrame:
-    """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best budget,
-    at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's seed."""
+    """The cheapest TIE_DEPLOYMENTS deployments (by the plan's objective) searched again, at their best
+    budget, at seeds seed+1 … seed+tie_seeds, each search starting from the capacity found at the plan's
+    seed."""
     if not spec.tie_seeds or rows.empty:
         return pd.DataFrame(columns=search_columns(spec))
     objective = "usd_per_hour" if spec.target_qps else "usd_per_million_output_tokens"
@@ -428,7 +474,11 @@ def _next_step(d: _Deployment, seen: list[_Deployment], spec: PlanSpec, prune: b
     # reached through cheap failures above capacity instead of whole runs at light load.
     first = None if related else first_qps(scenario, start)
     return CapacityTask(
-        scenario, spec.slo, spec.tolerance, start, max_halvings=halvings_to_floor(start, spec.min_qps),
+        scenario,
+        spec.slo,
+        spec.tolerance,
+        start,
+        max_halvings=halvings_to_floor(start, spec.min_qps),
         first_qps=first,
     ), 0.0
 
@@ -463,14 +513,26 @@ def _search_row(
                 f"below the plan's floor: {r.capacity_qps:.3g} qps per replica (--min-qps {spec.min_qps:g})"
             )
     return {
-        "gpu": dep.gpu.name, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "node": getattr(dep.node, "name", ""),
-        "gpus_per_replica": d.cand.num_gpus, "nodes_per_replica": dep.num_nodes, "seed": task.scenario.seed,
-        "budget": task.scenario.budget, "capacity_qps": capacity,
-        "status": status, "start_qps": task.start_qps, "probes": len(r.probes), "limited_by": r.limited_by,
-        "message": message, "kv_blocks": d.cand.kv_blocks, "profile": profiles[dep].label,
+        "gpu": dep.gpu.name,
+        "tp": dep.tp,
+        "pp": dep.pp,
+        "ep": dep.ep,
+        "node": getattr(dep.node, "name", ""),
+        "gpus_per_replica": d.cand.num_gpus,
+        "nodes_per_replica": dep.num_nodes,
+        "seed": task.scenario.seed,
+        "budget": task.scenario.budget,
+        "capacity_qps": capacity,
+        "status": status,
+        "start_qps": task.start_qps,
+        "probes": len(r.probes),
+        "limited_by": r.limited_by,
+        "message": message,
+        "kv_blocks": d.cand.kv_blocks,
+        "profile": profiles[dep].label,
         **at_capacity(r),
         **({speculation.COLUMN: task.scenario.num_speculative_tokens or 0} if spec.speculative else {}),
-    }  # fmt: skip
+    }
 
 
 def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
@@ -481,8 +543,9 @@ def best_budgets(searches: pd.DataFrame) -> pd.DataFrame:
     if "status" in searches:
         searches = searches[~searches["status"].astype(str).str.startswith("seed spread")]
     spec_k = [speculation.COLUMN] if speculation.COLUMN in searches.columns else []
-    df = searches.sort_values(["capacity_qps", *spec_k, "budget"], ascending=[False, *[True] * len(spec_k), True],
-                              kind="stable")  # fmt: skip
+    df = searches.sort_values(
+        ["capacity_qps", *spec_k, "budget"], ascending=[False, *[True] * len(spec_k), True], kind="stable"
+    )
     keys = [k for k in ("gpu", "tp", "pp", "ep") if k in df.columns]  # ep: absent in tables from before EP
     best = df.groupby(keys, sort=False).head(1).reset_index(drop=True)
     return speculation.with_gain(best, searches, keys) if spec_k else best
@@ -512,18 +575,27 @@ def plan_rows(
             qps, usd_h, rented = r * per_replica, price.usd_per_hour(g, r), price.gpus_rented(g, r)
             rows.append(
                 {
-                    "gpu": s["gpu"], "tp": int(s["tp"]), "pp": int(s["pp"]), "ep": int(s.get("ep", 1)),
-                    "node": s.get("node", ""), "replicas": r,
-                    "gpus": r * g, "gpus_rented": rented, "budget": int(s["budget"]), "capacity_qps": qps,
-                    "capacity_per_gpu_qps": qps / (r * g), "output_tokens_per_s": qps * out_tokens,
+                    "gpu": s["gpu"],
+                    "tp": int(s["tp"]),
+                    "pp": int(s["pp"]),
+                    "ep": int(s.get("ep", 1)),
+                    "node": s.get("node", ""),
+                    "replicas": r,
+                    "gpus": r * g,
+                    "gpus_rented": rented,
+                    "budget": int(s["budget"]),
+                    "capacity_qps": qps,
+                    "capacity_per_gpu_qps": qps / (r * g),
+                    "output_tokens_per_s": qps * out_tokens,
                     # goodput: output tokens per second per GPU paid for, at the load that meets every SLO
                     "goodput_tokens_per_s_per_gpu": qps * out_tokens / rented,
                     "usd_per_hour": usd_h,
                     "usd_per_million_output_tokens": usd_h / (qps * out_tokens * 3600) * 1e6,
-                    "profile": s["profile"], **user_speed(s.get("tpot_mean_s", math.nan)),
+                    "profile": s["profile"],
+                    **user_speed(s.get("tpot_mean_s", math.nan)),
                     **{c: s[c] for c in (speculation.COLUMN, speculation.GAIN) if c in s},
                 }
-            )  # fmt: skip
+            )
     spec_cols = [speculation.COLUMN, speculation.GAIN] if speculation.COLUMN in searches.columns else []
     df = pd.DataFrame(rows, columns=PLAN_COLUMNS + spec_cols)
     df["pareto"] = pareto_mask(df)

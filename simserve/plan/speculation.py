@@ -7,10 +7,11 @@ that policy (`vllm-v1`) at the deployment's token budget (`--max-num-batched-tok
 (`--max-num-seqs`): off and K differ only in the drafts, and a gain is speculation's, not a scheduler's. (The
 plain plan's Sarathi policy would put a second difference into every comparison.) K = 0 is off throughout.
 
-Each deployment is searched at every (budget, K): speculation off at each budget first, then each K. A setting is
-a second budget as far as pruning goes (plan/prune.py): its search starts with one probe at the deployment's best
-capacity so far, and stops there unless it beats it; a deployment off the Pareto front is dropped after one probe
-per setting. The best setting wins the deployment's row; a tie goes to speculation off, then to the smaller K.
+Each deployment is searched at every (budget, K): speculation off at each budget first, then each K. A setting
+is a second budget as far as pruning goes (plan/prune.py): its search starts with one probe at the
+deployment's best capacity so far, and stops there unless it beats it; a deployment off the Pareto front is
+dropped after one probe per setting. The best setting wins the deployment's row; a tie goes to speculation
+off, then to the smaller K.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from simserve.errors import SimserveError
 from simserve.speculative import DRAFT_PLACEHOLDER, serve_config
 
 OFF = 0  # K = 0: speculation off
-# With no --num-speculative-tokens, K runs from 1 to the positions the acceptance rates give, at most this many:
-# each K is a search per budget, and the published curves are near zero past it (acceptance.csv's 7-position
-# curves: 0.01-0.12 at position 6).
+# With no --num-speculative-tokens, K runs from 1 to the positions the acceptance rates give, at most this
+# many: each K is a search per budget, and the published curves are near zero past it (acceptance.csv's
+# 7-position curves: 0.01-0.12 at position 6).
 DEFAULT_MAX_TOKENS = 5
 COLUMN = "speculative_tokens"  # searches.csv and plan.csv: the search's K (0: off)
 GAIN = "speculation_gain"  # plan.csv: capacity at the row's K over the best with speculation off, minus 1
@@ -49,8 +50,14 @@ def tokens(spec) -> list:
             ks = tuple(range(1, min(n, DEFAULT_MAX_TOKENS) + 1))
     else:
         ks = tuple(sorted(set(spec.speculative_tokens)))
-    base = Scenario(model=spec.model, trace=spec.trace, policy="vllm-v1", budget=budget,
-                    speculative=spec.speculative, acceptance=spec.acceptance)  # fmt: skip
+    base = Scenario(
+        model=spec.model,
+        trace=spec.trace,
+        policy="vllm-v1",
+        budget=budget,
+        speculative=spec.speculative,
+        acceptance=spec.acceptance,
+    )
     return [replace(base, num_speculative_tokens=k).speculation() for k in ks]
 
 
@@ -65,8 +72,8 @@ def of(spec, row) -> str:
 
 
 def eligible(scenario) -> str | None:
-    """Why a deployment is not searched with speculation (PP > 1, attention DP, a draft that leaves no room for
-    one max-length request: simserve's and vLLM's own refusals, in their words), or None."""
+    """Why a deployment is not searched with speculation (PP > 1, attention DP, a draft that leaves no room
+    for one max-length request: simserve's and vLLM's own refusals, in their words), or None."""
     from simserve.sim.scenario import check_scenario
 
     try:
@@ -78,8 +85,8 @@ def eligible(scenario) -> str | None:
 
 def orders(spec, cands: list, profiles) -> tuple[list[list[tuple[int, int]]], dict]:
     """Each candidate's (budget, K) in search order: off at every budget (prune.budget_order), then each K at
-    every budget speculation is modelled at for it; and what the plan's stats keep: the K, the acceptance and its
-    source, and the deployments searched off only, with the refusal that kept speculation off them."""
+    every budget speculation is modelled at for it; and what the plan's stats keep: the K, the acceptance and
+    its source, and the deployments searched off only, with the refusal that kept speculation off them."""
     from simserve.plan.prune import budget_order
     from simserve.plan.ties import key_label
 
@@ -101,14 +108,19 @@ def orders(spec, cands: list, profiles) -> tuple[list[list[tuple[int, int]]], di
             left.append(
                 {"deployment": key_label((dep.gpu.name, dep.tp, dep.pp, dep.ep)) + at, "why": refused[0][1]}
             )
-    info = {"tokens": list(ks), "acceptance": list(specs[-1].acceptance), "source": specs[-1].source,
-            "not_searched": left}  # fmt: skip
+    info = {
+        "tokens": list(ks),
+        "acceptance": list(specs[-1].acceptance),
+        "source": specs[-1].source,
+        "not_searched": left,
+    }
     return out, {"speculation": info}
 
 
 def with_gain(best: pd.DataFrame, searches: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Each deployment's best row with GAIN: its capacity over the best capacity with speculation off, minus 1
-    (0 when off wins; NaN where every search with it off stopped below the front, so that capacity is unknown)."""
+    (0 when off wins; NaN where every search with it off stopped below the front, so that capacity is
+    unknown)."""
     plain = searches[(searches[COLUMN] == OFF) & (searches["status"] == "searched")]
     off = plain.groupby(keys, as_index=False)["capacity_qps"].max().rename(columns={"capacity_qps": "off"})
     base = best[keys].merge(off, on=keys, how="left")["off"].fillna(0.0).to_numpy(float)
@@ -138,14 +150,20 @@ def story(result) -> list[str]:
     if not spec.speculative:
         return []
     rows = result.rows.drop_duplicates(["gpu", "tp", "pp", "ep"])
-    pays = [f"{_name(r)} K={int(r[COLUMN])} ({_gain(r[GAIN], spec.tolerance)} capacity)"
-            for _, r in rows.iterrows() if r[COLUMN]]  # fmt: skip
+    pays = [
+        f"{_name(r)} K={int(r[COLUMN])} ({_gain(r[GAIN], spec.tolerance)} capacity)"
+        for _, r in rows.iterrows()
+        if r[COLUMN]
+    ]
     not_pay = [_name(r) for _, r in rows.iterrows() if not r[COLUMN]]
     ks = ",".join(map(str, info.get("tokens", ())))
-    lines = [f"speculation ({spec.speculative}, K {ks}; acceptance: {info.get('source', '')}; every search on "
-             f"vLLM's V1 scheduler without prefix caching, off included): pays on {len(pays)} of "
-             f"{len(pays) + len(not_pay)} deployments" + (f": {', '.join(pays)}" if pays else "")
-             + (f"; off is best on {', '.join(not_pay)}" if not_pay else "")]  # fmt: skip
+    lines = [
+        f"speculation ({spec.speculative}, K {ks}; acceptance: {info.get('source', '')}; every search on "
+        f"vLLM's V1 scheduler without prefix caching, off included): pays on {len(pays)} of "
+        f"{len(pays) + len(not_pay)} deployments"
+        + (f": {', '.join(pays)}" if pays else "")
+        + (f"; off is best on {', '.join(not_pay)}" if not_pay else "")
+    ]
     grouped: dict[str, list[str]] = {}
     for n in info.get("not_searched", []):  # one line per refusal: a plan has many PP > 1 deployments
         grouped.setdefault(n["why"], []).append(n["deployment"])
@@ -154,8 +172,10 @@ def story(result) -> list[str]:
             f"note: {len(names)} deployment(s) searched with speculation off only ({', '.join(names)}): {why}"
         )
     if spec.speculative in ("eagle", "eagle3") and not spec.draft_model and pays:
-        lines.append(f"note: vLLM needs the {spec.speculative} head's checkpoint as \"model\": replace "
-                     f"{DRAFT_PLACEHOLDER} in the command, or give --draft-model HF_ID")  # fmt: skip
+        lines.append(
+            f'note: vLLM needs the {spec.speculative} head\'s checkpoint as "model": replace '
+            f"{DRAFT_PLACEHOLDER} in the command, or give --draft-model HF_ID"
+        )
     return lines
 
 
@@ -166,8 +186,9 @@ def _name(r) -> str:
 
 
 def _gain(v, tolerance: float) -> str:
-    """The gain in words. Each capacity is the lower end of a bracket --tolerance wide, so only a gain above it
-    is sure to be one (both searches simulate the same requests and arrivals: the seed's noise is common)."""
+    """The gain in words. Each capacity is the lower end of a bracket --tolerance wide, so only a gain above
+    it is sure to be one (both searches simulate the same requests and arrivals: the seed's noise is
+    common)."""
     v = float(v)
     if v != v:
         return "off's own capacity not measured: below the front or the floor"
@@ -186,16 +207,23 @@ def cell(r) -> str:
 
 
 def summary(result) -> dict:
-    """plan.json's 'speculation': the method, the K searched, the acceptance and its source, the scheduler model,
-    and each deployment's best K with its gain."""
+    """plan.json's 'speculation': the method, the K searched, the acceptance and its source, the scheduler
+    model, and each deployment's best K with its gain."""
     info = result.stats.get("speculation", {})
     rows = result.rows.drop_duplicates(["gpu", "tp", "pp", "ep"])
     return {
-        "method": result.spec.speculative, "tokens_searched": list(info.get("tokens", ())),
-        "acceptance": info.get("acceptance", []), "acceptance_source": info.get("source", ""),
+        "method": result.spec.speculative,
+        "tokens_searched": list(info.get("tokens", ())),
+        "acceptance": info.get("acceptance", []),
+        "acceptance_source": info.get("source", ""),
         "scheduler": "vllm-v1 (vLLM 0.33.0's V1 scheduler) without prefix caching, speculation off included",
-        "deployments": [{"deployment": _name(r), "speculative_tokens": int(r[COLUMN]),
-                         "gain": None if float(r[GAIN]) != float(r[GAIN]) else float(r[GAIN])}
-                        for _, r in rows.iterrows()],
+        "deployments": [
+            {
+                "deployment": _name(r),
+                "speculative_tokens": int(r[COLUMN]),
+                "gain": None if float(r[GAIN]) != float(r[GAIN]) else float(r[GAIN]),
+            }
+            for _, r in rows.iterrows()
+        ],
         "not_searched": info.get("not_searched", []),
-    }  # fmt: skip
+    }

@@ -32,7 +32,8 @@ def key_label(key: tuple) -> str:
     if len(key) > 4 and key[4] not in (None, "agg") and isinstance(key[4], str):
         return f"{key[0]} {key[4]}"
     ep = f" EP{key[3]}" if len(key) > 3 and int(key[3]) > 1 else ""
-    dp = f"DP{int(key[3]) // int(key[1])}×" if len(key) > 3 and int(key[3]) > int(key[1]) else ""  # EP = DP × TP
+    # EP = DP × TP
+    dp = f"DP{int(key[3]) // int(key[1])}×" if len(key) > 3 and int(key[3]) > int(key[1]) else ""
     return f"{key[0]} {dp}TP{key[1]}{ep} PP{key[2]}"
 
 
@@ -45,8 +46,13 @@ class Tie:
     breakers: tuple[str, ...]  # what would rank it
 
     def as_dict(self) -> dict:
-        return {"row": self.label, "objective": self.objective, "gap": self.gap, "reasons": list(self.reasons),
-                "would_break_it": list(self.breakers)}  # fmt: skip
+        return {
+            "row": self.label,
+            "objective": self.objective,
+            "gap": self.gap,
+            "reasons": list(self.reasons),
+            "would_break_it": list(self.breakers),
+        }
 
 
 def contenders(rows: pd.DataFrame, objective: str) -> pd.DataFrame:
@@ -58,7 +64,8 @@ def contenders(rows: pd.DataFrame, objective: str) -> pd.DataFrame:
 def seed_capacities(searches: pd.DataFrame, base_seed: int) -> dict[tuple, dict[int, float]]:
     """Per deployment searched at several seeds: its capacity per seed, at its best budget at `base_seed` (the
     highest capacity there; ties: the smaller budget)."""
-    # NOTE: plain lists, not a groupby of frames: the report asks for this several times (23 ms a call, as frames)
+    # NOTE: plain lists, not a groupby of frames: the report asks for this several times (23 ms a call, as
+    # frames)
     rows = list(searches[keys(searches)].itertuples(index=False, name=None))
     seeds, budgets = searches["seed"].tolist(), searches["budget"].tolist()
     caps = searches["capacity_qps"].tolist()
@@ -95,10 +102,11 @@ def seed_spread(searches: pd.DataFrame, base_seed: int) -> dict[tuple, float]:
     return out
 
 
-# How the seed spread of a capacity shrinks with the requests per simulation: spread ∝ requests^-SPREAD_EXPONENT.
-# Measured (docs/planner.md, "Seed spread"): LLaMA2-70B on H200 TP1 PP2 at P99 TBT 0.2 s, seeds 0-4, (max − min)
-# / mean: ShareGPT 12.9% at 1024 requests, 4.8% at 2048, 2.4% at 4096; fixed:1700:400 12.2%, 3.5%, 3.5% (the
-# floor there is the search's grid, steps of ~1.7-3.4%). An exponent of 1 fits both within their scatter.
+# How the seed spread of a capacity shrinks with the requests per simulation: spread ∝
+# requests^-SPREAD_EXPONENT. Measured (docs/planner.md, "Seed spread"): LLaMA2-70B on H200 TP1 PP2 at P99 TBT
+# 0.2 s, seeds 0-4, (max − min) / mean: ShareGPT 12.9% at 1024 requests, 4.8% at 2048, 2.4% at 4096;
+# fixed:1700:400 12.2%, 3.5%, 3.5% (the floor there is the search's grid, steps of ~1.7-3.4%). An exponent of
+# 1 fits both within their scatter.
 SPREAD_EXPONENT = 1.0
 
 
@@ -155,11 +163,13 @@ def find_ties(
             p, q = prices[row["gpu"]], prices[b_gpu]
             if obj * p.low / p.usd_per_gpu_hour < b_obj * q.high / q.usd_per_gpu_hour:
                 reasons.append(
-                    f"within the price ranges ({row['gpu']} ${p.low:g}–{p.high:g}, {b_gpu} ${q.low:g}–{q.high:g})"
+                    f"within the price ranges ({row['gpu']} ${p.low:g}–{p.high:g}, {b_gpu} "
+                    f"${q.low:g}–{q.high:g})"
                 )
                 breakers.append(
-                    f"firm prices: {row['gpu']} below ${p.usd_per_gpu_hour * b_obj / obj:.3g}/GPU-h (or {b_gpu} "
-                    f"above ${q.usd_per_gpu_hour * obj / b_obj:.3g}) makes it the cheaper, else the first stays"
+                    f"firm prices: {row['gpu']} below ${p.usd_per_gpu_hour * b_obj / obj:.3g}/GPU-h (or "
+                    f"{b_gpu} above ${q.usd_per_gpu_hour * obj / b_obj:.3g}) makes it the cheaper, else the "
+                    "first stays"
                 )
         if not capacity_based and gap == 0 and not reasons:
             reasons.append("the same cost per hour")
@@ -176,7 +186,7 @@ SEED_STEP = 1.125  # another seed's search brackets in steps of 1/8 from the fir
 
 
 def seed_task(scenario, spec, start: float) -> CapacityTask:
-    """A search at another seed, from the capacity found at the plan's seed: bracketing in SEED_STEP steps (seeds
-    move a capacity by ~5-15%, docs/planner.md), down to the same floor (--min-qps)."""
+    """A search at another seed, from the capacity found at the plan's seed: bracketing in SEED_STEP steps
+    (seeds move a capacity by ~5-15%, docs/planner.md), down to the same floor (--min-qps)."""
     steps = max(0, math.ceil(math.log(start / spec.min_qps) / math.log(SEED_STEP) - 1e-9))
     return CapacityTask(scenario, spec.slo, spec.tolerance, start, max_halvings=steps, step=SEED_STEP)

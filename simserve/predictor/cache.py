@@ -1,9 +1,9 @@
 """On-disk cache of fitted predictors, keyed by the profile's content hash.
 
 Location: $SIMSERVE_CACHE/predictor/ (default ~/.cache/simserve/predictor/). Entries are pickles written
-atomically; the key includes the fit format and the numpy/scikit-learn versions, since a pickled tree ensemble is
-only readable by the library version that wrote it. Anything that goes wrong reading an entry means "not cached":
-the caller refits and overwrites it.
+atomically; the key includes the fit format and the numpy/scikit-learn versions, since a pickled tree ensemble
+is only readable by the library version that wrote it. Anything that goes wrong reading an entry means "not
+cached": the caller refits and overwrites it.
 """
 
 from __future__ import annotations

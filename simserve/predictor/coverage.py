@@ -1,4 +1,5 @@
-"""Does a profile cover a deployment? Which TP degree and which links' collectives it must have, and the fix."""
+"""Does a profile cover a deployment? Which TP degree and which links' collectives it must have, and the
+fix."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from simserve.predictor.fitted import ModelKey
 from simserve.profiling.nccl import stage_hop
 from simserve.profiling.schema import SHIPPED_PROFILES, Profile, slug
 
-# profile_keys by profile object (kept in the entry, so its id is not reused while the entry exists): a plan asks
-# for the keys of one or two profiles (read once per process, load.read_profile_cached) some 25 times, 15 ms each.
+# profile_keys by profile object (kept in the entry, so its id is not reused while the entry exists): a plan
+# asks for the keys of one or two profiles (read once per process, load.read_profile_cached) some 25 times, 15
+# ms each.
 _KEYS: dict[int, tuple[Profile, frozenset[ModelKey]]] = {}
 MAX_KEYS = 8
 
@@ -49,15 +51,16 @@ def _profile_keys(profile: Profile) -> set[ModelKey]:
 def node_link(dep: Deployment) -> str:
     if dep.node is None:
         raise SimserveError(
-            f"deployment of {dep.model.name} on {dep.gpu.name} names no node, so its collectives have no link; "
-            f"pass --node"
+            f"deployment of {dep.model.name} on {dep.gpu.name} names no node, so its collectives have no "
+            "link; pass --node"
         )
     return dep.node.name
 
 
 def stage_link(dep: Deployment, stage: int) -> str:
-    """The profile link the activations of `stage` cross to reach stage + 1 (`nccl.stage_hop`, which the profile
-    writer uses too): the network when they leave the node, else NVLink or PCIe as the box's topology decides."""
+    """The profile link the activations of `stage` cross to reach stage + 1 (`nccl.stage_hop`, which the
+    profile writer uses too): the network when they leave the node, else NVLink or PCIe as the box's topology
+    decides."""
     if dep.crosses_nodes(stage) and dep.network is None:
         raise SimserveError(f"{dep.describe()} spans nodes but names no network; pass --network")
     node_link(dep)  # a clear error when there is no node
@@ -65,7 +68,8 @@ def stage_link(dep: Deployment, stage: int) -> str:
 
 
 def find_collective(keys: Iterable[ModelKey], op: str, link: str, num_workers: int | None) -> ModelKey | None:
-    """The collective model for `op` over `link`; num_workers None takes the smallest group (send/recv is a pair)."""
+    """The collective model for `op` over `link`; num_workers None takes the smallest group (send/recv is a
+    pair)."""
     matches = [k for k in keys if k.family == "collective" and k.op == op and slug(k.link) == slug(link)]
     if num_workers is not None:
         matches = [k for k in matches if k.num_workers == num_workers]
@@ -79,7 +83,8 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
     profile is never changed by a hint: for one, the command writes beside it, into a folder of the user's.
     """
     model = dep.model.source if Path(dep.model.source).is_file() else slug(dep.model.name)  # a config.json
-    tps = ",".join(str(t) for t in sorted({dep.tp, dep.dp} - {1} or {1}))  # attention DP: all-reduce rows for dp
+    # attention DP: all-reduce rows for dp
+    tps = ",".join(str(t) for t in sorted({dep.tp, dep.dp} - {1} or {1}))
     cmd = f"simserve profile --gpu {slug(dep.gpu.name)} --model {model} --tp {tps}"
     if dep.dtype != "bf16":
         cmd += f" --dtype {dep.dtype}"
@@ -93,7 +98,9 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
         cmd += f" --node {dep.node.name}"
     if dep.num_nodes > 1 and dep.network is not None:
         cmd += f" --network {dep.network.name}"
-    cmd += _measured_flags(Path(root) / slug(dep.gpu.name) / slug(dep.profile_model)) if root is not None else ""
+    cmd += (
+        _measured_flags(Path(root) / slug(dep.gpu.name) / slug(dep.profile_model)) if root is not None else ""
+    )
     if root is not None and Path(root).resolve() == SHIPPED_PROFILES:
         target = Path(root) / slug(dep.gpu.name) / slug(dep.profile_model)
         if target.exists():
@@ -103,7 +110,8 @@ def profile_command(dep: Deployment, root: str | Path | None = None) -> str:
 
 
 def _measured_flags(path: Path) -> str:
-    """A measured profile grows only with rows made the same way (merge.py): the hint names its engine release."""
+    """A measured profile grows only with rows made the same way (merge.py): the hint names its engine
+    release."""
     import json
 
     try:
@@ -145,13 +153,14 @@ def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list
     if (op := a2a_op(dep)) is not None:  # DeepEP dispatch + combine: measured rows only
         if (a2a := find_collective(keys, op, node_link(dep), dep.ep)) is None:
             raise SimserveError(
-                f"profile {where} has no {op} rows for EP {dep.ep} over {node_link(dep)}: DeepEP's dispatch and "
-                f"combine come only from NVIDIA's measured tables (EP 8 on one HGX/DGX node, EP 4 on a GB200/GB300 "
-                f"tray; hidden 3072-7168, top-6/8); build a measured profile (`{cmd}` with --backend measured) or "
-                f"use --all2all-backend allgather_reducescatter"
+                f"profile {where} has no {op} rows for EP {dep.ep} over {node_link(dep)}: DeepEP's dispatch "
+                "and combine come only from NVIDIA's measured tables (EP 8 on one HGX/DGX node, EP 4 on a "
+                f"GB200/GB300 tray; hidden 3072-7168, top-6/8); build a measured profile (`{cmd}` with "
+                "--backend measured) or use --all2all-backend allgather_reducescatter"
             )
         needed.append(a2a)
-    elif dep.dp > 1:  # attention DP: each MoE layer's dispatch and combine over the dp ranks (ops.exchange_bytes)
+    # attention DP: each MoE layer's dispatch and combine over the dp ranks (ops.exchange_bytes)
+    elif dep.dp > 1:
         if (a2a := find_collective(keys, "all_reduce", node_link(dep), dep.dp)) is None:
             raise SimserveError(
                 f"profile {where} has no all_reduce rows for {dep.dp} workers over {node_link(dep)} (the "
@@ -170,5 +179,6 @@ def needed_keys(keys: set[ModelKey], dep: Deployment, where: str | Path) -> list
 
 
 def require(keys: set[ModelKey], dep: Deployment, where: str | Path) -> None:
-    """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes it."""
+    """Raise one SimserveError naming the first thing the profile lacks for `dep`, with the command that fixes
+    it."""
     needed_keys(keys, dep, where)

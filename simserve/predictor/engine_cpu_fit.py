@@ -1,8 +1,9 @@
-"""Fitting the engine-CPU constants of predictor/engine_cpu.py to the measured files in profiles/engine/vllm-0.33.0/.
+"""Fitting the engine-CPU constants of predictor/engine_cpu.py to the measured files in
+profiles/engine/vllm-0.33.0/.
 
-`python tools/engine_cpu_fit.py DIR` prints the fitted block and the error tables; tests/test_engine_cpu.py refits
-and checks the module's constants against the committed data. Plain csv + numpy + simserve's own NNLS (nnls.py),
-so the same files give the same constants everywhere.
+`python tools/engine_cpu_fit.py DIR` prints the fitted block and the error tables; tests/test_engine_cpu.py
+refits and checks the module's constants against the committed data. Plain csv + numpy + simserve's own NNLS
+(nnls.py), so the same files give the same constants everywhere.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def _config_shape(name: str) -> tuple[int, int]:
-    """(requests added per step, their prompt tokens) from a configuration's name (tools/engine_cpu_steps.py)."""
+    """(requests added per step, their prompt tokens) from a configuration's name
+    (tools/engine_cpu_steps.py)."""
     kind, *rest = name.split("-")
     if kind == "mixed":
         return 1, int(rest[1])
@@ -45,14 +47,15 @@ def reference_us(rows: list[dict]) -> float:
 
 
 def speed_factor(row: dict, ref: float) -> float:
-    """How much faster than its median the shared host was while this row was measured: its costs are multiplied
-    by this, so that every figure is at the run's median speed (a neighbour's load slows all components alike)."""
+    """How much faster than its median the shared host was while this row was measured: its costs are
+    multiplied by this, so that every figure is at the run's median speed (a neighbour's load slows all
+    components alike)."""
     return ref / float(row["ref_us"])
 
 
 def step_medians(rows: list[dict]) -> list[dict]:
-    """Per (configuration, repeat): the median over its steps of each component and of the step's shape, at the
-    run's median host speed."""
+    """Per (configuration, repeat): the median over its steps of each component and of the step's shape, at
+    the run's median host speed."""
     ref = reference_us(rows)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in rows:
@@ -78,7 +81,8 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, ...], np.ndarray]:
 
 
 def per_config_error(meds: list[dict], col: str, pred: np.ndarray) -> tuple[float, float]:
-    """Median and largest |relative error| of the prediction against each configuration's median over repeats."""
+    """Median and largest |relative error| of the prediction against each configuration's median over
+    repeats."""
     by: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for m, p in zip(meds, pred, strict=True):
         by[m["config"]].append((m[col], p))
@@ -90,7 +94,8 @@ def per_config_error(meds: list[dict], col: str, pred: np.ndarray) -> tuple[floa
 
 def fit_steps(rows: list[dict]) -> dict[str, tuple[float, float, float, float, float]]:
     """component -> (a, per request, per token, median |err| %, max |err| %), on the step's scheduled requests
-    and tokens (the outputs update, encode and the front end handle are one per request whose prompt is done)."""
+    and tokens (the outputs update, encode and the front end handle are one per request whose prompt is
+    done)."""
     meds = step_medians(rows)
     out = {}
     for name in STEP_COLUMNS:
@@ -127,8 +132,8 @@ def fit_add_request(rows: list[dict]) -> tuple[float, float, float, float]:
 
 
 def server_runs(rows: list[dict], idle: dict | None = None, ref: float | None = None) -> list[dict]:
-    """One record per API-server run: CPU per completed request, with the idle rate over the run subtracted, at
-    reference speed `ref` (default: the server runs' own median)."""
+    """One record per API-server run: CPU per completed request, with the idle rate over the run subtracted,
+    at reference speed `ref` (default: the server runs' own median)."""
     ref = ref if ref is not None else reference_us(rows)
     runs = []
     for r in rows:
@@ -138,16 +143,24 @@ def server_runs(rows: list[dict], idle: dict | None = None, ref: float | None = 
         if idle:
             cpu -= float(idle.get(r["api_server_count"], {}).get("api_server", 0.0)) * float(r["bench_s"])
         n = int(r["completed"])
-        runs.append({**r, "cpu_per_req_us": 1e6 * cpu / n * speed_factor(r, ref), "in": int(r["input_tokens"]) / n,
-                     "out": int(r["output_tokens"]) / n, "chunks_per_req": int(r["chunks"]) / n})  # fmt: skip
+        runs.append(
+            {
+                **r,
+                "cpu_per_req_us": 1e6 * cpu / n * speed_factor(r, ref),
+                "in": int(r["input_tokens"]) / n,
+                "out": int(r["output_tokens"]) / n,
+                "chunks_per_req": int(r["chunks"]) / n,
+            }
+        )
     return runs
 
 
-def fit_server(rows: list[dict], idle: dict | None = None, api_server_count: str = "1",
-               ref: float | None = None) -> dict:  # fmt: skip
-    """endpoint -> (per request, per prompt token, per output token µs, median, max |err| %), on one API-server
-    process (runs with `api_server_count` servers; their CPU summed over the servers), at reference speed `ref`
-    (the steps' median, so that all constants share one host speed)."""
+def fit_server(
+    rows: list[dict], idle: dict | None = None, api_server_count: str = "1", ref: float | None = None
+) -> dict:
+    """endpoint -> (per request, per prompt token, per output token µs, median, max |err| %), on one
+    API-server process (runs with `api_server_count` servers; their CPU summed over the servers), at reference
+    speed `ref` (the steps' median, so that all constants share one host speed)."""
     runs = server_runs(rows, idle, ref)
     per_run: dict[tuple, dict] = {}
     for r in runs:  # several API servers: add their CPU up, per run
@@ -174,11 +187,12 @@ def fit_server(rows: list[dict], idle: dict | None = None, api_server_count: str
 def fit_engine_core_rest(
     rows: list[dict], steps: dict, add: tuple, ref: float
 ) -> tuple[float, float, float, float]:
-    """(per step µs, per request µs, median, max |err| %) of the EngineCore process's CPU that the timed functions
-    leave out, from the server runs (rows of server.csv, at reference speed `ref`): its measured CPU less what
-    `steps` and `add` (fit_steps, fit_add_request) predict for the same steps and requests. What is left is the
-    process's own machinery: ZMQ receive and msgpack decode of each request, the busy loop's futures and queues,
-    the output thread's hand-off and send, thread wake-ups (and this host's fake worker, a few µs per step)."""
+    """(per step µs, per request µs, median, max |err| %) of the EngineCore process's CPU that the timed
+    functions leave out, from the server runs (rows of server.csv, at reference speed `ref`): its measured CPU
+    less what `steps` and `add` (fit_steps, fit_add_request) predict for the same steps and requests. What is
+    left is the process's own machinery: ZMQ receive and msgpack decode of each request, the busy loop's
+    futures and queues, the output thread's hand-off and send, thread wake-ups (and this host's fake worker, a
+    few µs per step)."""
     xs, ys, names = [], [], []
     for r in rows:
         if r["role"] != "engine_core" or r["api_server_count"] != "1":
@@ -199,8 +213,8 @@ def fit_engine_core_rest(
 
 
 def server_count_ratio(rows: list[dict], ref: float, count: str) -> dict[str, float]:
-    """workload -> the median (over repeats) of all API servers' CPU per request with `count` servers, over the
-    same with one server, for the workloads measured both ways."""
+    """workload -> the median (over repeats) of all API servers' CPU per request with `count` servers, over
+    the same with one server, for the workloads measured both ways."""
     per_run: dict[tuple, float] = defaultdict(float)
     for r in server_runs(rows, None, ref):
         per_run[(r["api_server_count"], r["rep"], f"{r['endpoint']} {r['input_len']}/{r['output_len']}")] += (

@@ -2,9 +2,9 @@
 
 One regressor per (op, TP) for linear and elementwise ops, per TP for each attention phase, and per
 (collective, link, workers) for collectives. A profile fixes every op's shapes for a given TP, so each op is a
-function of its own work variables only; pooling ops into one model with the op as a feature would make the trees
-split on the op first anyway, and would lose the per-op physics baseline (see regressor.py). Separate models also
-let the error report name the op that is poorly modelled.
+function of its own work variables only; pooling ops into one model with the op as a feature would make the
+trees split on the op first anyway, and would lose the per-op physics baseline (see regressor.py). Separate
+models also let the error report name the op that is poorly modelled.
 
 Training happens here only, in `fit`; a Predictor is just the fitted models. Fitting is cached on disk by the
 profile's content hash (cache.py).
@@ -131,8 +131,8 @@ def _stats(ape: np.ndarray) -> dict[str, float]:
 
 # Models fitted with `only`, by (profile content hash, seed, key), most recently used last: a plan builds the
 # timers of many deployments on one profile (every PP degree of a TP degree reads the same linear, elementwise
-# and attention rows), and a group's fit depends on its rows and the seed alone (_fit_group), so a model fitted
-# for one deployment is the model another would fit. Bounded: ~1 MB of trees per model.
+# and attention rows), and a group's fit depends on its rows and the seed alone (_fit_group), so a model
+# fitted for one deployment is the model another would fit. Bounded: ~1 MB of trees per model.
 _FITTED: OrderedDict[tuple[str, int, ModelKey], Fitted] = OrderedDict()
 MAX_FITTED = 64
 
@@ -164,20 +164,25 @@ def fit_profile(profile: Profile, seed: int = 0, only: Collection[ModelKey] | No
     report = pd.DataFrame(rows)
     summary = pd.DataFrame(
         [
-            {"family": f, "models": len(apes), "held_out": int(sum(a.size for a in apes)),
-             **_stats(np.concatenate(apes) if apes else np.array([]))}
+            {
+                "family": f,
+                "models": len(apes),
+                "held_out": int(sum(a.size for a in apes)),
+                **_stats(np.concatenate(apes) if apes else np.array([])),
+            }
             for f, apes in pooled.items()
         ]
-    )  # fmt: skip
+    )
     return Predictor(profile.path, _hash(profile), dict(profile.provenance), models, report, summary)
 
 
 def import_fitting() -> None:
-    """Import what fitting and compiling a timer imports (scikit-learn's trees, and SciPy under them): a process
-    that is about to fork workers which will fit calls this first, so that they share one import."""
+    """Import what fitting and compiling a timer imports (scikit-learn's trees, and SciPy under them): a
+    process that is about to fork workers which will fit calls this first, so that they share one import."""
     from simserve.heap import collector_paused
 
-    with collector_paused():  # 0.1 CPU-s of collections while SciPy loads, and not walked again in the workers
+    # 0.1 CPU-s of collections while SciPy loads, and not walked again in the workers
+    with collector_paused():
         import sklearn.tree  # noqa: F401
 
         from simserve.predictor import coverage, tables, timer  # noqa: F401
@@ -189,9 +194,13 @@ def _hash(profile: Profile) -> str:
 
 
 def fit(
-    profile: str | Path | Profile, seed: int = 0, use_cache: bool = True, only: Collection[ModelKey] | None = None
+    profile: str | Path | Profile,
+    seed: int = 0,
+    use_cache: bool = True,
+    only: Collection[ModelKey] | None = None,
 ) -> Predictor:
-    """Train the per-op models on a profile directory (or a read Profile), reusing a cached fit when one exists.
+    """Train the per-op models on a profile directory (or a read Profile), reusing a cached fit when one
+    exists.
 
     The cache key is the profile's content hash plus the seed and the library versions, so editing a profile's
     CSVs refits; a corrupt or unreadable cache entry is refitted, not fatal. With `only` (the models one
@@ -235,7 +244,14 @@ def print_report(predictor: Predictor, console=None) -> None:
         per.add_column(col, justify="left" if col in ("family", "op", "link") else "right")
     for r in predictor.report.itertuples():
         per.add_row(
-            r.family, r.op, str(r.tp or ""), r.link, str(r.num_workers or ""), str(r.rows),
-            pct(r.mape_pct), pct(r.p90_ape_pct), pct(r.max_ape_pct),
-        )  # fmt: skip
+            r.family,
+            r.op,
+            str(r.tp or ""),
+            r.link,
+            str(r.num_workers or ""),
+            str(r.rows),
+            pct(r.mape_pct),
+            pct(r.p90_ape_pct),
+            pct(r.max_ape_pct),
+        )
     console.print(per)

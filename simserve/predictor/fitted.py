@@ -1,5 +1,6 @@
 """One fitted model of the predictor: which profile rows it was fitted on (`ModelKey`), the model, and the
-columns it reads with their profiled points (`Fitted`). fit.py makes them; coverage.py and tables.py read them.
+columns it reads with their profiled points (`Fitted`). fit.py makes them; coverage.py and tables.py read
+them.
 """
 
 from __future__ import annotations

@@ -41,14 +41,17 @@ def load_timer(
 
         dense = not (dep.model.is_moe or dep.model.is_mla or dep.moe_skew)
         if dense and measured.unavailable(dep.gpu.name) is None:  # NVIDIA measured this GPU: say so first
-            cmd = profile_command(dep, root).replace(f" --tp {dep.tp}", f" --tp {dep.tp} --backend measured", 1)
+            cmd = profile_command(dep, root).replace(
+                f" --tp {dep.tp}", f" --tp {dep.tp} --backend measured", 1
+            )
             raise SimserveError(
-                f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with `{cmd}` (NVIDIA's "
-                f"measured kernel tables; drop --backend measured for the analytic roofline model)"
+                f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with `{cmd}` "
+                "(NVIDIA's measured kernel tables; drop --backend measured for the analytic roofline model)"
             )
         raise SimserveError(
             f"no profile for {dep.profile_model} on {dep.gpu.name} in {root}; write one with "
-            f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU to measure)"
+            f"`{profile_command(dep, root)}` (the analytic roofline model; add --backend torch on that GPU "
+            "to measure)"
         )
     overhead = overhead or CpuOverhead()
     tkey = digest = None
@@ -64,7 +67,8 @@ def load_timer(
 
     profile = _read_profile(path, digest)
     needed = needed_keys(profile_keys(profile), dep, path)
-    # Only the models this deployment reads are fitted (a cached full fit, e.g. from `simserve fit`, is reused).
+    # Only the models this deployment reads are fitted (a cached full fit, e.g. from `simserve fit`, is
+    # reused).
     timer = fit(profile, seed=seed, use_cache=cache, only=set(needed)).compile(dep, overhead)
     if tkey is not None:
         timer_cache.store(tkey, timer)
@@ -72,7 +76,10 @@ def load_timer(
 
 
 def timer_cached(
-    dep: Deployment, profiles_root: str | Path | None = None, overhead: CpuOverhead | None = None, seed: int = 0
+    dep: Deployment,
+    profiles_root: str | Path | None = None,
+    overhead: CpuOverhead | None = None,
+    seed: int = 0,
 ) -> bool:
     """Is `dep`'s compiled timer in the on-disk cache (what load_timer would load instead of fitting)?"""
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
@@ -82,8 +89,8 @@ def timer_cached(
     return timer_cache.has(timer_cache.key(content_hash(path), dep, overhead or CpuOverhead(), seed))
 
 
-# Profiles read in this process, by content hash (a plan compiles the timers of many deployments on one profile;
-# reading and validating its CSVs again for each was ~0.05 s a time). Read-only to every caller.
+# Profiles read in this process, by content hash (a plan compiles the timers of many deployments on one
+# profile; reading and validating its CSVs again for each was ~0.05 s a time). Read-only to every caller.
 _PROFILES: dict[str, object] = {}
 
 
@@ -107,13 +114,15 @@ def _read_profile(path: Path, digest: str | None):
 
 
 def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> str:
-    """Which kind of profile `dep`'s times rest on (measured / roofline / torch), from its provenance.json: every
-    run and sweep output says it, so nobody mistakes an analytic number for a measured one."""
+    """Which kind of profile `dep`'s times rest on (measured / roofline / torch), from its provenance.json:
+    every run and sweep output says it, so nobody mistakes an analytic number for a measured one."""
     import json
 
     root = Path(profiles_root) if profiles_root is not None else default_profiles_root()
     try:
-        prov = json.loads((profile_dir(root, dep.gpu.name, dep.profile_model) / "provenance.json").read_text())
+        prov = json.loads(
+            (profile_dir(root, dep.gpu.name, dep.profile_model) / "provenance.json").read_text()
+        )
     except (OSError, ValueError):
         return "unknown (no readable provenance.json)"
     from simserve.profiling.generated import generated_root
@@ -122,7 +131,13 @@ def profile_label(dep: Deployment, profiles_root: str | Path | None = None) -> s
     made = "generated " if generated_root().resolve() in root.resolve().parents else ""
     m = prov.get("measured")
     if prov.get("backend") == "measured" and isinstance(m, dict):
-        return (f"{made}measured ({m.get('package')} {m.get('package_version')}: {m.get('engine')} "
-                f"{m.get('engine_version')} kernels on {m.get('system')})")  # fmt: skip
+        return (
+            f"{made}measured ({m.get('package')} {m.get('package_version')}: {m.get('engine')} "
+            f"{m.get('engine_version')} kernels on {m.get('system')})"
+        )
     why = prov.get("measured_unavailable")
-    return made + str(prov.get("backend", "unknown backend")) + (f"; not measured: {why}" if made and why else "")
+    return (
+        made
+        + str(prov.get("backend", "unknown backend"))
+        + (f"; not measured: {why}" if made and why else "")
+    )

@@ -2,16 +2,16 @@
 
 The baseline of every op family (regressor.py) is a non-negative linear model on at most five physics columns.
 It used to be fitted by scikit-learn's `LinearRegression(positive=True)`, which calls scipy's NNLS; scipy
-rewrote that solver between releases and its coefficients moved in the last digits, which moved the trees fitted
-on the ratio measured / baseline, which moved simulated results (issue 20: pipeline-parallel digests differed
-between machines with other scipy versions). With five columns the whole problem is the 5×5 weighted normal
-equations, so it is solved here in plain Python floats:
+rewrote that solver between releases and its coefficients moved in the last digits, which moved the trees
+fitted on the ratio measured / baseline, which moved simulated results (issue 20: pipeline-parallel digests
+differed between machines with other scipy versions). With five columns the whole problem is the 5×5 weighted
+normal equations, so it is solved here in plain Python floats:
 
 - every sum goes through `math.fsum` (exactly rounded, so independent of summation order, SIMD and BLAS);
 - products are numpy elementwise multiplies (each one IEEE-rounded, identical on every numpy and CPU);
 - columns are scaled by powers of two (exact) so the normal matrix has a unit-order diagonal;
-- the active set of Lawson & Hanson (1974, ch. 23) picks which coefficients are free, and each free subsystem is
-  solved by Gaussian elimination with partial pivoting, refined once against the exact-sum residual.
+- the active set of Lawson & Hanson (1974, ch. 23) picks which coefficients are free, and each free subsystem
+  is solved by Gaussian elimination with partial pivoting, refined once against the exact-sum residual.
 
 The answer then depends only on the data: the same profile gives the same coefficients on any machine of the
 same float format.

@@ -3,18 +3,18 @@
     time ≈ baseline(x) · correction(x)
 
 `baseline` is a non-negative linear model on physics features (a constant for the fixed kernel cost plus work
-terms such as tokens, FLOPs or bytes), fitted by least squares on *relative* error so small kernels count as much
-as large ones (nnls.py: in exactly rounded Python arithmetic, so the fit does not move with scipy or BLAS).
-`correction` is an ExtraTrees ensemble (TreeEnsemble) on the raw and tile-aware features, fitted to the ratio measured /
-baseline. Why this split:
+terms such as tokens, FLOPs or bytes), fitted by least squares on *relative* error so small kernels count as
+much as large ones (nnls.py: in exactly rounded Python arithmetic, so the fit does not move with scipy or
+BLAS). `correction` is an ExtraTrees ensemble (TreeEnsemble) on the raw and tile-aware features, fitted to the
+ratio measured / baseline. Why this split:
 
 - The ratio is close to 1 and slowly varying, so piecewise-constant trees approximate it well even where the
-  profile grid is sparse (every 256 tokens above 4096); trees fitted to the raw time would show staircase errors
-  of a whole grid step there.
+  profile grid is sparse (every 256 tokens above 4096); trees fitted to the raw time would show staircase
+  errors of a whole grid step there.
 - Tiles are discontinuities, which trees represent exactly: a split between 256 and 257 tokens (helped by the
   feature ceil(T/128)·128, which groups 257..384 together) keeps the GEMM tile step.
-- Beyond the profiled range the trees hold the last ratio while the baseline keeps growing with the work, so the
-  model extrapolates linearly in the physics terms instead of flattening out like a bare tree ensemble.
+- Beyond the profiled range the trees hold the last ratio while the baseline keeps growing with the work, so
+  the model extrapolates linearly in the physics terms instead of flattening out like a bare tree ensemble.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def token_features(num_tokens) -> tuple[np.ndarray, np.ndarray]:
     """Linear and elementwise ops: one GPU, one layer, a function of the token count T.
 
     Baseline: t0 + a·T + b·Tq with Tq the rows padded to 128-row tiles (max(T, 64) below 128: the smallest
-    tiles cuBLAS uses), the compute term of a tiled GEMM. Trees also see 64-row padding (the other common tile).
+    tiles cuBLAS uses), the compute term of a tiled GEMM. Trees also see 64-row padding (the other common
+    tile).
     """
     t = _f(num_tokens)
     tq = np.where(t < 128, np.maximum(t, 64), np.ceil(t / 128) * 128)
@@ -135,11 +136,12 @@ class TreeEnsemble:
     def _run_starts(self, x32: np.ndarray) -> np.ndarray:
         """Where a run of consecutive rows that every tree sends to the same leaves starts.
 
-        A tree node sends a row left when its feature, as float32, is <= the node's threshold. Two rows with the
-        same number of thresholds below each feature's value (over every node of every tree) take the same path
-        in every tree, so the ensemble gives them the same prediction, to the bit. The timers' tables are grids
-        whose features grow along a row (tokens 0..16k; a decode row's context), so runs are long: the trees are
-        evaluated once per run (a token table's 16k rows are ~3k runs; the decode table's rows, 61% of them)."""
+        A tree node sends a row left when its feature, as float32, is <= the node's threshold. Two rows with
+        the same number of thresholds below each feature's value (over every node of every tree) take the same
+        path in every tree, so the ensemble gives them the same prediction, to the bit. The timers' tables are
+        grids whose features grow along a row (tokens 0..16k; a decode row's context), so runs are long: the
+        trees are evaluated once per run (a token table's 16k rows are ~3k runs; the decode table's rows, 61%
+        of them)."""
         change = np.zeros(len(x32), dtype=bool)
         change[0] = True
         for j in range(x32.shape[1]):
@@ -168,13 +170,15 @@ class PhysicsTimesTrees:
         # baseline can never cross zero and blow up the ratio the trees learn.
         self.baseline = nnls(base_x, yy, 1.0 / yy**2)
         ratio = yy / self._base(base_x)
-        # NOTE: scikit-learn is imported at fit time (TreeEnsemble.fit): a warm plan never fits, so never pays for it
+        # NOTE: scikit-learn is imported at fit time (TreeEnsemble.fit): a warm plan never fits, so never pays
+        # for it
         self.correction = TreeEnsemble.fit(trees_x, ratio, N_TREES, MIN_LEAF, self.seed)
         return self
 
     def _base(self, base_x: np.ndarray) -> np.ndarray:
         assert self.baseline is not None
-        # Column by column in a fixed order (not base_x @ coef: BLAS may sum in another order on another build).
+        # Column by column in a fixed order (not base_x @ coef: BLAS may sum in another order on another
+        # build).
         total = np.zeros(len(base_x))
         for j, coef in enumerate(self.baseline):
             total += coef * base_x[:, j]

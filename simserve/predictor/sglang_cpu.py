@@ -4,8 +4,8 @@ What an SGLang serving step spends on the CPU besides its kernels, per component
 (docs/step-anatomy.md § SGLang has the figures, the commands and the host):
 
 - Scheduler process (`sglang::scheduler`, one thread at TP 1): `recv_requests` + `process_input_requests`
-  (`recv`), `get_next_batch_to_run` (`schedule`: PrefillAdder admission, `ScheduleBatch.prepare_for_extend`
-  or `update_running_batch` + `prepare_for_decode`), `run_batch` without the model (`launch`: the batch's copy,
+  (`recv`), `get_next_batch_to_run` (`schedule`: PrefillAdder admission, `ScheduleBatch.prepare_for_extend` or
+  `update_running_batch` + `prepare_for_decode`), `run_batch` without the model (`launch`: the batch's copy,
   the worker batch) and `process_batch_result` (`result`: token bookkeeping, finish checks, radix-cache
   updates, `stream_output`), timed in tools/sglang_cpu_steps.py; what those calls leave out of the process
   (its ZMQ and logging, idle passes of its loop) is SCHEDULER_REST, from the real server's process CPU
@@ -18,9 +18,10 @@ What an SGLang serving step spends on the CPU besides its kernels, per component
 
 Each per-step scheduler component is `a + b·num_reqs + c·num_tokens + d·prefill_chunks` µs of CPU on the
 measuring host, one formula over decode and extend steps, fitted by non-negative least squares on relative
-error (simserve/predictor/sglang_cpu_fit.py) to the per-block medians in profiles/engine/sglang-0.5.23/steps.csv,
-each block brought to engine_cpu.MEASURING_HOST's speed by the reference workload run around it, so one
-`host_speed` (engine_cpu.SERVING_HOST_SPEED) serves both engines. Its measured error (median and largest
+error (simserve/predictor/sglang_cpu_fit.py) to the per-block medians in
+profiles/engine/sglang-0.5.23/steps.csv, each block brought to engine_cpu.MEASURING_HOST's speed by the
+reference workload run around it, so one `host_speed` (engine_cpu.SERVING_HOST_SPEED) serves both engines. Its
+measured error (median and largest
 |relative error| over the configurations) is stored beside it.
 """
 
@@ -55,25 +56,54 @@ class StepCost:
 
 
 # --- fitted constants: `python tools/sglang_cpu_fit.py profiles/engine/sglang-0.5.23` prints them ---
-# fmt: off
 STEP = {
-    "recv": StepCost("Scheduler.recv_requests + process_input_requests",
-                     114.123, 0.0174328, 0.017272, 87.4489, (15.854, 150.284)),
-    "schedule": StepCost("Scheduler.get_next_batch_to_run",
-                         382.657, 2.94915, 0.0629978, 146.579, (26.9477, 95.9505)),
-    "launch": StepCost("Scheduler.run_batch (model stubbed) + the batch copy",
-                       345.261, 0.130461, 0.00276461, 7.15388, (7.79945, 45.2188)),
-    "result": StepCost("Scheduler.process_batch_result (stream_output included)",
-                       251.266, 18.3067, 0.0458192, 160.41, (12.4471, 94.0747)),
+    "recv": StepCost(
+        "Scheduler.recv_requests + process_input_requests",
+        114.123,
+        0.0174328,
+        0.017272,
+        87.4489,
+        (15.854, 150.284),
+    ),
+    "schedule": StepCost(
+        "Scheduler.get_next_batch_to_run", 382.657, 2.94915, 0.0629978, 146.579, (26.9477, 95.9505)
+    ),
+    "launch": StepCost(
+        "Scheduler.run_batch (model stubbed) + the batch copy",
+        345.261,
+        0.130461,
+        0.00276461,
+        7.15388,
+        (7.79945, 45.2188),
+    ),
+    "result": StepCost(
+        "Scheduler.process_batch_result (stream_output included)",
+        251.266,
+        18.3067,
+        0.0458192,
+        160.41,
+        (12.4471, 94.0747),
+    ),
 }
 # per streamed request of the step: a + b·streamed, c = d = 0
 FRONTEND = {
-    "detokenizer": StepCost("DetokenizerManager.handle_batch_token_id_out (+ recv, send)",
-                            271.977, 17.7485, 0.0, 0.0, (5.53284, 42.2245)),
-    "tokenizer_manager": StepCost("TokenizerManager._handle_batch_output + the request tasks' turn",
-                                  535.267, 17.1518, 0.0, 0.0, (13.8162, 90.4952)),
+    "detokenizer": StepCost(
+        "DetokenizerManager.handle_batch_token_id_out (+ recv, send)",
+        271.977,
+        17.7485,
+        0.0,
+        0.0,
+        (5.53284, 42.2245),
+    ),
+    "tokenizer_manager": StepCost(
+        "TokenizerManager._handle_batch_output + the request tasks' turn",
+        535.267,
+        17.1518,
+        0.0,
+        0.0,
+        (13.8162, 90.4952),
+    ),
 }
-# fmt: on
 # --- end of the fitted block ---
 
 SCHEDULER = ("recv", "schedule", "launch", "result")
@@ -101,14 +131,14 @@ def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
         (`Scheduler.event_loop_overlap`, managers/scheduler.py) step k+1 is received, scheduled and launched,
         and step k's result processed, while the GPU runs step k: overlap. With `--disable-overlap-schedule`
         (`event_loop_normal`) the loop runs them between GPU steps: serial.
-    Not charged: the detokenizer and the tokenizer manager (FRONTEND). They are other processes, each on its own
-    core, so they delay the step only if one's per-step CPU exceeds the step; in every measured configuration
-    each is below the scheduler's own (tests/test_sglang_cpu.py), so the scheduler's is the binding one and
-    leaving them out is exact under the overlap model (adding them as "overlap" would sum three processes'
-    CPU on one core).
-    Not measured: the GPU worker's CPU and sampling. Vidur's Sarathi-Serve prepare_inputs (overlap with the
-    overlap scheduler, serial without) and sampler (the GPU stream after the forward pass with overlap, serial
-    without) stand in, unscaled and flagged, as engine_cpu.components charges them for vLLM."""
+    Not charged: the detokenizer and the tokenizer manager (FRONTEND). They are other processes, each on its
+    own core, so they delay the step only if one's per-step CPU exceeds the step; in every measured
+    configuration each is below the scheduler's own (tests/test_sglang_cpu.py), so the scheduler's is the
+    binding one and leaving them out is exact under the overlap model (adding them as "overlap" would sum
+    three processes' CPU on one core). Not measured: the GPU worker's CPU and sampling. Vidur's Sarathi-Serve
+    prepare_inputs (overlap with the overlap scheduler, serial without) and sampler (the GPU stream after the
+    forward pass with overlap, serial without) stand in, unscaled and flagged, as engine_cpu.components
+    charges them for vLLM."""
     from simserve.predictor.overhead import MODEL_RUNNER_STAND_INS, Component
 
     _check_speed(host_speed)
@@ -116,10 +146,17 @@ def components(host_speed: float = SERVING_HOST_SPEED) -> tuple:
 
     def measured(name: str) -> Component:
         c = STEP[name]
-        return Component(c.a_us * k, c.per_req_us * k, c.per_token_us * k, stage=STAGE[name], role_async="overlap",
-                         d_ms=c.per_chunk_us * k, role_sync="serial")  # fmt: skip
+        return Component(
+            c.a_us * k,
+            c.per_req_us * k,
+            c.per_token_us * k,
+            stage=STAGE[name],
+            role_async="overlap",
+            d_ms=c.per_chunk_us * k,
+            role_sync="serial",
+        )
 
     return (
         *((name, measured(name)) for name in SCHEDULER),
         *MODEL_RUNNER_STAND_INS,
-    )  # fmt: skip
+    )

@@ -1,11 +1,12 @@
-"""Fitting the SGLang CPU constants of predictor/sglang_cpu.py to the measured files in profiles/engine/sglang-0.5.23/.
+"""Fitting the SGLang CPU constants of predictor/sglang_cpu.py to the measured files in
+profiles/engine/sglang-0.5.23/.
 
-`python tools/sglang_cpu_fit.py DIR` prints the fitted block and the error tables; tests/test_sglang_cpu.py refits
-and checks the module's constants against the committed data. Plain csv + numpy + simserve's own NNLS (nnls.py),
-so the same files give the same constants everywhere. The conventions are engine_cpu_fit.py's: per-block medians,
-each block brought to a reference host speed by the reference workload run around it, least squares on relative
-error with non-negative coefficients, error = median and largest |prediction / measured median − 1| over the
-configurations.
+`python tools/sglang_cpu_fit.py DIR` prints the fitted block and the error tables; tests/test_sglang_cpu.py
+refits and checks the module's constants against the committed data. Plain csv + numpy + simserve's own NNLS
+(nnls.py), so the same files give the same constants everywhere. The conventions are engine_cpu_fit.py's:
+per-block medians, each block brought to a reference host speed by the reference workload run around it, least
+squares on relative error with non-negative coefficients, error = median and largest |prediction / measured
+median − 1| over the configurations.
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ from simserve.predictor.engine_cpu import MEASURING_HOST as VLLM_HOST
 from simserve.predictor.engine_cpu_fit import per_config_error, read_rows  # noqa: F401  (re-exported)
 from simserve.predictor.nnls import nnls
 
-# Every figure is brought to the speed at which the vLLM 0.33.0 figures were fitted (engine_cpu.MEASURING_HOST),
-# on the same host, so that one `host_speed` serves both modules.
+# Every figure is brought to the speed at which the vLLM 0.33.0 figures were fitted
+# (engine_cpu.MEASURING_HOST), on the same host, so that one `host_speed` serves both modules.
 REFERENCE_US = VLLM_HOST["python_us"]
 SCHEDULER = ("recv", "schedule", "launch", "result")  # the scheduler's timed calls, per step
-COLUMN = {"recv": "recv_us", "schedule": "schedule_us", "launch": "launch_us", "result": "result_us",
-          "detokenize": "detok_us", "tm_output": "tm_output_us", "tm_stream": "tm_stream_us", "tm_add": "tm_add_us"}  # fmt: skip
+COLUMN = {
+    "recv": "recv_us",
+    "schedule": "schedule_us",
+    "launch": "launch_us",
+    "result": "result_us",
+    "detokenize": "detok_us",
+    "tm_output": "tm_output_us",
+    "tm_stream": "tm_stream_us",
+    "tm_add": "tm_add_us",
+}
 SHAPE = ("num_reqs", "num_tokens", "decoding", "held", "new_reqs", "new_tokens", "streamed")
 SERVER_ROLES = ("tokenizer_manager", "detokenizer")
 BACKEND_ENDPOINT = {"sglang": "generate", "sglang-oai": "completions", "sglang-oai-chat": "chat"}
@@ -37,8 +46,8 @@ def speed_factor(row: dict) -> float:
 
 
 def block_medians(rows: list[dict]) -> list[dict]:
-    """Per (configuration, mode, repeat): the median over its steps of each cost and of the step's shape, at the
-    reference speed."""
+    """Per (configuration, mode, repeat): the median over its steps of each cost and of the step's shape, at
+    the reference speed."""
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["config"], r["mode"], r["rep"])].append(r)
@@ -70,9 +79,9 @@ def _fit_and_error(meds: list[dict], name: str, columns: tuple[str, ...]) -> tup
 
 
 # The scheduler's per-step costs as predictor/overhead.py charges them: a + b·num_reqs + c·num_tokens +
-# d·prefill_chunks, one formula over decode and extend steps (the simulator's step knows no more). Left out: the
-# running requests an extend step leaves waiting (`held`: PrefillAdder walks them), which the simulator's step
-# does not carry; the error below includes what that costs.
+# d·prefill_chunks, one formula over decode and extend steps (the simulator's step knows no more). Left out:
+# the running requests an extend step leaves waiting (`held`: PrefillAdder walks them), which the simulator's
+# step does not carry; the error below includes what that costs.
 STEP_COLUMNS = ("num_reqs", "num_tokens", "chunks")
 
 
@@ -112,14 +121,20 @@ def fit_tm_add(rows: list[dict]) -> tuple[float, ...]:
 
 
 def server_runs(rows: list[dict], idle: dict | None = None) -> list[dict]:
-    """One record per server process per run: CPU per completed request, the idle rate over the run subtracted,
-    at the reference speed."""
+    """One record per server process per run: CPU per completed request, the idle rate over the run
+    subtracted, at the reference speed."""
     runs = []
     for r in rows:
         cpu = float(r["cpu_s"]) - (float((idle or {}).get(r["role"], 0.0)) * float(r["bench_s"]))
         n = int(r["completed"])
-        runs.append({**r, "cpu_per_req_us": 1e6 * cpu / n * speed_factor(r), "in": int(r["input_tokens"]) / n,
-                     "out": int(r["output_tokens"]) / n})  # fmt: skip
+        runs.append(
+            {
+                **r,
+                "cpu_per_req_us": 1e6 * cpu / n * speed_factor(r),
+                "in": int(r["input_tokens"]) / n,
+                "out": int(r["output_tokens"]) / n,
+            }
+        )
     return runs
 
 
@@ -153,12 +168,12 @@ def predicted_scheduler_us(r: dict, steps: dict) -> float:
 
 
 def fit_scheduler_rest(rows: list[dict], steps: dict) -> tuple[float, float, float, float]:
-    """(per step µs, per request µs, median %, max %) of the scheduler process's CPU that the timed calls leave
-    out, from the server runs: its measured CPU less what the per-step fits predict for the same steps and
-    requests. What is left is the process's own machinery: the loop's iterations that find no batch while the
-    GPU is busy, its periodic logging of batches (`Prefill batch`/`Decode batch` lines, on by default), the
-    watchdog and load-publishing threads, ZMQ's I/O thread, and this host's stand-in for the GPU (a few µs per
-    step)."""
+    """(per step µs, per request µs, median %, max %) of the scheduler process's CPU that the timed calls
+    leave out, from the server runs: its measured CPU less what the per-step fits predict for the same steps
+    and requests. What is left is the process's own machinery: the loop's iterations that find no batch while
+    the GPU is busy, its periodic logging of batches (`Prefill batch`/`Decode batch` lines, on by default),
+    the watchdog and load-publishing threads, ZMQ's I/O thread, and this host's stand-in for the GPU (a few µs
+    per step)."""
     xs, ys, names = [], [], []
     for r in rows:
         if r["role"] != "scheduler":

@@ -7,34 +7,34 @@ A step's time (BatchTimer.__call__, and core.Timer in the compiled core) is
 
 with the CPU work's roles from predictor/overhead.py (async scheduling decides them) and the two parts here:
 
-Launch gaps (vLLM's worker only: `--engine vllm`). vLLM 0.33.0 dispatches each step (vllm_worker.py) as one FULL
-CUDA graph (decode-only batches up to the largest captured size), as PIECEWISE graphs with attention run eagerly
-between them (batches with prefill tokens up to that size: one graph per layer boundary, layers + 1 pieces), or
-eagerly (larger batches, or every batch with `--enforce-eager`). NVIDIA's kernel tables time six layers replayed
-in one CUDA graph (docs/kernel-validation.md), so the gaps between kernels inside a graph are already in the
-kernel times; what a serving step adds is
+Launch gaps (vLLM's worker only: `--engine vllm`). vLLM 0.33.0 dispatches each step (vllm_worker.py) as one
+FULL CUDA graph (decode-only batches up to the largest captured size), as PIECEWISE graphs with attention run
+eagerly between them (batches with prefill tokens up to that size: one graph per layer boundary, layers + 1
+pieces), or eagerly (larger batches, or every batch with `--enforce-eager`). NVIDIA's kernel tables time six
+layers replayed in one CUDA graph (docs/kernel-validation.md), so the gaps between kernels inside a graph are
+already in the kernel times; what a serving step adds is
   - on the GPU, the gap each graph launch leaves: 4.7 µs, from vLLM PR #51167 (H200, batch 1: piecewise graphs
     ran 181.7 tok/s with 12,272 graph launches for 209 tokens, one FULL graph per step 191.1 tok/s with 208:
     (1/181.7 − 1/191.1) s / (12,272 − 208)/209 launches = 4.6 µs, rounded up to cover the launch itself).
     Charged per graph: 1 for FULL, layers + 1 for PIECEWISE, none when eager (the CPU is then the limit);
   - on the CPU, the time to launch: 6 µs per eagerly launched kernel (pie-project/pie PR #348: an eager
-    Qwen2.5-72B decode step on an A100 issues ~1,200 kernels and a CUDA graph saved 7.29 ms of it, 6.1 µs each),
-    and the same per graph replay. FULL: 1 launch; PIECEWISE: layers + 1 graphs + 2 eager attention kernels per
-    layer (the KV-cache write and the attention kernel); eager: every kernel of every layer (GEMMs, elementwise
-    ops, attention, all-reduces: simserve.ops). The CPU launches while the GPU runs, so this time sits on the
-    CPU side of the max: only what the GPU cannot hide is charged.
+    Qwen2.5-72B decode step on an A100 issues ~1,200 kernels and a CUDA graph saved 7.29 ms of it, 6.1 µs
+    each), and the same per graph replay. FULL: 1 launch; PIECEWISE: layers + 1 graphs + 2 eager attention
+    kernels per layer (the KV-cache write and the attention kernel); eager: every kernel of every layer
+    (GEMMs, elementwise ops, attention, all-reduces: simserve.ops). The CPU launches while the GPU runs, so
+    this time sits on the CPU side of the max: only what the GPU cannot hide is charged.
 
 Sustained clock (any engine; the GPUs whose catalog entry has `sustained_tflops`). A GEMM-heavy step held for
 seconds draws the GPU's power limit and the clock comes down to what that limit allows. NVIDIA's own GEMM
-tables show it: bf16 GEMMs timed for ≥ 32 ms reach at most 884 TFLOP/s on an H100 SXM and 833 on an H200, while
-shapes timed for < 1 ms reach 956 and 940 (benchmarks/sustained_gemm.py; B200 1,729 against 2,102; on the A100
-the long ones are the fastest, 298: no throttling). So a step's GEMMs run no faster than the GPU's sustained
-rate: time = max(table time, GEMM FLOPs / sustained_tflops). Power follows the step's average tensor activity
-(the power controller reacts within milliseconds, a step lasts milliseconds), hence the cap applies to the
-step's GEMMs together, not per kernel: a GEMM below the sustained rate is not slowed, memory-bound steps not
-at all (an H200's decode draws 137–300 W of its 700, arXiv 2605.11999). Attention kernels run well below the
-GEMM rate and are left as measured; MoE routed experts are not counted (their FLOPs depend on routing), and
-neither are fp8 GEMMs (no sustained fp8 rate is read: the cap is for bf16 weights only).
+tables show it: bf16 GEMMs timed for ≥ 32 ms reach at most 884 TFLOP/s on an H100 SXM and 833 on an H200,
+while shapes timed for < 1 ms reach 956 and 940 (benchmarks/sustained_gemm.py; B200 1,729 against 2,102; on
+the A100 the long ones are the fastest, 298: no throttling). So a step's GEMMs run no faster than the GPU's
+sustained rate: time = max(table time, GEMM FLOPs / sustained_tflops). Power follows the step's average tensor
+activity (the power controller reacts within milliseconds, a step lasts milliseconds), hence the cap applies
+to the step's GEMMs together, not per kernel: a GEMM below the sustained rate is not slowed, memory-bound
+steps not at all (an H200's decode draws 137–300 W of its 700, arXiv 2605.11999). Attention kernels run well
+below the GEMM rate and are left as measured; MoE routed experts are not counted (their FLOPs depend on
+routing), and neither are fp8 GEMMs (no sustained fp8 rate is read: the cap is for bf16 weights only).
 """
 
 from __future__ import annotations

@@ -67,8 +67,15 @@ def _collectives(node: str, network: str | None, tps: Iterable[int]) -> list[dic
     links = [(link, "node") for link in hops] + ([(network, "network")] if network else [])
     for link, kind in links:
         for s in grid.collective_sizes(2**30):
-            rows.append({"op": "send_recv", "link": link, "num_workers": 2, "size_bytes": s,
-                         "time_ms": LINK_ALPHA_MS[kind] + 1e3 * s / LINK_GBPS[kind]})  # fmt: skip
+            rows.append(
+                {
+                    "op": "send_recv",
+                    "link": link,
+                    "num_workers": 2,
+                    "size_bytes": s,
+                    "time_ms": LINK_ALPHA_MS[kind] + 1e3 * s / LINK_GBPS[kind],
+                }
+            )
             if link not in (node, network):
                 continue  # all-reduces are keyed by the node
             for n in sorted({t for t in tps if t > 1}):
@@ -98,6 +105,10 @@ def write_synthetic_profile(
     node = deps[0].node.name if deps[0].node else "node"
     frames = {name: pd.DataFrame(rows) for name, rows in tables.items()}
     frames["collectives"] = pd.DataFrame(_collectives(node, network, tps))
-    provenance = {"backend": "synthetic", "device": deps[0].gpu.name, "model": deps[0].model.name,
-                  "note": "closed-form test profile (simserve.predictor.synthetic), not a measurement"}  # fmt: skip
+    provenance = {
+        "backend": "synthetic",
+        "device": deps[0].gpu.name,
+        "model": deps[0].model.name,
+        "note": "closed-form test profile (simserve.predictor.synthetic), not a measurement",
+    }
     return write_profile(profile_dir(root, deps[0].gpu.name, deps[0].model.name), frames, provenance)

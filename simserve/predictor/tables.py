@@ -31,7 +31,8 @@ from simserve.ops import (
     timed_linear_ops,
 )
 
-if TYPE_CHECKING:  # fit imports scikit-learn; a compiled timer unpickled from the cache refers to TokenTables only
+# fit imports scikit-learn; a compiled timer unpickled from the cache refers to TokenTables only
+if TYPE_CHECKING:
     from simserve.predictor.fit import Predictor
     from simserve.predictor.fitted import Fitted, ModelKey
 
@@ -47,7 +48,8 @@ MS = 1e-3
 
 @dataclass(frozen=True)
 class CollectiveCurve:
-    """Time (s) by message size, log-log interpolated between model evaluations; linear in size beyond them."""
+    """Time (s) by message size, log-log interpolated between model evaluations; linear in size beyond
+    them."""
 
     log_sizes: np.ndarray
     log_times: np.ndarray
@@ -140,7 +142,8 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         grid = ("tokens", x.tobytes())
         return layers * MS * sum(c * np.maximum(_predict(f, grid, x), 0.0) for f, c in parts)
 
-    # Under attention DP the routed experts run every rank's tokens (ops.expert_tokens): their op is read there.
+    # Under attention DP the routed experts run every rank's tokens (ops.expert_tokens): their op is read
+    # there.
     experts = fused_expert_name(dep) if dep.dp > 1 else None
     lin_parts = [(f, share) for f, (op, share) in zip(fits, linear, strict=True) if op != experts]
     moe_parts = [(f, share) for f, (op, share) in zip(fits, linear, strict=True) if op == experts]
@@ -163,9 +166,12 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         ar_slope = (ends[1] - ends[0]) / (far - end)
     ar_own, ar_own_slope = ar.copy(), ar_slope
     lockstep = {}
-    if dep.dp > 1:  # each MoE layer's dispatch + combine over the DP ranks (ops.exchange_bytes), with the all-reduces
+    # each MoE layer's dispatch + combine over the DP ranks (ops.exchange_bytes), with the all-reduces
+    if dep.dp > 1:
         if (op := a2a_op(dep)) is not None:  # DeepEP: the measured dispatch + combine of one rank's tokens
-            curve = CollectiveCurve.build(_model(predictor, find_collective(predictor.models, op, node_link(dep), dep.ep)))
+            curve = CollectiveCurve.build(
+                _model(predictor, find_collective(predictor.models, op, node_link(dep), dep.ep))
+            )
             moe_layers, per_token = layers * dep.model.moe_layers / dep.model.num_layers, a2a_bytes(dep, 1)
         else:  # allgather_reducescatter: two collectives per MoE layer
             curve = CollectiveCurve.build(
@@ -176,8 +182,23 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
         ar = ar + moe_layers * curve(t * per_token)
         ends = moe_layers * curve(tokens[1:] * per_token)
         ar_slope += (ends[1] - ends[0]) / (far - end)
-        lockstep = _lockstep_tables(dep, total, moe_parts, curve, moe_layers, per_token, end, far, t, lin_own,
-                                    lin_own_probe, ew, ew_probe, ar_own, ar_own_slope)  # fmt: skip
+        lockstep = _lockstep_tables(
+            dep,
+            total,
+            moe_parts,
+            curve,
+            moe_layers,
+            per_token,
+            end,
+            far,
+            t,
+            lin_own,
+            lin_own_probe,
+            ew,
+            ew_probe,
+            ar_own,
+            ar_own_slope,
+        )
     sr, sr_slopes = [], []
     hidden_bytes = send_recv_bytes(dep, 1)
     for stage in range(dep.pp):
@@ -200,19 +221,36 @@ def token_tables(predictor: Predictor, dep: Deployment) -> TokenTables:
     return TokenTables(end, lin, ew, ar, sr, slopes, sr_slopes, **lockstep)
 
 
-def _lockstep_tables(dep, total, moe_parts, curve, moe_layers, per_token, end, far, t, lin_own, lin_own_probe, ew,
-                     ew_probe, ar_own, ar_own_slope) -> dict:  # fmt: skip
+def _lockstep_tables(
+    dep,
+    total,
+    moe_parts,
+    curve,
+    moe_layers,
+    per_token,
+    end,
+    far,
+    t,
+    lin_own,
+    lin_own_probe,
+    ew,
+    ew_probe,
+    ar_own,
+    ar_own_slope,
+) -> dict:
     """TokenTables' `own` and `experts` for attention DP's lockstep step (sim/lockstep.py).
 
     The per-rank tables above read the experts at dp × the rank's tokens (the balanced case); here they are
     read at the tokens all ranks hold together, X = 0..dp·end, so a step's experts see each rank's real load.
-    exchange_bytes(dep, 1) is per rank token × dp, so its curve is read at X·per_token/dp: the same bytes at X =
-    dp·T as the per-rank table at T."""
+    exchange_bytes(dep, 1) is per rank token × dp, so its curve is read at X·per_token/dp: the same bytes at X
+    = dp·T as the per-rank table at T."""
     own = lin_own + ew + ar_own
     own[0] = 0.0
-    own_slope = float((lin_own_probe[1] - lin_own_probe[0]) / (far - end)) + float(
-        (ew_probe[1] - ew_probe[0]) / (far - end)
-    ) + float(ar_own_slope)
+    own_slope = (
+        float((lin_own_probe[1] - lin_own_probe[0]) / (far - end))
+        + float((ew_probe[1] - ew_probe[0]) / (far - end))
+        + float(ar_own_slope)
+    )
     x_end = dep.dp * end
     x = np.arange(x_end + 1, dtype=float)
     x[0] = 1.0
@@ -244,13 +282,16 @@ def decode_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, flo
     b, kv = np.meshgrid(
         np.arange(1, bmax + 1, dtype=float), np.arange(cols, dtype=float) * step, indexing="ij"
     )
-    ms = np.maximum(_predict(fitted, ("decode", bmax, cols, step), b.ravel(), kv.ravel()), 0.0).reshape(b.shape)
+    ms = np.maximum(_predict(fitted, ("decode", bmax, cols, step), b.ravel(), kv.ravel()), 0.0).reshape(
+        b.shape
+    )
     table = np.vstack([np.zeros((1, cols)), ms * MS * dep.layers_per_stage])
     return table, float(step)
 
 
 def prefill_table(predictor: Predictor, dep: Deployment) -> tuple[np.ndarray, float, float]:
-    """Stage seconds of one prefill chunk's attention: rows chunk i·CHUNK_STEP, columns prefix k·PREFIX_STEP."""
+    """Stage seconds of one prefill chunk's attention: rows chunk i·CHUNK_STEP, columns prefix
+    k·PREFIX_STEP."""
     from simserve.predictor.fitted import ModelKey
 
     fitted = _model(predictor, ModelKey("attention_prefill", "prefill", dep.tp))

@@ -3,9 +3,9 @@
 Stage time = Σ over the stage's layers [linear + elementwise ops on T + prefill attention per chunk + decode
 attention + TP all-reduces of T·hidden·2 bytes] + the send of T·hidden·2 bytes to the next stage + the CPU
 overhead charged to the stage, with T = Σ prefill chunks + number of decodes (+ a speculative verification's
-drafts, which share their request's one decode-attention read: __call__'s `drafts`). Everything that depends only
-on T is one table per stage; attention comes from two small grids. The hot path is plain Python arithmetic on lists
-(indexing a list is several times faster than indexing a numpy array element by element).
+drafts, which share their request's one decode-attention read: __call__'s `drafts`). Everything that depends
+only on T is one table per stage; attention comes from two small grids. The hot path is plain Python
+arithmetic on lists (indexing a list is several times faster than indexing a numpy array element by element).
 
 Decode attention is looked up at the batch's mean context length: decode kernels split the work over requests,
 heads and KV blocks, so their time follows the total bytes read (b · mean L) much more than the spread of L.
@@ -28,8 +28,14 @@ if TYPE_CHECKING:  # fit/tables import scikit-learn and pandas; a timer loaded f
 _add_reduce = np.add.reduce  # a bound ufunc method: less call overhead than ndarray.sum on small arrays
 
 COMPONENTS = (
-    "linear", "elementwise", "attention_prefill", "attention_decode", "all_reduce", "send_recv", "cpu_overhead",
-)  # fmt: skip
+    "linear",
+    "elementwise",
+    "attention_prefill",
+    "attention_decode",
+    "all_reduce",
+    "send_recv",
+    "cpu_overhead",
+)
 
 
 class BatchTimer:
@@ -73,7 +79,8 @@ class BatchTimer:
         self._cpu_pre = [c.prefill for c in coeffs]  # per prefill chunk: (gpu, overlap, serial) seconds
 
     def set_launch(self, costs: LaunchCosts) -> None:
-        """Charge vLLM's launch costs (predictor/step.py): per stage and mode, GPU gap and CPU launch seconds."""
+        """Charge vLLM's launch costs (predictor/step.py): per stage and mode, GPU gap and CPU launch
+        seconds."""
         pp = self.num_stages
         self._launch_gpu = [list(costs.gpu[min(s, len(costs.gpu) - 1)]) for s in range(pp)]
         self._launch_cpu = [list(costs.cpu[min(s, len(costs.cpu) - 1)]) for s in range(pp)]
@@ -81,12 +88,15 @@ class BatchTimer:
 
     def _stage_tables(self) -> np.ndarray:
         tok = self._tokens
-        return np.array([tok.linear + tok.elementwise + tok.all_reduce + tok.send_recv[s] for s in range(self.num_stages)])
+        return np.array(
+            [tok.linear + tok.elementwise + tok.all_reduce + tok.send_recv[s] for s in range(self.num_stages)]
+        )
 
-    # NOTE: the tables as Python lists (_tok, _dec, _pre: indexing a list is several times faster than indexing
-    # an array element by element) are built on first use, by this hook for attributes not yet set: a run on
-    # the compiled core reads the arrays (_tok_np, _dec_np, _pre_np) and never needs them; building them was
-    # ~20 ms of every timer a plan's workers loaded. The lists hold the arrays' floats: the same times.
+    # NOTE: the tables as Python lists (_tok, _dec, _pre: indexing a list is several times faster than
+    # indexing an array element by element) are built on first use, by this hook for attributes not yet set: a
+    # run on the compiled core reads the arrays (_tok_np, _dec_np, _pre_np) and never needs them; building
+    # them was ~20 ms of every timer a plan's workers loaded. The lists hold the arrays' floats: the same
+    # times.
     def __getattr__(self, name: str):
         if name in ("_own", "_exp"):  # attention DP's lockstep tables (TokenTables.own / experts)
             tok = self._tokens
@@ -183,8 +193,8 @@ class BatchTimer:
 
     def _compose(self, kernels: float, num_prefills: int, n: int, t: int, stage: int) -> float:
         """The step from its kernels (predictor/step.py): max(GPU side, overlapping CPU side) + serial CPU.
-        NOTE: with every overlap, per-prefill and launch term 0 these are the float operations of the plain sum
-        kernels + a + b·n (+ 0.0·t + 0.0·p), so runs without the overlap model keep their last bits."""
+        NOTE: with every overlap, per-prefill and launch term 0 these are the float operations of the plain
+        sum kernels + a + b·n (+ 0.0·t + 0.0·p), so runs without the overlap model keep their last bits."""
         mode = 2 if t > self._launch_cap else (1 if num_prefills else 0)
         pg, po, ps = self._cpu_pre[stage]
         ga, gb, gc = self._cpu_gpu[stage]

@@ -1,10 +1,11 @@
 """On-disk cache of compiled BatchTimers: a warm `simserve run` loads its timer without scikit-learn.
 
 Location: $SIMSERVE_CACHE/timer/<key>.pkl. The key hashes the profile's content hash, the deployment (its repr
-lists every field: model, GPU, TP, PP, node, network, memory settings), the CPU-overhead model, the fit seed, this
-format number and the numpy version. A compiled timer holds only numpy arrays, lists and catalog dataclasses, so
-unpickling it imports neither scikit-learn nor pandas (tests/test_startup.py checks this in a fresh
-interpreter). Anything that goes wrong reading an entry means "not cached": the caller fits and compiles again.
+lists every field: model, GPU, TP, PP, node, network, memory settings), the CPU-overhead model, the fit seed,
+this format number and the numpy version. A compiled timer holds only numpy arrays, lists and catalog
+dataclasses, so unpickling it imports neither scikit-learn nor pandas (tests/test_startup.py checks this in a
+fresh interpreter). Anything that goes wrong reading an entry means "not cached": the caller fits and compiles
+again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 from simserve.io import atomic_path
 from simserve.predictor.cache import cache_root
 
-FORMAT = 6  # bump when BatchTimer's attributes or the arithmetic that fills them change (3: own NNLS, libm curves;
+# bump when BatchTimer's attributes or the arithmetic that fills them change (3: own NNLS, libm curves;
+FORMAT = 6
 # 4: attention DP's lockstep tables; 5: CPU work by role and launch costs, predictor/step.py; 6: CPU work per
 # prefill chunk, `_cpu_pre`)
 

@@ -1,9 +1,11 @@
-"""The collectives rows of an analytic profile: NCCL's model (simserve/profiling/nccl.py) over the box's topology.
+"""The collectives rows of an analytic profile: NCCL's model (simserve/profiling/nccl.py) over the box's
+topology.
 
-all_reduce rows per TP degree, over the link a TP group of that size really uses (NVLink inside an NVLink domain,
-PCIe through the host once a ring leaves an NVLink pair, PCIe everywhere on a PCIe-only box); send_recv rows for
-every kind of pipeline hop the box has — `<node>` (its own link), `<node>:pcie` (between NVLink pairs) — and the
-network between nodes. `nccl.stage_hop` picks among the same names when the simulator times a hop.
+all_reduce rows per TP degree, over the link a TP group of that size really uses (NVLink inside an NVLink
+domain, PCIe through the host once a ring leaves an NVLink pair, PCIe everywhere on a PCIe-only box);
+send_recv rows for every kind of pipeline hop the box has — `<node>` (its own link), `<node>:pcie` (between
+NVLink pairs) — and the network between nodes. `nccl.stage_hop` picks among the same names when the simulator
+times a hop.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from simserve.profiling import grid, nccl
 class CollectiveConstants:
     """The constants of the collective model that are not NCCL's own tables (those are cited in nccl.py)."""
 
-    launch_us: float = nccl.LAUNCH_US  # host-side cost of one collective call: nccl.launch_us_for(node) per generation
-    collective_model: str = "NCCL tuner: ring/tree x LL/LL128/Simple over the node kind and bus bandwidths (nccl.py)"
+    # host-side cost of one collective call: nccl.launch_us_for(node) per generation
+    launch_us: float = nccl.LAUNCH_US
+    collective_model: str = (
+        "NCCL tuner: ring/tree x LL/LL128/Simple over the node kind and bus bandwidths (nccl.py)"
+    )
 
 
 COLLECTIVES = CollectiveConstants()
@@ -33,17 +38,23 @@ def for_node(node: NodeSpec | None) -> CollectiveConstants:
     return CollectiveConstants(launch_us=nccl.launch_us_for(node))
 
 
-def all_reduce_ms(node: NodeSpec, num_workers: int, size_bytes, c: CollectiveConstants | None = None) -> np.ndarray:
+def all_reduce_ms(
+    node: NodeSpec, num_workers: int, size_bytes, c: CollectiveConstants | None = None
+) -> np.ndarray:
     """A TP group of `num_workers` GPUs of one node all-reducing `size_bytes`."""
     c = c or for_node(node)
     return nccl.collective_ms("all_reduce", nccl.node_fabric(node, num_workers), size_bytes, c.launch_us)
 
 
 def collectives_table(
-    node: NodeSpec | None, network: NetworkSpec | None, tps: list[int], quick: bool = False,
+    node: NodeSpec | None,
+    network: NetworkSpec | None,
+    tps: list[int],
+    quick: bool = False,
     c: CollectiveConstants | None = None,
-) -> pd.DataFrame:  # fmt: skip
-    """all_reduce rows for every TP degree above 1 on the node; send_recv rows for each hop kind and the network."""
+) -> pd.DataFrame:
+    """all_reduce rows for every TP degree above 1 on the node; send_recv rows for each hop kind and the
+    network."""
     c = c or for_node(node)
     sizes = np.array(grid.collective_sizes())
     if quick:
@@ -51,8 +62,11 @@ def collectives_table(
     frames = []
 
     def rows(op: str, link: str, workers: int, times: np.ndarray) -> None:
-        frames.append(pd.DataFrame({"op": op, "link": link, "num_workers": workers, "size_bytes": sizes,
-                                    "time_ms": times}))  # fmt: skip
+        frames.append(
+            pd.DataFrame(
+                {"op": op, "link": link, "num_workers": workers, "size_bytes": sizes, "time_ms": times}
+            )
+        )
 
     if node is not None:
         for n in sorted({t for t in tps if t > 1}):

@@ -1,6 +1,7 @@
 """Profiles simserve writes itself when none covers a deployment: a measured profile from NVIDIA's per-op
-database when it has the GPU (simserve/profiling/measured_backend.py), else an analytic roofline profile, written
-once into $SIMSERVE_CACHE/plan-profiles/ (one folder per box). Which profile a run uses is simserve/resolve.py's.
+database when it has the GPU (simserve/profiling/measured_backend.py), else an analytic roofline profile,
+written once into $SIMSERVE_CACHE/plan-profiles/ (one folder per box). Which profile a run uses is
+simserve/resolve.py's.
 
 Roofline profiles use spec-sheet peaks with efficiencies calibrated per compute capability on measured kernels
 (docs/profiling.md).
@@ -31,7 +32,8 @@ def measured_package_version() -> str | None:
 
 
 def measured_source(gpu: GPUSpec, model: ModelSpec | None = None, moe_skew: float = 0.0) -> str | None:
-    """None when a measured profile can be built for `gpu` (and `model`), else why not (for the roofline label)."""
+    """None when a measured profile can be built for `gpu` (and `model`), else why not (for the roofline
+    label)."""
     from simserve.profiling import measured
 
     if moe_skew:  # the package measured balanced and its own power-law routing, not simserve's Zipf skew
@@ -40,14 +42,19 @@ def measured_source(gpu: GPUSpec, model: ModelSpec | None = None, moe_skew: floa
 
 
 def generate(
-    gpu: GPUSpec, model: ModelSpec, node, max_model_len: int = 16384, dtype: str = "bf16", kv_dtype: str = "bf16",
+    gpu: GPUSpec,
+    model: ModelSpec,
+    node,
+    max_model_len: int = 16384,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
     moe_skew: float = 0.0,
     not_measured: str | None = None,
 ) -> Path:
-    """Write a measured profile (when the database has the GPU and the model is dense) or else a roofline one, of
-    every power-of-two TP degree that fits `node`, with its node and the default network. Always the same degrees
-    and no date in the provenance: the same inputs write the same bytes, so the fitted-predictor and probe caches
-    (keyed by the profile's content) stay valid across plans."""
+    """Write a measured profile (when the database has the GPU and the model is dense) or else a roofline one,
+    of every power-of-two TP degree that fits `node`, with its node and the default network. Always the same
+    degrees and no date in the provenance: the same inputs write the same bytes, so the fitted-predictor and
+    probe caches (keyed by the profile's content) stay valid across plans."""
     from simserve.profiling import measured_backend, roofline
 
     tps = [t for t in (1, 2, 4, 8, 16, 32) if t <= node.gpus_per_node and model.num_heads % t == 0]
@@ -59,8 +66,18 @@ def generate(
         tps = [t for t in tps if t <= measured_backend.MAX_MEASURED_TP]
     profile = measured_backend.profile if backend == "measured" else roofline.profile
     network = NETWORKS.get(GENERATED_NETWORK)
-    tables, fields = profile(model, gpu, tps, node, network, max_model_len, max_model_len, dtype=dtype,
-                             kv_dtype=kv_dtype, moe_skew=moe_skew)  # fmt: skip
+    tables, fields = profile(
+        model,
+        gpu,
+        tps,
+        node,
+        network,
+        max_model_len,
+        max_model_len,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        moe_skew=moe_skew,
+    )
     command = [
         "simserve",
         "profile",
@@ -88,7 +105,7 @@ def generate(
             "node": node.name,
             "network": network.name,
             "max_model_len": max_model_len,
-        },  # fmt: skip
+        },
         **fields,
     }
     from simserve import precision

@@ -1,16 +1,16 @@
-"""NVIDIA's per-op performance database (the `aiconfigurator-core` package): which GPUs, engines and releases it
-measured, and its GEMM, attention and all-reduce tables read into plain DataFrames.
+"""NVIDIA's per-op performance database (the `aiconfigurator-core` package): which GPUs, engines and releases
+it measured, and its GEMM, attention and all-reduce tables read into plain DataFrames.
 
 The package (Apache-2.0, NVIDIA) ships measured kernel times as parquet files under
-`aiconfigurator_core/systems/data/<system>/<op family>/<engine>/<version>/`. simserve reads them at profile time and
-never copies a raw table into its repository: a profile built from them holds only simserve's grid of interpolated
-op times, with the package's license and attribution in its provenance (measured_backend.py).
+`aiconfigurator_core/systems/data/<system>/<op family>/<engine>/<version>/`. simserve reads them at profile
+time and never copies a raw table into its repository: a profile built from them holds only simserve's grid of
+interpolated op times, with the package's license and attribution in its provenance (measured_backend.py).
 
-Units as the package stores them: latency in milliseconds; GEMM m, n, k as the (m × k) @ (k × n) problem; attention
-`num_heads`/`num_key_value_heads` per GPU, context rows a whole prompt of `isl` tokens (no cached prefix), generation
-rows one query token per request over `isl + step` cached tokens; all-reduce `message_size` in elements (bf16/half:
-2 bytes each; the packaged collection notes say so, and NCCL's int8 rows of 2N elements take the time of half rows of
-N).
+Units as the package stores them: latency in milliseconds; GEMM m, n, k as the (m × k) @ (k × n) problem;
+attention `num_heads`/`num_key_value_heads` per GPU, context rows a whole prompt of `isl` tokens (no cached
+prefix), generation rows one query token per request over `isl + step` cached tokens; all-reduce
+`message_size` in elements (bf16/half: 2 bytes each; the packaged collection notes say so, and NCCL's int8
+rows of 2N elements take the time of half rows of N).
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ LICENSE = "Apache-2.0"
 ATTRIBUTION = (
     "Kernel times from NVIDIA's aiconfigurator-core performance database "
     "(https://github.com/ai-dynamo/aiconfigurator, Copyright (c) 2025-2026 NVIDIA CORPORATION & AFFILIATES, "
-    "licensed under the Apache License 2.0, https://www.apache.org/licenses/LICENSE-2.0). simserve interpolated "
-    "them onto its profile grid; the values in this profile are derived from, not identical to, the package's tables."
+    "licensed under the Apache License 2.0, https://www.apache.org/licenses/LICENSE-2.0). simserve "
+    "interpolated them onto its profile grid; the values in this profile are derived from, not identical "
+    "to, the package's tables."
 )
 
-# The catalog's GPU (simserve/catalog/hardware.py) → the package's system name. Systems the package describes but
-# holds no tables for (a100_pcie, a30, h100_pcie, l4 in 0.12.0) are listed too: `simserve list gpus` says so.
+# The catalog's GPU (simserve/catalog/hardware.py) → the package's system name. Systems the package describes
+# but holds no tables for (a100_pcie, a30, h100_pcie, l4 in 0.12.0) are listed too: `simserve list gpus` says
+# so.
 SYSTEMS = {
     "A100-80GB": "a100_sxm",
     "A100-PCIe": "a100_pcie",
@@ -50,9 +52,10 @@ SYSTEMS = {
     "L40S": "l40s",
     "RTX-P6000": "rtx_pro_6000_server",
 }
-# The box each system's collectives were measured in (its systems/<name>.yaml `node`: 8 GPUs on NVSwitch for the SXM
-# parts, a 4-GPU tray of an NVL72 rack for GB200/GB300, a PCIe server for L40S and RTX Pro 6000). Measured
-# all-reduce rows describe that box only: a profile for another box (e.g. A100 NVLink pairs) models its own.
+# The box each system's collectives were measured in (its systems/<name>.yaml `node`: 8 GPUs on NVSwitch for
+# the SXM parts, a 4-GPU tray of an NVL72 rack for GB200/GB300, a PCIe server for L40S and RTX Pro 6000).
+# Measured all-reduce rows describe that box only: a profile for another box (e.g. A100 NVLink pairs) models
+# its own.
 BOXES = {
     "a100_sxm": "dgx-a100",
     "h100_sxm": "dgx-h100",
@@ -144,7 +147,8 @@ def system_spec(system: str) -> dict:
 
 
 def default_version(system: str, engine: str) -> str:
-    """The release the package itself queries by default (its query_versions.yaml `current`), else the newest."""
+    """The release the package itself queries by default (its query_versions.yaml `current`), else the
+    newest."""
     import yaml
 
     have = engines(system).get(engine, ())
@@ -180,11 +184,23 @@ class Database:
         return df
 
     def attention(self, phase: str):
-        name = {"prefill": "context_attention_perf.parquet", "decode": "generation_attention_perf.parquet"}[phase]
+        name = {"prefill": "context_attention_perf.parquet", "decode": "generation_attention_perf.parquet"}[
+            phase
+        ]
         path = self.folder / "attention" / self.engine / self.version / name
-        cols = ["kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
-                "kv_cache_dtype", "step", "latency"]  # fmt: skip
-        # older collections (a100_sxm vllm 0.14.0) predate sliding-window rows: all their rows are full attention
+        cols = [
+            "kernel_source",
+            "batch_size",
+            "isl",
+            "num_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "kv_cache_dtype",
+            "step",
+            "latency",
+        ]
+        # older collections (a100_sxm vllm 0.14.0) predate sliding-window rows: all their rows are full
+        # attention
         return read_table(path, cols, optional={"window_size": 0})
 
     def nccl(self) -> tuple[str, object]:
@@ -193,13 +209,16 @@ class Database:
         path = self.folder / "comm" / "nccl" / version / "nccl_perf.parquet"
         if not version or not path.exists():
             have = _versions(self.folder / "comm" / "nccl", "nccl_perf.parquet")
-            raise SimserveError(f"{path}: missing; the {self.system} NCCL tables are {', '.join(have) or 'none'}")
+            raise SimserveError(
+                f"{path}: missing; the {self.system} NCCL tables are {', '.join(have) or 'none'}"
+            )
         df = read_table(path, ["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"])
         return version, df[(df["op_name"] == "all_reduce") & (df["nccl_dtype"] == "half")]
 
     def custom_allreduce(self) -> tuple[str, object] | None:
-        """(release, rows) of the engine's own all-reduce: this release's table, else the newest earlier one (the
-        package fills comm tables from earlier releases of the same engine the same way); None when there is none."""
+        """(release, rows) of the engine's own all-reduce: this release's table, else the newest earlier one
+        (the package fills comm tables from earlier releases of the same engine the same way); None when there
+        is none."""
         have = _versions(self.folder / "comm" / self.engine, "custom_allreduce_perf.parquet")
         usable = [v for v in have if version_key(v) <= version_key(self.version)]
         if not usable:

@@ -1,19 +1,22 @@
-"""Attention times from the measured tables, for the deployment's heads per GPU, chunks, prefixes and contexts.
+"""Attention times from the measured tables, for the deployment's heads per GPU, chunks, prefixes and
+contexts.
 
-The package measures attention at fixed (q heads, kv heads, head dim) per GPU. A deployment's heads map onto them
-in one of three ways, best first:
+The package measures attention at fixed (q heads, kv heads, head dim) per GPU. A deployment's heads map onto
+them in one of three ways, best first:
   1. the same heads: measured (or interpolated between measured batch sizes and lengths);
-  2. heads folded into the batch (DERIVED): (b, H, Hkv) does exactly the work of (b·f, H/f, Hkv/f) — each kv head
-     and its H/Hkv query heads are independent units of work, and the kernels spread them over CTAs as they spread
-     requests — so Llama-2-7B's 32 kv heads (MHA) read the measured 8-kv-head rows at 4× the batch;
-  3. linear interpolation between the two nearest measured query-head counts at the same kv heads (compute grows
-     linearly in query heads); beyond them, in proportion (EXTRAPOLATED).
+  2. heads folded into the batch (DERIVED): (b, H, Hkv) does exactly the work of (b·f, H/f, Hkv/f) — each kv
+     head and its H/Hkv query heads are independent units of work, and the kernels spread them over CTAs as
+     they spread requests — so Llama-2-7B's 32 kv heads (MHA) read the measured 8-kv-head rows at 4× the
+     batch;
+  3. linear interpolation between the two nearest measured query-head counts at the same kv heads (compute
+     grows linearly in query heads); beyond them, in proportion (EXTRAPOLATED).
 
-Context (prefill) rows hold whole prompts only (no cached prefix). A chunk of c new tokens over p cached ones costs
-its own causal triangle plus a c × p rectangle of scores. The rectangle comes from the same table: a 2c prompt is two
-c triangles plus one c × c rectangle, and a batch of two c prompts is the two triangles with the same number of
-query tiles, so rect(c) = T(1, 2c) − T(2, c), and c × p costs rect(c)·p/c (DERIVED). It cannot be cheaper than
-reading the prefix's KV once, which a decode step of one request over p + c tokens measures: that is the floor.
+Context (prefill) rows hold whole prompts only (no cached prefix). A chunk of c new tokens over p cached ones
+costs its own causal triangle plus a c × p rectangle of scores. The rectangle comes from the same table: a 2c
+prompt is two c triangles plus one c × c rectangle, and a batch of two c prompts is the two triangles with the
+same number of query tiles, so rect(c) = T(1, 2c) − T(2, c), and c × p costs rect(c)·p/c (DERIVED). It cannot
+be cheaper than reading the prefix's KV once, which a decode step of one request over p + c tokens measures:
+that is the floor.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from simserve.profiling.measured_grid import (
 
 
 def _combine(xs: list[float], vals: list[np.ndarray], x: float, kinds: list[np.ndarray], grid) -> tuple:
-    """Interpolate per-point series `vals` (one per xs) at x, log-log; kinds: the worst of the inputs and of x."""
+    """Interpolate per-point series `vals` (one per xs) at x, log-log; kinds: the worst of the inputs and of
+    x."""
     kind = np.maximum.reduce([np.asarray(k) for k in kinds])
     kind = np.maximum(kind, point_kind(grid, x))
     if len(xs) == 1:
@@ -68,7 +72,8 @@ class HeadTable:
 
     def prime(self, batches: np.ndarray) -> None:
         """Interpolate along batch at every grid length for all of `batches` in one call each, rather than one
-        call per (length, batch) in `time`: loglog is elementwise in its query points, so the values are the same."""
+        call per (length, batch) in `time`: loglog is elementwise in its query points, so the values are the
+        same."""
         for x in self._grid.tolist():
             try:
                 values, kinds = loglog(*self._group(x), batches)
@@ -91,8 +96,8 @@ class HeadTable:
                 vals.append(v)
                 kinds.append(k)
             return _combine(xs, vals, batch, kinds, self._grid)
-        # decode: per measured length, along batch (each grid length once per batch); then across lengths, every
-        # requested length at once: the same arithmetic as _combine's, elementwise
+        # decode: per measured length, along batch (each grid length once per batch); then across lengths,
+        # every requested length at once: the same arithmetic as _combine's, elementwise
         grid = np.unique(np.asarray(self._grid, dtype=float))
         i = np.searchsorted(grid, lengths)
         exact = (i < len(grid)) & (grid[np.minimum(i, len(grid) - 1)] == lengths)
@@ -113,8 +118,9 @@ class HeadTable:
             slope = np.log(v1 / v0) / np.log(x1 / x0)
             slope = np.where((x0 < lengths) & (lengths < x1), slope, np.clip(slope, 0.0, 2.0))
             out = np.where(pair, v0 * np.exp(slope * np.log(lengths / x0)), v0)
-        where = np.where(exact, MEASURED, np.where((grid[0] < lengths) & (lengths < grid[-1]), INTERPOLATED,
-                                                   EXTRAPOLATED))  # point_kind, elementwise
+        where = np.where(
+            exact, MEASURED, np.where((grid[0] < lengths) & (lengths < grid[-1]), INTERPOLATED, EXTRAPOLATED)
+        )  # point_kind, elementwise
         return out, np.maximum(np.maximum(kg[i0], kg[i1]), where)
 
 
@@ -123,7 +129,9 @@ class HeadResolver:
 
     def __init__(self, df: pd.DataFrame, q_heads: int, kv_heads: int, length_first: bool, where: str):
         self.df, self.length_first, self.where = df, length_first, where
-        shapes = set(map(tuple, df[["num_heads", "num_key_value_heads"]].drop_duplicates().to_numpy().tolist()))
+        shapes = set(
+            map(tuple, df[["num_heads", "num_key_value_heads"]].drop_duplicates().to_numpy().tolist())
+        )
         self.fold, self.kind = 1, 0
         folds = [f for f in range(1, kv_heads + 1) if q_heads % f == 0 and kv_heads % f == 0]
         exact = [f for f in folds if (q_heads // f, kv_heads // f) in shapes]
@@ -132,6 +140,7 @@ class HeadResolver:
             self.heads = [q_heads // self.fold]
             self.kind = DERIVED if self.fold > 1 else 0
         else:
+
             def inside(f: int) -> bool:  # measured query-head counts on both sides at this fold's kv heads
                 hs = [h for h, kv in shapes if kv == kv_heads // f]
                 return bool(hs) and min(hs) < q_heads / f < max(hs)
@@ -140,8 +149,10 @@ class HeadResolver:
             f = next((f for f in usable if inside(f)), usable[0] if usable else None)
             if f is None:
                 have = ", ".join(f"{h}/{kv}" for h, kv in sorted(shapes))
-                raise SimserveError(f"{where}: no rows for {kv_heads} kv heads per GPU or a divisor of it; "
-                                    f"measured q/kv heads: {have}; use --backend roofline")  # fmt: skip
+                raise SimserveError(
+                    f"{where}: no rows for {kv_heads} kv heads per GPU or a divisor of it; "
+                    f"measured q/kv heads: {have}; use --backend roofline"
+                )
             self.fold = f
             hs = sorted(h for h, kv in shapes if kv == kv_heads // f)
             self.heads = bracket(hs, q_heads / f)
@@ -175,8 +186,10 @@ class HeadResolver:
 def _rows(df: pd.DataFrame, head_dim: int, kv_dtype: str, phase: str, where: str) -> tuple[pd.DataFrame, str]:
     sel = df[(df["head_dim"] == head_dim) & (df["kv_cache_dtype"] == kv_dtype) & (df["window_size"] == 0)]
     if sel.empty:
-        raise SimserveError(f"{where}: no {phase} rows for head dim {head_dim} with a {kv_dtype} KV cache; "
-                            f"measured head dims: {sorted(df['head_dim'].unique().tolist())}")  # fmt: skip
+        raise SimserveError(
+            f"{where}: no {phase} rows for head dim {head_dim} with a {kv_dtype} KV cache; "
+            f"measured head dims: {sorted(df['head_dim'].unique().tolist())}"
+        )
     # The kernel the package measured most for this shape: the engine's default path on this GPU.
     counts = sel.groupby("kernel_source").size()
     kernel = str(sorted(counts.index, key=lambda k: (-counts[k], k))[0])
@@ -189,10 +202,19 @@ def _rows(df: pd.DataFrame, head_dim: int, kv_dtype: str, phase: str, where: str
 class Attention:
     """Measured prefill and decode attention for one head shape per GPU."""
 
-    def __init__(self, prefill: pd.DataFrame, decode: pd.DataFrame, q_heads: int, kv_heads: int, head_dim: int,
-                 kv_dtype: str, where: str, selected: dict | None = None):  # fmt: skip
-        # `selected`: the rows _rows chose, kept by the caller across deployments of one profile (every TP degree
-        # reads the same head dim and KV dtype; only the heads per GPU differ)
+    def __init__(
+        self,
+        prefill: pd.DataFrame,
+        decode: pd.DataFrame,
+        q_heads: int,
+        kv_heads: int,
+        head_dim: int,
+        kv_dtype: str,
+        where: str,
+        selected: dict | None = None,
+    ):
+        # `selected`: the rows _rows chose, kept by the caller across deployments of one profile (every TP
+        # degree reads the same head dim and KV dtype; only the heads per GPU differ)
         selected = {} if selected is None else selected
         for phase, df in (("prefill", prefill), ("decode", decode)):
             if (phase, head_dim, kv_dtype) not in selected:

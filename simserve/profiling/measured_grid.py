@@ -1,16 +1,18 @@
-"""Reading a measured table between its grid points: log-log interpolation, and a count of how each value was got.
+"""Reading a measured table between its grid points: log-log interpolation, and a count of how each value was
+got.
 
 Kernel times are close to power laws of their sizes between neighbouring grid points (a GEMM's time grows
 linearly in the token count once compute-bound and is flat while weight-bound; attention grows linearly or
-quadratically in the context), so values are interpolated linearly in (log size, log time): exact for any local
-power law, and it never invents a step the table does not show. Where the table measured both sides of a tile
-boundary (the package measures m = 256 and 257, 512 and 513, …), both points are kept, so the step survives.
-Beyond the grid, the end segment's log-log slope continues (clamped to [0, 2]: nothing in a kernel grows faster
-than quadratically in one size, nor gets faster with more work), and the value is counted as extrapolated.
+quadratically in the context), so values are interpolated linearly in (log size, log time): exact for any
+local power law, and it never invents a step the table does not show. Where the table measured both sides of a
+tile boundary (the package measures m = 256 and 257, 512 and 513, …), both points are kept, so the step
+survives. Beyond the grid, the end segment's log-log slope continues (clamped to [0, 2]: nothing in a kernel
+grows faster than quadratically in one size, nor gets faster with more work), and the value is counted as
+extrapolated.
 
-Every value comes with a kind: MEASURED (on the grid), INTERPOLATED, EXTRAPOLATED; callers add DERIVED (a measured
-value put through a stated identity, e.g. attention heads folded into the batch) and MODELLED (no table: the
-analytic model). A row's kind is the worst of its inputs'.
+Every value comes with a kind: MEASURED (on the grid), INTERPOLATED, EXTRAPOLATED; callers add DERIVED (a
+measured value put through a stated identity, e.g. attention heads folded into the batch) and MODELLED (no
+table: the analytic model). A row's kind is the worst of its inputs'.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def loglog(xs, ys, x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bracket(grid, value: float) -> list[float]:
-    """The grid points that interpolating at `value` needs: itself, its two neighbours, or the two end points."""
+    """The grid points that interpolating at `value` needs: itself, its two neighbours, or the two end
+    points."""
     grid = np.unique(np.asarray(grid, dtype=float))
     if value in grid:
         return [float(value)]

@@ -1,4 +1,5 @@
-"""Adding TP degrees to an existing profile: `simserve profile --tp 8` keeps the TP 1, 2, 4 rows already there.
+"""Adding TP degrees to an existing profile: `simserve profile --tp 8` keeps the TP 1, 2, 4 rows already
+there.
 
 Rows are only merged between runs that measure the same thing the same way (same backend, same grid, same
 analytic constants); a profile made another way is replaced only with --force, never silently mixed.
@@ -24,10 +25,17 @@ KEYS = {
 
 def _recipe(provenance: dict) -> dict:
     dep = {k: v for k, v in provenance.get("deployment", {}).items() if k not in PER_RUN}
-    # a measured profile's rows mix only with rows from the same package release, GPU tables, engine release, dtype
-    source = {k: v for k, v in (provenance.get("measured") or {}).items() if k not in ("attribution", "license")}
-    return {"backend": provenance.get("backend"), "deployment": dep, "constants": provenance.get("constants"),
-            **({"measured": source} if source else {})}  # fmt: skip
+    # a measured profile's rows mix only with rows from the same package release, GPU tables, engine release,
+    # dtype
+    source = {
+        k: v for k, v in (provenance.get("measured") or {}).items() if k not in ("attribution", "license")
+    }
+    return {
+        "backend": provenance.get("backend"),
+        "deployment": dep,
+        "constants": provenance.get("constants"),
+        **({"measured": source} if source else {}),
+    }
 
 
 def merge_profile(old: Profile, tables: dict[str, pd.DataFrame], provenance: dict) -> tuple[dict, dict]:

@@ -1,21 +1,23 @@
-"""Roofline attention for today's FlashAttention kernels, calibrated per compute capability on NVIDIA's measured tables.
+"""Roofline attention for today's FlashAttention kernels, calibrated per compute capability on NVIDIA's
+measured tables.
 
 Prefill (FlashAttention 2/3, FlashInfer's TRT-LLM kernels): the query rows of a chunk are cut into tiles of
 `tile_rows`; each tile walks the key tiles it can see — causal, so query tile i of a chunk over a prefix of p
 tokens sees p + min(chunk, (i + 1) · tile_rows) keys, and the fully masked key tiles are skipped (the legacy
-kernel of roofline.prefill_attention_ms computed the whole rectangle: 1.5-2.5x too slow against these kernels).
-The query heads that share a KV head are packed into one tile's rows (pack-GQA), so a short chunk still fills a
-tile. Each key tile costs its tensor-core work at `prefill_compute_eff` of the SM's share of peak, and each query
-tile a fixed `prefill_tile_us` (load Q, start the pipeline, finish the online softmax, write O: latency that a
-tile with few key tiles cannot hide). The tiles run in waves on the SMs, and no kernel ends before its longest
-tile (the last query tile of the longest chunk sees every key). Memory: Q, K, V and O once.
+kernel of roofline.prefill_attention_ms computed the whole rectangle: 1.5-2.5x too slow against these
+kernels). The query heads that share a KV head are packed into one tile's rows (pack-GQA), so a short chunk
+still fills a tile. Each key tile costs its tensor-core work at `prefill_compute_eff` of the SM's share of
+peak, and each query tile a fixed `prefill_tile_us` (load Q, start the pipeline, finish the online softmax,
+write O: latency that a tile with few key tiles cannot hide). The tiles run in waves on the SMs, and no kernel
+ends before its longest tile (the last query tile of the longest chunk sees every key). Memory: Q, K, V and O
+once.
 
 Decode (split-KV paged attention, FlashDecoding): memory-bound, as roofline.decode_attention_ms, with each
 compute capability's own minimum duration, achieved bandwidth and occupancy half-point.
 
 Constants per compute capability come from `python benchmarks/validate_kernels.py --calibrate`
-(arch_calibration.fit_attention): fitted on the database's head dim 128, power-of-two query-head rows of one GPU
-per capability; every other head count and head dim, the H200, GB200 and GB300 are out-of-sample
+(arch_calibration.fit_attention): fitted on the database's head dim 128, power-of-two query-head rows of one
+GPU per capability; every other head count and head dim, the H200, GB200 and GB300 are out-of-sample
 (docs/kernel-validation.md).
 """
 
@@ -44,9 +46,11 @@ class AttentionConstants:
 
 
 # Fitted by arch_calibration.fit_attention on the database's in-sample rows (docs/kernel-validation.md has the
-# refitted values beside these and the errors). sm86 (A40) runs sm80's FlashAttention-2 and has no table: sm80's.
+# refitted values beside these and the errors). sm86 (A40) runs sm80's FlashAttention-2 and has no table:
+# sm80's.
 ARCH_ATTENTION: dict[int, AttentionConstants] = {
-    # (kernel, prefill: min µs, compute fraction, µs per query tile; decode: min µs, bandwidth fraction, n½ per SM)
+    # (kernel, prefill: min µs, compute fraction, µs per query tile; decode: min µs, bandwidth fraction, n½
+    # per SM)
     80: AttentionConstants("vllm_flash_attn (FA2)", 1.2, 0.58, 6.4, 16.9, 0.71, 0.156),
     89: AttentionConstants("vllm_flash_attn_fa2", 1.3, 0.52, 0.74, 8.8, 0.87, 0.032),
     90: AttentionConstants("vllm_flash_attn_fa3", 7.9, 0.65, 4.7, 12.0, 0.89, 0.054),
@@ -58,7 +62,8 @@ ARCH_ATTENTION[86] = ARCH_ATTENTION[80]
 
 
 def attention_for(gpu: GPUSpec) -> AttentionConstants:
-    """The attention constants of `gpu`'s compute capability (the nearest calibrated one of its architecture)."""
+    """The attention constants of `gpu`'s compute capability (the nearest calibrated one of its
+    architecture)."""
     cc = gpu.compute_capability
     if cc in ARCH_ATTENTION:
         return ARCH_ATTENTION[cc]
@@ -67,8 +72,11 @@ def attention_for(gpu: GPUSpec) -> AttentionConstants:
 
 
 def visible_key_tiles(chunk, prefix, tile_rows: float, tile_cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """(key tiles summed over a chunk's query tiles, key tiles of its last query tile) under the causal mask."""
-    ch, pre = np.broadcast_arrays(np.maximum(np.asarray(chunk, dtype=float), 1), np.asarray(prefix, dtype=float))
+    """(key tiles summed over a chunk's query tiles, key tiles of its last query tile) under the causal
+    mask."""
+    ch, pre = np.broadcast_arrays(
+        np.maximum(np.asarray(chunk, dtype=float), 1), np.asarray(prefix, dtype=float)
+    )
     n_tiles = np.ceil(ch / tile_rows)
     i = np.arange(int(n_tiles.max(initial=1)))
     keys = pre[..., None] + np.minimum(ch[..., None], (i + 1) * tile_rows)
@@ -77,9 +85,17 @@ def visible_key_tiles(chunk, prefix, tile_rows: float, tile_cols: int) -> tuple[
 
 
 def prefill_ms(
-    gpu: GPUSpec, q_heads: int, kv_heads: int, head_dim: int, chunk, prefix, dtype_bytes: int = 2,
-    window: int | None = None, c: AttentionConstants | None = None, batch=1,
-) -> np.ndarray:  # fmt: skip
+    gpu: GPUSpec,
+    q_heads: int,
+    kv_heads: int,
+    head_dim: int,
+    chunk,
+    prefix,
+    dtype_bytes: int = 2,
+    window: int | None = None,
+    c: AttentionConstants | None = None,
+    batch=1,
+) -> np.ndarray:
     """`batch` requests' chunks of `chunk` new tokens over `prefix` cached ones, in one kernel, in ms."""
     c = c or attention_for(gpu)
     ch = np.maximum(np.asarray(chunk, dtype=float), 1)
@@ -102,9 +118,16 @@ def prefill_ms(
 
 
 def decode_ms(
-    gpu: GPUSpec, q_heads: int, kv_heads: int, head_dim: int, batch, kv_len, dtype_bytes: int = 2,
-    window: int | None = None, c: AttentionConstants | None = None,
-) -> np.ndarray:  # fmt: skip
+    gpu: GPUSpec,
+    q_heads: int,
+    kv_heads: int,
+    head_dim: int,
+    batch,
+    kv_len,
+    dtype_bytes: int = 2,
+    window: int | None = None,
+    c: AttentionConstants | None = None,
+) -> np.ndarray:
     """`batch` sequences each attending with one query token to `kv_len` cached tokens, in ms."""
     c = c or attention_for(gpu)
     b = np.asarray(batch, dtype=float)
@@ -122,4 +145,3 @@ def decode_ms(
 
 def provenance(gpu: GPUSpec) -> dict:
     return dataclasses.asdict(attention_for(gpu))
-

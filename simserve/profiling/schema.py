@@ -7,10 +7,11 @@ profiles/<gpu>/<model>/
     collectives.csv   op, link, num_workers, size_bytes, time_ms          (all_reduce, send_recv)
     provenance.json   backend, device, versions, date, command, ...
 
-Times are milliseconds for ONE layer on ONE GPU (one call of the op). Attention rows: `prefill` is one request's
-chunk of `chunk` new tokens attending to `kv_len` tokens already cached before it (batch_size 1; kv_len 0 is a
-full prefill); `decode` is `batch_size` requests each attending to `kv_len` cached tokens (chunk 1).
-Collective rows: `link` is the node (e.g. a100-pairwise-nvlink) or network (ethernet-100g) the bytes cross.
+Times are milliseconds for ONE layer on ONE GPU (one call of the op). Attention rows: `prefill` is one
+request's chunk of `chunk` new tokens attending to `kv_len` tokens already cached before it (batch_size 1;
+kv_len 0 is a full prefill); `decode` is `batch_size` requests each attending to `kv_len` cached tokens (chunk
+1). Collective rows: `link` is the node (e.g. a100-pairwise-nvlink) or network (ethernet-100g) the bytes
+cross.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ TABLES: dict[str, list[str]] = {
 PROVENANCE = "provenance.json"
 SHIPPED_PROFILES = shipped_dir("profiles")  # the repository's profiles/ (or the wheel's copy)
 
-if TYPE_CHECKING:  # pandas is imported where a table is read: hashing a profile (the warm run path) needs none
+# pandas is imported where a table is read: hashing a profile (the warm run path) needs none
+if TYPE_CHECKING:
     import pandas as pd
 
 
@@ -120,7 +122,9 @@ def validate_table(df: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
         df[col] = values.astype("int64") if col != "time_ms" and (values % 1 == 0).all() else values
     if not (df["time_ms"] > 0).any():
         # A predictor fitted on zeros would simulate infinitely fast serving: a broken profiler run, not data.
-        raise SimserveError(f"{where}: every time_ms is 0; re-run the profiler (`simserve profile`) for this table")
+        raise SimserveError(
+            f"{where}: every time_ms is 0; re-run the profiler (`simserve profile`) for this table"
+        )
     return df
 
 
@@ -130,7 +134,8 @@ def read_profile(path: str | Path) -> Profile:
     path = Path(path)
     if not path.is_dir():
         raise SimserveError(
-            f"profile directory {path} does not exist; create it with `simserve profile --gpu GPU --model MODEL`"
+            f"profile directory {path} does not exist; create it with `simserve profile --gpu GPU --model "
+            "MODEL`"
         )
     tables = {}
     for table in TABLES:
@@ -149,7 +154,8 @@ def read_profile(path: str | Path) -> Profile:
         for col in df.columns:  # extra columns (a backend's own, e.g. time_min_ms): numbers where all are
             if col not in TABLES[table] and col not in LABELS:
                 try:  # NOTE: what parse_floats does, stopping at the first cell that is not a number (a text
-                    # column such as `kernel`: NaN cell by cell, 28,000 exceptions, was 0.1 s a generated profile)
+                    # column such as `kernel`: NaN cell by cell, 28,000 exceptions, was 0.1 s a generated
+                    # profile)
                     values = np.array(list(map(float, df[col].tolist())), dtype=np.float64)
                 except (TypeError, ValueError):
                     continue
@@ -191,8 +197,8 @@ FLOAT_FORMAT = "%.6g"
 def write_csv(df: pd.DataFrame, f: Path) -> None:
     """df.to_csv(f, index=False, float_format=FLOAT_FORMAT), byte for byte, for the columns profiles hold
     (integers, floats, text; any other column: pandas' own writer). pandas formats each value in Python and
-    hands the rows to the csv module, as this does; without its per-block machinery, a plan's generated profile
-    (~28,000 rows) is written in a quarter of the time (docs/planner.md, Speed)."""
+    hands the rows to the csv module, as this does; without its per-block machinery, a plan's generated
+    profile (~28,000 rows) is written in a quarter of the time (docs/planner.md, Speed)."""
     import csv
     import os
 
@@ -214,7 +220,14 @@ def write_csv(df: pd.DataFrame, f: Path) -> None:
 
 
 def profiled_deployments(
-    model, gpu, tps: list[int], node, network, max_model_len: int, dtype: str = "bf16", kv_dtype: str = "bf16",
+    model,
+    gpu,
+    tps: list[int],
+    node,
+    network,
+    max_model_len: int,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
     moe_skew: float = 0.0,
 ) -> list:
     """The deployments one profile run covers (one per TP degree), checked the same way for every backend.
@@ -227,7 +240,15 @@ def profiled_deployments(
         raise SimserveError("no TP degrees to profile; pass --tp, e.g. --tp 1,2,4")
     deps = [
         Deployment.create(
-            model, gpu, tp, 1, node, network, max_model_len=max_model_len, dtype=dtype, kv_dtype=kv_dtype,
+            model,
+            gpu,
+            tp,
+            1,
+            node,
+            network,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
             moe_skew=moe_skew,
         )
         for tp in sorted(set(tps))

@@ -1,16 +1,17 @@
 """The torch profiling backend: the real kernels of one layer, timed on the GPU the profile is labelled with.
 
-Each op of `simserve/ops.py` runs at its per-GPU shard shape for every TP degree: bf16 GEMMs (`F.linear`, as vLLM
-calls them), RMSNorm/LayerNorm, neox rotary, SiLU·mul or GELU, the residual add, and attention through flash-attn
-when it is importable (what vLLM runs) or `scaled_dot_product_attention` otherwise. Times are CUDA-event medians of
-`repeats` calls after `warmup` calls. The GPU is first given a `torch.cuda._sleep` spin so that all timed calls are
-queued before it reaches them: the events then bracket kernel time only, not CPU launch gaps (the convention of the
-reference measurements), and each call starts with L2 flushed, as weights are in a real forward pass.
+Each op of `simserve/ops.py` runs at its per-GPU shard shape for every TP degree: bf16 GEMMs (`F.linear`, as
+vLLM calls them), RMSNorm/LayerNorm, neox rotary, SiLU·mul or GELU, the residual add, and attention through
+flash-attn when it is importable (what vLLM runs) or `scaled_dot_product_attention` otherwise. Times are
+CUDA-event medians of `repeats` calls after `warmup` calls. The GPU is first given a `torch.cuda._sleep` spin
+so that all timed calls are queued before it reaches them: the events then bracket kernel time only, not CPU
+launch gaps (the convention of the reference measurements), and each call starts with L2 flushed, as weights
+are in a real forward pass.
 
-Without a GPU it runs the same code on the CPU with `time.perf_counter`, only in quick mode and labelled as the CPU:
-its numbers exercise the code path and never stand in for the GPU asked for. Collectives are measured over NCCL
-when several GPUs are visible; what cannot be measured here comes from the NCCL model of `collectives.py`,
-marked `method=analytic` row by row and in the provenance.
+Without a GPU it runs the same code on the CPU with `time.perf_counter`, only in quick mode and labelled as
+the CPU: its numbers exercise the code path and never stand in for the GPU asked for. Collectives are measured
+over NCCL when several GPUs are visible; what cannot be measured here comes from the NCCL model of
+`collectives.py`, marked `method=analytic` row by row and in the provenance.
 """
 
 from __future__ import annotations
@@ -39,9 +40,16 @@ from simserve.profiling.torch_timing import QUICK_REPEATS, QUICK_WARMUP, REPEATS
 
 # The names callers and tests import from here; the code lives in the torch_* modules.
 __all__ = [
-    "QUICK_GRID", "Attention", "Timer", "check_device", "device_matches", "import_torch", "measure_collectives",
-    "profile", "summarize",
-]  # fmt: skip
+    "QUICK_GRID",
+    "Attention",
+    "Timer",
+    "check_device",
+    "device_matches",
+    "import_torch",
+    "measure_collectives",
+    "profile",
+    "summarize",
+]
 
 QUICK_GRID = {
     "tokens": [1, 16, 64, 65],
@@ -53,12 +61,17 @@ QUICK_GRID = {
 
 
 def _grid(max_model_len: int, max_tokens: int, quick: bool) -> dict[str, list[int]]:
-    """The shared sampling grid (`grid.py`), or a few small points in quick mode, within the requested limits."""
+    """The shared sampling grid (`grid.py`), or a few small points in quick mode, within the requested
+    limits."""
     max_chunk = min(max_tokens, max_model_len)
     if not quick:
-        return {"tokens": grid.token_counts(max_tokens), "batches": grid.decode_batch_sizes(),
-                "kv": grid.kv_lengths(max_model_len), "chunks": grid.prefill_chunks(max_chunk),
-                "prefixes": grid.prefill_prefixes(max_model_len)}  # fmt: skip
+        return {
+            "tokens": grid.token_counts(max_tokens),
+            "batches": grid.decode_batch_sizes(),
+            "kv": grid.kv_lengths(max_model_len),
+            "chunks": grid.prefill_chunks(max_chunk),
+            "prefixes": grid.prefill_prefixes(max_model_len),
+        }
     limits = {
         "tokens": max_tokens,
         "batches": 256,
@@ -107,8 +120,12 @@ def profile(
     finally:
         torch.set_num_threads(threads)
     collectives, coll_note = collective_rows(torch, device, gpu, node, network, tps, quick, warmup, repeats)
-    tables = {"linear": pd.DataFrame(linear), "elementwise": pd.DataFrame(elementwise),
-              "attention": pd.DataFrame(attention), "collectives": collectives}  # fmt: skip
+    tables = {
+        "linear": pd.DataFrame(linear),
+        "elementwise": pd.DataFrame(elementwise),
+        "attention": pd.DataFrame(attention),
+        "collectives": collectives,
+    }
     cuda = device.type == "cuda"
     provenance = {
         "backend": "torch",
@@ -124,8 +141,8 @@ def profile(
         "dtype": str(dtype).removeprefix("torch."),
         "cpu_threads": None if cuda else 1,
         "attention_backend": backend,
-        "timer": "CUDA events around calls queued behind a GPU spin (kernel time, no launch gaps), L2 flushed "
-        "before each call"
+        "timer": "CUDA events around calls queued behind a GPU spin (kernel time, no launch gaps), L2 "
+        "flushed before each call"
         if cuda
         else "time.perf_counter around each call (CPU wall clock)",
         "warmup": warmup,
@@ -137,7 +154,7 @@ def profile(
         "grid_sizes": {k: len(v) for k, v in g.items()},
         "attention_points_skipped_for_memory": skipped,
         "collectives": coll_note,
-        "notes": "rotary runs as eager torch ops (several kernels; vLLM fuses it into one), so it reads slower "
-        "than a serving engine's; SwiGLU is silu + mul (two kernels, vLLM fuses them)",
+        "notes": "rotary runs as eager torch ops (several kernels; vLLM fuses it into one), so it reads "
+        "slower than a serving engine's; SwiGLU is silu + mul (two kernels, vLLM fuses them)",
     }
     return tables, provenance

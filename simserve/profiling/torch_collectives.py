@@ -1,4 +1,5 @@
-"""Collectives for the torch backend: all_reduce and send/recv timed in spawned processes (NCCL, or gloo on the CPU).
+"""Collectives for the torch backend: all_reduce and send/recv timed in spawned processes (NCCL, or gloo on
+the CPU).
 
 What this machine cannot measure (more GPUs than visible, other nodes) comes from the NCCL model of
 `collectives.py`, marked `method=analytic` row by row.
@@ -37,9 +38,16 @@ def measure_collectives(
 
 
 def _collective_worker(
-    rank: int, world: int, init: str, workers: list[int], sizes: list[int], device_type: str, warmup: int,
-    repeats: int, out: str,
-) -> None:  # fmt: skip
+    rank: int,
+    world: int,
+    init: str,
+    workers: list[int],
+    sizes: list[int],
+    device_type: str,
+    warmup: int,
+    repeats: int,
+    out: str,
+) -> None:
     torch = import_torch()
     dist, cuda = torch.distributed, device_type == "cuda"
     if cuda:
@@ -92,10 +100,18 @@ def _collective_worker(
 
 
 def collective_rows(
-    torch: Any, device: Any, gpu: GPUSpec, node: NodeSpec, network: NetworkSpec | None, tps: list[int], quick: bool,
-    warmup: int, repeats: int,
-) -> tuple[pd.DataFrame, str]:  # fmt: skip
-    """Measured NCCL rows where this machine can measure them; the NCCL model's rows (nccl.py), marked, elsewhere."""
+    torch: Any,
+    device: Any,
+    gpu: GPUSpec,
+    node: NodeSpec,
+    network: NetworkSpec | None,
+    tps: list[int],
+    quick: bool,
+    warmup: int,
+    repeats: int,
+) -> tuple[pd.DataFrame, str]:
+    """Measured NCCL rows where this machine can measure them; the NCCL model's rows (nccl.py), marked,
+    elsewhere."""
     analytic = collectives_table(node, network, tps, quick).assign(method="analytic")
     count = torch.cuda.device_count() if device.type == "cuda" else 0
     if count < 2:
@@ -115,7 +131,8 @@ def collective_rows(
         [k not in keys for k in zip(analytic["op"], analytic["link"], analytic["num_workers"], strict=True)]
     ]
     note = (
-        f"measured over NCCL on {count} visible GPUs, taken to be a {node.name} box (all_reduce over the first n, "
-        f"send_recv GPU 0 -> 1); {len(rest)} rows it cannot measure (more GPUs, other nodes) are analytic"
+        f"measured over NCCL on {count} visible GPUs, taken to be a {node.name} box (all_reduce over the "
+        f"first n, send_recv GPU 0 -> 1); {len(rest)} rows it cannot measure (more GPUs, other nodes) are "
+        "analytic"
     )
     return pd.concat([measured, rest], ignore_index=True), note

@@ -1,4 +1,5 @@
-"""Which device the torch backend times on: the GPU the profile is labelled with, or the CPU in quick mode only."""
+"""Which device the torch backend times on: the GPU the profile is labelled with, or the CPU in quick mode
+only."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from simserve.catalog import GPUSpec
 from simserve.errors import SimserveError
 
-# torch.cuda.get_device_name() of each catalog GPU (NVIDIA driver names); user GPUs match their name or an alias.
+# torch.cuda.get_device_name() of each catalog GPU (NVIDIA driver names); user GPUs match their name or an
+# alias.
 DEVICE_NAMES = {
     "A100-80GB": r"nvidia a100[- ]sxm4?[- ]80gb",
     "A40-48GB": r"nvidia a40",
@@ -23,7 +25,8 @@ def import_torch() -> Any:
         import torch
     except ImportError:
         raise SimserveError(
-            "the torch backend needs PyTorch: pip install 'simserve[torch]' (or torch==2.13.0 for a CPU build)"
+            "the torch backend needs PyTorch: pip install 'simserve[torch]' (or torch==2.13.0 for a CPU "
+            "build)"
         ) from None
     return torch
 
@@ -58,8 +61,9 @@ def select_device(torch: Any, gpu: GPUSpec, quick: bool) -> tuple[Any, Any, str]
         return device, torch.bfloat16, name
     if not quick:
         raise SimserveError(
-            f"no CUDA GPU is visible, so the torch backend cannot measure {gpu.name}: run it on a {gpu.name}, "
-            f"use --backend roofline, or add --quick to exercise the code path on this CPU (labelled as the CPU)"
+            f"no CUDA GPU is visible, so the torch backend cannot measure {gpu.name}: run it on a "
+            f"{gpu.name}, use --backend roofline, or add --quick to exercise the code path on this CPU "
+            "(labelled as the CPU)"
         )
     cpu = platform.processor() or platform.machine() or "unknown"
     return (

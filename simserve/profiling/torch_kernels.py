@@ -1,4 +1,5 @@
-"""The kernels of one layer at their per-GPU shard shapes: GEMMs, elementwise ops and attention, as timed rows."""
+"""The kernels of one layer at their per-GPU shard shapes: GEMMs, elementwise ops and attention, as timed
+rows."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def elementwise_rows(torch: Any, dep: Deployment, tokens: list[int], timer: Time
         return F.layer_norm(h[:t], (m.hidden,), weight, bias, 1e-5)
 
     def rope(x: Any, t: int) -> Any:
-        """Neox-style rotary (Llama, Mistral) in eager torch: several kernels where vLLM runs one fused kernel."""
+        """Neox-style rotary (Llama, Mistral) in eager torch: several kernels where vLLM runs one fused
+        kernel."""
         half = s.head_dim // 2
         x1, x2 = x[:t, :, :half], x[:t, :, half:]
         c, sn = cos[:t], sin[:t]
@@ -67,8 +69,11 @@ def elementwise_rows(torch: Any, dep: Deployment, tokens: list[int], timer: Time
         "act": act,
         "residual_add": lambda t: torch.add(h[:t], res[:t], out=out[:t]),
     }
-    return [{"op": op, "tp": dep.tp, "num_tokens": t, **timer(lambda f=f, t=t: f(t))}
-            for op, f in fns.items() for t in tokens]  # fmt: skip
+    return [
+        {"op": op, "tp": dep.tp, "num_tokens": t, **timer(lambda f=f, t=t: f(t))}
+        for op, f in fns.items()
+        for t in tokens
+    ]
 
 
 class Attention:
@@ -115,7 +120,8 @@ class Attention:
         return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
     def decode(self, batch: int, kv_len: int, q: Any = None) -> Callable[[], Any]:
-        """`batch` requests, one new token each, over `kv_len` cached tokens; q is (batch, 1, heads, head_dim)."""
+        """`batch` requests, one new token each, over `kv_len` cached tokens; q is (batch, 1, heads,
+        head_dim)."""
         torch, F = self.torch, self.torch.nn.functional
         kv_len = min(kv_len, self.window) if self.window else kv_len
         q = torch.randn(batch, 1, self.hq, self.d, dtype=self.dtype, device=self.device) if q is None else q
@@ -124,9 +130,9 @@ class Attention:
             lens = torch.full((batch,), kv_len, dtype=torch.int32, device=self.device)
             return lambda: self.flash.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)
         k, v = self._kv(batch, kv_len, heads_first=True)
-        # One query token per request and no mask: the query heads sharing a kv head are folded into that head's
-        # query rows, (batch, kv heads, group, d), as decode kernels pack GQA; no head-expanding fallback path
-        # (SDPA's math backend copies K and V once per query head) can be picked.
+        # One query token per request and no mask: the query heads sharing a kv head are folded into that
+        # head's query rows, (batch, kv heads, group, d), as decode kernels pack GQA; no head-expanding
+        # fallback path (SDPA's math backend copies K and V once per query head) can be picked.
         q = q.reshape(batch, self.hkv, self.hq // self.hkv, self.d)
         return lambda: F.scaled_dot_product_attention(q, k, v).view(batch, self.hq, 1, self.d)
 
@@ -149,7 +155,8 @@ def _flash_attn(torch: Any, device: Any) -> Any:
 def attention_rows(
     attn: Attention, tp: int, g: dict[str, list[int]], timer: Timer, max_model_len: int
 ) -> tuple[list[dict], int]:
-    """Decode over batch × context and prefill over chunk × prefix; points whose KV does not fit are counted."""
+    """Decode over batch × context and prefill over chunk × prefix; points whose KV does not fit are
+    counted."""
     rows, skipped = [], 0
     for b in g["batches"]:
         for kv in g["kv"]:
@@ -171,8 +178,8 @@ def attention_rows(
 
 
 def _time_if_fits(attn: Attention, timer: Timer, b: int, n: int, call: Callable[[], Any]) -> dict | None:
-    """The point's times, or None when its KV exceeds the preallocated cache or its kernel's workspace does not
-    fit in what the GPU has left (the row is then absent and counted, never a partial profile)."""
+    """The point's times, or None when its KV exceeds the preallocated cache or its kernel's workspace does
+    not fit in what the GPU has left (the row is then absent and counted, never a partial profile)."""
     if not attn.fits(b, n):
         return None
     cuda = attn.torch.cuda

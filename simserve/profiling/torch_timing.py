@@ -44,8 +44,9 @@ class Timer:
         self.spin_up()
 
     def spin_up(self) -> None:
-        """Keep the device busy before the first timing: a GPU ramps its clocks up from idle; per-shape warm-up
-        calls are too short to do it. On the CPU a short spin absorbs first-call page faults and allocator growth."""
+        """Keep the device busy before the first timing: a GPU ramps its clocks up from idle; per-shape
+        warm-up calls are too short to do it. On the CPU a short spin absorbs first-call page faults and
+        allocator growth."""
         seconds = SPIN_UP_S if self.cuda else SPIN_UP_S / 5
         torch = self.torch
         x = torch.randn(512, 512, device=self.device)

@@ -40,7 +40,8 @@ def _stat_columns(rows: pd.DataFrame, op: str) -> dict[str, pd.Series]:
 
 
 def _keyed(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Index rows by their key plus an occurrence number, so repeated measurements of one key stay distinct."""
+    """Index rows by their key plus an occurrence number, so repeated measurements of one key stay
+    distinct."""
     rows = rows.assign(k=rows.groupby(keys).cumcount().to_numpy())
     return rows.set_index([*keys, "k"])
 
@@ -68,9 +69,14 @@ def mlp_frame(profile: Profile, model: ModelSpec, vidur_model: ModelSpec) -> pd.
         columns.update(_stat_columns(rows, vop))
     keys = index.to_frame(index=False)
     frame = pd.DataFrame({c: v.to_numpy() for c, v in columns.items()})
-    shape = {"n_head": model.num_heads, "n_kv_head": model.num_kv_heads, "n_embd": model.hidden,
-             "n_expanded_embd": model.ffn, "vocab_size": VIDUR_VOCAB.get(vidur_model.hf_id, vidur_model.vocab),
-             "use_gated_mlp": model.activation == "swiglu"}  # fmt: skip
+    shape = {
+        "n_head": model.num_heads,
+        "n_kv_head": model.num_kv_heads,
+        "n_embd": model.hidden,
+        "n_expanded_embd": model.ffn,
+        "vocab_size": VIDUR_VOCAB.get(vidur_model.hf_id, vidur_model.vocab),
+        "use_gated_mlp": model.activation == "swiglu",
+    }
     return frame.assign(**shape, num_tokens=keys["num_tokens"], num_tensor_parallel_workers=keys["tp"])
 
 
@@ -86,41 +92,73 @@ def attention_frame(profile: Profile, model: ModelSpec) -> pd.DataFrame:
     }
     for op, rows in phases.items():  # Vidur's column order
         for col, values in _stat_columns(att, op).items():
-            # reshapes are inside simserve's one attention time; the other phase's columns stay empty, as in Vidur
+            # reshapes are inside simserve's one attention time; the other phase's columns stay empty, as in
+            # Vidur
             frame[col] = 0.0 if rows is None else values.where(rows)
     prov = profile.provenance
     max_len = prov.get("max_model_len") or int((att["kv_len"] + att["chunk"] * prefill).max())
     backend = prov.get("attention_backend") or f"simserve-{prov.get('backend', 'unknown')}"
     return frame.assign(
-        n_embd=model.hidden, n_q_head=model.num_heads, n_kv_head=model.num_kv_heads, block_size=16,
-        num_tensor_parallel_workers=att["tp"], max_model_len=max_len, batch_size=att["batch_size"],
-        prefill_chunk_size=att["chunk"].where(prefill, 0), kv_cache_size=att["kv_len"], is_prefill=prefill,
-        attention_backend=backend, profile_method=f"simserve:{prov.get('backend', 'unknown')}",
-    )[[c for c in frame.columns if c.startswith("time_stats.")] + [
-        "n_embd", "n_q_head", "n_kv_head", "block_size", "num_tensor_parallel_workers", "max_model_len",
-        "batch_size", "prefill_chunk_size", "kv_cache_size", "is_prefill", "attention_backend", "profile_method",
-    ]]  # fmt: skip
+        n_embd=model.hidden,
+        n_q_head=model.num_heads,
+        n_kv_head=model.num_kv_heads,
+        block_size=16,
+        num_tensor_parallel_workers=att["tp"],
+        max_model_len=max_len,
+        batch_size=att["batch_size"],
+        prefill_chunk_size=att["chunk"].where(prefill, 0),
+        kv_cache_size=att["kv_len"],
+        is_prefill=prefill,
+        attention_backend=backend,
+        profile_method=f"simserve:{prov.get('backend', 'unknown')}",
+    )[
+        [c for c in frame.columns if c.startswith("time_stats.")]
+        + [
+            "n_embd",
+            "n_q_head",
+            "n_kv_head",
+            "block_size",
+            "num_tensor_parallel_workers",
+            "max_model_len",
+            "batch_size",
+            "prefill_chunk_size",
+            "kv_cache_size",
+            "is_prefill",
+            "attention_backend",
+            "profile_method",
+        ]
+    ]
 
 
 def collective_frame(profile: Profile, op: str, node: NodeSpec) -> pd.DataFrame:
     """Rows inside `node` and across the network from it, with Vidur's devices_per_node convention.
 
     Vidur reads all-reduce rows with devices_per_node == num_workers (one node) and send/recv rows with
-    devices_per_node 2 (same node) or 1 (next node). Vidur knows one hop inside a node (GPU 0 -> 1): the rows of
-    a hop between NVLink pairs (`<node>:pcie`, see nccl.stage_hop) have no place in its format and are left out.
+    devices_per_node 2 (same node) or 1 (next node). Vidur knows one hop inside a node (GPU 0 -> 1): the rows
+    of a hop between NVLink pairs (`<node>:pcie`, see nccl.stage_hop) have no place in its format and are left
+    out.
     """
     rows = profile.collectives[profile.collectives["op"] == op]
     rows = rows[rows["link"] != pcie_link(node.name)].reset_index(drop=True)
     inside = rows["link"] == node.name
-    derived = np.where(inside, rows["num_workers"] if op == "all_reduce" else 2,
-                       1 if op == "send_recv" else node.gpus_per_node)  # fmt: skip
+    derived = np.where(
+        inside,
+        rows["num_workers"] if op == "all_reduce" else 2,
+        1 if op == "send_recv" else node.gpus_per_node,
+    )
     per_node = pd.to_numeric(
         rows.get("devices_per_node", pd.Series(np.nan, index=rows.index)), errors="coerce"
     )
     per_node = per_node.fillna(pd.Series(derived, index=rows.index)).astype(int)
     frame = pd.DataFrame(_stat_columns(rows, op))
-    return frame.assign(rank=0, num_workers=rows["num_workers"], size=rows["size_bytes"], collective=op,
-                        devices_per_node=per_node, max_devices_per_node=node.gpus_per_node)  # fmt: skip
+    return frame.assign(
+        rank=0,
+        num_workers=rows["num_workers"],
+        size=rows["size_bytes"],
+        collective=op,
+        devices_per_node=per_node,
+        max_devices_per_node=node.gpus_per_node,
+    )
 
 
 def profile_node(profile: Profile) -> NodeSpec:

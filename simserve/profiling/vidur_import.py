@@ -26,7 +26,8 @@ from simserve.profiling.vidur_format import (
 
 
 def locate(src: Path, model: ModelSpec, gpu: GPUSpec, node: NodeSpec) -> dict[str, Path]:
-    """The Vidur files present under `src`: flat (src/mlp.csv) or in Vidur's tree (src[/data/profiling]/compute/...)."""
+    """The Vidur files present under `src`: flat (src/mlp.csv) or in Vidur's tree
+    (src[/data/profiling]/compute/...)."""
     if not src.is_dir():
         raise SimserveError(
             f"Vidur profile directory {src} does not exist; pass the folder holding mlp.csv etc."
@@ -84,8 +85,8 @@ def _numbers(
     if bad.any():
         i = int(bad.nonzero()[0][0])
         raise SimserveError(
-            f"{path}: row {i + 1} (line {i + 2}) has {col}={df[col].iloc[i]!r} (NaN, negative or not a number); "
-            f"fix or drop that row"
+            f"{path}: row {i + 1} (line {i + 2}) has {col}={df[col].iloc[i]!r} (NaN, negative or not a "
+            "number); fix or drop that row"
         )
     return values.astype("int64") if integer and rows is None else values
 
@@ -116,10 +117,23 @@ def _check_shape(df: pd.DataFrame, expected: dict[str, int], path: Path, model: 
 def read_mlp(path: Path, model: ModelSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     df = _read_csv(path)
     _require(df, ["num_tokens", "num_tensor_parallel_workers", *(stat_column(v) for v in OP_MAP)], path)
-    _check_shape(df, {"n_head": model.num_heads, "n_kv_head": model.num_kv_heads, "n_embd": model.hidden,
-                      "n_expanded_embd": model.ffn}, path, model)  # fmt: skip
-    keys = pd.DataFrame({"tp": _numbers(df, "num_tensor_parallel_workers", path, integer=True),
-                         "num_tokens": _numbers(df, "num_tokens", path, integer=True)})  # fmt: skip
+    _check_shape(
+        df,
+        {
+            "n_head": model.num_heads,
+            "n_kv_head": model.num_kv_heads,
+            "n_embd": model.hidden,
+            "n_expanded_embd": model.ffn,
+        },
+        path,
+        model,
+    )
+    keys = pd.DataFrame(
+        {
+            "tp": _numbers(df, "num_tensor_parallel_workers", path, integer=True),
+            "num_tokens": _numbers(df, "num_tokens", path, integer=True),
+        }
+    )
     by_op = {op: pd.concat([keys, _times(df, v, path)], axis=1).assign(op=op) for v, op in OP_MAP.items()}
     linear = pd.concat([by_op[op] for op in LINEAR_OPS], ignore_index=True)
     elementwise = pd.concat([by_op[op] for op in ELEMENTWISE_OPS], ignore_index=True)
@@ -134,8 +148,12 @@ def read_attention(path: Path, model: ModelSpec) -> tuple[pd.DataFrame, dict]:
     df = _read_csv(path)
     keys = ["batch_size", "prefill_chunk_size", "kv_cache_size", "num_tensor_parallel_workers"]
     _require(df, keys, path)
-    _check_shape(df, {"n_embd": model.hidden, "n_q_head": model.num_heads, "n_kv_head": model.num_kv_heads},
-                 path, model)  # fmt: skip
+    _check_shape(
+        df,
+        {"n_embd": model.hidden, "n_q_head": model.num_heads, "n_kv_head": model.num_kv_heads},
+        path,
+        model,
+    )
     ints = {k: _numbers(df, k, path, integer=True) for k in keys}
     prefill = _flag(df["is_prefill"]) if "is_prefill" in df.columns else ints["prefill_chunk_size"] > 0
     parts = []
@@ -145,12 +163,23 @@ def read_attention(path: Path, model: ModelSpec) -> tuple[pd.DataFrame, dict]:
         _require(df, [stat_column(op)], path)
         t = _times(df, op, path, rows)[rows]
         chunk = ints["prefill_chunk_size"][rows] if phase == "prefill" else 1
-        parts.append(pd.DataFrame({"phase": phase, "tp": ints["num_tensor_parallel_workers"][rows],
-                                   "batch_size": ints["batch_size"][rows], "chunk": chunk,
-                                   "kv_len": ints["kv_cache_size"][rows]}).join(t))  # fmt: skip
+        parts.append(
+            pd.DataFrame(
+                {
+                    "phase": phase,
+                    "tp": ints["num_tensor_parallel_workers"][rows],
+                    "batch_size": ints["batch_size"][rows],
+                    "chunk": chunk,
+                    "kv_len": ints["kv_cache_size"][rows],
+                }
+            ).join(t)
+        )
     table = pd.concat(parts).sort_index(kind="stable").reset_index(drop=True)  # source row order
-    info = {k: sorted({str(v) for v in df[k].dropna()}) for k in ("attention_backend", "block_size", "max_model_len")
-            if k in df.columns}  # fmt: skip
+    info = {
+        k: sorted({str(v) for v in df[k].dropna()})
+        for k in ("attention_backend", "block_size", "max_model_len")
+        if k in df.columns
+    }
     return table, info
 
 
@@ -175,8 +204,14 @@ def read_collective(path: Path, op: str, node: NodeSpec, network: NetworkSpec | 
     )
     crosses = (per_node < workers).to_numpy()
     link = np.where(crosses, network.name if network else UNKNOWN_NETWORK, node.name)
-    table = pd.DataFrame({"op": op, "link": link, "num_workers": workers,
-                          "size_bytes": _numbers(df, "size", path, integer=True)})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "op": op,
+            "link": link,
+            "num_workers": workers,
+            "size_bytes": _numbers(df, "size", path, integer=True),
+        }
+    )
     return table.join(_times(df, op, path)).assign(devices_per_node=per_node)
 
 
@@ -212,8 +247,8 @@ def import_vidur(
         for key, want in (("model", model.name), ("gpu", gpu.name)):
             if fill_from.provenance.get(key, want) != want:
                 raise SimserveError(
-                    f"--fill-from {fill_from.path} is a profile of {key} {fill_from.provenance[key]}, not {want}; "
-                    f"fill from a profile of the same model and GPU"
+                    f"--fill-from {fill_from.path} is a profile of {key} {fill_from.provenance[key]}, not "
+                    f"{want}; fill from a profile of the same model and GPU"
                 )
     tables: dict[str, pd.DataFrame] = {}
     origin: dict[str, str] = {}
@@ -224,8 +259,11 @@ def import_vidur(
     if "attention.csv" in files:
         tables["attention"], attention_info = read_attention(files["attention.csv"], model)
         origin["attention"] = "vidur attention.csv"
-    collectives = [read_collective(files[f"{op}.csv"], op, node, network)
-                   for op in ("all_reduce", "send_recv") if f"{op}.csv" in files]  # fmt: skip
+    collectives = [
+        read_collective(files[f"{op}.csv"], op, node, network)
+        for op in ("all_reduce", "send_recv")
+        if f"{op}.csv" in files
+    ]
     filled = (
         f"simserve profile {fill_from.path} (backend {fill_from.provenance.get('backend', '?')})"
         if fill_from

@@ -1,4 +1,5 @@
-"""Which all-reduce vLLM 0.33.0 runs for a TP group's activations, by message size, GPU generation and TP degree.
+"""Which all-reduce vLLM 0.33.0 runs for a TP group's activations, by message size, GPU generation and TP
+degree.
 
 `CudaCommunicator.all_reduce` (vllm/distributed/device_communicators/cuda_communicator.py) tries, in order:
   1. FlashInfer's all-reduce (VLLM_ALLREDUCE_USE_FLASHINFER, on by default; flashinfer-python 0.7.2.post1 is a
@@ -11,12 +12,13 @@
   5. NCCL (pynccl).
 Its thresholds were set from vLLM's own H100/B200 benchmarks to hand each size to the fastest backend.
 
-NVIDIA's tables (aiconfigurator-core 0.12) measured two of these: vLLM's custom all-reduce (in a CUDA graph) and
-NCCL. So a profile's all-reduce row is, per size: the custom all-reduce's time where vLLM runs it or FlashInfer's
-(the same class of IPC one/two-shot kernel; FlashInfer's own is not measured, an approximation), the faster of the
-two measured kernels where vLLM runs torch's symmetric memory (vLLM chose it over its custom all-reduce there, so
-the custom kernel's time is an upper bound; not measured either), and NCCL's above. Ampere has neither FlashInfer's
-all-reduce nor torch's symmetric memory in these tables, so its rule is the plain one: custom below 8 MiB.
+NVIDIA's tables (aiconfigurator-core 0.12) measured two of these: vLLM's custom all-reduce (in a CUDA graph)
+and NCCL. So a profile's all-reduce row is, per size: the custom all-reduce's time where vLLM runs it or
+FlashInfer's (the same class of IPC one/two-shot kernel; FlashInfer's own is not measured, an approximation),
+the faster of the two measured kernels where vLLM runs torch's symmetric memory (vLLM chose it over its custom
+all-reduce there, so the custom kernel's time is an upper bound; not measured either), and NCCL's above.
+Ampere has neither FlashInfer's all-reduce nor torch's symmetric memory in these tables, so its rule is the
+plain one: custom below 8 MiB.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ CUSTOM_MAX = {
     90: {2: 64 * MIB, 4: 32 * MIB, 6: MIB // 2, 8: MIB // 4},
     100: {2: 2 * MIB, 4: 2 * MIB, 6: MIB, 8: MIB},
 }
-SYMM_MEM_MAX = {90: {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
-                100: {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB}}  # fmt: skip
+SYMM_MEM_MAX = {
+    90: {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
+    100: {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB},
+}
 
 
 def backends(compute_capability: int, tp: int, size_bytes: np.ndarray) -> np.ndarray:
@@ -51,8 +55,9 @@ def backends(compute_capability: int, tp: int, size_bytes: np.ndarray) -> np.nda
     return out
 
 
-def allreduce_ms(compute_capability: int, tp: int, size_bytes: np.ndarray, custom: np.ndarray,
-                 nccl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def allreduce_ms(
+    compute_capability: int, tp: int, size_bytes: np.ndarray, custom: np.ndarray, nccl: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(ms, backend) per size from the measured custom all-reduce and NCCL times at those sizes."""
     which = backends(compute_capability, tp, size_bytes)
     t = np.where(np.isin(which, ("flashinfer", "custom")), custom, nccl)

@@ -20,15 +20,16 @@ ready queue, with every piece of work run to completion in arrival order):
 Equal times: input work first. The engine never waits for the API server; the API server only delays what the
 engine receives and what clients see. Requests go to the processes in turn (request id modulo the count: the
 kernel spreads connections over processes that share the listening socket; round robin is the deterministic
-stand-in). A closed-loop client (`--max-concurrency`) or a conversation's next round waits for the answer as the
-client sees it: the job that carries the last token, plus `cfg.frontend_s` (frontend.py: network and client).
+stand-in). A closed-loop client (`--max-concurrency`) or a conversation's next round waits for the answer as
+the client sees it: the job that carries the last token, plus `cfg.frontend_s` (frontend.py: network and
+client).
 
 Work is added in time order, lazily: `advance(t)` processes the sends (and closed-loop slots freed) due by t
 before any later work; whoever touches the servers first at a time does it, so the result does not depend on
 the order in which a simulator processes events at equal times. The one thing that needs an event is a request
-entering the engine: the SimPy reference (cluster.py) and the compiled core (sim/core/) share this object and only
-schedule their arrivals process at `sleep()`'s time, waking it early (`output`/`failed` return True) when an
-answer frees a slot before that time.
+entering the engine: the SimPy reference (cluster.py) and the compiled core (sim/core/) share this object and
+only schedule their arrivals process at `sleep()`'s time, waking it early (`output`/`failed` return True) when
+an answer frees a slot before that time.
 """
 
 from __future__ import annotations
@@ -102,9 +103,10 @@ class ApiServers:
         return min(f, self._next_send())
 
     def advance(self, t: float, due: list) -> None:
-        """Process every send and freed slot due by `t` in time order (a slot first at equal times: it may send);
-        each send's input work gives the time its request enters the engine, pushed on `due` as (time, id).
-        NOTE: core.Core._api_advance does the open loop's in C, float for float (tests/test_sim_core.py)."""
+        """Process every send and freed slot due by `t` in time order (a slot first at equal times: it may
+        send); each send's input work gives the time its request enters the engine, pushed on `due` as (time,
+        id). NOTE: core.Core._api_advance does the open loop's in C, float for float
+        (tests/test_sim_core.py)."""
         r = self.reqs
         while True:
             f = self.frees[0][0] if self.frees else INF
@@ -134,7 +136,8 @@ class ApiServers:
             heapq.heappush(due, (end, rid))
 
     def sleep(self, due: list) -> float:
-        """The arrivals process goes to sleep: until the next send, freed slot or engine entry (inf: until woken)."""
+        """The arrivals process goes to sleep: until the next send, freed slot or engine entry (inf: until
+        woken)."""
         w = min(self.pending(), due[0][0] if due else INF)
         self.sleep_until = w
         return w
@@ -143,7 +146,8 @@ class ApiServers:
         self.sleep_until = -INF
 
     def woken(self) -> bool:
-        """Whether the call that just ended must wake the arrivals process (it sleeps past what it created)."""
+        """Whether the call that just ended must wake the arrivals process (it sleeps past what it
+        created)."""
         new, self._new = self._new, INF
         if new < self.sleep_until:
             self.sleep_until = -INF
@@ -154,8 +158,8 @@ class ApiServers:
     def output(self, now: float, ids, due: list) -> bool:
         """An engine step ended at `now` and each request in `ids` got a token: each process's job for its
         share (in process order), then each client's times; returns whether the arrivals process must be woken
-        (an answer freed a slot before its wake). Nothing here depends on the order of `ids`.
-        NOTE: core.Core._api_step does the same in C, float for float (tests/test_sim_core.py holds them equal)."""
+        (an answer freed a slot before its wake). Nothing here depends on the order of `ids`. NOTE:
+        core.Core._api_step does the same in C, float for float (tests/test_sim_core.py holds them equal)."""
         self.advance(now, due)
         ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):
@@ -201,8 +205,10 @@ class ApiServers:
     @property
     def busy(self) -> list[float]:
         """Seconds of CPU work each process did (from counts: the same however the work was added up)."""
-        return [n * self.request_s + p * self.prompt_token_s + t * self.token_s
-                for n, p, t in zip(self.requests, self.prompt_tokens, self.tokens.tolist(), strict=True)]  # fmt: skip
+        return [
+            n * self.request_s + p * self.prompt_token_s + t * self.token_s
+            for n, p, t in zip(self.requests, self.prompt_tokens, self.tokens.tolist(), strict=True)
+        ]
 
     def failed(self, rid: int, now: float) -> bool:
         """The engine refused `rid` (too long, or aborted): the client has its error at `now` (+ network)."""
@@ -210,7 +216,8 @@ class ApiServers:
         return self.woken()
 
     def answered(self, rid: int, seen: float) -> None:
-        """The client has the whole answer at `seen`: its closed-loop slot frees, or its conversation goes on."""
+        """The client has the whole answer at `seen`: its closed-loop slot frees, or its conversation goes
+        on."""
         if self.child is None and self.released + len(self.frees) < self.reqs.n:  # a request is left to send
             heapq.heappush(self.frees, (seen, rid))
             self._new = min(self._new, seen)

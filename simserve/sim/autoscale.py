@@ -1,4 +1,5 @@
-"""The autoscaler: a cluster-level process that adds and removes replicas during a run (`--autoscale MIN:MAX`).
+"""The autoscaler: a cluster-level process that adds and removes replicas during a run (`--autoscale
+MIN:MAX`).
 
 Written once for both models. The SimPy reference runs it as a process (cluster.Cluster.autoscaler); the
 compiled core returns to Python at its event (core_run.drive, code SCALE) and calls the same `wake`. Either
@@ -7,8 +8,8 @@ be woken next: at its next adjustment interval, or earlier when a cold start end
 
 A run has MAX replicas in the model; each is in one phase:
   - inactive: no GPU held (counts no GPU-hours), gets no requests;
-  - starting: its cold start (cold_start.py: weights, compile, CUDA graphs, engine start) runs until `ready_at`;
-    GPU held, no requests yet;
+  - starting: its cold start (cold_start.py: weights, compile, CUDA graphs, engine start) runs until
+    `ready_at`; GPU held, no requests yet;
   - active: the router sends it requests (`serving()`);
   - draining: scaled down, takes no new requests and leaves (inactive) once its last request finished
     (a vLLM pod's graceful shutdown: it stops accepting and finishes what it holds). It is noticed at the next
@@ -53,18 +54,24 @@ class AutoscaleConfig:
     def validate(self) -> AutoscaleConfig:
         lo, hi = self.min_replicas, self.max_replicas
         if lo < 1:
-            raise SimserveError(f"--autoscale {lo}:{hi}: the minimum must be at least 1 replica (Kubernetes' HPA "
-                                f"and Dynamo's planner keep one; scale to zero is not modelled): use 1:{hi}")  # fmt: skip
+            raise SimserveError(
+                f"--autoscale {lo}:{hi}: the minimum must be at least 1 replica (Kubernetes' HPA "
+                f"and Dynamo's planner keep one; scale to zero is not modelled): use 1:{hi}"
+            )
         if lo > hi:
-            raise SimserveError(f"--autoscale {lo}:{hi}: the minimum exceeds the maximum; give MIN:MAX with "
-                                f"MIN <= MAX, e.g. {hi}:{lo}")  # fmt: skip
+            raise SimserveError(
+                f"--autoscale {lo}:{hi}: the minimum exceeds the maximum; give MIN:MAX with "
+                f"MIN <= MAX, e.g. {hi}:{lo}"
+            )
         if self.policy not in POLICIES:
             raise SimserveError(
                 f"unknown --scale-policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
             )
         if not lo <= self.initial <= hi:
-            raise SimserveError(f"--replicas {self.initial} is the autoscaler's starting count and must lie in "
-                                f"--autoscale {lo}:{hi}; give --replicas {lo}")  # fmt: skip
+            raise SimserveError(
+                f"--replicas {self.initial} is the autoscaler's starting count and must lie in "
+                f"--autoscale {lo}:{hi}; give --replicas {lo}"
+            )
         if not (self.interval > 0 and math.isfinite(self.interval)):
             raise SimserveError(f"--scale-interval must be positive seconds, got {self.interval_s}")
         if not (self.cold_start_s >= 0 and math.isfinite(self.cold_start_s)):
@@ -72,10 +79,13 @@ class AutoscaleConfig:
         if self.target is not None and not 0 < self.target <= 1:
             raise SimserveError(f"--scale-target is a KV-cache usage in (0, 1], e.g. 0.5; got {self.target}")
         if self.target is not None and self.policy != "utilization":
-            raise SimserveError(f"--scale-target is the utilization policy's; --scale-policy {self.policy} does not "
-                                "read it: drop it, or use --scale-policy utilization")  # fmt: skip
-        if self.policy == "slo" and not (self.capacity_qps is not None and self.capacity_qps > 0
-                                         and math.isfinite(self.capacity_qps)):  # fmt: skip
+            raise SimserveError(
+                f"--scale-target is the utilization policy's; --scale-policy {self.policy} does not "
+                "read it: drop it, or use --scale-policy utilization"
+            )
+        if self.policy == "slo" and not (
+            self.capacity_qps is not None and self.capacity_qps > 0 and math.isfinite(self.capacity_qps)
+        ):
             raise SimserveError(
                 f"--replica-capacity must be a positive request rate, got {self.capacity_qps}"
             )
@@ -120,9 +130,9 @@ class Autoscaler:
     def wake(
         self, now: float, loads: Sequence[Load], arrived: int, finished_at: Callable[[int], float]
     ) -> float:
-        """Advance to `now` (cold starts that ended, drains that emptied, the policy's decision when one is due);
-        returns the time of the next wake. `loads` has one Load per replica (all MAX), `arrived` counts the
-        requests routed so far, `finished_at(i)` is replica i's last completion time."""
+        """Advance to `now` (cold starts that ended, drains that emptied, the policy's decision when one is
+        due); returns the time of the next wake. `loads` has one Load per replica (all MAX), `arrived` counts
+        the requests routed so far, `finished_at(i)` is replica i's last completion time."""
         before = self.version
         for i, p in enumerate(self.phase):
             if p == STARTING and self.ready_at[i] <= now:
@@ -137,7 +147,7 @@ class Autoscaler:
             self._record(now, "ready", None, math.nan)
         return min(self.next_decision, *self.ready_at)
 
-    # -- decisions ------------------------------------------------------------------------------------------------
+    # -- decisions -------------------------------------------------------------------------------------------
     def _decide(self, now: float, loads: Sequence[Load], arrived: int) -> None:
         c = self.config
         view = View(
@@ -186,8 +196,17 @@ class Autoscaler:
 
     def _record(self, now: float, event: str, wanted: int | None, metric: float) -> None:
         p = self.phase
-        self.rows.append((now, event, p.count(ACTIVE), p.count(STARTING), p.count(DRAINING),
-                          -1 if wanted is None else wanted, metric))  # fmt: skip
+        self.rows.append(
+            (
+                now,
+                event,
+                p.count(ACTIVE),
+                p.count(STARTING),
+                p.count(DRAINING),
+                -1 if wanted is None else wanted,
+                metric,
+            )
+        )
 
     def held(self, end: float) -> list[tuple[int, float, float]]:
         """Every allocation (replica, from, to), those still held at the run's `end` closed there."""

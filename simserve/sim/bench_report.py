@@ -3,14 +3,15 @@
 The metrics and their definitions are vLLM 0.33.0's (`vllm/benchmarks/serve.py`, `calculate_metrics` and the
 printout in `benchmark`): the benchmark clock starts before the first request is sent (simulated t = 0) and
 stops when the last one finishes; latencies are measured from when the client sends a request (after
-`--max-concurrency`'s semaphore: a closed-loop request's arrival time here); TPOT = (E2EL − TTFT) / (output − 1)
-per request with more than one output token; ITL is every gap between consecutive streamed tokens (one token a
-chunk). Percentiles interpolate linearly as `np.percentile` does (simserve.numerics). Two differences: the ITL
-median and P99 come from the run's TBT histogram (within 0.1%; the mean is exact), and requests simserve
-ignored as too long count as failed (vLLM's server refuses them). The front end's latency (sim/frontend.py,
-`cfg.frontend_s`) is added to TTFT and E2EL and to the benchmark's end, as a client sees them. With the
-API-server model (sim/api_server.py) every time is the client's: sent, each token as the API server streamed it
-(ITL from the client's own gap histogram), the last one; the benchmark ends when the last answer is out.
+`--max-concurrency`'s semaphore: a closed-loop request's arrival time here); TPOT = (E2EL − TTFT) / (output −
+1) per request with more than one output token; ITL is every gap between consecutive streamed tokens (one
+token a chunk). Percentiles interpolate linearly as `np.percentile` does (simserve.numerics). Two differences:
+the ITL median and P99 come from the run's TBT histogram (within 0.1%; the mean is exact), and requests
+simserve ignored as too long count as failed (vLLM's server refuses them). The front end's latency
+(sim/frontend.py, `cfg.frontend_s`) is added to TTFT and E2EL and to the benchmark's end, as a client sees
+them. With the API-server model (sim/api_server.py) every time is the client's: sent, each token as the API
+server streamed it (ITL from the client's own gap histogram), the last one; the benchmark ends when the last
+answer is out.
 """
 
 from __future__ import annotations

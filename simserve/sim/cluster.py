@@ -1,17 +1,17 @@
 """The cluster: arrivals → router → replicas, plus the overload watchdog. `simulate` runs one experiment.
 
 Processes: `arrivals` routes each request when it arrives (with a closed-loop client, `cfg.max_concurrency`,
-only once a finished request has freed its slot: see `_on_done`) (replicas also route whatever is due before they
-schedule, so a batch formed at time t sees every arrival at or before t, whatever SimPy's event order);
+only once a finished request has freed its slot: see `_on_done`) (replicas also route whatever is due before
+they schedule, so a batch formed at time t sees every arrival at or before t, whatever SimPy's event order);
 `watchdog` evaluates the overload, TBT-stop and trial-cap rules (watchdog.py) every `check_period_s`; each
 replica runs its scheduler loop and pipeline stages (replica.py). With answer-driven conversations
 (`conversation.py`) a follow-up round is released when the round before it completes and arrives a think time
 later; routing then goes by a heap of released arrival times instead of id order. With the API-server model
 (`cfg.api_servers`, api_server.py) requests reach the engine when their input work is done, by the same heap;
 each micro-batch's tokens go through the API server on their way to the client, and the arrivals process
-sleeps until the next send or engine entry (woken early by an interrupt when an answer frees a slot before it).
-`simulate` runs this SimPy model, the reference, or the compiled core (sim/core/, chosen by core_run.py), which
-gives the same results faster.
+sleeps until the next send or engine entry (woken early by an interrupt when an answer frees a slot before
+it). `simulate` runs this SimPy model, the reference, or the compiled core (sim/core/, chosen by core_run.py),
+which gives the same results faster.
 """
 
 from __future__ import annotations
@@ -64,9 +64,15 @@ class RawRun:
 
 class Cluster:
     def __init__(
-        self, env: simpy.Environment, reqs: Requests, cfg: SimConfig, timer: BatchTimer, num_blocks: int,
-        follow: tuple[np.ndarray, np.ndarray] | None = None, scaler: Autoscaler | None = None,
-    ):  # fmt: skip
+        self,
+        env: simpy.Environment,
+        reqs: Requests,
+        cfg: SimConfig,
+        timer: BatchTimer,
+        num_blocks: int,
+        follow: tuple[np.ndarray, np.ndarray] | None = None,
+        scaler: Autoscaler | None = None,
+    ):
         self.env, self.reqs, self.cfg = env, reqs, cfg
         self.n = reqs.n
         self.next = 0  # next request to arrive
@@ -74,8 +80,9 @@ class Cluster:
         # (`vllm bench serve --max-concurrency N`: an asyncio.Semaphore(N), whose waiters go in FIFO order).
         self.released = reqs.n if cfg.max_concurrency is None else min(cfg.max_concurrency, reqs.n)
         self.slot_freed: simpy.Event | None = None  # the arrivals process waits on it for a free slot
-        # Answer-driven conversations: (next round's id or -1, its think time) per request; the rounds released so
-        # far wait in a heap of (arrival, id) until they arrive, and `routed` lists ids in arrival order.
+        # Answer-driven conversations: (next round's id or -1, its think time) per request; the rounds
+        # released so far wait in a heap of (arrival, id) until they arrive, and `routed` lists ids in arrival
+        # order.
         self.follow = follow
         self.due: list[tuple[float, int]] = []
         self.routed: list[int] | None = None
@@ -175,7 +182,8 @@ class Cluster:
             if self.next >= self.n:
                 return
             w = api.sleep(self.due)
-            with contextlib.suppress(simpy.Interrupt):  # an answer freed a slot (or released a round) before w
+            # an answer freed a slot (or released a round) before w
+            with contextlib.suppress(simpy.Interrupt):
                 yield env.event() if w == float("inf") else env.timeout(w - env.now)
             api.awake()
 
@@ -214,8 +222,8 @@ class Cluster:
         rep.notify()
 
     def _pick(self, rid: int) -> Replica:
-        """The router (routers.py, which the compiled core calls too) picks a replica; with attention DP it picks
-        a deployment, and the engine's DP load balancer its rank (lockstep.DpGroup.pick)."""
+        """The router (routers.py, which the compiled core calls too) picks a replica; with attention DP it
+        picks a deployment, and the engine's DP load balancer its rank (lockstep.DpGroup.pick)."""
         if self.groups:
             if self.router.needs_view:
                 for g, group in enumerate(self.groups):
@@ -230,7 +238,8 @@ class Cluster:
             if self.api is not None and self.api.failed(rid, self.env.now):
                 self._wake_arrivals()
         # (With the API servers the clients' side, slots and next rounds, is theirs: api_server.py.)
-        if self.api is None and self.released < self.n:  # closed loop: the finished request's slot goes to the next one
+        # closed loop: the finished request's slot goes to the next one
+        if self.api is None and self.released < self.n:
             nxt = self.released
             self.released += 1
             # NOTE: vLLM's client sends it at once if it is due (latency is measured from then, after the
@@ -241,7 +250,8 @@ class Cluster:
                 ev, self.slot_freed = self.slot_freed, None
                 ev.succeed()
         if self.api is None and self.follow is not None and self.follow[0][rid] >= 0:
-            # the client has the answer once the front end delivered its last token; the user thinks, then sends
+            # the client has the answer once the front end delivered its last token; the user thinks, then
+            # sends
             nxt = int(self.follow[0][rid])
             self.reqs.arrived[nxt] = self.env.now + self.cfg.frontend_s + self.follow[1][nxt]
             heapq.heappush(self.due, (float(self.reqs.arrived[nxt]), nxt))
@@ -284,8 +294,12 @@ class Cluster:
         env, scaler = self.env, self.scaler
         while True:
             version = scaler.version
-            t = scaler.wake(env.now, [replica_load(rep.state) for rep in self.replicas], self.next,
-                            lambda i: last_completion(self.reqs, i))  # fmt: skip
+            t = scaler.wake(
+                env.now,
+                [replica_load(rep.state) for rep in self.replicas],
+                self.next,
+                lambda i: last_completion(self.reqs, i),
+            )
             if scaler.version != version:
                 self.router.set_serving(scaler.serving())
             yield env.timeout(t - env.now)
@@ -319,7 +333,8 @@ def route(router: routers.Router, replicas: list[Replica], rid: int) -> int:
 
 def request_arrays(prompt_tokens, output_tokens, arrived_at) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The workload as typed arrays, checked: at least one request, equal lengths, ≥ 1 prompt and output token
-    each, finite non-negative arrival times (the aggregated and the disaggregated model take the same input)."""
+    each, finite non-negative arrival times (the aggregated and the disaggregated model take the same
+    input)."""
     prompt = np.asarray(prompt_tokens, dtype=np.int64)
     output = np.asarray(output_tokens, dtype=np.int64)
     arrived = np.asarray(arrived_at, dtype=np.float64)
@@ -350,17 +365,19 @@ def simulate(
     """Replay requests through a cluster of identical replicas; `num_blocks` is the KV pool per replica.
 
     `prefix`: (prefix group, tokens on it) per request, optionally followed by (offsets, ids), the CSR rows of
-    the requests' chained prefix-block ids (Requests.set_prefix; prefix_cache.shared_runs says what they mean).
+    the requests' chained prefix-block ids (Requests.set_prefix; prefix_cache.shared_runs says what they
+    mean).
 
-    `ignore_eos` (sglang): per request, whether it is sent with ignore_eos (default: `cfg.ignore_eos` for all).
+    `ignore_eos` (sglang): per request, whether it is sent with ignore_eos (default: `cfg.ignore_eos` for
+    all).
 
     `conversation` (answer-driven conversations, conversation.py): per request, the position of the round it
     follows (-1: a first round); a follow-up then arrives its recorded gap after that round completes.
 
     `progress(done, total)` is called once per overload check (each simulated second), for a progress bar.
 
-    `autoscale` (autoscale.py): the cluster's `cfg.num_replicas` replicas are the autoscaler's maximum; it starts
-    with `autoscale.initial` of them active and adds and removes replicas as its policy decides.
+    `autoscale` (autoscale.py): the cluster's `cfg.num_replicas` replicas are the autoscaler's maximum; it
+    starts with `autoscale.initial` of them active and adds and removes replicas as its policy decides.
     """
     cfg.validate()
     prompt, output, arrived = request_arrays(prompt_tokens, output_tokens, arrived_at)
@@ -369,7 +386,8 @@ def simulate(
     if conversation is not None:
         if cfg.max_concurrency is not None:
             raise SimserveError(
-                "--arrival conversation paces each conversation by its answers already; drop --max-concurrency"
+                "--arrival conversation paces each conversation by its answers already; drop "
+                "--max-concurrency"
             )
         parent = np.asarray(conversation, dtype=np.int64)
         gaps = think_times(arrived, parent)
@@ -393,7 +411,9 @@ def simulate(
         log, tbt, replicas, overloaded, end, stopped, capped, api = core_run.run(
             core, reqs, cfg, timer, num_blocks, progress, follow, scaler
         )
-        return RawRun(cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped, api, scaler)
+        return RawRun(
+            cfg, reqs, order, log, tbt, replicas, num_blocks, overloaded, end, stopped, capped, api, scaler
+        )
     import simpy
 
     env = simpy.Environment()
@@ -422,15 +442,21 @@ def new_autoscaler(autoscale: AutoscaleConfig, cfg: SimConfig, span_s: float) ->
     arrivals (SimserveError otherwise)."""
     autoscale.validate()
     if autoscale.cold_start_s >= span_s:
-        raise SimserveError(f"the cold start, {autoscale.cold_start_s:g} s, is as long as the run's arrivals "
-                            f"({span_s:.4g} s): no replica the autoscaler adds would serve; lower --cold-start-s "
-                            f"or run a longer trace (more --requests, or a lower --qps)")  # fmt: skip
+        raise SimserveError(
+            f"the cold start, {autoscale.cold_start_s:g} s, is as long as the run's arrivals "
+            f"({span_s:.4g} s): no replica the autoscaler adds would serve; lower --cold-start-s "
+            f"or run a longer trace (more --requests, or a lower --qps)"
+        )
     if cfg.dp_attention > 1:
-        raise SimserveError("--autoscale scales whole replicas; attention data parallelism (--dp-attention) is not "
-                            "modelled with it: drop one of them")  # fmt: skip
+        raise SimserveError(
+            "--autoscale scales whole replicas; attention data parallelism (--dp-attention) is not "
+            "modelled with it: drop one of them"
+        )
     if cfg.num_replicas != autoscale.max_replicas:
-        raise ValueError(f"an autoscaled cluster has its maximum of replicas, {autoscale.max_replicas}, not "
-                         f"{cfg.num_replicas}")  # fmt: skip
+        raise ValueError(
+            f"an autoscaled cluster has its maximum of replicas, {autoscale.max_replicas}, not "
+            f"{cfg.num_replicas}"
+        )
     return Autoscaler(autoscale, cfg.max_model_len)
 
 

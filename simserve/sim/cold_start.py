@@ -47,8 +47,14 @@ class ColdStart:
         return self.weights_s + self.compile_s + self.capture_s + self.engine_s
 
     def as_dict(self) -> dict:
-        return {"weights_s": self.weights_s, "compile_s": self.compile_s, "capture_s": self.capture_s,
-                "engine_s": self.engine_s, "total_s": self.total_s, "storage": self.storage}  # fmt: skip
+        return {
+            "weights_s": self.weights_s,
+            "compile_s": self.compile_s,
+            "capture_s": self.capture_s,
+            "engine_s": self.engine_s,
+            "total_s": self.total_s,
+            "storage": self.storage,
+        }
 
 
 def cold_start(scenario, storage: str) -> ColdStart:

@@ -11,8 +11,19 @@ from dataclasses import dataclass
 from simserve.errors import SimserveError
 
 ADAPTIVE_POLICIES = ("slo-aware", "pressure", "equal-cost")  # the prefill budget changes per iteration
-POLICY_NAMES = ("fcfs", "orca", "vllm", "sarathi", "chunked", "hybrid", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")
-CHUNKING_POLICIES = ("sarathi", "chunked", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")  # `budget` caps prefill chunks
+POLICY_NAMES = (
+    "fcfs",
+    "orca",
+    "vllm",
+    "sarathi",
+    "chunked",
+    "hybrid",
+    *ADAPTIVE_POLICIES,
+    "vllm-v1",
+    "sglang",
+)
+# `budget` caps prefill chunks
+CHUNKING_POLICIES = ("sarathi", "chunked", *ADAPTIVE_POLICIES, "vllm-v1", "sglang")
 # sim/routers.py: round robin, least outstanding requests, least KV usage, llm-d's prefix-aware profile
 ROUTER_NAMES = ("rr", "lor", "kv", "prefix-aware")
 # prefix-aware: llm-d's default scorer weights, queue, KV usage, prefix (pkg/epp/config/loader/defaults.go)
@@ -27,13 +38,13 @@ VLLM_V1_TOKENS = 2048
 VLLM_V1_SEQS = 256
 # vLLM 0.33.0's SchedulerConfig.watermark default: V1 keeps no free blocks back at admission.
 VLLM_V1_WATERMARK = 0.0
-# sglang (simserve/sim/sglang.py): the pinned release's --chunked-prefill-size on an 80 GB GPU (A100-80GB, H100),
-# for `simserve run`; `sweep --engine sglang` uses its per-GPU defaults (simserve/tune/sglang.py).
+# sglang (simserve/sim/sglang.py): the pinned release's --chunked-prefill-size on an 80 GB GPU (A100-80GB,
+# H100), for `simserve run`; `sweep --engine sglang` uses its per-GPU defaults (simserve/tune/sglang.py).
 SGLANG_CHUNK = 8192
 SGLANG_SCHEDULE_POLICIES = ("fcfs", "lof", "lpm")  # the --schedule-policy values simserve models
-# The most requests one simulation takes (--requests of run, sweep, plan; trace stats of a bench dataset).
-# A 100,000-request `simserve run` (Mistral-7B/A100, sharegpt at 2 qps) peaked at 129 MB of memory and wrote
-# 48 MB (/usr/bin/time; issue 33): a million is ~1.3 GB and ~0.5 GB, and minutes of CPU near capacity. Past it a
+# The most requests one simulation takes (--requests of run, sweep, plan; trace stats of a bench dataset). A
+# 100,000-request `simserve run` (Mistral-7B/A100, sharegpt at 2 qps) peaked at 129 MB of memory and wrote 48
+# MB (/usr/bin/time; issue 33): a million is ~1.3 GB and ~0.5 GB, and minutes of CPU near capacity. Past it a
 # typo (--requests 99999999999999999999) ran for minutes before failing, or filled the memory.
 MAX_REQUESTS = 1_000_000
 
@@ -42,8 +53,8 @@ def check_requests(n: int, option: str = "--requests") -> int:
     """A number of requests for one simulation: 1 to MAX_REQUESTS, else one line saying so."""
     if not 1 <= n <= MAX_REQUESTS:
         raise SimserveError(
-            f"{option} must be between 1 and {MAX_REQUESTS:,} requests per simulation, got {n:,}; give a number "
-            f"in that range (a million take ~1.3 GB of memory and minutes of CPU)"
+            f"{option} must be between 1 and {MAX_REQUESTS:,} requests per simulation, got {n:,}; give a "
+            "number in that range (a million take ~1.3 GB of memory and minutes of CPU)"
         )
     return n
 
@@ -59,7 +70,8 @@ class SimConfig:
     max_model_len: int = 8192
     num_replicas: int = 1
     router: str = "rr"  # ROUTER_NAMES (sim/routers.py): rr, lor, kv, prefix-aware
-    router_weights: tuple[float, float, float] = DEFAULT_ROUTER_WEIGHTS  # prefix-aware: queue, KV usage, prefix
+    # prefix-aware: queue, KV usage, prefix
+    router_weights: tuple[float, float, float] = DEFAULT_ROUTER_WEIGHTS
     block_size: int = 16
     watermark: float = 0.01  # fraction of KV blocks admission keeps free (vllm/sarathi/chunked/hybrid)
     # NOTE: no effect any more. It switched the SimPy model's decode-stretch fast paths, which are gone
@@ -93,7 +105,8 @@ class SimConfig:
     # full pool is preempted (recompute) when the running requests need its blocks, and admitted again.
     reserve_full_isl: bool = True
     # vllm-v1 with prefix caching: vLLM's CPU KV tier (`--kv-offloading-size`, sim/kv_offload.py): its size in
-    # blocks (0: none) and the seconds one block takes over the GPU's PCIe link (Scenario.kv_offload_gb sets both)
+    # blocks (0: none) and the seconds one block takes over the GPU's PCIe link (Scenario.kv_offload_gb sets
+    # both)
     kv_offload_blocks: int = 0
     kv_offload_block_s: float = 0.0
     # NOTE: vLLM V0's flags, removed in vLLM 0.27 (PR #49244). Kept so saved scenarios load; anything but 1
@@ -112,8 +125,9 @@ class SimConfig:
     page_size: int = 1
     max_prefill_tokens: int = 16384
     ignore_eos: bool = True
-    # A closed-loop client (`vllm bench serve --max-concurrency N`): at most N requests in flight; request i is
-    # sent at its arrival time or when the (i − N + 1)-th request finishes, whichever is later. None: open loop.
+    # A closed-loop client (`vllm bench serve --max-concurrency N`): at most N requests in flight; request i
+    # is sent at its arrival time or when the (i − N + 1)-th request finishes, whichever is later. None: open
+    # loop.
     max_concurrency: int | None = None
     # The front end's latency (sim/frontend.py): added to what a client sees; 0: engine-side latencies only.
     frontend_s: float = 0.0
@@ -125,11 +139,13 @@ class SimConfig:
     api_prompt_token_s: float = 0.0
     api_token_s: float = 0.0
     # Attention data parallelism (sim/lockstep.py): each run of this many consecutive replicas is one
-    # deployment's DP ranks, which step together (vLLM's DP engine cores in lockstep). 1: independent replicas.
+    # deployment's DP ranks, which step together (vLLM's DP engine cores in lockstep). 1: independent
+    # replicas.
     dp_attention: int = 1
     # vllm-v1 with speculative decoding (simserve/speculative.py; 0: off): vLLM's num_speculative_tokens, its
-    # num_lookahead_tokens, the cumulative acceptance per position and the seed of the per-request draws; a draft
-    # pass's cost as a fraction of the target's step, the passes per step, and the drafter's CPU per request
+    # num_lookahead_tokens, the cumulative acceptance per position and the seed of the per-request draws; a
+    # draft pass's cost as a fraction of the target's step, the passes per step, and the drafter's CPU per
+    # request
     spec_k: int = 0
     spec_lookahead: int = 0
     spec_acceptance: tuple[float, ...] = ()
@@ -146,20 +162,25 @@ class SimConfig:
         w = self.router_weights
         if len(w) != 3 or not all(isinstance(x, (int, float)) and 0 <= x < math.inf for x in w):
             raise SimserveError(
-                f"--router-weights takes three finite non-negative numbers QUEUE,KV,PREFIX (llm-d's default is "
-                f"{','.join(f'{x:g}' for x in DEFAULT_ROUTER_WEIGHTS)}), got {','.join(str(x) for x in w)}"
+                "--router-weights takes three finite non-negative numbers QUEUE,KV,PREFIX (llm-d's default "
+                f"is {','.join(f'{x:g}' for x in DEFAULT_ROUTER_WEIGHTS)}), got {','.join(str(x) for x in w)}"
             )
         if self.budget is not None and self.budget < 1:
             raise SimserveError(f"--budget must be at least 1 token, got {self.budget}")
         if self.max_batch is not None and self.max_batch < 1:
             raise SimserveError(f"--max-batch must be at least 1, got {self.max_batch}")
         if self.dp_attention < 1:  # before the replica count, which counts DP ranks (replicas x dp_attention)
-            raise SimserveError(f"--dp-attention must be at least 1 (1: no attention data parallelism), got {self.dp_attention}")
+            raise SimserveError(
+                "--dp-attention must be at least 1 (1: no attention data parallelism), got "
+                f"{self.dp_attention}"
+            )
         if self.num_replicas < 1:
             raise SimserveError(f"--replicas must be at least 1, got {self.num_replicas}")
         if self.num_replicas % self.dp_attention:
-            raise SimserveError(f"--dp-attention {self.dp_attention} must be at least 1 and divide the "
-                                f"{self.num_replicas} simulated ranks")  # fmt: skip
+            raise SimserveError(
+                f"--dp-attention {self.dp_attention} must be at least 1 and divide the "
+                f"{self.num_replicas} simulated ranks"
+            )
         if self.max_model_len < 1:
             raise SimserveError(f"max model length must be at least 1, got {self.max_model_len}")
         if not self.sched_delay_slo_s > 0:
@@ -180,7 +201,8 @@ class SimConfig:
             raise SimserveError(f"--min-budget must be at least 1 token, got {self.min_budget}")
         if self.long_prefill_token_threshold < 0:
             raise SimserveError(
-                f"--long-prefill-token-threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}"
+                "--long-prefill-token-threshold must be 0 (off) or positive, got "
+                f"{self.long_prefill_token_threshold}"
             )
         if self.schedule_policy not in SGLANG_SCHEDULE_POLICIES:
             raise SimserveError(
@@ -188,42 +210,59 @@ class SimConfig:
                 f"{', '.join(SGLANG_SCHEDULE_POLICIES)} (docs/engines.md, SGLang)"
             )
         if not self.schedule_conservativeness > 0:
-            raise SimserveError(f"--schedule-conservativeness must be positive, got {self.schedule_conservativeness}")
-        for flag, value in (("--page-size", self.page_size), ("--max-prefill-tokens", self.max_prefill_tokens)):
+            raise SimserveError(
+                f"--schedule-conservativeness must be positive, got {self.schedule_conservativeness}"
+            )
+        for flag, value in (
+            ("--page-size", self.page_size),
+            ("--max-prefill-tokens", self.max_prefill_tokens),
+        ):
             if value < 1:
                 raise SimserveError(f"{flag} must be at least 1 token, got {value}")
         if self.policy == "sglang" and self.token_budget() % self.page_size:
             raise SimserveError(  # SGLang's own words (arg_groups/validation_hook.py), then the fix
-                f"chunked_prefill_size must be divisible by page_size ({self.token_budget()} % {self.page_size}): "
-                "choose a multiple of --page-size"
+                f"chunked_prefill_size must be divisible by page_size ({self.token_budget()} % "
+                f"{self.page_size}): choose a multiple of --page-size"
             )
         if self.policy == "sglang" and self.token_budget() // self.dp_attention < self.page_size:
-            raise SimserveError(  # each DP rank's chunk is chunked_prefill_size // D (arg_groups/parallel_hook.py)
-                f"--chunked-prefill-size {self.token_budget()} over {self.dp_attention} attention-DP ranks leaves "
-                f"each rank less than a page: use at least {self.dp_attention * self.page_size}"
+            # each DP rank's chunk is chunked_prefill_size // D (arg_groups/parallel_hook.py)
+            raise SimserveError(
+                f"--chunked-prefill-size {self.token_budget()} over {self.dp_attention} attention-DP ranks "
+                f"leaves each rank less than a page: use at least {self.dp_attention * self.page_size}"
             )
         if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
-            raise SimserveError(f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}")
+            raise SimserveError(
+                f"--frontend-ms must be a non-negative number of milliseconds, got {self.frontend_s * 1000}"
+            )
         if self.api_servers < 0:
             raise SimserveError(f"--api-server-count must be at least 1, got {self.api_servers}")
-        for name, value in (("request", self.api_request_s), ("prompt-token", self.api_prompt_token_s),
-                            ("output-token", self.api_token_s)):  # fmt: skip
+        for name, value in (
+            ("request", self.api_request_s),
+            ("prompt-token", self.api_prompt_token_s),
+            ("output-token", self.api_token_s),
+        ):
             if not (math.isfinite(value) and value >= 0):
-                raise SimserveError(f"the API server's {name} CPU cost must be a non-negative number of seconds, got {value}")
+                raise SimserveError(
+                    f"the API server's {name} CPU cost must be a non-negative number of seconds, got {value}"
+                )
         if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise SimserveError(f"--max-concurrency must be at least 1 (vLLM: greater than 0), got {self.max_concurrency}")
-        for flag, value in (("--max-num-partial-prefills", self.max_num_partial_prefills),
-                            ("--max-long-partial-prefills", self.max_long_partial_prefills)):  # fmt: skip
+            raise SimserveError(
+                f"--max-concurrency must be at least 1 (vLLM: greater than 0), got {self.max_concurrency}"
+            )
+        for flag, value in (
+            ("--max-num-partial-prefills", self.max_num_partial_prefills),
+            ("--max-long-partial-prefills", self.max_long_partial_prefills),
+        ):
             if value != 1:
                 raise SimserveError(
-                    f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; the "
-                    "V1 scheduler admits every prefill that fits the token budget): drop it"
+                    f"vllm serve: error: unrecognized arguments: {flag} (removed in vLLM 0.27, PR #49244; "
+                    "the V1 scheduler admits every prefill that fits the token budget): drop it"
                 )
         if self.kv_offload_blocks and (self.policy != "vllm-v1" or not self.prefix_caching):
             raise SimserveError(
-                "--kv-offload-gb is vLLM's CPU offloading of prefix-cached KV blocks; use it with --policy vllm-v1 "
-                f"(or --engine vllm) and prefix caching on (got --policy {self.policy}"
-                f"{'' if self.prefix_caching else ', prefix caching off'})"
+                "--kv-offload-gb is vLLM's CPU offloading of prefix-cached KV blocks; use it with --policy "
+                "vllm-v1 (or --engine vllm) and prefix caching on (got --policy "
+                f"{self.policy}{'' if self.prefix_caching else ', prefix caching off'})"
             )
         if self.prefix_caching and self.policy not in ("vllm-v1", "sglang"):
             raise SimserveError(
@@ -240,22 +279,32 @@ class SimConfig:
         (EAGLE), one engine per replica, no pipeline stages, no prefix caching (vLLM's EAGLE block drop and
         lookahead hashes, SGLang's radix cache under speculation: not modelled yet)."""
         if self.policy not in ("vllm-v1", "sglang"):
-            raise SimserveError(f"--speculative is modelled for vLLM's V1 scheduler and SGLang's: use --policy vllm-v1 "
-                                f"or sglang (or --engine vllm|sglang), not {self.policy}")  # fmt: skip
+            raise SimserveError(
+                f"--speculative is modelled for vLLM's V1 scheduler and SGLang's: use --policy vllm-v1 "
+                f"or sglang (or --engine vllm|sglang), not {self.policy}"
+            )
         if self.policy == "sglang" and self.prefix_caching:
-            raise SimserveError("--speculative on sglang with its radix cache is not modelled yet (what a verification "
-                                "step caches): add --no-prefix-caching (SGLang's --disable-radix-cache)")  # fmt: skip
+            raise SimserveError(
+                "--speculative on sglang with its radix cache is not modelled yet (what a verification "
+                "step caches): add --no-prefix-caching (SGLang's --disable-radix-cache)"
+            )
         if self.policy == "sglang" and self.enable_mixed_chunk:
-            raise SimserveError("--enable-mixed-chunk with --speculative on sglang is not modelled yet (SGLang 0.5.23 "
-                                "runs the running requests as one-token decodes in a mixed step): drop "
-                                "--enable-mixed-chunk")  # fmt: skip
+            raise SimserveError(
+                "--enable-mixed-chunk with --speculative on sglang is not modelled yet (SGLang 0.5.23 "
+                "runs the running requests as one-token decodes in a mixed step): drop "
+                "--enable-mixed-chunk"
+            )
         if self.prefix_caching:
-            raise SimserveError("--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
-                                "lookahead block hashes): add --no-prefix-caching")  # fmt: skip
+            raise SimserveError(
+                "--speculative with prefix caching is not modelled yet (vLLM's EAGLE block drop and "
+                "lookahead block hashes): add --no-prefix-caching"
+            )
         if self.dp_attention > 1:
             raise SimserveError("--speculative with --dp-attention is not modelled yet: drop one of them")
         if len(self.spec_acceptance) != self.spec_k:
-            raise SimserveError(f"{len(self.spec_acceptance)} acceptance rates for {self.spec_k} speculative tokens")
+            raise SimserveError(
+                f"{len(self.spec_acceptance)} acceptance rates for {self.spec_k} speculative tokens"
+            )
 
     def kv_watermark(self) -> float:
         """Fraction of KV blocks admission keeps free: none for orca/fcfs (they reserve max length) and for
@@ -265,11 +314,11 @@ class SimConfig:
         return 0.0 if self.reserves_max_len else self.watermark
 
     def token_budget(self) -> int:
-        """Tokens one iteration may carry. sarathi and vllm-v1 count the batch's decodes (a token each) and its
-        prefill chunks together (Sarathi's chunk size; vLLM's --max-num-batched-tokens); chunked (prefill-only
-        turns), the adaptive policies (their cap) and sglang (--chunked-prefill-size) count prefill tokens only;
-        vllm: the sum of whole prompts in a prefill-only batch, at most the max model length; hybrid: the max
-        model length; orca and fcfs: no limit."""
+        """Tokens one iteration may carry. sarathi and vllm-v1 count the batch's decodes (a token each) and
+        its prefill chunks together (Sarathi's chunk size; vLLM's --max-num-batched-tokens); chunked
+        (prefill-only turns), the adaptive policies (their cap) and sglang (--chunked-prefill-size) count
+        prefill tokens only; vllm: the sum of whole prompts in a prefill-only batch, at most the max model
+        length; hybrid: the max model length; orca and fcfs: no limit."""
         if self.policy in ("sarathi", "chunked"):
             return self.budget or DEFAULT_CHUNK
         if self.policy in ADAPTIVE_POLICIES:

@@ -43,7 +43,8 @@ from simserve.sim.request import Requests
 from simserve.sim.scale_policies import Load
 from simserve.sim.watchdog import Watchdog
 
-ENV = "SIMSERVE_CORE"  # "reference": the SimPy model; "python": sim/core/ uncompiled; unset: the compiled core
+# "reference": the SimPy model; "python": sim/core/ uncompiled; unset: the compiled core
+ENV = "SIMSERVE_CORE"
 _warned = False
 # Policies the core does not implement yet: they run on the SimPy reference, said once per process.
 REFERENCE_ONLY: tuple[str, ...] = ()
@@ -59,8 +60,8 @@ def say_reference_once(policy: str) -> None:
         _said.add(policy)
         os.environ[_SAID_ENV] = ",".join([*filter(None, said), policy])
         print(
-            f"simserve: --policy {policy} runs on the SimPy reference model (the compiled core does not cover it "
-            "yet): slower, same answers",
+            f"simserve: --policy {policy} runs on the SimPy reference model (the compiled core does not "
+            "cover it yet): slower, same answers",
             file=sys.stderr,
         )
 
@@ -92,7 +93,8 @@ _SOURCE = "simserve.sim._core_source"  # the package's source, imported under it
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Finds simserve/sim/core/'s `.py` files for the names under _SOURCE (never the extensions built beside them)."""
+    """Finds simserve/sim/core/'s `.py` files for the names under _SOURCE (never the extensions built beside
+    them)."""
 
     def find_spec(self, fullname: str, path=None, target=None):
         folder = Path(__file__).with_name("core")
@@ -101,7 +103,9 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
                 fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
             )
         if fullname.startswith(_SOURCE + "."):
-            return importlib.util.spec_from_file_location(fullname, folder / f"{fullname.rpartition('.')[2]}.py")
+            return importlib.util.spec_from_file_location(
+                fullname, folder / f"{fullname.rpartition('.')[2]}.py"
+            )
         return None
 
 
@@ -195,8 +199,14 @@ def _table_arrays(t) -> dict:
         launch_gpu=np.array(t._launch_gpu, dtype=np.float64).reshape(-1, 3),
         launch_cpu=np.array(t._launch_cpu, dtype=np.float64).reshape(-1, 3),
         launch_cap=int(t._launch_cap),
-        plain=not (np.any(t._cpu_gpu) or np.any(t._cpu_ovl) or np.any(np.array(t._cpu_ser)[:, 2])
-                   or np.any(t._cpu_pre) or np.any(t._launch_gpu) or np.any(t._launch_cpu)),
+        plain=not (
+            np.any(t._cpu_gpu)
+            or np.any(t._cpu_ovl)
+            or np.any(np.array(t._cpu_ser)[:, 2])
+            or np.any(t._cpu_pre)
+            or np.any(t._launch_gpu)
+            or np.any(t._launch_cpu)
+        ),
     )
 
 
@@ -239,8 +249,10 @@ def run(
         heapq.heapify(due)
     caches = radixes = None
     if cfg.prefix_caching and cfg.policy != "sglang":  # the reference's own block pool, one per replica
-        caches = [attach_tier(PrefixCache(num_blocks, cfg.block_size, reqs), cfg, reqs)
-                  for _ in range(cfg.num_replicas)]  # fmt: skip
+        caches = [
+            attach_tier(PrefixCache(num_blocks, cfg.block_size, reqs), cfg, reqs)
+            for _ in range(cfg.num_replicas)
+        ]
     params = core_params(cfg, pp, num_blocks, n, cfg.num_replicas, caches, due)
     params["router"] = routers.make(cfg, reqs, num_blocks)  # the reference's own router (cluster.Cluster)
     if api is not None:  # the API servers send the requests: the core's own closed loop stays off
@@ -268,21 +280,38 @@ def run(
     c.configure_watch(progress is not None, rules.cap, bucket, need)
     if scaler is not None:
         c.set_serving(scaler.serving())
-    overloaded, stopped_early, capped = drive(core, c, rules, n, tbt, cfg.stop_when_overloaded, progress,
-                                              scaler and (lambda now, arrived: _wake(c, scaler, reqs, now, arrived)))  # fmt: skip
+    overloaded, stopped_early, capped = drive(
+        core,
+        c,
+        rules,
+        n,
+        tbt,
+        cfg.stop_when_overloaded,
+        progress,
+        scaler and (lambda now, arrived: _wake(c, scaler, reqs, now, arrived)),
+    )
     if api is not None:  # what the core kept of the API servers while it ran (api_finish)
         c.api_finish()
-    replicas = [_summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
-                for i, t in enumerate(c.replica_totals())]  # fmt: skip
+    replicas = [
+        _summary(i, pp, t, pool, caches[i] if caches else None, radixes[i] if radixes else None)
+        for i, t in enumerate(c.replica_totals())
+    ]
     return log, tbt, replicas, overloaded, c.counters()[0], stopped_early, capped, api
 
 
-def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_when_overloaded: bool,
-          progress: Callable[[int, int], None] | None = None,
-          scale: Callable[[float, int], None] | None = None) -> tuple[bool, bool, bool]:  # fmt: skip
-    """The reference's watchdog process (cluster.Cluster.watchdog, its rules in the same order) around `c.run()`
-    for a Core or a DisaggCore; returns (overloaded, stopped early, capped). `scale(now, arrived)` wakes the
-    autoscaler at its event (an autoscaled Core's SCALE)."""
+def drive(
+    core: ModuleType,
+    c,
+    rules: Watchdog,
+    n: int,
+    tbt: LogHistogram,
+    stop_when_overloaded: bool,
+    progress: Callable[[int, int], None] | None = None,
+    scale: Callable[[float, int], None] | None = None,
+) -> tuple[bool, bool, bool]:
+    """The reference's watchdog process (cluster.Cluster.watchdog, its rules in the same order) around
+    `c.run()` for a Core or a DisaggCore; returns (overloaded, stopped early, capped). `scale(now, arrived)`
+    wakes the autoscaler at its event (an autoscaled Core's SCALE)."""
     overloaded = stopped_early = capped = False
     while True:
         code = c.run()
@@ -324,7 +353,9 @@ def drive(core: ModuleType, c, rules: Watchdog, n: int, tbt: LogHistogram, stop_
 def _wake(c, scaler: Autoscaler, reqs: Requests, now: float, arrived: int) -> None:
     """cluster.Cluster.autoscaler's loop body on the core: the same wake, then the next one scheduled."""
     version = scaler.version
-    t = scaler.wake(now, [Load(*load) for load in c.scale_loads()], arrived, lambda i: last_completion(reqs, i))
+    t = scaler.wake(
+        now, [Load(*load) for load in c.scale_loads()], arrived, lambda i: last_completion(reqs, i)
+    )
     if scaler.version != version:
         c.set_serving(scaler.serving())
     c.schedule_scale(t)
@@ -334,9 +365,24 @@ def request_views(reqs: Requests) -> dict:
     """The request arrays the core shares with the reference's `Requests` (no copies)."""
     arrays = {
         name: memoryview(getattr(reqs, name))
-        for name in ("prompt", "output", "arrived", "scheduled", "first_token", "completed", "last_token",
-                     "tbt_max", "computed", "target", "generated", "blocks", "preemptions", "status", "replica")
-    }  # fmt: skip
+        for name in (
+            "prompt",
+            "output",
+            "arrived",
+            "scheduled",
+            "first_token",
+            "completed",
+            "last_token",
+            "tbt_max",
+            "computed",
+            "target",
+            "generated",
+            "blocks",
+            "preemptions",
+            "status",
+            "replica",
+        )
+    }
     arrays["inflight"] = memoryview(reqs.inflight.view(np.uint8))
     arrays["stamp"] = memoryview(np.zeros(reqs.n, dtype=np.int64))
     arrays["cached_tokens"] = memoryview(reqs.cached_tokens)
@@ -344,7 +390,8 @@ def request_views(reqs: Requests) -> dict:
     arrays["prefix_tokens"] = memoryview(reqs.prefix_tokens)
     if reqs.ignore_eos is not None:  # sglang: a workload's per-request ignore_eos (else the run's, in params)
         arrays["ignore_eos"] = memoryview(np.ascontiguousarray(reqs.ignore_eos, dtype=np.uint8))
-    arrays["routed"] = memoryview(np.zeros(reqs.n, dtype=np.int64))  # ids in routing order, as the core routes them
+    # ids in routing order, as the core routes them
+    arrays["routed"] = memoryview(np.zeros(reqs.n, dtype=np.int64))
     for name in ("spec", "spec_sched", "spec_steps"):
         arrays[name] = memoryview(getattr(reqs, name))
     none = reqs.spec_draws is None  # no speculation: never read
@@ -354,10 +401,14 @@ def request_views(reqs: Requests) -> dict:
 
 
 def histogram_view(tbt: LogHistogram) -> dict:
-    return dict(counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM)
+    return dict(
+        counts=memoryview(tbt.counts), zeros=tbt.zeros, log_gamma=_LOG_GAMMA, offset=_OFFSET, num=_NUM
+    )
 
 
-def core_params(cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: int, caches, due=None) -> dict:
+def core_params(
+    cfg: SimConfig, pp: int, num_blocks: int, n: int, num_replicas: int, caches, due=None
+) -> dict:
     """One Core's configuration: the policy's limits for `num_replicas` replicas of `pp` stages."""
     budget = cfg.token_budget()
     block_size, max_batch, pool = cfg.block_size, cfg.batch_limit(pp), num_blocks
@@ -438,5 +489,7 @@ def _summary(index: int, pp: int, totals: tuple, num_blocks: int, prefix=None, r
         work=_Work(
             tokens=tokens, prefill_pairs=pairs, prefill_kv=prefill_kv, decode_kv=decode_kv, micro_batches=mbs
         ),
-        state=SimpleNamespace(outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix, radix=radix),
+        state=SimpleNamespace(
+            outstanding=outstanding, kv=kv, preemptions=preemptions, prefix=prefix, radix=radix
+        ),
     )

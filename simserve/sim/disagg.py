@@ -1,4 +1,5 @@
-"""Disaggregated serving: a prefill pool and a decode pool, and the KV transfer between them (SimPy reference).
+"""Disaggregated serving: a prefill pool and a decode pool, and the KV transfer between them (SimPy
+reference).
 
 The path of a request, as vLLM 0.33.0 serves it with a KV connector (NixlConnector) behind its proxy
 (vLLM's tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, benchmarks/disagg_benchmarks/
@@ -7,11 +8,11 @@ original request to a decode instance, which streams every output token to the c
 
 1. Prefill: a prefill replica (picked by the prefill router) runs the prompt under its own policy and token
    budget; with one output token wanted, its batches are prefill-only (chunked under the budget). Its sampled
-   token is the proxy's and never reaches the user. The prompt's KV blocks stay allocated on the prefill replica
-   until the decode side has read them (NixlConnector frees them on the decoder's notification).
+   token is the proxy's and never reaches the user. The prompt's KV blocks stay allocated on the prefill
+   replica until the decode side has read them (NixlConnector frees them on the decoder's notification).
 2. Decode admission: the decode router picks a decode replica; the request waits there until its prompt's KV
-   blocks fit (the decode side allocates before it pulls: NIXL reads into allocated blocks). Preempted requests
-   waiting on that replica go first.
+   blocks fit (the decode side allocates before it pulls: NIXL reads into allocated blocks). Preempted
+   requests waiting on that replica go first.
 3. Transfer: the prompt's KV (model KV bytes per token × prompt length) crosses the link between the pools
    (kvlink.py), FIFO behind the transfers already on it.
 4. Decode: the decode replica recomputes the last prompt token (vLLM's scheduler always computes at least one
@@ -19,10 +20,11 @@ original request to a decode instance, which streams every output token to the c
    aggregated replica would, under its own policy, KV pool and preemption.
 
 So TTFT = arrival → the decode side's first token, and it includes the prefill, the decode admission wait, the
-transfer and one decode-side step; TBT is the decode side's gaps. Everything per replica is replica.py and state.py
-unchanged: a prefill replica is a replica whose requests want one token, and a decode replica one whose requests
-arrive with their prompt computed but the last token. This is the reference model; the compiled core runs the
-same (core.DisaggCore, driven by disagg_core.py), and tests/test_sim_core.py holds the two equal bit for bit.
+transfer and one decode-side step; TBT is the decode side's gaps. Everything per replica is replica.py and
+state.py unchanged: a prefill replica is a replica whose requests want one token, and a decode replica one
+whose requests arrive with their prompt computed but the last token. This is the reference model; the compiled
+core runs the same (core.DisaggCore, driven by disagg_core.py), and tests/test_sim_core.py holds the two equal
+bit for bit.
 """
 
 from __future__ import annotations
@@ -76,8 +78,8 @@ class PrefillState(ReplicaState):
 
     @property
     def num_running(self) -> int:
-        # NOTE: held requests count as resident: their blocks are in use, and the replica's loop must not take an
-        # empty pool for "nothing can ever fit" (drop_unfittable) while transfers will free blocks.
+        # NOTE: held requests count as resident: their blocks are in use, and the replica's loop must not take
+        # an empty pool for "nothing can ever fit" (drop_unfittable) while transfers will free blocks.
         return len(self.prefilling) + len(self.decoding) + self.held
 
     def finish(self, rid: int, now: float) -> None:
@@ -112,7 +114,8 @@ class DecodeState(ReplicaState):
 
 @dataclass
 class Transfers:
-    """Per request: when its KV was ready to move, started and arrived, and how many bytes (NaN: never moved)."""
+    """Per request: when its KV was ready to move, started and arrived, and how many bytes (NaN: never
+    moved)."""
 
     n: int
     prefilled: np.ndarray = field(init=False)  # the prefill side sampled (the KV is complete)
@@ -130,8 +133,18 @@ class Transfers:
 
 
 class DisaggCluster:
-    def __init__(self, env: simpy.Environment, pre: Requests, dec: Requests, cfg: SimConfig, prefill: Pool,
-                 decode: Pool, link: KVLink, kv_token_bytes: float, transfers: Transfers):  # fmt: skip
+    def __init__(
+        self,
+        env: simpy.Environment,
+        pre: Requests,
+        dec: Requests,
+        cfg: SimConfig,
+        prefill: Pool,
+        decode: Pool,
+        link: KVLink,
+        kv_token_bytes: float,
+        transfers: Transfers,
+    ):
         from simserve.sim.replica import Replica
 
         self.env, self.cfg, self.link = env, cfg, link
@@ -157,13 +170,23 @@ class DisaggCluster:
         self.prefill: list[Replica] = []
         for i in range(prefill.replicas):
             timer = prefill.timer
-            st = PrefillState(i, pre, pcfg, prefill.num_blocks, timer.num_stages, self.prefill_tbt, self._prefilled, timer)
+            st = PrefillState(
+                i, pre, pcfg, prefill.num_blocks, timer.num_stages, self.prefill_tbt, self._prefilled, timer
+            )
             self.prefill.append(Replica(env, st, POLICIES[pcfg.policy], timer, self.log, self.route_due))
         self.decode: list[Replica] = []
         for j in range(decode.replicas):  # decode replicas are numbered after the prefill ones in the log
             timer = decode.timer
-            st = DecodeState(prefill.replicas + j, dec, dcfg, decode.num_blocks, timer.num_stages, self.tbt,
-                             self._decoded, timer)  # fmt: skip
+            st = DecodeState(
+                prefill.replicas + j,
+                dec,
+                dcfg,
+                decode.num_blocks,
+                timer.num_stages,
+                self.tbt,
+                self._decoded,
+                timer,
+            )
             admit = lambda now, j=j: self._admit(self.decode[j], now)  # noqa: E731  (its "route_due")
             self.decode.append(Replica(env, st, POLICIES[dcfg.policy], timer, self.log, admit))
         # The watchdog's overload rules count a request as scheduled once the decode side has admitted it (its
@@ -193,21 +216,24 @@ class DisaggCluster:
                 r.status[rid] = IGNORED
                 self._ignored(rid)
                 continue
-            rep = self.prefill[route(self.prefill_router, self.prefill, rid)]  # routers.py, as an aggregated run
+            # routers.py, as an aggregated run
+            rep = self.prefill[route(self.prefill_router, self.prefill, rid)]
             r.replica[rid] = rep.index
             rep.state.enqueue(rid)
             rep.notify()
 
     def _pick_decode(self, reps: list[Replica]) -> Replica:
-        """The decode router: its `kv` reads the requests routed to a replica and not yet given blocks there, which
-        only a decode pool has, so it stays here (and in core/disagg.py's `_pick_decode`), not in routers.py."""
+        """The decode router: its `kv` reads the requests routed to a replica and not yet given blocks there,
+        which only a decode pool has, so it stays here (and in core/disagg.py's `_pick_decode`), not in
+        routers.py."""
         router = self.decode_router
         if router == "rr":
             rep = reps[self._rr % len(reps)]
             self._rr += 1
             return rep
         if router == "kv":  # the most free KV blocks, less what requests already routed there will take
-            return max(reps, key=lambda rep: rep.state.kv.free - self._incoming_blocks(rep.state))  # ties: lowest
+            # ties: lowest
+            return max(reps, key=lambda rep: rep.state.kv.free - self._incoming_blocks(rep.state))
         return min(reps, key=lambda rep: rep.state.outstanding)  # ties: the lowest index
 
     def _incoming_blocks(self, st: DecodeState) -> int:
@@ -263,7 +289,8 @@ class DisaggCluster:
         self._release_prefill(rid)
         st, r = rep.state, self.dec
         st.transferring -= 1
-        # The remote KV covers all but the last prompt token, which the decode side computes to sample token 1.
+        # The remote KV covers all but the last prompt token, which the decode side computes to sample token
+        # 1.
         r.target[rid] = r.prompt[rid]
         r.computed[rid] = r.prompt[rid] - 1
         r.status[rid] = RUNNING
@@ -327,7 +354,8 @@ class DisaggCluster:
 @dataclass
 class DisaggRun:
     """A finished disaggregated run: `raw` is the user's view (one row per request, TTFT and TBT as the client
-    sees them, every replica's iterations) for metrics.summarize and the table writers; the rest is per pool."""
+    sees them, every replica's iterations) for metrics.summarize and the table writers; the rest is per
+    pool."""
 
     raw: RawRun
     transfers: Transfers
@@ -340,8 +368,16 @@ class DisaggRun:
 CHUNKING = ("sarathi", "chunked", "hybrid", "slo-aware", "pressure", "equal-cost", "vllm-v1")
 
 
-def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrived_at: np.ndarray, cfg: SimConfig,
-                    prefill: Pool, decode: Pool, link: KVLink, kv_token_bytes: float) -> DisaggRun:  # fmt: skip
+def simulate_disagg(
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    arrived_at: np.ndarray,
+    cfg: SimConfig,
+    prefill: Pool,
+    decode: Pool,
+    link: KVLink,
+    kv_token_bytes: float,
+) -> DisaggRun:
     """Replay requests through a prefill pool and a decode pool joined by `link` (module docstring), on the
     compiled core when it covers both pools (disagg_core.covers), else on this SimPy model."""
     cfg.validate()
@@ -349,13 +385,15 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
         policy = (pool.cfg or cfg).policy
         if policy not in CHUNKING:  # the decode side's first step is a one-token chunk of an admitted prompt
             raise SimserveError(
-                f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy {policy} "
-                f"never schedules the last prompt token of a request whose KV arrived by transfer"
+                f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy "
+                f"{policy} never schedules the last prompt token of a request whose KV arrived by transfer"
             )
         if pool.replicas < 1:
             raise SimserveError(f"the {side} pool needs at least one replica, got {pool.replicas}")
         if pool.router not in ROUTERS[side]:
-            raise SimserveError(f"unknown {side} router {pool.router!r}; choose one of {', '.join(ROUTERS[side])}")
+            raise SimserveError(
+                f"unknown {side} router {pool.router!r}; choose one of {', '.join(ROUTERS[side])}"
+            )
     prompt, output, arrived = request_arrays(prompt_tokens, output_tokens, arrived_at)
     core = disagg_core.covers(cfg, prefill, decode)
     order = np.argsort(arrived, kind="stable")
@@ -375,15 +413,33 @@ def simulate_disagg(prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrive
         c = DisaggCluster(env, pre, dec, cfg, prefill, decode, link, kv_token_bytes, transfers)
         env.run(until=c.finished)
         log, tbt, replicas, overloaded, end, stopped, capped = (
-            c.log, c.tbt, c.prefill + c.decode, c.overloaded, env.now, c.stopped_early, c.capped,
-        )  # fmt: skip
-    raw = RawRun(cfg, _user_view(pre, dec), order, log, tbt, replicas, decode.num_blocks, overloaded, end,
-                 stopped, capped)  # fmt: skip
+            c.log,
+            c.tbt,
+            c.prefill + c.decode,
+            c.overloaded,
+            env.now,
+            c.stopped_early,
+            c.capped,
+        )
+    raw = RawRun(
+        cfg,
+        _user_view(pre, dec),
+        order,
+        log,
+        tbt,
+        replicas,
+        decode.num_blocks,
+        overloaded,
+        end,
+        stopped,
+        capped,
+    )
     return DisaggRun(raw, transfers, prefill.replicas, prefill.num_blocks, decode.num_blocks, link)
 
 
 def _user_view(pre: Requests, dec: Requests) -> Requests:
-    """One row per request as the client sees it: scheduled on the prefill side, tokens from the decode side."""
+    """One row per request as the client sees it: scheduled on the prefill side, tokens from the decode
+    side."""
     u = Requests(dec.prompt, dec.output, dec.arrived)
     u.scheduled = pre.scheduled.copy()
     for name in ("first_token", "completed", "last_token", "tbt_max", "generated", "replica"):
@@ -414,7 +470,7 @@ def transfer_summary(run: DisaggRun) -> dict:
 
     return {
         "prefill_utilization": util(s.replicas[: run.num_prefill]),
-        "decode_utilization": util(s.replicas[run.num_prefill:]),
+        "decode_utilization": util(s.replicas[run.num_prefill :]),
         "prefill_kv_blocks_per_replica": run.prefill_blocks,
         "decode_kv_blocks_per_replica": run.decode_blocks,
         "link": run.link.describe(),

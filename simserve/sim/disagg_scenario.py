@@ -1,8 +1,9 @@
-"""A disaggregated deployment by name: two pools written `2xTP2` (replicas × TP, optional `PP<n>` and `@gpu`), the
-workload and policy of one Scenario, and `run_disagg(scenario, qps)`, the seam the CLI and the planner use.
+"""A disaggregated deployment by name: two pools written `2xTP2` (replicas × TP, optional `PP<n>` and `@gpu`),
+the workload and policy of one Scenario, and `run_disagg(scenario, qps)`, the seam the CLI and the planner
+use.
 
-Each pool is a Scenario of its own (its GPU, node, TP, PP, replicas and router; the rest shared), so the memory
-plan, profile and timer of a pool are those an aggregated run of the same deployment gets.
+Each pool is a Scenario of its own (its GPU, node, TP, PP, replicas and router; the rest shared), so the
+memory plan, profile and timer of a pool are those an aggregated run of the same deployment gets.
 """
 
 from __future__ import annotations
@@ -24,19 +25,23 @@ class PoolSpec:
     tp: int
     pp: int = 1
     gpu: str | None = None  # None: the run's --gpu
-    ep: int | None = None  # an MoE model's expert parallelism in this pool; None: the run's --ep (plan labels: TP2EP2)
+    # an MoE model's expert parallelism in this pool; None: the run's --ep (plan labels: TP2EP2)
+    ep: int | None = None
 
     @classmethod
     def parse(cls, text: str, flag: str) -> PoolSpec:
         m = _POOL.match(text.strip())
         if not m or int(m.group(1)) < 1:
             raise SimserveError(
-                f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2, 2xTP2EP2 or 2xTP2@h100"
+                f"{flag} {text!r} is not a pool; write replicas x TP, e.g. 2xTP2, 1xTP4PP2, 2xTP2EP2 or "
+                "2xTP2@h100"
             )
         ep = int(m.group(4)) if m.group(4) else None
         for name, value in (("TP", int(m.group(2))), ("PP", int(m.group(3) or 1)), ("EP", ep or 1)):
             if value < 1:
-                raise SimserveError(f"{flag} {text!r}: {name} must be at least 1, got {value}; e.g. 2xTP2, 1xTP4PP2")
+                raise SimserveError(
+                    f"{flag} {text!r}: {name} must be at least 1, got {value}; e.g. 2xTP2, 1xTP4PP2"
+                )
         return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), m.group(5), ep)
 
     def label(self) -> str:
@@ -47,23 +52,41 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class DisaggScenario:
-    prefill: Scenario  # the workload, policy and limits are the prefill scenario's; the decode one shares them
+    # the workload, policy and limits are the prefill scenario's; the decode one shares them
+    prefill: Scenario
     decode: Scenario
-    kv_link: str | None = None  # nvlink | pcie | a catalog network; None: the node's fabric when both fit in one
+    # nvlink | pcie | a catalog network; None: the node's fabric when both fit in one
+    kv_link: str | None = None
     decode_router: str = "kv"  # rr | lor | kv (the most free KV blocks); the prefill router is prefill.router
 
     @classmethod
-    def create(cls, base: Scenario, prefill: PoolSpec, decode: PoolSpec, kv_link: str | None = None,
-               decode_router: str = "kv") -> DisaggScenario:  # fmt: skip
+    def create(
+        cls,
+        base: Scenario,
+        prefill: PoolSpec,
+        decode: PoolSpec,
+        kv_link: str | None = None,
+        decode_router: str = "kv",
+    ) -> DisaggScenario:
         def pool(spec: PoolSpec, router: str) -> Scenario:
             gpu = spec.gpu or base.gpu
             node = base.node if gpu == base.gpu else None
             ep = base.ep if spec.ep is None else spec.ep
-            return replace(base, gpu=gpu, node=node, tp=spec.tp, pp=spec.pp, ep=ep, num_replicas=spec.replicas,
-                           router=router)  # fmt: skip
+            return replace(
+                base,
+                gpu=gpu,
+                node=node,
+                tp=spec.tp,
+                pp=spec.pp,
+                ep=ep,
+                num_replicas=spec.replicas,
+                router=router,
+            )
 
         if decode_router not in ROUTERS["decode"]:
-            raise SimserveError(f"unknown --decode-router {decode_router!r}; choose one of {', '.join(ROUTERS['decode'])}")
+            raise SimserveError(
+                f"unknown --decode-router {decode_router!r}; choose one of {', '.join(ROUTERS['decode'])}"
+            )
         return cls(pool(prefill, base.router), pool(decode, "rr"), kv_link, decode_router)
 
     @property
@@ -83,18 +106,26 @@ class DisaggScenario:
         fit or the missing link."""
         s = self.prefill
         # Mechanisms the aggregated model has and the pools do not (yet): refused, never silently left out.
-        for on, what, fix in ((s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
-                              (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
-                              (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
-                              (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm"),
-                              (s.dp_attention > 1, "attention data parallelism (ranks in lockstep)",
-                               "drop --dp-attention (--ep alone shards the experts)")):  # fmt: skip
+        for on, what, fix in (
+            (s.prefix_caching, "prefix caching", "add --no-prefix-caching"),
+            (s.max_concurrency is not None, "a closed-loop client", "drop --max-concurrency"),
+            (s.arrival == "conversation", "answer-driven conversations", "pick another --arrival"),
+            (s.vllm_worker, "vLLM's worker model (CUDA graphs, memory)", "drop --engine vllm"),
+            (
+                s.dp_attention > 1,
+                "attention data parallelism (ranks in lockstep)",
+                "drop --dp-attention (--ep alone shards the experts)",
+            ),
+        ):
             if on:
-                raise SimserveError(f"disaggregated serving does not model {what} yet; {fix}, or run aggregated")
+                raise SimserveError(
+                    f"disaggregated serving does not model {what} yet; {fix}, or run aggregated"
+                )
         if self.prefill.policy not in CHUNKING:
             raise SimserveError(
                 f"disaggregated serving runs a chunked-prefill policy ({', '.join(CHUNKING)}); --policy "
-                f"{self.prefill.policy} never schedules the last prompt token of a request whose KV arrived by transfer"
+                f"{self.prefill.policy} never schedules the last prompt token of a request whose KV arrived "
+                "by transfer"
             )
         blocks = []
         for side, s in (("prefill", self.prefill), ("decode", self.decode)):
@@ -107,17 +138,22 @@ class DisaggScenario:
         return blocks[0], blocks[1], link
 
 
-def run_disagg(ds: DisaggScenario, qps: float, timers: tuple | None = None, link: KVLink | None = None,
-               ) -> DisaggRun:  # fmt: skip
-    """Simulate `ds` at `qps`; `timers` (prefill, decode) override the profiled predictors, `link` the catalog's."""
+def run_disagg(
+    ds: DisaggScenario,
+    qps: float,
+    timers: tuple | None = None,
+    link: KVLink | None = None,
+) -> DisaggRun:
+    """Simulate `ds` at `qps`; `timers` (prefill, decode) override the profiled predictors, `link` the
+    catalog's."""
     import numpy as np
 
     from simserve.workload import arrival_times
 
     if np.isinf(qps):  # not one of the disaggregated cases checked against the reference: refused, said why
         raise SimserveError(
-            "a disaggregated run takes a finite --qps (--qps inf, every request at t = 0, is not modelled for it "
-            "yet); give a rate, or run aggregated"
+            "a disaggregated run takes a finite --qps (--qps inf, every request at t = 0, is not modelled "
+            "for it yet); give a rate, or run aggregated"
         )
     if np.isnan(qps) or qps <= 0:
         raise SimserveError(f"--qps must be a positive request rate, got {qps}")

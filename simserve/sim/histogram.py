@@ -149,9 +149,10 @@ class LogHistogram:
         # order differ between releases and would move the last bit of the mean (simserve.numerics).
         counts = self.counts
         occupied = np.flatnonzero(counts).tolist()
-        return math.fsum(counts[i] * (2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0)) for i in occupied) / total
+        return (
+            math.fsum(counts[i] * (2.0 * _GAMMA ** (i + _OFFSET) / (_GAMMA + 1.0)) for i in occupied) / total
+        )
 
     def merge(self, other: LogHistogram) -> None:
         self.counts += other.counts
         self.zeros += other.zeros
-

@@ -11,18 +11,18 @@ scheduling sees, written once and driven by both the SimPy reference (sim/vllm_v
 
 - Capacity: `num_chunks = cpu_bytes_to_use // round_up(kv_bytes_per_block * world_size, PAGESIZE)`
   (cpu/spec.py `CPUOffloadingSpec.__init__`), one block per chunk (`blocks_per_chunk` default 1).
-- Stores (`_build_store_jobs`): every step, each scheduled request offers the blocks that became full up to its
-  computed + scheduled tokens, prompt tokens only (`offload_prompt_only` defaults to True), from where it last
-  stopped; a lookup restarts that at block 0 (the GPU prefix hit is offered too: a resident key is a reuse, an
-  absent one is stored again), a CPU load restarts it after the loaded blocks. Stores happen on block
-  completion, not on GPU eviction. `prepare_store` evicts least-recently-used chunks, never one offered in the
-  same call; when too few are evictable the whole offer is dropped (an allocation failure).
+- Stores (`_build_store_jobs`): every step, each scheduled request offers the blocks that became full up to
+  its computed + scheduled tokens, prompt tokens only (`offload_prompt_only` defaults to True), from where it
+  last stopped; a lookup restarts that at block 0 (the GPU prefix hit is offered too: a resident key is a
+  reuse, an absent one is stored again), a CPU load restarts it after the loaded blocks. Stores happen on
+  block completion, not on GPU eviction. `prepare_store` evicts least-recently-used chunks, never one offered
+  in the same call; when too few are evictable the whole offer is dropped (an allocation failure).
 - LRU order (`LRUCachePolicy`): a chunk's rank is (its request's rank, -position) when stored or reused,
   so a request's tail goes before its head; when a request finishes, every key it stored or reused gets a
   fresh rank, tail first (`on_request_finished`).
 - Lookup (`get_num_new_matched_tokens`, first admissions only): consecutive resident blocks after the GPU hit,
-  up to the whole prompt (`max_hit_size_tokens = num_tokens`); a hit shorter than one block is none; a hit on a
-  block another request is loading defers the request (`_chunks_being_loaded`).
+  up to the whole prompt (`max_hit_size_tokens = num_tokens`); a hit shorter than one block is none; a hit on
+  a block another request is loading defers the request (`_chunks_being_loaded`).
 - Async load (the default; `sync_load_budget_bytes` 0): the request gets its blocks (the whole sequence must
   fit, less what in-flight loads still need: `_inflight_prefill_reserved_blocks`), leaves the waiting queue
   without computing (WAITING_FOR_REMOTE_KVS), its loaded chunks pinned; the copy runs on its own CUDA stream
@@ -31,10 +31,11 @@ scheduling sees, written once and driven by both the SimPy reference (sim/vllm_v
   of the queue (`kv_holding_waiting` is drained first) with its loaded tokens computed (a whole-prompt hit
   recomputes its last token) and its blocks cached on the GPU then (`delay_cache_blocks`).
 
-Approximated (docs/traffic.md § KV offloading): a store is readable at once (vLLM: HIT_PENDING until the D2H copy
-of the step completes); a loaded request that does not fit stops admission (vLLM: the same, `break`); stores cost
-no GPU time (D2H on its own stream); when nothing else can run, the step that takes the loaded request
-starts when its copy ends (vLLM polls with empty steps until it does); only loads count against reservations.
+Approximated (docs/traffic.md § KV offloading): a store is readable at once (vLLM: HIT_PENDING until the D2H
+copy of the step completes); a loaded request that does not fit stops admission (vLLM: the same, `break`);
+stores cost no GPU time (D2H on its own stream); when nothing else can run, the step that takes the loaded
+request starts when its copy ends (vLLM polls with empty steps until it does); only loads count against
+reservations.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def tier_blocks(gib: float, kv_bytes_per_block_per_gpu: int, world_size: int) ->
 class CpuTier:
     """One replica's CPU tier: vLLM's CPUOffloadingManager (LRU) and the connector's per-request state.
 
-    Compiled (kv_offload.pxd, as prefix_cache.py is): the SimPy reference calls it as Python, the compiled core
-    and PrefixCache without a Python call."""
+    Compiled (kv_offload.pxd, as prefix_cache.py is): the SimPy reference calls it as Python, the compiled
+    core and PrefixCache without a Python call."""
 
     def __init__(self, num_blocks: int, block_s: float, block_size: int, block_key, prompt, keys_of=None):
         self.capacity = num_blocks
@@ -163,7 +164,8 @@ class CpuTier:
         """CPUOffloadingManager.prepare_store (+ complete_store at once) of (key, position) pairs."""
         rank = self.rank
         new = [(k, p) for k, p in keys if k not in rank]
-        self._access(rid, keys)  # every key offered, stored before or not (vLLM records them before allocating)
+        # every key offered, stored before or not (vLLM records them before allocating)
+        self._access(rid, keys)
         if not new:
             return
         need = len(new) - (self.capacity - len(rank))
@@ -203,8 +205,8 @@ class CpuTier:
         self._update_heap(moved)
 
     def _update_heap(self, moved: list[int]) -> None:
-        """LRUCachePolicy._update_heap: many ranks changed, rebuild the heap; few, push them (stale entries are
-        skipped when popped)."""
+        """LRUCachePolicy._update_heap: many ranks changed, rebuild the heap; few, push them (stale entries
+        are skipped when popped)."""
         if len(moved) >= max(64, (len(self.rank) - len(self.pinned)) // 4):
             self._rebuild()
         else:
@@ -214,7 +216,8 @@ class CpuTier:
 
     # -- the connector's scheduler side ------------------------------------------------------------------
     def scheduled(self, rid: int, tokens: int) -> None:
-        """_build_store_jobs for a request scheduled up to `tokens` tokens: offer its newly full prompt blocks."""
+        """_build_store_jobs for a request scheduled up to `tokens` tokens: offer its newly full prompt
+        blocks."""
         start = self.next_stored.get(rid, 0)
         end = min(tokens, int(self._prompt[rid])) // self.block_size
         if end > start:
@@ -244,13 +247,14 @@ class CpuTier:
             keys = self._keys[rid] = []
         if blocks > len(keys):
             if self._keys_of is not None:
-                keys.extend(self._keys_of(rid, blocks)[len(keys):blocks])
+                keys.extend(self._keys_of(rid, blocks)[len(keys) : blocks])
             else:
                 keys.extend([self._key(rid, k) for k in range(len(keys), blocks)])
         return keys
 
     def _start(self, rid: int, now: float, gpu_blocks: int, blocks: int, num_tokens: int, rest: int) -> None:
-        """update_state_after_alloc: pin the blocks, start the copy; `rest`: blocks its sequence still needs."""
+        """update_state_after_alloc: pin the blocks, start the copy; `rest`: blocks its sequence still
+        needs."""
         own = self.keys(rid, gpu_blocks + blocks)
         keys = [(own[k], k) for k in range(gpu_blocks, gpu_blocks + blocks)]
         for key, _ in keys:
@@ -308,11 +312,21 @@ class CpuTier:
         return s
 
     # -- the scheduler's waiting path with the connector (both vllm_v1.py twins call these) ------------------
-    def start_load(self, cache, rid: int, want: int, hits: list, max_model_len: int, full_isl: bool,
-                   preempted: bool, now: float) -> int:  # fmt: skip
+    def start_load(
+        self,
+        cache,
+        rid: int,
+        want: int,
+        hits: list,
+        max_model_len: int,
+        full_isl: bool,
+        preempted: bool,
+        now: float,
+    ) -> int:
         """After the GPU hit `hits` of the waiting head: the blocks it now holds when an async load from the
         CPU tier started (the caller takes it out of waiting), 0 when the tier has nothing for it, -1 when its
-        blocks do not fit (admission stops), -2 when a block it needs is being loaded (it is skipped this step)."""
+        blocks do not fit (admission stops), -2 when a block it needs is being loaded (it is skipped this
+        step)."""
         bs = self.block_size
         g = len(hits)
         m = self.lookup(rid, g, want)
@@ -321,7 +335,8 @@ class CpuTier:
         whole = min(want, max_model_len)
         need = cache.blocks_to_allocate(rid, whole if full_isl else (g + m) * bs, hits)
         if need + self.reserved > cache.free:
-            return -1  # allocate_slots(full_sequence_must_fit, reserved_blocks=_inflight_prefill_reserved_blocks())
+            # allocate_slots(full_sequence_must_fit, reserved_blocks=_inflight_prefill_reserved_blocks())
+            return -1
         cache.record(preempted, want, g * bs)  # record_prefix_cache_stats: the local hit, at this admission
         if not preempted:
             self.hits += min(m * bs, want - g * bs)
@@ -330,25 +345,40 @@ class CpuTier:
 
     def promote(self, waiting, now: float, force: bool) -> None:
         """_handle_blocked_waiting_request: finished loads go to the front of waiting, in the order they
-        started (kv_holding_waiting is drained first); `force`: nothing else ran, the earliest load is awaited."""
+        started (kv_holding_waiting is drained first); `force`: nothing else ran, the earliest load is
+        awaited."""
         done = self.force(now) if force else self.ready(now)
         for rid in reversed(done):
             waiting.appendleft(rid)
 
     def summary(self) -> dict:
         return dict(
-            cpu_blocks=self.capacity, cpu_queries=self.queries, cpu_hits=self.hits, loads=self.loads,
-            blocks_loaded=self.blocks_loaded, tokens_loaded=self.blocks_loaded * self.block_size,
-            load_s=self.load_s, stores=self.stores, evictions=self.evictions, store_failures=self.store_failures,
-        )  # fmt: skip
+            cpu_blocks=self.capacity,
+            cpu_queries=self.queries,
+            cpu_hits=self.hits,
+            loads=self.loads,
+            blocks_loaded=self.blocks_loaded,
+            tokens_loaded=self.blocks_loaded * self.block_size,
+            load_s=self.load_s,
+            stores=self.stores,
+            evictions=self.evictions,
+            store_failures=self.store_failures,
+        )
 
 
 def attach(cache, cfg, reqs):
-    """Give a replica's PrefixCache its CPU tier when the config asks for one (SimConfig.kv_offload_blocks)."""
+    """Give a replica's PrefixCache its CPU tier when the config asks for one
+    (SimConfig.kv_offload_blocks)."""
     if cfg.kv_offload_blocks:
         # NOTE: the class looked up by name when called (compiled, `CpuTier` is bound when built): a test may
         # substitute a recording tier (tests/conformance/test_kv_offload_conformance.py)
         tier = globals()["CpuTier"]
-        cache.tier = tier(cfg.kv_offload_blocks, cfg.kv_offload_block_s, cfg.block_size, cache.block_key,
-                          reqs.prompt, cache.keys)  # fmt: skip
+        cache.tier = tier(
+            cfg.kv_offload_blocks,
+            cfg.kv_offload_block_s,
+            cfg.block_size,
+            cache.block_key,
+            reqs.prompt,
+            cache.keys,
+        )
     return cache

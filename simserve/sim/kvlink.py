@@ -3,10 +3,10 @@ the network between nodes (RDMA InfiniBand or Ethernet), and what one transfer o
 
 A transfer takes `latency + bytes / bandwidth` and holds the link for `bytes / bandwidth` (the latency is the
 fabric's flight time: the next transfer can start streaming meanwhile). Bandwidth is what NCCL reaches on the
-link (the catalog's bus bandwidth, per GPU inside a node, per node across nodes): NIXL's UCX/RDMA transports move
-whole KV blocks, large messages that reach the same line-rate fraction. Inside one node each GPU has its own
-NVLink (or PCIe) port and the KV is sharded over the replica's GPUs, so min(prefill GPUs, decode GPUs) ports
-carry a transfer in parallel; across nodes the catalog's networks are one NIC per node, so one lane.
+link (the catalog's bus bandwidth, per GPU inside a node, per node across nodes): NIXL's UCX/RDMA transports
+move whole KV blocks, large messages that reach the same line-rate fraction. Inside one node each GPU has its
+own NVLink (or PCIe) port and the KV is sharded over the replica's GPUs, so min(prefill GPUs, decode GPUs)
+ports carry a transfer in parallel; across nodes the catalog's networks are one NIC per node, so one lane.
 """
 
 from __future__ import annotations
@@ -48,22 +48,33 @@ def kv_bytes_per_prompt_token(dep: Deployment) -> int:
     return kv_bytes_per_token(replace(dep, tp=1, pp=1))
 
 
-def resolve_link(prefill: Deployment, prefill_replicas: int, decode: Deployment, decode_replicas: int,
-                 name: str | None) -> KVLink:  # fmt: skip
-    """The link between the pools: `name` (nvlink, pcie, or a network), or by default the node's own fabric when
-    both pools fit in one node of the same box. SimserveError naming the layout when the catalog has no link."""
+def resolve_link(
+    prefill: Deployment, prefill_replicas: int, decode: Deployment, decode_replicas: int, name: str | None
+) -> KVLink:
+    """The link between the pools: `name` (nvlink, pcie, or a network), or by default the node's own fabric
+    when both pools fit in one node of the same box. SimserveError naming the layout when the catalog has no
+    link."""
     lanes = min(prefill.num_gpus, decode.num_gpus)
     gpus = prefill.num_gpus * prefill_replicas + decode.num_gpus * decode_replicas
-    layout = (f"{prefill_replicas}×TP{prefill.tp}PP{prefill.pp} {prefill.gpu.name} (prefill) + "
-              f"{decode_replicas}×TP{decode.tp}PP{decode.pp} {decode.gpu.name} (decode)")  # fmt: skip
+    layout = (
+        f"{prefill_replicas}×TP{prefill.tp}PP{prefill.pp} {prefill.gpu.name} (prefill) + "
+        f"{decode_replicas}×TP{decode.tp}PP{decode.pp} {decode.gpu.name} (decode)"
+    )
     networks = ", ".join(n.name for n in NETWORKS)
-    one_node = (prefill.gpu.name == decode.gpu.name and prefill.node is not None and prefill.node == decode.node
-                and gpus <= prefill.node.gpus_per_node)  # fmt: skip
+    one_node = (
+        prefill.gpu.name == decode.gpu.name
+        and prefill.node is not None
+        and prefill.node == decode.node
+        and gpus <= prefill.node.gpus_per_node
+    )
     if name is None or name in INTRA_NODE:
         if not one_node:
-            where = (f"needs {gpus} GPUs, more than one {prefill.node.name} node holds ({prefill.node.gpus_per_node})"
-                     if prefill.node is not None and prefill.node == decode.node
-                     else "puts the pools in different nodes")  # fmt: skip
+            where = (
+                f"needs {gpus} GPUs, more than one {prefill.node.name} node holds "
+                f"({prefill.node.gpus_per_node})"
+                if prefill.node is not None and prefill.node == decode.node
+                else "puts the pools in different nodes"
+            )
             given = f"--kv-link {name} joins GPUs inside one node, but " if name else ""  # it was asked for
             raise SimserveError(
                 f"{given}the disaggregated layout {layout} {where}, and the catalog has no link for the KV "
@@ -78,8 +89,13 @@ def resolve_link(prefill: Deployment, prefill_replicas: int, decode: Deployment,
             )
         bus = node.nvlink_bus_gbps if medium == "nvlink" else node.pcie_bus_gbps
         lat = STEP_LATENCY_US[medium][("ring", "Simple")]
-        return KVLink(medium, bus * lanes, lat * 1e-6, lanes,
-                      f"{node.name} {medium} bus bandwidth per GPU (catalog: {node.source}); latency NCCL's "
-                      f"Simple-protocol step over {medium} (tuning.cc hwLat)")  # fmt: skip
+        return KVLink(
+            medium,
+            bus * lanes,
+            lat * 1e-6,
+            lanes,
+            f"{node.name} {medium} bus bandwidth per GPU (catalog: {node.source}); latency NCCL's "
+            f"Simple-protocol step over {medium} (tuning.cc hwLat)",
+        )
     net = NETWORKS.get(name)
     return KVLink(net.name, net.bus_gbps, net.latency_us * 1e-6, 1, f"catalog network: {net.source}")

@@ -13,9 +13,10 @@ So one step of a deployment here is
     + the routed experts and the ranks' exchange for the tokens of all ranks together
 
 (BatchTimer.own_time / experts_time; an idle rank counts one dummy token). Every rank waits for the slowest;
-with equal loads this is the per-rank approximation `--dp-attention` used before (experts read at D × a
-rank's tokens). With vLLM's CUDA graphs (`--engine vllm`, vllm_worker.py) every rank runs padded to the largest
-rank's captured size when all ranks are under the largest one (`padded_tokens`). Left out: the ≤ dp_sync_interval
+with equal loads this is the per-rank approximation `--dp-attention` used before (experts read at D × a rank's
+tokens). With vLLM's CUDA graphs (`--engine vllm`, vllm_worker.py) every rank runs padded to the largest
+rank's captured size when all ranks are under the largest one (`padded_tokens`). Left out: the ≤
+dp_sync_interval
 (16) dummy steps after the last request of a wave finishes, which delay nothing that is simulated here.
 
 Requests reach a rank as vLLM's front end sends them (`DPLBAsyncMPClient.get_core_engine_for_request`,
@@ -26,8 +27,8 @@ and KV usage from the coordinator's 100 ms snapshots; here they are read at the 
 SGLang 0.5.23's DP attention (`--attn-dp-size D`, or the deprecated `--dp-size D --enable-dp-attention`; the
 `sglang` policy) steps the same way: before every forward each rank all-gathers its token count and, while any
 rank has tokens, a rank with none runs an idle batch (`prepare_mlp_sync_batch_raw`: `need_idle_batch =
-max(global_num_tokens) > 0`, managers/scheduler_components/dp_attn.py). SGLang's idle batch has no tokens; here
-it is the same one-token dummy as vLLM's. Its requests reach ranks in turn (`DataParallelController.
+max(global_num_tokens) > 0`, managers/scheduler_components/dp_attn.py). SGLang's idle batch has no tokens;
+here it is the same one-token dummy as vLLM's. Its requests reach ranks in turn (`DataParallelController.
 round_robin_scheduler`, managers/data_parallel_controller.py: `--load-balance-method auto` is round_robin
 outside prefill-decode disaggregation, arg_groups/serving_hook.py), one counter per deployment.
 """
@@ -46,7 +47,8 @@ DUMMY_KV = np.ones(1, dtype=np.int64)  # an idle rank's dummy batch: one decode 
 
 
 def padded_tokens(counts: list[int], sizes: tuple[int, ...]) -> int:
-    """The token count every rank runs at when vLLM pads the ranks to the largest (0: no padding, each its own).
+    """The token count every rank runs at when vLLM pads the ranks to the largest (0: no padding, each its
+    own).
 
     Under CUDA graphs the ranks agree on one size (`coordinate_batch_across_dp`, `_post_process_dp_padding` in
     vllm/v1/worker/dp_utils.py): the largest rank's, itself padded to a captured size. A rank past the largest
@@ -96,7 +98,8 @@ class DpGroup:
         for rank in ranks:
             rank.group = self
         self.wake: simpy.Event | None = None
-        self.sizes: tuple[int, ...] = getattr(timer, "cudagraph_sizes", ())  # vLLM's CUDA graphs (vllm_worker.py)
+        # vLLM's CUDA graphs (vllm_worker.py)
+        self.sizes: tuple[int, ...] = getattr(timer, "cudagraph_sizes", ())
         self.steps = 0
         self.padded_steps = 0  # steps every rank ran padded to the largest rank's captured size
         self.dummy_steps = [0] * len(ranks)  # steps a rank ran a dummy batch for the others
@@ -177,22 +180,34 @@ class DpGroup:
                 rank, mb = flight
                 self.lockstep_wait[i] += slowest - owns[i]
                 rank._start_flight(now)
-                rank.log.add(rank.index, 0, now, now + step, mb.num_prefill, len(mb.decodes), mb.num_requests,
-                             mb.kv_used)  # fmt: skip
+                rank.log.add(
+                    rank.index,
+                    0,
+                    now,
+                    now + step,
+                    mb.num_prefill,
+                    len(mb.decodes),
+                    mb.num_requests,
+                    mb.kv_used,
+                )
             yield env.timeout(step)
             for flight in flights:
                 if flight is not None:
                     flight[0]._complete(flight[1])
 
 
-def build(env, reqs, cfg, timer, num_blocks, tbt, on_done, log, route_due) -> tuple[list[Rank], list[DpGroup]]:
+def build(
+    env, reqs, cfg, timer, num_blocks, tbt, on_done, log, route_due
+) -> tuple[list[Rank], list[DpGroup]]:
     """The ranks of cfg.num_replicas // cfg.dp_attention deployments, each group stepping in lockstep."""
     from simserve.sim.policies import POLICIES
     from simserve.sim.state import ReplicaState
 
     policy, d = POLICIES[cfg.policy], cfg.dp_attention
     ranks = [
-        Rank(env, ReplicaState(i, reqs, cfg, num_blocks, 1, tbt, on_done, timer), policy, timer, log, route_due)
+        Rank(
+            env, ReplicaState(i, reqs, cfg, num_blocks, 1, tbt, on_done, timer), policy, timer, log, route_due
+        )
         for i in range(cfg.num_replicas)
     ]
     groups = [DpGroup(env, ranks[g : g + d], timer, route_due) for g in range(0, len(ranks), d)]

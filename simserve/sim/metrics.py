@@ -6,9 +6,9 @@ token contributes no gap (Sarathi-Serve records a 0 there, one per request: leav
 by well under 1%, and it is not a real gap). TBT percentiles come from a 0.1%-accurate log histogram.
 
 With the API-server model (sim/api_server.py) TTFT, end-to-end and normalized latency are the client's: from
-when it sent the request to when the API server had streamed the token, plus `frontend_s` (network and client);
-TBT and scheduling delay stay engine-side (the capacity criteria read them), and `api_server` holds the
-processes' utilisation and queueing, the client's inter-token latency, and the engine-side TTFT and e2e.
+when it sent the request to when the API server had streamed the token, plus `frontend_s` (network and
+client); TBT and scheduling delay stay engine-side (the capacity criteria read them), and `api_server` holds
+the processes' utilisation and queueing, the client's inter-token latency, and the engine-side TTFT and e2e.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class Summary:
     stage_bubble: tuple[float, ...]
     stopped_early: bool = False  # SimConfig.stop_tbt ended the run: its TBT quantile had surely failed
     capped: bool = False  # SimConfig.time_limit_s ended the run; the latencies cover completed requests
-    frontend_s: float = 0.0  # the front end's latency, included in TTFT, e2e and normalized latency (frontend.py)
+    # the front end's latency, included in TTFT, e2e and normalized latency (frontend.py)
+    frontend_s: float = 0.0
     # prefix caching (vLLM's prefix-cache counters, first admissions; readmissions after preemption apart):
     # prompt tokens looked up, tokens found cached, and their ratio. None when prefix caching is off.
     prefix_cache_queries: int | None = None
@@ -75,10 +76,12 @@ class Summary:
     prefix_cache_preempted_hits: int | None = None
     api_server: dict | None = None  # the API-server model's report (api_server.py); None: not modelled
     # More than one replica (or attention-DP rank): per replica, the requests routed to it, the mean number
-    # outstanding there (routed, not finished: each request from its arrival to its completion or the run's end,
-    # over the run's duration) and its prefix-cache hit rate (None without prefix caching). per_replica_load.
+    # outstanding there (routed, not finished: each request from its arrival to its completion or the run's
+    # end, over the run's duration) and its prefix-cache hit rate (None without prefix caching).
+    # per_replica_load.
     per_replica: tuple[dict, ...] | None = None
-    # --kv-offload-gb: the CPU tier's counters summed over replicas (kv_offload.CpuTier.summary); None: no tier
+    # --kv-offload-gb: the CPU tier's counters summed over replicas (kv_offload.CpuTier.summary); None: no
+    # tier
     kv_offload: dict | None = None
 
     def as_dict(self) -> dict:
@@ -94,8 +97,12 @@ class Summary:
         if self.kv_offload is None:  # likewise: runs without a CPU tier keep their summary
             del d["kv_offload"]
         if self.prefix_cache_queries is None:  # likewise: runs without prefix caching keep their summary
-            for k in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
-                      "prefix_cache_preempted_hits"):  # fmt: skip
+            for k in (
+                "prefix_cache_queries",
+                "prefix_cache_hits",
+                "prefix_cache_hit_rate",
+                "prefix_cache_preempted_hits",
+            ):
                 del d[k]
         return d
 
@@ -166,8 +173,11 @@ def _client_columns(run: RawRun, part: slice) -> dict[str, np.ndarray]:
     api = run.api
     if api is None:
         return {}
-    return {"sent_at_s": api.sent[part], "client_first_token_at_s": api.first[part],
-            "client_completed_at_s": api.done[part]}  # fmt: skip
+    return {
+        "sent_at_s": api.sent[part],
+        "client_first_token_at_s": api.first[part],
+        "client_completed_at_s": api.done[part],
+    }
 
 
 def request_table(run: RawRun, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
@@ -194,7 +204,8 @@ def summarize(run: RawRun, dep=None) -> Summary:
     duration = max(float(run.end_time) - start, 1e-12)
     front = run.cfg.frontend_s
     api_report = None
-    if run.api is not None:  # the client's times (api_server.py), then the network's; engine-side ones reported
+    # the client's times (api_server.py), then the network's; engine-side ones reported
+    if run.api is not None:
         api = run.api
         sent = api.sent[done]
         cf, cc = api.first[done] - sent, api.done[done] - sent
@@ -202,7 +213,8 @@ def summarize(run: RawRun, dep=None) -> Summary:
             cf, cc = cf + front, cc + front
         ttft, e2e, norm = _pct(cf), _pct(cc), _pct(cc / out)
         api_report = _api_report(run, api, duration, f - a, c - a)
-    elif front:  # what the client sees: the front end's way in and out (frontend.py); sched delay stays engine-side
+    # what the client sees: the front end's way in and out (frontend.py); sched delay stays engine-side
+    elif front:
         ttft, e2e, norm = _pct(f - a + front), _pct(c - a + front), _pct((c - a + front) / out)
     else:
         ttft, e2e, norm = _pct(f - a), _pct(c - a), _pct((c - a) / out)
@@ -216,14 +228,20 @@ def summarize(run: RawRun, dep=None) -> Summary:
     mfu, mbu = estimate_utilization(run, dep, duration) if dep is not None else (math.nan, math.nan)
     bubble = tuple(float(x) for x in bubble)
     # vLLM's block pool (vllm-v1) or SGLang's radix cache (sglang): the same counters
-    caches = [c for rep in run.replicas
-              if (c := getattr(rep.state, "prefix", None) or getattr(rep.state, "radix", None)) is not None]  # fmt: skip
+    caches = [
+        c
+        for rep in run.replicas
+        if (c := getattr(rep.state, "prefix", None) or getattr(rep.state, "radix", None)) is not None
+    ]
     prefix = {}
     if caches:
         queries, hits = sum(c.queries for c in caches), sum(c.hits for c in caches)
-        prefix = dict(prefix_cache_queries=queries, prefix_cache_hits=hits,
-                      prefix_cache_hit_rate=hits / queries if queries else 0.0,
-                      prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches))  # fmt: skip
+        prefix = dict(
+            prefix_cache_queries=queries,
+            prefix_cache_hits=hits,
+            prefix_cache_hit_rate=hits / queries if queries else 0.0,
+            prefix_cache_preempted_hits=sum(c.preempted_hits for c in caches),
+        )
         tiers = [c.tier.summary() for c in caches if getattr(c, "tier", None) is not None]
         if tiers:
             prefix["kv_offload"] = tier_report(tiers, hits, queries)
@@ -275,7 +293,8 @@ def per_replica_load(run: RawRun, duration: float) -> tuple[dict, ...]:
     rate (tokens found cached / tokens looked up at first admissions, vLLM's counter; None when off)."""
     r = run.reqs
     end = float(run.end_time)
-    routed = (r.replica >= 0) & (r.status != IGNORED)  # a request a replica dropped left it at an unrecorded time
+    # a request a replica dropped left it at an unrecorded time
+    routed = (r.replica >= 0) & (r.status != IGNORED)
     finish = np.where(np.isnan(r.completed), end, np.minimum(r.completed, end))
     stay = np.maximum(finish - r.arrived, 0.0)
     out = []
@@ -283,16 +302,21 @@ def per_replica_load(run: RawRun, duration: float) -> tuple[dict, ...]:
         mine = routed & (r.replica == rep.index)
         cache = getattr(rep.state, "prefix", None) or getattr(rep.state, "radix", None)
         rate = None if cache is None else (cache.hits / cache.queries if cache.queries else 0.0)
-        out.append(dict(replica=int(rep.index), requests=int(mine.sum()),
-                        mean_outstanding=float(stay[mine].sum()) / duration,
-                        prefix_cache_hit_rate=rate))  # fmt: skip
+        out.append(
+            dict(
+                replica=int(rep.index),
+                requests=int(mine.sum()),
+                mean_outstanding=float(stay[mine].sum()) / duration,
+                prefix_cache_hit_rate=rate,
+            )
+        )
     return tuple(out)
 
 
 def probe_summary(run: RawRun) -> dict:
-    """What a capacity probe's record reads of the summary (tune/simadapter.py: SUMMARY_FIELDS, the stop flags and
-    the front end's latency), each field computed as `summarize` computes it, without the latency percentiles,
-    busy times and utilisation a probe never reads (half the CPU of a probe's reduction)."""
+    """What a capacity probe's record reads of the summary (tune/simadapter.py: SUMMARY_FIELDS, the stop flags
+    and the front end's latency), each field computed as `summarize` computes it, without the latency
+    percentiles, busy times and utilisation a probe never reads (half the CPU of a probe's reduction)."""
     r = run.reqs
     done = r.status == DONE
     duration = max(float(run.end_time) - float(r.arrived[0]), 1e-12)
@@ -323,9 +347,14 @@ def _api_report(run: RawRun, api, duration: float, ttft: np.ndarray, e2e: np.nda
     doc = api.report(duration)
     (t50, t99), (e50, e99) = (_pct(x)[::2] for x in (ttft, e2e))
     doc.update(
-        client_itl_p50_s=api.itl.quantile(0.5), client_itl_p99_s=api.itl.quantile(0.99), client_itl_mean_s=api.itl.mean(),
-        engine_ttft_p50_s=t50, engine_ttft_p99_s=t99, engine_e2e_p50_s=e50, engine_e2e_p99_s=e99,
-    )  # fmt: skip
+        client_itl_p50_s=api.itl.quantile(0.5),
+        client_itl_p99_s=api.itl.quantile(0.99),
+        client_itl_mean_s=api.itl.mean(),
+        engine_ttft_p50_s=t50,
+        engine_ttft_p99_s=t99,
+        engine_e2e_p50_s=e50,
+        engine_e2e_p99_s=e99,
+    )
     return doc
 
 

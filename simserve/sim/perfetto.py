@@ -143,8 +143,9 @@ def _batch_text(rows: dict[str, np.ndarray]) -> str:
         texts.append(json.dumps(_name(int(prefill[i]), int(decode[i]), int(iters[i]))))
     for key, k in names.items():
         name_of[keys == key] = k
-    return _batch_events_text(texts, name_of, cols[0], cols[1], start_us, dur_us, prefill, decode, cols[6],
-                              cols[7], iters)  # fmt: skip
+    return _batch_events_text(
+        texts, name_of, cols[0], cols[1], start_us, dur_us, prefill, decode, cols[6], cols[7], iters
+    )
 
 
 def _batch_text_python(rows: dict[str, np.ndarray]) -> str:
@@ -192,8 +193,9 @@ def _dumps(x) -> str:
     return json.dumps(x, separators=(",", ":"))
 
 
-def write_disagg_trace(path, log: IterationLog, num_prefill: int, transfers, link,
-                       max_events: int = MAX_EVENTS) -> None:  # fmt: skip
+def write_disagg_trace(
+    path, log: IterationLog, num_prefill: int, transfers, link, max_events: int = MAX_EVENTS
+) -> None:
     """A disaggregated run: the prefill and decode replicas as processes named by pool, and one more process,
     the KV link, with one event per transfer while it holds the link (its latency follows, off the link)."""
     doc = chrome_trace_from_log(log, max_events)
@@ -205,16 +207,28 @@ def write_disagg_trace(path, log: IterationLog, num_prefill: int, transfers, lin
     moved = np.flatnonzero(~np.isnan(transfers.end))
     step = max(1, math.ceil(len(moved) / max_events))
     link_pid = max([num_prefill, *(ev["pid"] + 1 for ev in doc["traceEvents"])])
-    events = [{"name": "process_name", "ph": "M", "pid": link_pid, "args": {"name": f"KV link: {link.describe()}"}}]
+    events = [
+        {"name": "process_name", "ph": "M", "pid": link_pid, "args": {"name": f"KV link: {link.describe()}"}}
+    ]
     for rid in moved[::step].tolist():
         start = float(transfers.start[rid])
-        events.append({
-            "name": "kv transfer", "cat": "transfer", "ph": "X", "pid": link_pid, "tid": 0,
-            "ts": round(start * 1e6, 3), "dur": round(link.occupancy_s(float(transfers.nbytes[rid])) * 1e6, 3),
-            "args": {"request": rid, "bytes": float(transfers.nbytes[rid]),
-                     "prefill_replica": int(transfers.prefill_replica[rid]),
-                     "queued_s": float(transfers.start[rid] - transfers.queued[rid])},
-        })  # fmt: skip
+        events.append(
+            {
+                "name": "kv transfer",
+                "cat": "transfer",
+                "ph": "X",
+                "pid": link_pid,
+                "tid": 0,
+                "ts": round(start * 1e6, 3),
+                "dur": round(link.occupancy_s(float(transfers.nbytes[rid])) * 1e6, 3),
+                "args": {
+                    "request": rid,
+                    "bytes": float(transfers.nbytes[rid]),
+                    "prefill_replica": int(transfers.prefill_replica[rid]),
+                    "queued_s": float(transfers.start[rid] - transfers.queued[rid]),
+                },
+            }
+        )
     doc["traceEvents"] += events
     doc["otherData"]["transfers_sampled_every"] = step
     with open(path, "w") as f:

@@ -99,7 +99,10 @@ def chunked(rep: ReplicaState, now: float) -> Batch:
 
 def slo_aware(rep: ReplicaState, now: float) -> Batch:
     decodes = rep.schedule_decodes()
-    return Batch(adaptive_budgets.fill_chunks(rep, now, len(decodes), adaptive_budgets.slo_aware_size(rep, decodes)), decodes)
+    return Batch(
+        adaptive_budgets.fill_chunks(rep, now, len(decodes), adaptive_budgets.slo_aware_size(rep, decodes)),
+        decodes,
+    )
 
 
 def pressure(rep: ReplicaState, now: float) -> Batch:
@@ -110,7 +113,9 @@ def pressure(rep: ReplicaState, now: float) -> Batch:
 
 def equal_cost(rep: ReplicaState, now: float) -> Batch:
     decodes = rep.schedule_decodes()
-    return Batch(adaptive_budgets.fill_chunks(rep, now, len(decodes), adaptive_budgets.equal_cost_size(rep)), decodes)
+    return Batch(
+        adaptive_budgets.fill_chunks(rep, now, len(decodes), adaptive_budgets.equal_cost_size(rep)), decodes
+    )
 
 
 def vllm_v1(rep: ReplicaState, now: float) -> Batch:

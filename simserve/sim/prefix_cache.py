@@ -40,7 +40,8 @@ from simserve.workload.formats import HASH_BLOCK_TOKENS
 _GROUP_BITS = 32  # a key is label * 2**32 + block index: max_model_len / block_size < 2**32
 # Labels: a stream is its group number (0 .. 2**31 - 1, trace.py's bound), a chained block id is CHAIN_LABEL +
 # id (ids too are < 2**31), a request's own stream is -(rid + 1). So no two kinds of label collide. Keys are
-# compared for equality only (as vLLM's block hashes are); a chain key needs 64 bits unsigned, Python ints hold it.
+# compared for equality only (as vLLM's block hashes are); a chain key needs 64 bits unsigned, Python ints
+# hold it.
 CHAIN_LABEL = 1 << 31
 
 
@@ -53,8 +54,10 @@ def shared_runs(reqs, rid: int) -> list[tuple[int, int]]:
         lo, hi = int(offsets[rid]), int(offsets[rid + 1])
         covered = min(int(reqs.prompt[rid]), (hi - lo) * HASH_BLOCK_TOKENS)
         ids = reqs.hash_ids
-        return [(CHAIN_LABEL + int(ids[lo + m]), min((m + 1) * HASH_BLOCK_TOKENS, covered))
-                for m in range(-(-covered // HASH_BLOCK_TOKENS))]  # fmt: skip
+        return [
+            (CHAIN_LABEL + int(ids[lo + m]), min((m + 1) * HASH_BLOCK_TOKENS, covered))
+            for m in range(-(-covered // HASH_BLOCK_TOKENS))
+        ]
     g = int(reqs.prefix_group[rid])
     return [(g, int(reqs.prefix_tokens[rid]))] if g >= 0 else []
 
@@ -90,8 +93,8 @@ def block_key(reqs, rid: int, block_size: int, k: int) -> int:
 
 
 def block_keys(reqs, rid: int, block_size: int, n_blocks: int) -> list[int]:
-    """The keys of the request's first n_blocks blocks (what a prefix-aware router scores replicas by): block_key
-    for each, worked out from its runs at once (tests/test_prefix_identity.py holds them equal)."""
+    """The keys of the request's first n_blocks blocks (what a prefix-aware router scores replicas by):
+    block_key for each, worked out from its runs at once (tests/test_prefix_identity.py holds them equal)."""
     keys: list[int] = []
     start = 0
     for label, end in block_runs(reqs, rid, block_size):
@@ -108,8 +111,8 @@ class PrefixCache:
     """vLLM's BlockPool with prefix caching for one replica (the watermark is vLLM V1's default, 0).
 
     Compiled (prefix_cache.pxd, as routers.py is): the SimPy reference calls it as Python, the compiled core
-    without a Python call. Ref counts and the free queue are int arrays: the queue is a doubly linked list over
-    `_next` / `_prev` (block ids; the sentinel `num_blocks` links its back to its front), as vLLM's
+    without a Python call. Ref counts and the free queue are int arrays: the queue is a doubly linked list
+    over `_next` / `_prev` (block ids; the sentinel `num_blocks` links its back to its front), as vLLM's
     FreeKVCacheBlockQueue is, and `free` counts it."""
 
     def __init__(self, num_blocks: int, block_size: int, reqs):
@@ -119,7 +122,8 @@ class PrefixCache:
         self.watermark = 0
         self.block_size = block_size
         self.reqs = reqs  # the requests' identity (prefix groups and tokens, chained block ids): block_key
-        self.tier = None  # --kv-offload-gb: the replica's CPU tier (sim/kv_offload.py), which sees every allocation
+        # --kv-offload-gb: the replica's CPU tier (sim/kv_offload.py), which sees every allocation
+        self.tier = None
         self._keys: dict[int, list[int]] = {}  # request -> its blocks' keys so far, while it is served
         self._ref = array("q", bytes(8 * num_blocks))
         self.key: list[int | None] = [None] * num_blocks
@@ -190,7 +194,9 @@ class PrefixCache:
         if keys is None:
             runs = block_runs(self.reqs, rid, self.block_size)
             # NOTE: no negative index: compiled without wraparound (setup.py)
-            keys = self._keys[rid] = block_keys(self.reqs, rid, self.block_size, runs[len(runs) - 1][1] if runs else 0)
+            keys = self._keys[rid] = block_keys(
+                self.reqs, rid, self.block_size, runs[len(runs) - 1][1] if runs else 0
+            )
         if n > len(keys):  # past its shared blocks: the request's own stream, -(own | k) (block_keys)
             own = (rid + 1) << _GROUP_BITS
             keys.extend(range(-(own + len(keys)), -(own + n), -1))
@@ -307,9 +313,9 @@ class PrefixCache:
 
 
 def prefix_reuse(reqs, block_size: int) -> tuple[int, int]:
-    """(prompt blocks an infinite prefix cache would hit, whole prompt blocks), requests taken in id order, each
-    leaving its KV (prompt and output, up to its last computed token) cached for good: what a trace offers
-    prefix caching at best (`simserve trace stats`). A hit is a run of cached blocks from the start."""
+    """(prompt blocks an infinite prefix cache would hit, whole prompt blocks), requests taken in id order,
+    each leaving its KV (prompt and output, up to its last computed token) cached for good: what a trace
+    offers prefix caching at best (`simserve trace stats`). A hit is a run of cached blocks from the start."""
     seen: dict[int, int] = {}  # label -> blocks of it cached so far (the end of its run)
     hits = total = 0
     for rid in range(len(reqs.prompt)):

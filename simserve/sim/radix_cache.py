@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's radix cache (`mem_cache/radix_cache.py`), in pages of `--page-size`, for the `sglang` policy.
+"""SGLang 0.5.23's radix cache (`mem_cache/radix_cache.py`), in pages of `--page-size`, for the `sglang`
+policy.
 
 A radix tree over token pages: every node holds a run of pages, its children start with different pages. What
 SGLang does with it, reduced to what scheduling sees:
@@ -7,19 +8,20 @@ SGLang does with it, reduced to what scheduling sees:
   requests have no token ids; a request's pages are a few runs of labels (a prefix group's stream, or a
   trace's chained block ids), then its own stream. Two requests' pages at the same depth match exactly when
   their labels there are equal, so a node's pages are a few runs of (label, depth range) instead of token ids.
-- **Matching** (`match_prefix`): the longest cached run of pages from the root, at most `num_tokens - 1` tokens
-  (`Req._compute_max_prefix_len`), page-aligned down. A match ending inside a node splits it there. Every node
-  on the path gets the call's access time (the LRU clock).
+- **Matching** (`match_prefix`): the longest cached run of pages from the root, at most `num_tokens - 1`
+  tokens (`Req._compute_max_prefix_len`), page-aligned down. A match ending inside a node splits it there.
+  Every node on the path gets the call's access time (the LRU clock).
 - **Inserting** (`UnifiedRadixCache.checkpoint_into_tree`, from `checkpoint_kv_cache` and
   `release_kv_cache(checkpoint=True)`): a chunked request's computed pages after each chunk, a prefilled
   request's when its prompt is done, a finished request's when it finishes (its KV up to its last computed
-  token, page-aligned down). Pages the tree already held are the request's duplicates: they are freed; new ones
-  move to the tree. Then its prompt alone is inserted again, which splits the path at the prompt's last whole
-  page and touches the prompt's nodes after the output's. The request then locks the node its pages end at.
-  (SGLang 0.5.23's server runs `UnifiedRadixCache` over its Rust tree core; this follows the Python twin,
+  token, page-aligned down). Pages the tree already held are the request's duplicates: they are freed; new
+  ones move to the tree. Then its prompt alone is inserted again, which splits the path at the prompt's last
+  whole page and touches the prompt's nodes after the output's. The request then locks the node its pages end
+  at. (SGLang 0.5.23's server runs `UnifiedRadixCache` over its Rust tree core; this follows the Python twin,
   mem_cache/unified_cache/unified_tree_core.py, which gave the same schedule where both were run.)
 - **Locking**: a node locked by a running request is protected; an unlocked one is evictable. SGLang's
-  admission sees `available + evictable` as free (`PrefillBudget._available_and_evictable`), and so does `free`.
+  admission sees `available + evictable` as free (`PrefillBudget._available_and_evictable`), and so does
+  `free`.
 - **Eviction** (`evict`, `evict_for`): where SGLang calls `evict_from_tree_cache` (the sglang policy says
   where), the least recently accessed unlocked leaves go first, whole nodes at a time, until enough tokens are
   free; a parent left childless and unlocked joins the candidates.
@@ -27,8 +29,8 @@ SGLang does with it, reduced to what scheduling sees:
   touched, as a match does.
   NOTE: SGLang keeps its leaves in a set and breaks ties of access time by set order (object ids); simserve
   breaks them by node creation order, so runs are deterministic.
-- **Retraction** (`release_kv_cache(checkpoint=False)`): the request's own pages are freed and its lock released;
-  nothing is inserted (its prefix from the tree stays cached).
+- **Retraction** (`release_kv_cache(checkpoint=False)`): the request's own pages are freed and its lock
+  released; nothing is inserted (its prefix from the tree stays cached).
 
 Per request the tree-owned (protected) pages are `protected[rid]`; the rest of `reqs.blocks[rid]` are its own.
 """
@@ -106,8 +108,8 @@ class RadixCache:
         self.available -= pages
 
     def evict_for(self, tokens: int) -> None:
-        """`evict_from_tree_cache` / `evict_to_free_tokens`: evict until `tokens` are free (the allocator counts
-        tokens, so the shortfall is page-ceiled)."""
+        """`evict_from_tree_cache` / `evict_to_free_tokens`: evict until `tokens` are free (the allocator
+        counts tokens, so the shortfall is page-ceiled)."""
         short = tokens - self.available * self.page
         if short > 0:
             self.evict(-(-short // self.page))
@@ -154,8 +156,14 @@ class RadixCache:
 
     def _split(self, child: _Node, at: int) -> _Node:
         """`_split_node`: a new node for child's pages before depth `at`, child keeps the rest."""
-        upper = _Node(next(self._ids), child.parent, child.start, at, _clip(child.runs, child.start, at),
-                      child.last_access)  # fmt: skip
+        upper = _Node(
+            next(self._ids),
+            child.parent,
+            child.start,
+            at,
+            _clip(child.runs, child.start, at),
+            child.last_access,
+        )
         upper.lock_ref = child.lock_ref
         child.parent.children[child.stream_at(child.start)] = upper
         child.runs = _clip(child.runs, at, child.end)
@@ -186,8 +194,8 @@ class RadixCache:
         return self._walk(rid, max(num_tokens - 1, 0) // self.page, next(self._clock))
 
     def touch(self, rid: int, num_tokens: int) -> None:
-        """`touch_prefix` (a waiting request's refresh): `match_prefix` over all its tokens, page-aligned down —
-        the same walk, splits and access times — its result unused."""
+        """`touch_prefix` (a waiting request's refresh): `match_prefix` over all its tokens, page-aligned down
+        — the same walk, splits and access times — its result unused."""
         self._walk(rid, num_tokens // self.page, next(self._clock))
 
     def insert(self, rid: int, pages: int) -> int:
@@ -254,9 +262,10 @@ class RadixCache:
     def waiting_deprioritized(
         self, rid: int, num_tokens: int, queued: dict[int, int], threshold: int
     ) -> bool:
-        """lpm's in-batch check (`SchedulePolicy._compute_prefix_matches`): whether the request shares at least
-        `threshold` of its num_tokens tokens with a waiting request checked before it (SGLang's waiting-queue
-        radix tree, here `queued`: label -> the most tokens of it a checked request had); if not, it joins."""
+        """lpm's in-batch check (`SchedulePolicy._compute_prefix_matches`): whether the request shares at
+        least `threshold` of its num_tokens tokens with a waiting request checked before it (SGLang's
+        waiting-queue radix tree, here `queued`: label -> the most tokens of it a checked request had); if
+        not, it joins."""
         runs = shared_runs(self.reqs, rid)
         if not runs:
             return False

@@ -127,14 +127,16 @@ class Replica:
             dec = batch.decodes
             verifies = drafts = draft_keys = 0
             timer = self.timer
-            if st.cfg.spec_k:  # verifications run as decodes of query length 1 + s (docs/speculative.md, Costs)
+            # verifications run as decodes of query length 1 + s (docs/speculative.md, Costs)
+            if st.cfg.spec_k:
                 prefills, kv, verifies, drafts, draft_keys = self._split_verifies(batch.prefills, dec)
                 durations = [timer(prefills, kv, s, drafts) for s in range(self.pp)]
             else:
                 prefills = [(chunk, int(computed[rid])) for rid, chunk in batch.prefills]
                 kv = computed[dec] + 1
                 durations = [timer(prefills, kv, s) for s in range(self.pp)]
-            if st.prefix is not None and st.prefix.tier is not None:  # awaiting a CPU-tier load (kv_offload.py)
+            # awaiting a CPU-tier load (kv_offload.py)
+            if st.prefix is not None and st.prefix.tier is not None:
                 durations[0] += st.prefix.tier.take_stall(now)
             if st.cfg.spec_k:  # PP 1 (check_scenario): the draft runs after the target on the same GPU
                 durations[0] = self._with_draft(durations[0], batch.prefills, dec)
@@ -151,7 +153,9 @@ class Replica:
             mb = MicroBatch(batch.prefills, dec, durations, num_prefill, st.kv.used)
             self._start_flight(now)
             d = durations[0]
-            self.log.add(self.index, 0, now, now + d, num_prefill, len(dec) + verifies, mb.num_requests, mb.kv_used)
+            self.log.add(
+                self.index, 0, now, now + d, num_prefill, len(dec) + verifies, mb.num_requests, mb.kv_used
+            )
             yield env.timeout(d)
             if self.pp == 1:
                 self._complete(mb)
@@ -169,7 +173,9 @@ class Replica:
             now = env.now
             d = mb.durations[s]
             self.bubble[s] += self._inflight_time(now) - self.idle_mark[s]
-            self.log.add(self.index, s, now, now + d, mb.num_prefill, len(mb.decodes), mb.num_requests, mb.kv_used)
+            self.log.add(
+                self.index, s, now, now + d, mb.num_prefill, len(mb.decodes), mb.num_requests, mb.kv_used
+            )
             yield env.timeout(d)
             if s + 1 < self.pp:
                 self._hand_over(s + 1, mb)
@@ -225,11 +231,12 @@ class Replica:
     def _split_verifies(
         self, chunks: list[tuple[int, int]], dec: np.ndarray
     ) -> tuple[list, np.ndarray, int, int, int]:
-        """(prefill chunks, decode reads, verifications, drafts, the drafts' keys): a verification of n tokens (a
-        decoding request's chunk) over c computed goes to the timer as one decode read of its c + n keys and
-        n − 1 drafts beside it, as vLLM runs it through its decode attention (a uniform batch of query length
-        1 + K that reads each request's KV once for all its queries), not as a prefill chunk. The drafts' queries
-        see (n − 1)·c + n(n − 1)/2 keys of that read (the work's count: Replica._count_work)."""
+        """(prefill chunks, decode reads, verifications, drafts, the drafts' keys): a verification of n tokens
+        (a decoding request's chunk) over c computed goes to the timer as one decode read of its c + n keys
+        and n − 1 drafts beside it, as vLLM runs it through its decode attention (a uniform batch of query
+        length 1 + K that reads each request's KV once for all its queries), not as a prefill chunk. The
+        drafts' queries see (n − 1)·c + n(n − 1)/2 keys of that read (the work's count:
+        Replica._count_work)."""
         r = self.state.reqs
         prefills, reads, verifies, drafts, draft_keys = [], [], 0, 0, 0
         for rid, n in chunks:
@@ -245,10 +252,10 @@ class Replica:
         return prefills, kv, verifies, drafts, draft_keys
 
     def _with_draft(self, d: float, chunks: list[tuple[int, int]], dec: np.ndarray) -> float:
-        """The step `d` plus its drafter (speculative decoding; docs/speculative.md): for the requests that sample
-        this step, a first draft pass over the whole batch and spec_passes − 1 more at one token each, every
-        pass costing spec_fraction of the target's over the same tokens; plus the drafter's CPU per request
-        (n-gram)."""
+        """The step `d` plus its drafter (speculative decoding; docs/speculative.md): for the requests that
+        sample this step, a first draft pass over the whole batch and spec_passes − 1 more at one token each,
+        every pass costing spec_fraction of the target's over the same tokens; plus the drafter's CPU per
+        request (n-gram)."""
         cfg, r = self.state.cfg, self.state.reqs
         ctx = [int(r.computed[rid]) + c for rid, c in chunks if r.computed[rid] + c >= r.target[rid]]
         b = len(ctx) + len(dec)
@@ -262,8 +269,8 @@ class Replica:
     def _count_work(
         self, prefills: list[tuple[int, int]], kv: np.ndarray, drafts: int = 0, draft_keys: int = 0
     ) -> int:
-        """Add one micro-batch's work; returns its prefill tokens. A verification's drafts (_split_verifies) are
-        tokens, and their queries' keys count in decode_kv beside their request's read."""
+        """Add one micro-batch's work; returns its prefill tokens. A verification's drafts (_split_verifies)
+        are tokens, and their queries' keys count in decode_kv beside their request's read."""
         w = self.work
         num_prefill = 0
         for c, p in prefills:

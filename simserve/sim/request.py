@@ -72,8 +72,8 @@ class Requests:
             self.spec_draws, self.spec_off = draws(self.output, acceptance, seed)
 
     def set_prefix(self, prefix: tuple | None, order: np.ndarray) -> None:
-        """The prefix identity of a workload given in trace order: (group, tokens on it) per request, optionally
-        followed by (offsets, ids) of the chained block ids; `order` maps ids to trace rows."""
+        """The prefix identity of a workload given in trace order: (group, tokens on it) per request,
+        optionally followed by (offsets, ids) of the chained block ids; `order` maps ids to trace rows."""
         if prefix is None:
             return
         self.prefix_group[:] = np.asarray(prefix[0], dtype=np.int64)[order]

@@ -1,30 +1,32 @@
-"""Routers: which replica an arriving request goes to, written once for the SimPy reference and the compiled core.
+"""Routers: which replica an arriving request goes to, written once for the SimPy reference and the compiled
+core.
 
 A `Router` sees a small read-only view of each replica (`observe`: requests outstanding, requests waiting, KV
-blocks in use and in all) and the request, and answers a replica's index (`pick`). `cluster.Cluster._pick` (the
-reference) and `core/routing.py`'s `_pick` (the compiled core) fill the same view from their own state and call
-the same object, so a decision is made by one piece of code whichever model runs. This file is plain Python;
-`routers.pxd` types it, and setup.py compiles it beside the core, which calls it without a Python call.
+blocks in use and in all) and the request, and answers a replica's index (`pick`). `cluster.Cluster._pick`
+(the reference) and `core/routing.py`'s `_pick` (the compiled core) fill the same view from their own state
+and call the same object, so a decision is made by one piece of code whichever model runs. This file is plain
+Python; `routers.pxd` types it, and setup.py compiles it beside the core, which calls it without a Python
+call.
 
 - `rr`: round robin.
 - `lor`: the fewest outstanding requests (routed, not finished); ties to the lowest index.
-- `kv`: llm-d's `kv-cache-utilization-scorer` alone with its `max-score-picker`: score 1 − KV usage (the engine's
-  `kv_cache_usage_perc`: blocks in use / blocks), the highest wins, ties drawn at random.
-- `prefix-aware`: llm-d's default scheduling profile (`pkg/epp/config/loader/defaults.go`, `loadDefaultConfig`):
-  queue-scorer × 2 + kv-cache-utilization-scorer × 2 + prefix-cache-scorer × 3, each score clamped to [0, 1]
-  and summed in that order (`scheduling/scheduler_profile.go`, `runScorerPlugins`), max-score picker. The
-  prefix score is the approximate producer's (`dataproducer/approximateprefix`): the prompt cut into blocks of
-  the engine's block size (at most 256, the last one partial; none under one block), the number of leading
-  blocks an LRU index of block → replicas holds for each replica (`matchLongestPrefix`: counting stops at the
-  first block no replica holds), over the number of blocks; after the pick the request's blocks are added to
-  the chosen replica's LRU, whose capacity is its KV blocks (`PreRequest`, `indexer.Add`, autoTune's
-  `CacheNumBlocks`). The index is fed by routing decisions only, never by the engines' caches, so the router
-  routes by it whether or not the replicas cache prefixes (as llm-d's approximate mode does).
+- `kv`: llm-d's `kv-cache-utilization-scorer` alone with its `max-score-picker`: score 1 − KV usage (the
+  engine's `kv_cache_usage_perc`: blocks in use / blocks), the highest wins, ties drawn at random.
+- `prefix-aware`: llm-d's default scheduling profile (`pkg/epp/config/loader/defaults.go`,
+  `loadDefaultConfig`): queue-scorer × 2 + kv-cache-utilization-scorer × 2 + prefix-cache-scorer × 3, each
+  score clamped to [0, 1] and summed in that order (`scheduling/scheduler_profile.go`, `runScorerPlugins`),
+  max-score picker. The prefix score is the approximate producer's (`dataproducer/approximateprefix`): the
+  prompt cut into blocks of the engine's block size (at most 256, the last one partial; none under one block),
+  the number of leading blocks an LRU index of block → replicas holds for each replica (`matchLongestPrefix`:
+  counting stops at the first block no replica holds), over the number of blocks; after the pick the request's
+  blocks are added to the chosen replica's LRU, whose capacity is its KV blocks (`PreRequest`, `indexer.Add`,
+  autoTune's `CacheNumBlocks`). The index is fed by routing decisions only, never by the engines' caches, so
+  the router routes by it whether or not the replicas cache prefixes (as llm-d's approximate mode does).
 
 Differences from llm-d, all deliberate: the view is the replica's state at the moment of routing (llm-d reads
-metrics its data layer scraped a little earlier); the index is updated at once (llm-d adds in a goroutine); ties
-are drawn from a seeded generator (`TIE_SEED`), not a time-seeded one, so a run repeats. Block keys come from
-`prefix_cache.block_keys`, the same keys vLLM's prefix cache model matches on (no token text is hashed).
+metrics its data layer scraped a little earlier); the index is updated at once (llm-d adds in a goroutine);
+ties are drawn from a seeded generator (`TIE_SEED`), not a time-seeded one, so a run repeats. Block keys come
+from `prefix_cache.block_keys`, the same keys vLLM's prefix cache model matches on (no token text is hashed).
 docs/traffic.md ("Routers") cites the code at the commit read.
 """
 
@@ -64,7 +66,8 @@ class Router:
         self.kv_total = np.ones(num, dtype=np.int64)
         self.score = np.zeros(num, dtype=np.float64)
         self.match = np.zeros(num, dtype=np.int64)
-        # llm-d's approximate index (indexer.go): block key -> replicas (hashToPods), per replica an LRU (podToLRU)
+        # llm-d's approximate index (indexer.go): block key -> replicas (hashToPods), per replica an LRU
+        # (podToLRU)
         self.pods: dict = {}
         self.lru: list = [OrderedDict() for _ in range(num)]
         # The replicas it may pick, in index order: all of them, or the autoscaler's active ones (set_serving)

@@ -6,35 +6,37 @@ Each follows public code or documentation, cited where its constants are:
 
 - utilization: Kubernetes' Horizontal Pod Autoscaler on a per-pod metric, here each replica's KV-cache usage
   (vLLM's `vllm:kv_cache_usage_perc`, what KServe's and the vLLM production stack's KEDA examples scale on):
-  `desired = ceil(ready * mean usage / target)` with the 10% tolerance, pods without metrics yet (cold
-  starts) counted at 0 when scaling up and at the target when scaling down, a 300 s scale-down stabilisation
-  window (the highest recommendation of the last 300 s wins) and the default scale-up limit (double, or +4,
-  per period). kubernetes/kubernetes pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas)
-  and horizontal.go (stabilizeRecommendation, the default behaviour); kubernetes.io/docs/tasks/run-application/
-  horizontal-pod-autoscale/ ("Algorithm details", "Default Behavior": sync period 15 s, tolerance 0.1).
+  `desired = ceil(ready * mean usage / target)` with the 10% tolerance, pods without metrics yet (cold starts)
+  counted at 0 when scaling up and at the target when scaling down, a 300 s scale-down stabilisation window
+  (the highest recommendation of the last 300 s wins) and the default scale-up limit (double, or +4, per
+  period). kubernetes/kubernetes pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas)
+  and horizontal.go (stabilizeRecommendation, the default behaviour);
+  kubernetes.io/docs/tasks/run-application/ horizontal-pod-autoscale/ ("Algorithm details", "Default
+  Behavior": sync period 15 s, tolerance 0.1).
 - queue: Dynamo's load-based planner, its easy-mode rule on queued prefill work, as Dynamo 1.6.1 runs it for a
-  prefill pool (ai-dynamo/dynamo components/src/dynamo/planner/core/load_scaling.py, `_advance_load_single` and
-  `_prefill_easy_decision`, throughput thresholds `_PREFILL_THROUGHPUT_SCALE_UP = 1.0`,
-  `_PREFILL_THROUGHPUT_SCALE_DOWN = 0.1`): each serving replica's queued prompt tokens over the context length;
-  one more than the serving replicas if any is at 1.0 or above; one fewer (not below MIN, `min_endpoint`) if every
-  one is below 0.1 and more than one serves or one is starting. The replica inventory is what Dynamo's
-  Kubernetes connector reports (connectors/kubernetes.py, `_get_worker_inventory_sync`): while a replica drains
-  (a terminating pod) the deployment is unstable and the planner only observes (`_load_scaling_blocked`); while
-  replicas start (pending startup) it may not scale up but may scale down, cancelling starts
-  (state_machine.py, `advance_load` and `_startup_reduction`). Dynamo's guard against a scale-down that would
-  trigger a scale-up (`_consolidation_safe_easy_target`: max ratio x ready / (ready - 1) >= 1.0) never fires
-  with these thresholds (every ratio is below 0.1 and ready / (ready - 1) <= 2), so it is not written here.
-  Interval 5 s (config/defaults.py, `load_adjustment_interval`). Dynamo's own rule for an aggregated pool
-  (`_agg_easy_decision`, on KV usage) is not this one: simserve keeps the prefill rule, a queue signal beside HPA's
-  KV-usage one. Checked against Dynamo 1.6.1's code: tests/conformance/test_dynamo_planner.py.
+  prefill pool (ai-dynamo/dynamo components/src/dynamo/planner/core/load_scaling.py, `_advance_load_single`
+  and `_prefill_easy_decision`, throughput thresholds `_PREFILL_THROUGHPUT_SCALE_UP = 1.0`,
+  `_PREFILL_THROUGHPUT_SCALE_DOWN = 0.1`): each serving replica's queued prompt tokens over the context
+  length; one more than the serving replicas if any is at 1.0 or above; one fewer (not below MIN,
+  `min_endpoint`) if every one is below 0.1 and more than one serves or one is starting. The replica inventory
+  is what Dynamo's Kubernetes connector reports (connectors/kubernetes.py, `_get_worker_inventory_sync`):
+  while a replica drains (a terminating pod) the deployment is unstable and the planner only observes
+  (`_load_scaling_blocked`); while replicas start (pending startup) it may not scale up but may scale down,
+  cancelling starts (state_machine.py, `advance_load` and `_startup_reduction`). Dynamo's guard against a
+  scale-down that would trigger a scale-up (`_consolidation_safe_easy_target`: max ratio x ready / (ready - 1)
+  >= 1.0) never fires with these thresholds (every ratio is below 0.1 and ready / (ready - 1) <= 2), so it is
+  not written here. Interval 5 s (config/defaults.py, `load_adjustment_interval`). Dynamo's own rule for an
+  aggregated pool (`_agg_easy_decision`, on KV usage) is not this one: simserve keeps the prefill rule, a
+  queue signal beside HPA's KV-usage one. Checked against Dynamo 1.6.1's code:
+  tests/conformance/test_dynamo_planner.py.
 - slo: Dynamo's SLA planner, throughput scaling in aggregated mode (core/throughput_scaling.py,
   `_throughput_agg`): predict the next interval's requests, `desired = max(ceil(demand_rps / engine_rps),
   min_endpoint)`, at most `max_throughput_scaling_replicas` (8) away from the serving replicas per decision
-  (`_cap_throughput_replicas`), at most MAX (the GPU budget, one GPU a replica); while replicas start, no scale-up
-  (a lower target cancels starts). engine_rps is the capacity of one replica at the SLO (simserve measures it: its
-  capacity search on one replica, or --replica-capacity). Predictor: Dynamo's `ConstantPredictor` (the next
-  interval as the last; core/load/predictors.py), not its default ARIMA. Interval 180 s
-  (`throughput_adjustment_interval`). Checked as the queue rule is.
+  (`_cap_throughput_replicas`), at most MAX (the GPU budget, one GPU a replica); while replicas start, no
+  scale-up (a lower target cancels starts). engine_rps is the capacity of one replica at the SLO (simserve
+  measures it: its capacity search on one replica, or --replica-capacity). Predictor: Dynamo's
+  `ConstantPredictor` (the next interval as the last; core/load/predictors.py), not its default ARIMA.
+  Interval 180 s (`throughput_adjustment_interval`). Checked as the queue rule is.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ HPA_TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance
 HPA_SCALE_DOWN_WINDOW_S = 300.0  # behavior.scaleDown.stabilizationWindowSeconds
 HPA_SCALE_UP_PODS = 4  # behavior.scaleUp.policies: Pods 4 or Percent 100 per 15 s, selectPolicy Max
 # The KV-cache usage each replica should run at: the KEDA example's threshold for vLLM's
-# vllm:gpu_cache_usage_perc (docs.cloudeka.ai, "Example: autoscaling vLLM with KEDA based on GPU KV cache usage":
-# threshold '0.5', "start with a conservative threshold (e.g. 50%)"). HPA has no default target: --scale-target.
+# vllm:gpu_cache_usage_perc (docs.cloudeka.ai, "Example: autoscaling vLLM with KEDA based on GPU KV cache
+# usage": threshold '0.5', "start with a conservative threshold (e.g. 50%)"). HPA has no default target:
+# --scale-target.
 KV_USAGE_TARGET = 0.5
 # Dynamo's planner (ai-dynamo/dynamo components/src/dynamo/planner/config/defaults.py, SLAPlannerDefaults)
 DYNAMO_LOAD_INTERVAL_S = 5.0  # load_adjustment_interval

@@ -4,8 +4,8 @@ the peak, and SLO attainment and request rate per window of arrival time (summar
 SLO attainment follows DistServe's per-request definition: the share of requests (served or not) whose TTFT
 and TPOT both met their bound. TTFT and TPOT are the client's, as the run's summary reports them: with the
 API-server model from the client's send to its first and last token, else from arrival plus the front end's
-latency; TPOT = (last token − first token) / (output − 1), `vllm bench serve`'s. A request dropped as too long,
-or unfinished when the run ended, misses. Defaults: Dynamo's SLA planner's (ai-dynamo/dynamo
+latency; TPOT = (last token − first token) / (output − 1), `vllm bench serve`'s. A request dropped as too
+long, or unfinished when the run ended, misses. Defaults: Dynamo's SLA planner's (ai-dynamo/dynamo
 components/src/dynamo/planner/config/defaults.py, SLAPlannerDefaults: ttft 500 ms, itl 50 ms).
 """
 
@@ -22,12 +22,16 @@ TTFT_SLO_S = 0.5
 TPOT_SLO_S = 0.05
 WINDOW_S = 60.0
 # what each policy's `metric` column holds
-METRIC = {"utilization": "mean KV-cache usage of the serving replicas", "queue": "largest queued prompt tokens "
-          "/ context length", "slo": "predicted request rate (requests/s)"}  # fmt: skip
+METRIC = {
+    "utilization": "mean KV-cache usage of the serving replicas",
+    "queue": "largest queued prompt tokens / context length",
+    "slo": "predicted request rate (requests/s)",
+}
 
 
 def client_latencies(run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival or send time, TTFT, TPOT) per request, NaN where it did not finish (metrics.py's client view)."""
+    """(arrival or send time, TTFT, TPOT) per request, NaN where it did not finish (metrics.py's client
+    view)."""
     r = run.reqs
     front = run.cfg.frontend_s
     if run.api is not None:
@@ -42,8 +46,13 @@ def client_latencies(run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return start, ttft, tpot
 
 
-def scaling_summary(run, gpus_per_replica: int, ttft_slo_s: float = TTFT_SLO_S, tpot_slo_s: float = TPOT_SLO_S,
-                    window_s: float = WINDOW_S) -> dict:  # fmt: skip
+def scaling_summary(
+    run,
+    gpus_per_replica: int,
+    ttft_slo_s: float = TTFT_SLO_S,
+    tpot_slo_s: float = TPOT_SLO_S,
+    window_s: float = WINDOW_S,
+) -> dict:
     """summary.json's `autoscale` section of a finished autoscaled RawRun."""
     scaler, end = run.scaler, float(run.end_time)
     held = scaler.held(end)
@@ -63,9 +72,15 @@ def scaling_summary(run, gpus_per_replica: int, ttft_slo_s: float = TTFT_SLO_S, 
     for k, (n, hit) in enumerate(zip(counts, hits, strict=True)):
         lo, hi = k * window_s, (k + 1) * window_s
         busy = math.fsum(max(0.0, min(b, hi, end) - max(a, lo)) for _, a, b in held)
-        windows.append({"start_s": lo, "requests": n, "rate_qps": n / window_s,
-                        "slo_attainment": hit / n if n else None,
-                        "mean_replicas_held": busy / max(min(hi, end) - lo, 1e-12)})  # fmt: skip
+        windows.append(
+            {
+                "start_s": lo,
+                "requests": n,
+                "rate_qps": n / window_s,
+                "slo_attainment": hit / n if n else None,
+                "mean_replicas_held": busy / max(min(hi, end) - lo, 1e-12),
+            }
+        )
     c = scaler.config
     return {
         "policy": c.policy,
@@ -129,14 +144,22 @@ def plot_replicas(path, run, section: dict) -> None:
     ax.set_ylim(0, section["max_replicas"] + 0.5)
     rate = ax.twinx()
     w = section["windows"]
-    rate.step([x["start_s"] for x in w], [x["rate_qps"] for x in w], where="post", color="tab:orange",
-              label="request rate")  # fmt: skip
+    rate.step(
+        [x["start_s"] for x in w],
+        [x["rate_qps"] for x in w],
+        where="post",
+        color="tab:orange",
+        label="request rate",
+    )
     rate.set_ylabel("requests/s")
     lines = ax.get_legend_handles_labels()[0] + rate.get_legend_handles_labels()[0]
     ax.legend(lines, [h.get_label() for h in lines], loc="upper right", fontsize=8)
-    ax.set_title(f"--scale-policy {section['policy']}: {section['gpu_hours']:.2f} GPU-h vs "
-                 f"{section['static_peak_gpu_hours']:.2f} static at peak; SLO met by "
-                 f"{section['slo_attainment']:.1%}", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"--scale-policy {section['policy']}: {section['gpu_hours']:.2f} GPU-h vs "
+        f"{section['static_peak_gpu_hours']:.2f} static at peak; SLO met by "
+        f"{section['slo_attainment']:.1%}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -22,7 +22,8 @@ from simserve.sim.metrics import SimResult, build_result
 if TYPE_CHECKING:
     from simserve.sim.replica import BatchTimer
 
-API_ENDPOINTS = ("completions", "chat")  # engine_cpu.API_SERVER's keys: vLLM's /v1/completions, /v1/chat/completions
+# engine_cpu.API_SERVER's keys: vLLM's /v1/completions, /v1/chat/completions
+API_ENDPOINTS = ("completions", "chat")
 # The paper's max_seq_len per trace (Sarathi-Serve capacity_search config); other traces get 8192.
 MAX_MODEL_LEN = {"sharegpt": 8192, "chat": 8192, "arxiv": 16384, "arxiv_summarization": 16384}
 
@@ -67,7 +68,8 @@ class Scenario:
     # SimConfig.long_prefill_token_threshold_adaptive (vLLM 0.33.0's flag); added after outputs were pinned
     long_prefill_token_threshold_adaptive: bool = field(default=False, metadata={"omit_at_default": True})
     # SimConfig.time_limit_s (the paper's 30-minute trial cap). Added after run outputs and probe caches were
-    # pinned: left out of echoes and cache keys while unset (probe.scenario_fields), so those stay as they were.
+    # pinned: left out of echoes and cache keys while unset (probe.scenario_fields), so those stay as they
+    # were.
     time_limit_s: float | None = field(default=None, metadata={"omit_at_default": True})
     # Precision and expert parallelism (simserve/precision.py, Deployment.ep / moe_skew), and whether a max
     # length beyond the model's context limit is allowed (the paper ran its 8k traces on 4k models).
@@ -80,8 +82,11 @@ class Scenario:
     dp_attention: int = field(default=1, metadata={"omit_at_default": True})
     all2all_backend: str = field(default="allgather_reducescatter", metadata={"omit_at_default": True})
     allow_long_context: bool = field(default=False, metadata={"omit_at_default": True})
-    # the prefix-aware router's scorer weights, queue, KV usage, prefix (SimConfig.router_weights, sim/routers.py)
-    router_weights: tuple[float, float, float] = field(default=DEFAULT_ROUTER_WEIGHTS, metadata={"omit_at_default": True})
+    # the prefix-aware router's scorer weights, queue, KV usage, prefix (SimConfig.router_weights,
+    # sim/routers.py)
+    router_weights: tuple[float, float, float] = field(
+        default=DEFAULT_ROUTER_WEIGHTS, metadata={"omit_at_default": True}
+    )
     # sglang (SimConfig documents them; SGLang's flags of these names)
     enable_mixed_chunk: bool = field(default=False, metadata={"omit_at_default": True})
     schedule_policy: str = field(default="fcfs", metadata={"omit_at_default": True})
@@ -89,7 +94,8 @@ class Scenario:
     page_size: int = field(default=1, metadata={"omit_at_default": True})
     max_prefill_tokens: int = field(default=16384, metadata={"omit_at_default": True})
     ignore_eos: bool = field(default=True, metadata={"omit_at_default": True})
-    # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open loop.
+    # `vllm bench serve --max-concurrency N`: a closed-loop client (SimConfig.max_concurrency). None: open
+    # loop.
     max_concurrency: int | None = field(default=None, metadata={"omit_at_default": True})
     # vLLM 0.33.0's GPU worker (`--engine vllm`, simserve/vllm_worker.py): its memory profile and, unless
     # enforce_eager, CUDA-graph padding of every batch of at most the largest captured size. vllm-v1 only.
@@ -97,19 +103,21 @@ class Scenario:
     enforce_eager: bool = field(default=False, metadata={"omit_at_default": True})
     # vLLM's --async-scheduling (with vllm_worker): None is the release's default, on unless PP > 1
     async_scheduling: bool | None = field(default=None, metadata={"omit_at_default": True})
-    # The step's parts (predictor/step.py): kernel launch gaps by launch mode (vLLM's worker only; None: on with
-    # it) and GEMMs at the GPU's sustained rate under its power limit (None: on where the catalog has the rate).
+    # The step's parts (predictor/step.py): kernel launch gaps by launch mode (vLLM's worker only; None: on
+    # with it) and GEMMs at the GPU's sustained rate under its power limit (None: on where the catalog has the
+    # rate).
     launch_gaps: bool | None = field(default=None, metadata={"omit_at_default": True})
     sustained_clock: bool | None = field(default=None, metadata={"omit_at_default": True})
-    # SGLang's overlap scheduler (`--engine sglang`; off with SGLang's --disable-overlap-schedule): the CPU work
-    # of a step hidden behind the GPU's, as vLLM's async scheduling (scheduling_is_async).
+    # SGLang's overlap scheduler (`--engine sglang`; off with SGLang's --disable-overlap-schedule): the CPU
+    # work of a step hidden behind the GPU's, as vLLM's async scheduling (scheduling_is_async).
     overlap_schedule: bool = field(default=False, metadata={"omit_at_default": True})
     # The front end's latency in ms (sim/frontend.py). 0 here (capacity searches: engine-side); `simserve run`
     # defaults to the published measurement.
     frontend_ms: float = field(default=0.0, metadata={"omit_at_default": True})
     # The API server as a server (sim/api_server.py): vLLM's --api-server-count processes per deployment, each
-    # a FIFO queue of CPU work (frontend.api_server_cpu: vLLM 0.33.0's, measured). 0: no API-server model (capacity searches; `run
-    # --frontend constant|off`). `frontend_ms` is then the network and client beside it.
+    # a FIFO queue of CPU work (frontend.api_server_cpu: vLLM 0.33.0's, measured). 0: no API-server model
+    # (capacity searches; `run --frontend constant|off`). `frontend_ms` is then the network and client beside
+    # it.
     api_server_count: int = field(default=0, metadata={"omit_at_default": True})
     # vllm-v1: automatic prefix caching (SimConfig.prefix_caching); on by default for `--engine vllm` and
     # `run --policy vllm-v1`, as in vLLM V1. Added after outputs were pinned: omitted while off.
@@ -150,8 +158,9 @@ class Scenario:
         if self.max_model_len is not None:
             if self.max_model_len > limit and not self.allow_long_context:
                 raise SimserveError(
-                    f"--max-model-len {self.max_model_len} exceeds {self.model}'s context limit of {limit} tokens "
-                    f"(max_position_embeddings); lower it, or pass --allow-long-context to simulate past the limit"
+                    f"--max-model-len {self.max_model_len} exceeds {self.model}'s context limit of {limit} "
+                    "tokens (max_position_embeddings); lower it, or pass --allow-long-context to simulate "
+                    "past the limit"
                 )
             return self.max_model_len
         default = MAX_MODEL_LEN.get(self.trace, 8192)
@@ -164,24 +173,37 @@ class Scenario:
 
     @property
     def replicas_in_model(self) -> int:
-        """The replicas the cluster holds: `num_replicas`, or the autoscaler's maximum (each with its API servers:
-        an approximation, the servers of replicas not running are idle, not absent)."""
+        """The replicas the cluster holds: `num_replicas`, or the autoscaler's maximum (each with its API
+        servers: an approximation, the servers of replicas not running are idle, not absent)."""
         return self.num_replicas if self.autoscale is None else self.autoscale.max_replicas
 
     def speculation(self):
-        """The run's speculative decoding (speculative.Speculation), checked as vLLM 0.33.0 checks it; None: off."""
+        """The run's speculative decoding (speculative.Speculation), checked as vLLM 0.33.0 checks it; None:
+        off."""
         if self.speculative is None:
             if self.num_speculative_tokens is not None or self.acceptance is not None:
-                raise SimserveError("--num-speculative-tokens and --acceptance configure speculative decoding: add "
-                                    "--speculative eagle|eagle3|mtp|ngram, or drop them")  # fmt: skip
+                raise SimserveError(
+                    "--num-speculative-tokens and --acceptance configure speculative decoding: add "
+                    "--speculative eagle|eagle3|mtp|ngram, or drop them"
+                )
             return None
         if self.pp > 1:
-            raise SimserveError("--speculative is modelled without pipeline parallelism (vLLM's drafter after the "
-                                "last stage is not): use --pp 1")  # fmt: skip
-        budget = self.budget or VLLM_V1_TOKENS  # vllm-v1's --max-num-batched-tokens (others are refused later)
+            raise SimserveError(
+                "--speculative is modelled without pipeline parallelism (vLLM's drafter after the "
+                "last stage is not): use --pp 1"
+            )
+        # vllm-v1's --max-num-batched-tokens (others are refused later)
+        budget = self.budget or VLLM_V1_TOKENS
         engine = "sglang" if self.policy == "sglang" else "vllm"  # whose refusals: SGLang's on its scheduler
-        return _speculation(self.speculative, self.num_speculative_tokens, self.model, self.trace, budget,
-                            self.acceptance, engine)  # fmt: skip
+        return _speculation(
+            self.speculative,
+            self.num_speculative_tokens,
+            self.model,
+            self.trace,
+            budget,
+            self.acceptance,
+            engine,
+        )
 
     def sim_config(self) -> SimConfig:
         return SimConfig(
@@ -234,34 +256,47 @@ class Scenario:
         from simserve.speculative import NGRAM_CPU_S, draft_fraction
 
         model = resolve_model_spec(self.model)
-        return dict(spec_k=spec.k, spec_lookahead=spec.lookahead, spec_acceptance=spec.acceptance, spec_seed=self.seed,
-                    spec_fraction=draft_fraction(spec.method, model), spec_passes=0 if spec.method == "ngram" else spec.k,
-                    spec_cpu_s=NGRAM_CPU_S if spec.method == "ngram" else 0.0)  # fmt: skip
+        return dict(
+            spec_k=spec.k,
+            spec_lookahead=spec.lookahead,
+            spec_acceptance=spec.acceptance,
+            spec_seed=self.seed,
+            spec_fraction=draft_fraction(spec.method, model),
+            spec_passes=0 if spec.method == "ngram" else spec.k,
+            spec_cpu_s=NGRAM_CPU_S if spec.method == "ngram" else 0.0,
+        )
 
     def _api_servers(self) -> dict:
-        """SimConfig's API-server fields: the processes of every deployment, at vLLM 0.33.0's measured costs for the
-        endpoint (frontend.api_server_cpu) on this host speed."""
+        """SimConfig's API-server fields: the processes of every deployment, at vLLM 0.33.0's measured costs
+        for the endpoint (frontend.api_server_cpu) on this host speed."""
         if not self.api_server_count:
             return {}
         from simserve.sim.frontend import api_server_cpu, check_api_server_count
 
         cpu = api_server_cpu(self.api_endpoint, self.serving_host_speed())
-        return dict(api_servers=check_api_server_count(self.api_server_count) * self.replicas_in_model,
-                    api_request_s=cpu.request_s, api_prompt_token_s=cpu.prompt_token_s, api_token_s=cpu.token_s)  # fmt: skip
+        return dict(
+            api_servers=check_api_server_count(self.api_server_count) * self.replicas_in_model,
+            api_request_s=cpu.request_s,
+            api_prompt_token_s=cpu.prompt_token_s,
+            api_token_s=cpu.token_s,
+        )
 
     def cudagraph_sizes(self) -> tuple[int, ...]:
-        """The batch sizes (tokens) vLLM captures CUDA graphs for; () when it runs eagerly or is not modelled."""
+        """The batch sizes (tokens) vLLM captures CUDA graphs for; () when it runs eagerly or is not
+        modelled."""
         if not self.vllm_worker or self.enforce_eager:
             return ()
         from simserve.catalog import GPUSpec
         from simserve.vllm_worker import capture_sizes
 
         cfg = self.sim_config()
-        return capture_sizes(cfg.batch_limit(self.pp), cfg.token_budget(), GPUSpec.from_name(self.gpu).compute_capability)
+        return capture_sizes(
+            cfg.batch_limit(self.pp), cfg.token_budget(), GPUSpec.from_name(self.gpu).compute_capability
+        )
 
     def scheduling_is_async(self) -> bool:
-        """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, also with PP > 1
-        under its default Model Runner V2; not on its Ray executor: vllm/config/vllm.py). SGLang 0.5.23's
+        """Whether the engine schedules step n+1 while step n runs (vLLM 0.33.0's default: yes, also with PP >
+        1 under its default Model Runner V2; not on its Ray executor: vllm/config/vllm.py). SGLang 0.5.23's
         overlap scheduler does the same (`Scheduler.event_loop_overlap`: the next batch is scheduled and its
         inputs prepared while the GPU runs the current one, whose results are processed after the next is
         launched; on by default, `--disable-overlap-schedule`, refused with PP as `arg_groups/overrides.py`
@@ -272,22 +307,24 @@ class Scenario:
             return True
         if not self.vllm_worker:
             if self.async_scheduling:
-                raise SimserveError("--async-scheduling is vLLM's flag: add --engine vllm (and --policy vllm-v1)")
+                raise SimserveError(
+                    "--async-scheduling is vLLM's flag: add --engine vllm (and --policy vllm-v1)"
+                )
             return False
-        # vLLM 0.33.0 runs Model Runner V2 by default (config/vllm.py `use_v2_model_runner`), which keeps async
-        # scheduling on with pipeline parallelism (`max_concurrent_batches` = PP + 1; only the V1 runner turns it
-        # off with PP). Its Ray executor does not support it (`supports_async_scheduling` is the abstract
-        # executor's False): off by default with --ray-comm, refused there in vLLM's words.
+        # vLLM 0.33.0 runs Model Runner V2 by default (config/vllm.py `use_v2_model_runner`), which keeps
+        # async scheduling on with pipeline parallelism (`max_concurrent_batches` = PP + 1; only the V1 runner
+        # turns it off with PP). Its Ray executor does not support it (`supports_async_scheduling` is the
+        # abstract executor's False): off by default with --ray-comm, refused there in vLLM's words.
         if self.async_scheduling and self.ray_comm:
             raise SimserveError(
-                "ValueError: `ray` does not support async scheduling yet (vLLM 0.33.0): drop --async-scheduling "
-                "or --ray-comm"
+                "ValueError: `ray` does not support async scheduling yet (vLLM 0.33.0): drop "
+                "--async-scheduling or --ray-comm"
             )
         return not self.ray_comm if self.async_scheduling is None else self.async_scheduling
 
     def serving_host_speed(self) -> float:
-        """--host-speed, else engine_cpu.SERVING_HOST_SPEED; refused where nothing measured on vLLM's or SGLang's
-        code runs."""
+        """--host-speed, else engine_cpu.SERVING_HOST_SPEED; refused where nothing measured on vLLM's or
+        SGLang's code runs."""
         from simserve.predictor.engine_cpu import SERVING_HOST_SPEED, _check_speed
 
         if self.host_speed is None:
@@ -295,17 +332,17 @@ class Scenario:
         _check_speed(self.host_speed)
         if not (self.vllm_worker or self.api_server_count or self.policy == "sglang"):
             raise SimserveError(
-                "--host-speed scales the measured CPU costs of vLLM 0.33.0 (its engine with --engine vllm, its API "
-                "server with --frontend server) and SGLang 0.5.23 (--engine sglang); this run has none: drop "
-                "--host-speed"
+                "--host-speed scales the measured CPU costs of vLLM 0.33.0 (its engine with --engine vllm, "
+                "its API server with --frontend server) and SGLang 0.5.23 (--engine sglang); this run has "
+                "none: drop --host-speed"
             )
         return self.host_speed
 
     def cpu_components(self) -> tuple:
-        """The per-step engine CPU the timer charges (predictor/overhead.py Components): vLLM 0.33.0's measured
-        costs for its worker (`--engine vllm`), SGLang 0.5.23's for `--policy sglang` (predictor/sglang_cpu.py;
-        SGLang 0.3/0.4 runs too: no older release was measured), Vidur's Sarathi-Serve constants for the research
-        policies (the engine they model)."""
+        """The per-step engine CPU the timer charges (predictor/overhead.py Components): vLLM 0.33.0's
+        measured costs for its worker (`--engine vllm`), SGLang 0.5.23's for `--policy sglang`
+        (predictor/sglang_cpu.py; SGLang 0.3/0.4 runs too: no older release was measured), Vidur's
+        Sarathi-Serve constants for the research policies (the engine they model)."""
         from simserve.predictor.overhead import VIDUR
 
         if self.vllm_worker:
@@ -319,34 +356,44 @@ class Scenario:
         return VIDUR
 
     def launch_gaps_on(self) -> bool:
-        """Whether steps pay vLLM's launch gaps (predictor/step.py): its worker's default; refused without it."""
+        """Whether steps pay vLLM's launch gaps (predictor/step.py): its worker's default; refused without
+        it."""
         if self.launch_gaps and not self.vllm_worker:
-            raise SimserveError("--launch-gaps models vLLM 0.33.0's CUDA-graph dispatch: add --engine vllm, or drop it")
+            raise SimserveError(
+                "--launch-gaps models vLLM 0.33.0's CUDA-graph dispatch: add --engine vllm, or drop it"
+            )
         return self.vllm_worker if self.launch_gaps is None else self.launch_gaps
 
     def sustained_clock_on(self) -> bool:
-        """Whether GEMMs run at the GPU's sustained rate (predictor/step.py); refused for a GPU without one."""
+        """Whether GEMMs run at the GPU's sustained rate (predictor/step.py); refused for a GPU without
+        one."""
         from simserve.catalog import GPUSpec
 
         known = GPUSpec.from_name(self.gpu).sustained_tflops > 0
         if self.sustained_clock and not known:
             raise SimserveError(
-                f"--sustained-clock needs the GPU's sustained GEMM rate, which the catalog lacks for {self.gpu} "
-                f"(sustained_tflops); drop --sustained-clock"
+                "--sustained-clock needs the GPU's sustained GEMM rate, which the catalog lacks for "
+                f"{self.gpu} (sustained_tflops); drop --sustained-clock"
             )
         return known if self.sustained_clock is None else self.sustained_clock
 
     def step_parts(self) -> dict:
         """Which parts a step is composed of (summary.json `step_parts`; docs/execution-model.md)."""
-        return {"cpu_overhead": bool(self.cpu_overhead), "async_scheduling": self.scheduling_is_async(),
-                "launch_gaps": self.launch_gaps_on(), "sustained_clock": self.sustained_clock_on()}  # fmt: skip
+        return {
+            "cpu_overhead": bool(self.cpu_overhead),
+            "async_scheduling": self.scheduling_is_async(),
+            "launch_gaps": self.launch_gaps_on(),
+            "sustained_clock": self.sustained_clock_on(),
+        }
 
     def worker_memory(self):
         """vLLM's memory profile of this deployment (vllm_worker.WorkerMemory); None when not modelled."""
         if not self.vllm_worker:
             return None
         cfg = self.sim_config()
-        return _worker_memory(self.deployment(), cfg.token_budget(), cfg.batch_limit(self.pp), self.cudagraph_sizes())
+        return _worker_memory(
+            self.deployment(), cfg.token_budget(), cfg.batch_limit(self.pp), self.cudagraph_sizes()
+        )
 
     def deployment(self) -> Deployment:
         return _deployment(
@@ -394,7 +441,9 @@ def paper_setup(s: Scenario) -> Scenario:
             f"--paper-setup uses the paper's clipped Poisson arrivals; drop --arrival {s.arrival}"
         )
     if not s.cpu_overhead:
-        raise SimserveError("--paper-setup charges the engine's CPU overhead and Ray round trip; drop --no-cpu-overhead")
+        raise SimserveError(
+            "--paper-setup charges the engine's CPU overhead and Ray round trip; drop --no-cpu-overhead"
+        )
     return replace(
         s,
         allow_long_context=True,  # the paper ran its 8k/16k traces on 4k-context models (Llama-2-70B, Yi-34B)
@@ -415,8 +464,8 @@ def check_scenario(s: Scenario) -> int:
     check_requests(s.num_requests)
     if cfg.policy == "sglang" and s.pp > 1:
         raise SimserveError(
-            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
-            "use --pp 1"
+            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not "
+            "modelled): use --pp 1"
         )
     dep = s.deployment()
     if cfg.policy != "sglang":  # what the pinned vLLM release refuses to load (SGLang has its own loader)
@@ -428,16 +477,25 @@ def check_scenario(s: Scenario) -> int:
     if s.api_endpoint not in API_ENDPOINTS:
         raise SimserveError(f"unknown --api-endpoint {s.api_endpoint!r}; choose {' or '.join(API_ENDPOINTS)}")
     if s.api_endpoint != "completions" and not s.api_server_count:
-        raise SimserveError("--api-endpoint picks the API server's measured costs; this run has no API server: "
-                            "add --frontend server, or drop --api-endpoint")  # fmt: skip
+        raise SimserveError(
+            "--api-endpoint picks the API server's measured costs; this run has no API server: "
+            "add --frontend server, or drop --api-endpoint"
+        )
     if s.vllm_worker:
         if cfg.policy != "vllm-v1":
-            raise SimserveError(f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}")
+            raise SimserveError(
+                f"--engine vllm simulates vLLM's V1 scheduler: use --policy vllm-v1, not {cfg.policy}"
+            )
         from simserve.vllm_flags import check_vllm_flags
 
         # what `vllm serve` would refuse to start with (--max-num-batched-tokens below --max-num-seqs, ...)
-        check_vllm_flags(cfg.token_budget(), cfg.batch_limit(s.pp), cfg.long_prefill_token_threshold, s.max_len,
-                         fix="raise --budget or lower --max-batch")  # fmt: skip
+        check_vllm_flags(
+            cfg.token_budget(),
+            cfg.batch_limit(s.pp),
+            cfg.long_prefill_token_threshold,
+            s.max_len,
+            fix="raise --budget or lower --max-batch",
+        )
         return _spec_blocks(s, dep, s.worker_memory().num_blocks)
     return _spec_blocks(s, dep, _num_blocks(dep, cfg.policy, cfg.memory_budget, cfg.batch_limit(dep.pp)))
 
@@ -455,11 +513,15 @@ def simulate_scenario(
 ) -> tuple[RawRun, Deployment]:
     """The raw run (no tables built yet) and its deployment: `simserve run` streams the tables from it."""
     if np.isnan(qps) or qps <= 0:
-        raise SimserveError(f"--qps must be a positive request rate (or inf: every request at t = 0), got {qps}")
+        raise SimserveError(
+            f"--qps must be a positive request rate (or inf: every request at t = 0), got {qps}"
+        )
     num_blocks = check_scenario(s)
     cfg, dep = s.sim_config(), s.deployment()
     if s.ray_comm and not s.cpu_overhead:
-        raise SimserveError("--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it")
+        raise SimserveError(
+            "--ray-comm is part of the engine's CPU overhead; drop --no-cpu-overhead to add it"
+        )
     if timer is None:
         timer = scenario_timer(s)
     if timer.num_stages != dep.pp:
@@ -473,50 +535,75 @@ def simulate_scenario(
     if s.arrival == "conversation":
         from simserve.sim.conversation import parents
 
-        if prefix is None or recorded is None or len(prefix) > 2:  # block ids say what is shared, not who follows whom
+        # block ids say what is shared, not who follows whom
+        if prefix is None or recorded is None or len(prefix) > 2:
             raise SimserveError(
-                f"--arrival conversation needs a multi-turn trace (conversation_id and round columns, recorded "
-                f"arrivals); {s.trace} has none (build one with `simserve trace build sharegpt-multiturn`)"
+                "--arrival conversation needs a multi-turn trace (conversation_id and round columns, "
+                f"recorded arrivals); {s.trace} has none (build one with `simserve trace build "
+                "sharegpt-multiturn`)"
             )
         follows = parents(prefix[0], prompt, output)
     if s.arrival == "replay" and recorded is None:
         raise SimserveError(
-            f"--arrival replay needs recorded arrival times, but trace {s.trace!r} has none (no arrived_at or "
-            f"timestamp column); use a trace with arrival times (e.g. --trace azure-conv-2023) or a synthetic "
-            f"--arrival such as poisson (which --load-curve shapes too)"
+            f"--arrival replay needs recorded arrival times, but trace {s.trace!r} has none (no arrived_at "
+            "or timestamp column); use a trace with arrival times (e.g. --trace azure-conv-2023) or a "
+            "synthetic --arrival such as poisson (which --load-curve shapes too)"
         )
     arrived = arrival_times(len(prompt), qps, s.arrival, s.seed, s.cv, recorded, s.time_scale)
     if s.load_curve is not None:
         prompt, output, arrived, prefix = _shaped(s, prompt, output, arrived, prefix)
     autoscale = s.autoscale if s.autoscale is None else replace(s.autoscale, initial=s.num_replicas)
-    return simulate(prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows,
-                    autoscale=autoscale), dep  # fmt: skip
+    return simulate(
+        prompt, output, arrived, timer, num_blocks, cfg, progress, prefix, follows, autoscale=autoscale
+    ), dep
 
 
 def _shaped(s: Scenario, prompt, output, arrived, prefix):
-    """The workload under --load-curve: synthetic arrivals warped in time, replayed ones thinned or duplicated."""
+    """The workload under --load-curve: synthetic arrivals warped in time, replayed ones thinned or
+    duplicated."""
     from simserve.workload.load_curve import load_curve
     from simserve.workload.trace import take_rows
 
     curve = load_curve(s.load_curve)
     if s.arrival == "conversation":
-        raise SimserveError("--load-curve cannot reshape --arrival conversation (its rounds follow their answers); "
-                            "use --arrival replay, or a synthetic --arrival")  # fmt: skip
+        raise SimserveError(
+            "--load-curve cannot reshape --arrival conversation (its rounds follow their answers); "
+            "use --arrival replay, or a synthetic --arrival"
+        )
     if s.arrival != "replay":
         return prompt, output, curve.warp(arrived), prefix
     rows, arrived = curve.thin(arrived, s.seed)
     if not len(rows):
         raise SimserveError(f"--load-curve {s.load_curve} thinned every request away; raise its multipliers")
     if prefix is not None:
-        prefix = (prefix[0][rows], prefix[1][rows], *(take_rows(prefix[2], prefix[3], rows) if len(prefix) > 2 else ()))
+        prefix = (
+            prefix[0][rows],
+            prefix[1][rows],
+            *(take_rows(prefix[2], prefix[3], rows) if len(prefix) > 2 else ()),
+        )
     return prompt[rows], output[rows], arrived, prefix
 
 
 @lru_cache(maxsize=16)
-def _deployment(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp=1,
-                all2all="allgather_reducescatter") -> Deployment:  # fmt: skip
-    return Deployment.create(model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp,
-                             all2all)  # fmt: skip
+def _deployment(
+    model,
+    gpu,
+    tp,
+    pp,
+    node,
+    network,
+    util,
+    max_len,
+    dtype,
+    kv_dtype,
+    ep,
+    moe_skew,
+    dp=1,
+    all2all="allgather_reducescatter",
+) -> Deployment:
+    return Deployment.create(
+        model, gpu, tp, pp, node, network, util, max_len, dtype, kv_dtype, ep, moe_skew, dp, all2all
+    )
 
 
 @lru_cache(maxsize=16)
@@ -527,8 +614,8 @@ def _speculation(method, k, model, trace, budget, acceptance, engine="vllm"):
 
 
 def acceptance_dataset(trace: str) -> str:
-    """The dataset name a trace's acceptance rates are published for: a shipped trace's name, a bench dataset's
-    kind (random:…), a file's stem."""
+    """The dataset name a trace's acceptance rates are published for: a shipped trace's name, a bench
+    dataset's kind (random:…), a file's stem."""
     from pathlib import Path
 
     return Path(trace.split(":", 1)[0]).name.split(".", 1)[0]
@@ -549,13 +636,20 @@ def _spec_blocks(s: Scenario, dep: Deployment, num_blocks: int) -> int:
     from simserve.memory import kv_bytes_per_block
     from simserve.speculative import draft_blocks
 
-    blocks = draft_blocks(num_blocks, kv_bytes_per_block(dep), dep.layers_per_stage, spec.method, dep.model, dep.tp,
-                          dep.weight_bytes)  # fmt: skip
+    blocks = draft_blocks(
+        num_blocks,
+        kv_bytes_per_block(dep),
+        dep.layers_per_stage,
+        spec.method,
+        dep.model,
+        dep.tp,
+        dep.weight_bytes,
+    )
     if blocks * dep.block_size < dep.max_model_len:
         raise SimserveError(
-            f"{dep.describe()}: with the {spec.method} draft's weights and KV, vLLM's KV cache ({blocks} blocks) cannot "
-            f"hold one {dep.max_model_len}-token request; raise --memory-utilization, lower --max-model-len, or use "
-            f"more GPUs"
+            f"{dep.describe()}: with the {spec.method} draft's weights and KV, vLLM's KV cache ({blocks} "
+            f"blocks) cannot hold one {dep.max_model_len}-token request; raise --memory-utilization, lower "
+            "--max-model-len, or use more GPUs"
         )
     return blocks
 
@@ -567,18 +661,25 @@ def kv_offload_config(dep: Deployment, gb: float, pp: int, dp: int) -> dict:
     from simserve.sim.kv_offload import tier_blocks
 
     if not math.isfinite(gb) or gb < 0:
-        raise SimserveError(f"--kv-offload-gb must be a finite number of GiB >= 0, got {gb}; 0 or leaving it out: no CPU tier")
+        raise SimserveError(
+            f"--kv-offload-gb must be a finite number of GiB >= 0, got {gb}; 0 or leaving it out: no CPU tier"
+        )
     if pp > 1 or dp > 1:
         raise SimserveError(
-            f"--kv-offload-gb is modelled for one pipeline stage and no attention DP (got --pp {pp}, --dp-attention "
-            f"{dp}); drop it or use --pp 1"
-        )  # fmt: skip
+            f"--kv-offload-gb is modelled for one pipeline stage and no attention DP (got --pp {pp}, "
+            f"--dp-attention {dp}); drop it or use --pp 1"
+        )
     if dep.node is None:
-        raise SimserveError(f"the catalog has no node (and so no PCIe link) for {dep.gpu.name}; pass --node for --kv-offload-gb")
+        raise SimserveError(
+            f"the catalog has no node (and so no PCIe link) for {dep.gpu.name}; pass --node for "
+            "--kv-offload-gb"
+        )
     per_gpu = kv_bytes_per_block(dep)
     blocks = tier_blocks(gb, per_gpu, dep.tp)
     if blocks < 1:
-        raise SimserveError(f"--kv-offload-gb {gb} holds no KV block ({per_gpu * dep.tp} bytes each); raise it or drop it")
+        raise SimserveError(
+            f"--kv-offload-gb {gb} holds no KV block ({per_gpu * dep.tp} bytes each); raise it or drop it"
+        )
     return dict(kv_offload_blocks=blocks, kv_offload_block_s=per_gpu / (dep.node.pcie_gbps * 1e9))
 
 
@@ -611,8 +712,11 @@ def _timer(
     from simserve.predictor import load_timer
     from simserve.predictor.step import launch_costs, with_launch_costs, with_sustained_clock
 
-    timer = load_timer(dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling, components))
-    if sustained_clock:  # GEMMs no faster than the GPU sustains at its power limit (before padding: padded tokens
+    timer = load_timer(
+        dep, profiles_root, overhead=_overhead(cpu_overhead, ray_comm, async_scheduling, components)
+    )
+    # GEMMs no faster than the GPU sustains at its power limit (before padding: padded tokens
+    if sustained_clock:
         timer = with_sustained_clock(timer, dep)  # are computed too)
     if cudagraph_sizes:  # vLLM's CUDA graphs: batches padded to the next captured size (vllm_worker.py)
         from simserve.vllm_worker import padded_timer
@@ -625,18 +729,31 @@ def _timer(
 
 def scenario_timer(s) -> BatchTimer:
     """The compiled timer a scenario (or a disaggregated pool's scenario) runs on, with every step part."""
-    return _timer(s.deployment(), s.profiles_root, s.cpu_overhead, s.ray_comm, s.cudagraph_sizes(),
-                  s.scheduling_is_async(), s.launch_gaps_on(), s.sustained_clock_on(), s.cpu_components())  # fmt: skip
+    return _timer(
+        s.deployment(),
+        s.profiles_root,
+        s.cpu_overhead,
+        s.ray_comm,
+        s.cudagraph_sizes(),
+        s.scheduling_is_async(),
+        s.launch_gaps_on(),
+        s.sustained_clock_on(),
+        s.cpu_components(),
+    )
 
 
-def _overhead(cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False, components: tuple | None = None):
+def _overhead(
+    cpu_overhead: bool, ray_comm: bool, async_scheduling: bool = False, components: tuple | None = None
+):
     from simserve.predictor import CpuOverhead
     from simserve.predictor.overhead import VIDUR
 
     return CpuOverhead(
-        include_ray_comm=ray_comm, scale=1.0 if cpu_overhead else 0.0, async_scheduling=async_scheduling,
+        include_ray_comm=ray_comm,
+        scale=1.0 if cpu_overhead else 0.0,
+        async_scheduling=async_scheduling,
         components=VIDUR if components is None else components,
-    )  # fmt: skip
+    )
 
 
 def timer_cached(s: Scenario) -> bool:
@@ -664,7 +781,8 @@ def _worker_memory(dep: Deployment, max_num_batched_tokens: int, max_num_seqs: i
 
     mem = worker_memory(dep, max_num_batched_tokens, max_num_seqs, sizes)
     need = -(-dep.max_model_len // dep.block_size)
-    if mem.num_blocks < need:  # vLLM refuses to start (vllm/v1/core/kv_cache_planning.py: "To serve at least one…")
+    # vLLM refuses to start (vllm/v1/core/kv_cache_planning.py: "To serve at least one…")
+    if mem.num_blocks < need:
         raise SimserveError(
             f"{dep.describe()}: vLLM's KV cache ({mem.describe()}) cannot hold one {dep.max_model_len}-token "
             f"request; raise --memory-utilization, lower --max-model-len, or use more GPUs"
@@ -696,12 +814,15 @@ def _workload(trace: str, max_len: int, n: int, seed: int, replay: bool):
     """(prompt, output, recorded arrivals or None, (prefix group, prefix tokens) or None) of the first n
     (replay) or n sampled requests. A trace of conversations with recorded arrivals (a multi-turn trace) is
     taken in file order whatever the arrival process: shuffled, a turn would come before the turn it follows.
-    A bench dataset (workload/bench_datasets.py) gives its n requests in the order vLLM's client sends them."""
+    A bench dataset (workload/bench_datasets.py) gives its n requests in the order vLLM's client sends
+    them."""
     from simserve.workload import bench_datasets
 
     if bench_datasets.is_spec(trace):
         if replay:
-            raise SimserveError(f"--trace {trace} has no recorded arrival times; pick another --arrival than replay")
+            raise SimserveError(
+                f"--trace {trace} has no recorded arrival times; pick another --arrival than replay"
+            )
         prompt, output = bench_datasets.lengths(bench_datasets.parse(trace), n, seed)
         for a in (prompt, output):
             a.setflags(write=False)
@@ -722,11 +843,19 @@ def workload_drops(s: Scenario) -> dict:
     from simserve.workload import bench_datasets
 
     if bench_datasets.is_spec(s.trace):  # generated, not read: nothing dropped (too-long prompts are ignored)
-        return {"too_long": 0, "trace_rows": s.num_requests, "max_model_len": s.max_len,
-                "model_context_limit": context_limit(s.model)}  # fmt: skip
+        return {
+            "too_long": 0,
+            "trace_rows": s.num_requests,
+            "max_model_len": s.max_len,
+            "model_context_limit": context_limit(s.model),
+        }
     t = _usable(s.trace, s.max_len)
-    return {"too_long": int(t.too_long), "trace_rows": int(t.too_long + len(t)), "max_model_len": s.max_len,
-            "model_context_limit": context_limit(s.model)}  # fmt: skip
+    return {
+        "too_long": int(t.too_long),
+        "trace_rows": int(t.too_long + len(t)),
+        "max_model_len": s.max_len,
+        "model_context_limit": context_limit(s.model),
+    }
 
 
 def workload_notes(s: Scenario) -> list[str]:
@@ -734,14 +863,16 @@ def workload_notes(s: Scenario) -> list[str]:
     from simserve.workload import bench_datasets
 
     if bench_datasets.is_spec(s.trace):
-        return [f"requests drawn as `vllm bench serve` draws its {bench_datasets.parse(s.trace).label} dataset "
-                f"(seed {s.seed}), in its send order"]  # fmt: skip
+        return [
+            f"requests drawn as `vllm bench serve` draws its {bench_datasets.parse(s.trace).label} dataset "
+            f"(seed {s.seed}), in its send order"
+        ]
     t = _usable(s.trace, s.max_len)
     notes = []
     if t.too_long and s.capped_by_model:
         notes.append(
-            f"{t.too_long} trace rows dropped: prompt + output exceeds {s.model}'s context limit of {s.max_len} "
-            f"tokens (--allow-long-context --max-model-len N simulates past it, as the paper did)"
+            f"{t.too_long} trace rows dropped: prompt + output exceeds {s.model}'s context limit of "
+            f"{s.max_len} tokens (--allow-long-context --max-model-len N simulates past it, as the paper did)"
         )
     elif t.too_long:
         notes.append(
@@ -750,12 +881,15 @@ def workload_notes(s: Scenario) -> list[str]:
         )
     if s.allow_long_context and s.max_len > context_limit(s.model):
         notes.append(
-            f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} tokens: "
-            f"simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
+            f"max model length {s.max_len} exceeds {s.model}'s context limit of {context_limit(s.model)} "
+            "tokens: simulated anyway (--allow-long-context / --paper-setup, as the paper ran its traces)"
         )
     if s.load_curve is not None:
-        how = ("each recorded request sent floor(m) or ceil(m) times (thinned or duplicated with the seed)"
-               if s.arrival == "replay" else "arrival times warped so the rate at t is the process's times m(t)")  # fmt: skip
+        how = (
+            "each recorded request sent floor(m) or ceil(m) times (thinned or duplicated with the seed)"
+            if s.arrival == "replay"
+            else "arrival times warped so the rate at t is the process's times m(t)"
+        )
         notes.append(f"--load-curve {s.load_curve}: the rate multiplied by its m(t): {how}")
     in_order = s.arrival in ("replay", "conversation") or t.in_order
     if not in_order and s.num_requests > len(t):
@@ -764,6 +898,8 @@ def workload_notes(s: Scenario) -> list[str]:
             f"are repeats (fresh shuffles of the same rows)"
         )
     if in_order and s.num_requests > len(t):
-        how = s.arrival if s.arrival in ("replay", "conversation") else "a multi-turn trace is served in order"
+        how = (
+            s.arrival if s.arrival in ("replay", "conversation") else "a multi-turn trace is served in order"
+        )
         notes.append(f"{how}: the trace has only {len(t)} usable requests, so only {len(t)} were simulated")
     return notes

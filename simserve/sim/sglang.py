@@ -8,12 +8,12 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
   between  (`event_loop_normal`, `get_next_batch_to_run`) The last step's prefill batch, less the request left
   steps    half-prefilled and the finished ones, joins the running batch at the start of the next step: after
            its requests, or, when the running batch is empty, as the running batch itself. The running batch
-           carries `batch_is_full`; an empty one is replaced, so the flag it carried is lost — after any prefill
-           into an idle replica, and after every mixed step (which leaves an empty running batch behind). A
-           batch that shrinks (a request finished or left as the chunked one) clears it. The running batch's
-           own order (merges, and the retraction order after a retraction) breaks retraction ties, orders the
-           ignore_eos look ahead and the running offset's float sum, and is the order its finished requests
-           release their KV into the radix cache.
+           carries `batch_is_full`; an empty one is replaced, so the flag it carried is lost — after any
+           prefill into an idle replica, and after every mixed step (which leaves an empty running batch
+           behind). A batch that shrinks (a request finished or left as the chunked one) clears it. The
+           running batch's own order (merges, and the retraction order after a retraction) breaks retraction
+           ties, orders the ignore_eos look ahead and the running offset's float sum, and is the order its
+           finished requests release their KV into the radix cache.
 
   prefill  (`Scheduler._get_new_batch_prefill_raw` + `PrefillAdder`, managers/schedule_policy.py)
            Nothing when the waiting queue is empty and no request is half-prefilled, or when the running
@@ -22,11 +22,11 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
              chunk   --chunked-prefill-size tokens of prompt per step (only the last admitted request can be
                      cut short; it becomes the chunked request and continues first next step);
              input   --max-prefill-tokens (16384);
-             memory  free KV tokens minus what admitted and running requests are expected to still need:
-                     a running request holds back min(max_new_tokens − output so far, 4096) × new_token_ratio
-                     (× 1 if it was sent with ignore_eos: per request), an admitted one its page-ceiled chunk +
-                     one page + (when it is not cut short) min(max_new_tokens, 4096). A request is admitted only
-                     if its prompt + remaining output + a page is strictly below what is left
+             memory  free KV tokens minus what admitted and running requests are expected to still need: a
+                     running request holds back min(max_new_tokens − output so far, 4096) × new_token_ratio (×
+                     1 if it was sent with ignore_eos: per request), an admitted one its page-ceiled chunk +
+                     one page + (when it is not cut short) min(max_new_tokens, 4096). A request is admitted
+                     only if its prompt + remaining output + a page is strictly below what is left
                      (`PrefillBudget.check_prefill`). ignore_eos requests without the radix cache take another
                      path (`PrefillAdder.add_one_req_ignore_eos`): their page-ceiled prompt + a page must fit
                      what is left now, and the pool must outlast every request's outputs as requests finish
@@ -45,20 +45,19 @@ Ongoing decodes stall while prompts are prefilled, unless `--enable-mixed-chunk`
            min = 0.14·init, init = min(0.7 × --schedule-conservativeness, 1); an idle step resets it.
 
 The KV pool counts tokens in pages of --page-size (1 by default on CUDA): a request holds its computed tokens,
-page-ceiled. Requests carry max_new_tokens = their output length, as `sglang.bench_serving` sends them.
-With --prefix-caching the pool is SGLang's radix cache (radix_cache.py): a waiting request starts with its
-longest cached prefix computed, the chunked request publishes its computed pages each step, a finished one its
-KV, and admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached
-prefix (at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
+page-ceiled. Requests carry max_new_tokens = their output length, as `sglang.bench_serving` sends them. With
+--prefix-caching the pool is SGLang's radix cache (radix_cache.py): a waiting request starts with its longest
+cached prefix computed, the chunked request publishes its computed pages each step, a finished one its KV, and
+admission counts unlocked cached pages as free; `lpm` then orders the waiting queue by longest cached prefix
+(at most 128 waiting; more fall back to fcfs), putting after the others a request that shares 32 or more
 tokens with an earlier waiting one while its own cached prefix is 32 or less (in-batch prefix caching); the
 other orders refresh the first 128 waiting requests' prefixes every 32nd pass. Cached pages are evicted where
-SGLang evicts (`evict_from_tree_cache`): before a prefill's allocation (its tokens, and a page more per request
-on paged pools), before a decode step's check and allocation (a page per request), and for the others' next
-20 steps after each retraction.
-Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said once on stderr). With
-`--dp-attention D` (SGLang's `--attn-dp-size`) each rank is a replica of its own with --chunked-prefill-size
-// D, --max-running-requests // D and the conservativeness × 0.3; the ranks step together (lockstep.py).
-Not modelled (docs/engines.md): pipeline parallelism, priority scheduling.
+SGLang evicts (`evict_from_tree_cache`): before a prefill's allocation (its tokens, and a page more per
+request on paged pools), before a decode step's check and allocation (a page per request), and for the others'
+next 20 steps after each retraction. Without it (`--disable-radix-cache`) `lpm` is `fcfs`, as in SGLang (said
+once on stderr). With `--dp-attention D` (SGLang's `--attn-dp-size`) each rank is a replica of its own with
+--chunked-prefill-size // D, --max-running-requests // D and the conservativeness × 0.3; the ranks step
+together (lockstep.py). Not modelled (docs/engines.md): pipeline parallelism, priority scheduling.
 """
 
 from __future__ import annotations
@@ -103,10 +102,22 @@ def default_max_running_requests(pool_tokens: int, context_len: int) -> int:
 class SGLangScheduler:
     """What SGLang's scheduler keeps between steps beyond the waiting queue: new_token_ratio
     (NewTokenRatioTracker), its running batch (`running`: the requests in the batch's own order, which merges
-    and retractions set; `full`: the batch's batch_is_full flag) and the last step's batch when it was a prefill
-    (`last`: its requests, merged into the running batch at the next step; None after a decode step)."""
+    and retractions set; `full`: the batch's batch_is_full flag) and the last step's batch when it was a
+    prefill (`last`: its requests, merged into the running batch at the next step; None after a decode
+    step)."""
 
-    __slots__ = ("init", "min", "decay", "ratio", "full", "running", "last", "eos", "refresh_calls", "reserve")
+    __slots__ = (
+        "init",
+        "min",
+        "decay",
+        "ratio",
+        "full",
+        "running",
+        "last",
+        "eos",
+        "refresh_calls",
+        "reserve",
+    )
 
     def __init__(self, conservativeness: float, spec_k: int = 0):
         self.init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
@@ -118,13 +129,14 @@ class SGLangScheduler:
         self.last: list[int] | None = None
         self.eos: np.ndarray = np.zeros(0, dtype=bool)  # per request: SamplingParams.ignore_eos
         self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls (the radix cache's LRU refresh)
-        self.reserve = spec_reserve(spec_k)  # EAGLE: KV tokens each verification keeps allocated past the committed
+        # EAGLE: KV tokens each verification keeps allocated past the committed
+        self.reserve = spec_reserve(spec_k)
 
 
 def spec_reserve(k: int) -> int:
-    """EAGLE with K draft steps and topk 1 (spec v2): the KV a request keeps allocated past its committed tokens
-    before each verification step, `get_alloc_reserve_per_decode` (mem_cache/allocation_sizing.py): twice
-    `get_alloc_len_per_decode` = max(num_steps × topk, num_draft_tokens) = K + 1 tokens (topk 1: the
+    """EAGLE with K draft steps and topk 1 (spec v2): the KV a request keeps allocated past its committed
+    tokens before each verification step, `get_alloc_reserve_per_decode` (mem_cache/allocation_sizing.py):
+    twice `get_alloc_len_per_decode` = max(num_steps × topk, num_draft_tokens) = K + 1 tokens (topk 1: the
     draft-token count is K + 1); 0 without speculation."""
     return 2 * (k + 1) if k else 0
 
@@ -134,15 +146,15 @@ def pool(cfg, num_blocks: int, pp: int) -> tuple[int, int]:
     blocks; the compiled core (core_run.py) reads the same."""
     if pp > 1:
         raise SimserveError(
-            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not modelled): "
-            "use --pp 1"
+            "--policy sglang models SGLang without pipeline parallelism (its PP micro-batching is not "
+            "modelled): use --pp 1"
         )
     if cfg.schedule_policy == "lpm" and not cfg.prefix_caching:
         say_lpm_is_fcfs_once()
     # The pool was sized in simserve's 16-token blocks (memory.plan_memory); SGLang counts it in pages.
     tokens = num_blocks * cfg.block_size
-    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to it;
-    # under DP attention it is the server's, split evenly over the ranks (the default is each rank's own)
+    # kv_cache_configurator.resolve_max_num_reqs: a --max-running-requests above half the pool is lowered to
+    # it; under DP attention it is the server's, split evenly over the ranks (the default is each rank's own)
     given = cfg.max_batch or (SPEC_MAX_RUNNING_REQUESTS if cfg.spec_k else 0)  # EAGLE's 48 counts as given
     max_running = (
         max(min(max(given // cfg.dp_attention, 1), tokens // 2), 1)
@@ -247,7 +259,8 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
         rid = rep.prefilling[0]
         radix.checkpoint(rid, int(rep.reqs.computed[rid]))
     # SGLang chooses the whole prefill batch first, locking each admitted request's prefix as it commits it,
-    # and allocates after (prepare_for_extend): one admission's allocation cannot evict what a later one matched
+    # and allocates after (prepare_for_extend): one admission's allocation cannot evict what a later one
+    # matched
     pending: list[int] = []  # pages to allocate
     out = choose_prefill(rep, now, pending)
     if out:  # mem_cache/allocation.py alloc_for_extend: evict for the extend, paged: a page more per request
@@ -258,8 +271,9 @@ def _prefill(rep: ReplicaState, now: float) -> list[tuple[int, int]]:
 
 
 def _room(rep: ReplicaState, tokens: int) -> None:
-    """`evict_from_tree_cache` (mem_cache/common.py) before SGLang checks or allocates `tokens`: with the radix
-    cache, unlocked cached pages are evicted, least recently used first, until that many tokens are free."""
+    """`evict_from_tree_cache` (mem_cache/common.py) before SGLang checks or allocates `tokens`: with the
+    radix cache, unlocked cached pages are evicted, least recently used first, until that many tokens are
+    free."""
     if rep.radix is not None:
         rep.radix.evict_for(tokens)
 
@@ -286,7 +300,8 @@ def _decode_pages(rep: ReplicaState, ids) -> int:
 def _mixed_decodes(rep: ReplicaState) -> np.ndarray:
     """--enable-mixed-chunk: the running batch joins the prefill batch if its next tokens fit (otherwise it
     sits this step out; a mixed step never retracts). Joined, its requests are the prefill batch's, after the
-    prefill's own (`mix_with_running`), and the running batch is replaced by an empty one that keeps the flag."""
+    prefill's own (`mix_with_running`), and the running batch is replaced by an empty one that keeps the
+    flag."""
     s = rep.sglang
     if not s.running or not _fits(rep, s.running):
         return _NONE
@@ -328,8 +343,8 @@ def _decode(rep: ReplicaState) -> np.ndarray:
 
 
 def _grow(rep: ReplicaState, ids: list[int]) -> np.ndarray:
-    """ScheduleBatch.prepare_for_decode: evict for a page per request (alloc_for_decode's estimate), allocate the
-    step's new pages; returns the ids as the batch's decodes, in the batch's order (the order its finished
+    """ScheduleBatch.prepare_for_decode: evict for a page per request (alloc_for_decode's estimate), allocate
+    the step's new pages; returns the ids as the batch's decodes, in the batch's order (the order its finished
     requests release their KV into the radix cache: it decides the LRU order of what they leave there)."""
     dec = np.array(ids, dtype=np.int64)
     if not len(dec):

@@ -1,10 +1,11 @@
 """SGLang 0.5.23's admission rules for the `sglang` policy: which waiting requests one prefill batch takes.
 
-`choose_prefill` is `Scheduler._get_new_batch_prefill_raw` with its `PrefillAdder` (managers/schedule_policy.py):
-the half-prefilled request first, then the waiting queue in `--schedule-policy` order while the chunk, input and
-memory budgets last (PrefillBudget.check_prefill), and the ignore_eos path without the radix cache
-(`add_one_req_ignore_eos`: `eos_states`, `outlasts`). `sort_by_longest_prefix` is `lpm`'s queue order. The
-decode step, retraction and new_token_ratio stay in sglang.py, whose design note covers both halves.
+`choose_prefill` is `Scheduler._get_new_batch_prefill_raw` with its `PrefillAdder`
+(managers/schedule_policy.py): the half-prefilled request first, then the waiting queue in `--schedule-policy`
+order while the chunk, input and memory budgets last (PrefillBudget.check_prefill), and the ignore_eos path
+without the radix cache (`add_one_req_ignore_eos`: `eos_states`, `outlasts`). `sort_by_longest_prefix` is
+`lpm`'s queue order. The decode step, retraction and new_token_ratio stay in sglang.py, whose design note
+covers both halves.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ IGNORE_EOS_RESERVE_TOKENS = 1
 # managers/schedule_policy.py: WAITING_QUEUE_PREFIX_MATCH_MAX, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
 # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD (env defaults)
 LPM_MAX_WAITING = 128
-# managers/schedule_policy.py: WAITING_PREFIX_REFRESH_INTERVAL (scheduling passes between refreshes of the waiting
-# requests' prefixes; srt/environ.py SGLANG_ENABLE_WAITING_PREFIX_REFRESH, on by default)
+# managers/schedule_policy.py: WAITING_PREFIX_REFRESH_INTERVAL (scheduling passes between refreshes of the
+# waiting requests' prefixes; srt/environ.py SGLANG_ENABLE_WAITING_PREFIX_REFRESH, on by default)
 WAITING_REFRESH_INTERVAL = 32
 IN_BATCH_CHECK = 32
 IN_BATCH_DEPRIORITIZE = 32
@@ -39,8 +40,8 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
     radix = rep.radix
     chunked = rep.prefilling[0] if rep.prefilling else -1  # at most one: only the last admitted is cut short
     running = s.running  # the running batch, in its own order (sglang.merge_last_batch)
-    # ScheduleBatch.batch_is_full: set when admission runs out of room, cleared when a request leaves the batch
-    # (sglang.merge_last_batch) and here when the batch is empty
+    # ScheduleBatch.batch_is_full: set when admission runs out of room, cleared when a request leaves the
+    # batch (sglang.merge_last_batch) and here when the batch is empty
     if not running:
         s.full = False
     if chunked < 0 and (s.full or not rep.waiting):
@@ -58,9 +59,12 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
     rem_chunk = rep.budget - mixed
     rem_input = cfg.max_prefill_tokens - mixed
     eos = s.eos
-    held = 0.0  # PrefillAdder: running requests' expected future tokens (_get_running_request_total_token_offset)
+    # PrefillAdder: running requests' expected future tokens (_get_running_request_total_token_offset)
+    held = 0.0
     for rid in running:  # NOTE: in the batch's order, as SGLang sums them (the float sum's last bits)
-        held += min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS) * (1.0 if eos[rid] else s.ratio)
+        held += min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS) * (
+            1.0 if eos[rid] else s.ratio
+        )
     # NOTE: SGLang allocates after the adder has chosen, so the free pool it compares against stays fixed
     # while the offsets grow; simserve allocates as it admits, so it reads the pool once.
     free = rep.kv.free * page
@@ -119,7 +123,8 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
         n = extend
         if eos[rid] and radix is None:  # PrefillAdder.add_one_req_ignore_eos
             paged = pages(extend, page) * page + page
-            fits = paged <= min(free - current_offset, free - total_offset)  # PrefillBudget.can_allocate_prefill
+            # PrefillBudget.can_allocate_prefill
+            fits = paged <= min(free - current_offset, free - total_offset)
             if fits:
                 states = eos_states(rep, states, rid, [i for i, _ in out])
             if not fits or not outlasts(states, free - current_offset - paged):
@@ -133,7 +138,8 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
                 rest = 0
         else:
             rest = min(int(r.output[rid] - r.generated[rid]), CLIP_MAX_NEW_TOKENS)
-            if not extend + rest + page < free - pinned - total_offset:  # PrefillBudget.check_prefill: NO_TOKEN
+            # PrefillBudget.check_prefill: NO_TOKEN
+            if not extend + rest + page < free - pinned - total_offset:
                 s.full = bool(out) or bool(running)
                 break
             rest = min(int(r.output[rid]), CLIP_MAX_NEW_TOKENS)
@@ -144,17 +150,19 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
                 rest = 0
         if radix is None:
             rep.admit_head(now, pages(n, page))
-        else:  # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next ones
+        # _commit_prefill_admission: the prefix is locked now, so it is no longer free for the next ones
+        else:
             radix.admit(rid, hit, node, extend + hit * page, bool(r.preemptions[rid]))
             rep.admit_head(now, hit + pages(n, page), hit * page)
             pending.append(pages(n, page))
-            free = rep.kv.free * page  # available + evictable: only the lock changed it (nothing allocated yet)
+            # available + evictable: only the lock changed it (nothing allocated yet)
+            free = rep.kv.free * page
         if n < extend:  # cut short: PrefillAdder.new_chunked_req
             if cut is not None:
-                # NOTE: SGLang 0.5.23 keeps one chunked request, the last one cut: a request without ignore_eos
-                # cut to the page can leave less than a page of the chunk, which an ignore_eos one then takes
-                # unfloored. The first runs on as if prefilled, with the tokens it computed (the rest of its
-                # prompt never is: a bug of the release, followed here).
+                # NOTE: SGLang 0.5.23 keeps one chunked request, the last one cut: a request without
+                # ignore_eos cut to the page can leave less than a page of the chunk, which an ignore_eos one
+                # then takes unfloored. The first runs on as if prefilled, with the tokens it computed (the
+                # rest of its prompt never is: a bug of the release, followed here).
                 r.target[cut[0]] = int(r.computed[cut[0]]) + cut[1]
             cut = (rid, n)
         out.append((rid, n))
@@ -172,8 +180,8 @@ def choose_prefill(rep: ReplicaState, now: float, pending: list | None) -> list[
 
 def eos_state(rep: ReplicaState, rid: int) -> tuple[float, int] | None:
     """add_one_req_ignore_eos's `add_req_state`: (outputs still to come, tokens it holds once prefilled) —
-    max_new_tokens × its ratio (1 for an ignore_eos request, else new_token_ratio) less the outputs so far, not
-    clipped; prompt + outputs so far. None for a request with nothing left to generate."""
+    max_new_tokens × its ratio (1 for an ignore_eos request, else new_token_ratio) less the outputs so far,
+    not clipped; prompt + outputs so far. None for a request with nothing left to generate."""
     r, s = rep.reqs, rep.sglang
     left = int(r.output[rid]) * (1.0 if s.eos[rid] else s.ratio) - int(r.generated[rid])
     return (left, int(r.prompt[rid] + r.generated[rid])) if left > 0 else None
@@ -214,9 +222,9 @@ def outlasts(states: list, left_now: float) -> bool:
 
 def refresh_waiting_prefixes(rep: ReplicaState) -> None:
     """SchedulePolicy._touch_waiting_prefixes: with the radix cache and an order that does not match the queue
-    (fcfs, lof, lpm over more than LPM_MAX_WAITING), every WAITING_REFRESH_INTERVAL-th time the queue is ordered
-    its first LPM_MAX_WAITING requests touch their cached prefixes, the head last: LRU eviction then takes
-    what the queue will not need soon first."""
+    (fcfs, lof, lpm over more than LPM_MAX_WAITING), every WAITING_REFRESH_INTERVAL-th time the queue is
+    ordered its first LPM_MAX_WAITING requests touch their cached prefixes, the head last: LRU eviction then
+    takes what the queue will not need soon first."""
     s = rep.sglang
     s.refresh_calls += 1
     if (s.refresh_calls - 1) % WAITING_REFRESH_INTERVAL:
@@ -228,12 +236,13 @@ def refresh_waiting_prefixes(rep: ReplicaState) -> None:
 
 def sort_by_longest_prefix(rep: ReplicaState) -> None:
     """SchedulePolicy.calc_priority for `lpm`: match every waiting request (which touches and splits the tree
-    as SGLang's matching does), then sort by cached prefix, longest first, stably; a request whose cached prefix
-    is at most IN_BATCH_CHECK tokens but which shares IN_BATCH_DEPRIORITIZE or more tokens with an earlier
-    waiting request goes last (computing one of them first lets the others hit)."""
+    as SGLang's matching does), then sort by cached prefix, longest first, stably; a request whose cached
+    prefix is at most IN_BATCH_CHECK tokens but which shares IN_BATCH_DEPRIORITIZE or more tokens with an
+    earlier waiting request goes last (computing one of them first lets the others hit)."""
     radix = rep.radix
     matched: dict[int, float] = {}
-    queued: dict[int, int] = {}  # the waiting-queue tree: per label, the longest run an earlier request put in it
+    # the waiting-queue tree: per label, the longest run an earlier request put in it
+    queued: dict[int, int] = {}
     for rid in rep.waiting:
         n = rep.num_tokens(rid)
         hit = radix.match(rid, n)[0] * rep.block_size

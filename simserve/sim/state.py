@@ -47,7 +47,9 @@ class ReplicaState:
         self.timer = timer  # the BatchTimer: adaptive policies predict an iteration's time with it
         self.dynamic = not cfg.reserves_max_len
         if cfg.spec_k:
-            assert pp == 1, "speculative decoding is modelled at PP 1 (scenario.check_scenario refuses PP > 1)"
+            assert pp == 1, (
+                "speculative decoding is modelled at PP 1 (scenario.check_scenario refuses PP > 1)"
+            )
             reqs.draw_speculation(cfg.spec_acceptance, cfg.spec_seed)
         # vllm-v1 with prefix caching: vLLM's block pool (hashed blocks, LRU free queue); else a count
         self.prefix: PrefixCache | None = None
@@ -97,8 +99,9 @@ class ReplicaState:
         return -(-self.num_tokens(rid) // self.block_size)
 
     def head_admissible(self, rid: int) -> bool:
-        """The waiting request `rid` can join the running set now: its admission blocks fit, the batch has room,
-        and it is not in a micro-batch still in flight (preempted there: readmitted once it has left)."""
+        """The waiting request `rid` can join the running set now: its admission blocks fit, the batch has
+        room, and it is not in a micro-batch still in flight (preempted there: readmitted once it has
+        left)."""
         if not self.kv.can_allocate(self.admission_blocks(rid)) or self.num_running >= self.max_batch:
             return False
         return not (self.pp > 1 and self.reqs.inflight[rid])

@@ -1,19 +1,19 @@
 """A run's mean step broken into its parts, per step kind, and the physics guard on what the steps achieved.
 
 From the iteration table and the timer the run used (predictor/step.py composes a step as max(GPU side,
-overlapping CPU side) + serial CPU). Every part but attention is read back from the timer's tables at the row's
-token and request counts; attention is what remains of the GPU side. A step whose overlapping CPU work was
-longer than its GPU side (CPU-bound) gives no GPU side to split: its GEMMs, elementwise ops, collectives and
-launch gaps are still shown, attention is 0 and the rest of its time is `cpu_exposed`; `cpu_bound_steps` says
-how many steps that was. A decode stretch (one row for k identical decode steps) counts as k steps of its mean
-length. Parts are mean seconds per step; they add up to `mean_step_s`. `cpu_hidden_s` is CPU work (and kernel
-launches) that ran beside the GPU and cost nothing.
+overlapping CPU side) + serial CPU). Every part but attention is read back from the timer's tables at the
+row's token and request counts; attention is what remains of the GPU side. A step whose overlapping CPU work
+was longer than its GPU side (CPU-bound) gives no GPU side to split: its GEMMs, elementwise ops, collectives
+and launch gaps are still shown, attention is 0 and the rest of its time is `cpu_exposed`; `cpu_bound_steps`
+says how many steps that was. A decode stretch (one row for k identical decode steps) counts as k steps of its
+mean length. Parts are mean seconds per step; they add up to `mean_step_s`. `cpu_hidden_s` is CPU work (and
+kernel launches) that ran beside the GPU and cost nothing.
 
 Achieved rates, per GPU: GEMM FLOP/s (dense linear ops at the tokens the step computed; attention's FLOPs are
 not counted, so this is a lower bound on the step's arithmetic) against the dense bf16 peak and the GPU's
-sustained GEMM rate, and bytes/s (weights, the linear ops' activations, and for steps with decodes the KV cache
-in use, an upper bound on what they read) against the HBM bandwidth. `guard` lists the steps faster than the
-GPU's best measured GEMM rate allows (tests/test_step_parts.py).
+sustained GEMM rate, and bytes/s (weights, the linear ops' activations, and for steps with decodes the KV
+cache in use, an upper bound on what they read) against the HBM bandwidth. `guard` lists the steps faster than
+the GPU's best measured GEMM rate allows (tests/test_step_parts.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,17 @@ from __future__ import annotations
 import numpy as np
 
 KINDS = ("prefill_only", "decode_only", "mixed")
-PARTS = ("gemm", "clock", "elementwise", "collectives", "attention", "launch_gaps", "cpu_gpu_stream",
-         "cpu_exposed", "cpu_serial")  # fmt: skip
+PARTS = (
+    "gemm",
+    "clock",
+    "elementwise",
+    "collectives",
+    "attention",
+    "launch_gaps",
+    "cpu_gpu_stream",
+    "cpu_exposed",
+    "cpu_serial",
+)
 CPU_BOUND_SLACK = 1e-12  # seconds: a step whose GPU side does not exceed its CPU side by more is CPU-bound
 
 
@@ -54,8 +63,8 @@ def _rows(log, replicas: tuple[int, int] | None = None) -> dict[str, np.ndarray]
 
 
 def _padded(t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """vllm_worker.padded over every row at once: the next captured size, or the row's own count past the largest
-    (eager) or at 0."""
+    """vllm_worker.padded over every row at once: the next captured size, or the row's own count past the
+    largest (eager) or at 0."""
     at = sizes[np.minimum(np.searchsorted(sizes, t, side="left"), len(sizes) - 1)]
     return np.where((t == 0) | (t > sizes[-1]), t, at)
 
@@ -70,8 +79,17 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     gemm = linear if boost is None else np.minimum(linear, _at(boost, tok.slopes["linear"], tp))
     ew = _at(tok.elementwise, tok.slopes["elementwise"], t)
     coll = _at(tok.all_reduce, tok.slopes["all_reduce"], t)
-    coll = coll + np.array([_at(tok.send_recv[s], tok.send_recv_slopes[s], np.array([x]))[0]
-                            for s, x in zip(stage, t, strict=True)]) if timer.num_stages > 1 else coll  # fmt: skip
+    coll = (
+        coll
+        + np.array(
+            [
+                _at(tok.send_recv[s], tok.send_recv_slopes[s], np.array([x]))[0]
+                for s, x in zip(stage, t, strict=True)
+            ]
+        )
+        if timer.num_stages > 1
+        else coll
+    )
     mode = np.where(t > timer._launch_cap, 2, np.where(r["prefills"] > 0, 1, 0))
 
     def per_stage(table) -> np.ndarray:  # (stages, 3) -> per row; one stage: the row of scalars (broadcast)
@@ -92,16 +110,26 @@ def _parts(timer, r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     cpu_bound = side <= ovl + CPU_BOUND_SLACK
     attention = np.where(cpu_bound, 0.0, np.maximum(side - known, 0.0))
     return {
-        "gemm": gemm, "clock": linear - gemm, "elementwise": ew, "collectives": coll, "attention": attention,
-        "launch_gaps": lg, "cpu_gpu_stream": gpu_cpu, "cpu_exposed": np.where(cpu_bound, side - known, 0.0),
-        "cpu_serial": ser, "cpu_hidden": np.where(cpu_bound, 0.0, ovl), "cpu_bound": cpu_bound.astype(float),
-    }  # fmt: skip
+        "gemm": gemm,
+        "clock": linear - gemm,
+        "elementwise": ew,
+        "collectives": coll,
+        "attention": attention,
+        "launch_gaps": lg,
+        "cpu_gpu_stream": gpu_cpu,
+        "cpu_exposed": np.where(cpu_bound, side - known, 0.0),
+        "cpu_serial": ser,
+        "cpu_hidden": np.where(cpu_bound, 0.0, ovl),
+        "cpu_bound": cpu_bound.astype(float),
+    }
 
 
-def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None, block_tokens: int | None = None) -> dict:
+def breakdown(
+    log, timer, dep, replicas: tuple[int, int] | None = None, block_tokens: int | None = None
+) -> dict:
     """summary.json's `step_parts`: per step kind (and all steps), the mean step, its parts, achieved rates
-    (`replicas`: only those replicas' rows, e.g. a disaggregated pool). `block_tokens`: tokens per KV block the
-    log counts (`kv_blocks_used`): SimConfig.kv_block_tokens(); None: the deployment's block size."""
+    (`replicas`: only those replicas' rows, e.g. a disaggregated pool). `block_tokens`: tokens per KV block
+    the log counts (`kv_blocks_used`): SimConfig.kv_block_tokens(); None: the deployment's block size."""
     from simserve.memory import kv_bytes_per_token
     from simserve.ops import linear_ops
     from simserve.predictor.step import gemm_flops_per_token
@@ -134,11 +162,15 @@ def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None, block_to
         mean = {p: total[p] / steps for p in (*PARTS, "cpu_hidden")}
         gemm_rate = total["flops"] / time
         entry = {
-            "steps": int(round(steps)), "mean_step_s": time / steps, "parts_s": {p: mean[p] for p in PARTS},
-            "cpu_hidden_s": mean["cpu_hidden"], "cpu_bound_steps": int(round(total["cpu_bound"])),
-            "gemm_tflops": gemm_rate / 1e12, "gemm_fraction_of_peak": gemm_rate / peak,
+            "steps": int(round(steps)),
+            "mean_step_s": time / steps,
+            "parts_s": {p: mean[p] for p in PARTS},
+            "cpu_hidden_s": mean["cpu_hidden"],
+            "cpu_bound_steps": int(round(total["cpu_bound"])),
+            "gemm_tflops": gemm_rate / 1e12,
+            "gemm_fraction_of_peak": gemm_rate / peak,
             "hbm_fraction": total["nbytes"] / time / hbm,
-        }  # fmt: skip
+        }
         if sus:
             entry["gemm_fraction_of_sustained"] = gemm_rate / sus
         entry["limited_by"] = _limit(mean)
@@ -147,10 +179,10 @@ def breakdown(log, timer, dep, replicas: tuple[int, int] | None = None, block_to
 
 
 def _weighted_sums(r: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """Per step kind ("all", then KINDS): each value's sum over the kind's rows weighted by the steps a row is,
-    and the steps ("k"). Summed as `(x[kind] * k[kind]).sum()` sums (numpy's pairwise sum over the kind's rows in
-    row order), but each product is taken once and the rows are put in kind order once, so every kind is a
-    contiguous slice rather than a mask over every row (a day's replay has millions of rows)."""
+    """Per step kind ("all", then KINDS): each value's sum over the kind's rows weighted by the steps a row
+    is, and the steps ("k"). Summed as `(x[kind] * k[kind]).sum()` sums (numpy's pairwise sum over the kind's
+    rows in row order), but each product is taken once and the rows are put in kind order once, so every kind
+    is a contiguous slice rather than a mask over every row (a day's replay has millions of rows)."""
     order = np.argsort(r["kind"], kind="stable")
     bounds = np.searchsorted(r["kind"][order], np.arange(len(KINDS) + 1)).tolist()
     out: dict[str, dict[str, float]] = {name: {} for name in ("all", *KINDS)}
@@ -165,10 +197,17 @@ def _weighted_sums(r: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> d
 
 def _limit(mean: dict[str, float]) -> str:
     """The part that takes the largest share of the mean step, in words."""
-    words = {"gemm": "GEMMs", "clock": "GEMMs held to the sustained clock", "elementwise": "elementwise ops",
-             "collectives": "collectives", "attention": "attention", "launch_gaps": "kernel launch gaps",
-             "cpu_gpu_stream": "the sampler", "cpu_exposed": "engine CPU work not hidden by the GPU",
-             "cpu_serial": "serial engine CPU work"}  # fmt: skip
+    words = {
+        "gemm": "GEMMs",
+        "clock": "GEMMs held to the sustained clock",
+        "elementwise": "elementwise ops",
+        "collectives": "collectives",
+        "attention": "attention",
+        "launch_gaps": "kernel launch gaps",
+        "cpu_gpu_stream": "the sampler",
+        "cpu_exposed": "engine CPU work not hidden by the GPU",
+        "cpu_serial": "serial engine CPU work",
+    }
     total = sum(mean[p] for p in PARTS) or 1.0
     top = max(PARTS, key=lambda p: mean[p])
     return f"{words[top]} ({mean[top] / total:.0%} of the step)"
@@ -185,5 +224,8 @@ def guard(log, timer, dep, replicas: tuple[int, int] | None = None, slack: float
     ) * 1e12
     rate = r["t"] * gemm_flops_per_token(dep) / np.maximum(r["d"], 1e-300)
     bad = np.flatnonzero(rate > ceiling * (1 + slack))
-    return [f"row {i}: {r['t'][i]} tokens in {r['d'][i] * 1e3:.3f} ms = {rate[i] / 1e12:.0f} TFLOP/s > {ceiling / 1e12:.0f}"
-            for i in bad[:10]]  # fmt: skip
+    return [
+        f"row {i}: {r['t'][i]} tokens in {r['d'][i] * 1e3:.3f} ms = {rate[i] / 1e12:.0f} TFLOP/s > "
+        f"{ceiling / 1e12:.0f}"
+        for i in bad[:10]
+    ]

@@ -30,7 +30,8 @@ class ConstantTimer:
     ) -> float:
         return self.seconds
 
-    # attention DP's lockstep step (sim/lockstep.py): a rank's own part is the whole iteration, the experts free
+    # attention DP's lockstep step (sim/lockstep.py): a rank's own part is the whole iteration, the experts
+    # free
     def own_time(
         self, prefills: Sequence[tuple[int, int]], decode_kv: Sequence[int] | np.ndarray, pad_to: int = 0
     ) -> tuple[float, int]:
@@ -41,8 +42,8 @@ class ConstantTimer:
 
 
 class LinearTimer:
-    """seconds = a + b·tokens + c·kv, where tokens = prefill chunk tokens + decodes (+ a speculative verification's
-    drafts: BatchTimer.__call__) and kv = KV tokens read.
+    """seconds = a + b·tokens + c·kv, where tokens = prefill chunk tokens + decodes (+ a speculative
+    verification's drafts: BatchTimer.__call__) and kv = KV tokens read.
 
     A prefill chunk of c tokens over a prefix of p reads p + c KV tokens; a decode reads its context, a
     verification its context once for all its queries.

@@ -1,6 +1,6 @@
-"""The `vllm-v1` policy: vLLM 0.33.0's V1 scheduler (`Scheduler.schedule()`), one step at a time: one token budget
-shared by decodes and prefill chunks, preemption by recompute when KV blocks run out, admission of the whole
-sequence, and automatic prefix caching at admission (sim/prefix_cache.py).
+"""The `vllm-v1` policy: vLLM 0.33.0's V1 scheduler (`Scheduler.schedule()`), one step at a time: one token
+budget shared by decodes and prefill chunks, preemption by recompute when KV blocks run out, admission of the
+whole sequence, and automatic prefix caching at admission (sim/prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -59,11 +59,12 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
         is_prefill = computed < target
         if k:  # speculative decoding: a decode verifies its drafts too (num_tokens_with_spec - computed)
             n = min(target - computed if is_prefill else 1 + int(r.spec[rid]), thr or budget, budget)
-            # vLLM: the input position stays below max_model_len. NOTE: at least one token: a request already at
-            # the max length (vLLM stops it there, check_stop; simserve's traces drop them) decodes on as without
-            # speculation, never stalls
+            # vLLM: the input position stays below max_model_len. NOTE: at least one token: a request already
+            # at the max length (vLLM stops it there, check_stop; simserve's traces drop them) decodes on as
+            # without speculation, never stalls
             n = min(n, max(cfg.max_model_len - computed - 1, 1))
-            # allocate_slots with num_lookahead_tokens (capped at max_model_len); rejected drafts keep their blocks
+            # allocate_slots with num_lookahead_tokens (capped at max_model_len); rejected drafts keep their
+            # blocks
             slots = max(computed + n, min(computed + n + cfg.spec_lookahead, cfg.max_model_len))
             need = max(-(-slots // bs) - int(r.blocks[rid]), 0)
         else:
@@ -124,8 +125,11 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             if not n:
                 break
             whole = -(-want // bs)
-            first = -(-max(n, min(n + cfg.spec_lookahead, cfg.max_model_len)) // bs)  # its chunk and lookahead
-            if not rep.kv.can_allocate(whole if cfg.reserve_full_isl else first) or not rep.kv.can_allocate(first):
+            # its chunk and lookahead
+            first = -(-max(n, min(n + cfg.spec_lookahead, cfg.max_model_len)) // bs)
+            if not rep.kv.can_allocate(whole if cfg.reserve_full_isl else first) or not rep.kv.can_allocate(
+                first
+            ):
                 break
             if whole > rep.kv.num_blocks - rep.kv.watermark:
                 break  # never fits even alone: see _NEVER_FITS
@@ -135,7 +139,8 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
             n = min(want, thr or budget, budget)
             whole = -(-want // bs)
             if not rep.kv.can_allocate(whole if cfg.reserve_full_isl else -(-n // bs)):
-                break  # the whole sequence must fit (scheduler_reserve_full_isl), or before it its first chunk
+                # the whole sequence must fit (scheduler_reserve_full_isl), or before it its first chunk
+                break
             if whole > rep.kv.num_blocks - rep.kv.watermark:
                 break  # never fits even alone (implied above with reserve_full_isl): see _NEVER_FITS
             rep.admit_head(now, -(-n // bs))
@@ -150,7 +155,9 @@ def vllm_v1_batch(rep: ReplicaState, now: float) -> tuple[list[tuple[int, int]],
     return prefills, np.array(decodes, dtype=np.int64)
 
 
-def _spec_admission(rep: ReplicaState, want: int, ran: bool, prefill_ran: bool, thr: int, budget: int) -> tuple[int, int]:
+def _spec_admission(
+    rep: ReplicaState, want: int, ran: bool, prefill_ran: bool, thr: int, budget: int
+) -> tuple[int, int]:
     """A waiting request's first chunk with speculative decoding, and the drafts padding it: vLLM pads a
     one-token admission to 1 + K (placeholder drafts, for a uniform CUDA-graph decode batch) when the running
     loop scheduled something and none of it was a prefill chunk; it schedules nothing rather than an unpadded
@@ -166,9 +173,10 @@ def _spec_admission(rep: ReplicaState, want: int, ran: bool, prefill_ran: bool, 
 
 
 # _NEVER_FITS: without scheduler_reserve_full_isl (vLLM 0.8.2) a prompt longer than the whole pool would be
-# admitted on its first chunk, preempt itself when the pool runs out and be admitted again, forever. vLLM cannot
-# meet one (it refuses to start unless max_model_len fits the pool); simserve's small pools can, so such a head
-# is held, and ignored once nothing is resident (ReplicaState.drop_unfittable), as with reserve_full_isl.
+# admitted on its first chunk, preempt itself when the pool runs out and be admitted again, forever. vLLM
+# cannot meet one (it refuses to start unless max_model_len fits the pool); simserve's small pools can, so
+# such a head is held, and ignored once nothing is resident (ReplicaState.drop_unfittable), as with
+# reserve_full_isl.
 
 
 def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budget: int, now: float) -> int:
@@ -182,7 +190,9 @@ def _admit_cached(rep: ReplicaState, cache, rid: int, want: int, thr: int, budge
     hits = cache.lookup(rid, want)
     if tier is not None:
         preempted = bool(rep.reqs.preemptions[rid])
-        blocks = tier.start_load(cache, rid, want, hits, rep.cfg.max_model_len, rep.cfg.reserve_full_isl, preempted, now)
+        blocks = tier.start_load(
+            cache, rid, want, hits, rep.cfg.max_model_len, rep.cfg.reserve_full_isl, preempted, now
+        )
         if blocks < 0:
             return 0 if blocks == -1 else -2
         if blocks:

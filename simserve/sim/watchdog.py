@@ -24,8 +24,9 @@ from simserve.sim.request import IGNORED, Requests
 class Watchdog:
     def __init__(self, reqs: Requests, cfg: SimConfig, tbt: LogHistogram, routed: list[int] | None = None):
         self.reqs, self.cfg, self.tbt = reqs, cfg, tbt
-        # the ids in arrival order: ids themselves (None), or the routing order of answer-driven conversations,
-        # whose follow-up rounds arrive in an order known only as answers complete (conversation.py)
+        # the ids in arrival order: ids themselves (None), or the routing order of answer-driven
+        # conversations, whose follow-up rounds arrive in an order known only as answers complete
+        # (conversation.py)
         self.routed = routed
         self.n = reqs.n
         self._late = 0  # requests certain to miss the scheduling-delay SLO

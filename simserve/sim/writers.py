@@ -10,8 +10,9 @@ which gives the same text), NaN as an empty field, integers by `str`, status by 
 quoting. So the bytes are those of the whole table written by pandas (tests/test_sim_writers.py compares
 them; tests/test_sim_golden.py pins them). Parquet goes through pandas and pyarrow, one row group per chunk.
 
-`iterations`: "all" writes every row; "sampled" every k-th row, k = ceil(rows / MAX_SAMPLED_ROWS) (the same rows
-the Perfetto trace keeps); "none" writes no iterations table. The summary and trace.json are the same in every mode.
+`iterations`: "all" writes every row; "sampled" every k-th row, k = ceil(rows / MAX_SAMPLED_ROWS) (the same
+rows the Perfetto trace keeps); "none" writes no iterations table. The summary and trace.json are the same in
+every mode.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def _csv_lines_python(cols: dict[str, np.ndarray]) -> str:
                 s[i] = ""  # pandas' na_rep
             text.append(s)
         elif len(values) and values[0] == values[-1] and _amin(values) == _amax(values):
-            text.append([str(int(values[0]))] * len(values))  # NOTE: replica, stage, num_iterations are often one value
+            # NOTE: replica, stage, num_iterations are often one value
+            text.append([str(int(values[0]))] * len(values))
         else:
             text.append(list(map(str, values.tolist())))
     return "".join(",".join(row) + "\n" for row in zip(*text, strict=True))
@@ -134,7 +136,9 @@ def _write(path: Path, fmt: str, chunks) -> None:
 def write_tables(run: RawRun, out: Path, fmt: str = "csv", iterations: str = "all") -> None:
     """requests.<fmt> and (unless iterations == "none") iterations.<fmt> in `out`."""
     n = run.reqs.n
-    _write(out / f"requests.{fmt}", fmt, (request_columns(run, lo, min(lo + CHUNK_ROWS, n)) for lo in _starts(n)))
+    _write(
+        out / f"requests.{fmt}", fmt, (request_columns(run, lo, min(lo + CHUNK_ROWS, n)) for lo in _starts(n))
+    )
     if iterations == "none":
         return
     log = run.log

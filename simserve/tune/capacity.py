@@ -65,9 +65,9 @@ def find_capacity(
     bisection is predicted to end at (guided.py) rather than each midpoint on the way. The bisection, and so
     the capacity, is the same while pass/fail is monotone; `guided=False` simulates every question.
 
-    `step` is the bracketing factor (2: doubling and halving). A search that starts near its answer (the plan's
-    searches of another seed, from the first seed's capacity) brackets in smaller steps, so it neither walks
-    down to half the rate (a long run of the whole trace at light load) nor bisects back up from there;
+    `step` is the bracketing factor (2: doubling and halving). A search that starts near its answer (the
+    plan's searches of another seed, from the first seed's capacity) brackets in smaller steps, so it neither
+    walks down to half the rate (a long run of the whole trace at light load) nor bisects back up from there;
     `max_halvings` then counts its steps down.
     """
     if not start_qps > 0:
@@ -184,7 +184,9 @@ def search_capacity(
     if search not in SEARCHES:
         raise SimserveError(f"unknown capacity search {search!r}; choose one of {', '.join(SEARCHES)}")
     guided = search == "simserve"
-    return find_capacity(simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided, step)
+    return find_capacity(
+        simulate, slo, start_qps, tolerance, max_probes, max_halvings, first_qps, guided, step
+    )
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,8 @@ class SeedSpread:
 def capacity_over_seeds(
     simulate_for_seed: Callable[[int], Simulate], seeds: Sequence[int], slo: SLO, **search: float
 ) -> tuple[SeedSpread, list[CapacityResult]]:
-    """One search per seed (each its own arrival and request sample); the spread says how much to trust one."""
+    """One search per seed (each its own arrival and request sample); the spread says how much to trust
+    one."""
     if not seeds:
         raise SimserveError("give at least one seed")
     results = [find_capacity(simulate_for_seed(s), slo, **search) for s in seeds]  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
-"""The sweep's latency CDFs: TBT, TTFT and scheduling-delay quantile curves of each policy's best configuration,
-all at one load (sweep.cdf_load), reusing the searches' probes where they ran to the end."""
+"""The sweep's latency CDFs: TBT, TTFT and scheduling-delay quantile curves of each policy's best
+configuration, all at one load (sweep.cdf_load), reusing the searches' probes where they ran to the end."""
 
 from __future__ import annotations
 

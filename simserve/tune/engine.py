@@ -62,9 +62,10 @@ SWEPT = ("max-num-batched-tokens", "max-num-seqs")  # the sweep grid's budget an
 ENGINES = {"vllm": VLLM_FLAGS, "sglang": SGLANG_FLAGS}
 RELEASES = {"vllm": VLLM_RELEASE, "sglang": SGLANG_RELEASE}
 ENGINE_SWITCHES = {"vllm": SWITCHES, "sglang": SGLANG_SWITCHES}
-# Flags searched inside one capacity sweep (its budget and max batch axes); the others are one sweep per value.
-# NOTE: SGLang's default --mem-fraction-static follows --chunked-prefill-size (tune/sglang.sglang_defaults), so
-# each chunk size is its own sweep with its own KV pool, and only --max-running-requests is a sweep axis.
+# Flags searched inside one capacity sweep (its budget and max batch axes); the others are one sweep per
+# value. NOTE: SGLang's default --mem-fraction-static follows --chunked-prefill-size
+# (tune/sglang.sglang_defaults), so each chunk size is its own sweep with its own KV pool, and only
+# --max-running-requests is a sweep axis.
 ENGINE_SWEPT = {"vllm": SWEPT, "sglang": (None, "max-running-requests")}
 ENGINE_POLICY = {"vllm": "vllm-v1", "sglang": "sglang"}
 GIB = 2**30
@@ -126,8 +127,8 @@ def parse_grid(
         name = name.strip().removeprefix("--")
         if engine == "vllm" and name in VLLM_REMOVED:  # what `vllm serve` itself answers, then why
             raise SimserveError(
-                f"vllm serve: error: unrecognized arguments: --{name} ({VLLM_REMOVED[name]}; "
-                f"{VLLM_RELEASE} schedules every prefill that fits the token budget): drop it from --engine-grid"
+                f"vllm serve: error: unrecognized arguments: --{name} ({VLLM_REMOVED[name]}; {VLLM_RELEASE} "
+                "schedules every prefill that fits the token budget): drop it from --engine-grid"
             )
         if name not in flags:
             raise SimserveError(
@@ -141,7 +142,8 @@ def parse_grid(
             raise SimserveError(f"--engine-grid {name} is a switch: 0 (off), 1 (on) or both, e.g. {name}=0,1")
         if not sep or not parsed or any(v < 0 for v in parsed):
             raise SimserveError(
-                f"--engine-grid {name} needs non-negative integers, e.g. {name}={','.join(map(str, grid[name]))}"
+                f"--engine-grid {name} needs non-negative integers, e.g. "
+                f"{name}={','.join(map(str, grid[name]))}"
             )
         grid[name] = parsed
     return grid
@@ -202,7 +204,8 @@ def recommend(table: pd.DataFrame, slo_s: float, flags: list[str]) -> dict[str, 
     top = at.loc[at.capacity_qps.idxmax()] if len(at) else None
     if top is None or not top.capacity_qps > 0:
         raise SimserveError(
-            f"no flag combination serves any load within the {slo_s:g} s SLO; relax --slo or widen --engine-grid"
+            f"no flag combination serves any load within the {slo_s:g} s SLO; relax --slo or widen "
+            "--engine-grid"
         )
     return {"flags": {f: int(top[f]) for f in flags}, "capacity_qps": float(top.capacity_qps)}
 
@@ -264,8 +267,8 @@ def check_engine_scenario(base: Any) -> None:
         return
     if ep not in (1, base.tp):
         raise SimserveError(
-            f"vLLM runs experts TP-sharded (EP 1) or over the whole TP group (--enable-expert-parallel, EP = TP "
-            f"{base.tp}); --ep {ep} has no vLLM flag: use --ep 1 or --ep {base.tp}"
+            "vLLM runs experts TP-sharded (EP 1) or over the whole TP group (--enable-expert-parallel, EP = "
+            f"TP {base.tp}); --ep {ep} has no vLLM flag: use --ep 1 or --ep {base.tp}"
         )
 
 

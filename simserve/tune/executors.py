@@ -25,7 +25,8 @@ RAY_CONNECT_TIMEOUT_S = 3.0  # a cluster head on a reachable network answers a T
 
 
 def check_ray_address(address: str) -> None:
-    """Fail in seconds, with one line, when nothing listens at a Ray address (ray.init would wait much longer)."""
+    """Fail in seconds, with one line, when nothing listens at a Ray address (ray.init would wait much
+    longer)."""
     if address in ("auto", "local"):
         return
     hostport = address.split("://", 1)[-1].rstrip("/")
@@ -53,7 +54,8 @@ def _worker_signals(driver: int | None = None) -> None:
         _die_with(driver)
 
 
-# How often a worker looks whether its driver is still there (the fallback to the kernel's parent-death signal).
+# How often a worker looks whether its driver is still there (the fallback to the kernel's parent-death
+# signal).
 PARENT_POLL_S = 0.5
 
 
@@ -208,7 +210,8 @@ class Runner:
         self._ray_started = True
 
     def map(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
-        """Submit all jobs now; yield (job index, result) in completion order. A job's error is raised here."""
+        """Submit all jobs now; yield (job index, result) in completion order. A job's error is raised
+        here."""
         if not jobs:
             return iter(())
         if self.kind == "serial" or (self.kind == "local" and (self.workers == 1 or len(jobs) == 1)):

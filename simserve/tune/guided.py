@@ -137,7 +137,10 @@ class Guide:
 
 
 def predicted_end(
-    bisect: Callable[[Callable[[float], Probe]], object], outcomes: Outcomes, question: float, guess: float | None
+    bisect: Callable[[Callable[[float], Probe]], object],
+    outcomes: Outcomes,
+    question: float,
+    guess: float | None,
 ) -> float:
     """The highest rate on the bisection's path predicted (by `guess`) to pass, if the open `question` is, or
     the lowest predicted to fail; either answers the question when the prediction holds. The question itself

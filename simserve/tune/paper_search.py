@@ -5,7 +5,8 @@ sarathi-serve at 96f9911) is a binary search over [0, 2·start_qps] whose probe 
 (`round(qps, 2)`), that widens its upper bound after a pass with a low scheduling delay and stops when the
 bracket is narrower than `--min-search-granularity` (2.5 %) of the last rate probed, when rounding repeats a
 rate, or after `--max-iterations` (20) probes. Its pass/fail is the metrics alone: the paper's trials have no
-overload stop, so a simulator's `overloaded` note is not a failure here (paper_setup runs every trial in full).
+overload stop, so a simulator's `overloaded` note is not a failure here (paper_setup runs every trial in
+full).
 
 It differs from simserve's own search (capacity.find_capacity) in ways that move capacities by a few percent:
 rates on a 0.01 qps grid (coarse for the slow PP deployments: 0.01 of 0.3 qps is 3 %), a start bracket tied to

@@ -123,7 +123,8 @@ def latency_cdfs(
 
 
 def tradeoff(rows: pd.DataFrame) -> Figure:
-    """Capacity against the P99 TBT SLO (the paper's Figure 12): vLLM per max batch, Sarathi at its best budget."""
+    """Capacity against the P99 TBT SLO (the paper's Figure 12): vLLM per max batch, Sarathi at its best
+    budget."""
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.add_subplot()
     vllm = rows[rows["policy"] == "vllm"]

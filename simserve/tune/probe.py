@@ -1,4 +1,5 @@
-"""One probe = one simulation of a scenario at one request rate, reduced to metrics and CDF curves, cached on disk.
+"""One probe = one simulation of a scenario at one request rate, reduced to metrics and CDF curves, cached on
+disk.
 
 A probe's result depends only on the scenario and the rate, never on the SLO or the search tolerance (those
 only turn metrics into pass/fail), so the cache is keyed per (scenario, qps): a sweep over several SLOs, a
@@ -83,8 +84,8 @@ def input_digests(scenario: Any) -> dict[str, str]:
         from simserve.predictor.load import default_profiles_root
         from simserve.profiling.schema import profile_dir
 
-        # NOTE: the root the timer really reads ($SIMSERVE_PROFILES included): keyed on the shipped root, a sweep
-        # on another profile set replayed the shipped profile's probes.
+        # NOTE: the root the timer really reads ($SIMSERVE_PROFILES included): keyed on the shipped root, a
+        # sweep on another profile set replayed the shipped profile's probes.
         root = fields.get("profiles_root") or default_profiles_root()
         model = _catalog_name("MODELS", fields["model"])
         config = _model_config(str(fields["model"]))
@@ -170,7 +171,9 @@ def _canonical(d: dict) -> dict:
 def _jsonable(d: Mapping) -> dict:
     # A disaggregated scenario's pools are scenarios: each keys by its own fields, canonical names included.
     return {
-        k: _canonical(_jsonable(scenario_fields(v))) if _is_scenario(v) else (str(v) if isinstance(v, Path) else v)
+        k: _canonical(_jsonable(scenario_fields(v)))
+        if _is_scenario(v)
+        else (str(v) if isinstance(v, Path) else v)
         for k, v in d.items()
     }
 
@@ -207,8 +210,8 @@ class ProbeCache:
 
 
 def simulate_record(scenario: Any, qps: float, quantiles: tuple[float, ...]) -> dict:
-    """Run one simulation and reduce it to {"metrics": {...}, "cdf": {...}} (the cached record); a run that had
-    not reached steady state is simulated again over more requests (simadapter.steady_record)."""
+    """Run one simulation and reduce it to {"metrics": {...}, "cdf": {...}} (the cached record); a run that
+    had not reached steady state is simulated again over more requests (simadapter.steady_record)."""
     from simserve.tune.simadapter import record_from_scenario, steady_record
 
     def one(s: Any) -> dict:

@@ -75,7 +75,8 @@ CASES: tuple[Case, ...] = (
             "budget": 512,
             "max_batch": 128,
             "num_requests": REQUESTS,
-            "allow_long_context": True,  # the paper's 8k ShareGPT on the 4k-context model, as the paper ran it
+            # the paper's 8k ShareGPT on the 4k-context model, as the paper ran it
+            "allow_long_context": True,
         },
         slo_s=1.0,
         start_qps=0.5,
@@ -150,9 +151,9 @@ class Report:
 
 
 def default_baseline() -> Path | None:
-    """The project's regress/baseline.json, found beside the package (a checkout or an editable install), not in
-    the working directory: from elsewhere `regress` read, and `regress --update` wrote, ./regress/baseline.json.
-    None for an installed wheel, which does not carry the baseline."""
+    """The project's regress/baseline.json, found beside the package (a checkout or an editable install), not
+    in the working directory: from elsewhere `regress` read, and `regress --update` wrote,
+    ./regress/baseline.json. None for an installed wheel, which does not carry the baseline."""
     from simserve.shipped import package_dir
 
     project = package_dir().parent
@@ -174,7 +175,9 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise SimserveError(f"no baseline at {path}; create it with `{update_command(path)}`") from None
     except json.JSONDecodeError as exc:
-        raise SimserveError(f"{path} is not valid JSON ({exc}); regenerate it with `{update_command(path)}`") from None
+        raise SimserveError(
+            f"{path} is not valid JSON ({exc}); regenerate it with `{update_command(path)}`"
+        ) from None
 
 
 def check(

@@ -26,7 +26,8 @@ def _num(x: Any) -> Any:
 
 
 def profile_of(scenario: Any) -> str:
-    """The kind of profile (measured / roofline / torch) a sweep's scenarios rest on, for its summary and table."""
+    """The kind of profile (measured / roofline / torch) a sweep's scenarios rest on, for its summary and
+    table."""
     from simserve.predictor.load import profile_label
 
     if not hasattr(scenario, "deployment"):  # the toy stand-in (tune/toy.py) has closed-form service times
@@ -82,7 +83,8 @@ def summarize(result: SweepResult) -> dict[str, Any]:
         "results": per_slo,
         "profile": profile_of(spec.base),
         "latency_cdfs": {"qps": result.cdf_qps, "reference": result.cdf_reference},
-        # NOTE: no timings or cache-hit counts here: the file's bytes must not depend on the cache or the clock.
+        # NOTE: no timings or cache-hit counts here: the file's bytes must not depend on the cache or the
+        # clock.
         "searches": _num(result.stats.get("tasks")),
     }
 
@@ -153,7 +155,9 @@ def budget_story(result: SweepResult) -> list[str]:
     return lines
 
 
-def write_outputs(result: SweepResult, out: str | Path, plots: bool = True, force: bool = False) -> list[Path]:
+def write_outputs(
+    result: SweepResult, out: str | Path, plots: bool = True, force: bool = False
+) -> list[Path]:
     """sweep.csv, probes.csv, summary.json and the plots into `out`; each file lands whole (io.output_dir)."""
     out = Path(out)
     with output_dir(out, force) as tmp:

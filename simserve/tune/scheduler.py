@@ -77,8 +77,9 @@ class Overlay(ProbeCache):
         self.keys: dict[tuple, str] = {}
 
     def key(self, scenario: Any, qps: float, quantiles: tuple[float, ...]) -> str:
-        """probe_key, remembered for this run: each replay of a search asks again for the key of every probe it
-        has made (~550 keys a plan, ~0.3 ms each: the scenario's fields and its input files' digests hashed)."""
+        """probe_key, remembered for this run: each replay of a search asks again for the key of every probe
+        it has made (~550 keys a plan, ~0.3 ms each: the scenario's fields and its input files' digests
+        hashed)."""
         try:
             memo = (scenario, qps, quantiles)
             hit = self.keys.get(memo)

@@ -1,4 +1,5 @@
-"""`--engine sglang`: SGLang 0.5.23 pinned: its per-GPU server defaults, the flags it accepts, its command line.
+"""`--engine sglang`: SGLang 0.5.23 pinned: its per-GPU server defaults, the flags it accepts, its command
+line.
 
 Read from the release's wheel (`pip download --no-deps sglang==0.5.23`):
   sglang/srt/arg_groups/memory_hook.py  `handle_gpu_memory_settings`: --chunked-prefill-size and the decode
@@ -6,9 +7,11 @@ Read from the release's wheel (`pip download --no-deps sglang==0.5.23`):
         with reserved = 512 MiB + 1.5 MiB × max(chunk, 2048) + TP·PP/8 GiB + the CUDA graphs' reserve
         (`reserve_for_graph_mb`: 2 MiB per decode graph batch size up to max_bs, 8 MiB per prefill graph
         size), at least 10 GiB on GPUs above 60 GiB;
-  sglang/srt/arg_groups/fields/schedule.py  the flags' defaults (schedule_policy fcfs, max_prefill_tokens 16384,
+  sglang/srt/arg_groups/fields/schedule.py  the flags' defaults (schedule_policy fcfs, max_prefill_tokens
+                                            16384,
         schedule_conservativeness 1.0, enable_mixed_chunk off), overrides.py `_page_size_default` (1 on CUDA);
-  sglang/srt/arg_groups/cuda_graph_hook.py  `generate_prefill_cuda_graph_batch_sizes` (the prefill graph sizes);
+  sglang/srt/arg_groups/cuda_graph_hook.py  `generate_prefill_cuda_graph_batch_sizes` (the prefill graph
+                                            sizes);
   sglang/srt/arg_groups/validation_hook.py  what it refuses ("chunked_prefill_size must be divisible by
         page_size").
 max_running_requests' default depends on the KV pool (simserve/sim/sglang.default_max_running_requests).
@@ -149,8 +152,13 @@ def check_sglang_scenario(base) -> None:
     ep, dp = getattr(base, "ep", 1), getattr(base, "dp_attention", 1)
     if dp > 1:  # the experts over every rank's GPUs (Deployment checks EP = DP x TP)
         if getattr(base, "all2all_backend", "allgather_reducescatter") != "allgather_reducescatter":
-            raise SimserveError("--engine sglang models DP attention with its default MoE exchange (all-gather); "
-                                "SGLang's DeepEP (--moe-a2a-backend deepep) is not modelled: drop --all2all-backend")  # fmt: skip
+            raise SimserveError(
+                "--engine sglang models DP attention with its default MoE exchange (all-gather); "
+                "SGLang's DeepEP (--moe-a2a-backend deepep) is not modelled: drop --all2all-backend"
+            )
         return
     if ep not in (1, base.tp):
-        raise SimserveError(f"--engine sglang runs experts over the TP group (--ep-size {base.tp}) or not (EP 1); use --ep 1 or --ep {base.tp}")
+        raise SimserveError(
+            f"--engine sglang runs experts over the TP group (--ep-size {base.tp}) or not (EP 1); use --ep 1 "
+            f"or --ep {base.tp}"
+        )

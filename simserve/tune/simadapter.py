@@ -6,9 +6,9 @@ while it fills, and when the queue in front of it grows without bound, the numbe
 rises through the run. So each probe measures that trend over the second half of its arrival window
 (`steady_growth`: the least-squares slope of the number of requests in the system, as a fraction of the
 arrivals in that half), and a run whose population still grows by more than STEADY_GROWTH is simulated again
-with twice the requests (`steady_record`), up to MAX_EXTENSION times the scenario's own: a system that was only
-filling settles (and its metrics then describe its steady state), one that cannot keep up is caught by the
-overload rule or stays growing, and is marked `unsteady` (a failed probe: capacity.SLO.check).
+with twice the requests (`steady_record`), up to MAX_EXTENSION times the scenario's own: a system that was
+only filling settles (and its metrics then describe its steady state), one that cannot keep up is caught by
+the overload rule or stays growing, and is marked `unsteady` (a failed probe: capacity.SLO.check).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...] | np.ndarray) -> list[f
 def _request_latencies(result: Any, frontend_s: float = 0.0) -> dict[str, np.ndarray]:
     """Per-request scheduling delay, TTFT and TPOT of completed requests (ignored ones are excluded). TTFT is
     the client's: the front end's latency (`--frontend-ms`, sim/frontend.py) is added, as `simserve run`'s
-    summary does; the scheduling delay stays engine-side. TPOT as `vllm bench serve` computes it,
-    (completion − first token) / (output − 1), for requests of two or more output tokens (a front end's constant
-    delay shifts both ends alike)."""
+    summary does; the scheduling delay stays engine-side. TPOT as `vllm bench serve` computes it, (completion
+    − first token) / (output − 1), for requests of two or more output tokens (a front end's constant delay
+    shifts both ends alike)."""
     req = _columns(result.requests)
     done = req["status"] == "completed" if "status" in req else ~np.isnan(req["completed_at_s"])
     arrived, first = req["arrived_at_s"][done], req["first_token_at_s"][done]
@@ -105,7 +105,8 @@ def steady_growth(result: Any) -> float | None:
         return None
     times = np.array([start + (end - start) * i / _SAMPLES for i in range(_SAMPLES + 1)])
     inside = np.searchsorted(arrived, times, side="right") - np.searchsorted(completed, times, side="right")
-    # NOTE: integer sums: Σ x·n over symmetric offsets x (Σ x = 0, so the mean of n drops out), exact everywhere
+    # NOTE: integer sums: Σ x·n over symmetric offsets x (Σ x = 0, so the mean of n drops out), exact
+    # everywhere
     offsets = [i - _SAMPLES // 2 for i in range(_SAMPLES + 1)]
     moment = sum(x * int(n) for x, n in zip(offsets, inside.tolist(), strict=True))
     slope = moment / sum(x * x for x in offsets)
@@ -177,8 +178,11 @@ def with_requests(scenario: Any, n: int) -> Any:
     from dataclasses import replace
 
     if hasattr(scenario, "prefill") and hasattr(scenario, "decode"):
-        return replace(scenario, prefill=replace(scenario.prefill, num_requests=n),
-                       decode=replace(scenario.decode, num_requests=n))  # fmt: skip
+        return replace(
+            scenario,
+            prefill=replace(scenario.prefill, num_requests=n),
+            decode=replace(scenario.decode, num_requests=n),
+        )
     return replace(scenario, num_requests=n)
 
 
@@ -198,18 +202,22 @@ def record_from_scenario(
 
 
 def probe_view(raw: Any) -> Any:
-    """What record_from_result reads of a run: the request table's columns it reads (arrays, no DataFrame), the
-    summary fields it keeps (metrics.probe_summary) and the TBT histogram; not the per-iteration table, the
-    latency percentiles of the summary or its busy times, which a probe never reads."""
+    """What record_from_result reads of a run: the request table's columns it reads (arrays, no DataFrame),
+    the summary fields it keeps (metrics.probe_summary) and the TBT histogram; not the per-iteration table,
+    the latency percentiles of the summary or its busy times, which a probe never reads."""
     from types import SimpleNamespace
 
     from simserve.sim.metrics import STATUS, probe_summary
 
     r = raw.reqs
     requests = {
-        "arrived_at_s": r.arrived, "scheduled_at_s": r.scheduled, "first_token_at_s": r.first_token,
-        "completed_at_s": r.completed, "output_tokens": r.output, "status": np.asarray(STATUS)[r.status],
-    }  # fmt: skip
+        "arrived_at_s": r.arrived,
+        "scheduled_at_s": r.scheduled,
+        "first_token_at_s": r.first_token,
+        "completed_at_s": r.completed,
+        "output_tokens": r.output,
+        "status": np.asarray(STATUS)[r.status],
+    }
     return SimpleNamespace(requests=requests, summary=probe_summary(raw), tbt=raw.tbt)
 
 

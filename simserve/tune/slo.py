@@ -1,5 +1,5 @@
-"""What a capacity search is asked and answers (tune/capacity.py, guided.py, paper_search.py): the latency SLO a
-rate must meet, one probe's verdict, the search's result, and the question a search left unanswered.
+"""What a capacity search is asked and answers (tune/capacity.py, guided.py, paper_search.py): the latency SLO
+a rate must meet, one probe's verdict, the search's result, and the question a search left unanswered.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ def quantile_key(metric: str, q: float) -> str:
 
 
 _LABEL = {"tbt": "TBT", "scheduling_delay": "scheduling delay", "ttft": "TTFT", "tpot": "TPOT"}
-# The objectives an SLO may bound, in the order they are checked. TPOT is `vllm bench serve`'s per-request time
-# per output token, (completion − first token) / (output − 1), its quantile taken over requests
+# The objectives an SLO may bound, in the order they are checked. TPOT is `vllm bench serve`'s per-request
+# time per output token, (completion − first token) / (output − 1), its quantile taken over requests
 # (vllm/benchmarks/serve.py, calculate_metrics, vLLM 0.33.0); TBT is every gap between tokens (vLLM's ITL).
 OBJECTIVES = ("tbt", "scheduling_delay", "ttft", "tpot")
 
@@ -67,7 +67,8 @@ class SLO:
         if metrics.get("unsteady"):  # the probe's steady-state check (simadapter.steady_growth)
             return False, (
                 f"unsustainable: requests in the system grew by {metrics.get('growth', math.nan):.1%} of the "
-                f"arrivals over the run's second half, at {metrics.get('requests_simulated', math.nan):.0f} requests"
+                f"arrivals over the run's second half, at {metrics.get('requests_simulated', math.nan):.0f} "
+                "requests"
             )
         for key, label, limit in self.limits():
             value = metrics.get(key)
@@ -109,7 +110,8 @@ class CapacityResult:
 
     @property
     def limited_by(self) -> str:
-        """What stopped the load from rising: the objective missed by the lowest failing probe above capacity."""
+        """What stopped the load from rising: the objective missed by the lowest failing probe above
+        capacity."""
         above = [p for p in self.probes if not p.passed and p.qps > self.capacity_qps]
         return min(above, key=lambda p: p.qps).reason if above else ""
 
@@ -123,7 +125,8 @@ class CapacityResult:
 
 
 class Unanswered(Exception):
-    """The bisection asked about a rate no simulation has answered yet, after `answered` questions that were."""
+    """The bisection asked about a rate no simulation has answered yet, after `answered` questions that
+    were."""
 
     def __init__(self, qps: float, answered: int = 0):
         super().__init__(qps)

@@ -50,7 +50,8 @@ class SweepSpec:
     slos: tuple[SLO, ...] = (SLO(),)
     tolerance: float = 0.025
     start_qps: float = 1.0
-    search: str = "simserve"  # capacity.SEARCHES: "bisect" simulates every midpoint; "paper" (paper_setup base)
+    # capacity.SEARCHES: "bisect" simulates every midpoint; "paper" (paper_setup base)
+    search: str = "simserve"
 
     def __post_init__(self) -> None:
         known = POLICY_NAMES if not hasattr(self.base, "record") else TOY_POLICIES
@@ -107,7 +108,12 @@ class SweepSpec:
         says "(stopped early)". With several SLOs the probes run to the end, so every SLO reuses them."""
         s = self.scenario(policy, budget, max_batch, seed, slo)
         # (The paper's search judges full trials: no early stop there.)
-        if len(self.slos) == 1 and slo.tbt_s is not None and hasattr(s, "stop_tbt") and self.search != "paper":
+        if (
+            len(self.slos) == 1
+            and slo.tbt_s is not None
+            and hasattr(s, "stop_tbt")
+            and self.search != "paper"
+        ):
             s = replace(s, stop_tbt=(slo.tbt_s, slo.tbt_quantile))
         return s
 
@@ -230,8 +236,8 @@ def run_sweep(
     if executor == "local" and not hasattr(spec.base, "record"):
         from simserve.tune.simadapter import preload
 
-        # the sweep's first point: the timer depends on the policy (its engine's CPU costs, the overlap scheduler
-        # only SGLang's), so a stand-in policy would load another timer, or be refused
+        # the sweep's first point: the timer depends on the policy (its engine's CPU costs, the overlap
+        # scheduler only SGLang's), so a stand-in policy would load another timer, or be refused
         preload([spec.scenario(*spec.configs()[0], seed) for seed in spec.seeds])
     with Runner(executor, workers, address) as runner:
         solved = run_tasks([t for _, _, t in keyed], runner, cache, runner.shares_filesystem, progress, stats)

@@ -1,23 +1,26 @@
 """Request arrival times: seeded synthetic processes, or replay of recorded times.
 
 All synthetic processes draw inter-arrival gaps with `np.random.default_rng(seed)` and put the first request
-at the first gap (not at 0), so the same seed gives identical arrivals and the mean rate is `qps` from the start.
+at the first gap (not at 0), so the same seed gives identical arrivals and the mean rate is `qps` from the
+start.
 
 * `poisson`: exponential gaps with mean 1/qps (exact Poisson process).
 * `poisson-clipped`: the Sarathi-Serve benchmark's generator, which clips every gap at 3/qps
   (`min(-ln(1-U)/qps, 3/qps)`). The mean gap becomes (1 - e^-3)/qps = 0.9502/qps, so the real rate is about
   5.2% higher than the nominal qps. Use it only to reproduce the paper's numbers.
-* `gamma`: gamma gaps with mean 1/qps and coefficient of variation `cv` (cv = 1 is Poisson; cv > 1 is burstier).
-* `vllm-bench`: `vllm bench serve`'s request generator (vLLM 0.33.0, `vllm/benchmarks/serve.py`, `get_request`):
-  gamma gaps of shape `burstiness` = 1/cv² and mean 1/qps drawn one by one from numpy's legacy global generator
-  as `main_async` seeds it (`np.random.seed(seed)`; `np.random.RandomState(seed)` here, whose stream NumPy keeps
-  fixed), summed, then rescaled so that the last request is sent at exactly n/qps ("to close the gap" between
-  seeds). With the same --seed the send times are the ones vLLM's client computes.
+* `gamma`: gamma gaps with mean 1/qps and coefficient of variation `cv` (cv = 1 is Poisson; cv > 1 is
+  burstier).
+* `vllm-bench`: `vllm bench serve`'s request generator (vLLM 0.33.0, `vllm/benchmarks/serve.py`,
+  `get_request`): gamma gaps of shape `burstiness` = 1/cv² and mean 1/qps drawn one by one from numpy's legacy
+  global generator as `main_async` seeds it (`np.random.seed(seed)`; `np.random.RandomState(seed)` here, whose
+  stream NumPy keeps fixed), summed, then rescaled so that the last request is sent at exactly n/qps ("to
+  close the gap" between seeds). With the same --seed the send times are the ones vLLM's client computes.
 * `qps = inf` (any synthetic process): every request at t = 0, as `vllm bench serve --request-rate inf`.
 * `replay`: the first n recorded arrival times, shifted so the first request arrives at 0 and multiplied by
   `time_scale` (0.5 replays twice as fast). `replay_time_scale` gives the scale for a target rate.
 * `conversation`: the replayed times of a multi-turn trace, of which the simulator keeps only each
-  conversation's first round as an arrival; later rounds wait for the answer before them (sim/conversation.py).
+  conversation's first round as an arrival; later rounds wait for the answer before them
+  (sim/conversation.py).
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ def arrival_times(
 ) -> np.ndarray:
     """n non-decreasing arrival times in seconds (float64).
 
-    qps is the nominal request rate of the synthetic processes (inf: all at t = 0); `replay` ignores it (it keeps
-    the recorded rate, scaled by time_scale) but still requires it to be positive, so one call site serves every
-    process.
+    qps is the nominal request rate of the synthetic processes (inf: all at t = 0); `replay` ignores it (it
+    keeps the recorded rate, scaled by time_scale) but still requires it to be positive, so one call site
+    serves every process.
     """
     if process not in PROCESSES:
         raise SimserveError(f"unknown arrival process {process!r}; choose one of {', '.join(PROCESSES)}")
@@ -56,9 +59,9 @@ def arrival_times(
     if process in ("replay", "conversation"):
         if np.isinf(qps):  # the recorded times set the rate: inf would be silently ignored
             raise SimserveError(
-                f"--qps inf sends every request at t = 0, but --arrival {process} keeps the trace's recorded times; "
-                f"use a synthetic --arrival (poisson, gamma, vllm-bench) with --qps inf, or --time-scale to compress "
-                f"the recorded times"
+                f"--qps inf sends every request at t = 0, but --arrival {process} keeps the trace's recorded "
+                "times; use a synthetic --arrival (poisson, gamma, vllm-bench) with --qps inf, or "
+                "--time-scale to compress the recorded times"
             )
         return _replay(n, recorded, time_scale)
     if np.isinf(qps):  # vLLM's get_request: `delay_ts.append(0)` when the rate is inf
@@ -66,8 +69,8 @@ def arrival_times(
     if process in ("gamma", "vllm-bench") and (not np.isfinite(cv) or cv <= 0):
         raise SimserveError(f"gamma arrivals need a positive coefficient of variation, got cv={cv}")
     if process == "vllm-bench":
-        # NOTE: vLLM takes the gamma shape (--burstiness B) where simserve takes cv = 1/sqrt(B); 12 significant
-        # digits undo the round trip (cv = 1/sqrt(0.5) gives back 0.5, not 0.4999999999999999).
+        # NOTE: vLLM takes the gamma shape (--burstiness B) where simserve takes cv = 1/sqrt(B); 12
+        # significant digits undo the round trip (cv = 1/sqrt(0.5) gives back 0.5, not 0.4999999999999999).
         return _vllm_bench(n, qps, seed, float(f"{1.0 / cv**2:.12g}"))
     rng = np.random.default_rng(seed)
     mean_gap = 1.0 / qps
@@ -86,7 +89,8 @@ def _vllm_bench(n: int, qps: float, seed: int, burstiness: float) -> np.ndarray:
     scale=1/(rate·burstiness))`, a running sum, then every time scaled by (n/rate)/last."""
     if n == 0:
         return np.zeros(0)
-    legacy = np.random.RandomState(seed)  # NOTE: main_async's np.random.seed(seed); nothing draws from it before
+    # NOTE: main_async's np.random.seed(seed); nothing draws from it before
+    legacy = np.random.RandomState(seed)
     theta = 1.0 / (qps * burstiness)
     delays = [float(legacy.gamma(shape=burstiness, scale=theta)) for _ in range(n)]
     for i in range(1, n):  # vLLM's loop, in Python floats: the same sums bit for bit
@@ -124,7 +128,8 @@ def _check_recorded(times: np.ndarray) -> None:
     if len(back):
         i = back[0] + 1
         raise SimserveError(
-            f"recorded arrival {i + 1} ({times[i]}) is earlier than arrival {i} ({times[i - 1]}); sort them first"
+            f"recorded arrival {i + 1} ({times[i]}) is earlier than arrival {i} ({times[i - 1]}); sort them "
+            "first"
         )
 
 

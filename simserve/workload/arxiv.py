@@ -48,7 +48,8 @@ def source_files(source: Path) -> list[Path]:
 
 
 def iter_rows(path: Path, batch: int = 256) -> Iterator[list[dict]]:
-    """Rows of one file in batches, each row a dict; JSON files are read line by line when they are JSON Lines."""
+    """Rows of one file in batches, each row a dict; JSON files are read line by line when they are JSON
+    Lines."""
     if path.name.endswith(".parquet"):
         try:
             import pyarrow.parquet as pq
@@ -147,7 +148,9 @@ def build_arxiv(
             "files": [{"path": str(p), "bytes": p.stat().st_size, "sha256": sha256(p)} for p in files],
         },
         "tokenizer": tokenizer.describe(),
-        "method": "article -> prompt tokens, abstract -> output tokens; each tokenized alone, no BOS, no template",
+        "method": (
+            "article -> prompt tokens, abstract -> output tokens; each tokenized alone, no BOS, no template"
+        ),
         "filters": {
             "max_total_tokens": max_total_tokens,
             "skipped": "rows with an empty article or abstract",
@@ -160,7 +163,8 @@ def build_arxiv(
 
 
 def build_arxiv_synthetic(out: Path, n: int = 32768, seed: int = 0, command: str = "") -> BuildResult:
-    """Write the shipped synthetic arXiv trace and a provenance file that says plainly that it is synthetic."""
+    """Write the shipped synthetic arXiv trace and a provenance file that says plainly that it is
+    synthetic."""
     prompt_fit, output_fit = fit_published()
     prompt, output = sample_lengths(prompt_fit, output_fit, n, seed)
     trace = Trace(out.name, prompt, output)
@@ -168,13 +172,17 @@ def build_arxiv_synthetic(out: Path, n: int = 32768, seed: int = 0, command: str
     stats = TraceStats.of(trace)
     record = {
         "synthetic": True,
-        "warning": "SYNTHETIC: not arXiv data. Lengths are drawn from log-normal distributions fitted to the "
-        "Sarathi-Serve paper's published arxiv_summarization statistics; no copy of the dataset was available.",
+        "warning": "SYNTHETIC: not arXiv data. Lengths are drawn from log-normal distributions fitted to "
+        "the Sarathi-Serve paper's published arxiv_summarization statistics; no copy of the dataset was "
+        "available.",
         "published_targets": PUBLISHED,
         "distribution": {
             "family": "independent log-normal prompt and output lengths, rounded to integers (>= 1), "
             f"pairs with prompt + output > {MAX_TOTAL_TOKENS} rejected (the paper's filter)",
-            "fit": "median and P90 of each marginal matched after the filter (calibrated on common random numbers)",
+            "fit": (
+                "median and P90 of each marginal matched after the filter (calibrated on common random "
+                "numbers)"
+            ),
             "prompt": prompt_fit.as_dict(),
             "output": output_fit.as_dict(),
         },

@@ -14,12 +14,12 @@ requests in the order vLLM's client sends them (no further shuffle), so `--reque
   RATIO must be in [0, 1), as vLLM checks.
 * `fixed:IN:OUT`: every prompt IN tokens and every output OUT tokens (vLLM's random dataset at RATIO 0).
 * `sharegpt-bench[:OUT]` (vLLM's `--dataset-name sharegpt [--sharegpt-output-len OUT]`,
-  `ShareGPTDataset.sample`): the (prompt, completion) pairs of traces/sharegpt_bench.csv.gz (one per JSON entry,
-  as vLLM reads the file: workload/sharegpt_bench.py), shuffled with Python's `random.seed(seed);
+  `ShareGPTDataset.sample`): the (prompt, completion) pairs of traces/sharegpt_bench.csv.gz (one per JSON
+  entry, as vLLM reads the file: workload/sharegpt_bench.py), shuffled with Python's `random.seed(seed);
   random.shuffle`, then taken in order while `is_valid_sequence` holds (prompt ≥ 4, output ≥ 4 unless OUT is
   given, prompt ≤ 1024, prompt + output ≤ 2048), and oversampled with `random.seed(seed); random.choice` when
-  too few are valid. The packaged JSON is truncated, so the shuffle runs over a subset of vLLM's list: the same
-  procedure, not the same rows.
+  too few are valid. The packaged JSON is truncated, so the shuffle runs over a subset of vLLM's list: the
+  same procedure, not the same rows.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from simserve.errors import SimserveError
 from simserve.shipped import shipped_dir
 
 NAMES = ("random", "fixed", "sharegpt-bench")
-# Llama and Mistral tokenizers add one special token (BOS) to every encoded text: `num_special_tokens_to_add()`.
+# Llama and Mistral tokenizers add one special token (BOS) to every encoded text:
+# `num_special_tokens_to_add()`.
 SPECIAL_TOKENS = 1
 # vLLM's is_valid_sequence defaults (datasets.py)
 MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
@@ -82,7 +83,7 @@ def parse(spec: str) -> BenchDataset:
     if not 0.0 <= ratio < 1.0:  # vLLM: "input_range_ratio must be in [0, 1)."
         raise SimserveError(f"bad dataset spec {spec!r}: the range ratio must be in [0, 1), got {ratio:g}")
     base = BenchDataset(kind)
-    return BenchDataset(kind, *(ints + [base.input_len, base.output_len][len(ints):]), ratio)
+    return BenchDataset(kind, *(ints + [base.input_len, base.output_len][len(ints) :]), ratio)
 
 
 def _positive(text: str, name: str) -> int:
@@ -128,11 +129,15 @@ def sharegpt_lengths(n: int, seed: int, output_len: int | None) -> tuple[np.ndar
 
     if not SHAREGPT_BENCH.is_file():
         raise SimserveError(
-            f"{SHAREGPT_BENCH} is missing; build it: simserve trace build sharegpt-bench (needs simserve[traces])"
+            f"{SHAREGPT_BENCH} is missing; build it: simserve trace build sharegpt-bench (needs "
+            "simserve[traces])"
         )
     pairs = read_trace(SHAREGPT_BENCH, "sharegpt-bench")
     return sample_like_vllm(
-        list(zip(pairs.prompt_tokens.tolist(), pairs.output_tokens.tolist(), strict=True)), n, seed, output_len
+        list(zip(pairs.prompt_tokens.tolist(), pairs.output_tokens.tolist(), strict=True)),
+        n,
+        seed,
+        output_len,
     )
 
 

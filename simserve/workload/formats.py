@@ -39,7 +39,10 @@ HASH_BLOCK_TOKENS = 512
 if TYPE_CHECKING:  # imported where a file is parsed: a cached trace (trace_cache.py) needs no pandas
     import pandas as pd
 
-_EXPECTED = "a CSV or JSONL trace with columns num_prefill_tokens,num_decode_tokens[,arrived_at] (or vLLM/Mooncake names)"
+_EXPECTED = (
+    "a CSV or JSONL trace with columns num_prefill_tokens,num_decode_tokens[,arrived_at] (or "
+    "vLLM/Mooncake names)"
+)
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -74,8 +77,8 @@ def _read_csv(path: Path, text: str) -> pd.DataFrame:
 
     try:
         # NOTE: blank lines are kept (as empty rows) so that "data row N" matches the file; trailing ones are
-        # dropped. index_col=False + warnings as errors: pandas would otherwise turn surplus fields into an index
-        # and silently shift every column.
+        # dropped. index_col=False + warnings as errors: pandas would otherwise turn surplus fields into an
+        # index and silently shift every column.
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
             table = pd.read_csv(
@@ -157,7 +160,8 @@ def find_column(path: Path, table: pd.DataFrame, aliases: tuple[str, ...], what:
 
 
 def write_trace_csv(path: str | Path, columns: dict[str, np.ndarray]) -> Path:
-    """Write a trace CSV atomically; a `.gz` name is gzip-compressed with a fixed mtime so rebuilds are identical."""
+    """Write a trace CSV atomically; a `.gz` name is gzip-compressed with a fixed mtime so rebuilds are
+    identical."""
     import pandas as pd
 
     path = Path(path)

@@ -101,14 +101,20 @@ def load_curve(path: str) -> LoadCurve:
                 f"{row}: time_s is {str(cells['time_s'])!r:.40}, not a finite number of seconds"
             )
         if not np.isfinite(mult[i]) or mult[i] < 0:
-            raise SimserveError(f"{row}: multiplier is {str(cells['multiplier'])!r:.40}; rate multipliers must be "
-                                f"finite and >= 0 (1 is the run's --qps or the trace's own rate)")  # fmt: skip
+            raise SimserveError(
+                f"{row}: multiplier is {str(cells['multiplier'])!r:.40}; rate multipliers must be "
+                f"finite and >= 0 (1 is the run's --qps or the trace's own rate)"
+            )
         if i == 0 and times[i] != 0:
             raise SimserveError(f"{row}: the first time_s is {times[i]:g}; a load curve starts at time_s 0")
         if i and times[i] <= times[i - 1]:
-            raise SimserveError(f"{row}: time_s {times[i]:g} is not after the previous row's {times[i - 1]:g}; "
-                                f"sort the rows by time and give each time once")  # fmt: skip
+            raise SimserveError(
+                f"{row}: time_s {times[i]:g} is not after the previous row's {times[i - 1]:g}; "
+                f"sort the rows by time and give each time once"
+            )
     if mult[-1] <= 0:
-        raise SimserveError(f"{path}: data row {len(mult)}: the last multiplier is 0, so requests after "
-                            f"{times[-1]:g} s would never be sent; end the curve with a positive multiplier")  # fmt: skip
+        raise SimserveError(
+            f"{path}: data row {len(mult)}: the last multiplier is 0, so requests after "
+            f"{times[-1]:g} s would never be sent; end the curve with a positive multiplier"
+        )
     return LoadCurve(times, mult)

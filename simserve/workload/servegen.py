@@ -40,8 +40,8 @@ REPO = "https://github.com/alibaba/ServeGen"
 def _pool_dir(source: Path | None, category: str, pool: str) -> Path:
     if category not in POOLS:
         raise SimserveError(
-            f"--category {category}: choose {' or '.join(POOLS)} (multimodal requests carry image/audio/video "
-            f"tokens simserve does not model)"
+            f"--category {category}: choose {' or '.join(POOLS)} (multimodal requests carry "
+            "image/audio/video tokens simserve does not model)"
         )
     if source is None:
         raise SimserveError(
@@ -67,7 +67,8 @@ def _windows(path: Path) -> list[tuple[int, float, str, float, float]]:
             row = (int(ts), float(rate), pattern, float(shape), float(scale))
         except ValueError:
             raise SimserveError(
-                f"{path}: line {number}: expected timestamp,rate,cv,pattern,shape,scale; is this ServeGen's data?"
+                f"{path}: line {number}: expected timestamp,rate,cv,pattern,shape,scale; is this ServeGen's "
+                "data?"
             ) from None
         if row[2] and row[1] > 0:
             if (
@@ -75,8 +76,10 @@ def _windows(path: Path) -> list[tuple[int, float, str, float, float]]:
                 or not all(map(math.isfinite, row[3:]))
                 or min(row[3:]) <= 0
             ):
-                raise SimserveError(f"{path}: line {number}: pattern {row[2]} ({row[3]}, {row[4]}) is not a "
-                                    f"Gamma or Weibull with positive parameters")  # fmt: skip
+                raise SimserveError(
+                    f"{path}: line {number}: pattern {row[2]} ({row[3]}, {row[4]}) is not a "
+                    f"Gamma or Weibull with positive parameters"
+                )
             rows.append(row)
     return rows
 
@@ -95,13 +98,21 @@ def _pdf(path: Path, text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Lengths:
-    """A client's length distributions per dataset window, parsed when first needed (the file spans 14 days)."""
+    """A client's length distributions per dataset window, parsed when first needed (the file spans 14
+    days)."""
 
     def __init__(self, path: Path):
         self.path = path
         raw = json.loads(path.read_text())
-        self.raw = {int(ts): f for ts, f in raw.items() if isinstance(f, dict) and f.get("input_tokens")
-                    and f.get("output_tokens") and len(f["input_tokens"]) > 2 and len(f["output_tokens"]) > 2}  # fmt: skip
+        self.raw = {
+            int(ts): f
+            for ts, f in raw.items()
+            if isinstance(f, dict)
+            and f.get("input_tokens")
+            and f.get("output_tokens")
+            and len(f["input_tokens"]) > 2
+            and len(f["output_tokens"]) > 2
+        }
         self.starts = sorted(self.raw)
         self.parsed: dict[int, tuple] = {}
 
@@ -123,9 +134,17 @@ def _draw(pdf: tuple[np.ndarray, np.ndarray], u: np.ndarray) -> np.ndarray:
     return bins[np.minimum(np.searchsorted(cdf, u * cdf[-1]), len(bins) - 1)]
 
 
-def build_servegen(source: Path | None, out: Path, category: str = "language", pool: str | None = None,
-                   hours: float = 24.0, start_hour: float = 0.0, rate_scale: float = 1.0, seed: int = 0,
-                   command: str = "") -> BuildResult:  # fmt: skip
+def build_servegen(
+    source: Path | None,
+    out: Path,
+    category: str = "language",
+    pool: str | None = None,
+    hours: float = 24.0,
+    start_hour: float = 0.0,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    command: str = "",
+) -> BuildResult:
     pool = pool or POOLS.get(category, "")
     folder = _pool_dir(source, category, pool)
     if not (math.isfinite(hours) and hours > 0) or not (math.isfinite(start_hour) and start_hour >= 0):
@@ -166,8 +185,10 @@ def build_servegen(source: Path | None, out: Path, category: str = "language", p
             prompts.append(_draw(pdfs[0], u[0]))
             outputs.append(_draw(pdfs[1], u[1]))
     if not times:
-        raise SimserveError(f"{folder}: no client has requests in hours {start_hour:g}-{start_hour + hours:g}; "
-                            f"pick another --start-hour (the data covers 14 days)")  # fmt: skip
+        raise SimserveError(
+            f"{folder}: no client has requests in hours {start_hour:g}-{start_hour + hours:g}; "
+            f"pick another --start-hour (the data covers 14 days)"
+        )
     t = np.concatenate(times)
     order = np.argsort(t, kind="stable")
     prompt, output = np.concatenate(prompts)[order], np.concatenate(outputs)[order]
@@ -185,12 +206,12 @@ def build_servegen(source: Path | None, out: Path, category: str = "language", p
             "repository": REPO,
             "folder": f"data/{category}/{pool}",
             "licence": "Apache-2.0 (alibaba/ServeGen, LICENSE)",
-            "attribution": 'ServeGen (Xiang et al., "ServeGen: Workload Characterization of Large Language Model '
-            'Serving in Production", arXiv 2505.09999)',
-        },  # fmt: skip
-        "method": "ServeGen's generate_workload at each client's recorded rate x rate_scale: per 600-s window ceil(rate*600) "
-        "gaps from the client's Gamma/Weibull fit rescaled to the window; lengths by inverse CDF of the latest dataset "
-        "window; numpy Generator draws (ServeGen: scipy on RandomState)",
+            "attribution": 'ServeGen (Xiang et al., "ServeGen: Workload Characterization of Large Language '
+            'Model Serving in Production", arXiv 2505.09999)',
+        },
+        "method": "ServeGen's generate_workload at each client's recorded rate x rate_scale: per 600-s "
+        "window ceil(rate*600) gaps from the client's Gamma/Weibull fit rescaled to the window; lengths by "
+        "inverse CDF of the latest dataset window; numpy Generator draws (ServeGen: scipy on RandomState)",
         "window": {"start_hour": start_hour, "hours": hours, "rate_scale": rate_scale, "seed": seed},
         "counts": dict(sorted(counts.items())),
         "command": command,

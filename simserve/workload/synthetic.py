@@ -70,7 +70,8 @@ def fit_published(
 def sample_lengths(
     prompt: LogNormal, output: LogNormal, n: int, seed: int, max_total_tokens: int = MAX_TOTAL_TOKENS
 ) -> tuple[np.ndarray, np.ndarray]:
-    """n (prompt, output) pairs with prompt + output <= max_total_tokens, by rejection; same seed, same pairs."""
+    """n (prompt, output) pairs with prompt + output <= max_total_tokens, by rejection; same seed, same
+    pairs."""
     rng = np.random.default_rng(seed)
     prompts, outputs, have = [], [], 0
     while have < n:

@@ -31,11 +31,17 @@ from simserve.workload.formats import (
 
 TRACES_DIR = shipped_dir("traces")  # the repository's traces/ (or the wheel's copy)
 # Shipped trace name -> file in TRACES_DIR; aliases map onto the same file.
-SHIPPED = {"sharegpt": "sharegpt.csv.gz", "arxiv": "arxiv_summarization.csv.gz",
-           "sharegpt-multiturn": "sharegpt_multiturn.csv.gz", "prefix-repetition": "prefix_repetition.csv.gz",
-           # public production traces with arrival times (workload/public_traces.py)
-           "mooncake-conversation": "mooncake_conversation.csv.gz", "mooncake-synthetic": "mooncake_synthetic.csv.gz",
-           "azure-code-2023": "azure_code_2023.csv.gz", "azure-conv-2023": "azure_conv_2023.csv.gz"}
+SHIPPED = {
+    "sharegpt": "sharegpt.csv.gz",
+    "arxiv": "arxiv_summarization.csv.gz",
+    "sharegpt-multiturn": "sharegpt_multiturn.csv.gz",
+    "prefix-repetition": "prefix_repetition.csv.gz",
+    # public production traces with arrival times (workload/public_traces.py)
+    "mooncake-conversation": "mooncake_conversation.csv.gz",
+    "mooncake-synthetic": "mooncake_synthetic.csv.gz",
+    "azure-code-2023": "azure_code_2023.csv.gz",
+    "azure-conv-2023": "azure_conv_2023.csv.gz",
+}
 ALIASES = {"chat": "sharegpt", "arxiv_summarization": "arxiv"}
 if TYPE_CHECKING:  # pandas parses trace files; a cached trace (trace_cache.py) needs none
     import pandas as pd
@@ -51,13 +57,14 @@ class Trace:
     arrived_at: np.ndarray | None = None  # float64 seconds from trace start, non-decreasing, or None
     too_long: int = 0  # rows load_trace dropped for exceeding its max_total_tokens (reported, not silent)
     # Which requests share tokens (prefix caching, sim/prefix_cache.py), or None: the token stream each
-    # request's first `prefix_tokens` tokens come from (-1: none). A conversation is one stream and each of its
-    # turns lies on it whole (prompt and answer: the next turn's prompt carries both); a shared system prompt
-    # is a stream its requests share for its length.
+    # request's first `prefix_tokens` tokens come from (-1: none). A conversation is one stream and each of
+    # its turns lies on it whole (prompt and answer: the next turn's prompt carries both); a shared system
+    # prompt is a stream its requests share for its length.
     prefix_group: np.ndarray | None = None
     prefix_tokens: np.ndarray | None = None
-    # ... or chained prefix-block ids (Mooncake's hash_ids, one per HASH_BLOCK_TOKENS tokens), request i's being
-    # hash_ids[hash_offsets[i]:hash_offsets[i + 1]]: a tree of prefixes (sim/prefix_cache.py, shared_runs)
+    # ... or chained prefix-block ids (Mooncake's hash_ids, one per HASH_BLOCK_TOKENS tokens), request i's
+    # being hash_ids[hash_offsets[i]:hash_offsets[i + 1]]: a tree of prefixes (sim/prefix_cache.py,
+    # shared_runs)
     hash_offsets: np.ndarray | None = None
     hash_ids: np.ndarray | None = None
 
@@ -96,15 +103,23 @@ class Trace:
         if self.hash_offsets is not None:
             offsets = np.asarray(self.hash_offsets, dtype=np.int64)
             ids = np.asarray(self.hash_ids, dtype=np.int64)
-            if offsets.shape != (len(prompt) + 1,) or offsets[0] != 0 or offsets[-1] != len(ids) or (
-                np.diff(offsets) < 0
-            ).any():
-                raise SimserveError(f"trace {self.name!r}: hash_offsets must be one row start per request, then the end")
+            if (
+                offsets.shape != (len(prompt) + 1,)
+                or offsets[0] != 0
+                or offsets[-1] != len(ids)
+                or (np.diff(offsets) < 0).any()
+            ):
+                raise SimserveError(
+                    f"trace {self.name!r}: hash_offsets must be one row start per request, then the end"
+                )
             if (ids < 0).any() or (ids > _MAX_TOKENS).any():
-                raise SimserveError(f"trace {self.name!r}: hash ids are whole numbers from 0 to {_MAX_TOKENS}")
+                raise SimserveError(
+                    f"trace {self.name!r}: hash ids are whole numbers from 0 to {_MAX_TOKENS}"
+                )
             if self.prefix_group is not None:
                 raise SimserveError(
-                    f"trace {self.name!r}: give prefix groups or hash ids, not both (one prefix identity per trace)"
+                    f"trace {self.name!r}: give prefix groups or hash ids, not both (one prefix identity per "
+                    "trace)"
                 )
             object.__setattr__(self, "hash_offsets", offsets)
             object.__setattr__(self, "hash_ids", ids)
@@ -120,8 +135,17 @@ class Trace:
         offsets = ids = None
         if self.hash_offsets is not None:
             offsets, ids = take_rows(self.hash_offsets, self.hash_ids, np.arange(len(self))[idx])
-        return Trace(self.name, self.prompt_tokens[idx], self.output_tokens[idx], arrived, 0, group, shared,
-                     offsets, ids)  # fmt: skip
+        return Trace(
+            self.name,
+            self.prompt_tokens[idx],
+            self.output_tokens[idx],
+            arrived,
+            0,
+            group,
+            shared,
+            offsets,
+            ids,
+        )
 
     @property
     def prefix(self) -> tuple | None:
@@ -171,8 +195,16 @@ def load_trace(name_or_path: str, max_total_tokens: int | None = None) -> Trace:
         trace = Trace(name, *cached[:3], 0, *cached[3:])
     else:
         trace = read_trace(path, name)
-        trace_cache.store(cache_key, trace.prompt_tokens, trace.output_tokens, trace.arrived_at,
-                          trace.prefix_group, trace.prefix_tokens, trace.hash_offsets, trace.hash_ids)  # fmt: skip
+        trace_cache.store(
+            cache_key,
+            trace.prompt_tokens,
+            trace.output_tokens,
+            trace.arrived_at,
+            trace.prefix_group,
+            trace.prefix_tokens,
+            trace.hash_offsets,
+            trace.hash_ids,
+        )
     if max_total_tokens is None:
         return trace
     if max_total_tokens <= 0:
@@ -221,8 +253,10 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
     offsets = ids = None
     if HASH_COLUMN in table.columns:
         if group is not None:
-            raise SimserveError(f"{path}: both {HASH_COLUMN} and conversation/prefix_group columns; keep one prefix "
-                                f"identity (drop the other columns)")  # fmt: skip
+            raise SimserveError(
+                f"{path}: both {HASH_COLUMN} and conversation/prefix_group columns; keep one prefix "
+                f"identity (drop the other columns)"
+            )
         offsets, ids = _hash_ids(path, table[HASH_COLUMN].tolist(), prompt)
     return Trace(name or path.name, prompt, output, arrived, 0, group, shared, offsets, ids)
 
@@ -243,14 +277,14 @@ def _hash_ids(path: Path, cells: list, prompt: np.ndarray) -> tuple[np.ndarray, 
             ok = False
         if not ok or any(x < 0 or x > _MAX_TOKENS for x in ids):
             raise SimserveError(
-                f"{path}: data row {i + 1}: {HASH_COLUMN} is {str(cell)!r:.40}, not a list of whole numbers from 0 "
-                f"to {_MAX_TOKENS} (in a CSV: ids separated by spaces)"
+                f"{path}: data row {i + 1}: {HASH_COLUMN} is {str(cell)!r:.40}, not a list of whole numbers "
+                f"from 0 to {_MAX_TOKENS} (in a CSV: ids separated by spaces)"
             )
         blocks = -(-int(prompt[i]) // HASH_BLOCK_TOKENS)
         if len(ids) > blocks:
             raise SimserveError(
-                f"{path}: data row {i + 1}: {len(ids)} {HASH_COLUMN} for a {prompt[i]}-token prompt, which spans "
-                f"{blocks} blocks of {HASH_BLOCK_TOKENS} tokens; give at most one id per block"
+                f"{path}: data row {i + 1}: {len(ids)} {HASH_COLUMN} for a {prompt[i]}-token prompt, which "
+                f"spans {blocks} blocks of {HASH_BLOCK_TOKENS} tokens; give at most one id per block"
             )
         rows.append(ids)
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
@@ -283,7 +317,9 @@ def _prefix_columns(path: Path, table: pd.DataFrame, prompt: np.ndarray, output:
         return _conversations(path, table, conv[0], turn[0], prompt, output)
     if "prefix_group" in table.columns or "prefix_tokens" in table.columns:
         if "prefix_group" not in table.columns or "prefix_tokens" not in table.columns:
-            raise SimserveError(f"{path}: prefix_group and prefix_tokens go together; give both columns or none")
+            raise SimserveError(
+                f"{path}: prefix_group and prefix_tokens go together; give both columns or none"
+            )
         group = _whole(path, table, "prefix_group", -1)
         return group, np.where(group >= 0, _whole(path, table, "prefix_tokens", 0), 0)
     return None, None
@@ -291,11 +327,14 @@ def _prefix_columns(path: Path, table: pd.DataFrame, prompt: np.ndarray, output:
 
 def _whole(path: Path, table: pd.DataFrame, column: str, lowest: int) -> np.ndarray:
     values = _numbers(path, table, column)
-    _first_bad(path, [
-        (values != np.round(values), lambda i: f"{column} is {values[i]:g}, not a whole number"),
-        (values < lowest, lambda i: f"{column} is {values[i]:g}; it must be >= {lowest}"),
-        (values > _MAX_TOKENS, lambda i: f"{column} is {values[i]:g}; it must be <= {_MAX_TOKENS}"),
-    ])  # fmt: skip
+    _first_bad(
+        path,
+        [
+            (values != np.round(values), lambda i: f"{column} is {values[i]:g}, not a whole number"),
+            (values < lowest, lambda i: f"{column} is {values[i]:g}; it must be >= {lowest}"),
+            (values > _MAX_TOKENS, lambda i: f"{column} is {values[i]:g}; it must be <= {_MAX_TOKENS}"),
+        ],
+    )
     return values.astype(np.int64)
 
 
@@ -320,9 +359,10 @@ def _conversations(path, table, conv_col, turn_col, prompt, output):
             )
         if prompt[i] < prompt[j] + output[j]:
             raise SimserveError(
-                f"{path}: data row {i + 1}: conversation {cid!r} {turn_col} {turns[i]} has a {prompt[i]}-token "
-                f"prompt, shorter than {turn_col} {turns[j]}'s prompt and answer ({prompt[j]} + {output[j]}, data "
-                f"row {j + 1}); a turn's prompt carries the conversation so far"
+                f"{path}: data row {i + 1}: conversation {cid!r} {turn_col} {turns[i]} has a "
+                f"{prompt[i]}-token prompt, shorter than {turn_col} {turns[j]}'s prompt and answer "
+                f"({prompt[j]} + {output[j]}, data row {j + 1}); a turn's prompt carries the conversation so "
+                "far"
             )
     return group, prompt + output
 

@@ -19,8 +19,8 @@ import numpy as np
 from simserve.cachedir import cache_root
 from simserve.io import atomic_path
 
-# Bump when the parsed arrays change meaning (2: prefix groups and tokens) — and when read_trace refuses something
-# it accepted before: a file parsed once is served from here without being checked again.
+# Bump when the parsed arrays change meaning (2: prefix groups and tokens) — and when read_trace refuses
+# something it accepted before: a file parsed once is served from here without being checked again.
 FORMAT = 3  # 3: chained prefix-block ids (hash_ids) as CSR rows
 
 
@@ -34,8 +34,8 @@ def _entry(cache_key: str) -> Path:
 
 
 def load(cache_key: str):
-    """(prompt tokens, output tokens, arrival times or None, prefix groups or None, prefix tokens or None, hash
-    offsets or None, hash ids or None) parsed earlier, or None."""
+    """(prompt tokens, output tokens, arrival times or None, prefix groups or None, prefix tokens or None,
+    hash offsets or None, hash ids or None) parsed earlier, or None."""
     try:
         with np.load(_entry(cache_key), allow_pickle=False) as z:
             prompt, output = z["prompt"], z["output"]
@@ -51,19 +51,36 @@ def load(cache_key: str):
             return None
     if (group is None) != (shared is None) or (hoff is None) != (hids is None):
         return None
-    if hoff is not None and (hoff.dtype != np.int64 or hids.dtype != np.int64 or hoff.shape != (len(prompt) + 1,)
-                             or hids.ndim != 1 or hoff[-1] != len(hids)):  # fmt: skip
+    if hoff is not None and (
+        hoff.dtype != np.int64
+        or hids.dtype != np.int64
+        or hoff.shape != (len(prompt) + 1,)
+        or hids.ndim != 1
+        or hoff[-1] != len(hids)
+    ):
         return None
-    if prompt.dtype != np.int64 or output.dtype != np.int64 or prompt.ndim != 1 or output.shape != prompt.shape:
+    if (
+        prompt.dtype != np.int64
+        or output.dtype != np.int64
+        or prompt.ndim != 1
+        or output.shape != prompt.shape
+    ):
         return None
     if arrived is not None and (arrived.dtype != np.float64 or arrived.shape != prompt.shape):
         return None
     return prompt, output, arrived, group, shared, hoff, hids
 
 
-def store(cache_key: str, prompt: np.ndarray, output: np.ndarray, arrived: np.ndarray | None,
-          group: np.ndarray | None = None, shared: np.ndarray | None = None, hoff: np.ndarray | None = None,
-          hids: np.ndarray | None = None) -> None:  # fmt: skip
+def store(
+    cache_key: str,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    arrived: np.ndarray | None,
+    group: np.ndarray | None = None,
+    shared: np.ndarray | None = None,
+    hoff: np.ndarray | None = None,
+    hids: np.ndarray | None = None,
+) -> None:
     arrays = {"prompt": prompt, "output": output}
     if arrived is not None:
         arrays["arrived"] = arrived

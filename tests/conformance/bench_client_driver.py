@@ -54,12 +54,19 @@ async def sends(n: int, rate: float, burstiness: float, seed: int) -> list[float
 results = []
 for case in json.load(sys.stdin):
     inputs, outputs, _ = get_sampling_params(
-        np.random.default_rng(case["seed"]), case["n"], case["ratio"], case["input_len"], case["output_len"],
+        np.random.default_rng(case["seed"]),
+        case["n"],
+        case["ratio"],
+        case["input_len"],
+        case["output_len"],
         Tokenizer(),
-    )  # fmt: skip
+    )
     rate = float(case["rate"])
     results.append(
-        {"inputs": inputs.tolist(), "outputs": outputs.tolist(),
-         "sends": asyncio.run(sends(case["n"], rate, case["burstiness"], case["seed"]))}  # fmt: skip
+        {
+            "inputs": inputs.tolist(),
+            "outputs": outputs.tolist(),
+            "sends": asyncio.run(sends(case["n"], rate, case["burstiness"], case["seed"])),
+        }
     )
 json.dump(results, sys.stdout)

@@ -26,7 +26,9 @@ def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, capability: in
     config = SimpleNamespace(
         model_config=SimpleNamespace(enforce_eager=False),
         compilation_config=compilation,
-        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens),
+        scheduler_config=SimpleNamespace(
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+        ),
         uniform_decode_query_len=1,
         speculative_config=None,
         performance_mode="balanced",

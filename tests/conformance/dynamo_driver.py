@@ -54,8 +54,14 @@ def load_planner():
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("no dynamo package here: build the environment with `bash tools/dynamo_env.sh`")
     root = Path(next(iter(spec.submodule_search_locations)))
-    for name in ("dynamo", "dynamo.planner", "dynamo.planner.core", "dynamo.planner.plugins",
-                 "dynamo.planner.plugins.registry", "dynamo.planner.core.load"):  # fmt: skip
+    for name in (
+        "dynamo",
+        "dynamo.planner",
+        "dynamo.planner.core",
+        "dynamo.planner.plugins",
+        "dynamo.planner.plugins.registry",
+        "dynamo.planner.core.load",
+    ):
         _package(name, root.joinpath(*name.split(".")[1:]))
     _placeholder("dynamo.runtime")
     _placeholder("dynamo.runtime.logging", configure_dynamo_logging=lambda *a, **k: None)
@@ -86,14 +92,23 @@ def inventory(t, step: dict, role: str):
     ready, starting, draining = len(step["queued"]), step["starting"], step["draining"]
     stable = not (starting or draining)
     pending = starting if not draining else 0
-    return t.WorkerCounts(**{f"ready_num_{role}": ready, f"expected_num_{role}": ready if stable else None,
-                             f"{role}_scaling_in_progress": not stable, f"pending_num_{role}": pending})  # fmt: skip
+    return t.WorkerCounts(
+        **{
+            f"ready_num_{role}": ready,
+            f"expected_num_{role}": ready if stable else None,
+            f"{role}_scaling_in_progress": not stable,
+            f"pending_num_{role}": pending,
+        }
+    )
 
 
 def fpm(i: int, queued: int):
     """What `_prefill_easy_decision` reads of a ForwardPassMetrics (dynamo.common.forward_pass_metrics)."""
-    return types.SimpleNamespace(worker_id=f"w{i}", dp_rank=0, queued_requests=types.SimpleNamespace(
-        sum_prefill_tokens=queued, sum_decode_kv_tokens=0))  # fmt: skip
+    return types.SimpleNamespace(
+        worker_id=f"w{i}",
+        dp_rank=0,
+        queued_requests=types.SimpleNamespace(sum_prefill_tokens=queued, sum_decode_kv_tokens=0),
+    )
 
 
 def replay(w: dict) -> list:
@@ -101,8 +116,13 @@ def replay(w: dict) -> list:
     common = dict(environment="virtual", backend="vllm", min_endpoint=w["min"], max_gpu_budget=w["max"])
     out: list = []
     if w["policy"] == "queue":
-        config = PlannerConfig(mode="prefill", optimization_target="throughput", enable_load_scaling=True,
-                               enable_throughput_scaling=False, **common)  # fmt: skip
+        config = PlannerConfig(
+            mode="prefill",
+            optimization_target="throughput",
+            enable_load_scaling=True,
+            enable_throughput_scaling=False,
+            **common,
+        )
         caps = t.WorkerCapabilities(
             prefill=t.EngineCapabilities(num_gpu=1, context_length=w["context_length"])
         )
@@ -114,8 +134,14 @@ def replay(w: dict) -> list:
             decision = state.advance_load(obs)
             out.append(None if decision is None else decision.num_prefill)
         return out
-    config = PlannerConfig(mode="agg", optimization_target="sla", enable_load_scaling=False,
-                           enable_throughput_scaling=True, load_predictor="constant", **common)  # fmt: skip
+    config = PlannerConfig(
+        mode="agg",
+        optimization_target="sla",
+        enable_load_scaling=False,
+        enable_throughput_scaling=True,
+        load_predictor="constant",
+        **common,
+    )
     caps = t.WorkerCapabilities(decode=t.EngineCapabilities(num_gpu=1, max_num_batched_tokens=8192))
     state = PlannerScalingState(config, caps)
     state.install_regressions(agg=FixedCapacity(w["capacity_rps"]))
@@ -128,8 +154,12 @@ def replay(w: dict) -> list:
             duration_s=step["elapsed_s"], num_req=step["arrivals"], isl=1.0, osl=1.0
         )
         decision = state.advance_throughput_from_prediction(
-            traffic, predicted_num_req=predictor.predict_next(), predicted_isl=1.0, predicted_osl=1.0,
-            predicted_kv_hit_rate=None)  # fmt: skip
+            traffic,
+            predicted_num_req=predictor.predict_next(),
+            predicted_isl=1.0,
+            predicted_osl=1.0,
+            predicted_kv_hit_rate=None,
+        )
         out.append(None if decision is None else decision.num_decode)
     return out
 

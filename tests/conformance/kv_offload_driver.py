@@ -45,8 +45,11 @@ def main() -> None:
                 out.append(None)
                 continue
             mgr.complete_store(res.keys_to_store, c)  # simserve: a store is readable at once
-            out.append(sorted(int.from_bytes(bytes(e)[:-4], "big", signed=True) for e in res.evicted_keys)
-                       if res.evicted_keys else [])  # fmt: skip
+            out.append(
+                sorted(int.from_bytes(bytes(e)[:-4], "big", signed=True) for e in res.evicted_keys)
+                if res.evicted_keys
+                else []
+            )
         elif kind == "lookup":
             c = context(rid, [])
             n = 0

@@ -1,4 +1,5 @@
-"""Run in SGLang 0.5.23's own environment (tools/sglang_env.sh): its real prefill admission, one step at a time.
+"""Run in SGLang 0.5.23's own environment (tools/sglang_env.sh): its real prefill admission, one step at a
+time.
 
 Reads from stdin the steps simserve's `sglang` policy took (sglang_workloads.py): for each prefill decision,
 the state it was taken from (the waiting queue in order, the half-prefilled request, the running batch, free
@@ -88,7 +89,9 @@ class RunningBatch:
 
 
 def make_req(rid: int, prompt: int, generated: int, output: int, ignore_eos: bool) -> Req:
-    req = Req(str(rid), "", array("q", [1] * prompt), SamplingParams(max_new_tokens=output, ignore_eos=ignore_eos))
+    req = Req(
+        str(rid), "", array("q", [1] * prompt), SamplingParams(max_new_tokens=output, ignore_eos=ignore_eos)
+    )
     req.output_ids = array("q", [1] * generated)  # a retracted request is prefilled again with its outputs
     return req
 
@@ -111,9 +114,16 @@ def decide(s: dict) -> dict:
         return out
     mixed = len(running.reqs) if s["mixed"] else 0
     adder = PrefillAdder(
-        s["page_size"], NoRadixCache(), Allocator(s["free_tokens"], s["page_size"]), running, s["ratio"],
-        s["max_prefill_tokens"], s["chunk"], mixed, max_running_requests=s["max_running"],
-    )  # fmt: skip
+        s["page_size"],
+        NoRadixCache(),
+        Allocator(s["free_tokens"], s["page_size"]),
+        running,
+        s["ratio"],
+        s["max_prefill_tokens"],
+        s["chunk"],
+        mixed,
+        max_running_requests=s["max_running"],
+    )
     new_chunked = None
     if chunked is not None:
         chunked.init_next_round_input()
@@ -141,10 +151,10 @@ def decide(s: dict) -> dict:
 
 
 class DecodeBatch:
-    """What `ScheduleBatch.retract_decode` reads of its batch, the rest of it SGLang's own: the real retraction
-    order (`_get_decode_retraction_order`), loop, pages needed (`new_tokens_required_next_decode`, through the
-    real `check_decode_mem`) and new_token_ratio estimate. Stubbed: the allocator's capacity check (free tokens,
-    no eviction) and `release_req`, which frees the request's page-ceiled KV."""
+    """What `ScheduleBatch.retract_decode` reads of its batch, the rest of it SGLang's own: the real
+    retraction order (`_get_decode_retraction_order`), loop, pages needed (`new_tokens_required_next_decode`,
+    through the real `check_decode_mem`) and new_token_ratio estimate. Stubbed: the allocator's capacity check
+    (free tokens, no eviction) and `release_req`, which frees the request's page-ceiled KV."""
 
     _get_decode_retraction_order = staticmethod(ScheduleBatch._get_decode_retraction_order)
     retract_decode = ScheduleBatch.retract_decode
@@ -181,8 +191,11 @@ def retract(s: dict) -> dict:
         reqs.append(req)
     batch = DecodeBatch(reqs, s["free_tokens"], s["page_size"])
     retracted, ratio, aborted = batch.retract_decode()
-    return {"retracted": [int(r.rid) for r in retracted], "aborted": [int(r.rid) for r in aborted],
-            "ratio": ratio}  # fmt: skip
+    return {
+        "retracted": [int(r.rid) for r in retracted],
+        "aborted": [int(r.rid) for r in aborted],
+        "ratio": ratio,
+    }
 
 
 def main() -> None:

@@ -1,11 +1,12 @@
-"""simserve's `sglang` policy beside SGLang 0.5.23's own scheduler, closed loop: both fed the same requests at the
-same steps, each evolving its own state, compared at every step (sglang_loop_driver.py runs SGLang's side).
+"""simserve's `sglang` policy beside SGLang 0.5.23's own scheduler, closed loop: both fed the same requests at
+the same steps, each evolving its own state, compared at every step (sglang_loop_driver.py runs SGLang's
+side).
 
-A workload is plain data (JSON-able): per request its prompt and output lengths, the step it arrives at, whether
-it is sent with ignore_eos, and for prefix sharing its token stream (`group`, -1: none) and how many of its
-tokens lie on it (`shared`); and the server's flags. Request i joins the waiting queue before step `arrive[i]`
-(steps count every turn of the loop, idle ones too). Every step is recorded as
-{"prefills": [[id, tokens], ...] in batch order, "decodes": [ids], "retracted": [ids in order], "aborted": [ids],
+A workload is plain data (JSON-able): per request its prompt and output lengths, the step it arrives at,
+whether it is sent with ignore_eos, and for prefix sharing its token stream (`group`, -1: none) and how many
+of its tokens lie on it (`shared`); and the server's flags. Request i joins the waiting queue before step
+`arrive[i]` (steps count every turn of the loop, idle ones too). Every step is recorded as {"prefills": [[id,
+tokens], ...] in batch order, "decodes": [ids], "retracted": [ids in order], "aborted": [ids],
  "chunked": id or None, "full": the running batch's batch_is_full, "ratio": new_token_ratio} after the step,
 plus {"cached": {id: tokens}} with the radix cache: what each admitted request found cached.
 
@@ -42,9 +43,9 @@ WORKLOADS = {
     # a pool of 3-4k tokens: decode steps retract (several at once), new_token_ratio jumps up and decays back
     "tiny-pool": (200, (20, 600), (50, 800), 4.0, 3_584, 512, 48, False, False, 1, 0.3, 3),
     "tiny-pool-paged": (200, (20, 600), (50, 800), 4.0, 4_096, 512, 48, True, False, 16, 0.3, 4),
-    # one-page prompts arriving 40 at once, a 1k-token pool of 16-token pages, admission trusting a tiny ratio:
-    # requests admitted together cross a page boundary in the same step, one retraction frees too little, and
-    # several go at once
+    # one-page prompts arriving 40 at once, a 1k-token pool of 16-token pages, admission trusting a tiny
+    # ratio: requests admitted together cross a page boundary in the same step, one retraction frees too
+    # little, and several go at once
     "retract-many": (200, (16, 17), (20, 60), (40, 300), 1_024, 1024, 48, False, False, 16, 0.05, 17),
     # max_running_requests 8, requests in bursts of 40: the running-request cap decides admission
     "burst": (200, (20, 800), (20, 300), (40, 300), 200_000, 2048, 8, False, False, 1, 1.0, 5),
@@ -56,12 +57,12 @@ WORKLOADS = {
     "eos-mix": (300, (50, 3000), (20, 600), 2.5, 12_000, 2048, 48, False, 0.5, 1, 1.0, 9),
     "eos-mix-mixed-paged": (300, (50, 3000), (20, 600), 2.5, 16_000, 1024, 48, True, 0.5, 16, 1.0, 10),
 }
-# The radix cache on (--prefix-caching), requests sharing token streams: name -> (kind, requests, KV tokens, chunk,
-# max running, schedule policy, page size, mixed, share sent with ignore_eos, conservativeness, seed).
-#   shared   a few system prompts of 300-2000 tokens, each request one of them plus its own question, in a pool
-#            that holds only a few of them: hits, misses after eviction
-#   chat     conversations of 1-6 turns, each turn's prompt the conversation so far plus a new message, the next
-#            turn some steps after the answer; a pool that cannot keep every conversation
+# The radix cache on (--prefix-caching), requests sharing token streams: name -> (kind, requests, KV tokens,
+# chunk, max running, schedule policy, page size, mixed, share sent with ignore_eos, conservativeness, seed).
+#   shared   a few system prompts of 300-2000 tokens, each request one of them plus its own question, in a
+#            pool that holds only a few of them: hits, misses after eviction
+#   chat     conversations of 1-6 turns, each turn's prompt the conversation so far plus a new message, the
+#            next turn some steps after the answer; a pool that cannot keep every conversation
 PREFIX_WORKLOADS = {
     "shared-fcfs": ("shared", 300, 12_000, 2048, 48, "fcfs", 1, False, 0.5, 1.0, 11),
     "shared-lpm": ("shared", 300, 12_000, 2048, 48, "lpm", 1, False, 0.5, 1.0, 11),
@@ -73,9 +74,9 @@ PREFIX_WORKLOADS = {
     "shared-retract-lof-paged": ("shared", 300, 10_000, 1024, 48, "lof", 16, True, 0.0, 0.3, 16),
 }
 # EAGLE speculative decoding (--speculative-algorithm EAGLE, topk 1): name -> (the workload it speculates on,
-# K = --speculative-num-steps, cumulative acceptance per draft position (docs/speculative.md), draw seed). Each
-# request's accepted drafts per verification are drawn as simserve draws them (speculative.draws) and given to
-# both sides.
+# K = --speculative-num-steps, cumulative acceptance per draft position (docs/speculative.md), draw seed).
+# Each request's accepted drafts per verification are drawn as simserve draws them (speculative.draws) and
+# given to both sides.
 SPEC_WORKLOADS = {
     "spec-light": ("light", 3, (0.8, 0.6, 0.4), 20),
     "spec-tight": ("tight", 4, (0.75, 0.5, 0.3, 0.15), 21),
@@ -84,9 +85,23 @@ SPEC_WORKLOADS = {
     "spec-retract-paged": ("tiny-pool-paged", 2, (0.6, 0.3), 24),
     "spec-eos-mix": ("eos-mix", 3, (0.8, 0.6, 0.4), 25),
 }
-# The workloads CI runs (SGLang's side about two minutes here); `--full` / SIMSERVE_SGLANG_FULL=1 runs them all.
-CI = ("tight", "mixed", "chunk256", "tiny-pool", "burst-eos", "mixed-heavy", "eos-mix-mixed-paged", "retract-many",
-      "shared-lpm-paged", "chat-retract-mixed", "spec-tight", "spec-retract", "spec-retract-paged")  # fmt: skip
+# The workloads CI runs (SGLang's side about two minutes here); `--full` / SIMSERVE_SGLANG_FULL=1 runs them
+# all.
+CI = (
+    "tight",
+    "mixed",
+    "chunk256",
+    "tiny-pool",
+    "burst-eos",
+    "mixed-heavy",
+    "eos-mix-mixed-paged",
+    "retract-many",
+    "shared-lpm-paged",
+    "chat-retract-mixed",
+    "spec-tight",
+    "spec-retract",
+    "spec-retract-paged",
+)
 
 
 def make(name: str) -> dict:
@@ -104,12 +119,28 @@ def make(name: str) -> dict:
         arrive = np.floor(np.cumsum(rng.exponential(gap, n))).astype(int)
     ignore = rng.random(n) < eos if isinstance(eos, float) else np.full(n, eos)
     return {
-        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
-        "ignore_eos": ignore.tolist(), "group": [-1] * n, "shared": [0] * n, "kv_tokens": tokens,
-        "page_size": page, "chunk": chunk, "max_running": running, "max_prefill_tokens": 16384, "mixed": mixed,
-        "conservativeness": cons, "prefix_caching": False, "schedule_policy": "fcfs", "max_model_len": 8192,
-        "overlap": False, "spec": 0, "acceptance": [], "accepted": [[] for _ in range(n)],
-    }  # fmt: skip
+        "name": name,
+        "prompt": prompt.tolist(),
+        "output": output.tolist(),
+        "arrive": arrive.tolist(),
+        "ignore_eos": ignore.tolist(),
+        "group": [-1] * n,
+        "shared": [0] * n,
+        "kv_tokens": tokens,
+        "page_size": page,
+        "chunk": chunk,
+        "max_running": running,
+        "max_prefill_tokens": 16384,
+        "mixed": mixed,
+        "conservativeness": cons,
+        "prefix_caching": False,
+        "schedule_policy": "fcfs",
+        "max_model_len": 8192,
+        "overlap": False,
+        "spec": 0,
+        "acceptance": [],
+        "accepted": [[] for _ in range(n)],
+    }
 
 
 def make_prefix(name: str) -> dict:
@@ -140,12 +171,28 @@ def make_prefix(name: str) -> dict:
         shared = prompt + output  # every token of a turn lies on its conversation's stream
     ignore = rng.random(n) < eos
     return {
-        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
-        "ignore_eos": ignore.tolist(), "group": group.tolist(), "shared": shared.tolist(), "kv_tokens": tokens,
-        "page_size": page, "chunk": chunk, "max_running": running, "max_prefill_tokens": 16384, "mixed": mixed,
-        "conservativeness": cons, "prefix_caching": True, "schedule_policy": policy, "max_model_len": 8192,
-        "overlap": False, "spec": 0, "acceptance": [], "accepted": [[] for _ in range(n)],
-    }  # fmt: skip
+        "name": name,
+        "prompt": prompt.tolist(),
+        "output": output.tolist(),
+        "arrive": arrive.tolist(),
+        "ignore_eos": ignore.tolist(),
+        "group": group.tolist(),
+        "shared": shared.tolist(),
+        "kv_tokens": tokens,
+        "page_size": page,
+        "chunk": chunk,
+        "max_running": running,
+        "max_prefill_tokens": 16384,
+        "mixed": mixed,
+        "conservativeness": cons,
+        "prefix_caching": True,
+        "schedule_policy": policy,
+        "max_model_len": 8192,
+        "overlap": False,
+        "spec": 0,
+        "acceptance": [],
+        "accepted": [[] for _ in range(n)],
+    }
 
 
 def make_spec(name: str) -> dict:
@@ -156,9 +203,12 @@ def make_spec(name: str) -> dict:
     accepted, offsets = draws(np.array(w["output"]), acceptance, seed)
     steps = [max(o - 1, 0) for o in w["output"]]
     return w | {
-        "name": name, "spec": k, "acceptance": list(acceptance), "mixed": False,
+        "name": name,
+        "spec": k,
+        "acceptance": list(acceptance),
+        "mixed": False,
         "accepted": [accepted[a : a + m].tolist() for a, m in zip(offsets.tolist(), steps, strict=True)],
-    }  # fmt: skip
+    }
 
 
 def config(w: dict):
@@ -168,20 +218,29 @@ def config(w: dict):
 
     if w["overlap"]:
         raise SimserveError(
-            "workload field 'overlap': simserve does not model the overlap scheduler's one-step lag (its CPU time "
-            "only); compare SGLang with itself instead (sglang_overlap.py)"
+            "workload field 'overlap': simserve does not model the overlap scheduler's one-step lag (its "
+            "CPU time only); compare SGLang with itself instead (sglang_overlap.py)"
         )
     if w["kv_tokens"] % 16:
         raise SimserveError(
             f"workload field 'kv_tokens': {w['kv_tokens']} is not a whole number of 16-token blocks"
         )
     return SimConfig(
-        policy="sglang", budget=w["chunk"], max_batch=w["max_running"], max_model_len=w["max_model_len"],
-        block_size=16, page_size=w["page_size"], enable_mixed_chunk=w["mixed"], ignore_eos=all(w["ignore_eos"]),
-        schedule_conservativeness=w["conservativeness"], prefix_caching=w["prefix_caching"],
-        schedule_policy=w["schedule_policy"], max_prefill_tokens=w["max_prefill_tokens"],
-        spec_k=w["spec"], spec_acceptance=tuple(w["acceptance"]),
-    ).validate()  # fmt: skip
+        policy="sglang",
+        budget=w["chunk"],
+        max_batch=w["max_running"],
+        max_model_len=w["max_model_len"],
+        block_size=16,
+        page_size=w["page_size"],
+        enable_mixed_chunk=w["mixed"],
+        ignore_eos=all(w["ignore_eos"]),
+        schedule_conservativeness=w["conservativeness"],
+        prefix_caching=w["prefix_caching"],
+        schedule_policy=w["schedule_policy"],
+        max_prefill_tokens=w["max_prefill_tokens"],
+        spec_k=w["spec"],
+        spec_acceptance=tuple(w["acceptance"]),
+    ).validate()
 
 
 def run_simserve(w: dict, stats: dict | None = None, max_steps: int = 1_000_000) -> list[dict]:
@@ -201,8 +260,9 @@ def run_simserve(w: dict, stats: dict | None = None, max_steps: int = 1_000_000)
     if w["spec"]:  # the workload's draws (speculative.draws), which the driver feeds SGLang's side too
         steps = [max(o - 1, 0) for o in w["output"]]
         reqs.spec_off = np.concatenate([[0], np.cumsum(steps)[:-1]]).astype(np.int64)
-        reqs.spec_draws = np.array([a for acc, m in zip(w["accepted"], steps, strict=True) for a in acc[:m]],
-                                   dtype=np.int16)  # fmt: skip
+        reqs.spec_draws = np.array(
+            [a for acc, m in zip(w["accepted"], steps, strict=True) for a in acc[:m]], dtype=np.int16
+        )
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["kv_tokens"] // 16, 1, LogHistogram(), lambda _, rid: done.append(rid))
     retracted: list[int] = []
@@ -254,16 +314,30 @@ def run_simserve(w: dict, stats: dict | None = None, max_steps: int = 1_000_000)
     if stats is not None:
         stats["evicted pages"] = st.radix.evictions if st.radix is not None else 0
         stats["verifications"] = int(reqs.spec_steps.sum())  # EAGLE: verification steps, drafts accepted
-        stats["accepted"] = int(sum(reqs.spec_draws[o : o + s].astype(np.int64).sum() for o, s in
-                                    zip(reqs.spec_off.tolist(), reqs.spec_steps.tolist(), strict=True))) if w["spec"] else 0
+        stats["accepted"] = (
+            int(
+                sum(
+                    reqs.spec_draws[o : o + s].astype(np.int64).sum()
+                    for o, s in zip(reqs.spec_off.tolist(), reqs.spec_steps.tolist(), strict=True)
+                )
+            )
+            if w["spec"]
+            else 0
+        )
     return steps
 
 
 def sglang_steps(python: str, workloads: list[dict]) -> list[list[dict]]:
     """SGLang's steps over each workload (sglang_loop_driver.py in its environment, all in one process). A
     workload the driver cannot express fails here with its one line (exit 2), never a silent skip."""
-    proc = subprocess.run([python, "-W", "ignore", str(DRIVER)], input=json.dumps(workloads), capture_output=True,
-                          text=True, timeout=3600, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [python, "-W", "ignore", str(DRIVER)],
+        input=json.dumps(workloads),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     if proc.returncode:
         raise RuntimeError(f"sglang_loop_driver exited {proc.returncode}: {proc.stderr.strip()[-3000:]}")
     return json.loads(proc.stdout)
@@ -300,15 +374,20 @@ def counts(steps: list[dict]) -> dict:
     ratios = [s["ratio"] for s in steps]
     cached = [c for s in steps for c in s.get("cached", {}).values()]
     return {
-        "steps": len(steps), "prefill steps": len(prefill),
+        "steps": len(steps),
+        "prefill steps": len(prefill),
         "mixed steps": sum(bool(s.get("decodes")) for s in prefill),
         "admissions": sum(len(s["prefills"]) for s in prefill),
         "most in a step": max((len(s["prefills"]) for s in prefill), default=0),
-        "chunked": sum(s["chunked"] is not None for s in steps), "full": sum(s["full"] for s in steps),
+        "chunked": sum(s["chunked"] is not None for s in steps),
+        "full": sum(s["full"] for s in steps),
         "retracting steps": sum(bool(s["retracted"]) for s in steps),
-        "retracted": sum(len(s["retracted"]) for s in steps), "aborted": sum(len(s["aborted"]) for s in steps),
-        "ratio": (min(ratios), max(ratios)), "hits": sum(c > 0 for c in cached), "cached tokens": sum(cached),
-    }  # fmt: skip
+        "retracted": sum(len(s["retracted"]) for s in steps),
+        "aborted": sum(len(s["aborted"]) for s in steps),
+        "ratio": (min(ratios), max(ratios)),
+        "hits": sum(c > 0 for c in cached),
+        "cached tokens": sum(cached),
+    }
 
 
 def table(python: str, names: list[str]) -> None:
@@ -318,22 +397,28 @@ def table(python: str, names: list[str]) -> None:
     t0 = time.perf_counter()
     theirs = sglang_steps(python, [make(name) for name in names])
     took = time.perf_counter() - t0
-    print("| workload | steps | prefill steps (mixed) | admissions (most in a step) | steps with a chunked request | "
-          "steps ending full | retracting steps (retracted) | new_token_ratio | admissions with a hit (cached "
-          "tokens) | evicted pages | differences |")  # fmt: skip
+    print(
+        "| workload | steps | prefill steps (mixed) | admissions (most in a step) | steps with a chunked "
+        "request | steps ending full | retracting steps (retracted) | new_token_ratio | admissions with a "
+        "hit (cached tokens) | evicted pages | differences |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, steps in zip(names, theirs, strict=True):
         stats: dict = {}
         ours = run_simserve(make(name), stats)
         c, d = counts(ours), compare(ours, steps)
         hits = f"{c['hits']} ({c['cached tokens']})" if name in PREFIX_WORKLOADS else "(off)"
-        print(f"| {name} | {c['steps']} | {c['prefill steps']} ({c['mixed steps']}) | {c['admissions']} "
-              f"({c['most in a step']}) | {c['chunked']} | {c['full']} | {c['retracting steps']} "
-              f"({c['retracted']}) | {c['ratio'][0]:.3f}–{c['ratio'][1]:.3f} | {hits} | {stats['evicted pages']} | "
-              f"{len(d)} |")  # fmt: skip
+        print(
+            f"| {name} | {c['steps']} | {c['prefill steps']} ({c['mixed steps']}) | {c['admissions']} "
+            f"({c['most in a step']}) | {c['chunked']} | {c['full']} | {c['retracting steps']} "
+            f"({c['retracted']}) | {c['ratio'][0]:.3f}–{c['ratio'][1]:.3f} | {hits} | "
+            f"{stats['evicted pages']} | {len(d)} |"
+        )
         if name in SPEC_WORKLOADS:
-            print(f"    EAGLE K={SPEC_WORKLOADS[name][1]}: {stats['verifications']} verifications, "
-                  f"{stats['accepted']} drafts accepted")  # fmt: skip
+            print(
+                f"    EAGLE K={SPEC_WORKLOADS[name][1]}: {stats['verifications']} verifications, "
+                f"{stats['accepted']} drafts accepted"
+            )
         for line in d[:3]:
             print("   ", line)
     print(f"SGLang's side: {took:.0f} s wall for {len(names)} workloads")
@@ -341,4 +426,7 @@ def table(python: str, names: list[str]) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[2:] if a != "--full"]
-    table(sys.argv[1], args or ([*WORKLOADS, *PREFIX_WORKLOADS, *SPEC_WORKLOADS] if "--full" in sys.argv else list(CI)))
+    table(
+        sys.argv[1],
+        args or ([*WORKLOADS, *PREFIX_WORKLOADS, *SPEC_WORKLOADS] if "--full" in sys.argv else list(CI)),
+    )

@@ -38,10 +38,21 @@ import sglang_streams  # noqa: E402
 # the workload's fields and what the driver accepts for each (sglang_loop.make writes them)
 PER_REQUEST = ("prompt", "output", "arrive", "ignore_eos", "group", "shared", "accepted")
 FLAGS = {
-    "name": str, "kv_tokens": int, "page_size": int, "chunk": int, "max_running": int, "max_prefill_tokens": int,
-    "mixed": bool, "conservativeness": float, "prefix_caching": bool, "schedule_policy": str,
-    "max_model_len": int, "overlap": bool, "spec": int, "acceptance": list,
-}  # fmt: skip
+    "name": str,
+    "kv_tokens": int,
+    "page_size": int,
+    "chunk": int,
+    "max_running": int,
+    "max_prefill_tokens": int,
+    "mixed": bool,
+    "conservativeness": float,
+    "prefix_caching": bool,
+    "schedule_policy": str,
+    "max_model_len": int,
+    "overlap": bool,
+    "spec": int,
+    "acceptance": list,
+}
 POLICIES = ("fcfs", "lof", "lpm")
 
 
@@ -49,7 +60,10 @@ def check(w: dict) -> str | None:
     """The first field this driver cannot express, as one line; None when it can run the workload."""
     for key in w:
         if key not in FLAGS and key not in PER_REQUEST:
-            return f"workload field {key!r}: not a field this driver knows (it knows {sorted([*FLAGS, *PER_REQUEST])})"
+            return (
+                f"workload field {key!r}: not a field this driver knows (it knows "
+                f"{sorted([*FLAGS, *PER_REQUEST])})"
+            )
     for key, kind in FLAGS.items():
         if key not in w:
             return f"workload field {key!r}: missing"
@@ -73,17 +87,26 @@ def check(w: dict) -> str | None:
         i for i, (p, o) in enumerate(zip(w["prompt"], w["output"], strict=True)) if p + o > w["max_model_len"]
     ]
     if too_long:
-        return f"workload field 'prompt': request {too_long[0]} is longer than max_model_len {w['max_model_len']}"
+        return (
+            f"workload field 'prompt': request {too_long[0]} is longer than max_model_len "
+            f"{w['max_model_len']}"
+        )
     if any(o < 1 for o in w["output"]) or any(p < 1 for p in w["prompt"]):
         return "workload field 'output': every request needs a prompt and at least one output token"
     if not w["prefix_caching"] and any(g >= 0 for g in w["group"]):
         return "workload field 'group': shared token streams need prefix_caching"
     if w["spec"] < 0 or (w["spec"] and (w["mixed"] or w["overlap"])):
-        return ("workload field 'spec': EAGLE with K >= 1 drafts, without mixed chunks or the overlap loop (simserve "
-                "models neither with speculation)")
-    if w["spec"] and any(len(a) < o - 1 or any(not 0 <= x <= w["spec"] for x in a)
-                         for a, o in zip(w["accepted"], w["output"], strict=True)):
-        return "workload field 'accepted': per request, at least output - 1 accepted-draft counts in [0, spec]"
+        return (
+            "workload field 'spec': EAGLE with K >= 1 drafts, without mixed chunks or the overlap loop "
+            "(simserve models neither with speculation)"
+        )
+    if w["spec"] and any(
+        len(a) < o - 1 or any(not 0 <= x <= w["spec"] for x in a)
+        for a, o in zip(w["accepted"], w["output"], strict=True)
+    ):
+        return (
+            "workload field 'accepted': per request, at least output - 1 accepted-draft counts in [0, spec]"
+        )
     return None
 
 
@@ -107,21 +130,28 @@ def build(w: dict):
 
     page = w["page_size"]
     args = ServerArgs(
-        model_path="none", page_size=page, chunked_prefill_size=w["chunk"], max_running_requests=w["max_running"],
-        max_prefill_tokens=w["max_prefill_tokens"], schedule_policy=w["schedule_policy"],
-        schedule_conservativeness=w["conservativeness"], enable_mixed_chunk=w["mixed"],
-        disable_radix_cache=not w["prefix_caching"], context_length=w["max_model_len"],
-    )  # fmt: skip
+        model_path="none",
+        page_size=page,
+        chunked_prefill_size=w["chunk"],
+        max_running_requests=w["max_running"],
+        max_prefill_tokens=w["max_prefill_tokens"],
+        schedule_policy=w["schedule_policy"],
+        schedule_conservativeness=w["conservativeness"],
+        enable_mixed_chunk=w["mixed"],
+        disable_radix_cache=not w["prefix_caching"],
+        context_length=w["max_model_len"],
+    )
     spec = SpeculativeAlgorithm.NONE
     if w["spec"]:  # --speculative-algorithm EAGLE --speculative-num-steps K --speculative-eagle-topk 1
         # --speculative-num-draft-tokens K+1 --disable-overlap-schedule, as the speculative hook resolves them
-        # (arg_groups/speculative_hook.py _handle_eagle_family needs the model's config, which there is none of
-        # here: the resolved values are set on the published arguments)
+        # (arg_groups/speculative_hook.py _handle_eagle_family needs the model's config, which there is none
+        # of here: the resolved values are set on the published arguments)
         args.speculative_algorithm, args.speculative_num_steps = "EAGLE", w["spec"]
         args.speculative_eagle_topk, args.speculative_num_draft_tokens = 1, w["spec"] + 1
         args.disable_overlap_schedule = True
         # paged pools: get_last_loc's torch path (mem_cache/allocation.py), as SGLang takes it with the
-        # torch_native attention backend; the default backends launch a Triton kernel (a GPU) for the same lookup
+        # torch_native attention backend; the default backends launch a Triton kernel (a GPU) for the same
+        # lookup
         args.attention_backend = "torch_native"
         spec = SpeculativeAlgorithm.from_string("EAGLE")
         allocation.assign_req_to_token_pool_func = assign_req_to_token_pool
@@ -136,40 +166,86 @@ def build(w: dict):
         alloc = TokenToKVPoolAllocator(w["kv_tokens"], torch.float16, "cpu", None, False)
     else:
         alloc = PagedTokenToKVPoolAllocator(w["kv_tokens"], page, torch.float16, "cpu", None, False)
-    tree = UnifiedRadixCache(CacheInitParams(
-        disable=not w["prefix_caching"], req_to_token_pool=rows, token_to_kv_pool_allocator=alloc, page_size=page,
-        tree_components=(ComponentType.FULL,), chunked_prefill_size=w["chunk"],
-    ))  # fmt: skip
+    tree = UnifiedRadixCache(
+        CacheInitParams(
+            disable=not w["prefix_caching"],
+            req_to_token_pool=rows,
+            token_to_kv_pool_allocator=alloc,
+            page_size=page,
+            tree_components=(ComponentType.FULL,),
+            chunked_prefill_size=w["chunk"],
+        )
+    )
     s = object.__new__(sm.Scheduler)
     s.__dict__.update(
-        scheduler_stage_metrics=None, waiting_queue=[], running_batch=sm.ScheduleBatch(reqs=[], batch_is_full=False),
-        last_batch=None, chunked_req=None, new_token_ratio_tracker=NewTokenRatioTracker.from_config(),
-        policy=SchedulePolicy(w["schedule_policy"], tree, False, False, False), tree_cache=tree,
-        req_to_token_pool=rows, token_to_kv_pool_allocator=alloc, page_size=page, chunked_prefill_size=w["chunk"],
-        max_prefill_tokens=w["max_prefill_tokens"], max_running_requests=w["max_running"], is_mixed_chunk=w["mixed"],
+        scheduler_stage_metrics=None,
+        waiting_queue=[],
+        running_batch=sm.ScheduleBatch(reqs=[], batch_is_full=False),
+        last_batch=None,
+        chunked_req=None,
+        new_token_ratio_tracker=NewTokenRatioTracker.from_config(),
+        policy=SchedulePolicy(w["schedule_policy"], tree, False, False, False),
+        tree_cache=tree,
+        req_to_token_pool=rows,
+        token_to_kv_pool_allocator=alloc,
+        page_size=page,
+        chunked_prefill_size=w["chunk"],
+        max_prefill_tokens=w["max_prefill_tokens"],
+        max_running_requests=w["max_running"],
+        is_mixed_chunk=w["mixed"],
         model_config=types.SimpleNamespace(vocab_size=sglang_streams.VOCAB, is_encoder_decoder=False),
-        enable_overlap=False, spec_algorithm=spec,
+        enable_overlap=False,
+        spec_algorithm=spec,
         # features this check leaves off, each at the value Scheduler.__init__ gives it when off
-        _pending_chunked_abort_req=None, dllm_config=None, enable_hisparse=False, hisparse_coordinator=None,
-        enable_hierarchical_cache=False, enable_hicache_storage=False, enable_lmcache=False,
-        enable_unified_cache_external_linker=False, enable_lora=False, lora_drainer=None,
-        enable_priority_preemption=False, enable_priority_scheduling=False, priority_scheduling_preemption_threshold=0,
-        is_hybrid_swa=False, min_free_slots_delayer=None, dynamic_chunk_sizer=None, prefill_delayer=None,
-        truncation_align_size=None, max_prefill_bs=0, processed_tokens_counter=0, require_mlp_sync=False,
-        prefill_decode_interval=0, _prefill_decode_interval_remaining=0, prefill_decode_interval_min_bs=0,
-        enable_skip_finishing_decode=False, result_queue=[], decode_offload_manager=None, forward_ct=0,
-        disaggregation_mode=sm.DisaggregationMode.NULL, _engine_paused=False, device="cpu",
-        grammar_manager=_NoGrammars(), beam_coordinator=_NoBeams(), dp_attn_adapter=_NoDpAttention(),
-        ngram_embedding_manager=_NoNgrams(), dllm_manager=_NoDllm(),
+        _pending_chunked_abort_req=None,
+        dllm_config=None,
+        enable_hisparse=False,
+        hisparse_coordinator=None,
+        enable_hierarchical_cache=False,
+        enable_hicache_storage=False,
+        enable_lmcache=False,
+        enable_unified_cache_external_linker=False,
+        enable_lora=False,
+        lora_drainer=None,
+        enable_priority_preemption=False,
+        enable_priority_scheduling=False,
+        priority_scheduling_preemption_threshold=0,
+        is_hybrid_swa=False,
+        min_free_slots_delayer=None,
+        dynamic_chunk_sizer=None,
+        prefill_delayer=None,
+        truncation_align_size=None,
+        max_prefill_bs=0,
+        processed_tokens_counter=0,
+        require_mlp_sync=False,
+        prefill_decode_interval=0,
+        _prefill_decode_interval_remaining=0,
+        prefill_decode_interval_min_bs=0,
+        enable_skip_finishing_decode=False,
+        result_queue=[],
+        decode_offload_manager=None,
+        forward_ct=0,
+        disaggregation_mode=sm.DisaggregationMode.NULL,
+        _engine_paused=False,
+        device="cpu",
+        grammar_manager=_NoGrammars(),
+        beam_coordinator=_NoBeams(),
+        dp_attn_adapter=_NoDpAttention(),
+        ngram_embedding_manager=_NoNgrams(),
+        dllm_manager=_NoDllm(),
         metrics_reporter=types.SimpleNamespace(enable_metrics=False, num_retracted_reqs=0),
-        tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(attn_backend=None, prefill_aware_swa=False)),
+        tp_worker=types.SimpleNamespace(
+            model_runner=types.SimpleNamespace(attn_backend=None, prefill_aware_swa=False)
+        ),
         load_inquirer=types.SimpleNamespace(_get_num_pending_tokens=lambda **_: 0),
         future_map=None,
-    )  # fmt: skip
+    )
     return s, sm
 
 
-def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
+def assign_req_to_token_pool(
+    req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size
+):
     """mem_cache/allocation.py `assign_req_to_token_pool_func` on CPU tensors: its Triton kernel
     (`assign_req_to_token_pool`, a GPU launch) writes each request's newly allocated KV slots into its
     req_to_token row, request i's slots [start_i, end_i) from out_cache_loc in batch order; this is that copy
@@ -218,11 +294,12 @@ class _NoDllm:  # not a diffusion LM
 
 
 def process_results(s, batch, tokens: list[int], overlap: bool) -> None:
-    """`process_batch_result_prefill` / `_decode`'s finish handling (scheduler_components/batch_result_processor.py,
-    a generation batch without overlap, speculation, logprobs or grammar): a request computing its last prompt
-    token (or decoding) commits its token and checks its finish state; finished, its KV is released into the
-    tree (release_kv_cache, checkpoint=True); prefilled and not a decode of a mixed batch, its KV is published
-    (checkpoint_kv_cache); a middle chunk only counts down."""
+    """`process_batch_result_prefill` / `_decode`'s finish handling
+    (scheduler_components/batch_result_processor.py, a generation batch without overlap, speculation, logprobs
+    or grammar): a request computing its last prompt token (or decoding) commits its token and checks its
+    finish state; finished, its KV is released into the tree (release_kv_cache, checkpoint=True); prefilled
+    and not a decode of a mixed batch, its KV is published (checkpoint_kv_cache); a middle chunk only counts
+    down."""
     from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
 
     alloc, tree = s.token_to_kv_pool_allocator, s.tree_cache
@@ -275,8 +352,9 @@ def process_verify(s, batch, runs: list[list[int]]) -> None:
 
 
 def run(w: dict) -> list[dict]:
-    """`event_loop_normal` over the workload, or with `overlap` `event_loop_overlap` (the next batch is scheduled
-    before the last one's results are processed); one record per turn of the loop (sglang_loop.py's format)."""
+    """`event_loop_normal` over the workload, or with `overlap` `event_loop_overlap` (the next batch is
+    scheduled before the last one's results are processed); one record per turn of the loop (sglang_loop.py's
+    format)."""
     s, sm = build(w)
     from collections import deque
 
@@ -345,12 +423,14 @@ def run(w: dict) -> list[dict]:
             s.new_token_ratio_tracker.reset()  # Scheduler.on_idle
         s.last_batch = batch
         step.update(
-            retracted=list(retracted), aborted=sorted(aborted),
+            retracted=list(retracted),
+            aborted=sorted(aborted),
             chunked=None if s.chunked_req is None else int(s.chunked_req.rid),
-            full=bool(s.running_batch.batch_is_full), ratio=s.new_token_ratio_tracker.current,
+            full=bool(s.running_batch.batch_is_full),
+            ratio=s.new_token_ratio_tracker.current,
             # the KV pool after the step: free tokens, and tokens cached but unlocked (evictable)
             pool=[int(s.token_to_kv_pool_allocator.available_size()), int(s.tree_cache.evictable_size())],
-        )  # fmt: skip
+        )
         steps.append(step)
         if len(steps) > 1_000_000:
             raise RuntimeError("SGLang did not drain the workload in a million steps")

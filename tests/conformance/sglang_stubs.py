@@ -1,11 +1,12 @@
 """Import-time stand-ins for what SGLang's scheduling modules import but a CPU-only check never runs.
 
-`sglang.srt.managers.schedule_policy`, `schedule_batch` and `scheduler` import, on the way, GPU kernels (sgl_kernel,
-flashinfer, deep_gemm, tvm_ffi), the HTTP server (fastapi, uvloop, aiohttp), grammar backends, multimodal
-helpers (torchvision's compiled ops do not load beside the CPU torch) and tools a GPU server uses. None of them
-is called by the prefill admission the conformance test drives (sglang_driver.py), so each is replaced by a
-module whose every attribute is an inert object: callable (a decorator returns what it decorates), subscriptable,
-false, and acceptable to pydantic as "any". Installed as the first meta-path finder, before any sglang import.
+`sglang.srt.managers.schedule_policy`, `schedule_batch` and `scheduler` import, on the way, GPU kernels
+(sgl_kernel, flashinfer, deep_gemm, tvm_ffi), the HTTP server (fastapi, uvloop, aiohttp), grammar backends,
+multimodal helpers (torchvision's compiled ops do not load beside the CPU torch) and tools a GPU server uses.
+None of them is called by the prefill admission the conformance test drives (sglang_driver.py), so each is
+replaced by a module whose every attribute is an inert object: callable (a decorator returns what it
+decorates), subscriptable, false, and acceptable to pydantic as "any". Installed as the first meta-path
+finder, before any sglang import.
 """
 
 from __future__ import annotations
@@ -16,12 +17,45 @@ import sys
 import types
 
 STUBBED = {
-    "tvm_ffi", "torchvision", "IPython", "sgl_kernel", "flashinfer", "aiohttp", "uvloop", "fastapi", "setproctitle",
-    "outlines", "xgrammar", "llguidance", "partial_json_parser", "compressed_tensors", "decord", "soundfile",
-    "interegular", "jsonschema", "prometheus_client", "einops", "cuda", "blobfile", "modelscope", "pynvml",
-    "nvidia", "deep_gemm", "pandas", "scipy", "hf_transfer", "datasets", "torchao", "sentencepiece", "tiktoken",
-    "timm", "av", "ray", "cv2", "uvicorn",
-}  # fmt: skip
+    "tvm_ffi",
+    "torchvision",
+    "IPython",
+    "sgl_kernel",
+    "flashinfer",
+    "aiohttp",
+    "uvloop",
+    "fastapi",
+    "setproctitle",
+    "outlines",
+    "xgrammar",
+    "llguidance",
+    "partial_json_parser",
+    "compressed_tensors",
+    "decord",
+    "soundfile",
+    "interegular",
+    "jsonschema",
+    "prometheus_client",
+    "einops",
+    "cuda",
+    "blobfile",
+    "modelscope",
+    "pynvml",
+    "nvidia",
+    "deep_gemm",
+    "pandas",
+    "scipy",
+    "hf_transfer",
+    "datasets",
+    "torchao",
+    "sentencepiece",
+    "tiktoken",
+    "timm",
+    "av",
+    "ray",
+    "cv2",
+    "uvicorn",
+}
 
 
 class _Inert:

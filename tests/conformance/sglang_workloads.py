@@ -1,5 +1,5 @@
-"""simserve's `sglang` policy stepped over request streams, every prefill decision recorded with its state, for
-SGLang 0.5.23's own admission code to take the same decisions from (sglang_driver.py, in SGLang's env).
+"""simserve's `sglang` policy stepped over request streams, every prefill decision recorded with its state,
+for SGLang 0.5.23's own admission code to take the same decisions from (sglang_driver.py, in SGLang's env).
 
 What is compared: at every step, from simserve's state at that step, SGLang's `PrefillAdder` (with its
 `PrefillBudget`) and the scheduler's loop around it decide which requests a prefill batch admits, how many
@@ -20,7 +20,8 @@ import sys
 
 import numpy as np
 
-# name -> (requests, prompt range, output range, arrivals per step, KV tokens, chunk, max running, mixed, ignore_eos,
+# name -> (requests, prompt range, output range, arrivals per step, KV tokens, chunk, max running, mixed,
+# ignore_eos,
 #          page size)
 WORKLOADS = {
     "light": (300, (20, 1500), (5, 300), 0.5, 400_000, 2048, 64, False, False, 1),
@@ -43,10 +44,17 @@ def make(name: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     arrive = np.floor(np.cumsum(rng.exponential(1 / rate, n))).astype(int)
     return {
-        "prompt": rng.integers(p0, p1, n).tolist(), "output": rng.integers(o0, o1, n).tolist(),
-        "arrive": arrive.tolist(), "kv_tokens": tokens, "chunk": chunk, "max_running": running, "mixed": mixed,
-        "ignore_eos": eos, "page_size": page, "conservativeness": CONSERVATIVENESS.get(name, 1.0),
-    }  # fmt: skip
+        "prompt": rng.integers(p0, p1, n).tolist(),
+        "output": rng.integers(o0, o1, n).tolist(),
+        "arrive": arrive.tolist(),
+        "kv_tokens": tokens,
+        "chunk": chunk,
+        "max_running": running,
+        "mixed": mixed,
+        "ignore_eos": eos,
+        "page_size": page,
+        "conservativeness": CONSERVATIVENESS.get(name, 1.0),
+    }
 
 
 def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[dict], dict]:
@@ -61,10 +69,16 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
     n = len(w["prompt"])
     reqs = Requests(np.array(w["prompt"]), np.array(w["output"]), np.zeros(n))
     cfg = SimConfig(
-        policy="sglang", budget=w["chunk"], max_batch=w["max_running"], max_model_len=8192, block_size=16,
-        page_size=w["page_size"], enable_mixed_chunk=w["mixed"], ignore_eos=w["ignore_eos"],
+        policy="sglang",
+        budget=w["chunk"],
+        max_batch=w["max_running"],
+        max_model_len=8192,
+        block_size=16,
+        page_size=w["page_size"],
+        enable_mixed_chunk=w["mixed"],
+        ignore_eos=w["ignore_eos"],
         schedule_conservativeness=w["conservativeness"],
-    ).validate()  # fmt: skip
+    ).validate()
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["kv_tokens"] // 16, 1, LogHistogram(), lambda _, rid: done.append(rid))
     states: list[dict] = []
@@ -79,18 +93,32 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
         def row(rid):
             return [int(rid), int(r.prompt[rid]), int(r.generated[rid]), int(r.output[rid])]
 
-        states.append({
-            "waiting": [row(i) for i in rep.waiting], "running": [row(i) for i in s.running],
-            "chunked": None if chunked is None else [*row(chunked), int(r.computed[chunked])],
-            "free_tokens": int(rep.kv.free * page), "ratio": float(s.ratio), "full": bool(full),
-            "page_size": page, "chunk": int(rep.budget), "max_prefill_tokens": int(cfg.max_prefill_tokens),
-            "max_running": int(rep.max_batch), "mixed": bool(cfg.enable_mixed_chunk), "ignore_eos": bool(cfg.ignore_eos),
-        })  # fmt: skip
+        states.append(
+            {
+                "waiting": [row(i) for i in rep.waiting],
+                "running": [row(i) for i in s.running],
+                "chunked": None if chunked is None else [*row(chunked), int(r.computed[chunked])],
+                "free_tokens": int(rep.kv.free * page),
+                "ratio": float(s.ratio),
+                "full": bool(full),
+                "page_size": page,
+                "chunk": int(rep.budget),
+                "max_prefill_tokens": int(cfg.max_prefill_tokens),
+                "max_running": int(rep.max_batch),
+                "mixed": bool(cfg.enable_mixed_chunk),
+                "ignore_eos": bool(cfg.ignore_eos),
+            }
+        )
         before = {int(i): int(r.computed[i]) for i in [*rep.waiting, *rep.prefilling]}
         out = choose(rep, now, pending)
         cut = [int(i) for i, c in out if before.get(int(i), 0) + c < rep.num_tokens(int(i))]
-        ours.append({"admitted": [[int(i), int(c)] for i, c in out], "chunked": cut[0] if cut else None,
-                     "full": bool(s.full)})  # fmt: skip
+        ours.append(
+            {
+                "admitted": [[int(i), int(c)] for i, c in out],
+                "chunked": cut[0] if cut else None,
+                "full": bool(s.full),
+            }
+        )
         return out
 
     decode = sglang._decode
@@ -99,16 +127,27 @@ def run_simserve(w: dict, max_steps: int = 200_000) -> tuple[list[dict], list[di
         r, page = rep.reqs, rep.block_size
         if sglang._decode_pages(rep, rep.sglang.running) <= rep.kv.free:
             return decode(rep)
-        running = [[int(i), int(r.prompt[i]), int(r.generated[i]), int(r.output[i]), int(r.computed[i])]
-                   for i in rep.sglang.running]  # fmt: skip
-        states.append({"retract": True, "running": running, "free_tokens": int(rep.kv.free * page),
-                       "page_size": page, "ignore_eos": bool(cfg.ignore_eos)})  # fmt: skip
+        running = [
+            [int(i), int(r.prompt[i]), int(r.generated[i]), int(r.output[i]), int(r.computed[i])]
+            for i in rep.sglang.running
+        ]
+        states.append(
+            {
+                "retract": True,
+                "running": running,
+                "free_tokens": int(rep.kv.free * page),
+                "page_size": page,
+                "ignore_eos": bool(cfg.ignore_eos),
+            }
+        )
         before_pre, before_ign = r.preemptions.copy(), set(np.flatnonzero(r.status == IGNORED).tolist())
         out = decode(rep)
         retracted = [int(i) for i in rep.retracted_order]
         aborted = sorted(set(np.flatnonzero(r.status == IGNORED).tolist()) - before_ign)
         assert sorted(retracted) == np.flatnonzero(r.preemptions != before_pre).tolist()
-        ours.append({"retracted": retracted, "aborted": [int(i) for i in aborted], "ratio": float(rep.sglang.ratio)})
+        ours.append(
+            {"retracted": retracted, "aborted": [int(i) for i in aborted], "ratio": float(rep.sglang.ratio)}
+        )
         return out
 
     def recorded_preempt(rid, to_back=False):
@@ -155,16 +194,24 @@ def sglang_decisions(python: str, states: list[dict]) -> list[dict]:
     from pathlib import Path
 
     driver = Path(__file__).resolve().parent / "sglang_driver.py"
-    proc = subprocess.run([python, str(driver)], input=json.dumps(states), capture_output=True, text=True,
-                          timeout=900, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [python, str(driver)],
+        input=json.dumps(states),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
     return json.loads(proc.stdout)
 
 
 if __name__ == "__main__":  # the table in docs/engines.md
-    print("| workload | steps | prefill decisions with a queue | admissions | left half-prefilled | stopped full with a "
-          "queue | most admitted in a step | decode steps that retract | retracted | differences |")  # fmt: skip
+    print(
+        "| workload | steps | prefill decisions with a queue | admissions | left half-prefilled | stopped "
+        "full with a queue | most admitted in a step | decode steps that retract | retracted | differences |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in WORKLOADS:
         states, ours, counts = run_simserve(make(name))
@@ -178,7 +225,9 @@ if __name__ == "__main__":  # the table in docs/engines.md
         full = sum(o["full"] and bool(s["waiting"]) for s, o in pre)
         most = max(len(o["admitted"]) for _, o in pre)
         retracted = sum(len(o["retracted"]) for o in ret)
-        print(f"| {name} | {counts['steps']} | {queued} | {admitted} | {chunked} | {full} | {most} | {len(ret)} | "
-              f"{retracted} | {len(d)} |")  # fmt: skip
+        print(
+            f"| {name} | {counts['steps']} | {queued} | {admitted} | {chunked} | {full} | {most} | "
+            f"{len(ret)} | {retracted} | {len(d)} |"
+        )
         for line in d[:3]:
             print("  ", line)

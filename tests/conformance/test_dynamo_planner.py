@@ -1,12 +1,13 @@
-"""simserve's Dynamo-derived autoscaler policies (sim/scale_policies.py: queue, slo) against Dynamo 1.6.1's own
-planner code (dynamo.planner.core.state_machine.PlannerScalingState).
+"""simserve's Dynamo-derived autoscaler policies (sim/scale_policies.py: queue, slo) against Dynamo 1.6.1's
+own planner code (dynamo.planner.core.state_machine.PlannerScalingState).
 
 A simserve autoscaled run records what its policy saw at each decision (each serving replica's queued prompt
 tokens, the replicas starting and draining, the requests since the last decision) and what it decided;
-dynamo_driver.py replays the same sequence on Dynamo's planner in Dynamo's environment (SIMSERVE_DYNAMO_PYTHON,
-default .venv-dynamo; tools/dynamo_env.sh builds it). Every decision must leave the same replica target: a
-decision's own count, or, for no decision, the replicas held (serving + starting). Hand-made sequences add the
-cases a run rarely meets (a start cancelled by a scale-down, the throughput planner's step cap).
+dynamo_driver.py replays the same sequence on Dynamo's planner in Dynamo's environment
+(SIMSERVE_DYNAMO_PYTHON, default .venv-dynamo; tools/dynamo_env.sh builds it). Every decision must leave the
+same replica target: a decision's own count, or, for no decision, the replicas held (serving + starting).
+Hand-made sequences add the cases a run rarely meets (a start cancelled by a scale-down, the throughput
+planner's step cap).
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ class Recording:
 
     def desired(self, now: float, view: View):
         wanted, metric = self.policy.desired(now, view)
-        step = {"queued": [load.queued_tokens for load in view.active], "starting": view.starting,
-                "draining": view.draining, "arrivals": view.arrivals, "elapsed_s": view.elapsed_s}  # fmt: skip
+        step = {
+            "queued": [load.queued_tokens for load in view.active],
+            "starting": view.starting,
+            "draining": view.draining,
+            "arrivals": view.arrivals,
+            "elapsed_s": view.elapsed_s,
+        }
         self.steps.append(step)
         self.targets.append(view.current if wanted is None else wanted)
         self.answers.append(wanted)
@@ -49,12 +55,14 @@ class Recording:
 def need_dynamo() -> None:
     if not DYNAMO_PYTHON.exists():
         pytest.skip(
-            f"no Dynamo 1.6.1 planner environment at {DYNAMO_PYTHON}: build it with `bash tools/dynamo_env.sh`"
+            f"no Dynamo 1.6.1 planner environment at {DYNAMO_PYTHON}: build it with `bash "
+            "tools/dynamo_env.sh`"
         )
 
 
 def record_run(monkeypatch, policy: str, rates, **kw) -> Recording:
-    """An autoscaled run (1:6 replicas, 5 s cold starts) of Poisson arrivals at each (qps, seconds) in turn."""
+    """An autoscaled run (1:6 replicas, 5 s cold starts) of Poisson arrivals at each (qps, seconds) in
+    turn."""
     need_dynamo()  # before the run: without Dynamo's environment there is nothing to compare it with
     made: list[Recording] = []
     step_s = kw.pop("step_s", 0.2)
@@ -70,18 +78,37 @@ def record_run(monkeypatch, policy: str, rates, **kw) -> Recording:
     n = len(arrived)
     cfg = SimConfig(policy="sarathi", num_replicas=6, max_model_len=CONTEXT, stop_when_overloaded=False)
     scale = AutoscaleConfig(1, 6, policy, initial=1, cold_start_s=5.0, **kw)
-    simulate(rng.integers(50, 400, n), rng.integers(20, 80, n), arrived, ConstantTimer(step_s), 2000,
-             cfg, autoscale=scale)  # fmt: skip
+    simulate(
+        rng.integers(50, 400, n),
+        rng.integers(20, 80, n),
+        arrived,
+        ConstantTimer(step_s),
+        2000,
+        cfg,
+        autoscale=scale,
+    )
     (rec,) = made
     return rec
 
 
 def replay(rec: Recording, policy: str, lo: int, hi: int, capacity_rps: float = 0.0) -> list[int]:
     need_dynamo()
-    w = {"policy": policy, "min": lo, "max": hi, "context_length": CONTEXT, "capacity_rps": capacity_rps,
-         "steps": rec.steps}  # fmt: skip
-    proc = subprocess.run([str(DYNAMO_PYTHON), str(HERE / "dynamo_driver.py")], input=json.dumps(w),
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    w = {
+        "policy": policy,
+        "min": lo,
+        "max": hi,
+        "context_length": CONTEXT,
+        "capacity_rps": capacity_rps,
+        "steps": rec.steps,
+    }
+    proc = subprocess.run(
+        [str(DYNAMO_PYTHON), str(HERE / "dynamo_driver.py")],
+        input=json.dumps(w),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     answers = json.loads(proc.stdout)
     return [held(s) if a is None else a for s, a in zip(rec.steps, answers, strict=True)]
@@ -117,11 +144,12 @@ def _view(queued, starting=0, draining=0, arrivals=0, elapsed=180.0, lo=1, hi=6)
     )
 
 
-# -- queue: the load-based planner ---------------------------------------------------------------------------------
+# -- queue: the load-based planner ---------------------------------------------------------------------------
 def test_the_queue_policy_decides_as_dynamos_load_planner_on_a_recorded_run(monkeypatch):
     rec = record_run(monkeypatch, "queue", [(2.0, 60.0), (20.0, 60.0), (2.0, 120.0)], interval_s=2.0)
     assert diffs(rec, replay(rec, "queue", 1, 6))[:5] == []
-    # the run exercises what it checks: scale-ups, scale-downs, holds while replicas start and while one drains
+    # the run exercises what it checks: scale-ups, scale-downs, holds while replicas start and while one
+    # drains
     ups, downs = moves(rec)
     assert ups and downs
     assert any(s["starting"] for s in rec.steps) and any(s["draining"] for s in rec.steps)
@@ -164,10 +192,16 @@ def test_the_comparison_sees_a_rule_that_ignores_pending_starts():
     assert diffs(rec, replay(rec, "queue", 1, 6)) != []
 
 
-# -- slo: throughput scaling, aggregated ---------------------------------------------------------------------------
+# -- slo: throughput scaling, aggregated ---------------------------------------------------------------------
 def test_the_slo_policy_decides_as_dynamos_throughput_planner_on_a_recorded_run(monkeypatch):
-    rec = record_run(monkeypatch, "slo", [(2.0, 60.0), (20.0, 60.0), (2.0, 400.0)], capacity_qps=4.0,
-                     interval_s=4.0, step_s=0.02)  # fmt: skip
+    rec = record_run(
+        monkeypatch,
+        "slo",
+        [(2.0, 60.0), (20.0, 60.0), (2.0, 400.0)],
+        capacity_qps=4.0,
+        interval_s=4.0,
+        step_s=0.02,
+    )
     assert diffs(rec, replay(rec, "slo", 1, 6, capacity_rps=4.0))[:5] == []
     ups, downs = moves(rec)
     assert ups and downs

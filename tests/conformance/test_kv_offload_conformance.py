@@ -22,7 +22,9 @@ from simserve.sim.testing import LinearTimer
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 _CANDIDATES = [Path("/work/envs/vllm033/bin/python"), ROOT / ".venv-vllm" / "bin" / "python"]
-VLLM_PYTHON = Path(os.environ.get("SIMSERVE_VLLM_PYTHON") or next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0]))
+VLLM_PYTHON = Path(
+    os.environ.get("SIMSERVE_VLLM_PYTHON") or next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
+)
 
 
 class Recording(kv_offload.CpuTier):
@@ -47,7 +49,9 @@ class Recording(kv_offload.CpuTier):
         return super().lookup(rid, gpu_blocks, num_tokens)
 
     def _start(self, rid, now, gpu_blocks, blocks, num_tokens, rest):
-        self.events.append(["load", rid, [(self._key(rid, k), k) for k in range(gpu_blocks, gpu_blocks + blocks)]])
+        self.events.append(
+            ["load", rid, [(self._key(rid, k), k) for k in range(gpu_blocks, gpu_blocks + blocks)]]
+        )
         self.mine.append(0)
         super()._start(rid, now, gpu_blocks, blocks, num_tokens, rest)
 
@@ -69,7 +73,7 @@ class MostRecentFirst(Recording):
         order = sorted((r, k) for k, r in self.rank.items() if k not in self.pinned and k not in protected)
         if len(order) < n:
             return None
-        chosen = [k for _, k in order[len(order) - n:]]
+        chosen = [k for _, k in order[len(order) - n :]]
         for k in chosen:
             del self.rank[k]
         return chosen
@@ -87,10 +91,23 @@ def record(monkeypatch, tier_blocks: int, cls=Recording) -> Recording:
     monkeypatch.setenv("SIMSERVE_CORE", "reference")
     rng = np.random.default_rng(0)
     n = 300
-    cfg = SimConfig(policy="vllm-v1", max_model_len=1024, prefix_caching=True, watermark=0.0,
-                    kv_offload_blocks=tier_blocks, kv_offload_block_s=2e-4)  # fmt: skip
-    simulate(rng.integers(100, 900, n), rng.integers(5, 60, n), np.cumsum(rng.exponential(0.05, n)),
-             LinearTimer(0.003, 2e-5, 3e-8), 120, cfg, prefix=(rng.integers(0, 8, n), np.full(n, 2000)))  # fmt: skip
+    cfg = SimConfig(
+        policy="vllm-v1",
+        max_model_len=1024,
+        prefix_caching=True,
+        watermark=0.0,
+        kv_offload_blocks=tier_blocks,
+        kv_offload_block_s=2e-4,
+    )
+    simulate(
+        rng.integers(100, 900, n),
+        rng.integers(5, 60, n),
+        np.cumsum(rng.exponential(0.05, n)),
+        LinearTimer(0.003, 2e-5, 3e-8),
+        120,
+        cfg,
+        prefix=(rng.integers(0, 8, n), np.full(n, 2000)),
+    )
     (tier,) = tiers
     return tier
 
@@ -99,8 +116,14 @@ def replay_on_vllm(tier: Recording) -> list:
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM 0.33.0 environment at {VLLM_PYTHON}: build it with `bash tools/vllm_env.sh`")
     w = {"capacity": tier.capacity, "block_size": tier.block_size, "events": tier.events}
-    proc = subprocess.run([str(VLLM_PYTHON), str(HERE / "kv_offload_driver.py")], input=json.dumps(w),
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [str(VLLM_PYTHON), str(HERE / "kv_offload_driver.py")],
+        input=json.dumps(w),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -109,7 +132,11 @@ def replay_on_vllm(tier: Recording) -> list:
 def test_the_cpu_tier_stores_evicts_and_finds_as_vllms_offloading_manager(monkeypatch, tier_blocks):
     tier = record(monkeypatch, tier_blocks)
     theirs = replay_on_vllm(tier)
-    diffs = [(i, tier.events[i][:2], m, t) for i, (m, t) in enumerate(zip(tier.mine, theirs, strict=True)) if m != t]
+    diffs = [
+        (i, tier.events[i][:2], m, t)
+        for i, (m, t) in enumerate(zip(tier.mine, theirs, strict=True))
+        if m != t
+    ]
     assert diffs[:5] == []
     # the sequence exercises what it checks: evictions, loads, and lookups that hit and miss
     assert tier.evictions > 0 and tier.loads > 0

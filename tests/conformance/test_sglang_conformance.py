@@ -1,13 +1,13 @@
 """simserve's `sglang` policy against SGLang 0.5.23's own prefill admission, decision by decision.
 
 SGLang's code runs in its own virtual environment (tools/sglang_env.sh builds it; the path comes from
-SIMSERVE_SGLANG_PYTHON, default .venv-sglang/bin/python in the repository root): from simserve's state at every
-step, its `PrefillAdder` / `PrefillBudget` and the scheduler's loop around them (sglang_driver.py) must admit
-the same requests with the same extend lengths, leave the same request half-prefilled and mark the batch full
-alike, and its `ScheduleBatch.retract_decode` must retract the same requests in the same order and estimate
-the same new_token_ratio (sglang_workloads.py says what is and is not compared). Without that environment the test skips and says
-how to build it. An open-loop diagnostic beside the closed-loop check (test_sglang_loop.py), run with
-SIMSERVE_SGLANG_FULL=1 only (not in CI).
+SIMSERVE_SGLANG_PYTHON, default .venv-sglang/bin/python in the repository root): from simserve's state at
+every step, its `PrefillAdder` / `PrefillBudget` and the scheduler's loop around them (sglang_driver.py) must
+admit the same requests with the same extend lengths, leave the same request half-prefilled and mark the batch
+full alike, and its `ScheduleBatch.retract_decode` must retract the same requests in the same order and
+estimate the same new_token_ratio (sglang_workloads.py says what is and is not compared). Without that
+environment the test skips and says how to build it. An open-loop diagnostic beside the closed-loop check
+(test_sglang_loop.py), run with SIMSERVE_SGLANG_FULL=1 only (not in CI).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ SGLANG_PYTHON = Path(os.environ.get("SIMSERVE_SGLANG_PYTHON", ROOT / ".venv-sgla
 
 def decisions(name: str):
     if not SGLANG_PYTHON.exists():
-        pytest.skip(f"no SGLang 0.5.23 environment at {SGLANG_PYTHON}: build it with `bash tools/sglang_env.sh`")
+        pytest.skip(
+            f"no SGLang 0.5.23 environment at {SGLANG_PYTHON}: build it with `bash tools/sglang_env.sh`"
+        )
     if os.environ.get("SIMSERVE_SGLANG_FULL") != "1":  # CI runs the closed loop (test_sglang_loop.py) only
         pytest.skip("the open-loop diagnostic runs with SIMSERVE_SGLANG_FULL=1 (the closed loop covers it)")
     states, ours, counts = sw.run_simserve(sw.make(name))
@@ -50,8 +52,8 @@ def test_simserve_admits_and_retracts_as_sglang_does(name):
 
 @pytest.mark.parametrize("name", ["ignore-eos", "ignore-eos-paged"])
 def test_ignore_eos_without_the_radix_cache_admits_as_sglang_does(name):
-    """SGLang 0.5.23 admits ignore_eos requests without the radix cache through add_one_req_ignore_eos (its look
-    ahead over requests finishing); retraction does not happen here (whole outputs are held back)."""
+    """SGLang 0.5.23 admits ignore_eos requests without the radix cache through add_one_req_ignore_eos (its
+    look ahead over requests finishing); retraction does not happen here (whole outputs are held back)."""
     states, ours, theirs, counts = decisions(name)
     assert sw.compare(ours, theirs, states) == []
     assert counts["retractions"] == 0  # every decision below is a prefill decision

@@ -25,7 +25,8 @@ import sglang_loop as sl  # noqa: E402
 ROOT = HERE.parent.parent
 SGLANG_PYTHON = Path(os.environ.get("SIMSERVE_SGLANG_PYTHON", ROOT / ".venv-sglang" / "bin" / "python"))
 NAMES = (
-    [*sl.WORKLOADS, *sl.PREFIX_WORKLOADS, *sl.SPEC_WORKLOADS] if os.environ.get("SIMSERVE_SGLANG_FULL") == "1"
+    [*sl.WORKLOADS, *sl.PREFIX_WORKLOADS, *sl.SPEC_WORKLOADS]
+    if os.environ.get("SIMSERVE_SGLANG_FULL") == "1"
     else list(sl.CI)
 )
 
@@ -63,17 +64,21 @@ def _exercised(name: str, c: dict, stats: dict) -> None:
     if name in sl.PREFIX_WORKLOADS:
         assert c["hits"] > 30 and stats["evicted pages"] > 0
     if name in sl.SPEC_WORKLOADS:  # EAGLE: verification steps that accept some drafts and reject others
-        assert stats["verifications"] > 1000 and 0 < stats["accepted"] < stats["verifications"] * sl.make(name)["spec"]
+        assert (
+            stats["verifications"] > 1000
+            and 0 < stats["accepted"] < stats["verifications"] * sl.make(name)["spec"]
+        )
     if name.startswith("spec-retract"):  # each request's reserve past its committed tokens runs the pool out
         assert c["retracting steps"] > 0
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_simserve_steps_as_sglang_does_closed_loop(name, sglang_runs):
-    """Every step alike: the prefill batch (requests, extend lengths, in batch order), the decodes (with EAGLE:
-    the verifications), the requests retracted (in order) and aborted, the chunked request, batch_is_full,
-    new_token_ratio, the KV pool's free and evictable tokens (with EAGLE: each request's over-allocation for its
-    next verification held), and with the radix cache the tokens each admission found cached."""
+    """Every step alike: the prefill batch (requests, extend lengths, in batch order), the decodes (with
+    EAGLE: the verifications), the requests retracted (in order) and aborted, the chunked request,
+    batch_is_full, new_token_ratio, the KV pool's free and evictable tokens (with EAGLE: each request's
+    over-allocation for its next verification held), and with the radix cache the tokens each admission found
+    cached."""
     w = sl.make(name)
     stats: dict = {}
     ours = sl.run_simserve(w, stats)
@@ -118,8 +123,9 @@ def test_a_workload_the_driver_cannot_express_exits_2_naming_the_field(field, va
     """Checked before SGLang is imported: any Python with numpy runs this check (here simserve's)."""
     w = sl.make("burst") | {"page_size": 16}
     w[field] = value if field != "ignore_eos" else [True] * (len(w["prompt"]) - 1)
-    proc = subprocess.run([sys.executable, str(sl.DRIVER)], input=json.dumps([w]), capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(sl.DRIVER)], input=json.dumps([w]), capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     line = proc.stderr.strip()
     assert "\n" not in line and named in line and "Traceback" not in line

@@ -28,9 +28,13 @@ def vllm_steps(w: dict) -> list[dict]:
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM 0.33.0 environment at {VLLM_PYTHON}: build it with `bash tools/vllm_env.sh`")
     proc = subprocess.run(
-        [str(VLLM_PYTHON), str(HERE / "vllm_driver.py")], input=json.dumps(w), capture_output=True, text=True,
-        timeout=900, check=False,
-    )  # fmt: skip
+        [str(VLLM_PYTHON), str(HERE / "vllm_driver.py")],
+        input=json.dumps(w),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -82,14 +86,16 @@ def test_the_comparison_sees_a_difference():
     j = next(i for i, s in enumerate(ours) if s["preempted"])
     changed = [dict(s) for s in ours]
     changed[j] = {"tokens": ours[j]["tokens"], "preempted": []}
-    assert workloads.compare(ours, changed) == [f"step {j}: simserve {workloads._normal(ours[j])}, vLLM "
-                                                f"{workloads._normal(changed[j])}"]  # fmt: skip
+    assert workloads.compare(ours, changed) == [
+        f"step {j}: simserve {workloads._normal(ours[j])}, vLLM {workloads._normal(changed[j])}"
+    ]
 
 
 @pytest.mark.parametrize("name", list(workloads.SPEC_WORKLOADS))
 def test_speculative_decoding_schedules_as_vllm_does(name):
     """vLLM's Scheduler with a SpeculativeConfig, fed the accepted drafts simserve drew and K new drafts per
-    request that sampled: the same tokens (drafts included), drafts, KV blocks, free blocks and preemptions."""
+    request that sampled: the same tokens (drafts included), drafts, KV blocks, free blocks and
+    preemptions."""
     w = workloads.make(name)
     theirs = vllm_steps(w)
     ours = workloads.run_simserve(w)

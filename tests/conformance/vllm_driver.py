@@ -21,10 +21,18 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # no GPU here: vLLM then pic
 
 # a small Llama: only the scheduler reads the config, and only its shape (heads, layers) matters to nothing
 MODEL_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 32000,
-    "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "torch_dtype": "float16",
-}  # fmt: skip
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float16",
+}
 
 
 def token_streams(w: dict) -> list[list[int]]:
@@ -64,15 +72,22 @@ def speculative_config(w: dict, model, model_dir: str):
         draft = os.path.join(model_dir, "eagle3")
         os.makedirs(draft)
         with open(os.path.join(draft, "config.json"), "w") as f:
-            json.dump({**MODEL_CONFIG, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}, f)
-    return SpeculativeConfig(method=spec["method"], model=draft, num_speculative_tokens=spec["k"],
-                             target_model_config=model, target_parallel_config=ParallelConfig())  # fmt: skip
+            json.dump(
+                {**MODEL_CONFIG, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}, f
+            )
+    return SpeculativeConfig(
+        method=spec["method"],
+        model=draft,
+        num_speculative_tokens=spec["k"],
+        target_model_config=model,
+        target_parallel_config=ParallelConfig(),
+    )
 
 
 def spec_sampled(spec: dict, so, r, rid: int, verified: list, seq: list, drafts: dict) -> list:
-    """What the model runner samples for request `rid` this step: nothing for a prefill chunk that does not end
-    its prompt; else the accepted drafts plus the target's own token. The accepted count is simserve's draw
-    for this request's next verification step (placeholder drafts, vLLM's padding: none accepted). Every
+    """What the model runner samples for request `rid` this step: nothing for a prefill chunk that does not
+    end its prompt; else the accepted drafts plus the target's own token. The accepted count is simserve's
+    draw for this request's next verification step (placeholder drafts, vLLM's padding: none accepted). Every
     request that samples proposes K drafts for its next step (`drafts`)."""
     if r.num_computed_tokens < r.num_tokens:
         return []
@@ -100,23 +115,36 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as model_dir:
         with open(os.path.join(model_dir, "config.json"), "w") as f:
             json.dump(MODEL_CONFIG, f)
-        model = ModelConfig(model=model_dir, skip_tokenizer_init=True, max_model_len=w["max_model_len"],
-                            dtype="float16")  # fmt: skip
+        model = ModelConfig(
+            model=model_dir, skip_tokenizer_init=True, max_model_len=w["max_model_len"], dtype="float16"
+        )
         cache = CacheConfig(block_size=bs, enable_prefix_caching=w["prefix_caching"])
         cache.num_gpu_blocks = w["num_blocks"] + 1
         sched = SchedulerConfig(
-            max_num_batched_tokens=w["max_num_batched_tokens"], max_num_seqs=w["max_num_seqs"],
-            max_model_len=w["max_model_len"], enable_chunked_prefill=True, is_encoder_decoder=False,
+            max_num_batched_tokens=w["max_num_batched_tokens"],
+            max_num_seqs=w["max_num_seqs"],
+            max_model_len=w["max_model_len"],
+            enable_chunked_prefill=True,
+            is_encoder_decoder=False,
             long_prefill_token_threshold=w["long_prefill_token_threshold"],
             long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
-        )  # fmt: skip
-        config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched,
-                            speculative_config=speculative_config(w, model, model_dir))  # fmt: skip
+        )
+        config = VllmConfig(
+            model_config=model,
+            cache_config=cache,
+            scheduler_config=sched,
+            speculative_config=speculative_config(w, model, model_dir),
+        )
         kv = KVCacheConfig(
-            num_blocks=w["num_blocks"] + 1, kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer0"], FullAttentionSpec(
-                block_size=bs, num_kv_heads=4, head_size=64, dtype=torch.float16))],
-        )  # fmt: skip
+            num_blocks=w["num_blocks"] + 1,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer0"],
+                    FullAttentionSpec(block_size=bs, num_kv_heads=4, head_size=64, dtype=torch.float16),
+                )
+            ],
+        )
 
         class Structured:
             def accept_tokens(self, *args, **kwargs):
@@ -125,8 +153,13 @@ def main() -> None:
             def validate_tokens(self, request, spec_tokens):  # no structured output: every draft stands
                 return spec_tokens
 
-        s = Scheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
-                      structured_output_manager=Structured(), block_size=bs)  # fmt: skip
+        s = Scheduler(
+            vllm_config=config,
+            kv_cache_config=kv,
+            log_stats=False,
+            structured_output_manager=Structured(),
+            block_size=bs,
+        )
         hasher = None
         if w["prefix_caching"]:  # as EngineCore sets it up: without a hasher a request has no block hashes
             from vllm.utils.hashing import get_hash_fn_by_name
@@ -143,16 +176,24 @@ def main() -> None:
         finished = 0
         while finished < n:
             while nxt < n and arrive[nxt] <= len(steps):
-                req = Request(str(nxt), seqs[nxt][: prompt[nxt]],
-                              SamplingParams(max_tokens=output[nxt], ignore_eos=True), pooling_params=None,
-                              arrival_time=float(nxt), block_hasher=hasher)  # fmt: skip
+                req = Request(
+                    str(nxt),
+                    seqs[nxt][: prompt[nxt]],
+                    SamplingParams(max_tokens=output[nxt], ignore_eos=True),
+                    pooling_params=None,
+                    arrival_time=float(nxt),
+                    block_hasher=hasher,
+                )
                 s.add_request(req)
                 nxt += 1
             if not s.requests and nxt < n:
                 steps.append({"tokens": {}, "preempted": []})  # idle until the next arrival
                 continue
-            waiting = {rid for rid, r in s.requests.items()
-                       if r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)}  # fmt: skip
+            waiting = {
+                rid
+                for rid, r in s.requests.items()
+                if r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+            }
             so = s.schedule()
             preempted = carried + sorted(int(r) for r in (so.preempted_req_ids or ()))
             if not so.num_scheduled_tokens:
@@ -173,13 +214,18 @@ def main() -> None:
                 sampled.append(
                     [seqs[int(rid)][r.num_tokens]] if r.num_computed_tokens >= r.num_tokens else []
                 )
-            out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                    sampled_token_ids=sampled)  # fmt: skip
+            out = ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+            )
             before = len(s.requests)
             if w["prefix_caching"]:
-                step_cached = {int(rid): s.requests[rid].num_computed_tokens - so.num_scheduled_tokens[rid]
-                               for rid in ids if rid in waiting}  # fmt: skip
-            if spec is not None:  # KV blocks each scheduled request holds, and the pool's free blocks, as scheduled
+                step_cached = {
+                    int(rid): s.requests[rid].num_computed_tokens - so.num_scheduled_tokens[rid]
+                    for rid in ids
+                    if rid in waiting
+                }
+            # KV blocks each scheduled request holds, and the pool's free blocks, as scheduled
+            if spec is not None:
                 pool = s.kv_cache_manager.coordinator.single_type_managers[0]
                 held = {int(rid): len(pool.req_to_blocks[rid]) for rid in ids}
                 free = s.kv_cache_manager.block_pool.get_num_free_blocks()

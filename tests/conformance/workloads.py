@@ -23,7 +23,8 @@ WORKLOADS = {
     "long": (120, (1500, 7000), (20, 200), 4.0, 3000, 2048, 64, 512, 8192, 3),
     # a tiny budget and few sequences: decodes stall behind chunks, max_num_seqs binds, some preemption
     "tight": (250, (10, 600), (5, 120), 1.0, 160, 128, 32, 64, 2048, 4),
-    # mixed prompts, a 128-token threshold floored at the budget's fair share (long_prefill_token_threshold_adaptive)
+    # mixed prompts, a 128-token threshold floored at the budget's fair share
+    # (long_prefill_token_threshold_adaptive)
     "adaptive": (200, (20, 4000), (10, 200), 1.5, 1500, 2048, 64, 128, 8192, 5),
 }
 ADAPTIVE = ("adaptive",)  # workloads run with long_prefill_token_threshold_adaptive
@@ -49,7 +50,8 @@ PREFIX_WORKLOADS = {
 #   spec-light   EAGLE-3, K 3: verification chunks beside prefill chunks, lookahead slots, no preemption
 #   spec-heavy   EAGLE-3, K 4 in a pool of 300 blocks: memory binds, the last running request is preempted
 #   spec-ngram   n-gram (no lookahead), K 5, a 64-token threshold and prompts from 1 token: chunks cut the
-#                verification short, and one-token prompts (1-12 tokens here) are padded to 1 + K placeholder drafts
+#                verification short, and one-token prompts (1-12 tokens here) are padded to 1 + K placeholder
+#                drafts
 #   spec-maxlen  EAGLE-3, K 4, max_model_len 640: verifications capped below it, lookahead capped at it
 SPEC_WORKLOADS = {
     "spec-light": ("eagle3", 3, (0.8, 0.6, 0.45), "light", None, 10000, 4096),
@@ -71,11 +73,19 @@ def make(name: str) -> dict:
     output = np.minimum(output, max_len - prompt)  # vLLM caps max_tokens at max_model_len as well
     arrive = np.floor(np.cumsum(rng.exponential(gap, n))).astype(int)
     return {
-        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
-        "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
-        "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
-        "long_prefill_token_threshold_adaptive": name in ADAPTIVE, "prefix_caching": False,
-    }  # fmt: skip
+        "name": name,
+        "prompt": prompt.tolist(),
+        "output": output.tolist(),
+        "arrive": arrive.tolist(),
+        "num_blocks": blocks,
+        "block_size": BLOCK_SIZE,
+        "max_num_batched_tokens": budget,
+        "max_num_seqs": seqs,
+        "long_prefill_token_threshold": thr,
+        "max_model_len": max_len,
+        "long_prefill_token_threshold_adaptive": name in ADAPTIVE,
+        "prefix_caching": False,
+    }
 
 
 def make_spec(name: str) -> dict:
@@ -92,13 +102,28 @@ def make_spec(name: str) -> dict:
     arrive = np.floor(np.cumsum(rng.exponential(gap, n))).astype(int)
     accepted, offsets = draws(output, acceptance, seed)
     return {
-        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
-        "num_blocks": blocks, "block_size": BLOCK_SIZE, "max_num_batched_tokens": budget,
-        "max_num_seqs": seqs, "long_prefill_token_threshold": thr, "max_model_len": max_len,
-        "long_prefill_token_threshold_adaptive": False, "prefix_caching": False,
-        "spec": {"method": method, "k": k, "lookahead": lookahead(method, k), "acceptance": list(acceptance),
-                 "seed": seed, "draws": accepted.tolist(), "offsets": offsets.tolist()},
-    }  # fmt: skip
+        "name": name,
+        "prompt": prompt.tolist(),
+        "output": output.tolist(),
+        "arrive": arrive.tolist(),
+        "num_blocks": blocks,
+        "block_size": BLOCK_SIZE,
+        "max_num_batched_tokens": budget,
+        "max_num_seqs": seqs,
+        "long_prefill_token_threshold": thr,
+        "max_model_len": max_len,
+        "long_prefill_token_threshold_adaptive": False,
+        "prefix_caching": False,
+        "spec": {
+            "method": method,
+            "k": k,
+            "lookahead": lookahead(method, k),
+            "acceptance": list(acceptance),
+            "seed": seed,
+            "draws": accepted.tolist(),
+            "offsets": offsets.tolist(),
+        },
+    }
 
 
 def make_prefix(name: str) -> dict:
@@ -132,11 +157,21 @@ def make_prefix(name: str) -> dict:
         arrive, group, prompt, output = (np.array(c) for c in zip(*rows, strict=True))
         shared = prompt + output  # every token of a turn is on its conversation's stream
     return {
-        "name": name, "prompt": prompt.tolist(), "output": output.tolist(), "arrive": arrive.tolist(),
-        "group": group.tolist(), "shared": shared.tolist(), "num_blocks": blocks, "block_size": BLOCK_SIZE,
-        "max_num_batched_tokens": budget, "max_num_seqs": seqs, "long_prefill_token_threshold": thr,
-        "max_model_len": max_len, "long_prefill_token_threshold_adaptive": False, "prefix_caching": True,
-    }  # fmt: skip
+        "name": name,
+        "prompt": prompt.tolist(),
+        "output": output.tolist(),
+        "arrive": arrive.tolist(),
+        "group": group.tolist(),
+        "shared": shared.tolist(),
+        "num_blocks": blocks,
+        "block_size": BLOCK_SIZE,
+        "max_num_batched_tokens": budget,
+        "max_num_seqs": seqs,
+        "long_prefill_token_threshold": thr,
+        "max_model_len": max_len,
+        "long_prefill_token_threshold_adaptive": False,
+        "prefix_caching": True,
+    }
 
 
 def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
@@ -156,15 +191,23 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
     spec = w.get("spec")
     extra = {}
     if spec is not None:  # the scheduler's side of speculation (the costs do not matter here)
-        extra = dict(spec_k=spec["k"], spec_lookahead=spec["lookahead"], spec_acceptance=tuple(spec["acceptance"]),
-                     spec_seed=spec["seed"])  # fmt: skip
+        extra = dict(
+            spec_k=spec["k"],
+            spec_lookahead=spec["lookahead"],
+            spec_acceptance=tuple(spec["acceptance"]),
+            spec_seed=spec["seed"],
+        )
     cfg = SimConfig(
-        policy="vllm-v1", budget=w["max_num_batched_tokens"], max_batch=w["max_num_seqs"],
-        max_model_len=w["max_model_len"], block_size=w["block_size"],
+        policy="vllm-v1",
+        budget=w["max_num_batched_tokens"],
+        max_batch=w["max_num_seqs"],
+        max_model_len=w["max_model_len"],
+        block_size=w["block_size"],
         long_prefill_token_threshold=w["long_prefill_token_threshold"],
         long_prefill_token_threshold_adaptive=w["long_prefill_token_threshold_adaptive"],
-        prefix_caching=w["prefix_caching"], **extra,
-    ).validate()  # fmt: skip
+        prefix_caching=w["prefix_caching"],
+        **extra,
+    ).validate()
     done: list[int] = []
     st = ReplicaState(0, reqs, cfg, w["num_blocks"], 1, LogHistogram(), lambda _, rid: done.append(rid))
     arrive, nxt, steps = w["arrive"], 0, []
@@ -189,7 +232,9 @@ def run_simserve(w: dict, max_steps: int = 100_000) -> list[dict]:
                 int(rid): int(reqs.cached_tokens[rid]) for rid, _ in batch.prefills if rid in waiting
             }
         if spec is not None:  # drafts scheduled (padding included), KV blocks held, the pool's free blocks
-            step["spec"] = {int(rid): abs(int(reqs.spec_sched[rid])) for rid, _ in batch.prefills if reqs.spec_sched[rid]}
+            step["spec"] = {
+                int(rid): abs(int(reqs.spec_sched[rid])) for rid, _ in batch.prefills if reqs.spec_sched[rid]
+            }
             step["blocks"] = {rid: int(reqs.blocks[rid]) for rid in tokens}
             step["free"] = int(st.kv.free)
         steps.append(step)
@@ -219,8 +264,10 @@ def compare(ours: list[dict], theirs: list[dict]) -> list[str]:
 
 def _normal(step: dict) -> dict:
     """JSON turns integer keys into strings; order within a step does not matter."""
-    out = {"tokens": {int(k): int(v) for k, v in step["tokens"].items()},
-           "preempted": sorted(int(r) for r in step["preempted"])}  # fmt: skip
+    out = {
+        "tokens": {int(k): int(v) for k, v in step["tokens"].items()},
+        "preempted": sorted(int(r) for r in step["preempted"]),
+    }
     if "cached" in step:
         out["cached"] = {int(k): int(v) for k, v in step["cached"].items()}
     for key in ("spec", "blocks"):
@@ -238,18 +285,23 @@ if __name__ == "__main__":  # the table in docs/engines.md: python tests/conform
     from pathlib import Path
 
     driver = Path(__file__).with_name("vllm_driver.py")
-    print("| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | "
-          "admissions with a hit | cached tokens | differences |")  # fmt: skip
+    print(
+        "| workload | steps | requests | scheduled tokens | preemptions | max requests in a step | "
+        "admissions with a hit | cached tokens | differences |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in [*WORKLOADS, *PREFIX_WORKLOADS, *SPEC_WORKLOADS]:
         w = make(name)
-        proc = subprocess.run([sys.argv[1], str(driver)], input=json.dumps(w), capture_output=True, text=True,
-                              check=True)  # fmt: skip
+        proc = subprocess.run(
+            [sys.argv[1], str(driver)], input=json.dumps(w), capture_output=True, text=True, check=True
+        )
         theirs, ours = json.loads(proc.stdout), run_simserve(w)
         tokens = sum(sum(s["tokens"].values()) for s in ours)
         pre = sum(len(s["preempted"]) for s in ours)
         widest = max(len(s["tokens"]) for s in ours)
         cached = [c for s in ours for c in s.get("cached", {}).values()]
         hits = f"{sum(c > 0 for c in cached)} of {len(cached)}" if w["prefix_caching"] else "(off)"
-        print(f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | {hits} | "
-              f"{sum(cached)} | {len(compare(ours, theirs))} |")  # fmt: skip
+        print(
+            f"| {name} | {len(ours)} | {len(w['prompt'])} | {tokens} | {pre} | {widest} | {hits} | "
+            f"{sum(cached)} | {len(compare(ours, theirs))} |"
+        )

@@ -1,7 +1,7 @@
-"""Run at start-up by every Python process whose path holds this folder (tools/sglang_cpu_server.py puts it on the
-measured SGLang server's PYTHONPATH; SGLang starts its scheduler and detokenizer with multiprocessing's spawn, so
-each is a fresh interpreter): GPU-only modules stubbed, the model's forward replaced once the scheduler module is
-imported (tools/sglang_cpu_patch.py). Does nothing unless SGLANG_CPU_PATCH=1."""
+"""Run at start-up by every Python process whose path holds this folder (tools/sglang_cpu_server.py puts it on
+the measured SGLang server's PYTHONPATH; SGLang starts its scheduler and detokenizer with multiprocessing's
+spawn, so each is a fresh interpreter): GPU-only modules stubbed, the model's forward replaced once the
+scheduler module is imported (tools/sglang_cpu_patch.py). Does nothing unless SGLANG_CPU_PATCH=1."""
 
 import os
 import sys

@@ -1,7 +1,8 @@
 """KV blocks (kvcache.BlockManager) and the pools' caches: vLLM's prefix cache and SGLang's radix cache.
 
 The free-block count of a replica (`Rep.free`), the block arithmetic of state.ReplicaState and the mirror of
-the reference's own PrefixCache / RadixCache objects (`_sync_radix`), which the core calls at the same moments.
+the reference's own PrefixCache / RadixCache objects (`_sync_radix`), which the core calls at the same
+moments.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class CoreBlocks(CoreEvents):
     def _can_allocate(self, rep: Rep, n: cython.longlong) -> cython.bint:
         return rep.free - n >= rep.watermark
 
-    # -- a request's tokens and the blocks admitting it takes (state.ReplicaState) ----------------------------
+    # -- a request's tokens and the blocks admitting it takes (state.ReplicaState) ---------------------------
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     def _num_tokens(self, rid: cython.longlong) -> cython.longlong:

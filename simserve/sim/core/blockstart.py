@@ -1,7 +1,7 @@
 """Does the next token start a new KV block? The core's source run uncompiled (SIMSERVE_CORE=python).
 
-Compiled, the modules cimport blockstart.pxd's inline function of the same name and arithmetic instead (this file
-is not compiled: see blockstart.pxd for why the test is a function there and not a method of CoreBlocks).
+Compiled, the modules cimport blockstart.pxd's inline function of the same name and arithmetic instead (this
+file is not compiled: see blockstart.pxd for why the test is a function there and not a method of CoreBlocks).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The compiled core's constants: request states, what `run` returns, invariants, event slots, codes.
 
-Plain Python (not compiled): the core's modules read these as module globals, as core.py did when it was one file.
+Plain Python (not compiled): the core's modules read these as module globals, as core.py did when it was one
+file.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ DONE = 2
 IGNORED = 3
 
 # what `run` returns
-CHECK = 1  # a watchdog check where a rule may act: evaluate the rules, then watch() + next_check_at() or end_run()
+# a watchdog check where a rule may act: evaluate the rules, then watch() + next_check_at() or end_run()
+CHECK = 1
 FINISHED = 2  # the run's `finished` event was processed: the simulation is over
 FAILED = 3  # an invariant broke: `error` names it
 SCALE = 4  # the autoscaler's event (autoscale.py): the caller wakes it, then set_serving() + schedule_scale()
@@ -60,10 +62,18 @@ P_EQUAL = 7
 P_V1 = 8
 P_SGLANG = 9
 POLICY_CODES = {
-    "fcfs": P_FCFS, "orca": P_ORCA, "vllm": P_VLLM, "sarathi": P_SARATHI, "hybrid": P_SARATHI,
-    "chunked": P_CHUNKED, "slo-aware": P_SLO, "pressure": P_PRESSURE, "equal-cost": P_EQUAL,
-    "vllm-v1": P_V1, "sglang": P_SGLANG,
-}  # fmt: skip
+    "fcfs": P_FCFS,
+    "orca": P_ORCA,
+    "vllm": P_VLLM,
+    "sarathi": P_SARATHI,
+    "hybrid": P_SARATHI,
+    "chunked": P_CHUNKED,
+    "slo-aware": P_SLO,
+    "pressure": P_PRESSURE,
+    "equal-cost": P_EQUAL,
+    "vllm-v1": P_V1,
+    "sglang": P_SGLANG,
+}
 
 PROGRESS_FLOOR = 16  # budgets.PROGRESS_FLOOR
 # iteration rows kept here before they go to the IterationLog (in bulk: appending a few rows at a time to its

@@ -1,5 +1,5 @@
-"""Disaggregated serving on the core (disagg.DisaggCluster): a prefill pool and a decode pool, each a Core of its
-own, and the KV transfers between them over one link; driven by disagg_core.py.
+"""Disaggregated serving on the core (disagg.DisaggCluster): a prefill pool and a decode pool, each a Core of
+its own, and the KV transfers between them over one link; driven by disagg_core.py.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from .consts import (
     URGENT,
 )
 
-# the DisaggCore's own event slots, after both pools' (each pool's arrivals, watchdog and finished slots are there
-# too; only the prefill pool's arrivals is used)
+# the DisaggCore's own event slots, after both pools' (each pool's arrivals, watchdog and finished slots are
+# there too; only the prefill pool's arrivals is used)
 D_WATCHDOG = 0
 D_FINISHED = 1
 D_INIT = 2  # the oldest transfer process not yet started (SimPy's Initialize event: URGENT, now)
@@ -47,19 +47,19 @@ DECODE_ROUTERS = {"rr": DR_RR, "lor": DR_LOR, "kv": DR_KV}
 
 @cython.cclass
 class DisaggCore:
-    """A disaggregated run (disagg.DisaggCluster): a prefill pool and a decode pool, each a Core of its own (its
-    replicas, timer, policy and request arrays), and the KV transfers between them over one link.
+    """A disaggregated run (disagg.DisaggCluster): a prefill pool and a decode pool, each a Core of its own
+    (its replicas, timer, policy and request arrays), and the KV transfers between them over one link.
 
     One event loop for all of it, in SimPy's order: both pools' event slots are slices of one set of arrays
     (so one scan finds the next event), and one event counter serves everything. A pool's Core schedules with
     its own `eid` and writes iteration rows with its own `num_rows`, so whichever object runs holds the true
     counter and row count: `_lend` hands them to a pool before running its code, `_take` takes them back after
-    (and a pool's hook into this class takes them first and lends them back last). The rows of both pools go to
-    one buffer, so the iteration log keeps the reference's order.
+    (and a pool's hook into this class takes them first and lends them back last). The rows of both pools go
+    to one buffer, so the iteration log keeps the reference's order.
 
-    A transfer is one SimPy process in the reference: its start (an URGENT event), its timeout, its end (an event
-    nobody waits on, which still takes an id). Starts wait in a FIFO queue, timeouts in a heap; the head of each
-    is one event slot."""
+    A transfer is one SimPy process in the reference: its start (an URGENT event), its timeout, its end (an
+    event nobody waits on, which still takes an id). Starts wait in a FIFO queue, timeouts in a heap; the head
+    of each is one event slot."""
 
     def __init__(self, pre: Core, dec: Core, transfers: dict, link: dict, decode_router: str):
         pre_slots: cython.int = pre.num_slots
@@ -79,11 +79,17 @@ class DisaggCore:
         on = np.zeros(self.num_slots, dtype=np.uint8)
         self.ev_time, self.ev_prio, self.ev_eid, self.ev_on = times, prios, eids, on
         pre.ev_time, pre.ev_prio, pre.ev_eid, pre.ev_on = (
-            times[:pre_slots], prios[:pre_slots], eids[:pre_slots], on[:pre_slots],
-        )  # fmt: skip
+            times[:pre_slots],
+            prios[:pre_slots],
+            eids[:pre_slots],
+            on[:pre_slots],
+        )
         dec.ev_time, dec.ev_prio, dec.ev_eid, dec.ev_on = (
-            times[pre_slots : self.own], prios[pre_slots : self.own], eids[pre_slots : self.own], on[pre_slots : self.own],
-        )  # fmt: skip
+            times[pre_slots : self.own],
+            prios[pre_slots : self.own],
+            eids[pre_slots : self.own],
+            on[pre_slots : self.own],
+        )
         # one iteration-row buffer for both pools (the count travels with the event counter)
         dec._row_ints_obj, dec._row_floats_obj = pre._row_ints_obj, pre._row_floats_obj
         dec.row_ints, dec.row_floats = pre.row_ints, pre.row_floats
@@ -227,24 +233,26 @@ class DisaggCore:
     def next_check_at(self) -> cython.void:
         self._at(self.now + self.check_period, NORMAL, self.own + D_WATCHDOG)
 
-    def configure_watch(self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong,
-                        tbt_need: cython.double) -> None:  # fmt: skip
+    def configure_watch(
+        self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong, tbt_need: cython.double
+    ) -> None:
         """Core.configure_watch; the TBT stop rule counts the decode pool's gaps (the user's TBT)."""
         self.watch_always = always
         self.cap = cap
         self.dec.configure_watch(always, cap, tbt_bucket, tbt_need)
 
-    def watch(self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong,
-              oldest: cython.longlong) -> None:  # fmt: skip
+    def watch(
+        self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong, oldest: cython.longlong
+    ) -> None:
         self.watch_overload = overload
         self.w_late, self.w_ptr, self.w_oldest = late, ptr, oldest
 
     @cython.cfunc
     def _check_due(self) -> cython.bint:
-        """Core._check_due over the watchdog's view of a disaggregated run (DisaggCluster.__init__): arrivals are
-        the prefill pool's, "scheduled" is the decode admission (t_queued), "ignored" the prefill side's status;
-        both final once set, so the same skips hold. Idle for the stall check: no micro-batch in flight in
-        either pool and no transfer on the link."""
+        """Core._check_due over the watchdog's view of a disaggregated run (DisaggCluster.__init__): arrivals
+        are the prefill pool's, "scheduled" is the decode admission (t_queued), "ignored" the prefill side's
+        status; both final once set, so the same skips hold. Idle for the stall check: no micro-batch in
+        flight in either pool and no transfer on the link."""
         rid: cython.longlong
         s: cython.double
         rep: Rep
@@ -271,7 +279,8 @@ class DisaggCore:
                 return True
             self.w_ptr += 1
         while self.w_oldest < pre.next and (
-            pre.status[self.w_oldest] == IGNORED or self.t_queued[self.w_oldest] == self.t_queued[self.w_oldest]
+            pre.status[self.w_oldest] == IGNORED
+            or self.t_queued[self.w_oldest] == self.t_queued[self.w_oldest]
         ):
             self.w_oldest += 1
         return self.w_oldest < pre.next and self.now - pre.arrived[self.w_oldest] > self.overload_wait
@@ -293,7 +302,8 @@ class DisaggCore:
     # -- hooks the pools call (Core._finish, _on_done, _sched_resume) --------------------------------------
     @cython.ccall
     def pool_done(self, core: Core, rid: cython.longlong) -> cython.void:
-        """A request finished on the decode side, or was ignored on either (DisaggCluster._ignored/_decoded)."""
+        """A request finished on the decode side, or was ignored on either
+        (DisaggCluster._ignored/_decoded)."""
         self._take(core)
         self.num_done += 1
         if core.status[rid] == IGNORED:
@@ -349,7 +359,8 @@ class DisaggCore:
             return best
         for j in range(nrep):
             rep = dec.reps[j]
-            # lor: the fewest outstanding; kv: the most free KV blocks, less what requests routed there will take
+            # lor: the fewest outstanding; kv: the most free KV blocks, less what requests routed there will
+            # take
             score = -rep.outstanding if self.router == DR_LOR else rep.free - self._incoming_blocks(j)
             if j == 0 or score > top:
                 best, top = j, score
@@ -366,8 +377,8 @@ class DisaggCore:
 
     @cython.ccall
     def admit_incoming(self, dec: Core, rep: Rep, now: cython.double) -> cython.void:
-        """DisaggCluster._admit: give incoming requests their KV blocks, FIFO, after the replica's own preempted
-        requests; each admitted one starts its transfer."""
+        """DisaggCluster._admit: give incoming requests their KV blocks, FIFO, after the replica's own
+        preempted requests; each admitted one starts its transfer."""
         rid: cython.longlong
         blocks: cython.longlong
         j: cython.Py_ssize_t = rep.index - self.num_prefill
@@ -435,7 +446,12 @@ class DisaggCore:
         start = max(queued, self.link_free_at)
         self.link_free_at = start + nbytes / self.bytes_per_s
         end = self.link_free_at + self.latency
-        self.t_queued[rid], self.t_start[rid], self.t_end[rid], self.t_nbytes[rid] = queued, start, end, nbytes
+        self.t_queued[rid], self.t_start[rid], self.t_end[rid], self.t_nbytes[rid] = (
+            queued,
+            start,
+            end,
+            nbytes,
+        )
         self.active_transfers += 1
         heapq.heappush(self.ends, (self.now + (end - queued), self.eid, j, rid))
         self.eid += 1
@@ -466,7 +482,8 @@ class DisaggCore:
         self._release_prefill(rid)
         rep = dec.reps[j]
         rep.held -= 1
-        # The remote KV covers all but the last prompt token, which the decode side computes to sample token 1.
+        # The remote KV covers all but the last prompt token, which the decode side computes to sample token
+        # 1.
         dec.target[rid] = dec.prompt[rid]
         dec.computed[rid] = dec.prompt[rid] - 1
         dec.status[rid] = RUNNING

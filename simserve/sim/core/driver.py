@@ -67,7 +67,11 @@ class Core(CoreLockstep):
         self.stamp = arrays["stamp"]
         self.cached_tokens = arrays["cached_tokens"]
         self.prefix_group, self.prefix_tokens = arrays["prefix_group"], arrays["prefix_tokens"]
-        self.spec, self.spec_sched, self.spec_steps = arrays["spec"], arrays["spec_sched"], arrays["spec_steps"]
+        self.spec, self.spec_sched, self.spec_steps = (
+            arrays["spec"],
+            arrays["spec_sched"],
+            arrays["spec_steps"],
+        )
         self.spec_off, self.spec_draws = arrays["spec_off"], arrays["spec_draws"]
         self.gaps = np.zeros(max(len(arrays["prompt"]), 1))
         self.counts = hist["counts"]
@@ -118,7 +122,8 @@ class Core(CoreLockstep):
         self.sg_in_batch_dep = sg.get("in_batch_dep", 0)
         self.sg_eos_reserve = sg.get("eos_reserve", 0)
         self.equal_limit = 0.0
-        if self.policy == P_EQUAL:  # adaptive_budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
+        # adaptive_budgets.equal_cost_size: a budget-sized chunk at prefix 0, stage 0
+        if self.policy == P_EQUAL:
             self.equal_limit = timer.time([self.budget], [0], 0, 0, 0, 0)
         self.now = 0.0
         self.eid = 0
@@ -165,9 +170,12 @@ class Core(CoreLockstep):
         # which a decode-only batch already left set)
         # (sglang with EAGLE: not stretched; its verifications go through the scheduler loop, _verify_stretch
         # being vllm-v1's)
-        self.stretch_ok = self.pp == 1 and self.policy in (
-            P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL, P_V1, P_SGLANG
-        ) and not (self.policy == P_SGLANG and p.get("spec_k", 0))  # fmt: skip
+        self.stretch_ok = (
+            self.pp == 1
+            and self.policy
+            in (P_FCFS, P_ORCA, P_VLLM, P_SARATHI, P_CHUNKED, P_SLO, P_PRESSURE, P_EQUAL, P_V1, P_SGLANG)
+            and not (self.policy == P_SGLANG and p.get("spec_k", 0))
+        )
         # the stretch's growth of the other policies' decoding list (vllm-v1 and sglang have their own steps);
         # fcfs and orca take _paused_decodes, which does not grow
         self.stretch_grow = self.dynamic and self.policy not in (P_FCFS, P_ORCA, P_V1, P_SGLANG)
@@ -185,7 +193,12 @@ class Core(CoreLockstep):
             api = self.api
             self.api_count, self.api_token_s, self.api_residual = api.count, api.token_s, api.residual
             self.api_free, self.api_tokens, self.api_out = api.free_at, api.tokens, api.out
-            self.api_first, self.api_last, self.api_done, self.api_itl_max = api.first, api.last, api.done, api.itl_max
+            self.api_first, self.api_last, self.api_done, self.api_itl_max = (
+                api.first,
+                api.last,
+                api.done,
+                api.itl_max,
+            )
             self.itl_counts, self.itl_zeros = api.itl.counts, api.itl.zeros
             self.api_share = np.zeros(api.count, dtype=np.int64)
             self.api_ends = np.zeros(api.count)
@@ -271,7 +284,8 @@ class Core(CoreLockstep):
                     else:  # no rule can act at this check: loop, as the caller would (same time, same id)
                         self.next_check_at()
                 elif slot == SLOT_SCALE:
-                    return SCALE  # the caller wakes the autoscaler (Cluster.autoscaler), then schedule_scale()
+                    # the caller wakes the autoscaler (Cluster.autoscaler), then schedule_scale()
+                    return SCALE
                 else:
                     self.flush_rows()
                     return FINISHED
@@ -285,8 +299,9 @@ class Core(CoreLockstep):
         self.next_check = self.now + self.check_period
         self._schedule(self.now + self.check_period, NORMAL, self.slot0 + SLOT_WATCHDOG)
 
-    def configure_watch(self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong,
-                        tbt_need: cython.double) -> None:  # fmt: skip
+    def configure_watch(
+        self, always: cython.bint, cap: cython.double, tbt_bucket: cython.longlong, tbt_need: cython.double
+    ) -> None:
         """What the caller's rules need: `always` (a progress callback: return at every check), the trial cap,
         the TBT stop rule's bucket and count (bucket -1: no such rule)."""
         self.watch_always = always
@@ -294,9 +309,11 @@ class Core(CoreLockstep):
         self.tbt_bucket = tbt_bucket
         self.tbt_need = tbt_need
 
-    def watch(self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong,
-              oldest: cython.longlong) -> None:  # fmt: skip
-        """After a check the caller evaluated: is the overload rule still evaluated, and where its scan stands."""
+    def watch(
+        self, overload: cython.bint, late: cython.longlong, ptr: cython.longlong, oldest: cython.longlong
+    ) -> None:
+        """After a check the caller evaluated: is the overload rule still evaluated, and where its scan
+        stands."""
         self.watch_overload = overload
         self.w_late, self.w_ptr, self.w_oldest = late, ptr, oldest
 
@@ -331,7 +348,9 @@ class Core(CoreLockstep):
             return True
         # NOTE: positions in routing order (Watchdog scans `routed` the same way; ids themselves in an open or
         # closed loop, where routed[k] == k)
-        while self.w_ptr < self.next and self.arrived[self.routed[self.w_ptr]] < self.now - self.sched_delay_slo:
+        while (
+            self.w_ptr < self.next and self.arrived[self.routed[self.w_ptr]] < self.now - self.sched_delay_slo
+        ):
             rid = self.routed[self.w_ptr]
             s = self.scheduled[rid]
             if self.status[rid] != IGNORED and (s != s or s - self.arrived[rid] > self.sched_delay_slo):
@@ -347,7 +366,7 @@ class Core(CoreLockstep):
             and self.now - self.arrived[self.routed[self.w_oldest]] > self.overload_wait
         )
 
-    # -- the autoscaler's seam (autoscale.py; cluster.Cluster.autoscaler) ----------------------------------------
+    # -- the autoscaler's seam (autoscale.py; cluster.Cluster.autoscaler) ------------------------------------
     def scale_loads(self) -> list:
         """Per replica, what autoscale.replica_load reports for the reference's: (outstanding, waiting, queued
         prompt tokens of the waiting, KV blocks used, KV blocks)."""
@@ -381,8 +400,8 @@ class Core(CoreLockstep):
 
     # -- what the caller reads at each check ----------------------------------------------------------
     def busy(self) -> tuple:
-        """(0: an aggregated run has no link, micro-batches in flight, micro-batches so far): DisaggCore.busy's
-        view, so core_run.drive checks a stall the same way for both."""
+        """(0: an aggregated run has no link, micro-batches in flight, micro-batches so far):
+        DisaggCore.busy's view, so core_run.drive checks a stall the same way for both."""
         rep: Rep
         in_flight: cython.longlong = 0
         mbs: cython.longlong = 0
@@ -397,8 +416,17 @@ class Core(CoreLockstep):
         out: list = []
         for rep in self.reps:
             work = (rep.w_tokens, rep.w_prefill_pairs, rep.w_prefill_kv, rep.w_decode_kv, rep.w_micro_batches)
-            out.append((rep.in_flight, rep.w_micro_batches, rep.outstanding, rep.free, rep.preemptions,
-                        [rep.bubble[k] for k in range(self.pp)], work))  # fmt: skip
+            out.append(
+                (
+                    rep.in_flight,
+                    rep.w_micro_batches,
+                    rep.outstanding,
+                    rep.free,
+                    rep.preemptions,
+                    [rep.bubble[k] for k in range(self.pp)],
+                    work,
+                )
+            )
         return out
 
     def counters(self) -> tuple:

@@ -1,10 +1,11 @@
-"""The compiled core's state and its event slots (SimPy's event queue), the TBT histogram and the iteration rows.
+"""The compiled core's state and its event slots (SimPy's event queue), the TBT histogram and the iteration
+rows.
 
 CoreEvents is the base of the core's class chain (docs/architecture.md, "The compiled core"): every field of a
-Core is declared in events.pxd, each module below adds the methods of one concern, and driver.Core is the class
-a run builds. What the reference does with SimPy's heap (`_schedule`: one slot per process, keyed by (time,
-priority, id) as SimPy's events are), histogram.LogHistogram.add (`_hist_add`) and iterations.IterationLog
-(`_row`), float for float.
+Core is declared in events.pxd, each module below adds the methods of one concern, and driver.Core is the
+class a run builds. What the reference does with SimPy's heap (`_schedule`: one slot per process, keyed by
+(time, priority, id) as SimPy's events are), histogram.LogHistogram.add (`_hist_add`) and
+iterations.IterationLog (`_row`), float for float.
 """
 
 from __future__ import annotations
@@ -43,8 +44,17 @@ class CoreEvents:
             self.num_rows = 0
 
     @cython.cfunc
-    def _row(self, rep: Rep, stage: cython.int, start: cython.double, end: cython.double, prefill: cython.longlong,
-             decode: cython.longlong, requests: cython.longlong, kv_used: cython.longlong) -> cython.void:  # fmt: skip
+    def _row(
+        self,
+        rep: Rep,
+        stage: cython.int,
+        start: cython.double,
+        end: cython.double,
+        prefill: cython.longlong,
+        decode: cython.longlong,
+        requests: cython.longlong,
+        kv_used: cython.longlong,
+    ) -> cython.void:
         k: cython.Py_ssize_t = self.num_rows
         self.row_ints[k, 0] = rep.index
         self.row_ints[k, 1] = stage

@@ -23,13 +23,15 @@ from .consts import INV_TIME_BACKWARDS, NORMAL, P_SGLANG
 class CoreLockstep(CoreStretch):
     """Attention-DP lockstep: a group's ranks stepped together (lockstep.DpGroup)."""
 
-    # -- attention-DP lockstep (sim/lockstep.py: DpGroup, pick_rank, padded_tokens) -----------------------------
-    # Each run of `dp` consecutive replicas is one deployment's ranks; one process per group steps them together:
-    # a step is the slowest rank's own time plus the experts over all ranks' tokens, an idle rank runs a dummy
-    # batch, and the ranks with work finish the step together. Everything here runs only when dp > 1; the rest
-    # of the core (policies, completions, routing up to the rank, the watchdog) is the same code as without.
+    # -- attention-DP lockstep (sim/lockstep.py: DpGroup, pick_rank, padded_tokens) --------------------------
+    # Each run of `dp` consecutive replicas is one deployment's ranks; one process per group steps them
+    # together: a step is the slowest rank's own time plus the experts over all ranks' tokens, an idle rank
+    # runs a dummy batch, and the ranks with work finish the step together. Everything here runs only when dp
+    # > 1; the rest of the core (policies, completions, routing up to the rank, the watchdog) is the same code
+    # as without.
     def _lockstep_init(self, p: dict) -> None:
-        """The groups of lockstep.build, their router's rule and vLLM's CUDA-graph sizes (DpGroup.__init__)."""
+        """The groups of lockstep.build, their router's rule and vLLM's CUDA-graph sizes
+        (DpGroup.__init__)."""
         sizes = tuple(p.get("cudagraph_sizes") or ())
         self.dp = p.get("dp", 1)
         self.num_groups = len(self.reps) // self.dp
@@ -90,13 +92,24 @@ class CoreLockstep(CoreStretch):
             self._drop_unfittable(rep)
 
     @cython.cfunc
-    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t, most=cython.longlong, total=cython.longlong,
-                   pad=cython.longlong, nd=cython.longlong, kv_used=cython.longlong, own=cython.double,
-                   slowest=cython.double, step=cython.double, end=cython.double)  # fmt: skip
+    @cython.locals(
+        i=cython.Py_ssize_t,
+        k=cython.Py_ssize_t,
+        most=cython.longlong,
+        total=cython.longlong,
+        pad=cython.longlong,
+        nd=cython.longlong,
+        kv_used=cython.longlong,
+        own=cython.double,
+        slowest=cython.double,
+        step=cython.double,
+        end=cython.double,
+    )
     def _lockstep_start(self, g: cython.int, now: cython.double) -> cython.void:
         """The step of DpGroup.step_loop: each rank's own time (an idle rank's dummy batch: one token), all at
         the padded size when vLLM pads the ranks to the largest (lockstep.padded_tokens), the step = the
-        slowest rank + the experts over all ranks' tokens; the ranks with work start it and end it together."""
+        slowest rank + the experts over all ranks' tokens; the ranks with work start it and end it
+        together."""
         rep: Rep
         timer: Timer = self.timer
         first: cython.Py_ssize_t = g * self.dp
@@ -121,8 +134,13 @@ class CoreLockstep(CoreStretch):
         for i in range(first, first + self.dp):
             rep = self.reps[i]
             if rep.busy0:
-                own = timer.own_time(rep.ls_tokens, rep.ls_base, len(rep.prefills0),
-                                     len(rep.prefills0) + len(rep.decodes0), pad)
+                own = timer.own_time(
+                    rep.ls_tokens,
+                    rep.ls_base,
+                    len(rep.prefills0),
+                    len(rep.prefills0) + len(rep.decodes0),
+                    pad,
+                )
             else:
                 own = timer.dummy_time(pad)
             if i == first or own > slowest:  # max(owns): the first of equal ones

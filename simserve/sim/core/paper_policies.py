@@ -149,16 +149,30 @@ class CorePaperPolicies(CoreTransitions):
         return out
 
     @cython.cfunc
-    def _fits(self, chunks: list, prefixes: list, c: cython.longlong, prefix: cython.longlong,
-              nd: cython.longlong, kv_sum: cython.longlong) -> cython.bint:  # fmt: skip
+    def _fits(
+        self,
+        chunks: list,
+        prefixes: list,
+        c: cython.longlong,
+        prefix: cython.longlong,
+        nd: cython.longlong,
+        kv_sum: cython.longlong,
+    ) -> cython.bint:
         """The size functions' `fits(c)`: slo-aware over every stage, equal-cost on stage 0 alone."""
         if self.policy == P_EQUAL:
             return self.timer.time([c], [prefix], 0, 0, 0, 0) <= self.equal_limit
         return self.timer.through(chunks + [c], prefixes + [prefix], nd, kv_sum) <= self.tbt_target
 
     @cython.cfunc
-    def _largest_fitting(self, chunks: list, prefixes: list, hi: cython.longlong, prefix: cython.longlong,
-                         nd: cython.longlong, kv_sum: cython.longlong) -> cython.longlong:  # fmt: skip
+    def _largest_fitting(
+        self,
+        chunks: list,
+        prefixes: list,
+        hi: cython.longlong,
+        prefix: cython.longlong,
+        nd: cython.longlong,
+        kv_sum: cython.longlong,
+    ) -> cython.longlong:
         lo: cython.longlong
         mid: cython.longlong
         if hi <= 0 or self._fits(chunks, prefixes, hi, prefix, nd, kv_sum):
@@ -173,9 +187,17 @@ class CorePaperPolicies(CoreTransitions):
         return lo
 
     @cython.cfunc
-    def _size(self, chunks: list, prefixes: list, tokens: cython.longlong, prefix: cython.longlong,
-              want: cython.longlong, nd: cython.longlong, kv_sum: cython.longlong,
-              budget: cython.longlong) -> cython.longlong:  # fmt: skip
+    def _size(
+        self,
+        chunks: list,
+        prefixes: list,
+        tokens: cython.longlong,
+        prefix: cython.longlong,
+        want: cython.longlong,
+        nd: cython.longlong,
+        kv_sum: cython.longlong,
+        budget: cython.longlong,
+    ) -> cython.longlong:
         n: cython.longlong
         hi: cython.longlong
         floor: cython.longlong

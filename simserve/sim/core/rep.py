@@ -15,9 +15,13 @@ class Rep:
     """One replica's scheduling state (state.py's ReplicaState) and its loop's bookkeeping (replica.py)."""
 
     def __init__(
-        self, index: cython.int, num_blocks: cython.longlong, watermark: cython.longlong, pp: cython.int,
+        self,
+        index: cython.int,
+        num_blocks: cython.longlong,
+        watermark: cython.longlong,
+        pp: cython.int,
         cache: object = None,
-    ):  # fmt: skip
+    ):
         self.index = index
         self.waiting = deque()
         self.prefilling = []

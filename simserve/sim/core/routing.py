@@ -1,4 +1,5 @@
-"""Arrivals, the API servers' output side and routing (cluster.Cluster; api_server.ApiServers; lockstep.pick_rank).
+"""Arrivals, the API servers' output side and routing (cluster.Cluster; api_server.ApiServers;
+lockstep.pick_rank).
 
 The arrivals process (open loop, closed loop, conversations, the API servers' engine entries), routing (the
 replicas' load handed to the reference's own router, sim/routers.py; attention DP's rank choice,
@@ -79,10 +80,13 @@ class CoreRouting(CoreBlocks):
             self._schedule(self.now + (w - self.now), NORMAL, self.slot0 + SLOT_ARRIVALS)
 
     @cython.cfunc
-    @cython.locals(rid=cython.longlong, k=cython.longlong, s=cython.double, start=cython.double, end=cython.double)
+    @cython.locals(
+        rid=cython.longlong, k=cython.longlong, s=cython.double, start=cython.double, end=cython.double
+    )
     def _api_advance(self, t: cython.double) -> cython.void:
-        """ApiServers.advance(t, self.due), and api_next its pending() after; the open loop's here, float for float:
-        each send due by t in id order, its input work queued on process id % count, its engine entry on `due`."""
+        """ApiServers.advance(t, self.due), and api_next its pending() after; the open loop's here, float for
+        float: each send due by t in id order, its input work queued on process id % count, its engine entry
+        on `due`."""
         if not self.api_open:
             self.api.advance(t, self.due)
             self.api_next = self.api.pending()
@@ -104,13 +108,14 @@ class CoreRouting(CoreBlocks):
 
     @cython.cfunc
     def _wake_arrivals(self) -> cython.void:
-        """Process.interrupt() on the sleeping arrivals process: SimPy's Interruption, URGENT, now (its pending
-        timeout is dropped: SimPy keeps it in the queue, where it wakes nothing)."""
+        """Process.interrupt() on the sleeping arrivals process: SimPy's Interruption, URGENT, now (its
+        pending timeout is dropped: SimPy keeps it in the queue, where it wakes nothing)."""
         self._schedule(self.now, URGENT, self.slot0 + SLOT_ARRIVALS)
 
     @cython.cfunc
     def _api_output(self, ids: list) -> cython.void:
-        """Cluster._on_output: the step's tokens go to the API servers (ApiServers.output: first the sends due)."""
+        """Cluster._on_output: the step's tokens go to the API servers (ApiServers.output: first the sends
+        due)."""
         k: cython.Py_ssize_t
         rid: cython.longlong
         if self.api_next <= self.now:
@@ -120,8 +125,17 @@ class CoreRouting(CoreBlocks):
         self._api_step(self.api_ids, len(ids), self.now)
 
     @cython.cfunc
-    @cython.locals(i=cython.Py_ssize_t, s=cython.longlong, m=cython.longlong, rid=cython.longlong,
-                   start=cython.double, end=cython.double, t=cython.double, last=cython.double, gap=cython.double)  # fmt: skip
+    @cython.locals(
+        i=cython.Py_ssize_t,
+        s=cython.longlong,
+        m=cython.longlong,
+        rid=cython.longlong,
+        start=cython.double,
+        end=cython.double,
+        t=cython.double,
+        last=cython.double,
+        gap=cython.double,
+    )
     def _api_step(self, ids: cython.longlong[:], n: cython.Py_ssize_t, now: cython.double) -> cython.void:
         """ApiServers.output after its advance, for ids[:n], float for float: each process's job for its share
         of the step's tokens (in process order), then each client's times; an answer the client now has
@@ -233,7 +247,9 @@ class CoreRouting(CoreBlocks):
         if router.needs_view:
             for i in range(len(self.reps)):
                 rep = self.reps[i]
-                router.observe(i, rep.outstanding, len(rep.waiting), rep.num_blocks - rep.free, rep.num_blocks)
+                router.observe(
+                    i, rep.outstanding, len(rep.waiting), rep.num_blocks - rep.free, rep.num_blocks
+                )
         return self.reps[router.pick(rid)]
 
     @cython.cfunc
@@ -267,7 +283,8 @@ class CoreRouting(CoreBlocks):
             if self.slot_waits:  # the arrivals process waited on `slot_freed`: its succeed() event
                 self.slot_waits = False
                 self._schedule(self.now, NORMAL, self.slot0 + SLOT_ARRIVALS)
-        if self.conversation and self.child[rid] >= 0:  # the answer is in: the next round after its think time
+        # the answer is in: the next round after its think time
+        if self.conversation and self.child[rid] >= 0:
             nxt = self.child[rid]
             self.arrived[nxt] = self.now + self.frontend + self.think[nxt]
             heapq.heappush(self.due, (self.arrived[nxt], nxt))
@@ -278,7 +295,7 @@ class CoreRouting(CoreBlocks):
             self.finished = True
             self._schedule(self.now, NORMAL, self.slot0 + SLOT_FINISHED)
 
-    # -- attention DP: waking a group, choosing a rank (sim/lockstep.py: DpGroup.notify, pick_rank) -------------
+    # -- attention DP: waking a group, choosing a rank (sim/lockstep.py: DpGroup.notify, pick_rank) ----------
     @cython.cfunc
     def _lockstep_notify(self, rep: Rep) -> cython.void:
         """Rank.notify -> DpGroup.notify: wake the rank's group if its process waits (`wake.succeed()`)."""
@@ -289,9 +306,9 @@ class CoreRouting(CoreBlocks):
 
     @cython.cfunc
     def _lockstep_pick(self, rid: cython.longlong) -> Rep:
-        """Cluster._pick with groups: the router picks a deployment, seeing each one's load summed over its ranks,
-        then DpGroup.pick its rank: in turn (SGLang), or vLLM's least-loaded rank (lockstep.pick_rank: strictly
-        lower score, ties to the lowest rank)."""
+        """Cluster._pick with groups: the router picks a deployment, seeing each one's load summed over its
+        ranks, then DpGroup.pick its rank: in turn (SGLang), or vLLM's least-loaded rank (lockstep.pick_rank:
+        strictly lower score, ties to the lowest rank)."""
         g: cython.Py_ssize_t
         i: cython.Py_ssize_t
         d: cython.Py_ssize_t = self.dp
@@ -336,8 +353,9 @@ class CoreRouting(CoreBlocks):
         score = cython.cast(cython.double, rep.outstanding) if cython.compiled else float(rep.outstanding)
         if rep.waiting and rep.num_blocks:
             usage = (
-                cython.cast(cython.double, rep.num_blocks - rep.free) if cython.compiled
+                cython.cast(cython.double, rep.num_blocks - rep.free)
+                if cython.compiled
                 else float(rep.num_blocks - rep.free)
-            ) / rep.num_blocks - 0.5  # fmt: skip
+            ) / rep.num_blocks - 0.5
             score += len(rep.waiting) * 6.0 * (usage if usage > 0.0 else 0.0)
         return score

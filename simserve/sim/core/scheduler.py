@@ -87,7 +87,8 @@ class CoreScheduler(CoreSGLang):
 
     @cython.cfunc
     def _sched_loop(self, rep: Rep) -> cython.void:
-        """The scheduler loop's body after a micro-batch's completion: route, form the next batch, start it."""
+        """The scheduler loop's body after a micro-batch's completion: route, form the next batch, start
+        it."""
         now: cython.double
         formed: cython.bint
         while True:
@@ -100,7 +101,11 @@ class CoreScheduler(CoreSGLang):
             if rep.in_flight < self.pp:
                 formed = self._policy(rep, now)
             if not formed:
-                if rep.in_flight == 0 and not (len(rep.prefilling) + len(rep.decoding) + rep.held) and rep.waiting:
+                if (
+                    rep.in_flight == 0
+                    and not (len(rep.prefilling) + len(rep.decoding) + rep.held)
+                    and rep.waiting
+                ):
                     self._drop_unfittable(rep)
                     continue
                 rep.sched_waits = True
@@ -181,15 +186,19 @@ class CoreScheduler(CoreSGLang):
         kv_used: cython.longlong = rep.num_blocks - rep.free
         if self.pp == 1:
             d = self.timer.time(chunks, prefixes, nd, kv_sum, drafts, 0)
-            if rep.cache is not None and rep.cache.tier is not None:  # Replica.schedule: awaiting a CPU-tier load
+            # Replica.schedule: awaiting a CPU-tier load
+            if rep.cache is not None and rep.cache.tier is not None:
                 d += rep.cache.tier.take_stall(now)
             if self.spec_k:
                 d = self._with_draft(d, prefills, dec)
             rep.prefills0 = prefills
             rep.decodes0 = dec
         else:
-            durations: list = [self.timer.time(chunks, prefixes, nd, kv_sum, drafts, s) for s in range(self.pp)]
-            if rep.cache is not None and rep.cache.tier is not None:  # as at PP 1 (the CLI refuses the tier with PP)
+            durations: list = [
+                self.timer.time(chunks, prefixes, nd, kv_sum, drafts, s) for s in range(self.pp)
+            ]
+            # as at PP 1 (the CLI refuses the tier with PP)
+            if rep.cache is not None and rep.cache.tier is not None:
                 durations[0] += rep.cache.tier.take_stall(now)
             d = durations[0]
             rep.stage0 = (prefills, dec, durations, num_prefill, kv_used)
@@ -197,7 +206,9 @@ class CoreScheduler(CoreSGLang):
         if not rep.in_flight:
             rep.busy_since = now
         rep.in_flight += 1
-        self._row(rep, 0, now, now + d, num_prefill, len(dec) + self.b_verifies, len(prefills) + len(dec), kv_used)
+        self._row(
+            rep, 0, now, now + d, num_prefill, len(dec) + self.b_verifies, len(prefills) + len(dec), kv_used
+        )
         self._schedule(now + d, NORMAL, rep.index * self.pp)
 
     @cython.cfunc
@@ -216,7 +227,9 @@ class CoreScheduler(CoreSGLang):
         if not b:
             return d
         if self.spec_fraction:
-            d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.time(_NONE, _NONE, b, kv, 0, 0))
+            d = d + self.spec_fraction * (
+                d + (self.spec_passes - 1) * self.timer.time(_NONE, _NONE, b, kv, 0, 0)
+            )
         return d + self.spec_cpu_s * b
 
     # -- stages 1..PP-1 (Replica.stage) -------------------------------------------------------------------
@@ -277,14 +290,15 @@ class CoreScheduler(CoreSGLang):
         if self.api is not None:  # what goes to the API servers: every decode, and the prefills that sampled
             sampled = list(dec)
         if self.pp == 1:  # `dec` may be rep.decoding itself (_paused_decodes): the decodes first, then the
-            # prefills whose last chunk moves them into it (the reference's order the other way round gives the
-            # same state: the two sets of requests are disjoint and the histogram's counts are integers)
+            # prefills whose last chunk moves them into it (the reference's order the other way round gives
+            # the same state: the two sets of requests are disjoint and the histogram's counts are integers)
             if dec:
                 self._complete_decodes(rep, dec, now)
             for rid, chunk in prefills:
                 if self._complete_chunk(rep, rid, chunk, now) and self.api is not None:
                     sampled.append(rid)
-                if self.spec_k and self.status[rid] == DONE:  # (speculation runs at PP 1) its pair is not reused
+                # (speculation runs at PP 1) its pair is not reused
+                if self.spec_k and self.status[rid] == DONE:
                     self.v_pairs[rid] = None
         else:
             for rid, chunk in prefills:

@@ -124,7 +124,9 @@ class CoreSGLang(CoreVllmV1):
             n = self._num_tokens(rid)
             hit = rep.radix.match(rid, n)[0] * self.block_size
             key = -hit
-            if hit <= self.sg_in_batch_check and rep.radix.waiting_deprioritized(rid, n, queued, self.sg_in_batch_dep):
+            if hit <= self.sg_in_batch_check and rep.radix.waiting_deprioritized(
+                rid, n, queued, self.sg_in_batch_dep
+            ):
                 key = float("inf")
             keyed.append((key, k, rid))
         keyed.sort()
@@ -202,8 +204,12 @@ class CoreSGLang(CoreVllmV1):
         out: list = []
         if chunked >= 0:  # PrefillAdder.add_chunked_req
             want = self.target[chunked] - self.computed[chunked]
-            room = min(rem_chunk, cython.cast(cython.longlong, free - total_offset) if cython.compiled
-                       else int(free - total_offset))  # fmt: skip
+            room = min(
+                rem_chunk,
+                cython.cast(cython.longlong, free - total_offset)
+                if cython.compiled
+                else int(free - total_offset),
+            )
             if room <= 0:
                 room = rem_chunk
             n = min(want, room)
@@ -298,9 +304,10 @@ class CoreSGLang(CoreVllmV1):
     @cython.cfunc
     def _sg_eos_state(self, rep: Rep, rid: cython.longlong) -> object:
         """sglang._eos_state: (outputs to come, prompt + outputs so far), or None when nothing is left."""
-        left: cython.double = cython.cast(cython.double, self.output[rid]) * (
-            1.0 if self.sg_eos[rid] else rep.sg_ratio
-        ) - self.generated[rid]
+        left: cython.double = (
+            cython.cast(cython.double, self.output[rid]) * (1.0 if self.sg_eos[rid] else rep.sg_ratio)
+            - self.generated[rid]
+        )
         if left <= 0:
             return None
         return (left, self.prompt[rid] + self.generated[rid])
@@ -351,8 +358,8 @@ class CoreSGLang(CoreVllmV1):
 
     @cython.cfunc
     def _sg_decode_pages(self, ids: list) -> cython.longlong:
-        """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages; with
-        EAGLE, those taking each to its committed tokens plus the reserve (sglang._decode_pages)."""
+        """Pages the next decode step of `ids` needs: one for each whose computed tokens fill their pages;
+        with EAGLE, those taking each to its committed tokens plus the reserve (sglang._decode_pages)."""
         rid: cython.longlong
         need: cython.longlong = 0
         want: cython.longlong
@@ -443,7 +450,8 @@ class CoreSGLang(CoreVllmV1):
             return ids
         self._sg_room(rep, len(ids) * self.block_size)
         need = self._sg_decode_pages(ids)
-        if need and self.sg_reserve:  # eagle_prepare_for_decode: each up to its committed tokens + the reserve
+        # eagle_prepare_for_decode: each up to its committed tokens + the reserve
+        if need and self.sg_reserve:
             for rid in ids:
                 want = (self.computed[rid] + self.sg_reserve + self.block_size - 1) // self.block_size
                 if want > self.blocks[rid]:

@@ -27,9 +27,20 @@ class CoreStretch(CoreScheduler):
 
     # -- decode stretches: consecutive decode-only iterations of one replica, nothing else due ------------
     @cython.cfunc
-    @cython.locals(slot=cython.int, i=cython.int, k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong,
-                   left=cython.longlong, limit=cython.double, t=cython.double, now=cython.double,
-                   n_need=cython.longlong, kv_sum=cython.longlong, d=cython.double)  # fmt: skip
+    @cython.locals(
+        slot=cython.int,
+        i=cython.int,
+        k=cython.Py_ssize_t,
+        nd=cython.Py_ssize_t,
+        rid=cython.longlong,
+        left=cython.longlong,
+        limit=cython.double,
+        t=cython.double,
+        now=cython.double,
+        n_need=cython.longlong,
+        kv_sum=cython.longlong,
+        d=cython.double,
+    )
     def _decode_stretch(self, rep: Rep) -> cython.void:
         """Run the replica's next decode-only iterations here, one after the other, while each is surely the
         next event of the whole simulation and changes nothing but its own requests: the same steps as
@@ -86,11 +97,12 @@ class CoreStretch(CoreScheduler):
             if not rep.in_flight:
                 rep.inflight_acc += now - rep.busy_since
             self._complete_ids(nd, now)
-            if self.api is not None:  # nothing else is due (the limit): ApiServers.output's advance has no work
+            # nothing else is due (the limit): ApiServers.output's advance has no work
+            if self.api is not None:
                 self._api_step(ids, nd, now)
             rep.idle_mark[0] = self._inflight_time(rep, now)
-            # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is rep.decoding
-            # with its KV growth (_schedule_decodes), when that fits without preemption
+            # _sched_loop: nothing to route (the next arrival is after now); the policy's batch is
+            # rep.decoding with its KV growth (_schedule_decodes), when that fits without preemption
             n_need = 0
             if self.stretch_grow:  # NOTE: first: the sarathi-like policies' hot path pays no extra test
                 for k in range(nd):
@@ -132,8 +144,9 @@ class CoreStretch(CoreScheduler):
 
     @cython.cfunc
     @cython.locals(kv_used=cython.longlong)
-    def _stretch_start(self, rep: Rep, slot: cython.int, now: cython.double, d: cython.double,
-                       nd: cython.Py_ssize_t) -> cython.void:  # fmt: skip
+    def _stretch_start(
+        self, rep: Rep, slot: cython.int, now: cython.double, d: cython.double, nd: cython.Py_ssize_t
+    ) -> cython.void:
         """_start_micro_batch's part after the step's time, for a stretched step of nd requests (no prefill
         tokens): its counters, the pipeline bubble, the row and the step's end (the bubble and KV use do not
         depend on d, so computing them after it changes no value)."""
@@ -150,8 +163,8 @@ class CoreStretch(CoreScheduler):
     @cython.cfunc
     @cython.locals(i=cython.int, limit=cython.double)
     def _stretch_limit(self, slot: cython.int) -> cython.double:
-        """Every other pending event and the next arrival (or routing, or API send): a stretched iteration must
-        end strictly before them all."""
+        """Every other pending event and the next arrival (or routing, or API send): a stretched iteration
+        must end strictly before them all."""
         limit = float("inf")
         for i in range(self.num_slots):
             if i != slot and self.ev_on[i] and self.ev_time[i] < limit:
@@ -165,14 +178,31 @@ class CoreStretch(CoreScheduler):
             limit = self.arrived[self.next]
         return limit
 
-    # -- verification stretches: speculative decoding's steps when every running request verifies its drafts ---
+    # -- verification stretches: speculative decoding's steps when every running request verifies its drafts
+    # ---
     @cython.cfunc
-    @cython.locals(k=cython.Py_ssize_t, nd=cython.Py_ssize_t, rid=cython.longlong, s=cython.longlong,
-                   a=cython.longlong, n=cython.longlong, c=cython.longlong, need=cython.longlong,
-                   n_need=cython.longlong, budget=cython.longlong, thr=cython.longlong, kv_sum=cython.longlong,
-                   draft_keys=cython.longlong, verify=cython.longlong,
-                   limit=cython.double, t=cython.double, now=cython.double, d=cython.double, uniform=cython.bint,
-                   same=cython.bint)  # fmt: skip
+    @cython.locals(
+        k=cython.Py_ssize_t,
+        nd=cython.Py_ssize_t,
+        rid=cython.longlong,
+        s=cython.longlong,
+        a=cython.longlong,
+        n=cython.longlong,
+        c=cython.longlong,
+        need=cython.longlong,
+        n_need=cython.longlong,
+        budget=cython.longlong,
+        thr=cython.longlong,
+        kv_sum=cython.longlong,
+        draft_keys=cython.longlong,
+        verify=cython.longlong,
+        limit=cython.double,
+        t=cython.double,
+        now=cython.double,
+        d=cython.double,
+        uniform=cython.bint,
+        same=cython.bint,
+    )
     def _verify_stretch(self, rep: Rep) -> cython.void:
         """_decode_stretch for speculative decoding (vllm-v1, PP = 1, no prefix caching): the replica's next
         steps, one after the other, while each is surely the next event of the simulation and is the same
@@ -217,7 +247,8 @@ class CoreStretch(CoreScheduler):
             self.ev_on[slot] = 0
             self.now = t
             now = t
-            # _sched_resume -> _complete at PP = 1: verifications only (each samples: all go to the API servers)
+            # _sched_resume -> _complete at PP = 1: verifications only (each samples: all go to the API
+            # servers)
             rep.busy0 = False
             rep.in_flight -= 1
             if not rep.in_flight:
@@ -225,7 +256,8 @@ class CoreStretch(CoreScheduler):
             for k in range(nd):
                 rid = ids[k]
                 self._complete_verify(rep, rid, self.spec_sched[rid] + 1, now)
-            if self.api is not None:  # nothing else is due (the limit): ApiServers.output's advance has no work
+            # nothing else is due (the limit): ApiServers.output's advance has no work
+            if self.api is not None:
                 self._api_step(ids, nd, now)
             rep.idle_mark[0] = self._inflight_time(rep, now)
             # _sched_loop: nothing to route; _vllm_v1's running loop, first checked to give the same batch
@@ -257,8 +289,8 @@ class CoreStretch(CoreScheduler):
             draft_keys = 0
             verify = 0
             self.batch_no += 1
-            # the same loop, applied (_vllm_v1, then _count_batch and _with_draft's sums): its tokens and blocks
-            # again (the pass above changes nothing, so that the policy's own step can take over)
+            # the same loop, applied (_vllm_v1, then _count_batch and _with_draft's sums): its tokens and
+            # blocks again (the pass above changes nothing, so that the policy's own step can take over)
             for k in range(nd):
                 rid = ids[k]
                 c = self.computed[rid]
@@ -321,8 +353,14 @@ class CoreStretch(CoreScheduler):
         return True
 
     @cython.cfunc
-    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, c=cython.longlong, need=cython.longlong,
-                   n_need=cython.longlong, bs=cython.longlong)  # fmt: skip
+    @cython.locals(
+        k=cython.Py_ssize_t,
+        rid=cython.longlong,
+        c=cython.longlong,
+        need=cython.longlong,
+        n_need=cython.longlong,
+        bs=cython.longlong,
+    )
     def _v1_grow(self, rep: Rep, nd: cython.Py_ssize_t) -> cython.bint:
         """_vllm_v1's running loop for a batch of decodes only (one token each, admission order): each
         request's blocks for computed + 1 tokens, and with prefix caching the blocks that became full are
@@ -382,8 +420,14 @@ class CoreStretch(CoreScheduler):
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, t0=cython.double, last=cython.double,
-                   gap=cython.double, same=cython.bint)  # fmt: skip
+    @cython.locals(
+        k=cython.Py_ssize_t,
+        rid=cython.longlong,
+        t0=cython.double,
+        last=cython.double,
+        gap=cython.double,
+        same=cython.bint,
+    )
     def _complete_ids(self, nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
         """_complete_decodes over self.ids[:nd], none of which finishes (_decode_stretch made sure)."""
         same = True

@@ -40,7 +40,11 @@ class Timer:
             )
             self.cpu_gpu, self.cpu_ovl, self.cpu_ser = p["cpu_gpu"], p["cpu_ovl"], p["cpu_ser"]
             self.cpu_pre = p["cpu_pre"]
-            self.launch_gpu, self.launch_cpu, self.launch_cap = p["launch_gpu"], p["launch_cpu"], p["launch_cap"]
+            self.launch_gpu, self.launch_cpu, self.launch_cap = (
+                p["launch_gpu"],
+                p["launch_cpu"],
+                p["launch_cap"],
+            )
             self.plain = p["plain"]
         else:
             self.a, self.b, self.c = p["a"], p["b"], p["c"]
@@ -69,8 +73,15 @@ class Timer:
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    @cython.locals(x=cython.double, y=cython.double, i=cython.longlong, k=cython.longlong, fy=cython.double,
-                   a=cython.double, b=cython.double)  # fmt: skip
+    @cython.locals(
+        x=cython.double,
+        y=cython.double,
+        i=cython.longlong,
+        k=cython.longlong,
+        fy=cython.double,
+        a=cython.double,
+        b=cython.double,
+    )
     def _prefill(self, chunk: cython.longlong, prefix: cython.longlong) -> cython.double:
         x = chunk / self.dc
         y = prefix / self.dp
@@ -86,10 +97,25 @@ class Timer:
         return a + (x - i) * (b - a)
 
     @cython.cfunc
-    @cython.locals(t=cython.longlong, attn=cython.double, tok=cython.double, chunk=cython.longlong,
-                   prefix=cython.longlong, kv=cython.longlong, n=cython.Py_ssize_t, q=cython.Py_ssize_t)  # fmt: skip
-    def time(self, chunks: list, prefixes: list, nd: cython.longlong, kv_sum: cython.longlong,
-             drafts: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
+    @cython.locals(
+        t=cython.longlong,
+        attn=cython.double,
+        tok=cython.double,
+        chunk=cython.longlong,
+        prefix=cython.longlong,
+        kv=cython.longlong,
+        n=cython.Py_ssize_t,
+        q=cython.Py_ssize_t,
+    )
+    def time(
+        self,
+        chunks: list,
+        prefixes: list,
+        nd: cython.longlong,
+        kv_sum: cython.longlong,
+        drafts: cython.longlong,
+        stage: cython.int,
+    ) -> cython.double:
         """Seconds of one iteration on `stage`: prefill chunks over their prefixes, nd decodes reading
         kv_sum KV entries in all and `drafts` more decode tokens that share those reads (a speculative
         verification's; the BatchTimer's __call__)."""
@@ -116,10 +142,18 @@ class Timer:
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(tok=cython.double)
-    def _tables_time(self, t: cython.longlong, attn: cython.double, n: cython.longlong, nd: cython.longlong,
-                     kv_sum: cython.longlong, drafts: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
-        """time()'s T_TABLES part after the prefill chunks: t tokens (drafts included), attn their attention so
-        far, nd decode reads of kv_sum keys. The step's composition is BatchTimer._compose's, operation for
+    def _tables_time(
+        self,
+        t: cython.longlong,
+        attn: cython.double,
+        n: cython.longlong,
+        nd: cython.longlong,
+        kv_sum: cython.longlong,
+        drafts: cython.longlong,
+        stage: cython.int,
+    ) -> cython.double:
+        """time()'s T_TABLES part after the prefill chunks: t tokens (drafts included), attn their attention
+        so far, nd decode reads of kv_sum keys. The step's composition is BatchTimer._compose's, operation for
         operation (the drafts are rows of its per-request terms, as in BatchTimer.__call__)."""
         if nd:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
@@ -133,14 +167,27 @@ class Timer:
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    @cython.locals(mode=cython.int, gpu=cython.double, cpu=cython.double, r=cython.double, tt=cython.double,
-                   pp=cython.double)  # fmt: skip
-    def _compose(self, kernels: cython.double, num_prefills: cython.longlong, n: cython.longlong,
-                 t: cython.longlong, stage: cython.int) -> cython.double:  # fmt: skip
-        """BatchTimer._compose, operation for operation: max(GPU side, overlapping CPU side) + serial CPU for a
-        step of `kernels` seconds, n requests (num_prefills of them prefill chunks) and t tokens."""
+    @cython.locals(
+        mode=cython.int,
+        gpu=cython.double,
+        cpu=cython.double,
+        r=cython.double,
+        tt=cython.double,
+        pp=cython.double,
+    )
+    def _compose(
+        self,
+        kernels: cython.double,
+        num_prefills: cython.longlong,
+        n: cython.longlong,
+        t: cython.longlong,
+        stage: cython.int,
+    ) -> cython.double:
+        """BatchTimer._compose, operation for operation: max(GPU side, overlapping CPU side) + serial CPU for
+        a step of `kernels` seconds, n requests (num_prefills of them prefill chunks) and t tokens."""
         r = cython.cast(cython.double, n) if cython.compiled else float(n)
-        if self.plain:  # NOTE: the general expression below with its zero terms dropped: the same bits, fewer loads
+        # NOTE: the general expression below with its zero terms dropped: the same bits, fewer loads
+        if self.plain:
             return kernels + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r
         if t > self.launch_cap:
             mode = 2
@@ -150,20 +197,37 @@ class Timer:
             mode = 0
         tt = cython.cast(cython.double, t) if cython.compiled else float(t)
         pp = cython.cast(cython.double, num_prefills) if cython.compiled else float(num_prefills)
-        gpu = (kernels + self.cpu_gpu[stage, 0] + self.cpu_gpu[stage, 1] * r + self.cpu_gpu[stage, 2] * tt
-               + self.cpu_pre[stage, 0] * pp + self.launch_gpu[stage, mode])  # fmt: skip
-        cpu = (self.cpu_ovl[stage, 0] + self.cpu_ovl[stage, 1] * r + self.cpu_ovl[stage, 2] * tt
-               + self.cpu_pre[stage, 1] * pp + self.launch_cpu[stage, mode])  # fmt: skip
+        gpu = (
+            kernels
+            + self.cpu_gpu[stage, 0]
+            + self.cpu_gpu[stage, 1] * r
+            + self.cpu_gpu[stage, 2] * tt
+            + self.cpu_pre[stage, 0] * pp
+            + self.launch_gpu[stage, mode]
+        )
+        cpu = (
+            self.cpu_ovl[stage, 0]
+            + self.cpu_ovl[stage, 1] * r
+            + self.cpu_ovl[stage, 2] * tt
+            + self.cpu_pre[stage, 1] * pp
+            + self.launch_cpu[stage, mode]
+        )
         if cpu > gpu:
             gpu = cpu
-        return (gpu + self.cpu_ser[stage, 0] + self.cpu_ser[stage, 1] * r + self.cpu_ser[stage, 2] * tt
-                + self.cpu_pre[stage, 2] * pp)  # fmt: skip
+        return (
+            gpu
+            + self.cpu_ser[stage, 0]
+            + self.cpu_ser[stage, 1] * r
+            + self.cpu_ser[stage, 2] * tt
+            + self.cpu_pre[stage, 2] * pp
+        )
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(t=cython.longlong, kv=cython.longlong)
-    def decode_time(self, nd: cython.longlong, kv_sum: cython.longlong, drafts: cython.longlong,
-                    stage: cython.int) -> cython.double:  # fmt: skip
+    def decode_time(
+        self, nd: cython.longlong, kv_sum: cython.longlong, drafts: cython.longlong, stage: cython.int
+    ) -> cython.double:
         """time() of a batch without prefill chunks (the same operations, without its Python lists)."""
         if self.kind == T_CONSTANT:
             return self.a
@@ -184,7 +248,8 @@ class Timer:
             total += self.time(chunks, prefixes, nd, kv_sum, 0, s)
         return total
 
-    # -- attention-DP lockstep (sim/lockstep.py): BatchTimer.own_time split at the padding, and experts_time ---
+    # -- attention-DP lockstep (sim/lockstep.py): BatchTimer.own_time split at the padding, and experts_time
+    # ---
     @cython.cfunc
     @cython.locals(q=cython.Py_ssize_t, kv=cython.longlong, attn=cython.double)
     def own_base(
@@ -211,12 +276,16 @@ class Timer:
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
     @cython.locals(x=cython.longlong, tok=cython.double)
     def own_time(
-        self, t: cython.longlong, base: cython.double, num_prefills: cython.longlong, n: cython.longlong,
+        self,
+        t: cython.longlong,
+        base: cython.double,
+        num_prefills: cython.longlong,
+        n: cython.longlong,
         pad: cython.longlong,
     ) -> cython.double:
-        """BatchTimer.own_time: a rank's own seconds for t tokens of n requests (num_prefills prefill chunks, the
-        rest decodes) whose own_base is `base`, its layers run at `pad` tokens when that is more (vLLM's CUDA
-        graphs across ranks)."""
+        """BatchTimer.own_time: a rank's own seconds for t tokens of n requests (num_prefills prefill chunks,
+        the rest decodes) whose own_base is `base`, its layers run at `pad` tokens when that is more (vLLM's
+        CUDA graphs across ranks)."""
         if self.kind == T_CONSTANT:
             return self.a
         x = t if t > pad else pad

@@ -1,7 +1,7 @@
 """A replica's state transitions (state.ReplicaState): admission of the head, preemption, abort, completion.
 
-The pieces every policy family shares: `_admit_head`, `_preempt`, `_abort`, the decode part of a batch with its
-KV growth (`_schedule_decodes`, `_schedule_decodes_preempting`), and the results of a finished micro-batch
+The pieces every policy family shares: `_admit_head`, `_preempt`, `_abort`, the decode part of a batch with
+its KV growth (`_schedule_decodes`, `_schedule_decodes_preempting`), and the results of a finished micro-batch
 (`_complete_chunk`, `_complete_decodes`, `_finish`).
 """
 
@@ -66,7 +66,9 @@ class CoreTransitions(CoreRouting):
         return True
 
     @cython.cfunc
-    def _complete_verify(self, rep: Rep, rid: cython.longlong, chunk: cython.longlong, now: cython.double) -> cython.void:
+    def _complete_verify(
+        self, rep: Rep, rid: cython.longlong, chunk: cython.longlong, now: cython.double
+    ) -> cython.void:
         """ReplicaState.complete_verify: the pre-drawn accepted drafts, the rejected ones rolled back."""
         s: cython.longlong = self.spec_sched[rid]
         padded: cython.bint = s < 0  # padding drafts: a one-token admission, still in prefilling
@@ -171,7 +173,10 @@ class CoreTransitions(CoreRouting):
     @cython.cfunc
     def _head_admissible(self, rep: Rep, rid: cython.longlong) -> cython.bint:
         """ReplicaState.head_admissible: blocks fit, the batch has room, not in a micro-batch in flight."""
-        if not self._can_allocate(rep, self._admission_blocks(rid)) or self._num_running(rep) >= self.max_batch:
+        if (
+            not self._can_allocate(rep, self._admission_blocks(rid))
+            or self._num_running(rep) >= self.max_batch
+        ):
             return False
         return not (self.pp > 1 and self.inflight[rid])
 
@@ -179,8 +184,9 @@ class CoreTransitions(CoreRouting):
     def _paused_decodes(self, rep: Rep) -> list:
         if self.pp > 1:
             return [rid for rid in rep.decoding if not self.inflight[rid]]
-        # NOTE: PP = 1: the list itself, not a copy (an allocation per iteration): nothing changes it while the
-        # batch is in flight, and _complete takes the batch's decodes before its prefills' last chunks join it
+        # NOTE: PP = 1: the list itself, not a copy (an allocation per iteration): nothing changes it while
+        # the batch is in flight, and _complete takes the batch's decodes before its prefills' last chunks
+        # join it
         return rep.decoding
 
     @cython.cfunc
@@ -201,7 +207,8 @@ class CoreTransitions(CoreRouting):
 
     @cython.cfunc
     def _admit_head(self, rep: Rep, now: cython.double, blocks: cython.longlong) -> cython.longlong:
-        """blocks < 0: the admission blocks (ReplicaState.admit_head's default); vllm-v1 passes its chunk's."""
+        """blocks < 0: the admission blocks (ReplicaState.admit_head's default); vllm-v1 passes its
+        chunk's."""
         rid: cython.longlong = rep.waiting.popleft()
         if blocks < 0:
             blocks = self._admission_blocks(rid)

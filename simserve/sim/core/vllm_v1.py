@@ -62,7 +62,9 @@ class CoreVllmV1(CorePaperPolicies):
             target = self.target[rid]
             is_prefill = computed < target
             if self.spec_k:  # vllm_v1.vllm_v1_batch: a decode verifies its drafts, lookahead slots
-                n = self._spec_tokens(target - computed if is_prefill else 1 + self.spec[rid], computed, budget, thr)
+                n = self._spec_tokens(
+                    target - computed if is_prefill else 1 + self.spec[rid], computed, budget, thr
+                )
                 need = self._spec_need(rid, computed, n)
             else:
                 n = target - computed if is_prefill else 1
@@ -81,9 +83,10 @@ class CoreVllmV1(CorePaperPolicies):
                 self.blocks[rid] += need
             else:
                 want = min(computed + n, self._num_tokens(rid))
-                # NOTE: a call that takes no block (its blocks hold computed + n tokens: need <= 0, as blocks is
-                # its block count) and caches none (the full blocks of its first `want` tokens are cached) changes
-                # nothing: skipped, as _v1_grow skips it (most decodes of a step; attention DP runs every step here)
+                # NOTE: a call that takes no block (its blocks hold computed + n tokens: need <= 0, as blocks
+                # is its block count) and caches none (the full blocks of its first `want` tokens are cached)
+                # changes nothing: skipped, as _v1_grow skips it (most decodes of a step; attention DP runs
+                # every step here)
                 if need > 0 or want // bs > cache.num_cached[rid]:
                     self.blocks[rid] = cache.allocate_slots(rid, (), computed + n, want)
                     rep.free = cache.free
@@ -105,7 +108,8 @@ class CoreVllmV1(CorePaperPolicies):
             return prefills, decodes
         ran = len(prefills) > 0 or len(decodes) > 0
         self._drop_too_long(rep)
-        if cache is not None and cache.tier is not None and cache.tier.loading:  # vllm_v1: CPU-tier loads done
+        # vllm_v1: CPU-tier loads done
+        if cache is not None and cache.tier is not None and cache.tier.loading:
             cache.tier.promote(rep.waiting, now, False)
         skipped: list = []
         while rep.waiting and budget > 0 and len(running) < self.max_batch:
@@ -132,7 +136,9 @@ class CoreVllmV1(CorePaperPolicies):
                 pad = n - want if n > want else 0
                 whole = -(-want // bs)
                 first = -(-max(n, min(n + self.spec_lookahead, self.max_model_len)) // bs)
-                if not self._can_allocate(rep, whole if self.full_isl else first) or not self._can_allocate(rep, first):
+                if not self._can_allocate(rep, whole if self.full_isl else first) or not self._can_allocate(
+                    rep, first
+                ):
                     break
                 if whole > rep.num_blocks - rep.watermark:
                     break
@@ -151,17 +157,25 @@ class CoreVllmV1(CorePaperPolicies):
             self._drop_too_long(rep)
         for rid in reversed(skipped):
             rep.waiting.appendleft(rid)
-        if not prefills and not decodes and cache is not None and cache.tier is not None and cache.tier.loading:
-            cache.tier.promote(rep.waiting, now, True)  # vllm_v1: nothing else to run, await the earliest load
+        if (
+            not prefills
+            and not decodes
+            and cache is not None
+            and cache.tier is not None
+            and cache.tier.loading
+        ):
+            # vllm_v1: nothing else to run, await the earliest load
+            cache.tier.promote(rep.waiting, now, True)
             return self._vllm_v1(rep, now)
         return prefills, decodes
 
-    # -- speculative decoding: a running request's tokens and blocks (the scheduler's step and the verification
-    # stretch's, stretch._verify_stretch), and its verification as the batch lists it
+    # -- speculative decoding: a running request's tokens and blocks (the scheduler's step and the
+    # verification stretch's, stretch._verify_stretch), and its verification as the batch lists it
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
-    def _spec_tokens(self, want: cython.longlong, computed: cython.longlong, budget: cython.longlong,
-                     thr: cython.longlong) -> cython.longlong:  # fmt: skip
+    def _spec_tokens(
+        self, want: cython.longlong, computed: cython.longlong, budget: cython.longlong, thr: cython.longlong
+    ) -> cython.longlong:
         """vllm_v1.vllm_v1_batch: the tokens a running request is scheduled -- `want` (the rest of its prompt,
         or 1 + its drafts) within the long-prefill threshold and the budget, below the model length."""
         n: cython.longlong = min(want, thr if thr else budget, budget)
@@ -169,19 +183,24 @@ class CoreVllmV1(CorePaperPolicies):
 
     @cython.cfunc
     @cython.exceptval(check=False)  # NOTE: arithmetic only (block_size > 0); no Python error to check for
-    def _spec_need(self, rid: cython.longlong, computed: cython.longlong, n: cython.longlong) -> cython.longlong:
+    def _spec_need(
+        self, rid: cython.longlong, computed: cython.longlong, n: cython.longlong
+    ) -> cython.longlong:
         """vllm_v1.vllm_v1_batch: the blocks request rid adds for computed + n tokens and the drafter's
         lookahead slots (0 when it holds them)."""
-        slots: cython.longlong = max(computed + n, min(computed + n + self.spec_lookahead, self.max_model_len))
-        if slots <= self.blocks[rid] * self.block_size:  # NOTE: most steps: the division (Python's //) skipped
+        slots: cython.longlong = max(
+            computed + n, min(computed + n + self.spec_lookahead, self.max_model_len)
+        )
+        # NOTE: most steps: the division (Python's //) skipped
+        if slots <= self.blocks[rid] * self.block_size:
             return 0
         return -(-slots // self.block_size) - self.blocks[rid]
 
     @cython.cfunc
     def _verify_pair(self, rid: cython.longlong, n: cython.longlong) -> tuple:
-        """(rid, n), a verification of n tokens as the batch lists it: the request's pair of its last step when
-        n is the same (K + 1, mostly), not a new tuple and id object per request per step (tuples are immutable:
-        the batches that hold the pair share it); _complete drops a finished request's."""
+        """(rid, n), a verification of n tokens as the batch lists it: the request's pair of its last step
+        when n is the same (K + 1, mostly), not a new tuple and id object per request per step (tuples are
+        immutable: the batches that hold the pair share it); _complete drops a finished request's."""
         pair: tuple = self.v_pairs[rid]
         m: cython.longlong
         if pair is not None:
@@ -193,9 +212,17 @@ class CoreVllmV1(CorePaperPolicies):
         return pair
 
     @cython.cfunc
-    def _admit_cached(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
-                      budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
-        """vllm_v1._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not fit."""
+    def _admit_cached(
+        self,
+        rep: Rep,
+        rid: cython.longlong,
+        want: cython.longlong,
+        thr: cython.longlong,
+        budget: cython.longlong,
+        now: cython.double,
+    ) -> cython.longlong:
+        """vllm_v1._admit_cached: the waiting head with its longest cached prefix, or 0 when it does not
+        fit."""
         cache: PrefixCache = rep.cache
         tier: CpuTier = cache.tier
         loading: cython.longlong
@@ -203,8 +230,9 @@ class CoreVllmV1(CorePaperPolicies):
             return self._admit_loaded(rep, rid, want, thr, budget, now)
         hits: list = cache.lookup(rid, want)
         if tier is not None:  # vllm_v1._admit_cached: a load from the CPU tier
-            loading = tier.start_load(cache, rid, want, hits, self.max_model_len, self.full_isl,
-                                      self.req_preemptions[rid] > 0, now)  # fmt: skip
+            loading = tier.start_load(
+                cache, rid, want, hits, self.max_model_len, self.full_isl, self.req_preemptions[rid] > 0, now
+            )
             if loading < 0:
                 return 0 if loading == -1 else -2
             if loading:
@@ -230,8 +258,15 @@ class CoreVllmV1(CorePaperPolicies):
         return n
 
     @cython.cfunc
-    def _admit_loaded(self, rep: Rep, rid: cython.longlong, want: cython.longlong, thr: cython.longlong,
-                      budget: cython.longlong, now: cython.double) -> cython.longlong:  # fmt: skip
+    def _admit_loaded(
+        self,
+        rep: Rep,
+        rid: cython.longlong,
+        want: cython.longlong,
+        thr: cython.longlong,
+        budget: cython.longlong,
+        now: cython.double,
+    ) -> cython.longlong:
         """vllm_v1._admit_loaded: a request back from its CPU-tier load, or 0 when the rest does not fit."""
         cache: PrefixCache = rep.cache
         computed: cython.longlong = cache.tier.loaded[rid]
