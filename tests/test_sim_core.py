@@ -956,10 +956,10 @@ def test_an_overloaded_conversation_run_stops_at_the_references_check(monkeypatc
         arrived = np.cumsum(rng.exponential(0.05, n))
         prompt, output = rng.integers(20, 300, n), rng.integers(2, 20, n)
 
-        def sim():
+        def sim(prompt=prompt, output=output, arrived=arrived, parent=parent):
             return simulate(
                 prompt, output, arrived, LinearTimer(0.01, 2e-4, 1e-7), 200, cfg, conversation=parent
-            )  # noqa: B023
+            )
 
         ref = _run(monkeypatch, "reference", sim)
         if rule == "oldest":
