@@ -72,11 +72,10 @@ class Deployment:
         # the box's links and its GPUs go together
         if node is not None and GPU.get(node.gpu).name != gpu.name:
             boxes = [n.name for n in NODES if GPU.get(n.gpu).name == gpu.name]
+            known = ", ".join(boxes) or "none in the catalog: add one with a catalog file, docs/catalog.md"
             raise SimserveError(
                 f"--node {node.name} holds {GPU.get(node.gpu).name} GPUs, not {gpu.name}; pick a node that "
-                "holds "
-                f"{gpu.name} ({', '.join(boxes) or 'none in the catalog: add one with a catalog file, docs/catalog.md'})"
-                f" or --gpu {node.gpu}"
+                f"holds {gpu.name} ({known}) or --gpu {node.gpu}"
             )
         if isinstance(network, str):
             network = NETWORKS.get(network)

@@ -24,7 +24,8 @@ from simserve.cli import main
 main(["run", "--requests", "50", "--qps", "2", "--out", sys.argv[1]])
 HEAVY = {"sklearn", "scipy", "matplotlib", "torch", "pandas", "pyarrow", "pydantic"}
 heavy = sorted({m.split(".")[0] for m in sys.modules} & HEAVY)
-# other commands' modules; options, metavars, coercion, console and outputs are what commands share, not commands
+# other commands' modules; options, metavars, coercion, console and outputs are what commands share,
+# not commands
 SHARED = {"simserve.cli.run", "simserve.cli.options", "simserve.cli.metavars", "simserve.cli.coercion",
           "simserve.cli.console", "simserve.cli.outputs"}
 heavy += sorted(m for m in sys.modules if m.startswith("simserve.cli.") and m not in SHARED)

@@ -57,7 +57,8 @@ def run_disaggregated(
         decode_router,
     )
     ds.check()  # one line naming the pool that does not fit, or the missing link, before anything is written
-    name = f"{Path(scenario.model).name}-disagg-{ds.label()}-{scenario.policy}-{Path(scenario.trace).name.split('.')[0]}"
+    trace = Path(scenario.trace).name.split(".")[0]
+    name = f"{Path(scenario.model).name}-disagg-{ds.label()}-{scenario.policy}-{trace}"
     out = check_out_dir(out or Path("runs") / f"{name}-qps{qps:g}-s{scenario.seed}", force)
     console = make_console()
     pools = []

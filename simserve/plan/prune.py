@@ -6,7 +6,8 @@ replicas cost per hour (r·g·p for g GPUs at $p per GPU-hour, or whole nodes wh
 Row r is dominated (not on the Pareto front) as soon as some row already found carries at least r·c for at
 most cost(r) dollars per hour. So the deployment can reach the front only if c beats
 
-    threshold = min over r of  front(cost(r)) / r,   front(x) = the most capacity any row found offers for ≤ $x/h.
+    threshold = min over r of  front(cost(r)) / r,
+    front(x)  = the most capacity any row found offers for ≤ $x/h.
 
 One probe at the threshold settles it: a failure means c < threshold (pass/fail is monotone in load, as the
 capacity search already assumes), so every row of the deployment is dominated and it is not searched further;

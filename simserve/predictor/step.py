@@ -2,8 +2,9 @@
 
 A step's time (BatchTimer.__call__, and core.Timer in the compiled core) is
 
-    max(kernels + GPU-side launch gaps + GPU-stream CPU work,  CPU work that overlaps the GPU + CPU launch time)
-        + CPU work that cannot overlap
+    max(kernels + GPU-side launch gaps + GPU-stream CPU work,
+        CPU work that overlaps the GPU + CPU launch time)
+    + CPU work that cannot overlap
 
 with the CPU work's roles from predictor/overhead.py (async scheduling decides them) and the two parts here:
 

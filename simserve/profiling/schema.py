@@ -1,12 +1,14 @@
 """The profile directory format: what every backend writes and the predictor reads.
 
 profiles/<gpu>/<model>/
-    linear.csv        op, tp, num_tokens, time_ms                         (qkv_proj, o_proj, up_proj, down_proj)
-    elementwise.csv   op, tp, num_tokens, time_ms                         (attn_norm, mlp_norm, rotary, act, residual_add)
+    linear.csv        op, tp, num_tokens, time_ms
+    elementwise.csv   op, tp, num_tokens, time_ms
     attention.csv     phase, tp, batch_size, chunk, kv_len, time_ms
-    collectives.csv   op, link, num_workers, size_bytes, time_ms          (all_reduce, send_recv)
+    collectives.csv   op, link, num_workers, size_bytes, time_ms
     provenance.json   backend, device, versions, date, command, ...
 
+The ops: linear qkv_proj, o_proj, up_proj, down_proj; elementwise attn_norm, mlp_norm, rotary, act,
+residual_add; collectives all_reduce, send_recv.
 Times are milliseconds for ONE layer on ONE GPU (one call of the op). Attention rows: `prefill` is one
 request's chunk of `chunk` new tokens attending to `kv_len` tokens already cached before it (batch_size 1;
 kv_len 0 is a full prefill); `decode` is `batch_size` requests each attending to `kv_len` cached tokens (chunk

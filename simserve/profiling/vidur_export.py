@@ -188,10 +188,10 @@ def export_vidur(
     """
     vidur_model = vidur_model or model
     if model.is_moe or model.is_mla or model.head_size is not None:
+        has = "experts" if model.is_moe else "latent attention" if model.is_mla else "a separate head_dim"
         raise SimserveError(
             f"Vidur's profile format has dense GQA layers only (hidden = heads × head_dim); {model.name} has "
-            f"{'experts' if model.is_moe else 'latent attention' if model.is_mla else 'a separate head_dim'}: "
-            f"it cannot be exported"
+            f"{has}: it cannot be exported"
         )
     same = (
         "num_layers",

@@ -3,7 +3,8 @@
 The column names of three families are accepted, so a trace from another tool loads as it is:
 
 * Vidur / Sarathi-Serve: `num_prefill_tokens`, `num_decode_tokens`, optional `arrived_at` (seconds);
-* vLLM benchmarks: `prompt_len | input_len | prompt_tokens` and `output_len | expected_output_len | output_tokens`;
+* vLLM benchmarks: `prompt_len | input_len | prompt_tokens` and
+  `output_len | expected_output_len | output_tokens`;
 * Mooncake / Bailian JSONL: `input_length`, `output_length`, `timestamp` (milliseconds), and `hash_ids`: the
   request's chained prefix-block ids, one per HASH_BLOCK_TOKENS tokens (a JSON list; in a CSV, the ids
   separated by spaces), which prefix caching keys blocks by (sim/prefix_cache.py).

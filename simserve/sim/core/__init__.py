@@ -12,18 +12,18 @@ One class, one concern per module: each module adds the methods of one concern t
 driver.Core is the class a run builds (its fields are declared once, in events.pxd):
 
     events.CoreEvents          fields, event slots (SimPy's queue), TBT histogram, iteration rows
-    blocks.CoreBlocks          KV blocks, the prefix / radix caches' mirror        (kvcache.py, state.py)
-    routing.CoreRouting        arrivals, API servers' output, routing, DP rank pick (cluster.py,
-                               api_server.py)
-    transitions.CoreTransitions admission of the head, preemption, completion    (state.ReplicaState)
-    paper_policies.CorePaperPolicies  fcfs, orca, vllm, sarathi, chunked, adaptive  (policies.py, adaptive_budgets.py)
-    vllm_v1.CoreVllmV1         vLLM V1's scheduler                                 (vllm_v1.vllm_v1_batch)
-    sglang.CoreSGLang          SGLang's scheduler                                  (sglang.py, sglang_admission.py)
-    scheduler.CoreScheduler    the policy dispatch, scheduler loop, PP stages      (replica.Replica)
+    blocks.CoreBlocks          KV blocks, the prefix / radix caches' mirror (kvcache.py, state.py)
+    routing.CoreRouting        arrivals, API servers' output, routing, DP ranks (cluster.py, api_server.py)
+    transitions.CoreTransitions admission of the head, preemption, completion (state.ReplicaState)
+    paper_policies.CorePaperPolicies  fcfs, orca, vllm, sarathi, chunked, adaptive (policies.py,
+                               adaptive_budgets.py)
+    vllm_v1.CoreVllmV1         vLLM V1's scheduler (vllm_v1.vllm_v1_batch)
+    sglang.CoreSGLang          SGLang's scheduler (sglang.py, sglang_admission.py)
+    scheduler.CoreScheduler    the policy dispatch, scheduler loop, PP stages (replica.Replica)
     stretch.CoreStretch        decode stretches (no SimPy counterpart)
-    lockstep.CoreLockstep      attention-DP lockstep                               (lockstep.DpGroup)
-    driver.Core                start-up, the event loop, the watchdog's seam       (cluster.Cluster)
-    disagg.DisaggCore          two pools and the KV link                           (disagg.DisaggCluster)
+    lockstep.CoreLockstep      attention-DP lockstep (lockstep.DpGroup)
+    driver.Core                start-up, the event loop, the watchdog's seam (cluster.Cluster)
+    disagg.DisaggCore          two pools and the KV link (disagg.DisaggCluster)
     timer.Timer, rep.Rep       the BatchTimer's arithmetic; one replica's state; consts: codes and slots
     blockstart.block_start     the KV block test of every decode, inline in each module (blockstart.pxd)
 
