@@ -147,7 +147,7 @@ def exact_floats() -> dict:
 
     pandas 3 parses floats correctly rounded by default (and deprecates `float_precision`); pandas 2's default
     parser can miss the last bit (a replayed arrival time 3.1099981900000003 read back as its neighbour), so
-    there Python's own parser is asked for. Results must not depend on which pandas a machine has (issue 20).
+    there Python's own parser is asked for. Results must not depend on which pandas a machine has.
     """
     import pandas as pd
 

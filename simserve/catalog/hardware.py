@@ -319,8 +319,8 @@ NODES: Table[NodeSpec] = Table(
             source="8×L40S (PCIe Gen4 x16, 32 GB/s per direction) whose rings beyond a PCIe switch pair go "
             "through host memory (NCCL's SHM transport): 2 GPUs' host copy rate 10.2 GB/s, fitted on the "
             "4-GPU all-reduces of aiconfigurator-core's L40S NCCL table (5.1 GB/s busbw ≥ 16 MiB = 10.2 × "
-            "2/4; 8 GPUs held out, docs/collectives.md). The L40S GPU itself comes from the catalog (issue "
-            "21 item 2)",
+            "2/4; 8 GPUs held out, docs/collectives.md). The L40S GPU itself is the GPU catalog's "
+            "entry",
         ),
         NodeSpec(
             name="dgx-a100",

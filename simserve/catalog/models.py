@@ -327,7 +327,7 @@ MODELS: Table[ModelSpec] = Table(
             aliases=("llama-3-70b", "llama3-70b", "meta-llama-3-70b", "meta-llama/Meta-Llama-3-70B"),
             source="https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
         ),
-        # Today's models (issue 24). Numbers from each model's config.json on the Hugging Face hub,
+        # Today's models. Numbers from each model's config.json on the Hugging Face hub,
         # cross-checked by tests/test_hf_config.py against fixtures that copy those configs' architecture
         # fields.
         ModelSpec(

@@ -1,7 +1,7 @@
 """Option values of plain types (str, int, float, bool, Path, list of str) converted without pydantic.
 
 typer 0.29 converts every option value through a pydantic TypeAdapter, and importing pydantic was ~0.05 s of a
-warm `simserve run` (issue 22: a run imports neither pandas nor pydantic). For these types the conversion is
+warm `simserve run` (a run is to import neither pandas nor pydantic). For these types the conversion is
 one Python call whose result pydantic's lax mode gives too: a str as it is, an int from `-?[0-9]+`, a float
 from a plain decimal (both parsers round correctly), a path as Path(value) through typer's own
 `coerce_cli_path` (its path adapter's checks). Any other value, type or option (a parser, a range, choices, a

@@ -2,7 +2,7 @@
 
 NOTE: rich reads `[word]` in a printed string as a style tag and drops it, and `:name:` as an emoji: "measured
 tables need pip install -e '.[measured]'" printed as "... pip install -e '.'", a trace `fixed:100:10` as
-"fixed💯10", a path or a model folder with brackets lost them (issue 33). Every console the commands print
+"fixed💯10", a path or a model folder with brackets lost them. Every console the commands print
 through reads neither, tables' titles and cells included; the few styled words (a yellow "note:", a red
 "OVERLOADED") are rich Text with a style, built by `styled` and `note`.
 """

@@ -305,7 +305,7 @@ def run_plan(
     against (tests/test_plan.py).
 
     `speculate` (off): let idle workers simulate the probes a search may ask next. With ROUND deployments side
-    by side the workers seldom idle, so speculation mostly cost CPU: on issue 33's plan (fixed:1700:400, agg +
+    by side the workers seldom idle, so speculation mostly cost CPU: on one plan (fixed:1700:400, agg +
     disagg, 2 workers) 26-29 speculative probes of 134-136, 14.4-16.0 CPU-s against 13.5-14.6 without them,
     wall time no longer (docs/planner.md, Speed). The answer is the same either way (speculative probes only
     fill the cache)."""

@@ -177,7 +177,7 @@ MODEL_RUNNER_UNMEASURED = StepCost(
 # The serving host's single-thread speed relative to the measuring host when none is given (`--host-speed`),
 # from sources, not fitted to any end-to-end result. This host's uncontended floor of
 # tools/engine_cpu_refbench.py is 9.7-9.9 ms a round (the least loaded rounds: 9.7 ms beside the step
-# measurements, refbench.json's 10.35, 9.86 when issue 30's calibration began), with its core at 2.4-2.56 GHz
+# measurements, refbench.json's 10.35, 9.86 when the calibration began), with its core at 2.4-2.56 GHz
 # (the same tool's dependent-add chain); the medians the figures were measured at (16.1 ms) carry the shared
 # host's contention. A DGX H100/H200 host runs Intel Xeon Platinum 8480C (Sapphire Rapids: the same Golden
 # Cove-class core as this Emerald Rapids; NVIDIA's DGX H100 user guide: 2.0 GHz base, 3.0 GHz all-core turbo,

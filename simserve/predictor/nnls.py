@@ -3,9 +3,9 @@
 The baseline of every op family (regressor.py) is a non-negative linear model on at most five physics columns.
 It used to be fitted by scikit-learn's `LinearRegression(positive=True)`, which calls scipy's NNLS; scipy
 rewrote that solver between releases and its coefficients moved in the last digits, which moved the trees
-fitted on the ratio measured / baseline, which moved simulated results (issue 20: pipeline-parallel digests
-differed between machines with other scipy versions). With five columns the whole problem is the 5×5 weighted
-normal equations, so it is solved here in plain Python floats:
+fitted on the ratio measured / baseline, which moved simulated results (pipeline-parallel digests differed
+between machines with other scipy versions). With five columns the whole problem is the 5×5 weighted normal
+equations, so it is solved here in plain Python floats:
 
 - every sum goes through `math.fsum` (exactly rounded, so independent of summation order, SIMD and BLAS);
 - products are numpy elementwise multiplies (each one IEEE-rounded, identical on every numpy and CPU);

@@ -45,8 +45,8 @@ SYSTEMS = {
 GEMM_FIT_SYSTEMS = ("l40s", "h100_sxm", "b200_sxm", "b300_sxm", "rtx_pro_6000_server")
 WINDOW = {"m": (1, 4096), "n": (1024, 32768), "k": (1024, 32768)}
 
-# GPUs the database measured that the built-in catalog may not hold yet (issue 21 item 2 adds them there; the
-# catalog's entry wins when it exists). Spec-sheet numbers with their sources, for validation only.
+# GPUs the database measured that the built-in catalog may not hold yet (the catalog's entry wins when it
+# exists). Spec-sheet numbers with their sources, for validation only.
 FALLBACK_GPUS = (
     GPUSpec(
         name="L40S",

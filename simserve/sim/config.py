@@ -44,7 +44,7 @@ SGLANG_CHUNK = 8192
 SGLANG_SCHEDULE_POLICIES = ("fcfs", "lof", "lpm")  # the --schedule-policy values simserve models
 # The most requests one simulation takes (--requests of run, sweep, plan; trace stats of a bench dataset). A
 # 100,000-request `simserve run` (Mistral-7B/A100, sharegpt at 2 qps) peaked at 129 MB of memory and wrote 48
-# MB (/usr/bin/time; issue 33): a million is ~1.3 GB and ~0.5 GB, and minutes of CPU near capacity. Past it a
+# MB (/usr/bin/time): a million is ~1.3 GB and ~0.5 GB, and minutes of CPU near capacity. Past it a
 # typo (--requests 99999999999999999999) ran for minutes before failing, or filled the memory.
 MAX_REQUESTS = 1_000_000
 

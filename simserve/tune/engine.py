@@ -39,7 +39,7 @@ from simserve.vllm_flags import check_vllm_flags
 VLLM_RELEASE = "vLLM 0.33.0 (V1 engine)"
 
 # vLLM's CacheConfig.gpu_memory_utilization default in 0.33.0 (vllm/config/cache.py: `Field(default=0.92)`).
-# NOTE: issue 23 says 0.9 (older releases); the pinned release's source says 0.92, and the printed command
+# NOTE: older releases default to 0.9; the pinned release's source says 0.92, and the printed command
 # leaves the flag out, so the simulated KV pool must use what that release does by itself.
 VLLM_GPU_MEMORY_UTILIZATION = 0.92
 

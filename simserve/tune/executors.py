@@ -63,11 +63,11 @@ def _die_with(driver: int) -> None:
     """End this worker within a moment of its driver's death, however the driver died.
 
     NOTE: a driver killed by SIGKILL (or the OOM killer) runs no clean-up, and its workers, orphaned, ran
-    their probes on for minutes (issue 33). On Linux the kernel sends SIGKILL to this process when the thread
-    that forked it ends (prctl PR_SET_PDEATHSIG; the pool forks from the driver's main thread, which lives
-    until the driver ends); elsewhere, and as a fallback, a daemon thread looks every PARENT_POLL_S whether
-    the parent changed (an orphan is re-parented) or the driver is gone (with a forkserver the parent is the
-    server, not the driver)."""
+    their probes on for minutes. On Linux the kernel sends SIGKILL to this process when the thread that forked
+    it ends (prctl PR_SET_PDEATHSIG; the pool forks from the driver's main thread, which lives until the
+    driver ends); elsewhere, and as a fallback, a daemon thread looks every PARENT_POLL_S whether the parent
+    changed (an orphan is re-parented) or the driver is gone (with a forkserver the parent is the server, not
+    the driver)."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
