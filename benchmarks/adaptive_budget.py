@@ -9,7 +9,7 @@ cell compares equal-cost chunks with sarathi on arxiv at TP1 × PP2. Trials are 
 2048 would take 8× as long): capacities are optimistic and noisier than the sweep's defaults, the same way
 for every policy. Probes are cached ($SIMSERVE_CACHE/probes), so a rerun only redraws the page.
 
-    PYTHONPATH=. python benchmarks/adaptive_budget.py --check    # also re-checks the largest gap (~4 min more)
+    PYTHONPATH=. python benchmarks/adaptive_budget.py --check  # also re-checks the largest gap (~4 min more)
 
 re-runs the cell with the largest adaptive/static ratio with 1024-request trials and two seeds. An uncached
 run without --check took 255 s wall and 89 CPU seconds on a 2-core machine shared with other jobs.

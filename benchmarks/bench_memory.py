@@ -1,8 +1,9 @@
 """Peak memory of one big `simserve run` (issue 11, item 3: 1M requests below 1 GB), per --iterations mode.
 
-    python benchmarks/bench_memory.py                               # 1,000,000 requests at 3 QPS, all three modes
-    python benchmarks/bench_memory.py --requests 200000 --modes all  # a smaller check
-    python benchmarks/bench_memory.py --tree /path/to/other/checkout --modes all   # the same, older code
+    python benchmarks/bench_memory.py
+        # 1,000,000 requests at 3 QPS, all three modes
+    python benchmarks/bench_memory.py --requests 200000 --modes all               # a smaller check
+    python benchmarks/bench_memory.py --tree /path/to/other/checkout --modes all  # the same, older code
 
 Each run is a fresh child interpreter (`python -c "from simserve.cli import main; main([...])"`) with a cache
 warmed first by a 10-request run, so the figure is the big run's own. Reported per run: the child's peak

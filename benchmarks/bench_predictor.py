@@ -1,7 +1,9 @@
 """Speed of the execution-time predictor: BatchTimer calls per second and model-ready time.
 
-    python benchmarks/bench_predictor.py [--profile profiles/a100-80gb/mistral-7b] [--model mistral-7b --gpu a100]
-    python benchmarks/bench_predictor.py --accuracy    # held-out MAPE: shipped profiles + Vidur's measured A100 data
+    python benchmarks/bench_predictor.py [--profile profiles/a100-80gb/mistral-7b]
+        [--model mistral-7b --gpu a100]
+    python benchmarks/bench_predictor.py --accuracy
+        # held-out MAPE: shipped profiles + Vidur's measured A100 data
 
 Without --profile it uses the shipped profile of the model when one exists, else a synthetic one in a temp
 dir. Prints tables; docs/predictor.md records their output with these commands.

@@ -1,10 +1,11 @@
 """Whole-command cost of `simserve run`: start-up, simulation and writing, as a user pays it.
 
-    python benchmarks/bench_run.py                       # 2,000 chat requests, default deployment, cold + 5 warm
+    python benchmarks/bench_run.py
+        # 2,000 chat requests, default deployment, cold + 5 warm
     python benchmarks/bench_run.py --tree /other/checkout    # the same for another checkout (before/after)
     python benchmarks/bench_run.py --phases                  # where a warm run's CPU goes, step by step
-    python benchmarks/bench_run.py --memory 1000000 --qps 3   # peak RSS of one run of that many requests
-                                                               # (benchmarks/bench_memory.py does this per mode)
+    python benchmarks/bench_run.py --memory 1000000 --qps 3  # peak RSS of one run of that many requests
+                                                             # (benchmarks/bench_memory.py does this per mode)
 
 Each run is a fresh child interpreter (`python -c "... main(['run', ...])"`), so imports are paid as a user
 pays them. Reported per run: wall seconds from interpreter start to exit, wall and CPU seconds inside the

@@ -1,6 +1,6 @@
 """Iteration times and memory of today's models under the roofline backend: the numbers in docs/models.md.
 
-    python benchmarks/models_table.py            # writes roofline profiles into a temporary folder, prints a table
+    python benchmarks/models_table.py  # writes roofline profiles into a temporary folder, prints a table
 
 For each deployment: weights and KV per GPU, KV blocks, and the simulated time of three batches on the stage:
 one decode (batch 1 at 512 tokens of context), a decode batch (32 requests at 4096), and a 2048-token prefill

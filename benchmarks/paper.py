@@ -1,10 +1,10 @@
 """The Sarathi-Serve (OSDI'24) evaluation, run on simserve: capacities, decode iteration times, Table 6
 ablation.
 
-    python benchmarks/paper.py                # full: 4 deployments × 2 traces × 2 SLOs × 3 policies, 2048 requests
-                                              # → docs/paper-reproduction.{md,json}
-    python benchmarks/paper.py --quick        # CI-sized: Mistral-7B and LLaMA2-70B (PP), chat, strict SLO,
-                                              # 256 requests, 10% tolerance → a temporary folder (or --out)
+    python benchmarks/paper.py          # full: 4 deployments × 2 traces × 2 SLOs × 3 policies, 2048 requests
+                                        # → docs/paper-reproduction.{md,json}
+    python benchmarks/paper.py --quick  # CI-sized: Mistral-7B and LLaMA2-70B (PP), chat, strict SLO,
+                                        # 256 requests, 10% tolerance → a temporary folder (or --out)
 
 Capacity = the highest Poisson rate with P99 TBT ≤ SLO and median scheduling delay ≤ 2 s
 (simserve.tune.capacity), each cell one search, in two columns: simserve's default, and paper-comparable

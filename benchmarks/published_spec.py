@@ -10,11 +10,13 @@ fitted or tuned: the published numbers are comparison targets only, and the acce
 reports for its setup (its mean accepted length when it gives one, else the acceptance.csv row its
 `acceptance_key` names).
 
-    python benchmarks/published_spec.py                 # every entry, the table and the crossings
-    python benchmarks/published_spec.py --only ID,ID    # some entries
+    python benchmarks/published_spec.py
+        # every entry, the table and the crossings
+    python benchmarks/published_spec.py --only ID,ID                     # some entries
     python benchmarks/published_spec.py --json out.json
-    python benchmarks/published_spec.py --parts ID:BATCH                  # one point's decode step, off and on
-    python benchmarks/published_spec.py --trace mt-bench=fixed:128:1024    # another assumed workload (sensitivity)
+    python benchmarks/published_spec.py --parts ID:BATCH                 # one point's decode step, off and on
+    python benchmarks/published_spec.py --trace mt-bench=fixed:128:1024
+        # another assumed workload (sensitivity)
 
 A batch size is a closed-loop client of that many requests in flight (`vllm bench serve --max-concurrency`,
 SimConfig.max_concurrency: a finished request's slot takes the next), all requests sent at t = 0.

@@ -1,9 +1,11 @@
 """Validate the roofline backend against measured kernels of every GPU with data; write
 docs/kernel-validation.md.
 
-    python benchmarks/validate_kernels.py                 # error tables -> docs/kernel-validation.md
-    python benchmarks/validate_kernels.py --calibrate     # also refit the constants and print them beside the used ones
-    python benchmarks/validate_kernels.py --steps         # only print the GEMM tile steps per GPU (no file written)
+    python benchmarks/validate_kernels.py              # error tables -> docs/kernel-validation.md
+    python benchmarks/validate_kernels.py --calibrate
+        # also refit the constants and print them beside the used ones
+    python benchmarks/validate_kernels.py --steps
+        # only print the GEMM tile steps per GPU (no file written)
 
 Reads ../shared/reference/vidur/profiling (Vidur's measured profiles, MIT: every GPU folder under compute/)
 beside the checkout, and, when the package is installed, the bf16 GEMM tables of aiconfigurator-core (NVIDIA's
@@ -243,7 +245,7 @@ GEMMs are fitted on the database alone: Vidur's older cuBLAS runs the same shape
 below), every database shape with a non-power-of-two n or k (1536 ... 12288: most real models' widths), the
 database's A100 GEMMs (sm80 is fitted on Vidur only) and the whole H200, GB200 and GB300 (the dies of the H100,
 B200 and B300 in other packages: only spec-sheet numbers differ). Database window: m 1-4096 tokens, n and k
-1024-32768, bf16, the newest vLLM table per system."""
+1024-32768, bf16, the newest vLLM table per system."""  # noqa: E501
 
 
 def per_gpu_tables(

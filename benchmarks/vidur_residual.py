@@ -1,7 +1,8 @@
 """What is left between simserve and Vidur near capacity once the two known differences are removed.
 
-    python benchmarks/vidur_residual.py                   # Sarathi 512, QPS 2, 2000 arXiv-like requests
-    python benchmarks/vidur_residual.py --preemption-crash  # Vidur 0.0.26 on a KV pool small enough to preempt
+    python benchmarks/vidur_residual.py                     # Sarathi 512, QPS 2, 2000 arXiv-like requests
+    python benchmarks/vidur_residual.py --preemption-crash
+        # Vidur 0.0.26 on a KV pool small enough to preempt
 
 The inputs are benchmarks/vs_vidur.py's (same profile, requests, arrivals, blocks, policy). Removed on both
 sides:
@@ -80,13 +81,13 @@ def _recorded(self, batch, stage):
                     et.attention_decode_execution_time))
     return et
 _Base.get_execution_time = _recorded
-"""
+"""  # noqa: E501
 
 _EPILOGUE = r"""
 _json.dump(_RECORD, open(out + "/batches.json", "w"))
 _json.dump({op: [[*map(int, k), float(v)] for k, v in table.items()] for op, table in _PRED[0]._predictions.items()},
            open(out + "/predictions.json", "w"))
-"""
+"""  # noqa: E501
 
 
 # -- Vidur's batch time, rebuilt from its prediction tables --------------------------------------------------
@@ -462,7 +463,7 @@ def _checked(self, *args, **kwargs):
               f"is_prefill_stage_complete={self.is_prefill_stage_complete}", flush=True)
         raise
 _Request.on_batch_stage_end = _checked
-"""
+"""  # noqa: E501
 
 
 def preemption_crash(b: vs.Bench, python: Path, out: Path, num_blocks: int) -> dict:

@@ -1,8 +1,8 @@
 """simserve beside Vidur on identical inputs: the same profile, requests, arrivals, deployment, policy and
 QPS.
 
-    python benchmarks/vs_vidur.py --quick          # 300 arXiv requests, Sarathi 512, one QPS (~1 min warm)
-    python benchmarks/vs_vidur.py                  # 2000 requests, Sarathi 512 and vLLM, two QPS + experiments
+    python benchmarks/vs_vidur.py --quick  # 300 arXiv requests, Sarathi 512, one QPS (~1 min warm)
+    python benchmarks/vs_vidur.py          # 2000 requests, Sarathi 512 and vLLM, two QPS + experiments
 
 What is identical, and how:
 * profile: simserve's shipped profile (profiles/a100-80gb/llama-2-7b) exported with `simserve vidur export`;

@@ -50,7 +50,7 @@ int main(void) {
     printf("%.4f %llu\n", 20.0 * n / t / 1e9, (unsigned long long)x);
     return 0;
 }
-"""
+"""  # noqa: E501
 
 
 class Req:

@@ -1,7 +1,8 @@
 """CPU time of vLLM 0.33.0's real OpenAI-compatible server per request and per streamed token, under `vllm
 bench serve`.
 
-    /work/envs/vllm033/bin/python tools/engine_cpu_server.py MODEL_DIR OUT_DIR [--repeats 5] [--api-server-counts 1,2]
+    /work/envs/vllm033/bin/python tools/engine_cpu_server.py MODEL_DIR OUT_DIR
+        [--repeats 5] [--api-server-counts 1,2]
 
 Starts `vllm serve MODEL_DIR` through tools/engine_cpu_vllm_serve.py (async scheduling and the in-process
 worker as on a GPU) with tools/engine_cpu_fake_worker.py's TimedWorker (no model: each step answers after a

@@ -4,11 +4,12 @@
         engine_cpu_fake_worker.TimedWorker [vllm serve flags...]
 
 Without a GPU vLLM picks its CPU platform, whose `check_and_update_config` (vllm/platforms/cpu.py) turns async
-scheduling off ("not required on CPU") and moves a single worker to the multiprocess executor (for OpenMP). A GPU
-run of 0.33.0 has async scheduling on (`VllmConfig`'s default when nothing is incompatible, vllm/config/vllm.py)
-and, at TP 1, the worker inside the EngineCore process (UniProcExecutor). This wrapper restores those two settings
-after the platform's hook and then runs vLLM's own CLI unchanged (the hook runs where the config is made, in the
-API-server process; the EngineCore process receives the finished config). Nothing else is altered.
+scheduling off ("not required on CPU") and moves a single worker to the multiprocess executor (for OpenMP). A
+GPU run of 0.33.0 has async scheduling on (`VllmConfig`'s default when nothing is incompatible,
+vllm/config/vllm.py) and, at TP 1, the worker inside the EngineCore process (UniProcExecutor). This wrapper
+restores those two settings after the platform's hook and then runs vLLM's own CLI unchanged (the hook runs
+where the config is made, in the API-server process; the EngineCore process receives the finished config).
+Nothing else is altered.
 """
 
 from __future__ import annotations

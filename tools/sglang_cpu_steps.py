@@ -1,7 +1,8 @@
 """Per-step CPU time of SGLang 0.5.23's scheduler, detokenizer and tokenizer manager, run from SGLang's own
 code on CPU.
 
-    /work/envs/sglcpu/bin/python tools/sglang_cpu_steps.py MODEL_DIR OUT_DIR [--repeats 5] [--quick] [--only PREFIX]
+    /work/envs/sglcpu/bin/python tools/sglang_cpu_steps.py MODEL_DIR OUT_DIR
+        [--repeats 5] [--quick] [--only PREFIX]
 
 MODEL_DIR is tools/engine_cpu_model.py's tiny Llama directory (its tokenizer feeds the detokenizer; its
 2-layer model is built with dummy weights and never run). Writes OUT_DIR/steps.csv (one row per scheduled
