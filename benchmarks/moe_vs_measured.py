@@ -6,18 +6,19 @@
 For every catalog GPU with measured tables (the engine's default release), error = roofline / measured − 1,
 reported as the signed median (bias; + means the roofline is too slow), median and P90 of |error|, and the
 median error at few tokens (≤ 64: decode steps) and many (≥ 1024: prefill chunks):
-  moe bf16 / moe fp8   the fused routed experts (roofline_moe.fused_expert_ms: two grouped GEMMs + SiLU·up) of the
-                       catalog's MoE models (Qwen3-235B-A22B, Mixtral-8x7B, DeepSeek-V3) against the package's
-                       balanced-routing fused-MoE rows, for the layouts vLLM runs: TP-only experts (TP 1, 2, 4, 8)
-                       and EP = TP (2, 4, 8); fp8 is the block-scaled rows where the shape has them (the published
-                       fp8 checkpoints' format), else per-tensor fp8 — what the measured backend reads;
+  moe bf16 / moe fp8   the fused routed experts (roofline_moe.fused_expert_ms: two grouped GEMMs + SiLU·up) of
+                       the catalog's MoE models (Qwen3-235B-A22B, Mixtral-8x7B, DeepSeek-V3) against the
+                       package's balanced-routing fused-MoE rows, for the layouts vLLM runs: TP-only experts
+                       (TP 1, 2, 4, 8) and EP = TP (2, 4, 8); fp8 is the block-scaled rows where the shape has
+                       them (the published fp8 checkpoints' format), else per-tensor fp8 — what the measured
+                       backend reads;
   fp8 GEMM             the package's per-tensor fp8 GEMMs (m ≤ 4096, n and k 1024–32768) against
                        roofline.gemm_ms on the fp8 tensor-core peak with one byte per weight
                        (precision.gemm_gpu);
   MLA decode / prefill DeepSeek-V3's whole attention module (its four projections from roofline.gemm_ms plus
-                       roofline_moe's MLA attention) against the package's MLA module rows at 128/64/32/16 heads per
-                       GPU (TP 1–8), bf16 projections and KV; decode batch 1–256 over 128–16384 cached tokens,
-                       prefill one prompt of 128–16384 tokens;
+                       roofline_moe's MLA attention) against the package's MLA module rows at 128/64/32/16
+                       heads per GPU (TP 1–8), bf16 projections and KV; decode batch 1–256 over 128–16384
+                       cached tokens, prefill one prompt of 128–16384 tokens;
   DP exchange          attention DP's dispatch + combine as simserve models vLLM's default all2all backend (an
                        all-gather and a reduce-scatter of every rank's hidden states, each timed as a ring
                        all-reduce of half of them: ops.exchange_bytes; roofline NCCL model, the package's box)
