@@ -11,3 +11,4 @@ cdef class CoreStretch(CoreScheduler):
     cdef bint _v1_grow(self, Rep rep, Py_ssize_t nd)
     cdef bint _sg_stretch_step(self, Rep rep, Py_ssize_t nd)
     cdef void _complete_ids(self, Py_ssize_t nd, double now) noexcept
+    cdef void _complete_verify_ids(self, Py_ssize_t nd, double now) noexcept

@@ -253,9 +253,7 @@ class CoreStretch(CoreScheduler):
             rep.in_flight -= 1
             if not rep.in_flight:
                 rep.inflight_acc += now - rep.busy_since
-            for k in range(nd):
-                rid = ids[k]
-                self._complete_verify(rep, rid, self.spec_sched[rid] + 1, now)
+            self._complete_verify_ids(nd, now)
             # nothing else is due (the limit): ApiServers.output's advance has no work
             if self.api is not None:
                 self._api_step(ids, nd, now)
@@ -316,15 +314,60 @@ class CoreStretch(CoreScheduler):
             self.b_verifies = nd
             rep.w_tokens += verify
             rep.w_decode_kv += kv_sum + draft_keys
-            d = self.timer.decode_time(nd, kv_sum, verify - nd, 0)
+            d = self.timer.verify_times(nd, kv_sum, verify - nd, 0)
             if self.spec_fraction:  # _with_draft: every verification ends its request's prompt (c + n keys)
-                d = d + self.spec_fraction * (
-                    d + (self.spec_passes - 1) * self.timer.decode_time(nd, kv_sum, 0, 0)
-                )
+                d = d + self.spec_fraction * (d + (self.spec_passes - 1) * self.timer.undrafted)
             d = d + self.spec_cpu_s * nd
             self._stretch_start(rep, slot, now, d, nd)
             if self.error:
                 return
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: array arithmetic only; no Python error to check for
+    @cython.locals(
+        k=cython.Py_ssize_t,
+        rid=cython.longlong,
+        s=cython.longlong,
+        a=cython.longlong,
+        g=cython.longlong,
+        same=cython.bint,
+        t0=cython.double,
+        last=cython.double,
+        gap=cython.double,
+    )
+    def _complete_verify_ids(self, nd: cython.Py_ssize_t, now: cython.double) -> cython.void:
+        """_complete_verify over self.ids[:nd], none of which finishes or pads (_verify_stretch made sure):
+        the same stores without a call, its Rep and branches per request, and the gaps counted at once
+        when all are the same (as _complete_ids: every request sampled its last token at the last step)."""
+        same = True
+        t0 = self.last_token[self.ids[0]]
+        for k in range(nd):
+            rid = self.ids[k]
+            s = self.spec_sched[rid]
+            self.spec_sched[rid] = 0
+            a = self.spec_draws[self.spec_off[rid] + self.spec_steps[rid]]
+            if a > s:
+                a = s
+            self.spec_steps[rid] += 1
+            self.computed[rid] += 1 + a  # its chunk, s + 1 tokens, less the s - a rejected
+            g = self.generated[rid] + 1 + a
+            if g > self.output[rid]:
+                g = self.output[rid]
+            self.generated[rid] = g
+            last = self.last_token[rid]
+            if last != t0:
+                same = False
+            gap = now - last
+            self.gaps[k] = gap
+            if gap > self.tbt_max[rid]:
+                self.tbt_max[rid] = gap
+            self.last_token[rid] = now
+            self.spec[rid] = self.spec_k
+        if same:
+            self._hist_add(now - t0, nd)
+        else:
+            for k in range(nd):
+                self._hist_add(self.gaps[k], 1.0)
 
     @cython.cfunc
     @cython.locals(k=cython.Py_ssize_t, rid=cython.longlong, c=cython.longlong, bs=cython.longlong)

@@ -37,6 +37,7 @@ cdef class Timer:
     cdef long long experts_last
     cdef double experts_slope
     cdef double e
+    cdef double undrafted  # verify_times' second result
     cdef double dummy_base  # own_base of an idle rank's dummy batch (lockstep.DUMMY_KV)
 
     cdef double _decode_row(self, long long b, double mean_kv) noexcept
@@ -46,6 +47,8 @@ cdef class Timer:
     cdef double _tables_time(self, long long t, double attn, long long n, long long nd, long long kv_sum, long long drafts, int stage) noexcept
     cdef double _compose(self, double kernels, long long num_prefills, long long n, long long t, int stage) noexcept
     cdef double decode_time(self, long long nd, long long kv_sum, long long drafts, int stage) noexcept
+    cdef double _tokens_time(self, long long t, double attn, long long n, long long nd, long long drafts, int stage) noexcept
+    cdef double verify_times(self, long long nd, long long kv_sum, long long drafts, int stage) noexcept
     cdef double through(self, list chunks, list prefixes, long long nd, long long kv_sum)
     cdef double own_base(self, list chunks, list prefixes, long long nd, long long kv_sum)
     cdef double own_time(self, long long t, double base, long long num_prefills, long long n, long long pad) noexcept

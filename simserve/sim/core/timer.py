@@ -159,6 +159,21 @@ class Timer:
             attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
         elif t == 0:
             return 0.0
+        return self._tokens_time(t, attn, n, nd, drafts, stage)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(tok=cython.double)
+    def _tokens_time(
+        self,
+        t: cython.longlong,
+        attn: cython.double,
+        n: cython.longlong,
+        nd: cython.longlong,
+        drafts: cython.longlong,
+        stage: cython.int,
+    ) -> cython.double:
+        """_tables_time's last part: the linear layers' t tokens and the step's composition, given attn."""
         if t <= self.tend:
             tok = self.tok[stage, t]
         else:
@@ -236,6 +251,23 @@ class Timer:
             kv = kv_sum
             return self.a + self.b * t + self.c * kv
         return self._tables_time(nd + drafts, 0.0, 0, nd, kv_sum, drafts, stage)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)  # NOTE: arithmetic only; no Python error to check for
+    @cython.locals(attn=cython.double)
+    def verify_times(
+        self, nd: cython.longlong, kv_sum: cython.longlong, drafts: cython.longlong, stage: cython.int
+    ) -> cython.double:
+        """decode_time(nd, kv_sum, drafts, stage), and decode_time(nd, kv_sum, 0, stage) kept in
+        self.undrafted: a verification step and its drafter's pass over the same reads (_with_draft), priced
+        with one attention lookup for both (the same operations as the two calls, nd > 0)."""
+        if self.kind != T_TABLES:
+            self.undrafted = self.decode_time(nd, kv_sum, 0, stage)
+            return self.decode_time(nd, kv_sum, drafts, stage)
+        attn = 0.0
+        attn += self._decode(nd, cython.cast(cython.double, kv_sum) if cython.compiled else float(kv_sum))
+        self.undrafted = self._tokens_time(nd, attn, 0, nd, 0, stage)
+        return self._tokens_time(nd + drafts, attn, 0, nd, drafts, stage)
 
     @cython.cfunc
     @cython.locals(total=cython.double, s=cython.int)
